@@ -1,0 +1,3 @@
+"""mutransfer: hyperparameter transfer (muTransfer-FNO) for neural operators."""
+
+__version__ = "0.1.0"
