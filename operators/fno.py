@@ -1,0 +1,120 @@
+"""Fourier Neural Operator in 1, 2 or 3 dimensions with abc-parametrization.
+
+G = Q ∘ (W_L + K_L) ∘ φ ∘ … ∘ φ ∘ (W_1 + K_1) ∘ P (φ = GELU between layers,
+none after the last, as in the original FNO). P lifts the input channels with
+the grid coordinates appended; Q is a two-layer pointwise MLP.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from operators.errors import OperatorConfigError
+from operators.parametrization import check_modes
+from operators.spectral import SpectralConv, check_grid
+
+_POINTWISE = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
+
+
+class FNO(nn.Module):
+    """FNO on a regular grid; the same weights run at any resolution with 2K ≤ N.
+
+    Args:
+        dim: number of truncated (Fourier) dimensions d ∈ {1, 2, 3}.
+        in_channels, out_channels: input/output function channels.
+        modes: K, modes kept per sign per truncated dimension.
+        width: hidden channels m.
+        layers: number of Fourier layers L.
+        parametrization: "standard" or "mup" (spectral init std and LR ∝ 1/√(d·log K)).
+        projection_channels: hidden size of the projection MLP Q.
+        padding: grid points appended at the end of every dimension before the
+            Fourier layers (for non-periodic problems) and removed after.
+        init_scale: multiplies the spectral init std (a tunable hyperparameter).
+
+    Input (B, N_1, …, N_d, in_channels) → output (B, N_1, …, N_d, out_channels).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        in_channels: int,
+        out_channels: int,
+        modes: int,
+        width: int = 64,
+        layers: int = 4,
+        parametrization: str = "standard",
+        projection_channels: int = 128,
+        padding: int = 0,
+        init_scale: float = 1.0,
+    ):
+        super().__init__()
+        check_modes(modes, dim, parametrization)
+        for name, value in (
+            ("in_channels", in_channels),
+            ("out_channels", out_channels),
+            ("width", width),
+            ("layers", layers),
+            ("projection_channels", projection_channels),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
+        if not isinstance(padding, int) or padding < 0:
+            raise OperatorConfigError(f"padding {padding!r}: must be a non-negative number of grid points")
+        if dim not in _POINTWISE:
+            raise OperatorConfigError(f"dim {dim}: FNO supports 1, 2 or 3 truncated dimensions")
+        self.config = dict(
+            dim=dim,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            modes=modes,
+            width=width,
+            layers=layers,
+            parametrization=parametrization,
+            projection_channels=projection_channels,
+            padding=padding,
+            init_scale=float(init_scale),
+        )
+        self.dim, self.modes, self.padding = dim, modes, padding
+        self.lift = nn.Linear(in_channels + dim, width)
+        self.pointwise = nn.ModuleList(_POINTWISE[dim](width, width, kernel_size=1) for _ in range(layers))
+        self.project = nn.Sequential(
+            nn.Linear(width, projection_channels), nn.GELU(), nn.Linear(projection_channels, out_channels)
+        )
+        # Spectral weights are drawn last, so every other parameter is identical for a
+        # given seed whatever K and the parametrization are.
+        self.spectral = nn.ModuleList(
+            SpectralConv(width, width, modes, dim, parametrization, init_scale) for _ in range(layers)
+        )
+
+    def check_input(self, grid_shape: tuple[int, ...]) -> None:
+        """Raise a one-line error if K does not fit this grid (padding included)."""
+        check_grid(tuple(n + self.padding for n in grid_shape), self.modes)
+
+    @staticmethod
+    def grid_coordinates(grid_shape: tuple[int, ...], device=None) -> torch.Tensor:
+        """Uniform coordinates in [0, 1] per axis, shape (*grid_shape, d)."""
+        axes = [torch.linspace(0.0, 1.0, n, device=device) for n in grid_shape]
+        return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != self.dim + 2:
+            raise OperatorConfigError(
+                f"input has shape {tuple(x.shape)}; FNO-{self.dim}D expects (batch, {', '.join(['N'] * self.dim)}, channels)"
+            )
+        grid_shape = tuple(x.shape[1:-1])
+        self.check_input(grid_shape)
+        coords = self.grid_coordinates(grid_shape, device=x.device).to(x.dtype)
+        coords = coords.expand(x.shape[0], *coords.shape)
+        h = self.lift(torch.cat([x, coords], dim=-1))
+        h = h.movedim(-1, 1)  # (B, m, N_1, …, N_d)
+        if self.padding:
+            h = F.pad(h, [0, self.padding] * self.dim)
+        for i, (spectral, pointwise) in enumerate(zip(self.spectral, self.pointwise)):
+            h = spectral(h) + pointwise(h)
+            if i < len(self.spectral) - 1:
+                h = F.gelu(h)
+        if self.padding:
+            h = h[(slice(None), slice(None)) + (slice(0, -self.padding),) * self.dim]
+        return self.project(h.movedim(1, -1))

@@ -1,0 +1,179 @@
+"""abc-parametrization of the FNO spectral weights: standard (SP) and muP.
+
+One pure function per scaling rule (Li, Yoo & Yang 2025, Definition 3.1 and
+Theorem 3.5). With R = a(K)·r, r ~ N(0, b(K)²) entry-wise and Adam LR c(K)·η0:
+
+- ``standard``: a = 1, b = Θ(1), c = 1.
+- ``mup``:      a = 1, b(K) = c(K) = 1/√(d·log K).
+
+Only the spectral weights R are touched; pointwise, lifting and projection
+weights and all biases keep their usual init and the master LR η0.
+
+The operator side also provides what any trainer needs to get muP right by
+construction: :func:`optimizer_param_groups` (spectral weights at c(K)·η0) and
+:func:`clip_spectral_gradients` (element-wise clipping, Assumption 3.4).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+from torch import nn
+
+from operators.errors import OperatorConfigError
+
+PARAMETRIZATIONS = ("standard", "mup")
+
+
+def check_parametrization(parametrization: str) -> str:
+    """Return ``parametrization`` if it is known, else raise a one-line error."""
+    if parametrization not in PARAMETRIZATIONS:
+        raise OperatorConfigError(
+            f"parametrization {parametrization!r} is unknown; use one of: {', '.join(PARAMETRIZATIONS)}"
+        )
+    return parametrization
+
+
+def check_modes(modes: int, dim: int, parametrization: str) -> None:
+    """Validate K and d for a parametrization (muP needs K ≥ 2: log 1 = 0)."""
+    check_parametrization(parametrization)
+    if not isinstance(dim, int) or dim < 1:
+        raise OperatorConfigError(f"dim {dim!r}: the number of truncated dimensions must be a positive integer (1, 2 or 3)")
+    if not isinstance(modes, int) or modes < 1:
+        raise OperatorConfigError(f"modes {modes!r}: the number of Fourier modes K must be a positive integer")
+    if parametrization == "mup" and modes < 2:
+        raise OperatorConfigError(
+            f"modes {modes}: muP scales by 1/sqrt(d*log K), undefined at K = 1; use K >= 2 or --parametrization standard"
+        )
+
+
+def mup_scale(modes: int, dim: int) -> float:
+    """The muP factor 1/√(d·log K) shared by b(K) and c(K). Needs K ≥ 2."""
+    check_modes(modes, dim, "mup")
+    return 1.0 / math.sqrt(dim * math.log(modes))
+
+
+def spectral_init_multiplier(modes: int, dim: int, parametrization: str) -> float:
+    """b(K) relative to the base init std: 1/√(d·log K) under muP, 1 under SP."""
+    check_modes(modes, dim, parametrization)
+    return mup_scale(modes, dim) if parametrization == "mup" else 1.0
+
+
+def spectral_lr_multiplier(modes: int, dim: int, parametrization: str) -> float:
+    """c(K): the spectral weights' Adam LR is c(K)·η0; 1/√(d·log K) under muP, 1 under SP."""
+    check_modes(modes, dim, parametrization)
+    return mup_scale(modes, dim) if parametrization == "mup" else 1.0
+
+
+def transfer_lr_factor(proxy_modes: int, target_modes: int) -> float:
+    """Algorithm 1, line 4: spectral LR at K* = LR at K_proxy × √(log K_proxy / log K*)."""
+    _check_transfer_modes(proxy_modes, target_modes)
+    return math.sqrt(math.log(proxy_modes) / math.log(target_modes))
+
+
+def transfer_init_variance_factor(proxy_modes: int, target_modes: int) -> float:
+    """Algorithm 1, line 5: spectral init variance at K* = variance at K_proxy × log K_proxy / log K*."""
+    _check_transfer_modes(proxy_modes, target_modes)
+    return math.log(proxy_modes) / math.log(target_modes)
+
+
+def _check_transfer_modes(proxy_modes: int, target_modes: int) -> None:
+    for name, k in (("proxy modes", proxy_modes), ("target modes", target_modes)):
+        if not isinstance(k, int) or k < 2:
+            raise OperatorConfigError(f"{name} {k!r}: muTransfer rescales by log K, so K must be an integer >= 2")
+
+
+def base_spectral_init_std(in_channels: int, out_channels: int, parametrization: str) -> float:
+    """Base std (before b(K)) of the real and imaginary parts of each spectral entry.
+
+    SP follows the original FNO code: scale·U[0,1) with scale = 1/(m_in·m_out),
+    whose std is scale/√12. muP draws N(0, σ²) with σ = 1/m_in before the
+    1/√(d·log K) factor, so each output mode sums m_in terms of size O(1/√m_in).
+    """
+    check_parametrization(parametrization)
+    if parametrization == "standard":
+        return 1.0 / (in_channels * out_channels * math.sqrt(12.0))
+    return 1.0 / in_channels
+
+
+def init_spectral_weight_(
+    weight: torch.Tensor, *, modes: int, dim: int, parametrization: str, init_scale: float = 1.0
+) -> torch.Tensor:
+    """Initialise a complex spectral weight (m_in, m_out, K, …, K) in place.
+
+    SP: real and imaginary parts ~ init_scale · U[0,1) / (m_in·m_out).
+    muP: real and imaginary parts ~ N(0, σ²), σ = init_scale · (1/m_in) / √(d·log K).
+    """
+    if init_scale <= 0:
+        raise OperatorConfigError(f"init_scale {init_scale}: must be positive (1.0 is the default)")
+    in_channels, out_channels = weight.shape[0], weight.shape[1]
+    real = torch.view_as_real(weight)
+    with torch.no_grad():
+        if parametrization == "standard":
+            real.uniform_(0.0, 1.0).mul_(init_scale / (in_channels * out_channels))
+        else:
+            std = init_scale * base_spectral_init_std(in_channels, out_channels, "mup")
+            real.normal_(0.0, std * spectral_init_multiplier(modes, dim, "mup"))
+    return weight
+
+
+def spectral_modules(model: nn.Module) -> list[nn.Module]:
+    """All spectral convolutions inside ``model`` (works through wrappers such as DDP)."""
+    from operators.spectral import SpectralConv
+
+    return [m for m in model.modules() if isinstance(m, SpectralConv)]
+
+
+def spectral_parameters(model: nn.Module) -> list[nn.Parameter]:
+    """The spectral weights R of every Fourier layer (complex tensors)."""
+    return [p for module in spectral_modules(model) for p in module.spectral_weights()]
+
+
+def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict]:
+    """Adam parameter groups: spectral weights at c(K)·lr, everything else at lr.
+
+    Each group has "params", "lr", "weight_decay", "name" ("spectral" or
+    "other") and "lr_multiplier". Layers with different K get separate groups.
+    """
+    if not lr > 0:
+        raise OperatorConfigError(f"lr {lr}: the learning rate must be positive")
+    spectral_ids: set[int] = set()
+    by_multiplier: dict[float, list[nn.Parameter]] = {}
+    for module in spectral_modules(model):
+        for p in module.spectral_weights():
+            if id(p) in spectral_ids:
+                continue
+            spectral_ids.add(id(p))
+            by_multiplier.setdefault(module.lr_multiplier, []).append(p)
+    others = [p for p in model.parameters() if id(p) not in spectral_ids and p.requires_grad]
+    groups = [
+        {"params": params, "lr": lr * mult, "weight_decay": weight_decay, "name": "spectral", "lr_multiplier": mult}
+        for mult, params in by_multiplier.items()
+    ]
+    if others:
+        groups.append({"params": others, "lr": lr, "weight_decay": weight_decay, "name": "other", "lr_multiplier": 1.0})
+    return groups
+
+
+def clip_spectral_gradients(model: nn.Module, clip_value: float | None) -> None:
+    """Clamp every spectral gradient entry to [-clip, clip] (real and imaginary parts separately).
+
+    Call between backward() and optimizer.step(). ``None`` turns clipping off.
+    Other parameters' gradients are not touched.
+    """
+    if clip_value is None:
+        return
+    if not clip_value > 0:
+        raise OperatorConfigError(f"clip_value {clip_value}: must be positive, or unset to turn clipping off")
+    _clamp_gradients(spectral_parameters(model), clip_value)
+
+
+def _clamp_gradients(params: Iterable[torch.Tensor], clip_value: float) -> None:
+    with torch.no_grad():
+        for p in params:
+            if p.grad is None:
+                continue
+            grad = torch.view_as_real(p.grad) if p.grad.is_complex() else p.grad
+            grad.clamp_(-clip_value, clip_value)
