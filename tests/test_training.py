@@ -96,7 +96,7 @@ def trajectory(name: str, total: int, ratio: float = 0.25, **kw) -> list[tuple[f
         opt.step()
         sched.step()
     spectral, other = (g["lr"] for g in opt.param_groups)
-    out.append((other, spectral / other))
+    out.append((other, spectral / other if other else (ratio if spectral == 0 else math.inf)))
     return out
 
 
@@ -263,7 +263,12 @@ def test_checkpoint_is_weights_only_loadable(tmp_path):
     assert state["model_config"] == model.config
     assert state["train_config"]["lr"] == 3e-3 and state["train_config"]["betas"] == [0.9, 0.999]
     assert len(state["history"]) == 2
-    assert {g["name"] for g in state["optimizer"]["param_groups"]} == {"spectral", "other"}
+    groups = state["optimizer"]["param_groups"]
+    assert {g["name"] for g in groups} == {"spectral", "other"}
+    # muP: the spectral group keeps lr_multiplier x the master LR after scheduling
+    masters = [g["lr"] / g["lr_multiplier"] for g in groups]
+    assert min(g["lr_multiplier"] for g in groups) < 1
+    assert masters == pytest.approx([masters[0]] * len(masters), rel=1e-12)
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
 

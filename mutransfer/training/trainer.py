@@ -469,7 +469,7 @@ def train(
                 yb = train_y[idx].to(device, non_blocking=True)
                 optimizer.zero_grad(set_to_none=True)
                 loss = relative_l2(model(xb), yb)
-                loss_value = float(loss)
+                loss_value = float(loss.detach())
                 if not math.isfinite(loss_value):
                     status = "diverged"
                     break

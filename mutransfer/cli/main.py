@@ -1,0 +1,49 @@
+"""The `mutransfer` command line: parse, dispatch, and turn bad input into exit code 2."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mutransfer import __version__
+from mutransfer.cli import data_cmd, plan_cmd, train_cmd, transfer_cmd
+from mutransfer.errors import USER_ERRORS
+
+EXIT_USER_ERROR = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a single line (no usage dump) and exit 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="mutransfer",
+        description="Tune a small proxy FNO, transfer its hyperparameters to a large one by the muP rule.",
+    )
+    parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
+    for module in (train_cmd, transfer_cmd, plan_cmd, data_cmd):
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except USER_ERRORS as exc:
+        message = " ".join(str(exc).split())
+        print(f"mutransfer {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print(f"mutransfer {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

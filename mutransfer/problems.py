@@ -1,0 +1,104 @@
+"""The PDE problems mutransfer knows: their dimension, data generator and defaults.
+
+A problem ties a data generator to the FNO that learns it (d truncated
+dimensions, padding for non-periodic domains) and to the dataset sizes used when
+the user gives no data file. Default datasets are generated once and cached.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from mutransfer.errors import UserInputError
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A learning problem: map the input function to the output function on a grid."""
+
+    name: str
+    dim: int
+    periodic: bool
+    description: str
+    generator: Callable[..., dict]
+    #: resolution at which the default cached dataset is generated
+    generated_resolution: int
+    #: training resolution used unless the user asks for another
+    resolution: int
+    n_train: int
+    n_test: int
+    #: grid points padded at the end of each axis inside the FNO (0 for periodic problems)
+    padding: int
+
+    @property
+    def n_samples(self) -> int:
+        return self.n_train + self.n_test
+
+
+def _generate_burgers(n: int, resolution: int, *, seed: int, progress: bool = True) -> dict:
+    from mutransfer.data.burgers import generate_burgers
+
+    return generate_burgers(n, resolution, seed=seed, progress=progress)
+
+
+def _generate_darcy(n: int, resolution: int, *, seed: int, progress: bool = True) -> dict:
+    from mutransfer.data.darcy import generate_darcy
+
+    return generate_darcy(n, resolution, seed=seed, progress=progress)
+
+
+PROBLEMS: dict[str, Problem] = {
+    "burgers": Problem(
+        name="burgers",
+        dim=1,
+        periodic=True,
+        description="1D viscous Burgers, nu=0.1, periodic; map u0 -> u(., 1)",
+        generator=_generate_burgers,
+        generated_resolution=1024,
+        resolution=256,
+        n_train=400,
+        n_test=100,
+        padding=0,
+    ),
+    "darcy": Problem(
+        name="darcy",
+        dim=2,
+        periodic=False,
+        description="2D Darcy flow -div(a grad u) = 1, zero Dirichlet; map a -> u",
+        generator=_generate_darcy,
+        generated_resolution=61,
+        resolution=31,
+        n_train=400,
+        n_test=100,
+        padding=5,
+    ),
+}
+
+
+def get_problem(name: str) -> Problem:
+    """Look a problem up by name, with a one-line error listing the known ones."""
+    try:
+        return PROBLEMS[name]
+    except KeyError:
+        raise UserInputError(f"problem {name!r} is unknown; use one of: {', '.join(PROBLEMS)}") from None
+
+
+def cache_dir() -> Path:
+    """Where generated default datasets live: $MUTRANSFER_CACHE, else ~/.cache/mutransfer."""
+    root = os.environ.get("MUTRANSFER_CACHE") or Path.home() / ".cache" / "mutransfer"
+    return Path(root) / "data"
+
+
+def default_dataset(problem: Problem, *, seed: int = 0, progress: bool = True) -> Path:
+    """Path of the problem's default dataset, generating and caching it on first use."""
+    from mutransfer.data.hdf5_io import write_dataset
+
+    path = cache_dir() / f"{problem.name}_n{problem.n_samples}_r{problem.generated_resolution}_seed{seed}.h5"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = problem.generator(problem.n_samples, problem.generated_resolution, seed=seed, progress=progress)
+        write_dataset(path, data)
+    return path
