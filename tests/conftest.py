@@ -9,7 +9,9 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# One thread: the suite shares 2 cores with Ray workers and subprocesses, and
+# oversubscribed OpenMP threads made torch 3-10x slower in our measurements.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)
