@@ -337,3 +337,12 @@ def test_trainer_mechanics_with_plain_torch_model():
     assert [g["name"] for g in optimizer_param_groups(model, 1e-3)] == ["other"]
     result = train(model, make_data(), config(epochs=2, schedule="onecycle"))
     assert result.status == "completed" and result.iterations_completed == 6
+
+
+def test_exploded_but_finite_loss_counts_as_diverged():
+    """Predictions 10^4 times the targets' size: finite, but the run has blown up."""
+    data = make_data()
+    data.train_y = data.train_y * 1e-9
+    data.test_y = data.test_y * 1e-9
+    result = train(make_fno(), data, config(epochs=2))
+    assert result.status == "diverged" and result.test_error == DIVERGED_METRIC

@@ -1,0 +1,77 @@
+"""`mutransfer landscape`: loss vs a hyperparameter for several K, SP and muP side by side (the paper's Figure 1)."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from mutransfer.cli.common import positive_float, positive_int, print_json
+
+
+def add_parser(subparsers) -> None:
+    from operators.parametrization import PARAMETRIZATIONS
+    from mutransfer.landscape.analysis import TRANSFORMS
+
+    p = subparsers.add_parser(
+        "landscape",
+        help="train a grid (K x hyperparameter x parametrization x seed) on Ray and plot where the optimum sits",
+        description="Runs one training per grid point as a Ray task, logs each to MLflow under one parent run, and "
+        "writes landscape.png (loss vs the hyperparameter per K, SP and muP side by side, optima starred, seed "
+        "spread shaded, diverged points as red x), a table of the optimum per K, and the drift of the optimum from "
+        "the smallest to the largest K (mean ± std over seeds).",
+    )
+    p.add_argument("--study", help="study file (default: the built-in quick study)")
+    p.add_argument("--modes", type=positive_int, nargs="+", required=True, help="values of K (at least two)")
+    p.add_argument("--hyperparameter", choices=sorted(TRANSFORMS), default="lr", help="what to vary (default lr)")
+    values = p.add_mutually_exclusive_group(required=True)
+    values.add_argument("--lrs", "--values", dest="values", type=positive_float, nargs="+", help="grid values")
+    values.add_argument("--lr-range", "--range", dest="range", type=positive_float, nargs=2, metavar=("LO", "HI"),
+                        help="log-spaced grid between LO and HI (with --points)")
+    p.add_argument("--points", type=positive_int, default=7, help="grid points for --lr-range (default 7)")
+    p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"])
+    p.add_argument("--seeds", type=positive_int, default=3, help="seeds per point (default 3)")
+    p.add_argument("--epochs", type=positive_int, help="epochs per training (default: the study's budget.epochs)")
+    p.add_argument("--cpus-per-task", type=positive_int, default=1)
+    p.add_argument("--address", help="Ray cluster address (auto or ray://host:port); default: a local Ray")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the study's, else sqlite:///mlflow.db)")
+    p.add_argument("--out", default="landscape", help="folder for landscape.png and landscape.json")
+    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mutransfer.errors import UserInputError
+    from mutransfer.landscape.runner import LandscapeOptions, format_table, run_landscape
+
+    if args.range is not None:
+        lo, hi = args.range
+        if not lo < hi:
+            raise UserInputError(f"--lr-range {lo} {hi}: LO must be below HI")
+        values = [float(v) for v in np.geomspace(lo, hi, args.points)]
+    else:
+        values = list(args.values)
+    if args.hyperparameter == "batch_size":
+        values = [float(round(v)) for v in values]
+    options = LandscapeOptions(
+        study_path=args.study,
+        values=values,
+        modes=list(args.modes),
+        hyperparameter=args.hyperparameter,
+        parametrizations=tuple(args.parametrization),
+        seeds=args.seeds,
+        epochs=args.epochs,
+        cpus_per_task=args.cpus_per_task,
+        address=args.address,
+        tracking_uri=args.tracking_uri,
+        out_dir=args.out,
+        progress=args.progress and not args.json,
+    )
+    payload = run_landscape(options)
+    if args.json:
+        print_json(payload)
+    else:
+        print(format_table(payload))
+        print(f"figure: {payload['figure']}   MLflow parent run: {payload['mlflow_parent_run']}")
+    return 0

@@ -1,0 +1,230 @@
+"""Run a landscape: a grid of trainings (parametrization × K × value × seed) as Ray tasks, logged to MLflow.
+
+Each grid point trains the study's FNO with one hyperparameter set to the point's
+value (everything else from the study's ``training`` section) for the study's
+proxy epoch budget (or ``epochs``). The driver logs one MLflow child run per point
+under one parent run (tag ``mutransfer.kind = landscape``) as results arrive,
+then writes the figure, the optimum table and the drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mutransfer.errors import UserInputError
+from mutransfer.landscape.analysis import drift, summarize, transform
+from mutransfer.landscape.plot import plot_landscape
+
+
+@dataclass
+class LandscapeOptions:
+    """What to run. ``values`` are the hyperparameter's grid; ``seeds`` counts seeds per point."""
+
+    study_path: str | None
+    values: list[float]
+    modes: list[int]
+    hyperparameter: str = "lr"
+    parametrizations: tuple[str, ...] = ("standard", "mup")
+    seeds: int = 3
+    epochs: int | None = None
+    cpus_per_task: int = 1
+    address: str | None = None
+    tracking_uri: str | None = None
+    out_dir: str = "landscape"
+    progress: bool = True
+    study_overrides: dict = field(default_factory=dict)
+
+
+def grid_points(options: LandscapeOptions, base_seed: int) -> list[dict]:
+    """Every (parametrization, K, value, seed) to train, in a deterministic order."""
+    return [
+        {"parametrization": p, "modes": int(k), "value": v, "seed": base_seed + s}
+        for p in options.parametrizations
+        for k in sorted(set(options.modes))
+        for v in sorted(set(options.values))
+        for s in range(options.seeds)
+    ]
+
+
+def validate(options: LandscapeOptions):
+    """Load the study and check every grid point before any compute; returns the study."""
+    from operators.parametrization import check_modes
+    from operators.spectral import check_grid
+    from mutransfer.study import load_study
+
+    transform(options.hyperparameter)
+    study, _ = load_study(options.study_path, options.study_overrides)
+    if len(set(options.modes)) < 2:
+        raise UserInputError(f"--modes {options.modes}: give at least two values of K to measure a drift")
+    if len(set(options.values)) < 3:
+        raise UserInputError("--lrs/--values: give at least three values (or --lr-range LO HI --points N with N >= 3)")
+    for value in options.values:
+        if options.hyperparameter == "beta2" and not 0 < value < 1:
+            raise UserInputError(f"beta2 value {value}: must be in (0, 1)")
+        if options.hyperparameter != "beta2" and not value > 0:
+            raise UserInputError(f"{options.hyperparameter} value {value}: must be positive")
+        if options.hyperparameter == "batch_size" and value != int(value):
+            raise UserInputError(f"batch_size value {value}: must be an integer")
+    grid = study.grid_shape
+    for k in options.modes:
+        for p in options.parametrizations:
+            check_modes(int(k), study.dim, p)
+        check_grid(grid, int(k))
+    if options.seeds < 1 or options.cpus_per_task < 1 or (options.epochs is not None and options.epochs < 1):
+        raise UserInputError("--seeds, --cpus-per-task and --epochs must be positive integers")
+    return study
+
+
+def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
+    """Train one grid point; returns its record (status, test error, per-epoch history, seconds)."""
+    import torch
+
+    from mutransfer.sweep.hparams import build_model, merge_hyperparameters, train_config
+    from mutransfer.training import train
+
+    torch.set_num_threads(threads)
+    point_study = dataclasses.replace(
+        study,
+        parametrization=spec["parametrization"],
+        training=dataclasses.replace(study.training, seed=int(spec["seed"])),
+    )
+    hp = merge_hyperparameters(point_study, {spec["hyperparameter"]: spec["value"]})
+    torch.manual_seed(int(spec["seed"]))
+    model = build_model(point_study, spec["modes"], hp["init_scale"], data.train_x.shape[-1], data.train_y.shape[-1])
+    start = time.perf_counter()
+    result = train(model, data, train_config(point_study, hp, epochs=epochs))
+    return {
+        **{k: spec[k] for k in ("parametrization", "modes", "value", "seed")},
+        "status": result.status,
+        "test_error": float(result.test_error),
+        "history": [(h["epoch"], float(h["test_error"]), float(h["train_loss"])) for h in result.history],
+        "seconds": time.perf_counter() - start,
+    }
+
+
+def run_landscape(options: LandscapeOptions, say=print) -> dict:
+    """Run the grid on Ray, log to MLflow, write landscape.png and landscape.json into ``out_dir``."""
+    import ray
+
+    from mutransfer.sweep.data import load_study_data
+    from mutransfer.sweep.tracking import RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
+
+    study = validate(options)
+    epochs = int(options.epochs or study.budget.epochs)
+    specs = [dict(s, hyperparameter=options.hyperparameter) for s in grid_points(options, int(study.training.seed))]
+    data, data_path = load_study_data(study, progress=options.progress)
+
+    tracker = Tracker(resolve_tracking_uri(options.tracking_uri or study.tracking.uri))
+    experiment_id = tracker.ensure_experiment(study.tracking.experiment)
+    parent = tracker.client.create_run(experiment_id, tags={
+        "mutransfer.kind": "landscape", "mutransfer.study": study.name,
+        RUN_NAME_TAG: f"{study.name} landscape ({options.hyperparameter})",
+    }).info.run_id
+    log_batch(tracker.client, parent, params={
+        "hyperparameter": options.hyperparameter, "values": list(sorted(set(options.values))),
+        "modes": sorted(set(options.modes)), "parametrizations": list(options.parametrizations),
+        "seeds": options.seeds, "epochs": epochs, "data": str(data_path),
+    })
+
+    started_ray = False
+    if not ray.is_initialized():
+        if options.address:
+            ray.init(address=options.address)
+        else:
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+        started_ray = True
+    wall = time.perf_counter()
+    records: list[dict] = []
+    try:
+        remote = ray.remote(num_cpus=options.cpus_per_task, max_retries=1)(train_point)
+        data_ref = ray.put(data)
+        pending = {remote.remote(study, spec, data_ref, epochs, options.cpus_per_task): spec for spec in specs}
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=1)
+            spec = pending.pop(done[0])
+            record = ray.get(done[0])
+            records.append(record)
+            _log_point(tracker, experiment_id, parent, study.name, options.hyperparameter, record)
+            if options.progress:
+                say(f"  [{len(records)}/{len(specs)}] {record['parametrization']} K={record['modes']} "
+                    f"{options.hyperparameter}={record['value']:.4g} seed={record['seed']}: "
+                    f"{record['status']} {record['test_error']:.4g}")
+    except BaseException:
+        tracker.set_status(parent, "KILLED")
+        raise
+    finally:
+        if started_ray:
+            ray.shutdown()
+    wall = time.perf_counter() - wall
+
+    curves = summarize(records, options.hyperparameter)
+    drifts = drift(curves, options.hyperparameter)
+    out = Path(options.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figure = out / "landscape.png"
+    plot_landscape(curves, drifts, options.hyperparameter, figure,
+                   title=f"{study.name}: {study.problem.name}, FNO-{study.dim}D width {study.operator.width}, "
+                         f"{epochs} epochs, {options.seeds} seeds")
+    payload = {
+        "study": study.name,
+        "problem": study.problem.name,
+        "hyperparameter": options.hyperparameter,
+        "epochs": epochs,
+        "wall_seconds": wall,
+        "device_seconds": sum(r["seconds"] for r in records) * options.cpus_per_task,
+        "curves": [dataclasses.asdict(c) for c in curves],
+        "drift": [dataclasses.asdict(d) for d in drifts],
+        "records": [{k: v for k, v in r.items() if k != "history"} for r in records],
+        "figure": str(figure),
+        "mlflow_parent_run": parent,
+    }
+    (out / "landscape.json").write_text(json.dumps(payload, indent=2))
+    tracker.client.log_artifact(parent, str(figure))
+    tracker.client.log_artifact(parent, str(out / "landscape.json"))
+    log_batch(tracker.client, parent, metrics=[
+        (f"drift_{d.parametrization}", d.mean, int(time.time() * 1000), 0) for d in drifts if d.mean is not None
+    ])
+    tracker.set_status(parent, "FINISHED")
+    return payload
+
+
+def _log_point(tracker, experiment_id: str, parent: str, study_name: str, hyperparameter: str, record: dict) -> None:
+    from mutransfer.sweep.tracking import PARENT_TAG, RUN_NAME_TAG, log_batch
+
+    name = f"{record['parametrization']} K={record['modes']} {hyperparameter}={record['value']:.4g} seed={record['seed']}"
+    run = tracker.client.create_run(experiment_id, tags={
+        PARENT_TAG: parent, RUN_NAME_TAG: name, "mutransfer.kind": "landscape_point",
+        "mutransfer.study": study_name, "mutransfer.status": record["status"],
+    })
+    now = int(time.time() * 1000)
+    metrics = [("test_error", e, now, epoch) for epoch, e, _ in record["history"]]
+    metrics += [("train_loss", loss, now, epoch) for epoch, _, loss in record["history"]]
+    metrics += [("final_test_error", record["test_error"], now, 0), ("seconds", record["seconds"], now, 0)]
+    log_batch(tracker.client, run.info.run_id, metrics=metrics, params={
+        "parametrization": record["parametrization"], "modes": record["modes"],
+        hyperparameter: record["value"], "seed": record["seed"],
+    })
+    tracker.set_status(run.info.run_id, "FINISHED")
+
+
+def format_table(payload: dict) -> str:
+    """Plain-text table of the optimum per K and the drift, per parametrization."""
+    label = transform(payload["hyperparameter"])[0]
+    lines = [f"optimal {payload['hyperparameter']} per K ({payload['study']}, {payload['epochs']} epochs)"]
+    lines.append(f"{'parametrization':<16}{'K':>5}  {'optimum':>10}  {'per seed':<36} {'best mean error':>15}")
+    for c in payload["curves"]:
+        seeds = ", ".join("diverged" if o is None else f"{o:.3g}" for o in c["seed_optima"])
+        opt = "none" if c["optimum"] is None else f"{c['optimum']:.4g}"
+        lines.append(f"{c['parametrization']:<16}{c['modes']:>5}  {opt:>10}  {seeds:<36} {min(c['mean_error']):>15.4g}")
+    for d in payload["drift"]:
+        if d["mean"] is None:
+            lines.append(f"drift {d['parametrization']}: undefined (all runs diverged at one end)")
+        else:
+            lines.append(f"drift {d['parametrization']} (K {d['modes_from']} -> {d['modes_to']}): "
+                         f"{d['mean']:+.3f} ± {d['std']:.3f} in {label}")
+    return "\n".join(lines)
