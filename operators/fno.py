@@ -3,6 +3,13 @@
 G = Q ∘ (W_L + K_L) ∘ φ ∘ … ∘ φ ∘ (W_1 + K_1) ∘ P (φ = GELU between layers,
 none after the last, as in the original FNO). P lifts the input channels with
 the grid coordinates appended; Q is a two-layer pointwise MLP.
+
+Width-muP (``width_parametrization="mup"``, ``base_width=m0``; see
+operators.width_mup): the pointwise W_l and the spectral weights are hidden
+(LR × m0/m; the spectral LR becomes c(K)·m0/m and its init std
+σ_K(m0)·b(K)·√(m0/m)); the lift P is an input layer (unchanged); the first
+layer of Q (width → projection_channels) is the readout, whose output is
+multiplied by m0/m. Biases and the second layer of Q are untouched.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from torch import nn
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes
 from operators.spectral import SpectralConv, check_grid
+from operators.width_mup import MuLinear, WidthSpec
 
 _POINTWISE = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
@@ -32,6 +40,9 @@ class FNO(nn.Module):
         padding: grid points appended at the end of every dimension before the
             Fourier layers (for non-periodic problems) and removed after.
         init_scale: multiplies the spectral init std (a tunable hyperparameter).
+        width_parametrization: "standard" (default; no width rule) or "mup"
+            (muP in the width m, composed with the K-parametrization).
+        base_width: the base width m0 of width-muP (required with "mup").
 
     Input (B, N_1, …, N_d, in_channels) → output (B, N_1, …, N_d, out_channels).
     """
@@ -48,6 +59,8 @@ class FNO(nn.Module):
         projection_channels: int = 128,
         padding: int = 0,
         init_scale: float = 1.0,
+        width_parametrization: str = "standard",
+        base_width: int | None = None,
     ):
         super().__init__()
         check_modes(modes, dim, parametrization)
@@ -64,6 +77,7 @@ class FNO(nn.Module):
             raise OperatorConfigError(f"padding {padding!r}: must be a non-negative number of grid points")
         if dim not in _POINTWISE:
             raise OperatorConfigError(f"dim {dim}: FNO supports 1, 2 or 3 truncated dimensions")
+        spec = WidthSpec(width_parametrization, width, base_width)
         self.config = dict(
             dim=dim,
             in_channels=in_channels,
@@ -75,18 +89,38 @@ class FNO(nn.Module):
             projection_channels=projection_channels,
             padding=padding,
             init_scale=float(init_scale),
+            width_parametrization=width_parametrization,
+            base_width=base_width,
         )
+        self.width_spec = spec
         self.dim, self.modes, self.padding = dim, modes, padding
         self.lift = nn.Linear(in_channels + dim, width)
         self.pointwise = nn.ModuleList(_POINTWISE[dim](width, width, kernel_size=1) for _ in range(layers))
         self.project = nn.Sequential(
-            nn.Linear(width, projection_channels), nn.GELU(), nn.Linear(projection_channels, out_channels)
+            MuLinear(width, projection_channels, "output", spec), nn.GELU(), nn.Linear(projection_channels, out_channels)
         )
         # Spectral weights are drawn last, so every other parameter is identical for a
         # given seed whatever K and the parametrization are.
         self.spectral = nn.ModuleList(
-            SpectralConv(width, width, modes, dim, parametrization, init_scale) for _ in range(layers)
+            SpectralConv(width, width, modes, dim, parametrization, init_scale, base_width=base_width if spec.is_mup else None)
+            for _ in range(layers)
         )
+
+    def mutransfer_lr_multipliers(self):
+        """Width-muP: the pointwise W_l are hidden weights (LR × m0/m); spectral LRs live on SpectralConv."""
+        if self.width_spec.is_mup:
+            mult = self.width_spec.lr_multiplier("hidden")
+            for conv in self.pointwise:
+                yield conv.weight, "hidden", mult
+
+    def mutransfer_width_roles(self):
+        """Width roles of the parameters that are not MuLinear weights (see operators.width_mup.width_roles)."""
+        yield self.lift.weight, "input"
+        for conv in self.pointwise:
+            yield conv.weight, "hidden"
+        for p in self.spectral.parameters():
+            yield p, "hidden"
+        yield self.project[2].weight, "fixed"
 
     def check_input(self, grid_shape: tuple[int, ...]) -> None:
         """Raise a one-line error if K does not fit this grid (padding included)."""

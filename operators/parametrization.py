@@ -10,7 +10,9 @@ Only the spectral weights R are touched; pointwise, lifting and projection
 weights and all biases keep their usual init and the master LR η0.
 
 The operator side also provides what any trainer needs to get muP right by
-construction: :func:`optimizer_param_groups` (spectral weights at c(K)·η0) and
+construction: :func:`optimizer_param_groups` (spectral weights at c(K)·η0, and
+any parameter a module declares through ``mutransfer_lr_multipliers()`` at its
+own multiplier — how width-muP, :mod:`operators.width_mup`, plugs in) and
 :func:`clip_spectral_gradients` (element-wise clipping, Assumption 3.4).
 """
 
@@ -131,11 +133,43 @@ def spectral_parameters(model: nn.Module) -> list[nn.Parameter]:
     return [p for module in spectral_modules(model) for p in module.spectral_weights()]
 
 
-def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict]:
-    """Adam parameter groups: spectral weights at c(K)·lr, everything else at lr.
+def declared_lr_multipliers(model: nn.Module) -> dict[int, tuple[nn.Parameter, str, float]]:
+    """Per-parameter LR multipliers declared by the modules of ``model``.
 
-    Each group has "params", "lr", "weight_decay", "name" ("spectral" or
-    "other") and "lr_multiplier". Layers with different K get separate groups.
+    Protocol: a module may define ``mutransfer_lr_multipliers()`` yielding
+    ``(parameter, group_name, multiplier)`` for parameters whose Adam LR is
+    ``multiplier × lr`` (e.g. width-muP hidden weights, operators.width_mup).
+    A parameter declared twice must get the same group and multiplier.
+    Returns id(parameter) → (parameter, group_name, multiplier).
+    """
+    declared: dict[int, tuple[nn.Parameter, str, float]] = {}
+    for module in model.modules():
+        declare = getattr(module, "mutransfer_lr_multipliers", None)
+        if declare is None:
+            continue
+        for p, name, mult in declare():
+            mult = float(mult)
+            if not mult > 0:
+                raise OperatorConfigError(f"lr multiplier {mult} declared for group {name!r}: must be positive")
+            previous = declared.get(id(p))
+            if previous is not None and previous[1:] != (name, mult):
+                raise OperatorConfigError(
+                    f"a parameter is declared in group {previous[1]!r} x{previous[2]} and {name!r} x{mult}; declare it once"
+                )
+            declared[id(p)] = (p, name, mult)
+    return declared
+
+
+def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict]:
+    """Adam parameter groups: spectral weights at c(K)·lr, declared parameters at their multiplier·lr, the rest at lr.
+
+    Each group has "params", "lr", "weight_decay", "name" and "lr_multiplier".
+    Order: "spectral" groups (one per multiplier, so layers with different K
+    get separate groups), then groups declared through the
+    ``mutransfer_lr_multipliers()`` protocol (one per (name, multiplier), e.g.
+    "hidden" for width-muP), then "other" (multiplier 1). A model that declares
+    nothing (an FNO with the standard width rule) gets exactly the spectral and
+    "other" groups.
     """
     if not lr > 0:
         raise OperatorConfigError(f"lr {lr}: the learning rate must be positive")
@@ -147,10 +181,20 @@ def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.
                 continue
             spectral_ids.add(id(p))
             by_multiplier.setdefault(module.lr_multiplier, []).append(p)
-    others = [p for p in model.parameters() if id(p) not in spectral_ids and p.requires_grad]
+    declared: dict[tuple[str, float], list[nn.Parameter]] = {}
+    for key, (p, name, mult) in declared_lr_multipliers(model).items():
+        if key in spectral_ids or not p.requires_grad:
+            continue
+        declared.setdefault((name, mult), []).append(p)
+    declared_ids = {id(p) for params in declared.values() for p in params}
+    others = [p for p in model.parameters() if id(p) not in spectral_ids and id(p) not in declared_ids and p.requires_grad]
     groups = [
         {"params": params, "lr": lr * mult, "weight_decay": weight_decay, "name": "spectral", "lr_multiplier": mult}
         for mult, params in by_multiplier.items()
+    ]
+    groups += [
+        {"params": params, "lr": lr * mult, "weight_decay": weight_decay, "name": name, "lr_multiplier": mult}
+        for (name, mult), params in declared.items()
     ]
     if others:
         groups.append({"params": others, "lr": lr, "weight_decay": weight_decay, "name": "other", "lr_multiplier": 1.0})

@@ -144,3 +144,42 @@ def format_bytes(n: int) -> str:
             return f"{value:.1f} {unit}" if unit != "B" else f"{int(value)} B"
         value /= 1024
     raise AssertionError("unreachable")
+
+
+def step_flops(
+    dim: int,
+    modes: int,
+    width: int,
+    layers: int,
+    grid: tuple[int, ...],
+    *,
+    batch: int = 1,
+    in_channels: int = 1,
+    out_channels: int = 1,
+    projection_channels: int = 128,
+    padding: int = 0,
+) -> dict[str, float]:
+    """Analytic floating-point operations of one training step (forward + backward ≈ 3 × forward).
+
+    Forward, per Fourier layer (G_p = padded grid points):
+    - spectral contraction: 2^(d-1)·K^d·B·m² complex multiply-adds, 8 real flops each;
+    - rfft and irfft: 2.5·B·m·G_p·log2(G_p) each (half a complex FFT's 5·N·log2 N);
+    - pointwise W_l: 2·B·G_p·m².
+    Plus the lift 2·B·G·(C_in+d)·m and the projection 2·B·G·(m·P + P·C_out).
+    Returns the parts and ``"total"`` (per step).
+    """
+    grid = tuple(int(n) for n in grid)
+    if len(grid) == 1 and dim > 1:
+        grid = grid * dim
+    g = math.prod(grid)
+    gp = math.prod(n + padding for n in grid)
+    forward = {
+        "spectral": layers * 8.0 * 2 ** (dim - 1) * modes**dim * batch * width * width,
+        "fft": layers * 2 * 2.5 * batch * width * gp * math.log2(max(gp, 2)),
+        "pointwise": layers * 2.0 * batch * gp * width * width,
+        "lift_projection": 2.0 * batch * g * ((in_channels + dim) * width + width * projection_channels
+                                              + projection_channels * out_channels),
+    }
+    parts = {name: 3.0 * value for name, value in forward.items()}
+    parts["total"] = sum(parts.values())
+    return parts

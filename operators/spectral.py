@@ -15,6 +15,7 @@ from torch import nn
 
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes, init_spectral_weight_, spectral_lr_multiplier
+from operators.width_mup import spectral_width_init_std, spectral_width_lr_multiplier
 
 _EINSUM = {1: "bix,iox->box", 2: "bixy,ioxy->boxy", 3: "bixyz,ioxyz->boxyz"}
 
@@ -37,6 +38,10 @@ class SpectralConv(nn.Module):
     """Kernel integral (K v)(x) = F⁻¹[R · T_K(F v)](x) on a periodic grid.
 
     Input and output: (B, C, N_1, …, N_d), channel-first, real.
+
+    ``base_width`` (default None: K-parametrization only) switches on width-muP
+    with width m = in_channels: LR multiplier c(K)·m0/m and Gaussian init of
+    std σ_K(m0)·b(K)·√(m0/m) (operators.width_mup).
     """
 
     def __init__(
@@ -47,6 +52,7 @@ class SpectralConv(nn.Module):
         dim: int,
         parametrization: str = "standard",
         init_scale: float = 1.0,
+        base_width: int | None = None,
     ):
         super().__init__()
         check_modes(modes, dim, parametrization)
@@ -54,20 +60,29 @@ class SpectralConv(nn.Module):
             raise OperatorConfigError(f"dim {dim}: FNO supports 1, 2 or 3 truncated dimensions")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.modes, self.dim, self.parametrization = modes, dim, parametrization
-        self.lr_multiplier = spectral_lr_multiplier(modes, dim, parametrization)
+        self.base_width = base_width
         shape = (in_channels, out_channels) + (modes,) * dim
-        self.weights = nn.ParameterList(
-            nn.Parameter(
-                init_spectral_weight_(
-                    torch.empty(shape, dtype=torch.cfloat),
-                    modes=modes,
-                    dim=dim,
-                    parametrization=parametrization,
-                    init_scale=init_scale,
-                )
+        if base_width is None:
+            self.lr_multiplier = spectral_lr_multiplier(modes, dim, parametrization)
+
+            def init(w: torch.Tensor) -> torch.Tensor:
+                return init_spectral_weight_(w, modes=modes, dim=dim, parametrization=parametrization, init_scale=init_scale)
+
+        else:
+            # width-muP (operators.width_mup): the fan-in m_in is the width m.
+            if init_scale <= 0:
+                raise OperatorConfigError(f"init_scale {init_scale}: must be positive (1.0 is the default)")
+            self.lr_multiplier = spectral_width_lr_multiplier(in_channels, base_width, modes, dim, parametrization)
+            std = spectral_width_init_std(in_channels, base_width, modes, dim, parametrization, init_scale)
+
+            def init(w: torch.Tensor) -> torch.Tensor:
+                torch.view_as_real(w).normal_(0.0, std)
+                return w
+
+        with torch.no_grad():
+            self.weights = nn.ParameterList(
+                nn.Parameter(init(torch.empty(shape, dtype=torch.cfloat))) for _ in range(2 ** (dim - 1))
             )
-            for _ in range(2 ** (dim - 1))
-        )
         # Corner i keeps the positive (":K") or negative ("-K:") frequencies of each non-last dim.
         self._corners = list(itertools.product((False, True), repeat=dim - 1))
 
@@ -98,4 +113,5 @@ class SpectralConv(nn.Module):
         return (
             f"{self.in_channels}, {self.out_channels}, modes={self.modes}, dim={self.dim}, "
             f"parametrization={self.parametrization}, lr_multiplier={self.lr_multiplier:.4f}"
+            + ("" if self.base_width is None else f", base_width={self.base_width}")
         )

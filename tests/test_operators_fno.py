@@ -130,3 +130,24 @@ def test_bad_configuration_is_a_one_line_error(kwargs, match):
 def test_wrong_input_rank_is_a_clear_error():
     with pytest.raises(OperatorConfigError, match="expects"):
         FNO(2, 1, 1, modes=2, width=4, layers=1)(torch.randn(4, 16, 1))
+
+
+@pytest.mark.parametrize("dim", DIMS)
+def test_step_flops_match_torch_flop_counter_for_matmuls(dim):
+    """The matmul parts of the estimate equal torch's FlopCounterMode (complex MACs are 4 real ones)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from operators.planning import step_flops
+
+    grid, batch, modes, width, layers, proj = GRIDS[dim], 2, 2, 6, 2, 9
+    model = FNO(dim, 1, 1, modes=modes, width=width, layers=layers, projection_channels=proj, padding=1)
+    x = torch.randn(batch, *grid, 1)
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    counts = counter.get_flop_counts()
+    spectral = sum(v for k, v in counts["Global"].items() if "bmm" in str(k))
+    estimate = step_flops(dim, modes, width, layers, grid, batch=batch, projection_channels=proj, padding=1)
+    # torch counts a complex bmm as real: 2 flops per multiply-add instead of 8.
+    assert 4 * spectral == pytest.approx(estimate["spectral"], rel=1e-9)
+    others = sum(v for k, v in counts["Global"].items() if "bmm" not in str(k))
+    assert others == pytest.approx(estimate["pointwise"] + estimate["lift_projection"], rel=0.05)
