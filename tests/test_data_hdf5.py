@@ -125,7 +125,7 @@ def test_missing_file_error(tmp_path):
     for fn in (read_dataset, inspect_dataset, lambda p: load_split(p, n_train=1, n_test=1)):
         with pytest.raises(UserInputError) as excinfo:
             fn(path)
-        _one_line_error(excinfo, str(path), "not found", "mutransfer data generate {burgers|darcy}")
+        _one_line_error(excinfo, str(path), "not found", "mutransfer data generate {burgers|darcy|navier_stokes}")
 
 
 def test_not_hdf5_error(tmp_path):

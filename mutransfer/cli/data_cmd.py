@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from mutransfer.cli.common import non_negative_int, positive_int, print_json
+from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
 
 
 def add_parser(subparsers) -> None:
@@ -25,21 +25,65 @@ def add_parser(subparsers) -> None:
     gen.add_argument("--out", required=True, help="output HDF5 file")
     gen.add_argument("--seed", type=non_negative_int, default=0)
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    ns = gen.add_argument_group("navier_stokes only")
+    ns.add_argument("--preset", choices=("mutransfer", "fno"), help="mutransfer (Re=500 Kolmogorov, default) or fno")
+    ns.add_argument("--nu", type=positive_float, help="viscosity (default: the preset's; fno: 1e-3, 1e-4 or 1e-5)")
+    ns.add_argument("--time-steps", type=positive_int, help="recorded times (default: mutransfer 64, fno 50/30/20)")
+    ns.add_argument("--solver-resolution", type=positive_int, help="grid of the solve (default 2x --resolution)")
+    ns.add_argument("--spinup", type=non_negative_float, help="time units solved before w0 is taken (default 0)")
+    ns.add_argument("--dt", type=positive_float, help="solver time step (default: mutransfer 1/1024, fno 1e-4)")
+    ns.add_argument("--device", help="torch device of the solve, e.g. cuda (default cpu)")
     gen.set_defaults(run=run_generate)
 
-    ins = sub.add_parser("inspect", help="describe an HDF5 dataset")
+    ins = sub.add_parser(
+        "inspect",
+        help="describe a data file (mutransfer HDF5, .mat v5/v7.3, PDEBench, The Well, .pt)",
+        description="Describe a data file; the format is detected from its content. The key/time options show "
+        "what `mutransfer train --data FILE` would load with the same flags.",
+    )
     ins.add_argument("file")
+    add_reader_arguments(ins)
     ins.add_argument("--json", action="store_true", help="print the description as JSON")
     ins.set_defaults(run=run_inspect)
+
+
+#: `mutransfer data generate` flags passed to a problem's generator (when it lists them in generator_options)
+GENERATOR_FLAGS = ("preset", "nu", "time_steps", "solver_resolution", "spinup", "dt", "device")
+#: reader options shared by `data inspect` and `train --data`
+READER_FLAGS = ("input_key", "output_key", "field", "input_time", "output_time")
+
+
+def add_reader_arguments(parser) -> None:
+    """--input-key/--output-key/--field/--input-time/--output-time (see mutransfer.data.readers)."""
+    g = parser.add_argument_group("choosing arrays in --data files (see `mutransfer data inspect`)")
+    g.add_argument("--input-key", help="array used as input (e.g. a, coeff, x, tensor)")
+    g.add_argument("--output-key", help="array used as output (e.g. u, sol, y)")
+    g.add_argument("--field", help="one array (PDEBench/The Well field) used as input and output trajectory")
+    g.add_argument("--input-time", type=int, help="time index of the input (trajectories: default 0)")
+    g.add_argument("--output-time", help="time index, 'all' or 'start:stop' of the output (trajectories: default -1)")
+
+
+def reader_options(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name, None) for name in READER_FLAGS}
 
 
 def run_generate(args: argparse.Namespace) -> int:
     from mutransfer.data.hdf5_io import write_dataset
     from mutransfer.problems import get_problem
 
+    from mutransfer.errors import UserInputError
+    from mutransfer.problems import PROBLEMS
+
     problem = get_problem(args.problem)
+    options = {name: getattr(args, name) for name in GENERATOR_FLAGS if getattr(args, name, None) is not None}
+    for name in options:
+        if name not in problem.generator_options:
+            takers = [p.name for p in PROBLEMS.values() if name in p.generator_options]
+            raise UserInputError(
+                f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no problem'} only, not {problem.name}; drop it"
+            )
     start = time.perf_counter()
-    data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress)
+    data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress, **options)
     write_dataset(args.out, data)
     print(f"wrote {args.n} {problem.name} samples at resolution {args.resolution} to {args.out} "
           f"({time.perf_counter() - start:.1f} s)")
@@ -47,9 +91,9 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from mutransfer.data.hdf5_io import inspect_dataset
+    from mutransfer.data.readers import describe
 
-    info = inspect_dataset(args.file)
+    info = describe(args.file, **reader_options(args))
     if args.json:
         print_json(info)
         return 0

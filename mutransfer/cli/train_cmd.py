@@ -15,7 +15,20 @@ from mutransfer.cli.common import (
 )
 
 
+def pino_ratio(text: str) -> tuple[float, float]:
+    """argparse type: 'DATA:PHYSICS' loss weights, e.g. 5:1."""
+    parts = text.split(":")
+    try:
+        weights = tuple(float(p) for p in parts)
+    except ValueError:
+        weights = ()
+    if len(weights) != 2 or not all(w >= 0 and w != float("inf") for w in weights) or sum(weights) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not DATA:PHYSICS with two weights >= 0, e.g. 5:1")
+    return weights
+
+
 def add_parser(subparsers) -> None:
+    from mutransfer.cli.data_cmd import add_reader_arguments
     from operators.parametrization import PARAMETRIZATIONS
     from mutransfer.problems import PROBLEMS
     from mutransfer.training.schedules import SCHEDULES
@@ -27,7 +40,11 @@ def add_parser(subparsers) -> None:
         "for the problem is generated once and cached ($MUTRANSFER_CACHE or ~/.cache/mutransfer).",
     )
     p.add_argument("--problem", choices=sorted(PROBLEMS), default="darcy", help="PDE problem (default: darcy)")
-    p.add_argument("--data", help="HDF5 dataset (default: the problem's cached dataset)")
+    p.add_argument(
+        "--data",
+        help="data file: mutransfer HDF5, .mat (v5/v7.3), PDEBench or The Well HDF5, or .pt (default: the "
+        "problem's cached dataset); see --input-key and friends below",
+    )
     p.add_argument("--modes", type=positive_int, default=8, help="K, Fourier modes per sign per dimension (default 8)")
     p.add_argument("--parametrization", choices=PARAMETRIZATIONS, default="mup", help="default: mup")
     p.add_argument("--width", type=positive_int, default=32, help="hidden channels m (default 32)")
@@ -50,49 +67,72 @@ def add_parser(subparsers) -> None:
     p.add_argument("--n-train", type=positive_int, help="training samples (default: the problem's, or 80%% of the file)")
     p.add_argument("--n-test", type=positive_int, help="test samples, taken from the end of the file")
     p.add_argument("--resolution", type=positive_int, help="training resolution (downsampled from the file's)")
+    p.add_argument(
+        "--time-resolution", type=positive_int,
+        help="output times used (strided back from the last; default: the problem's, or all in the file)",
+    )
+    p.add_argument("--loss", choices=("relative_l2", "pino"), default="relative_l2",
+                   help="training loss; pino adds the Darcy PDE residual (evaluation stays relative L2)")
+    p.add_argument("--pino-ratio", type=pino_ratio, metavar="DATA:PHYSICS",
+                   help="loss weights for --loss pino (default 5:1, the paper's)")
     p.add_argument("--seed", type=non_negative_int, default=0)
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
     p.add_argument("--checkpoint-dir", help="write checkpoints here; an existing checkpoint is resumed")
     p.add_argument("--no-resume", dest="resume", action="store_false", help="ignore an existing checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_reader_arguments(p)
     p.set_defaults(run=run)
 
 
 def resolve_data(args: argparse.Namespace):
     """(problem, SplitData, data path) for the train command's flags."""
-    from mutransfer.data.hdf5_io import inspect_dataset
+    from mutransfer.cli.data_cmd import reader_options
     from mutransfer.data.loading import load_split
+    from mutransfer.data.readers import open_data
     from mutransfer.errors import UserInputError
     from mutransfer.problems import default_dataset, get_problem
 
     problem = get_problem(args.problem)
+    options = reader_options(args)
     if args.data is None:
         path = default_dataset(problem, progress=args.progress)
         n_train = args.n_train or problem.n_train
         n_test = args.n_test or problem.n_test
         resolution = args.resolution or problem.resolution
+        time_resolution = getattr(args, "time_resolution", None) or problem.time_resolution
     else:
         path = args.data
-        info = inspect_dataset(path)
-        if info.get("problem") not in (None, problem.name):
-            raise UserInputError(
-                f"--data {path} holds {info['problem']!r} data but --problem is {problem.name!r}; pass --problem {info['problem']}"
-            )
-        n = int(info["n_samples"])
+        with open_data(path, **options) as source:
+            if source.problem not in (None, problem.name):
+                raise UserInputError(
+                    f"--data {path} holds {source.problem!r} data but --problem is {problem.name!r}; "
+                    f"pass --problem {source.problem}"
+                )
+            n = source.n_samples
         n_test = args.n_test or max(1, n // 5)
         n_train = args.n_train or n - n_test
         resolution = args.resolution
-    return problem, load_split(path, n_train=n_train, n_test=n_test, resolution=resolution), str(path)
+        time_resolution = getattr(args, "time_resolution", None)
+    data = load_split(
+        path, n_train=n_train, n_test=n_test, resolution=resolution, time_resolution=time_resolution,
+        problem=problem.name, **options,
+    )
+    return problem, data, str(path)
 
 
 def run(args: argparse.Namespace) -> int:
     from operators.fno import FNO
+    from mutransfer.errors import UserInputError
     from mutransfer.training import TrainConfig, train
 
     epochs, iterations = args.epochs, args.iterations
     if epochs is None and iterations is None:
         epochs = 20
+    loss = getattr(args, "loss", "relative_l2")
+    ratio = getattr(args, "pino_ratio", None)
+    if ratio is not None and loss != "pino":
+        raise UserInputError("--pino-ratio applies to --loss pino only; drop it or add --loss pino")
     config = TrainConfig(
         lr=args.lr,
         batch_size=args.batch_size,
@@ -109,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
         device=args.device,
         checkpoint_dir=args.checkpoint_dir,
         progress=args.progress,
+        loss=loss,
+        data_weight=None if ratio is None else ratio[0],
+        physics_weight=None if ratio is None else ratio[1],
     )
     problem, data, path = resolve_data(args)
     model = FNO(
@@ -127,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
     summary = {
         "problem": problem.name,
         "data": path,
+        "source": data.source,
         "grid": list(data.train_x.shape[1:-1]),
         "n_train": int(data.train_x.shape[0]),
         "n_test": int(data.test_x.shape[0]),

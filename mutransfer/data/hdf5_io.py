@@ -2,13 +2,14 @@
 
 | Name                 | Kind      | Type, shape                  | Meaning                                         |
 |----------------------|-----------|------------------------------|-------------------------------------------------|
-| `input`              | dataset   | float32 (n, N) / (n, S, S)   | Burgers u0 at x_j; Darcy coefficient a at nodes |
-| `output`             | dataset   | float32, shape of `input`    | Burgers u(., t_final); Darcy solution u         |
-| `grid/x`             | dataset   | float64 (N,) / (S,)          | axis-1 coordinates: j/N (Burgers), i/(S-1) (Darcy) |
-| `grid/y`             | dataset   | float64 (S,), Darcy only     | axis-2 coordinates i/(S-1)                      |
+| `input`              | dataset   | float32 (n, N) / (n, S, S)   | Burgers u0 at x_j; Darcy coefficient a at nodes; NS w0 |
+| `output`             | dataset   | float32, shape of `input`, or that + (T,) | Burgers u(., t_final); Darcy solution u; NS w(x, y, t_k) (n, S, S, T) |
+| `grid/x`             | dataset   | float64 (N,) / (S,)          | axis-1 coordinates: j/N (Burgers), i/(S-1) (Darcy), i L/S (NS) |
+| `grid/y`             | dataset   | float64 (S,), 2D only        | axis-2 coordinates                              |
+| `grid/t`             | dataset   | float64 (T,), only with a time axis | recorded times of the output's last axis |
 | `schema`             | attribute | str                          | "mutransfer-pde"                                |
 | `schema_version`     | attribute | int                          | 1                                               |
-| `problem`            | attribute | str                          | "burgers" or "darcy"                            |
+| `problem`            | attribute | str                          | "burgers", "darcy" or "navier_stokes"           |
 | `mutransfer_version` | attribute | str                          | package version that wrote the file             |
 | `seed`               | attribute | int                          | generator seed (-1: unknown)                    |
 | `n_samples`          | attribute | int                          | n = input.shape[0]                              |
@@ -53,7 +54,7 @@ __all__ = [
 SCHEMA = "mutransfer-pde"
 SCHEMA_VERSION = 1
 #: problem name -> number of grid dimensions
-PROBLEMS = {"burgers": 1, "darcy": 2}
+PROBLEMS = {"burgers": 1, "darcy": 2, "navier_stokes": 2}
 _GRID_NAMES = ("x", "y", "z")
 _BLOCK_BYTES = 32 * 2**20
 
@@ -80,15 +81,23 @@ def _check_data(data: dict) -> tuple[str, np.ndarray, np.ndarray, dict, dict]:
     x = np.asarray(data["input"])
     y = np.asarray(data["output"])
     ndim = PROBLEMS[problem]
-    if x.ndim != ndim + 1 or y.shape != x.shape or len(set(x.shape[1:])) != 1 or x.shape[0] < 1:
+    # the output may carry a trailing time axis (Navier-Stokes: (n, S, S, T)) described by grid/t
+    timed = y.ndim == x.ndim + 1 and y.shape[:-1] == x.shape
+    if x.ndim != ndim + 1 or not (y.shape == x.shape or timed) or len(set(x.shape[1:])) != 1 or x.shape[0] < 1:
         raise UserInputError(
             f"input/output shapes {x.shape}/{y.shape}: {problem} needs equal shapes "
-            f"(n, {', '.join(['R'] * ndim)})"
+            f"(n, {', '.join(['R'] * ndim)}) (the output may add a trailing time axis)"
         )
     grid = dict(data.get("grid") or {})
     names = _GRID_NAMES[:ndim]
+    if timed:
+        if np.shape(grid.get("t")) != (y.shape[-1],):
+            raise UserInputError(
+                f"grid/t shape {np.shape(grid.get('t'))}: the output's time axis needs ({y.shape[-1]},) recorded times"
+            )
+        names = names + ("t",)
     res = x.shape[1]
-    for name in names:
+    for name in names[:ndim]:
         if name not in grid:
             raise UserInputError(f"grid/{name}: missing coordinates for {problem} data")
         if np.shape(grid[name]) != (res,):
@@ -216,7 +225,8 @@ def open_dataset(path) -> Iterator[h5py.File]:
                     f"data file {p} has no {key!r} dataset (found: {found}); {_hint(p, problem)}"
                 )
         xi, yo = f["input"], f["output"]
-        if xi.shape != yo.shape or len(xi.shape) < 2 or xi.shape[0] < 1:
+        timed = len(yo.shape) == len(xi.shape) + 1 and yo.shape[:-1] == xi.shape
+        if not (xi.shape == yo.shape or timed) or len(xi.shape) < 2 or xi.shape[0] < 1:
             raise UserInputError(
                 f"data file {p}: input shape {xi.shape} and output shape {yo.shape} must be equal "
                 f"(n, *grid) with n >= 1; {_hint(p, problem)}"

@@ -1,10 +1,13 @@
-"""Train/test splits from schema files, with downsampling by striding.
+"""Train/test splits from data files (any format of ``readers``), with downsampling by striding.
 
 Two grid kinds:
-* periodic (Burgers): x_j = j/N, j < N. Resolution N -> M needs N % M == 0;
+* periodic (Burgers, Navier-Stokes): x_j = j/N, j < N. Resolution N -> M needs N % M == 0;
   keeps every (N/M)-th point starting at x = 0.
 * node grid including the boundary (Darcy): x_i = i/(S-1). S -> R needs
   (S-1) % (R-1) == 0; keeps every ((S-1)/(R-1))-th node, both boundaries included.
+
+A time axis (recorded times t_1..t_T, t = 0 being the input) is strided from
+the end, so the final time is always kept: T -> T/s keeps t_s, t_2s, ..., t_T.
 """
 
 from __future__ import annotations
@@ -15,12 +18,12 @@ import numpy as np
 import torch
 
 from mutransfer.errors import UserInputError
-from mutransfer.data.hdf5_io import PROBLEMS, _read_attrs, open_dataset
+from mutransfer.data.hdf5_io import PROBLEMS
 
 __all__ = ["downsample", "valid_resolutions", "load_split", "SplitData", "PERIODIC"]
 
 #: problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
-PERIODIC = {"burgers": True, "darcy": False}
+PERIODIC = {"burgers": True, "darcy": False, "navier_stokes": True}
 _BLOCK_BYTES = 64 * 2**20
 
 
@@ -55,12 +58,12 @@ def _stride(from_resolution: int, to_resolution: int, periodic: bool) -> int:
         )
     if periodic and f % t:
         raise UserInputError(
-            f"resolution {t}: periodic (Burgers) data needs generated_resolution ({f}) divisible by "
+            f"resolution {t}: periodic-grid data (Burgers, Navier-Stokes) needs generated_resolution ({f}) divisible by "
             f"resolution; try {options}"
         )
     if not periodic and (f - 1) % (t - 1):
         raise UserInputError(
-            f"resolution {t}: Darcy data needs (generated_resolution-1) ({f - 1}) divisible by "
+            f"resolution {t}: node-grid (Darcy) data needs (generated_resolution-1) ({f - 1}) divisible by "
             f"(resolution-1); try {options}"
         )
     return f // t if periodic else (f - 1) // (t - 1)
@@ -95,80 +98,182 @@ class SplitData:
     grid_shape: tuple[int, ...]
     problem: str | None
     attrs: dict = field(default_factory=dict)
-    #: coordinates per grid axis after downsampling, e.g. {"x": (N,)} float64
+    #: coordinates per grid axis after downsampling, e.g. {"x": (N,)} float64 ("t" for a time axis)
     grid: dict = field(default_factory=dict)
+    #: where the arrays came from: format, input/output keys and shapes, time selections
+    source: dict = field(default_factory=dict)
 
     @property
     def resolution(self) -> int:
         return self.grid_shape[0]
 
 
-def _read_rows(ds, start: int, stop: int, native: int, resolution: int, periodic) -> np.ndarray:
-    """Rows [start, stop) of ``ds`` downsampled, read in blocks (bounded memory)."""
-    per_sample = max(1, int(np.prod(ds.shape[1:])) * ds.dtype.itemsize)
+def _to_tensor(arr: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+
+
+def _read_block_rows(array, start: int, stop: int) -> np.ndarray:
+    """Rows [start, stop) of a readers.LazyArray, read in blocks of samples (bounded memory)."""
+    per_sample = max(1, int(np.prod(array.shape[1:])) * 4)
     block = max(1, _BLOCK_BYTES // per_sample)
-    out = None
+    out = np.empty((stop - start,) + tuple(array.shape[1:]), dtype=np.float32)
     for b in range(start, stop, block):
-        chunk = np.asarray(ds[b : min(b + block, stop)])
-        if resolution != native:
-            chunk = downsample(chunk, native, resolution, periodic=periodic)
-        if out is None:
-            out = np.empty((stop - start,) + chunk.shape[1:], dtype=np.float32)
-        out[b - start : b - start + chunk.shape[0]] = chunk
+        e = min(b + block, stop)
+        out[b - start : e - start] = array.read(b, e)
     return out
 
 
-def _to_tensor(arr: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32)).unsqueeze(-1)
+def _coords(grid: dict, name: str, array, axis, sel) -> np.ndarray | None:
+    coords = grid.get(name)
+    if coords is None or axis is None:
+        return None
+    coords = np.asarray(coords, dtype=np.float64).ravel()
+    if coords.shape[0] != array.source.shape[axis]:
+        return None
+    return coords[np.asarray(sel)] if isinstance(sel, range) else None
 
 
-def load_split(path, *, n_train: int, n_test: int, resolution: int | None = None) -> SplitData:
+def _check_problem_dims(path, problem: str, grid_shape: tuple) -> None:
+    from mutransfer.problems import PROBLEMS as REGISTRY, get_problem
+
+    dim = get_problem(problem).dim
+    if len(grid_shape) != dim:
+        fits = [name for name, p in REGISTRY.items() if p.dim == len(grid_shape)]
+        fix = f"pass problem {' or '.join(fits)}" if fits else "select other arrays or times"
+        raise UserInputError(
+            f"data file {path} gives a {len(grid_shape)}-dimensional grid {tuple(grid_shape)} but problem "
+            f"{problem!r} trains an FNO-{dim}D; {fix} (--problem), or pick times with --output-time"
+        )
+
+
+def load_split(
+    path,
+    *,
+    n_train: int,
+    n_test: int,
+    resolution: int | None = None,
+    time_resolution: int | None = None,
+    problem: str | None = None,
+    input_key: str | None = None,
+    output_key: str | None = None,
+    field: str | None = None,
+    input_time=None,
+    output_time=None,
+) -> SplitData:
     """Load the first ``n_train`` samples as train and the last ``n_test`` as test.
 
-    resolution: target grid size (None: as stored), reached by striding (see
-    ``downsample``). Returns SplitData with float32 tensors of shape
-    (n, *grid, 1).
+    ``path`` may be any format of ``mutransfer.data.readers`` (the project's
+    HDF5, .mat v5/v7.3, PDEBench, The Well, .pt), detected from its content;
+    ``input_key``, ``output_key``, ``field``, ``input_time``, ``output_time``
+    choose the arrays and times (see readers). ``problem`` names the registry
+    problem the data is for: its grid kind decides how files without a
+    ``problem`` attribute are downsampled, and the grid's rank must match its
+    FNO dimension. resolution: target spatial grid size (None: as stored),
+    reached by striding (see ``downsample``). time_resolution: number of
+    output times kept, by striding back from the final time (None: all).
+
+    Returns SplitData with float32 tensors of shape (n, *grid, C) (C = 1 for
+    scalar fields). When the output has a time axis and the input has none
+    (Navier-Stokes: w0 -> w(x, y, t)), the input is broadcast along the time
+    axis (an expanded view, no copy), so both are (n, X, Y, T, C).
     """
+    from mutransfer.data.readers import open_data
+
     n_train = _positive_int("n_train", n_train, 800)
     n_test = _positive_int("n_test", n_test, 200)
-    with open_dataset(path) as f:
-        attrs = _read_attrs(f)
-        problem = attrs.get("problem")
-        xi, yo = f["input"], f["output"]
-        n_total = xi.shape[0]
-        native = xi.shape[1]
+    with open_data(
+        path, input_key=input_key, output_key=output_key, field=field, input_time=input_time, output_time=output_time
+    ) as src:
+        attrs = dict(src.attrs)
+        file_problem = src.problem
+        inp, out = src.input, src.output
+        n_total = src.n_samples
         if n_train + n_test > n_total:
             raise UserInputError(
                 f"n_train {n_train} + n_test {n_test} = {n_train + n_test} exceeds the {n_total} samples "
                 f"in data file {path}; lower n_train or n_test, or generate more samples"
             )
-        res = native if resolution is None else _positive_int("resolution", resolution, native)
-        periodic = PERIODIC.get(problem)
-        if res != native and periodic is None:
-            raise UserInputError(
-                f"data file {path} has problem {problem!r}, so its grid type is unknown and it cannot be "
-                f"downsampled; use one of {', '.join(PROBLEMS)} data or resolution {native}"
-            )
-        if res != native:
-            _stride(native, res, periodic)  # validate before reading anything
-        train_x = _read_rows(xi, 0, n_train, native, res, periodic)
-        train_y = _read_rows(yo, 0, n_train, native, res, periodic)
-        test_x = _read_rows(xi, n_total - n_test, n_total, native, res, periodic)
-        test_y = _read_rows(yo, n_total - n_test, n_total, native, res, periodic)
+        space = out.space_shape
+        native = space[0]
+        grid_problem = file_problem if file_problem in PERIODIC else problem
+        if resolution is not None:
+            res = _positive_int("resolution", resolution, native)
+            if any(n != res for n in space):
+                if len(set(space)) != 1:
+                    raise UserInputError(
+                        f"resolution {res}: data file {path} has a non-square grid {space}, which is only "
+                        "loaded as stored; drop the resolution"
+                    )
+                periodic = PERIODIC.get(grid_problem)
+                if periodic is None:
+                    raise UserInputError(
+                        f"data file {path} has problem {file_problem or grid_problem!r}, so its grid type is unknown and it cannot "
+                        f"be downsampled; use one of {', '.join(PROBLEMS)} data (or name the problem) or "
+                        f"resolution {native}"
+                    )
+                step = _stride(native, res, periodic)
+                inp, out = inp.stride_space(step), out.stride_space(step)
+        if time_resolution is not None:
+            tr = _positive_int("time_resolution", time_resolution, 16)
+            if not out.has_time:
+                raise UserInputError(
+                    f"time_resolution {tr}: the output of data file {path} has no time axis; drop it"
+                )
+            n_times = out.grid_shape[-1]
+            if tr != n_times:
+                options = [d for d in range(1, n_times + 1) if n_times % d == 0]
+                if tr > n_times or n_times % tr:
+                    below = [d for d in options if d < tr][-1:]
+                    above = [d for d in options if d > tr][:1]
+                    raise UserInputError(
+                        f"time_resolution {tr}: the {n_times} output times can only be strided to a divisor of "
+                        f"{n_times}; try {' or '.join(map(str, above + below))}"
+                    )
+                out = out.stride_time(n_times // tr)
+        if problem is not None:
+            _check_problem_dims(path, problem, out.grid_shape)
+        train_x = _read_block_rows(inp, 0, n_train)
+        train_y = _read_block_rows(out, 0, n_train)
+        test_x = _read_block_rows(inp, n_total - n_test, n_total)
+        test_y = _read_block_rows(out, n_total - n_test, n_total)
         grid = {}
-        if "grid" in f:
-            for name, ds in f["grid"].items():
-                coords = np.asarray(ds[()], dtype=np.float64)
-                if coords.shape == (native,) and res != native:
-                    coords = downsample(coords[None], native, res, periodic=periodic)[0]
-                grid[name] = coords
+        for i, name in enumerate(("x", "y", "z")[: len(out.space_axes)]):
+            c = _coords(src.grid, name, out, out.space_axes[i], out.space_ranges[i])
+            if c is not None:
+                grid[name] = c
+        if out.has_time:
+            c = _coords(src.grid, "t", out, out.time_axis, out.time_range)
+            if c is not None:
+                grid["t"] = c
+        source = {
+            "format": src.format,
+            "input_key": src.input_key,
+            "output_key": src.output_key,
+            "input_shape": list(inp.shape),
+            "output_shape": list(out.shape),
+            "input_time": None if inp.time_axis is None else _plain_index(inp.time_range),
+            "output_time": None if out.time_axis is None else _plain_index(out.time_range),
+        }
+    tensors = [_to_tensor(a) for a in (train_x, train_y, test_x, test_y)]
+    if out.has_time and not inp.has_time:
+        n_times = out.grid_shape[-1]
+        for i in (0, 2):
+            x = tensors[i]
+            tensors[i] = x.unsqueeze(-2).expand(*x.shape[:-1], n_times, x.shape[-1])
     return SplitData(
-        train_x=_to_tensor(train_x),
-        train_y=_to_tensor(train_y),
-        test_x=_to_tensor(test_x),
-        test_y=_to_tensor(test_y),
-        grid_shape=tuple(train_x.shape[1:]),
-        problem=problem,
+        train_x=tensors[0],
+        train_y=tensors[1],
+        test_x=tensors[2],
+        test_y=tensors[3],
+        grid_shape=tuple(out.grid_shape),
+        problem=file_problem or problem or src.problem_guess,
         attrs=attrs,
         grid=grid,
+        source=source,
     )
+
+
+def _plain_index(sel):
+    if isinstance(sel, range):
+        return {"start": sel.start, "stop": sel.stop, "step": sel.step}
+    return int(sel)

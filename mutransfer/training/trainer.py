@@ -25,11 +25,16 @@ from tqdm.auto import tqdm
 
 from mutransfer.errors import UserInputError
 from mutransfer.training.losses import relative_l2
+from mutransfer.training.pino import LOSSES, PINO_DEFAULT_WEIGHTS, build_loss
 from mutransfer.training.schedules import SCHEDULES, build_scheduler
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
 #: Finite test error reported for a diverged run (worse than any sane relative L2).
 DIVERGED_METRIC = 10.0
+
+#: A finite loss or test error above this also counts as diverged: a relative L2 of
+#: 1e4 means predictions 10^4 times the size of the targets (the weights blew up).
+EXPLODED_LOSS = 1e4
 
 CHECKPOINT_NAME = "checkpoint.pt"
 CHECKPOINT_VERSION = 1
@@ -49,7 +54,12 @@ TRAJECTORY_FIELDS = (
     "gamma",
     "clip_value",
     "seed",
+    "loss",
+    "data_weight",
+    "physics_weight",
 )
+#: Values of trajectory fields added after checkpoint version 1 was written, for older checkpoints.
+_FIELD_DEFAULTS = {"loss": "relative_l2", "data_weight": None, "physics_weight": None}
 
 Callback = Callable[[dict], Any]
 
@@ -93,6 +103,11 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 1
     progress: bool = True
+    #: training loss: "relative_l2", or "pino" (Darcy: data_weight * relative L2 + physics_weight *
+    #: relative PDE residual; weights default to the paper's 5 : 1). Evaluation is always relative L2.
+    loss: str = "relative_l2"
+    data_weight: float | None = None
+    physics_weight: float | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -145,6 +160,24 @@ class TrainConfig:
             self.device in ("auto", "cpu") or self.device == "cuda" or self.device.startswith("cuda:")
         ):
             raise UserInputError(f"device {self.device!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if self.loss not in LOSSES:
+            raise UserInputError(f"loss {self.loss!r} is unknown; use one of: {', '.join(LOSSES)}")
+        if self.loss == "pino":
+            if self.data_weight is None:
+                self.data_weight = PINO_DEFAULT_WEIGHTS[0]
+            if self.physics_weight is None:
+                self.physics_weight = PINO_DEFAULT_WEIGHTS[1]
+            for name in ("data_weight", "physics_weight"):
+                value = getattr(self, name)
+                if not _is_number(value) or not math.isfinite(value) or value < 0:
+                    raise UserInputError(f"{name} {value!r}: must be a number >= 0, e.g. 5 (data) and 1 (physics)")
+                setattr(self, name, float(value))
+            if self.data_weight == 0 and self.physics_weight == 0:
+                raise UserInputError("data_weight/physics_weight: both are 0; give at least one a positive weight, e.g. 5:1")
+        elif self.data_weight is not None or self.physics_weight is not None:
+            raise UserInputError(
+                f"data_weight/physics_weight apply to loss 'pino' only, not {self.loss!r}; drop them or set loss 'pino'"
+            )
         if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):
             raise UserInputError(f"checkpoint_dir {self.checkpoint_dir!r}: must be a directory path or unset")
 
@@ -245,7 +278,7 @@ def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
 def _check_compatible(state: dict, config: TrainConfig, model_config, n_train: int, path: Path) -> None:
     saved = _plain(state["train_config"])
     current = _plain(config.to_dict())
-    changed = [f for f in TRAJECTORY_FIELDS if saved.get(f) != current.get(f)]
+    changed = [f for f in TRAJECTORY_FIELDS if saved.get(f, _FIELD_DEFAULTS.get(f)) != current.get(f)]
     if changed:
         detail = ", ".join(f"{f} {saved.get(f)!r} -> {current.get(f)!r}" for f in changed)
         raise UserInputError(
@@ -346,7 +379,9 @@ def train(
     """Train ``model`` on ``data`` and return a :class:`TrainResult`.
 
     ``data`` has ``train_x, train_y, test_x, test_y``: tensors of shape
-    (n, *grid, C) (channel-last). Loss: mean relative L2 over the batch.
+    (n, *grid, C) (channel-last). Loss: ``config.loss`` (mean relative L2 over the
+    batch, or the PINO Darcy loss of mutransfer.training.pino); the test metric
+    is always the mean relative L2.
     Each callback gets one dict per evaluation ({"event": "eval", "epoch",
     "iteration", "train_loss", "test_error", "lr", "seconds"}) and a final
     {"event": "end", "status", ...}; raising :class:`StopTraining` ends the run
@@ -390,6 +425,7 @@ def train(
     )
     params = [p for g in optimizer.param_groups for p in g["params"]]
     model_config = getattr(model, "config", None)
+    loss_fn = build_loss(config.loss, data_weight=config.data_weight, physics_weight=config.physics_weight)
 
     # ---- state (possibly restored) ------------------------------------------------
     iteration = 0
@@ -472,9 +508,9 @@ def train(
                 xb = train_x[idx].to(device, non_blocking=True)
                 yb = train_y[idx].to(device, non_blocking=True)
                 optimizer.zero_grad(set_to_none=True)
-                loss = relative_l2(model(xb), yb)
+                loss, data_loss = loss_fn(model(xb), yb, xb)  # data_loss: the relative L2 part
                 loss_value = float(loss.detach())
-                if not math.isfinite(loss_value):
+                if not math.isfinite(loss_value) or float(data_loss.detach()) > EXPLODED_LOSS:
                     status = "diverged"
                     break
                 loss.backward()
@@ -490,7 +526,7 @@ def train(
                 loss_count += 1
                 if iteration % eval_interval == 0 or iteration == total_iterations:
                     test_error = evaluate(model, test_x, test_y, config.batch_size, device)
-                    if not math.isfinite(test_error):
+                    if not math.isfinite(test_error) or test_error > EXPLODED_LOSS:
                         status = "diverged"
                         break
                     last_loss = loss_sum / loss_count
