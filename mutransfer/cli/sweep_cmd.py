@@ -1,0 +1,180 @@
+"""`mutransfer sweep`, `mutransfer studies`, `mutransfer ui`: the sweep service's commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mutransfer.cli.common import positive_int, print_json
+
+EXIT_SWEEP_FAILED = 1
+
+
+def add_parser(subparsers) -> None:
+    _add_sweep(subparsers)
+    _add_studies(subparsers)
+    _add_ui(subparsers)
+
+
+# --------------------------------------------------------------------------- sweep
+
+
+def _add_sweep(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="tune proxy FNOs with Ray Tune, transfer the winner by muP, train the target (Ray Train), log to MLflow",
+        description="Run a study: sweep hyperparameters on small proxy FNOs (K = proxy_K) with Ray Tune "
+        "(TPE + ASHA), rescale the best to K = target_K by the muP rule, train the target once with Ray Train, "
+        "evaluate it on the test split and record everything in MLflow. Without --study the built-in quick "
+        "study runs (Burgers 1D, a few minutes on a laptop CPU). Flags override the study file and are reported.",
+    )
+    p.add_argument("--study", metavar="FILE", help="study YAML file (default: the built-in quick study = studies/quick.yaml)")
+    p.add_argument("--proxy-K", dest="proxy_K", type=positive_int, metavar="KP", help="override proxy_K")
+    p.add_argument("--target-K", dest="target_K", type=positive_int, metavar="KT", help="override target_K")
+    p.add_argument("--num-trials", type=positive_int, help="override search.num_trials")
+    p.add_argument("--epochs", type=positive_int, help="override budget.epochs (per proxy trial)")
+    p.add_argument("--target-epochs", type=positive_int, help="override target.epochs")
+    p.add_argument("--name", help="override the study name (names the study directory and the MLflow parent run)")
+    p.add_argument("--address", help="Ray cluster to use: auto or ray://HOST:PORT (default: start a local Ray)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the study's, else sqlite:///mlflow.db here)")
+    p.add_argument(
+        "--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue the study of the same name after an interruption")
+    p.add_argument("--coord-check", action="store_true",
+                   help="gate: run the coordinate check across K before the target; stop if spectral sizes are not flat")
+    p.add_argument("--json", action="store_true", help="print the transfer report as JSON")
+    p.set_defaults(run=run_sweep_cmd)
+
+
+def run_sweep_cmd(args: argparse.Namespace) -> int:
+    from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep
+    from mutransfer.sweep.report import format_report
+
+    options = SweepOptions(
+        study_path=args.study,
+        overrides={
+            "proxy_K": args.proxy_K,
+            "target_K": args.target_K,
+            "num_trials": args.num_trials,
+            "epochs": args.epochs,
+            "target_epochs": args.target_epochs,
+            "name": args.name,
+            "tracking_uri": args.tracking_uri,
+        },
+        address=args.address,
+        resume=args.resume,
+        coord_check=args.coord_check,
+        runs_dir=args.runs_dir,
+    )
+    import contextlib
+
+    try:
+        # Ray Tune prints tables to stdout: keep stdout for the report (--json stays parseable).
+        with contextlib.redirect_stdout(sys.stderr):
+            report = run_sweep(options)
+    except SweepError as exc:
+        print(f"mutransfer sweep: failed: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_SWEEP_FAILED
+    except KeyboardInterrupt:
+        again = " ".join(a for a in _resume_hint(args))
+        print(f"mutransfer sweep: interrupted; the study is saved: continue it with `{again}`", file=sys.stderr)
+        return 130
+    if args.json:
+        print_json(report)
+    else:
+        print(format_report(report))
+    return 0
+
+
+def _resume_hint(args: argparse.Namespace) -> list[str]:
+    hint = ["mutransfer", "sweep", "--resume"]
+    if args.study:
+        hint += ["--study", args.study]
+    if args.name:
+        hint += ["--name", args.name]
+    if args.runs_dir:
+        hint += ["--runs-dir", args.runs_dir]
+    return hint
+
+
+# --------------------------------------------------------------------------- studies
+
+
+def _add_studies(subparsers) -> None:
+    p = subparsers.add_parser(
+        "studies",
+        help="list and compare the studies recorded in MLflow",
+        description="One row per study (MLflow parent run): status, best proxy error, target error, K, compute.",
+    )
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in this directory)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.set_defaults(run=run_studies_cmd)
+
+
+def run_studies_cmd(args: argparse.Namespace) -> int:
+    from mutransfer.sweep.tracking import format_studies, list_studies, resolve_tracking_uri
+
+    rows = list_studies(resolve_tracking_uri(args.tracking_uri))
+    if args.json:
+        print_json(rows)
+    else:
+        print(format_studies(rows))
+    return 0
+
+
+# --------------------------------------------------------------------------- ui
+
+
+def _port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1-65535)")
+    return value
+
+
+def _add_ui(subparsers) -> None:
+    p = subparsers.add_parser(
+        "ui",
+        help="start the MLflow UI on the study store (127.0.0.1 only by default)",
+        description="Start the MLflow UI for the tracking store and print the link to the runs view. "
+        "Binds to 127.0.0.1 unless --host says otherwise. Stop it with Ctrl-C.",
+    )
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in this directory)")
+    p.add_argument("--port", type=_port, default=5000, help="TCP port (default 5000)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--experiment", help="experiment to link to (default: that of the newest study)")
+    p.set_defaults(run=run_ui_cmd)
+
+
+def run_ui_cmd(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from mutransfer.errors import UserInputError
+    from mutransfer.sweep.tracking import (
+        latest_study_experiment,
+        resolve_tracking_uri,
+        sqlite_path,
+        ui_command,
+        ui_link,
+    )
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    path = sqlite_path(uri)
+    if path is not None and not path.exists():
+        raise UserInputError(f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri")
+    experiment_id = latest_study_experiment(uri, args.experiment)
+    command = ui_command(uri, host=args.host, port=args.port)
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"warning: --host {args.host} exposes the MLflow UI beyond this machine", file=sys.stderr)
+    print(f"MLflow UI: {ui_link(args.host, args.port, experiment_id)}  (Ctrl-C to stop)", flush=True)
+    proc = subprocess.Popen(command)  # an argument list, no shell
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        return 0

@@ -1,0 +1,45 @@
+"""The study's train/test split: a data file, or a generated dataset cached on first use."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mutransfer.study import Study
+
+
+def dataset_path(study: Study, *, progress: bool = True) -> Path:
+    """Path of the study's data file, generating and caching the default dataset if needed.
+
+    With ``problem.data: null`` the dataset is generated once at
+    ``problem.generated_resolution`` with at least the problem's default number of
+    samples, into ``$MUTRANSFER_CACHE`` (the same file that ``mutransfer train``
+    uses when the sizes match), and reused afterwards.
+    """
+    from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.problems import cache_dir, get_problem
+
+    p = study.problem
+    if p.data is not None:
+        return Path(p.data)
+    problem = get_problem(p.name)
+    n = max(problem.n_samples, int(p.n_train) + int(p.n_test))
+    resolution = int(p.generated_resolution or problem.generated_resolution)
+    path = cache_dir() / f"{problem.name}_n{n}_r{resolution}_seed{p.data_seed}.h5"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = problem.generator(n, resolution, seed=p.data_seed, progress=progress)
+        write_dataset(path, data)  # atomic: temp file, then rename
+    return path
+
+
+def load_study_data(study: Study, *, progress: bool = True):
+    """(SplitData, path) for the study: first n_train samples train, last n_test test."""
+    from mutransfer.data.loading import load_split
+
+    path = dataset_path(study, progress=progress)
+    p = study.problem
+    kwargs = {"problem": p.name}
+    if p.time_resolution is not None:
+        kwargs["time_resolution"] = int(p.time_resolution)
+    split = load_split(path, n_train=int(p.n_train), n_test=int(p.n_test), resolution=int(p.resolution), **kwargs)
+    return split, path

@@ -1,0 +1,198 @@
+"""The transfer report: best proxy, the muP transfer table, target result, compute spent.
+
+Compute is counted in device-seconds: for the proxies, the sum over trials of
+Tune's wall time of the trial × the CPUs (or GPUs, when trials use GPUs) it
+held; for the target, the wall time of Ray Train's ``fit`` × workers × devices
+per worker (CPUs, or 1 GPU).
+
+``trainer_seconds`` is time spent inside the trainer (training + evaluation).
+Proxy trials run ``concurrency`` at a time, so the trainer time on the critical
+path is ``proxy_trainer / concurrency + target_trainer``; the rest of the wall
+time (imports, data, Ray start, MLflow, Tune and Ray Train scheduling, worker
+start-up, checkpoints, idle slots) is reported as ``overhead_share``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mutransfer.sweep.cost import study_cost
+
+
+def build_report(
+    *,
+    study,
+    trials: list[dict],
+    best: dict | None,
+    transfer: dict | None,
+    target_hp: dict | None,
+    target: dict | None,
+    proxy_device: str,
+    wall_seconds: float | None,
+    mlflow: dict,
+    study_dir: str,
+    overrides: list[str],
+    phases: dict | None = None,
+) -> dict:
+    counts = {s: sum(1 for t in trials if t["status"] == s) for s in ("completed", "pruned", "diverged", "failed")}
+    proxy_device_seconds = sum(t["device_seconds"] for t in trials)
+    proxy_trainer = sum(t["trainer_seconds"] for t in trials)
+    compute = {
+        "proxy_device": proxy_device,
+        "proxy_device_seconds": proxy_device_seconds,
+        "proxy_trainer_seconds": proxy_trainer,
+        "target_device": ("gpu" if target and target.get("use_gpu") else "cpu") if target else None,
+        "target_device_seconds": target["device_seconds"] if target else None,
+        "target_trainer_seconds": target["trainer_seconds"] if target else None,
+        "target_wall_seconds": target["wall_seconds"] if target else None,
+        "sweep_wall_seconds": wall_seconds,
+    }
+    if target and target["device_seconds"]:
+        compute["proxy_to_target_cost"] = proxy_device_seconds / target["device_seconds"]
+    compute.update(study_cost(study, trials, target))
+    phases = phases or {}
+    concurrency = max(1, int(phases.get("concurrency", 1)))
+    compute["setup_seconds"] = phases.get("setup_seconds")
+    compute["proxy_phase_seconds"] = phases.get("proxy_phase_seconds")
+    compute["proxy_concurrency"] = concurrency
+    if wall_seconds:
+        critical = proxy_trainer / concurrency + (target["trainer_seconds"] if target else 0.0)
+        compute["trainer_seconds_critical_path"] = critical
+        compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
+    return {
+        "study": study.name,
+        "problem": study.problem.name,
+        "dim": study.dim,
+        "parametrization": study.parametrization,
+        "proxy_K": study.proxy_K,
+        "target_K": study.target_K,
+        "grid": list(study.grid_shape),
+        "n_train": study.problem.n_train,
+        "n_test": study.problem.n_test,
+        "overrides": overrides,
+        "trials": {"total": len(trials), **counts},
+        "best_proxy": best,
+        "transfer": transfer,
+        "target_hyperparameters": target_hp,
+        "target": target,
+        "compute": compute,
+        "mlflow": mlflow,
+        "study_dir": study_dir,
+        "trial_table": trials,
+    }
+
+
+def _g(value, fmt=".4g") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan"
+    return format(value, fmt) if isinstance(value, (int, float)) else str(value)
+
+
+def format_report(report: dict) -> str:
+    lines = []
+    lines.append(
+        f"study {report['study']}: {report['problem']} FNO-{report['dim']}D ({report['parametrization']}), "
+        f"grid {'x'.join(map(str, report['grid']))}, {report['n_train']} train / {report['n_test']} test, "
+        f"K {report['proxy_K']} -> {report['target_K']}"
+    )
+    for note in report.get("overrides") or []:
+        lines.append(f"  override: {note}")
+    t = report["trials"]
+    lines.append(
+        f"proxy trials: {t['total']} ({t['completed']} completed, {t['pruned']} pruned by ASHA, "
+        f"{t['diverged']} diverged, {t['failed']} failed)"
+    )
+    best = report.get("best_proxy")
+    if best:
+        cfg = ", ".join(f"{k}={_g(v)}" for k, v in best["config"].items())
+        lines.append(f"best proxy: trial {best['trial_id']}  test rel. L2 {_g(best['test_error'])} after {best['epochs']} epochs  ({cfg})")
+    transfer = report.get("transfer")
+    if transfer:
+        lines.append("")
+        lines.append(transfer["table"])
+    target = report.get("target")
+    if target:
+        lines.append("")
+        lines.append(
+            f"target (K={report['target_K']}): status {target['status']}, test rel. L2 {_g(target['test_error'])} after "
+            f"{target['epochs']} epochs on {target['num_workers']} worker(s) x "
+            f"{'1 GPU' if target['use_gpu'] else str(target['cpus_per_worker']) + ' CPU'}"
+        )
+        if best and best.get("test_error") is not None and target.get("test_error") is not None:
+            lines.append(f"proxy -> target test error: {_g(best['test_error'])} -> {_g(target['test_error'])}")
+    c = report["compute"]
+    lines.append("")
+    lines.append(
+        f"compute: proxies {_g(c['proxy_device_seconds'], '.1f')} {c['proxy_device']}-s "
+        f"(trainer {_g(c['proxy_trainer_seconds'], '.1f')} s), target {_g(c['target_device_seconds'], '.1f')} "
+        f"{c['target_device'] or ''}-s (trainer {_g(c['target_trainer_seconds'], '.1f')} s)"
+    )
+    if c.get("proxy_to_target_cost") is not None:
+        lines.append(f"proxy sweep cost = {c['proxy_to_target_cost']:.2f} x the target training")
+    lines.append(
+        f"analytic training FLOPs: proxies {_g(c.get('proxy_flops'), '.3g')}, target {_g(c.get('target_flops'), '.3g')}; "
+        f"tuning the target directly (same trials and epochs at K={report['target_K']}) {_g(c.get('direct_sweep_flops'), '.3g')}"
+    )
+    if c.get("mutransfer_vs_direct_flops") is not None:
+        seconds = c.get("mutransfer_vs_direct_device_seconds")
+        lines.append(
+            f"muTransfer study (proxies + target) vs direct tuning: {c['mutransfer_vs_direct_flops']:.2f}x in FLOPs"
+            + (f", {seconds:.2f}x in device-seconds (direct estimated from the target's per-epoch cost)" if seconds else "")
+        )
+    if c.get("sweep_wall_seconds"):
+        share = c.get("overhead_share")
+        parts = [f"wall {c['sweep_wall_seconds']:.1f} s"]
+        if c.get("setup_seconds") is not None and c.get("proxy_phase_seconds") is not None:
+            parts.append(
+                f"(setup {c['setup_seconds']:.1f} s, proxies {c['proxy_phase_seconds']:.1f} s at {c['proxy_concurrency']} "
+                f"at a time, target {_g(c['target_wall_seconds'], '.1f')} s)"
+            )
+        if share is not None:
+            parts.append(
+                f"trainer on the critical path {c['trainer_seconds_critical_path']:.1f} s, "
+                f"Ray/MLflow/start-up overhead {100 * share:.0f}%"
+            )
+        lines.append(" ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else ""))
+    m = report.get("mlflow") or {}
+    if m:
+        lines.append(f"MLflow: {m.get('tracking_uri')}  experiment {m.get('experiment_id')}  parent run {m.get('parent_run_id')}")
+    lines.append(f"study directory: {report['study_dir']}")
+    return "\n".join(lines)
+
+
+def plot_trials(trials: list[dict], path, *, searched_lr: bool, title: str) -> None:
+    """PNG of proxy test error vs master LR (or vs trial index when LR is fixed), by outcome."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
+    markers = {"completed": ("o", "tab:blue"), "pruned": ("v", "tab:gray"), "diverged": ("x", "tab:red"), "failed": ("s", "black")}
+    for status, (marker, color) in markers.items():
+        rows = [t for t in trials if t["status"] == status and t.get("test_error") is not None and math.isfinite(t["test_error"])]
+        if not rows:
+            continue
+        xs = [t["config"].get("lr", t["hp"]["lr"]) if searched_lr else t["index"] for t in rows]
+        ys = [t["test_error"] for t in rows]
+        ax.scatter(xs, ys, marker=marker, color=color, label=f"{status} ({len(rows)})")
+    best = [t for t in trials if t.get("best")]
+    if best:
+        b = best[0]
+        ax.scatter([b["config"].get("lr", b["hp"]["lr"]) if searched_lr else b["index"]], [b["test_error"]], s=160,
+                   facecolors="none", edgecolors="tab:green", linewidths=2, label="best")
+    if searched_lr:
+        ax.set_xscale("log")
+        ax.set_xlabel("master learning rate")
+    else:
+        ax.set_xlabel("trial")
+    ax.set_yscale("log")
+    ax.set_ylabel("test relative L2 (last reported)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

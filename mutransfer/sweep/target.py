@@ -1,0 +1,244 @@
+"""Train the target (K = target_K) once with Ray Train's TorchTrainer.
+
+Each Ray Train worker runs our trainer on its shard of the training set, with
+the model wrapped in DistributedDataParallel by ``ray.train.torch.prepare_model``
+when there is more than one worker (gloo on CPU, nccl on GPU).
+
+Complex spectral weights under DDP: PyTorch's DDP reducer all-reduces complex
+gradient buckets as their real views (torch 2.13, gloo); ``tests/test_sweep_ddp.py``
+checks that 2-process DDP gradients of every parameter, the complex spectral
+weights included, equal the single-process gradient of the full batch. No
+manual all-reduce or real-view registration is needed.
+
+Data parallel details:
+- rank r trains on samples r, r + W, ... of the first floor(n/W)·W samples (equal
+  shards, so every rank runs the same number of steps and checkpoints agree);
+- the per-rank batch is batch_size // W, so the effective batch (the one the
+  proxy tuned) stays batch_size;
+- every rank evaluates the full test split (identical values; no reduction needed).
+
+Checkpoints: the trainer writes its exact-resume checkpoint (model, Adam,
+scheduler, RNG, history) into a local directory; rank 0 reports it to Ray Train
+every ``checkpoint_every`` epochs and at the end (with ``model.pt``, the plain
+state dict of the unwrapped model, and ``summary.json``). Re-running the target
+with the same storage path resumes from the latest reported checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class TargetOutcome:
+    status: str
+    test_error: float
+    epochs: int
+    history: list = field(default_factory=list)  # [epoch, test_error, train_loss, lr, seconds]
+    trainer_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    spectral_lr0: float = float("nan")
+    num_workers: int = 1
+    use_gpu: bool = False
+    cpus_per_worker: int = 1
+    per_worker_batch: int = 0
+    checkpoint_dir: str | None = None
+    device_seconds: float = 0.0
+    resumed_from_epoch: int | None = None
+
+
+class _Shard:
+    """The attributes the trainer reads (train_x, train_y, test_x, test_y)."""
+
+    def __init__(self, train_x, train_y, test_x, test_y):
+        self.train_x, self.train_y, self.test_x, self.test_y = train_x, train_y, test_x, test_y
+
+
+def target_loop(cfg: dict) -> dict:
+    """Ray Train per-worker function."""
+    import ray
+    import ray.train
+    import ray.train.torch
+    import torch
+
+    from mutransfer.sweep.hparams import build_model, effective_spectral_lr, train_config
+    from mutransfer.training import DIVERGED_METRIC, train
+
+    torch.set_num_threads(max(1, int(cfg["threads"])))
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    study, hp, epochs = cfg["study"], cfg["hp"], int(cfg["epochs"])
+    data = ray.get(cfg["data_ref"])
+
+    n = (data.train_x.shape[0] // world) * world
+    shard = _Shard(data.train_x[rank:n:world], data.train_y[rank:n:world], data.test_x, data.test_y)
+    per_rank_batch = max(1, int(hp["batch_size"]) // world)
+
+    torch.manual_seed(study.training.seed)  # same init on every rank (DDP also broadcasts rank 0's)
+    model = build_model(study, study.target_K, hp["init_scale"], data.train_x.shape[-1], data.train_y.shape[-1])
+    spectral_lr0 = effective_spectral_lr(model, hp["lr"])
+    config = model.config
+    model = ray.train.torch.prepare_model(model)  # DDP when world > 1; moves to the worker's device
+    device = ray.train.torch.get_device()
+
+    local = Path(tempfile.mkdtemp(prefix="mutransfer-target-"))
+    restored = ray.train.get_checkpoint()
+    if restored is not None:
+        with restored.as_directory() as d:
+            if (Path(d) / "checkpoint.pt").exists():
+                shutil.copy2(Path(d) / "checkpoint.pt", local / "checkpoint.pt")
+
+    every = max(1, round(epochs / 10))
+    tconfig = train_config(
+        study, hp, epochs=epochs, batch_size=per_rank_batch, device=str(device), checkpoint_dir=str(local), checkpoint_every=every
+    )
+    iters_per_epoch = math.ceil(shard.train_x.shape[0] / per_rank_batch)
+    total = epochs * iters_per_epoch
+
+    def metrics_of(event: dict) -> dict:
+        return {
+            "epoch": int(event["epoch"]),
+            "test_error": float(event["test_error"]),
+            "train_loss": float(event["train_loss"]),
+            "lr": float(event["lr"]),
+            "trainer_seconds": float(event["seconds"]),
+            "spectral_lr0": spectral_lr0,
+        }
+
+    def on_event(event: dict) -> None:
+        # Report only when the trainer has just written checkpoint.pt (every `every` epochs, not
+        # the last evaluation): each report is a barrier across workers and costs a controller poll.
+        if event["event"] != "eval" or not (event["epoch"] % every == 0 and event["iteration"] < total):
+            return
+        checkpoint = ray.train.Checkpoint.from_directory(str(local)) if rank == 0 else None
+        ray.train.report(metrics_of(event), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event['epoch']:05d}")
+
+    result = train(model, shard, tconfig, callbacks=[on_event], resume=True)
+
+    history = [
+        [int(e["epoch"]), float(e["test_error"]), float(e["train_loss"]), float(e["lr"]), float(e["seconds"])]
+        for e in result.history
+    ]
+    summary = {
+        "status": result.status,
+        "test_error": float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
+        "epochs": int(result.epochs_completed),
+        "history": history,
+        "trainer_seconds": float(result.history[-1]["seconds"]) if result.history else float(result.seconds),
+        "spectral_lr0": spectral_lr0,
+        "world_size": world,
+        "per_worker_batch": per_rank_batch,
+        "resumed_from_epoch": None if result.resumed_from is None else result.resumed_from // iters_per_epoch,
+    }
+    checkpoint = None
+    if rank == 0:
+        plain = model.module if hasattr(model, "module") else model
+        torch.save({"model": plain.state_dict(), "model_config": config, "hyperparameters": hp}, local / "model.pt")
+        (local / "summary.json").write_text(json.dumps(summary))
+        checkpoint = ray.train.Checkpoint.from_directory(str(local))
+    final = {k: summary[k] for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
+    ray.train.report(dict(final, final=1), checkpoint=checkpoint, checkpoint_dir_name="final")
+    return summary
+
+
+def _fit_in_thread(trainer):
+    """Run ``trainer.fit()`` off the main thread.
+
+    Ray Train installs its own SIGINT handler when fit runs on the main thread, and
+    that handler ends the process (exit 1) without letting the driver record the
+    interruption. Off the main thread it installs none, so Ctrl-C raises
+    KeyboardInterrupt here; the driver marks the runs KILLED and shuts Ray down.
+    """
+    import threading
+
+    box: dict = {}
+
+    def work():
+        try:
+            box["result"] = trainer.fit()
+        except BaseException as exc:  # re-raised on the main thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=work, name="mutransfer-target-fit", daemon=True)
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
+    if setting == "auto":
+        return cluster_gpus >= 1
+    return bool(setting)
+
+
+def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_failures: int) -> TargetOutcome:
+    """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``."""
+    import ray
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    import os
+
+    # The Train controller polls its workers at this interval (default 2 s); every report and the
+    # end of the run wait for a poll. 0.5 s keeps small local runs from idling.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    t = study.target
+    resources = {"CPU": t.cpus_per_worker}
+    if use_gpu:
+        resources["GPU"] = 1
+    trainer = TorchTrainer(
+        target_loop,
+        train_loop_config={
+            "study": study,
+            "hp": hp,
+            "epochs": t.epochs,
+            "threads": t.cpus_per_worker,
+            "data_ref": ray.put(data),
+        },
+        scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
+        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        run_config=RunConfig(
+            name="target",
+            storage_path=str(storage_dir),
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+        ),
+    )
+    start = time.perf_counter()
+    result = _fit_in_thread(trainer)
+    wall = time.perf_counter() - start
+    if result.return_value is None and result.error is None:
+        # Ray Train's own Ctrl-C handler aborts the run and returns without a result.
+        raise KeyboardInterrupt("target training was aborted")
+    summary = result.return_value or {}
+    checkpoint_dir = None
+    if result.checkpoint is not None:
+        checkpoint_dir = result.checkpoint.path
+    if not summary and checkpoint_dir and (Path(checkpoint_dir) / "summary.json").exists():
+        summary = json.loads((Path(checkpoint_dir) / "summary.json").read_text())
+    devices = t.num_workers * (1 if use_gpu else t.cpus_per_worker)
+    return TargetOutcome(
+        status=summary.get("status", "unknown"),
+        test_error=float(summary.get("test_error", result.metrics.get("test_error", float("nan")) if result.metrics else float("nan"))),
+        epochs=int(summary.get("epochs", 0)),
+        history=summary.get("history", []),
+        trainer_seconds=float(summary.get("trainer_seconds", 0.0)),
+        wall_seconds=wall,
+        spectral_lr0=float(summary.get("spectral_lr0", float("nan"))),
+        num_workers=t.num_workers,
+        use_gpu=use_gpu,
+        cpus_per_worker=t.cpus_per_worker,
+        per_worker_batch=int(summary.get("per_worker_batch", 0)),
+        checkpoint_dir=checkpoint_dir,
+        device_seconds=wall * devices,
+        resumed_from_epoch=summary.get("resumed_from_epoch"),
+    )

@@ -1,0 +1,53 @@
+"""Shared helpers for the sweep tests: a tiny Burgers data file and a tiny study derived from quick.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mutransfer.study import default_study_text
+
+
+def write_tiny_data(path: Path) -> Path:
+    from mutransfer.data.burgers import generate_burgers
+    from mutransfer.data.hdf5_io import write_dataset
+
+    write_dataset(path, generate_burgers(48, 128, seed=0, progress=False))
+    return path
+
+
+def write_tiny_study(
+    directory: Path,
+    data: Path,
+    *,
+    name: str = "tiny",
+    trials: int = 3,
+    epochs: int = 2,
+    grace: int = 1,
+    target_epochs: int = 2,
+    max_concurrent: int = 2,
+    max_failures: int = 1,
+    **sections,
+) -> Path:
+    """quick.yaml shrunk: resolution 64 (K = 24 still fits: 24 <= 64/2 + 1), 32/16 samples, width 16, 2 layers."""
+    m = yaml.safe_load(default_study_text())
+    m["name"] = name
+    m["problem"] = {"name": "burgers", "data": str(data), "resolution": 64, "n_train": 32, "n_test": 16}
+    m["operator"].update(width=16, layers=2, projection_channels=32)
+    m["search"].update(num_trials=trials, max_concurrent=max_concurrent)
+    m["budget"].update(epochs=epochs, grace_period=grace, max_failures=max_failures)
+    m["target"].update(epochs=target_epochs, num_workers=1, cpus_per_worker=1)
+    for section, values in sections.items():
+        m[section].update(values)
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(m, sort_keys=False))
+    return path
+
+
+def mlflow_runs(uri: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(ids, max_results=1000) if ids else []

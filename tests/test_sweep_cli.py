@@ -1,0 +1,198 @@
+"""`mutransfer sweep / studies / ui`: bad input is one line + exit 2 before any compute (light tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mutransfer.cli.main import main
+from mutransfer.study import default_study_text
+
+#: runs the CLI, then reports on stdout whether Ray / MLflow were ever imported
+PROBE = (
+    "import sys\n"
+    "from mutransfer.cli.main import main\n"
+    "rc = main(sys.argv[1:])\n"
+    "print('ray' in sys.modules, 'mlflow' in sys.modules)\n"
+    "sys.exit(rc)\n"
+)
+
+
+def run_probe(cwd: Path, *args):
+    env = dict(os.environ, MUTRANSFER_CACHE=str(cwd / "cache"), MLFLOW_DISABLE_TELEMETRY="true")
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *map(str, args)], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
+
+
+def quick_mapping() -> dict:
+    return yaml.safe_load(default_study_text())
+
+
+def write_study(tmp_path: Path, mutate=None, name="study.yaml") -> Path:
+    m = quick_mapping()
+    if mutate:
+        mutate(m)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(m, sort_keys=False))
+    return path
+
+
+def assert_no_compute(proc, cwd: Path, *fragments):
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("mutransfer sweep: error: ") and "Traceback" not in proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert proc.stdout.split() == ["False", "False"], "Ray or MLflow was imported: compute may have started"
+    assert not (cwd / "mlflow.db").exists() and not (cwd / "mutransfer-runs").exists() and not (cwd / "cache").exists()
+
+
+@pytest.mark.parametrize(
+    "mutate, fragments",
+    [
+        (lambda m: m.update(learning_rate=1e-3), ["learning_rate: unknown key"]),
+        (lambda m: m.update(proxy_K="6"), ["proxy_K: must be an integer"]),
+        (lambda m: m.update(proxy_K=24, target_K=24), ["proxy_K: must be < target_K (24)"]),
+        (lambda m: m.update(target_K=100), ["target_K: modes 100 too large for grid size 128"]),
+        (lambda m: m.update(search_space={}), ["search_space: is empty"]),
+    ],
+)
+def test_bad_study_fails_before_any_compute(tmp_path, mutate, fragments):
+    path = write_study(tmp_path, mutate)
+    proc = run_probe(tmp_path, "sweep", "--study", path)
+    assert_no_compute(proc, tmp_path, f"study {path}:", *fragments)
+
+
+def test_bad_override_fails_before_any_compute(tmp_path):
+    proc = run_probe(tmp_path, "sweep", "--proxy-K", "6", "--target-K", "70")
+    assert_no_compute(proc, tmp_path, "target_K: modes 70 too large", "(set by --target-K)")
+
+
+def test_unschedulable_resources_fail_before_any_compute(tmp_path):
+    path = write_study(tmp_path, lambda m: m["resources"].update(cpus_per_trial=4096))
+    proc = run_probe(tmp_path, "sweep", "--study", path)
+    assert_no_compute(proc, tmp_path, "resources.cpus_per_trial: 4096 >")
+
+
+def test_bad_fault_injection_value(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_FAIL_TRIALS", "many")
+    assert main(["sweep"]) == 2
+    assert "MUTRANSFER_FAIL_TRIALS='many'" in capsys.readouterr().err
+
+
+def test_existing_study_directory_is_not_overwritten(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mutransfer-runs" / "quick").mkdir(parents=True)
+    assert main(["sweep", "--proxy-K", "6", "--target-K", "24"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "already exists" in err and "--resume" in err and "--name" in err
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_resume_without_a_study(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--resume", "--name", "nothing-here"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--resume: no study 'nothing-here' to resume" in err
+
+
+def test_resume_with_a_conflicting_flag(tmp_path, monkeypatch, capsys):
+    from mutransfer.study import load_study
+    from mutransfer.sweep.state import StudyDir
+
+    monkeypatch.chdir(tmp_path)
+    study, _ = load_study(None)
+    sdir = StudyDir.for_study("quick")
+    sdir.root.mkdir(parents=True)
+    sdir.study_file.write_text(study.to_yaml())
+    assert main(["sweep", "--resume", "--num-trials", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--num-trials 3 differs from the stored study (search.num_trials = 8)" in err
+    assert main(["sweep", "--resume", "--tracking-uri", "sqlite:///elsewhere.db"]) == 2
+    assert "--tracking-uri sqlite:///elsewhere.db: the study being resumed logs to" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- studies / ui
+
+
+def test_studies_without_a_store(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["studies"]) == 2
+    err = capsys.readouterr().err
+    assert "mlflow.db not found" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "mlflow.db").exists()  # listing never creates a store
+
+
+def test_studies_table_format():
+    from mutransfer.sweep.tracking import format_studies
+
+    rows = [
+        {"study": "quick", "status": "done", "problem": "burgers", "proxy_K": 6, "target_K": 24, "best_proxy_error": 0.0249,
+         "target_error": 0.031, "proxy_device_seconds": 19.0, "target_device_seconds": 125.2, "device": "cpu"},
+        {"study": "big", "status": "running", "problem": "darcy", "proxy_K": 6, "target_K": 24, "best_proxy_error": None,
+         "target_error": None, "proxy_device_seconds": None, "target_device_seconds": None, "device": None},
+    ]
+    lines = format_studies(rows).splitlines()
+    assert lines[0].split()[:5] == ["study", "status", "problem", "proxy", "K"]
+    assert "quick" in lines[2] and "0.0249" in lines[2] and "0.031" in lines[2] and "19 / 125 cpu" in lines[2]
+    assert lines[3].split()[:5] == ["big", "running", "darcy", "6", "24"]
+    assert format_studies([]).startswith("no studies")
+
+
+def test_ui_command_binds_localhost_without_a_shell():
+    from mutransfer.sweep.tracking import ui_command, ui_link
+
+    cmd = ui_command("sqlite:////tmp/x/mlflow.db", port=5123)
+    assert cmd[:3] == [sys.executable, "-m", "mlflow"] and cmd[3] == "ui"
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1"
+    assert cmd[cmd.index("--port") + 1] == "5123"
+    assert cmd[cmd.index("--backend-store-uri") + 1] == "sqlite:////tmp/x/mlflow.db"
+    assert all(isinstance(a, str) for a in cmd)
+    assert ui_link("127.0.0.1", 5123, "7") == "http://127.0.0.1:5123/#/experiments/7/runs"
+    assert ui_link("0.0.0.0", 80, None) == "http://127.0.0.1:80/"
+
+
+def test_ui_parser_defaults_and_missing_store(tmp_path, monkeypatch, capsys):
+    from mutransfer.cli.main import build_parser
+
+    args = build_parser().parse_args(["ui"])
+    assert (args.host, args.port) == ("127.0.0.1", 5000)
+    monkeypatch.chdir(tmp_path)
+    assert main(["ui", "--port", "5123"]) == 2
+    assert "mlflow.db not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:
+        main(["ui", "--port", "70000"])
+    assert info.value.code == 2
+
+
+def test_ui_subprocess_uses_an_argument_list(tmp_path, monkeypatch, capsys):
+    """`mutransfer ui` starts MLflow with Popen(list) (no shell) and prints the runs link."""
+    import mutransfer.sweep.tracking as tracking
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    monkeypatch.setattr(tracking, "latest_study_experiment", lambda uri, experiment=None: "3")
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, args, **kwargs):
+            seen["args"], seen["kwargs"] = args, kwargs
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakePopen)
+    assert main(["ui", "--port", "5999"]) == 0
+    out = capsys.readouterr().out
+    assert "http://127.0.0.1:5999/#/experiments/3/runs" in out
+    assert isinstance(seen["args"], list) and not seen["kwargs"].get("shell")
+    assert seen["args"][seen["args"].index("--host") + 1] == "127.0.0.1"
