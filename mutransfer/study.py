@@ -121,6 +121,10 @@ class TrainingSpec:
     clip_value: float | None = None
     init_scale: float = 1.0
     seed: int = 0
+    #: training loss: relative_l2, or pino (Darcy only: data_weight * relative L2 + physics_weight * PDE residual)
+    loss: str = "relative_l2"
+    data_weight: float | None = None
+    physics_weight: float | None = None
 
 
 @dataclass
@@ -465,7 +469,16 @@ def _read_training(r: _Reader) -> TrainingSpec:
         ),
         init_scale=r.number("init_scale", 1.0, example="1.0", check=lambda v: None if v > 0 else "must be > 0"),
         seed=r.integer("seed", 0, minimum=0, example="0"),
+        loss=r.string("loss", "relative_l2", choices=("relative_l2", "pino")),
+        data_weight=r.number(
+            "data_weight", None, allow_none=True, example="5", check=lambda v: None if v >= 0 else "must be >= 0"
+        ),
+        physics_weight=r.number(
+            "physics_weight", None, allow_none=True, example="1", check=lambda v: None if v >= 0 else "must be >= 0"
+        ),
     )
+    if t.loss != "pino" and (t.data_weight is not None or t.physics_weight is not None):
+        r.fail(r.where("loss"), "data_weight/physics_weight only apply to loss pino; drop them or set loss: pino")
     if t.milestones is not None and t.step_size is not None:
         r.fail(r.where("step_size"), "set at most one of milestones and step_size")
     if (t.milestones is not None or t.step_size is not None) and t.schedule != "step":
@@ -568,6 +581,8 @@ def _resolve_and_check(study: Study, r: _Reader) -> None:
 
     problem = get_problem(study.problem.name)
     p = study.problem
+    if study.training.loss == "pino" and problem.name != "darcy":
+        r.fail("training.loss", f"pino is the Darcy physics loss, not for {problem.name!r}; use relative_l2")
     timed = getattr(problem, "time_resolution", None) is not None
     if p.time_resolution is not None and not timed:
         r.fail("problem.time_resolution", f"only applies to space-time problems, not {problem.name!r}; remove it")

@@ -268,3 +268,28 @@ def test_space_time_problem_grid_includes_the_time_axis(tmp_path):
     assert f"time_resolution {t} + padding {pad}" in error_of(tmp_path, m)
     m["problem"] = {"name": "burgers", "time_resolution": 4}
     assert "problem.time_resolution: only applies to space-time problems" in error_of(tmp_path, m)
+
+
+def test_pino_loss_is_selectable_in_studies_for_darcy_only(tmp_path):
+    import yaml as _yaml
+
+    from mutransfer.errors import UserInputError
+    from mutransfer.study import load_study
+    from mutransfer.sweep.hparams import fixed_hyperparameters, train_config
+
+    base = {"name": "pino", "problem": {"name": "darcy", "resolution": 31}, "proxy_K": 3, "target_K": 6,
+            "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+            "training": {"loss": "pino", "data_weight": 5, "physics_weight": 1}}
+    path = tmp_path / "pino.yaml"
+    path.write_text(_yaml.safe_dump(base))
+    study, _ = load_study(path)
+    config = train_config(study, fixed_hyperparameters(study), epochs=1)
+    assert (config.loss, config.data_weight, config.physics_weight) == ("pino", 5.0, 1.0)
+
+    path.write_text(_yaml.safe_dump({**base, "problem": {"name": "burgers", "resolution": 64}}))
+    with pytest.raises(UserInputError, match="training.loss") as info:
+        load_study(path)
+    assert "\n" not in str(info.value)
+    path.write_text(_yaml.safe_dump({**base, "training": {"physics_weight": 1}}))
+    with pytest.raises(UserInputError, match="only apply to loss pino"):
+        load_study(path)

@@ -57,6 +57,9 @@ def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None 
         gamma=float(t.gamma),
         clip_value=hp["clip_value"],
         seed=int(t.seed),
+        loss=t.loss,
+        data_weight=t.data_weight,
+        physics_weight=t.physics_weight,
         progress=False,
         **options,
     )
