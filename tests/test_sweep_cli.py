@@ -196,3 +196,17 @@ def test_ui_subprocess_uses_an_argument_list(tmp_path, monkeypatch, capsys):
     assert "http://127.0.0.1:5999/#/experiments/3/runs" in out
     assert isinstance(seen["args"], list) and not seen["kwargs"].get("shell")
     assert seen["args"][seen["args"].index("--host") + 1] == "127.0.0.1"
+
+
+def test_cluster_fit_check_rejects_requests_no_single_node_can_hold():
+    """With --address, a trial or target worker larger than every node would wait forever: one-line error instead."""
+    from mutransfer.errors import UserInputError
+    from mutransfer.study import load_study
+    from mutransfer.sweep.runner import check_cluster_fits
+
+    study, _ = load_study(None)  # quick: target.cpus_per_worker 2, cpus_per_trial 1
+    check_cluster_fits(study, [{"CPU": 2.0}, {"CPU": 1.0}])
+    with pytest.raises(UserInputError, match="target.cpus_per_worker: 2 but the largest node of the cluster has 1 CPUs"):
+        check_cluster_fits(study, [{"CPU": 1.0}, {"CPU": 1.0}])
+    with pytest.raises(UserInputError, match="resources.cpus_per_trial"):
+        check_cluster_fits(study, [{"CPU": 0.5}])

@@ -179,6 +179,39 @@ def _check_resources(study: Study, address: str | None) -> None:
             )
 
 
+def _alive_nodes() -> list[dict]:
+    import ray
+
+    return [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+
+
+def check_cluster_fits(study: Study, nodes: list[dict]) -> None:
+    """On a cluster, a trial or a target worker that fits on no single node would wait forever: fail now.
+
+    ``nodes`` holds each live node's resources ({"CPU": 4.0, "GPU": 1.0, ...}).
+    """
+    most_cpus = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
+    most_gpus = max((n.get("GPU", 0.0) for n in nodes), default=0.0)
+    r, t = study.resources, study.target
+    if r.cpus_per_trial > most_cpus:
+        raise UserInputError(
+            f"resources.cpus_per_trial: {r.cpus_per_trial} but the largest node of the cluster has {most_cpus:g} CPUs; "
+            f"use <= {most_cpus:g}"
+        )
+    if r.gpus_per_trial > most_gpus:
+        raise UserInputError(
+            f"resources.gpus_per_trial: {r.gpus_per_trial} but the largest node of the cluster has {most_gpus:g} GPUs; "
+            f"use <= {most_gpus:g}"
+        )
+    if t.cpus_per_worker > most_cpus:
+        raise UserInputError(
+            f"target.cpus_per_worker: {t.cpus_per_worker} but the largest node of the cluster has {most_cpus:g} CPUs; "
+            f"use <= {most_cpus:g}"
+        )
+    if t.use_gpu is True and most_gpus < 1:
+        raise UserInputError("target.use_gpu: true but the cluster has no GPU node; use auto or false")
+
+
 # --------------------------------------------------------------------------- run
 
 
@@ -214,6 +247,15 @@ def run_sweep(options: SweepOptions) -> dict:
     data, data_path = load_study_data(study, progress=not options.quiet)
 
     started_ray = _init_ray(options.address)
+    if options.address is not None:
+        try:
+            check_cluster_fits(study, _alive_nodes())
+        except UserInputError:
+            if started_ray:
+                import ray
+
+                ray.shutdown()
+            raise
     tracker = None
     parent_id = state.get("parent_run_id")
     target_run_id = None
