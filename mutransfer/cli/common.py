@@ -7,56 +7,41 @@ import json
 import sys
 
 
+def _parse(text: str, cast, ok, requirement: str):
+    """Cast ``text`` and check it, raising argparse's one-line error naming the requirement."""
+    try:
+        value = cast(text)
+    except ValueError:
+        kind = "an integer" if cast is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+    if not ok(value) or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{value} {requirement}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer ≥ 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be a positive integer")
-    return value
+    return _parse(text, int, lambda v: v >= 1, "must be a positive integer")
 
 
 def non_negative_int(text: str) -> int:
     """argparse type: an integer ≥ 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be zero or positive")
-    return value
+    return _parse(text, int, lambda v: v >= 0, "must be zero or positive")
 
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value} must be a positive number")
-    return value
+    return _parse(text, float, lambda v: v > 0, "must be a positive number")
 
 
 def non_negative_float(text: str) -> float:
     """argparse type: a finite number ≥ 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{value} must be zero or positive")
-    return value
+    return _parse(text, float, lambda v: v >= 0, "must be zero or positive")
 
 
 def unit_interval(text: str) -> float:
     """argparse type: a number in [0, 1), e.g. Adam betas."""
-    value = non_negative_float(text)
-    if value >= 1:
-        raise argparse.ArgumentTypeError(f"{value} must be in [0, 1)")
-    return value
+    return _parse(text, float, lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 
 def print_json(payload) -> None:
