@@ -50,6 +50,9 @@ def _worker(rank: int, world: int, port: int, dim: int, out_dir: str) -> None:
         x, y = _batch(dim)
         _loss(ddp, x[rank::world], y[rank::world]).backward()
         torch.save({n: p.grad.clone() for n, p in model.named_parameters()}, os.path.join(out_dir, f"grads{rank}.pt"))
+        # Both ranks finish before teardown: rank 0 hosts the store, and a peer still inside
+        # gloo when it goes away aborts ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
