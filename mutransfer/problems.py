@@ -119,13 +119,16 @@ def cache_dir() -> Path:
     return Path(root) / "data"
 
 
-def default_dataset(problem: Problem, *, seed: int = 0, progress: bool = True) -> Path:
-    """Path of the problem's default dataset, generating and caching it on first use."""
+def default_dataset(
+    problem: Problem, *, n: int | None = None, resolution: int | None = None, seed: int = 0, progress: bool = True
+) -> Path:
+    """Path of a generated dataset (default: the problem's sizes), generating and caching it on first use."""
     from mutransfer.data.hdf5_io import write_dataset
 
-    path = cache_dir() / f"{problem.name}_n{problem.n_samples}_r{problem.generated_resolution}_seed{seed}.h5"
+    n = problem.n_samples if n is None else int(n)
+    resolution = problem.generated_resolution if resolution is None else int(resolution)
+    path = cache_dir() / f"{problem.name}_n{n}_r{resolution}_seed{seed}.h5"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = problem.generator(problem.n_samples, problem.generated_resolution, seed=seed, progress=progress)
-        write_dataset(path, data)
+        data = problem.generator(n, resolution, seed=seed, progress=progress)
+        write_dataset(path, data)  # atomic: temp file, then rename
     return path

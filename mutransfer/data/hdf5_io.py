@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -39,6 +38,7 @@ import h5py
 import numpy as np
 
 import mutransfer
+from mutransfer.atomic import atomic_path
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -144,28 +144,14 @@ def write_dataset(path, data: dict) -> Path:
         raise UserInputError(
             f"output path {path} is a directory; pass a file name such as {path / 'data.h5'}"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.create_dataset("input", data=x.astype(np.float32, copy=False))
-            f.create_dataset("output", data=y.astype(np.float32, copy=False))
-            g = f.create_group("grid")
-            for name, coords in grid.items():
-                g.create_dataset(name, data=np.asarray(coords, dtype=np.float64))
-            for k in sorted(attrs):
-                f.attrs[k] = attrs[k]
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("input", data=x.astype(np.float32, copy=False))
+        f.create_dataset("output", data=y.astype(np.float32, copy=False))
+        g = f.create_group("grid")
+        for name, coords in grid.items():
+            g.create_dataset(name, data=np.asarray(coords, dtype=np.float64))
+        for k in sorted(attrs):
+            f.attrs[k] = attrs[k]
     return path
 
 

@@ -15,8 +15,7 @@ def dataset_path(study: Study, *, progress: bool = True) -> Path:
     samples, into ``$MUTRANSFER_CACHE`` (the same file that ``mutransfer train``
     uses when the sizes match), and reused afterwards.
     """
-    from mutransfer.data.hdf5_io import write_dataset
-    from mutransfer.problems import cache_dir, get_problem
+    from mutransfer.problems import default_dataset, get_problem
 
     p = study.problem
     if p.data is not None:
@@ -24,12 +23,7 @@ def dataset_path(study: Study, *, progress: bool = True) -> Path:
     problem = get_problem(p.name)
     n = max(problem.n_samples, int(p.n_train) + int(p.n_test))
     resolution = int(p.generated_resolution or problem.generated_resolution)
-    path = cache_dir() / f"{problem.name}_n{n}_r{resolution}_seed{p.data_seed}.h5"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = problem.generator(n, resolution, seed=p.data_seed, progress=progress)
-        write_dataset(path, data)  # atomic: temp file, then rename
-    return path
+    return default_dataset(problem, n=n, resolution=resolution, seed=p.data_seed, progress=progress)
 
 
 def load_study_data(study: Study, *, progress: bool = True):

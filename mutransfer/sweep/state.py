@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from mutransfer.atomic import atomic_path
 from mutransfer.errors import UserInputError
 
 DEFAULT_RUNS_DIR = "mutransfer-runs"
@@ -85,17 +85,6 @@ class StudyDir:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Replace ``path`` with ``text`` atomically."""
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)

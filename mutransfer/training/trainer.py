@@ -13,7 +13,6 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from mutransfer.atomic import atomic_path
 from mutransfer.errors import UserInputError
 from mutransfer.training.losses import relative_l2
 from mutransfer.training.pino import LOSSES, PINO_DEFAULT_WEIGHTS, build_loss
@@ -235,21 +235,8 @@ def _plain(value):
 
 def save_checkpoint(state: dict, path: str | os.PathLike) -> None:
     """Write ``state`` to ``path`` atomically (temp file in the same directory, then os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
