@@ -17,7 +17,7 @@ from mutransfer.errors import UserInputError
 
 @dataclass(frozen=True)
 class Problem:
-    """A learning problem: map the input function to the output function on a grid."""
+    """A learning problem: map the input function to the output function on a grid or on point sets."""
 
     name: str
     dim: int
@@ -36,6 +36,9 @@ class Problem:
     time_resolution: int | None = None
     #: extra keyword options the generator accepts (``mutransfer data generate`` flags)
     generator_options: tuple[str, ...] = ()
+    #: "grid" (arrays on a regular grid, schema mutransfer-pde) or "points" (random point sets,
+    #: schema mutransfer-points, loaded packed by ``mutransfer.data.pointclouds.load_point_split``)
+    kind: str = "grid"
 
     @property
     def n_samples(self) -> int:
@@ -58,6 +61,12 @@ def _generate_navier_stokes(n: int, resolution: int, *, seed: int, progress: boo
     from mutransfer.data.navier_stokes import generate_navier_stokes
 
     return generate_navier_stokes(n, resolution, seed=seed, progress=progress, **options)
+
+
+def _generate_darcy_mesh(n: int, resolution: int, *, seed: int, progress: bool = True, **options) -> dict:
+    from mutransfer.data.pointclouds import generate_darcy_mesh
+
+    return generate_darcy_mesh(n, resolution, seed=seed, progress=progress, **options)
 
 
 PROBLEMS: dict[str, Problem] = {
@@ -102,6 +111,22 @@ PROBLEMS: dict[str, Problem] = {
         time_resolution=16,
         generator_options=("preset", "nu", "time_steps", "solver_resolution", "spinup", "dt", "device"),
     ),
+    # Darcy solved on the 61x61 node grid, then each sample sampled at its own random nodes
+    # (exact grid values, padded to points_max with a mask); point-set operators only.
+    "darcy_mesh": Problem(
+        name="darcy_mesh",
+        dim=2,
+        periodic=False,
+        description="2D Darcy flow on random point sets (300–600 nodes of a 61×61 grid per sample); map a -> u",
+        generator=_generate_darcy_mesh,
+        generated_resolution=61,
+        resolution=61,  # the grid of the solve; point sets are not strided
+        n_train=400,
+        n_test=100,
+        padding=0,
+        generator_options=("points_min", "points_max"),
+        kind="points",
+    ),
 }
 
 
@@ -124,11 +149,13 @@ def default_dataset(
 ) -> Path:
     """Path of a generated dataset (default: the problem's sizes), generating and caching it on first use."""
     from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.data.pointclouds import write_point_dataset
 
     n = problem.n_samples if n is None else int(n)
     resolution = problem.generated_resolution if resolution is None else int(resolution)
     path = cache_dir() / f"{problem.name}_n{n}_r{resolution}_seed{seed}.h5"
     if not path.exists():
         data = problem.generator(n, resolution, seed=seed, progress=progress)
-        write_dataset(path, data)  # atomic: temp file, then rename
+        write = write_point_dataset if problem.kind == "points" else write_dataset
+        write(path, data)  # atomic: temp file, then rename
     return path

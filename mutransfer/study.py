@@ -43,8 +43,13 @@ SEARCHABLE = {
     "init_scale": ("loguniform", "uniform", "choice"),
 }
 ALGORITHMS = ("tpe", "random", "grid")
-OPERATORS = ("fno",)
+OPERATORS = ("fno", "galerkin", "ono", "gnot")
+#: the attention (point-set) operators; they scale in width only (no Fourier modes K)
+POINT_OPERATORS = ("galerkin", "ono", "gnot")
+#: hyperparameters that act on FNO's spectral weights only
+FNO_ONLY_HPARAMS = ("clip_value", "init_scale")
 PARAMETRIZATIONS = ("mup", "standard")
+WIDTH_PARAMETRIZATIONS = ("mup", "standard")
 SCHEDULES = ("step", "onecycle", "cosine", "constant")
 USE_GPU = ("auto", True, False)
 
@@ -83,12 +88,20 @@ class ProblemSpec:
 
 @dataclass
 class OperatorSpec:
+    """The operator: its type, the proxy's width (see ``Study.target_width``), depth and type-specific options."""
+
     type: str = "fno"
+    #: width of the proxy (and of the target unless target_width is set)
     width: int = 32
     layers: int = 4
-    #: domain padding in grid points; None = the problem's (Darcy 5, Burgers 0)
+    #: FNO only: domain padding in grid points; None = the problem's (Darcy 5, Burgers 0)
     padding: int | None = None
+    #: FNO only: hidden size of the projection MLP
     projection_channels: int = 128
+    #: attention operators only: attention heads (must divide both widths)
+    heads: int | None = None
+    #: attention operators only: further constructor arguments, e.g. {attention_type: fourier} (docs/operators.md)
+    options: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -172,11 +185,18 @@ class TrackingSpec:
 class Study:
     name: str
     problem: ProblemSpec
-    proxy_K: int
-    target_K: int
     search_space: dict[str, Distribution]
+    #: FNO only: Fourier modes of the proxy and of the target
+    proxy_K: int | None = None
+    target_K: int | None = None
     operator: OperatorSpec = field(default_factory=OperatorSpec)
+    #: FNO only: the K-parametrization (muP in K: spectral init std and LR ∝ 1/√(d log K))
     parametrization: str = "mup"
+    #: width of the target; None = operator.width (no width scaling)
+    target_width: int | None = None
+    #: width rule: "mup" (Tensor Programs V, base width = operator.width) or "standard";
+    #: None = mup when the width scales, standard otherwise
+    width_parametrization: str | None = None
     training: TrainingSpec = field(default_factory=TrainingSpec)
     search: SearchSpec = field(default_factory=SearchSpec)
     budget: BudgetSpec = field(default_factory=BudgetSpec)
@@ -187,6 +207,45 @@ class Study:
     source: str = field(default="", compare=False)
 
     # ---- derived -------------------------------------------------------------------
+    @property
+    def is_fno(self) -> bool:
+        return self.operator.type == "fno"
+
+    @property
+    def proxy_width(self) -> int:
+        return int(self.operator.width)
+
+    @property
+    def scales_K(self) -> bool:
+        return self.is_fno and self.proxy_K != self.target_K
+
+    @property
+    def scales_width(self) -> bool:
+        return self.target_width is not None and self.target_width != self.operator.width
+
+    def model_text(self, target: bool) -> str:
+        """e.g. "FNO-2D K=24 width 32" or "galerkin width 64" (the proxy's or the target's)."""
+        width = self.target_width if target else self.operator.width
+        if self.is_fno:
+            return f"FNO-{self.dim}D K={self.target_K if target else self.proxy_K} width {width}"
+        return f"{self.operator.type} width {width}"
+
+    def scale_text(self) -> str:
+        """What scales from proxy to target, e.g. "K 6 -> 24" or "width 16 -> 64 (width-muP)"."""
+        parts = []
+        if self.is_fno:
+            parts.append(f"K {self.proxy_K} -> {self.target_K}")
+        if self.scales_width:
+            parts.append(f"width {self.operator.width} -> {self.target_width} (width-{self.width_parametrization})")
+        return ", ".join(parts)
+
+    @property
+    def point_problem(self) -> bool:
+        """True for problems whose samples are point sets (irregular meshes), not grids."""
+        from mutransfer.problems import get_problem
+
+        return getattr(get_problem(self.problem.name), "kind", "grid") == "points"
+
     @property
     def dim(self) -> int:
         from mutransfer.problems import get_problem
@@ -215,6 +274,15 @@ class Study:
         d.pop("source", None)
         d["search_space"] = {k: v.to_dict() for k, v in self.search_space.items()}
         ordered = {k: d[k] for k in _TOP_ORDER}
+        # fields that do not apply to this operator are left out, so the mapping parses again
+        if self.is_fno:
+            for key in ("heads", "options"):
+                ordered["operator"].pop(key)
+        else:
+            for key in ("proxy_K", "target_K", "parametrization"):
+                ordered.pop(key)
+            for key in ("padding", "projection_channels"):
+                ordered["operator"].pop(key)
         return ordered
 
     def to_yaml(self) -> str:
@@ -228,6 +296,8 @@ _TOP_ORDER = (
     "parametrization",
     "proxy_K",
     "target_K",
+    "target_width",
+    "width_parametrization",
     "search_space",
     "training",
     "search",
@@ -377,13 +447,39 @@ def _read_problem(r: _Reader) -> ProblemSpec:
     return p
 
 
+#: operator options the study sets through its own fields (not through operator.options)
+_RESERVED_OPTIONS = ("coord_dim", "in_channels", "out_channels", "width", "layers", "heads", "width_parametrization", "base_width")
+
+
 def _read_operator(r: _Reader) -> OperatorSpec:
+    kind = r.string("type", "fno", choices=OPERATORS)
+    if kind == "fno":
+        for key in ("heads", "options"):
+            if r.has(key):
+                r.fail(r.where(key), f"applies to the attention operators ({', '.join(POINT_OPERATORS)}), not fno; remove it")
+    else:
+        for key in ("padding", "projection_channels"):
+            if r.has(key):
+                r.fail(r.where(key), f"applies to fno only, not {kind}; remove it")
+    options = r.raw("options", {})
+    if options is None:
+        options = {}
+    if not isinstance(options, dict):
+        r.fail(r.where("options"), f"must be a mapping of {kind} arguments, got {_kind(options)}, e.g. options: {{ffn_ratio: 2}}")
+    for key in options:
+        if key in _RESERVED_OPTIONS:
+            field_name = {"width": "operator.width", "layers": "operator.layers", "heads": "operator.heads",
+                          "width_parametrization": "width_parametrization", "base_width": "operator.width"}.get(key)
+            fix = f"set {field_name} instead" if field_name else "the study derives it from the data; remove it"
+            r.fail(f"{r.where('options')}.{key}", f"is set by the study, not in options; {fix}")
     o = OperatorSpec(
-        type=r.string("type", "fno", choices=OPERATORS),
+        type=kind,
         width=r.integer("width", 32, minimum=1, example="32"),
         layers=r.integer("layers", 4, minimum=1, example="4"),
         padding=r.integer("padding", None, minimum=0, allow_none=True, example="0"),
         projection_channels=r.integer("projection_channels", 128, minimum=1, example="128"),
+        heads=None if kind == "fno" else r.integer("heads", 4, minimum=1, example="4"),
+        options=dict(options),
     )
     r.finish(_field_names(OperatorSpec))
     return o
@@ -581,6 +677,16 @@ def _resolve_and_check(study: Study, r: _Reader) -> None:
 
     problem = get_problem(study.problem.name)
     p = study.problem
+    points = getattr(problem, "kind", "grid") == "points"
+    if points and study.is_fno:
+        r.fail(
+            "operator.type",
+            f"fno needs a grid, and {problem.name!r} is a point-set (irregular mesh) problem; use one of: {', '.join(POINT_OPERATORS)}",
+        )
+    _resolve_width(study, r)
+    if points:
+        _resolve_points_problem(study, problem, r)
+        return
     if study.training.loss == "pino" and problem.name != "darcy":
         r.fail("training.loss", f"pino is the Darcy physics loss, not for {problem.name!r}; use relative_l2")
     timed = getattr(problem, "time_resolution", None) is not None
@@ -621,8 +727,98 @@ def _resolve_and_check(study: Study, r: _Reader) -> None:
             f"{p.resolution} cannot be strided from data at resolution {native} (it must {rule} it); use e.g. {best}",
         )
 
-    if study.proxy_K >= study.target_K:
-        r.fail("proxy_K", f"must be < target_K ({study.target_K}): the proxy is the small model, e.g. proxy_K: {max(2, study.target_K // 4)}")
+    if study.is_fno:
+        _check_fno_modes(study, problem, r)
+    _check_search_algorithm(study, r)
+
+
+def _resolve_width(study: Study, r: _Reader) -> None:
+    """target_width and width_parametrization defaults; the proxy must not be wider than the target."""
+    o = study.operator
+    if study.target_width is None:
+        study.target_width = o.width
+    if study.target_width < o.width:
+        r.fail("target_width", f"must be >= operator.width ({o.width}): operator.width is the proxy's width, e.g. target_width: {4 * o.width}")
+    if study.width_parametrization is None:
+        study.width_parametrization = "mup" if study.scales_width else "standard"
+    if not study.is_fno:
+        if not study.scales_width:
+            r.fail(
+                "target_width",
+                f"{o.type} scales in width only: set target_width > operator.width ({o.width}), e.g. target_width: {4 * o.width}",
+            )
+        for key, width in (("operator.width", o.width), ("target_width", study.target_width)):
+            if width % o.heads:
+                r.fail(key, f"{width} is not divisible by operator.heads {o.heads}; use a multiple of {o.heads}")
+        _check_operator_options(study, r)
+
+
+def _check_operator_options(study: Study, r: _Reader) -> None:
+    """Build the proxy operator once (cheap) so a wrong option fails now, with its field path."""
+    from mutransfer.problems import get_problem
+    from operators.adapters import build_point_operator
+    from operators.errors import OperatorConfigError
+
+    o = study.operator
+    config = dict(
+        coord_dim=get_problem(study.problem.name).dim, in_channels=1, out_channels=1, width=o.width, layers=o.layers,
+        heads=o.heads, **o.options,
+    )
+    try:
+        build_point_operator(o.type, config)
+    except OperatorConfigError as exc:
+        r.fail("operator.options", f"{exc}")
+
+
+def _resolve_points_problem(study: Study, problem, r: _Reader) -> None:
+    """Point-set problems: sample counts from the file or the problem; no resolution (there is no grid to stride)."""
+    p = study.problem
+    if p.resolution is not None:
+        r.fail("problem.resolution", f"{problem.name!r} is a point-set problem with no grid to stride; remove it")
+    if p.data is not None:
+        if p.generated_resolution is not None:
+            r.fail("problem.generated_resolution", "only applies to generated data (data: null); remove it")
+        if not Path(p.data).is_file():
+            r.fail("problem.data", f"file {p.data} not found; fix the path or use data: null for the cached default dataset")
+        from mutransfer.data.pointclouds import is_point_file, point_file_header
+
+        if not is_point_file(p.data):
+            r.fail("problem.data", f"{p.data} is not a point-set file; generate one with `mutransfer data generate {problem.name} --out {p.data}`")
+        try:
+            header = point_file_header(p.data)
+        except UserInputError as exc:
+            r.fail("problem.data", str(exc))
+        if header.get("problem") not in (None, problem.name):
+            r.fail("problem.data", f"{p.data} holds {header.get('problem')!r} data, not {problem.name!r}; fix problem.name or data")
+        n_available = int(header["n_samples"])
+        if p.n_test is None:
+            p.n_test = max(1, n_available // 5)
+        if p.n_train is None:
+            p.n_train = n_available - p.n_test
+        if p.n_train + p.n_test > n_available:
+            r.fail(
+                "problem.n_train",
+                f"n_train + n_test = {p.n_train + p.n_test} exceeds the {n_available} samples in {p.data}; lower them",
+            )
+    else:
+        p.generated_resolution = p.generated_resolution or problem.generated_resolution
+        p.n_train = problem.n_train if p.n_train is None else p.n_train
+        p.n_test = problem.n_test if p.n_test is None else p.n_test
+    _check_search_algorithm(study, r)
+
+
+def _check_fno_modes(study: Study, problem, r: _Reader) -> None:
+    from operators.errors import OperatorConfigError
+    from operators.parametrization import check_modes
+    from operators.spectral import check_grid
+
+    p = study.problem
+    if study.proxy_K > study.target_K or (study.proxy_K == study.target_K and not study.scales_width):
+        r.fail(
+            "proxy_K",
+            f"must be < target_K ({study.target_K}): the proxy is the small model, e.g. proxy_K: {max(2, study.target_K // 4)} "
+            "(equal K is fine when the width scales: target_width > operator.width)",
+        )
     for key in ("proxy_K", "target_K"):
         k = getattr(study, key)
         try:
@@ -633,6 +829,9 @@ def _resolve_and_check(study: Study, r: _Reader) -> None:
             times = f", time_resolution {p.time_resolution}" if p.time_resolution is not None else ""
             r.fail(key, f"{exc} (training grid {grid} = resolution {p.resolution}{times} + padding {study.padding})")
 
+
+
+def _check_search_algorithm(study: Study, r: _Reader) -> None:
     if study.search.algorithm == "grid":
         for name, dist in study.search_space.items():
             if dist.type != "choice":
@@ -682,13 +881,21 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
     problem = _read_problem(r.sub("problem"))
     if not r.has("search_space"):
         r.fail("search_space", "is required; e.g. search_space: {lr: {type: loguniform, low: 1e-4, high: 1e-2}}")
+    operator = _read_operator(r.sub("operator"))
+    if operator.type != "fno":
+        for key in ("proxy_K", "target_K", "parametrization"):
+            if r.has(key):
+                fix = "use target_width to scale the width" if key != "parametrization" else "use width_parametrization"
+                r.fail(key, f"applies to fno only ({operator.type} has no Fourier modes); remove it and {fix}")
     study = Study(
         name=name,
         problem=problem,
-        operator=_read_operator(r.sub("operator")),
+        operator=operator,
         parametrization=r.string("parametrization", "mup", choices=PARAMETRIZATIONS),
-        proxy_K=r.integer("proxy_K", minimum=2, example="6"),
-        target_K=r.integer("target_K", minimum=2, example="24"),
+        proxy_K=r.integer("proxy_K", minimum=2, example="6") if operator.type == "fno" else None,
+        target_K=r.integer("target_K", minimum=2, example="24") if operator.type == "fno" else None,
+        target_width=r.integer("target_width", None, minimum=1, allow_none=True, example="128"),
+        width_parametrization=r.string("width_parametrization", None, allow_none=True, choices=WIDTH_PARAMETRIZATIONS),
         search_space=_read_search_space(r.sub("search_space")),
         training=_read_training(r.sub("training")),
         search=_read_search(r.sub("search")),
@@ -698,6 +905,14 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         tracking=_read_tracking(r.sub("tracking")),
         source=source,
     )
+    if operator.type != "fno":
+        for key in FNO_ONLY_HPARAMS:
+            if key in study.search_space:
+                r.fail(f"search_space.{key}", f"acts on FNO's spectral weights only, not {operator.type}; remove it")
+            if r.sub("training").has(key) and r.sub("training").raw(key) is not None and key == "clip_value":
+                r.fail(f"training.{key}", f"acts on FNO's spectral weights only, not {operator.type}; remove it")
+            if key == "init_scale" and study.training.init_scale != 1.0:
+                r.fail(f"training.{key}", f"acts on FNO's spectral weights only, not {operator.type}; remove it")
     r.finish(_TOP_ORDER)
     _resolve_and_check(study, r)
     return study
@@ -739,6 +954,8 @@ OVERRIDES = {
     "name": ("name", "--name"),
     "proxy_K": ("proxy_K", "--proxy-K"),
     "target_K": ("target_K", "--target-K"),
+    "proxy_width": ("operator.width", "--proxy-width"),
+    "target_width": ("target_width", "--target-width"),
     "num_trials": ("search.num_trials", "--num-trials"),
     "epochs": ("budget.epochs", "--epochs"),
     "target_epochs": ("target.epochs", "--target-epochs"),

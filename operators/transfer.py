@@ -30,12 +30,19 @@ class RescaledQuantity:
 
 @dataclass(frozen=True)
 class TransferRecord:
-    """The readable result of a transfer: one row per quantity."""
+    """The readable result of a transfer: one row per quantity.
+
+    ``proxy_modes``/``target_modes`` are None for operators without Fourier
+    modes; ``proxy_width``/``target_width`` are None when the width is not part
+    of the transfer.
+    """
 
     dim: int
-    proxy_modes: int
-    target_modes: int
+    proxy_modes: int | None
+    target_modes: int | None
     quantities: tuple[RescaledQuantity, ...]
+    proxy_width: int | None = None
+    target_width: int | None = None
 
     def target_values(self) -> dict[str, float]:
         """{name: target value} for every quantity."""
@@ -52,12 +59,18 @@ class TransferRecord:
             "dim": self.dim,
             "proxy_modes": self.proxy_modes,
             "target_modes": self.target_modes,
+            "proxy_width": self.proxy_width,
+            "target_width": self.target_width,
             "quantities": [asdict(q) for q in self.quantities],
         }
 
     def format_table(self) -> str:
         """A plain-text table of the rescaled quantities."""
-        header = f"muTransfer-FNO  d={self.dim}  K_proxy={self.proxy_modes} -> K_target={self.target_modes}"
+        header = f"muTransfer  d={self.dim}"
+        if self.proxy_modes is not None:
+            header += f"  K_proxy={self.proxy_modes} -> K_target={self.target_modes}"
+        if self.proxy_width is not None:
+            header += f"  width_proxy={self.proxy_width} -> width_target={self.target_width}"
         rows = [("quantity", "proxy", "factor", "target", "rule")]
         rows += [(q.name, f"{q.proxy:.6g}", f"{q.factor:.6g}", f"{q.target:.6g}", q.rule) for q in self.quantities]
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
@@ -109,3 +122,29 @@ def transfer_hyperparameters(
     for name, value in (unchanged or {}).items():
         rows.append(RescaledQuantity(name, value, value, 1.0, _UNCHANGED_RULE))
     return TransferRecord(dim, proxy_modes, target_modes, tuple(rows))
+
+
+def width_transfer_rows(
+    proxy_width: int, target_width: int, lr: float, width_parametrization: str, attention_scaled: bool = False
+) -> tuple[RescaledQuantity, ...]:
+    """Rows of a width transfer m0 → m (Tensor Programs V, Adam) for a master LR ``lr``.
+
+    Under "mup" the model applies them itself: hidden weights' LR × m0/m,
+    readout output × m0/m and, with ``attention_scaled`` (Galerkin/ONO
+    attention over d_h features), the d_h-contraction × √(m0/m). Under
+    "standard" every row is copied (factor 1).
+    """
+    from operators.width_mup import hidden_lr_multiplier, output_multiplier
+
+    if width_parametrization != "mup":
+        rule = "standard width parametrization: copied (the optimum may drift with width)"
+        return (RescaledQuantity("hidden_lr", lr, lr, 1.0, rule),)
+    factor = hidden_lr_multiplier(target_width, proxy_width)
+    rows = [
+        RescaledQuantity("hidden_lr", lr, lr * factor, factor, "x m0/m (width-muP hidden weights)"),
+        RescaledQuantity("output_multiplier", 1.0, output_multiplier(target_width, proxy_width), factor, "x m0/m (readout)"),
+    ]
+    if attention_scaled:
+        root = factor**0.5
+        rows.append(RescaledQuantity("attention_scale", 1.0, root, root, "x sqrt(m0/m) (1/d_h attention)"))
+    return tuple(rows)

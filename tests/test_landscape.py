@@ -44,14 +44,14 @@ def test_drift_is_the_shift_of_the_optimum_across_k_per_seed():
         for seed, opt in enumerate(per_seed):
             for lr in lrs:
                 err = float(np.exp((np.log10(lr) - np.log10(opt)) ** 2))
-                records.append(dict(parametrization=parametrization, modes=k, value=lr, seed=seed, test_error=err, status="completed"))
+                records.append(dict(parametrization=parametrization, scale=k, value=lr, seed=seed, test_error=err, status="completed"))
     drifts = {d.parametrization: d for d in drift(summarize(records, "lr"), "lr")}
     assert drifts["mup"].mean == pytest.approx(0.0, abs=1e-9) and drifts["mup"].std == pytest.approx(0.0, abs=1e-9)
     expected = [np.log10(1e-2 / 1e-3), np.log10(1e-2 / 2e-3)]
     assert drifts["standard"].per_seed == pytest.approx(expected)
     assert drifts["standard"].mean == pytest.approx(np.mean(expected))
     assert drifts["standard"].std == pytest.approx(np.std(expected, ddof=1))
-    assert drifts["standard"].modes_from == 4 and drifts["standard"].modes_to == 16
+    assert drifts["standard"].scale_from == 4 and drifts["standard"].scale_to == 16
 
 
 def test_tiny_landscape_end_to_end(tmp_path, monkeypatch):
@@ -69,7 +69,7 @@ def test_tiny_landscape_end_to_end(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr[-3000:]
     payload = json.loads(proc.stdout)
     assert len(payload["records"]) == 2 * 2 * 3
-    assert {(c["parametrization"], c["modes"]) for c in payload["curves"]} == {("standard", 4), ("standard", 8), ("mup", 4), ("mup", 8)}
+    assert {(c["parametrization"], c["scale"]) for c in payload["curves"]} == {("standard", 4), ("standard", 8), ("mup", 4), ("mup", 8)}
     assert {d["parametrization"] for d in payload["drift"]} == {"standard", "mup"}
     # lr = 30 diverges, and is recorded (and plotted) as diverged rather than crashing the landscape
     diverged = [r for r in payload["records"] if r["value"] == 30]

@@ -1,4 +1,4 @@
-"""`mutransfer data generate|inspect`: PDE datasets in the project's HDF5 schema."""
+"""`mutransfer data generate|inspect`: PDE datasets in the project's HDF5 schemas (grids and point sets)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,9 @@ def add_parser(subparsers) -> None:
     ns.add_argument("--spinup", type=non_negative_float, help="time units solved before w0 is taken (default 0)")
     ns.add_argument("--dt", type=positive_float, help="solver time step (default: mutransfer 1/1024, fno 1e-4)")
     ns.add_argument("--device", help="torch device of the solve, e.g. cuda (default cpu)")
+    mesh = gen.add_argument_group("darcy_mesh only")
+    mesh.add_argument("--points-min", type=positive_int, help="fewest points per sample (default 300)")
+    mesh.add_argument("--points-max", type=positive_int, help="most points per sample, also the padded size P (default 600)")
     gen.set_defaults(run=run_generate)
 
     ins = sub.add_parser(
@@ -48,7 +51,7 @@ def add_parser(subparsers) -> None:
 
 
 #: `mutransfer data generate` flags passed to a problem's generator (when it lists them in generator_options)
-GENERATOR_FLAGS = ("preset", "nu", "time_steps", "solver_resolution", "spinup", "dt", "device")
+GENERATOR_FLAGS = ("preset", "nu", "time_steps", "solver_resolution", "spinup", "dt", "device", "points_min", "points_max")
 #: reader options shared by `data inspect` and `train --data`
 READER_FLAGS = ("input_key", "output_key", "field", "input_time", "output_time")
 
@@ -69,6 +72,7 @@ def reader_options(args: argparse.Namespace) -> dict:
 
 def run_generate(args: argparse.Namespace) -> int:
     from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.data.pointclouds import write_point_dataset
     from mutransfer.problems import get_problem
 
     from mutransfer.errors import UserInputError
@@ -84,6 +88,12 @@ def run_generate(args: argparse.Namespace) -> int:
             )
     start = time.perf_counter()
     data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress, **options)
+    if problem.kind == "points":
+        write_point_dataset(args.out, data)
+        lo, hi = data["attrs"]["points_min"], data["attrs"]["points_max"]
+        print(f"wrote {args.n} {problem.name} samples ({lo}-{hi} points each from a {args.resolution}x{args.resolution} "
+              f"grid) to {args.out} ({time.perf_counter() - start:.1f} s)")
+        return 0
     write_dataset(args.out, data)
     print(f"wrote {args.n} {problem.name} samples at resolution {args.resolution} to {args.out} "
           f"({time.perf_counter() - start:.1f} s)")
@@ -91,9 +101,20 @@ def run_generate(args: argparse.Namespace) -> int:
 
 
 def run_inspect(args: argparse.Namespace) -> int:
+    from mutransfer.data.pointclouds import inspect_point_dataset, is_point_file
     from mutransfer.data.readers import describe
+    from mutransfer.errors import UserInputError
 
-    info = describe(args.file, **reader_options(args))
+    if is_point_file(args.file):
+        for name, value in reader_options(args).items():
+            if value is not None:
+                raise UserInputError(
+                    f"--{name.replace('_', '-')} does not apply to point-set file {args.file} "
+                    "(it holds coords/input/output/mask); drop it"
+                )
+        info = inspect_point_dataset(args.file)
+    else:
+        info = describe(args.file, **reader_options(args))
     if args.json:
         print_json(info)
         return 0

@@ -1,4 +1,4 @@
-"""`mutransfer landscape`: loss vs a hyperparameter for several K, SP and muP side by side (the paper's Figure 1)."""
+"""`mutransfer landscape`: loss vs a hyperparameter for several K or widths, SP and muP side by side (the paper's Figure 1)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,18 @@ def add_parser(subparsers) -> None:
 
     p = subparsers.add_parser(
         "landscape",
-        help="train a grid (K x hyperparameter x parametrization x seed) on Ray and plot where the optimum sits",
+        help="train a grid (K or width x hyperparameter x parametrization x seed) on Ray and plot where the optimum sits",
         description="Runs one training per grid point as a Ray task, logs each to MLflow under one parent run, and "
-        "writes landscape.png (loss vs the hyperparameter per K, SP and muP side by side, optima starred, seed "
-        "spread shaded, diverged points as red x), a table of the optimum per K, and the drift of the optimum from "
-        "the smallest to the largest K (mean ± std over seeds).",
+        "writes landscape.png (loss vs the hyperparameter per K or width, SP and muP side by side, optima starred, "
+        "seed spread shaded, diverged points as red x), a table of the optimum per scale, and the drift of the "
+        "optimum from the smallest to the largest scale (mean ± std over seeds). --modes varies FNO's K under the "
+        "K-parametrization; --widths varies the width of any operator under the width parametrization (muP base "
+        "width: the smallest width).",
     )
     p.add_argument("--study", help="study file (default: the built-in quick study)")
-    p.add_argument("--modes", type=positive_int, nargs="+", required=True, help="values of K (at least two)")
+    scale = p.add_mutually_exclusive_group(required=True)
+    scale.add_argument("--modes", type=positive_int, nargs="+", help="values of K (FNO; at least two)")
+    scale.add_argument("--widths", type=positive_int, nargs="+", help="widths (any operator; at least two)")
     p.add_argument("--hyperparameter", choices=sorted(TRANSFORMS), default="lr", help="what to vary (default lr)")
     values = p.add_mutually_exclusive_group(required=True)
     values.add_argument("--lrs", "--values", dest="values", type=positive_float, nargs="+", help="grid values")
@@ -57,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     options = LandscapeOptions(
         study_path=args.study,
         values=values,
-        modes=list(args.modes),
+        modes=None if args.modes is None else list(args.modes),
+        widths=None if args.widths is None else list(args.widths),
         hyperparameter=args.hyperparameter,
         parametrizations=tuple(args.parametrization),
         seeds=args.seeds,

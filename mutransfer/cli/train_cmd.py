@@ -1,4 +1,4 @@
-"""`mutransfer train`: train one FNO on a PDE problem, end to end."""
+"""`mutransfer train`: train one operator (FNO, Galerkin Transformer, ONO, GNOT) on a PDE problem, end to end."""
 
 from __future__ import annotations
 
@@ -30,14 +30,18 @@ def pino_ratio(text: str) -> tuple[float, float]:
 def add_parser(subparsers) -> None:
     from mutransfer.cli.data_cmd import add_reader_arguments
     from operators.parametrization import PARAMETRIZATIONS
+    from operators.width_mup import WIDTH_PARAMETRIZATIONS
     from mutransfer.problems import PROBLEMS
+    from mutransfer.study import OPERATORS
     from mutransfer.training.schedules import SCHEDULES
 
     p = subparsers.add_parser(
         "train",
-        help="train an FNO on a PDE problem (generates and caches a small dataset on first use)",
-        description="Train an FNO under standard or muP parametrization. Without --data a small default dataset "
-        "for the problem is generated once and cached ($MUTRANSFER_CACHE or ~/.cache/mutransfer).",
+        help="train an operator (FNO, Galerkin Transformer, ONO, GNOT) on a PDE problem "
+        "(generates and caches a small dataset on first use)",
+        description="Train an FNO (standard or muP in K) or an attention operator (galerkin, ono, gnot; grids are "
+        "presented as point sets) with an optional muP in the width. Without --data a small default dataset for the "
+        "problem is generated once and cached ($MUTRANSFER_CACHE or ~/.cache/mutransfer).",
     )
     p.add_argument("--problem", choices=sorted(PROBLEMS), default="darcy", help="PDE problem (default: darcy)")
     p.add_argument(
@@ -45,12 +49,21 @@ def add_parser(subparsers) -> None:
         help="data file: mutransfer HDF5, .mat (v5/v7.3), PDEBench or The Well HDF5, or .pt (default: the "
         "problem's cached dataset); see --input-key and friends below",
     )
-    p.add_argument("--modes", type=positive_int, default=8, help="K, Fourier modes per sign per dimension (default 8)")
-    p.add_argument("--parametrization", choices=PARAMETRIZATIONS, default="mup", help="default: mup")
-    p.add_argument("--width", type=positive_int, default=32, help="hidden channels m (default 32)")
-    p.add_argument("--layers", type=positive_int, default=4, help="Fourier layers L (default 4)")
-    p.add_argument("--padding", type=non_negative_int, help="grid points of domain padding (default: the problem's)")
-    p.add_argument("--init-scale", type=positive_float, default=1.0, help="multiplies the spectral init std")
+    p.add_argument("--operator", choices=OPERATORS, default="fno", help="operator (default: fno)")
+    p.add_argument("--modes", type=positive_int, help="FNO: K, Fourier modes per sign per dimension (default 8)")
+    p.add_argument("--parametrization", choices=PARAMETRIZATIONS, help="FNO: parametrization in K (default: mup)")
+    p.add_argument("--width", type=positive_int, default=32, help="hidden channels / model width m (default 32)")
+    p.add_argument("--layers", type=positive_int, default=4, help="layers L (default 4)")
+    p.add_argument("--heads", type=positive_int, help="attention operators: heads (default 4; must divide --width)")
+    p.add_argument(
+        "--option", dest="options", action="append", default=[], metavar="KEY=VALUE",
+        help="attention operators: a further constructor argument, e.g. --option attention_type=fourier (repeatable)",
+    )
+    p.add_argument("--width-parametrization", choices=WIDTH_PARAMETRIZATIONS, default="standard",
+                   help="muP in the width (Tensor Programs V) or standard (default); mup needs --base-width")
+    p.add_argument("--base-width", type=positive_int, help="width-muP: the width the hyperparameters were tuned at")
+    p.add_argument("--padding", type=non_negative_int, help="FNO: grid points of domain padding (default: the problem's)")
+    p.add_argument("--init-scale", type=positive_float, help="FNO: multiplies the spectral init std (default 1)")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--epochs", type=positive_int, help="training epochs (default 20)")
     budget.add_argument("--iterations", type=positive_int, help="optimizer steps instead of epochs")
@@ -59,7 +72,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--beta1", type=unit_interval, default=0.9)
     p.add_argument("--beta2", type=unit_interval, default=0.999)
     p.add_argument("--weight-decay", type=non_negative_float, default=0.0)
-    p.add_argument("--clip-value", type=positive_float, help="element-wise clip of spectral gradients (default: off)")
+    p.add_argument("--clip-value", type=positive_float, help="FNO: element-wise clip of spectral gradients (default: off)")
     p.add_argument("--schedule", choices=SCHEDULES, default="step", help="LR schedule (default: step)")
     p.add_argument("--milestones", type=positive_int, nargs="+", help="step schedule: halve at these epochs/iterations")
     p.add_argument("--step-size", type=positive_int, help="step schedule: halve every this many epochs/iterations")
@@ -95,6 +108,10 @@ def resolve_data(args: argparse.Namespace):
 
     problem = get_problem(args.problem)
     options = reader_options(args)
+    if getattr(problem, "kind", "grid") == "points":
+        return (problem, *_resolve_point_data(args, problem, options))
+    if args.data is not None and _is_point_file(args.data):
+        raise UserInputError(f"--data {args.data} holds point sets (an irregular mesh); pass --problem darcy_mesh")
     if args.data is None:
         path = default_dataset(problem, progress=args.progress)
         n_train = args.n_train or problem.n_train
@@ -121,8 +138,121 @@ def resolve_data(args: argparse.Namespace):
     return problem, data, str(path)
 
 
-def run(args: argparse.Namespace) -> int:
+def _is_point_file(path) -> bool:
+    from mutransfer.data.pointclouds import is_point_file
+
+    return is_point_file(path)
+
+
+def _resolve_point_data(args: argparse.Namespace, problem, options: dict):
+    """(SplitData packed as point sets, path) for a point-set problem."""
+    from mutransfer.data.pointclouds import load_point_split, point_file_header
+    from mutransfer.errors import UserInputError
+    from mutransfer.problems import default_dataset
+
+    for flag, value in (("--resolution", args.resolution), ("--time-resolution", getattr(args, "time_resolution", None))):
+        if value is not None:
+            raise UserInputError(f"{flag}: {problem.name} is a point-set problem with no grid to stride; drop it")
+    if any(v is not None for v in options.values()):
+        raise UserInputError(f"--input-key and friends apply to grid data files, not to {problem.name} point sets; drop them")
+    if args.data is None:
+        path = default_dataset(problem, progress=args.progress)
+        n_train = args.n_train or problem.n_train
+        n_test = args.n_test or problem.n_test
+    else:
+        path = args.data
+        if not _is_point_file(path):
+            raise UserInputError(
+                f"--data {path} is not a point-set file; generate one with `mutransfer data generate {problem.name} --out {path}`"
+            )
+        header = point_file_header(path)
+        if header.get("problem") not in (None, problem.name):
+            raise UserInputError(f"--data {path} holds {header['problem']!r} data but --problem is {problem.name!r}")
+        n = int(header["n_samples"])
+        n_test = args.n_test or max(1, n // 5)
+        n_train = args.n_train or n - n_test
+    return load_point_split(path, n_train=n_train, n_test=n_test), str(path)
+
+
+#: flags that apply to FNO only (None when not given)
+_FNO_FLAGS = (("modes", "--modes"), ("parametrization", "--parametrization"), ("padding", "--padding"),
+              ("init_scale", "--init-scale"), ("clip_value", "--clip-value"))
+
+
+def _parse_options(items: list[str]) -> dict:
+    """--option KEY=VALUE items → {key: value}, values read as YAML scalars (1e-2, true, fourier)."""
+    import yaml
+
+    from mutransfer.errors import UserInputError
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise UserInputError(f"--option {item!r}: write KEY=VALUE, e.g. --option attention_type=fourier")
+        try:
+            out[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise UserInputError(f"--option {item!r}: the value is not a number, boolean or word; e.g. ffn_ratio=2") from None
+    return out
+
+
+def build_train_model(args: argparse.Namespace, problem, data):
+    """The operator the train flags describe, with one-line errors for flags that do not apply to it."""
+    from operators.adapters import GridPointSet, PackedPointSet, build_point_operator, normalization_from
     from operators.fno import FNO
+    from mutransfer.errors import UserInputError
+
+    points = getattr(problem, "kind", "grid") == "points"
+    if args.width_parametrization == "mup" and args.base_width is None:
+        raise UserInputError("--width-parametrization mup needs --base-width (the width the hyperparameters were tuned at)")
+    if args.width_parametrization == "standard" and args.base_width is not None:
+        raise UserInputError("--base-width applies to --width-parametrization mup only; drop it or add that flag")
+    base_width = args.base_width if args.width_parametrization == "mup" else None
+    if args.operator == "fno":
+        if points:
+            raise UserInputError(f"--operator fno needs a grid; {problem.name} is a point-set problem: use galerkin, ono or gnot")
+        for flag, value in (("--heads", args.heads), ("--option", args.options or None)):
+            if value is not None:
+                raise UserInputError(f"{flag} applies to the attention operators (galerkin, ono, gnot), not fno; drop it")
+        model = FNO(
+            problem.dim,
+            data.train_x.shape[-1],
+            data.train_y.shape[-1],
+            modes=8 if args.modes is None else args.modes,
+            width=args.width,
+            layers=args.layers,
+            parametrization=args.parametrization or "mup",
+            padding=problem.padding if args.padding is None else args.padding,
+            init_scale=1.0 if args.init_scale is None else args.init_scale,
+            width_parametrization=args.width_parametrization,
+            base_width=base_width,
+        )
+        model.check_input(tuple(data.train_x.shape[1:-1]))
+        return model
+    for name, flag in _FNO_FLAGS:
+        if getattr(args, name) is not None:
+            raise UserInputError(f"{flag} applies to fno only, not {args.operator}; drop it")
+    options = _parse_options(args.options)
+    reserved = {"coord_dim", "in_channels", "out_channels", "width", "layers", "heads", "width_parametrization", "base_width"}
+    clash = sorted(reserved & set(options))
+    if clash:
+        raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
+    dim = problem.dim
+    in_channels = data.train_x.shape[-1] - (dim + 1 if points else 0)
+    config = dict(
+        coord_dim=dim, in_channels=int(in_channels), out_channels=int(data.train_y.shape[-1]), width=args.width,
+        layers=args.layers, heads=4 if args.heads is None else args.heads,
+        width_parametrization=args.width_parametrization, base_width=base_width, **options,
+    )
+    build_point_operator(args.operator, config)  # validates the options with a one-line error
+    normalization = normalization_from(data.train_x, data.train_y, dim if points else None)
+    if points:
+        return PackedPointSet(dim, args.operator, config, normalization)
+    return GridPointSet(dim, args.operator, config, normalization)
+
+
+def run(args: argparse.Namespace) -> int:
     from mutransfer.errors import UserInputError
     from mutransfer.training import TrainConfig, train
 
@@ -154,18 +284,7 @@ def run(args: argparse.Namespace) -> int:
         physics_weight=None if ratio is None else ratio[1],
     )
     problem, data, path = resolve_data(args)
-    model = FNO(
-        problem.dim,
-        data.train_x.shape[-1],
-        data.train_y.shape[-1],
-        modes=args.modes,
-        width=args.width,
-        layers=args.layers,
-        parametrization=args.parametrization,
-        padding=problem.padding if args.padding is None else args.padding,
-        init_scale=args.init_scale,
-    )
-    model.check_input(tuple(data.train_x.shape[1:-1]))
+    model = build_train_model(args, problem, data)
     result = train(model, data, config, resume=args.resume)
     summary = {
         "problem": problem.name,
@@ -182,10 +301,15 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     grid = "x".join(str(n) for n in summary["grid"])
-    print(
-        f"{problem.name}: FNO-{problem.dim}D K={args.modes} width={args.width} layers={args.layers} "
-        f"({args.parametrization}), grid {grid}, {summary['n_train']} train / {summary['n_test']} test"
-    )
+    if args.operator == "fno":
+        what = (f"FNO-{problem.dim}D K={model.modes} width={args.width} layers={args.layers} "
+                f"({model.config['parametrization']})")
+    else:
+        what = f"{args.operator} width={args.width} layers={args.layers} heads={model.operator.config['heads']}"
+    if args.width_parametrization == "mup":
+        what += f", width-muP from base width {args.base_width}"
+    where = f"{grid} points per sample (padded)" if getattr(problem, "kind", "grid") == "points" else f"grid {grid}"
+    print(f"{problem.name}: {what}, {where}, {summary['n_train']} train / {summary['n_test']} test")
     print(
         f"status {result.status}: test rel. L2 {result.test_error:.4g} (best {result.best_test_error:.4g}), "
         f"train loss {result.train_loss:.4g}, {result.epochs_completed} epochs / {result.iterations_completed} steps, "

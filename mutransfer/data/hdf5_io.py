@@ -198,6 +198,12 @@ def open_dataset(path) -> Iterator[h5py.File]:
     with f:
         problem = f.attrs.get("problem")
         problem = problem.decode() if isinstance(problem, bytes) else problem
+        schema = f.attrs.get("schema")
+        if (schema.decode() if isinstance(schema, bytes) else schema) == "mutransfer-points":
+            raise UserInputError(
+                f"data file {p} holds point sets ({problem}); use problem {problem or 'darcy_mesh'} "
+                "(loaded by mutransfer.data.pointclouds), not a grid problem"
+            )
         version = f.attrs.get("schema_version")
         if version is not None and int(version) > SCHEMA_VERSION:
             raise UserInputError(

@@ -1,7 +1,8 @@
-"""Landscape analysis: optimum per curve, optimal value per K, drift of the optimum across K.
+"""Landscape analysis: optimum per curve, optimal value per scale (K or width), drift of the optimum.
 
 Pure functions over plain records (no Ray, no MLflow). A record is one training:
-{"parametrization", "modes", "value", "seed", "test_error", "status"}.
+{"parametrization", "scale", "value", "seed", "test_error", "status"}; ``scale``
+is K (Fourier modes) or the width, whichever the landscape varies.
 
 The optimum of a curve (one parametrization, one K, one seed, or the seed-mean
 curve) is the grid point with the lowest test error, refined by a parabola
@@ -9,7 +10,7 @@ through it and its two neighbours in the transformed coordinate (log10 of the
 learning rate), so optima are not quantised to the grid. Diverged points never
 count as optima; in the mean curve they count as the diverged sentinel.
 
-Drift = transformed optimum at the largest K minus that at the smallest K, per
+Drift = transformed optimum at the largest scale minus that at the smallest, per
 seed; reported as mean and standard deviation across seeds.
 """
 
@@ -64,10 +65,10 @@ def curve_optimum(values: list[float], errors: list[float], statuses: list[str],
 
 @dataclass
 class CurveSummary:
-    """One (parametrization, K) curve: seed-mean errors per value, the optimum and its spread across seeds."""
+    """One (parametrization, scale) curve: seed-mean errors per value, the optimum and its spread across seeds."""
 
     parametrization: str
-    modes: int
+    scale: int
     values: list[float]
     mean_error: list[float]
     min_error: list[float]
@@ -81,9 +82,9 @@ class CurveSummary:
 def summarize(records: list[dict], hyperparameter: str) -> list[CurveSummary]:
     """Group records into curves and find each curve's optimum (seed-mean curve and per seed)."""
     curves = []
-    keys = sorted({(r["parametrization"], r["modes"]) for r in records})
-    for parametrization, modes in keys:
-        rows = [r for r in records if r["parametrization"] == parametrization and r["modes"] == modes]
+    keys = sorted({(r["parametrization"], r["scale"]) for r in records})
+    for parametrization, scale in keys:
+        rows = [r for r in records if r["parametrization"] == parametrization and r["scale"] == scale]
         values = sorted({r["value"] for r in rows})
         seeds = sorted({r["seed"] for r in rows})
         per_value = {v: [r for r in rows if r["value"] == v] for v in values}
@@ -100,7 +101,7 @@ def summarize(records: list[dict], hyperparameter: str) -> list[CurveSummary]:
                                              [r["status"] for r in seed_rows], hyperparameter))
         curves.append(CurveSummary(
             parametrization=parametrization,
-            modes=modes,
+            scale=scale,
             values=values,
             mean_error=mean,
             min_error=[float(min(err(r) for r in per_value[v])) for v in values],
@@ -115,23 +116,23 @@ def summarize(records: list[dict], hyperparameter: str) -> list[CurveSummary]:
 
 @dataclass
 class Drift:
-    """Shift of the optimum from the smallest to the largest K, in the transformed coordinate."""
+    """Shift of the optimum from the smallest to the largest scale, in the transformed coordinate."""
 
     parametrization: str
     coordinate: str
-    modes_from: int
-    modes_to: int
+    scale_from: int
+    scale_to: int
     mean: float | None
     std: float | None
     per_seed: list[float | None]
 
 
 def drift(curves: list[CurveSummary], hyperparameter: str) -> list[Drift]:
-    """Per parametrization: optimum(K_max) − optimum(K_min) per seed, with mean and std across seeds."""
+    """Per parametrization: optimum(largest scale) − optimum(smallest) per seed, with mean and std across seeds."""
     label, forward, _ = transform(hyperparameter)
     out = []
     for parametrization in dict.fromkeys(c.parametrization for c in curves):
-        mine = sorted((c for c in curves if c.parametrization == parametrization), key=lambda c: c.modes)
+        mine = sorted((c for c in curves if c.parametrization == parametrization), key=lambda c: c.scale)
         if len(mine) < 2:
             continue
         lo, hi = mine[0], mine[-1]
@@ -143,8 +144,8 @@ def drift(curves: list[CurveSummary], hyperparameter: str) -> list[Drift]:
         out.append(Drift(
             parametrization=parametrization,
             coordinate=label,
-            modes_from=lo.modes,
-            modes_to=hi.modes,
+            scale_from=lo.scale,
+            scale_to=hi.scale,
             mean=float(np.mean(finite)) if finite else None,
             std=float(np.std(finite, ddof=1)) if len(finite) > 1 else (0.0 if finite else None),
             per_seed=per_seed,

@@ -1,4 +1,4 @@
-"""The landscape figure: test error vs the hyperparameter, one line per K, parametrizations side by side."""
+"""The landscape figure: test error vs the hyperparameter, one line per scale (K or width), parametrizations side by side."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ def _x(values, hyperparameter: str):
     return 1.0 - values if hyperparameter == "beta2" else values
 
 
-def plot_landscape(curves: list[CurveSummary], drifts: list[Drift], hyperparameter: str, path, *, title: str = "") -> None:
+def plot_landscape(
+    curves: list[CurveSummary], drifts: list[Drift], hyperparameter: str, path, *, title: str = "", axis: str = "K"
+) -> None:
     """Save the figure: mean test error with the min-max seed band, optima starred, diverged points as red x."""
     import matplotlib
 
@@ -23,17 +25,17 @@ def plot_landscape(curves: list[CurveSummary], drifts: list[Drift], hyperparamet
 
     params = list(dict.fromkeys(c.parametrization for c in curves))
     fig, axes = plt.subplots(1, len(params), figsize=(5.2 * len(params), 4.2), squeeze=False, sharey=True)
-    all_modes = sorted({c.modes for c in curves})
-    colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(all_modes)))
-    color_of = dict(zip(all_modes, colors))
+    scales = sorted({c.scale for c in curves})
+    colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(scales)))
+    color_of = dict(zip(scales, colors))
     label = {"lr": "learning rate", "batch_size": "batch size", "beta2": "1 - beta2"}[hyperparameter]
     for ax, parametrization in zip(axes[0], params):
         drift_row = next((d for d in drifts if d.parametrization == parametrization), None)
-        for curve in sorted((c for c in curves if c.parametrization == parametrization), key=lambda c: c.modes):
-            color = color_of[curve.modes]
+        for curve in sorted((c for c in curves if c.parametrization == parametrization), key=lambda c: c.scale):
+            color = color_of[curve.scale]
             x = _x(curve.values, hyperparameter)
             ok = np.asarray(curve.diverged) < curve.seeds  # at least one seed did not diverge
-            ax.plot(x[ok], np.asarray(curve.mean_error)[ok], "-o", ms=3, color=color, label=f"K={curve.modes}")
+            ax.plot(x[ok], np.asarray(curve.mean_error)[ok], "-o", ms=3, color=color, label=f"{axis}={curve.scale}")
             ax.fill_between(x[ok], np.asarray(curve.min_error)[ok], np.asarray(curve.max_error)[ok], color=color, alpha=0.2)
             trans = blended_transform_factory(ax.transData, ax.transAxes)
             for xi, n_div in zip(x, curve.diverged):
@@ -50,7 +52,7 @@ def plot_landscape(curves: list[CurveSummary], drifts: list[Drift], hyperparamet
         heading = parametrization
         if drift_row is not None and drift_row.mean is not None:
             heading += f": optimum drift {drift_row.mean:+.2f} ± {drift_row.std:.2f} in {drift_row.coordinate}"
-            heading += f" (K {drift_row.modes_from}->{drift_row.modes_to})"
+            heading += f" ({axis} {drift_row.scale_from}->{drift_row.scale_to})"
         ax.set_title(heading, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("test relative L2 (mean over seeds; band: min-max)")

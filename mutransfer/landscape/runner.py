@@ -1,7 +1,9 @@
-"""Run a landscape: a grid of trainings (parametrization × K × value × seed) as Ray tasks, logged to MLflow.
+"""Run a landscape: a grid of trainings (parametrization × scale × value × seed) as Ray tasks, logged to MLflow.
 
-Each grid point trains the study's FNO with one hyperparameter set to the point's
-value (everything else from the study's ``training`` section) for the study's
+The scale is K (``modes``: FNO, parametrization in K = standard / mup) or the
+width (``widths``: any operator, width parametrization = standard / mup with
+the smallest width as the base width). Each grid point trains the study's
+operator with one hyperparameter set to the point's value (everything else from the study's ``training`` section) for the study's
 proxy epoch budget (or ``epochs``). The driver logs one MLflow child run per point
 under one parent run (tag ``mutransfer.kind = landscape``) as results arrive,
 then writes the figure, the optimum table and the drift.
@@ -27,8 +29,11 @@ class LandscapeOptions:
 
     study_path: str | None
     values: list[float]
-    modes: list[int]
+    #: values of K (FNO) — or None with ``widths``
+    modes: list[int] | None = None
     hyperparameter: str = "lr"
+    #: widths (any operator; the smallest is the muP base width) — or None with ``modes``
+    widths: list[int] | None = None
     parametrizations: tuple[str, ...] = ("standard", "mup")
     seeds: int = 3
     epochs: int | None = None
@@ -40,12 +45,18 @@ class LandscapeOptions:
     study_overrides: dict = field(default_factory=dict)
 
 
+def axis_of(options: LandscapeOptions) -> str:
+    """"K" or "width": what the landscape scales."""
+    return "width" if options.widths else "K"
+
+
 def grid_points(options: LandscapeOptions, base_seed: int) -> list[dict]:
-    """Every (parametrization, K, value, seed) to train, in a deterministic order."""
+    """Every (parametrization, scale, value, seed) to train, in a deterministic order."""
+    scales = options.widths if options.widths else options.modes
     return [
-        {"parametrization": p, "modes": int(k), "value": v, "seed": base_seed + s}
+        {"parametrization": p, "scale": int(k), "value": v, "seed": base_seed + s}
         for p in options.parametrizations
-        for k in sorted(set(options.modes))
+        for k in sorted(set(scales))
         for v in sorted(set(options.values))
         for s in range(options.seeds)
     ]
@@ -59,10 +70,18 @@ def validate(options: LandscapeOptions):
 
     transform(options.hyperparameter)
     study, _ = load_study(options.study_path, options.study_overrides)
-    if len(set(options.modes)) < 2:
-        raise UserInputError(f"--modes {options.modes}: give at least two values of K to measure a drift")
+    if (options.modes is None) == (options.widths is None):
+        raise UserInputError("--modes/--widths: give exactly one of them (the scale the landscape varies)")
+    if options.modes is not None and not study.is_fno:
+        raise UserInputError(f"--modes: {study.operator.type} has no Fourier modes; vary the width with --widths")
+    scales = options.widths if options.widths else options.modes
+    if len(set(scales)) < 2:
+        what = "widths" if options.widths else "K"
+        raise UserInputError(f"--{'widths' if options.widths else 'modes'} {scales}: give at least two values of {what} to measure a drift")
     if len(set(options.values)) < 3:
         raise UserInputError("--lrs/--values: give at least three values (or --lr-range LO HI --points N with N >= 3)")
+    if options.hyperparameter in ("init_scale", "clip_value") and not study.is_fno:
+        raise UserInputError(f"--hyperparameter {options.hyperparameter}: acts on FNO only, not {study.operator.type}")
     for value in options.values:
         if options.hyperparameter == "beta2" and not 0 < value < 1:
             raise UserInputError(f"beta2 value {value}: must be in (0, 1)")
@@ -70,36 +89,59 @@ def validate(options: LandscapeOptions):
             raise UserInputError(f"{options.hyperparameter} value {value}: must be positive")
         if options.hyperparameter == "batch_size" and value != int(value):
             raise UserInputError(f"batch_size value {value}: must be an integer")
-    grid = study.grid_shape
-    for k in options.modes:
-        for p in options.parametrizations:
-            check_modes(int(k), study.dim, p)
-        check_grid(grid, int(k))
+    if options.widths:
+        heads = study.operator.heads
+        for w in options.widths:
+            if heads and w % heads:
+                raise UserInputError(f"--widths: {w} is not divisible by operator.heads {heads}; use multiples of {heads}")
+        if study.is_fno:
+            for p in options.parametrizations:
+                check_modes(int(study.proxy_K), study.dim, study.parametrization)
+            check_grid(study.grid_shape, int(study.proxy_K))
+    else:
+        grid = study.grid_shape
+        for k in options.modes:
+            for p in options.parametrizations:
+                check_modes(int(k), study.dim, p)
+            check_grid(grid, int(k))
     if options.seeds < 1 or options.cpus_per_task < 1 or (options.epochs is not None and options.epochs < 1):
         raise UserInputError("--seeds, --cpus-per-task and --epochs must be positive integers")
     return study
 
 
 def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
-    """Train one grid point; returns its record (status, test error, per-epoch history, seconds)."""
+    """Train one grid point; returns its record (status, test error, per-epoch history, seconds).
+
+    ``spec["axis"]`` "K": the FNO at K = scale under the point's K-parametrization;
+    "width": the operator at width = scale under the point's width
+    parametrization, with ``spec["base_width"]`` as the muP base width.
+    """
     import torch
 
-    from mutransfer.sweep.hparams import build_model, merge_hyperparameters, train_config
+    from mutransfer.sweep.hparams import build_model, data_normalization, merge_hyperparameters, train_config
     from mutransfer.training import train
 
     torch.set_num_threads(threads)
-    point_study = dataclasses.replace(
-        study,
-        parametrization=spec["parametrization"],
-        training=dataclasses.replace(study.training, seed=int(spec["seed"])),
-    )
+    training = dataclasses.replace(study.training, seed=int(spec["seed"]))
+    if spec.get("axis", "K") == "width":
+        operator = dataclasses.replace(study.operator, width=int(spec["base_width"]))
+        point_study = dataclasses.replace(
+            study, operator=operator, width_parametrization=spec["parametrization"], training=training
+        )
+        modes, width = study.proxy_K, int(spec["scale"])
+    else:
+        point_study = dataclasses.replace(study, parametrization=spec["parametrization"], training=training)
+        modes, width = int(spec["scale"]), study.operator.width
     hp = merge_hyperparameters(point_study, {spec["hyperparameter"]: spec["value"]})
     torch.manual_seed(int(spec["seed"]))
-    model = build_model(point_study, spec["modes"], hp["init_scale"], data.train_x.shape[-1], data.train_y.shape[-1])
+    model = build_model(
+        point_study, modes=modes, width=width, init_scale=hp["init_scale"], input_channels=data.train_x.shape[-1],
+        output_channels=data.train_y.shape[-1], normalization=data_normalization(point_study, data),
+    )
     start = time.perf_counter()
     result = train(model, data, train_config(point_study, hp, epochs=epochs))
     return {
-        **{k: spec[k] for k in ("parametrization", "modes", "value", "seed")},
+        **{k: spec[k] for k in ("parametrization", "scale", "value", "seed")},
         "status": result.status,
         "test_error": float(result.test_error),
         "history": [(h["epoch"], float(h["test_error"]), float(h["train_loss"])) for h in result.history],
@@ -116,7 +158,12 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
 
     study = validate(options)
     epochs = int(options.epochs or study.budget.epochs)
-    specs = [dict(s, hyperparameter=options.hyperparameter) for s in grid_points(options, int(study.training.seed))]
+    axis = axis_of(options)
+    base_width = min(options.widths) if options.widths else None
+    specs = [
+        dict(s, hyperparameter=options.hyperparameter, axis=axis, base_width=base_width)
+        for s in grid_points(options, int(study.training.seed))
+    ]
     data, data_path = load_study_data(study, progress=options.progress)
 
     tracker = Tracker(resolve_tracking_uri(options.tracking_uri or study.tracking.uri))
@@ -127,7 +174,8 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
     }).info.run_id
     log_batch(tracker.client, parent, params={
         "hyperparameter": options.hyperparameter, "values": list(sorted(set(options.values))),
-        "modes": sorted(set(options.modes)), "parametrizations": list(options.parametrizations),
+        "axis": axis, "scales": sorted(set(options.widths or options.modes)),
+        "parametrizations": list(options.parametrizations), "operator": study.operator.type,
         "seeds": options.seeds, "epochs": epochs, "data": str(data_path),
     })
 
@@ -149,9 +197,9 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
             spec = pending.pop(done[0])
             record = ray.get(done[0])
             records.append(record)
-            _log_point(tracker, experiment_id, parent, study.name, options.hyperparameter, record)
+            _log_point(tracker, experiment_id, parent, study.name, options.hyperparameter, record, axis)
             if options.progress:
-                say(f"  [{len(records)}/{len(specs)}] {record['parametrization']} K={record['modes']} "
+                say(f"  [{len(records)}/{len(specs)}] {record['parametrization']} {axis}={record['scale']} "
                     f"{options.hyperparameter}={record['value']:.4g} seed={record['seed']}: "
                     f"{record['status']} {record['test_error']:.4g}")
     except BaseException:
@@ -167,13 +215,20 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
     out = Path(options.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figure = out / "landscape.png"
-    plot_landscape(curves, drifts, options.hyperparameter, figure,
-                   title=f"{study.name}: {study.problem.name}, FNO-{study.dim}D width {study.operator.width}, "
-                         f"{epochs} epochs, {options.seeds} seeds")
+    if axis == "width":
+        fixed = f"{study.model_text(False).rsplit(' width', 1)[0]}, base width {base_width}"
+        model = f"{fixed}, width {', '.join(map(str, sorted(set(options.widths))))}"
+    else:
+        model = f"FNO-{study.dim}D width {study.operator.width}"
+    plot_landscape(curves, drifts, options.hyperparameter, figure, axis=axis,
+                   title=f"{study.name}: {study.problem.name}, {model}, {epochs} epochs, {options.seeds} seeds")
     payload = {
         "study": study.name,
         "problem": study.problem.name,
         "hyperparameter": options.hyperparameter,
+        "axis": axis,
+        "operator": study.operator.type,
+        "base_width": base_width,
         "epochs": epochs,
         "wall_seconds": wall,
         "device_seconds": sum(r["seconds"] for r in records) * options.cpus_per_task,
@@ -193,10 +248,12 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
     return payload
 
 
-def _log_point(tracker, experiment_id: str, parent: str, study_name: str, hyperparameter: str, record: dict) -> None:
+def _log_point(
+    tracker, experiment_id: str, parent: str, study_name: str, hyperparameter: str, record: dict, axis: str = "K"
+) -> None:
     from mutransfer.sweep.tracking import PARENT_TAG, RUN_NAME_TAG, log_batch
 
-    name = f"{record['parametrization']} K={record['modes']} {hyperparameter}={record['value']:.4g} seed={record['seed']}"
+    name = f"{record['parametrization']} {axis}={record['scale']} {hyperparameter}={record['value']:.4g} seed={record['seed']}"
     run = tracker.client.create_run(experiment_id, tags={
         PARENT_TAG: parent, RUN_NAME_TAG: name, "mutransfer.kind": "landscape_point",
         "mutransfer.study": study_name, "mutransfer.status": record["status"],
@@ -206,25 +263,26 @@ def _log_point(tracker, experiment_id: str, parent: str, study_name: str, hyperp
     metrics += [("train_loss", loss, now, epoch) for epoch, _, loss in record["history"]]
     metrics += [("final_test_error", record["test_error"], now, 0), ("seconds", record["seconds"], now, 0)]
     log_batch(tracker.client, run.info.run_id, metrics=metrics, params={
-        "parametrization": record["parametrization"], "modes": record["modes"],
+        "parametrization": record["parametrization"], ("modes" if axis == "K" else "width"): record["scale"],
         hyperparameter: record["value"], "seed": record["seed"],
     })
     tracker.set_status(run.info.run_id, "FINISHED")
 
 
 def format_table(payload: dict) -> str:
-    """Plain-text table of the optimum per K and the drift, per parametrization."""
+    """Plain-text table of the optimum per scale (K or width) and the drift, per parametrization."""
     label = transform(payload["hyperparameter"])[0]
-    lines = [f"optimal {payload['hyperparameter']} per K ({payload['study']}, {payload['epochs']} epochs)"]
-    lines.append(f"{'parametrization':<16}{'K':>5}  {'optimum':>10}  {'per seed':<36} {'best mean error':>15}")
+    axis = payload.get("axis", "K")
+    lines = [f"optimal {payload['hyperparameter']} per {axis} ({payload['study']}, {payload['epochs']} epochs)"]
+    lines.append(f"{'parametrization':<16}{axis:>6}  {'optimum':>10}  {'per seed':<36} {'best mean error':>15}")
     for c in payload["curves"]:
         seeds = ", ".join("diverged" if o is None else f"{o:.3g}" for o in c["seed_optima"])
         opt = "none" if c["optimum"] is None else f"{c['optimum']:.4g}"
-        lines.append(f"{c['parametrization']:<16}{c['modes']:>5}  {opt:>10}  {seeds:<36} {min(c['mean_error']):>15.4g}")
+        lines.append(f"{c['parametrization']:<16}{c['scale']:>6}  {opt:>10}  {seeds:<36} {min(c['mean_error']):>15.4g}")
     for d in payload["drift"]:
         if d["mean"] is None:
             lines.append(f"drift {d['parametrization']}: undefined (all runs diverged at one end)")
         else:
-            lines.append(f"drift {d['parametrization']} (K {d['modes_from']} -> {d['modes_to']}): "
+            lines.append(f"drift {d['parametrization']} ({axis} {d['scale_from']} -> {d['scale_to']}): "
                          f"{d['mean']:+.3f} ± {d['std']:.3f} in {label}")
     return "\n".join(lines)

@@ -6,9 +6,11 @@ at the target's K; its best trial is the final model, so no extra training follo
 The ratio (proxies + target) / direct is the paper's Table 1 "cost" column (0.30× on
 Navier-Stokes FNO-3D, 1.38× on Darcy FNO-2D, where FFTs dominate and proxies are not cheap).
 
-Two estimates: analytic FLOPs (operators.planning.step_flops, training steps only) and
-device-seconds, where the direct sweep is the target's measured device-seconds per epoch
-times the trials' epochs.
+Two estimates: training FLOPs and device-seconds, where the direct sweep is the target's
+measured device-seconds per epoch times the trials' epochs. FNO FLOPs are analytic
+(operators.planning.step_flops); the attention operators' are counted by
+torch.utils.flop_counter on one sample's forward and backward pass (matmuls only, like
+the analytic count's dominant terms), at the data's input shape.
 """
 
 from __future__ import annotations
@@ -16,22 +18,57 @@ from __future__ import annotations
 from operators.planning import step_flops
 
 
-def epoch_flops(study, modes: int) -> float:
-    """Training FLOPs of one epoch at K = ``modes`` (every term of step_flops is linear in the batch)."""
-    grid = (int(study.problem.resolution),) * study.dim
-    per_sample = step_flops(
-        study.dim, int(modes), study.operator.width, study.operator.layers, grid,
-        batch=1, projection_channels=study.operator.projection_channels, padding=study.padding,
-    )["total"]
+def counted_step_flops(model, input_shape: tuple[int, ...]) -> float:
+    """FLOPs of one forward + backward pass of ``model`` on one sample of ``input_shape`` (no batch axis)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    x = torch.rand(1, *input_shape)
+    if hasattr(model, "coord_dim"):  # packed point sets: every point real
+        x[..., -1] = 1.0
+    with FlopCounterMode(display=False) as counter:
+        model(x).sum().backward()
+    return float(counter.get_total_flops())
+
+
+def epoch_flops(study, modes: int | None, width: int | None = None, input_shape: tuple[int, ...] | None = None) -> float | None:
+    """Training FLOPs of one epoch at K = ``modes`` and ``width`` (default: the proxy's width).
+
+    FNO: analytic (every term of step_flops is linear in the batch). Attention
+    operators: counted at ``input_shape`` (one sample's input tensor shape, e.g.
+    (31, 31, 1) or packed (P, d + C + 1)); None when no shape is known.
+    """
+    width = int(study.operator.width if width is None else width)
+    if study.is_fno:
+        grid = (int(study.problem.resolution),) * study.dim
+        per_sample = step_flops(
+            study.dim, int(modes), width, study.operator.layers, grid,
+            batch=1, projection_channels=study.operator.projection_channels, padding=study.padding,
+        )["total"]
+        return per_sample * int(study.problem.n_train)
+    if input_shape is None:
+        if study.point_problem:
+            return None
+        input_shape = (int(study.problem.resolution),) * study.dim + (1,)
+    import torch
+
+    from mutransfer.sweep.hparams import build_model
+
+    with torch.random.fork_rng():
+        model = build_model(study, width=width, input_channels=int(input_shape[-1]), output_channels=1)
+        per_sample = counted_step_flops(model, tuple(input_shape))
     return per_sample * int(study.problem.n_train)
 
 
-def study_cost(study, trials: list[dict], target: dict | None) -> dict:
+def study_cost(study, trials: list[dict], target: dict | None, input_shape: tuple[int, ...] | None = None) -> dict:
     """FLOPs and device-seconds of the proxies, the target and a direct sweep of the target."""
     epochs = sum(int(t["epochs"]) for t in trials)
-    proxy_flops = epochs * epoch_flops(study, study.proxy_K)
-    direct_flops = epochs * epoch_flops(study, study.target_K)
+    proxy_epoch = epoch_flops(study, study.proxy_K, study.operator.width, input_shape)
+    target_epoch = epoch_flops(study, study.target_K, study.target_width, input_shape)
+    proxy_flops = None if proxy_epoch is None else epochs * proxy_epoch
+    direct_flops = None if target_epoch is None else epochs * target_epoch
     out = {
+        "flops_method": "analytic" if study.is_fno else "counted",
         "proxy_flops": proxy_flops,
         "direct_sweep_flops": direct_flops,
         "target_flops": None,
@@ -39,10 +76,10 @@ def study_cost(study, trials: list[dict], target: dict | None) -> dict:
         "direct_sweep_device_seconds_estimate": None,
         "mutransfer_vs_direct_device_seconds": None,
     }
-    if target and target.get("epochs"):
-        target_flops = target["epochs"] * epoch_flops(study, study.target_K)
+    if target and target.get("epochs") and target_epoch is not None:
+        target_flops = target["epochs"] * target_epoch
         out["target_flops"] = target_flops
-        if direct_flops > 0:
+        if direct_flops and proxy_flops is not None:
             out["mutransfer_vs_direct_flops"] = (proxy_flops + target_flops) / direct_flops
         per_epoch = target["device_seconds"] / target["epochs"] if target.get("device_seconds") else None
         if per_epoch:

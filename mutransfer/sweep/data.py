@@ -27,11 +27,18 @@ def dataset_path(study: Study, *, progress: bool = True) -> Path:
 
 
 def load_study_data(study: Study, *, progress: bool = True):
-    """(SplitData, path) for the study: first n_train samples train, last n_test test."""
+    """(SplitData, path) for the study: first n_train samples train, last n_test test.
+
+    Point-set problems (irregular meshes) come packed as [coords | features | mask] (operators.adapters).
+    """
     from mutransfer.data.loading import load_split
 
     path = dataset_path(study, progress=progress)
     p = study.problem
+    if study.point_problem:
+        from mutransfer.data.pointclouds import load_point_split
+
+        return load_point_split(path, n_train=int(p.n_train), n_test=int(p.n_test)), path
     kwargs = {"problem": p.name}
     if p.time_resolution is not None:
         kwargs["time_resolution"] = int(p.time_resolution)

@@ -1,9 +1,9 @@
 """From a study and a sampled configuration to a model and a TrainConfig.
 
-Shared by the proxy trials and the target: both build the FNO and the
+Shared by the proxy trials and the target: both build the operator and the
 trainer's config through these functions, so the only differences between
-proxy and target are K and the epoch budget (and, under muP, the spectral
-multipliers the model derives from K itself).
+proxy and target are K, the width and the epoch budget (and, under muP, the
+multipliers the model derives from K and the width itself).
 """
 
 from __future__ import annotations
@@ -65,22 +65,79 @@ def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None 
     )
 
 
-def build_model(study: Study, modes: int, init_scale: float, in_channels: int = 1, out_channels: int = 1):
-    """The study's FNO with ``modes`` Fourier modes."""
-    from operators import FNO
+def build_model(
+    study: Study,
+    *,
+    modes: int | None = None,
+    width: int | None = None,
+    init_scale: float = 1.0,
+    input_channels: int = 1,
+    output_channels: int = 1,
+    width_parametrization: str | None = None,
+    normalization: dict | None = None,
+):
+    """The study's operator at ``modes`` K (FNO) and ``width`` (default: the proxy's operator.width).
 
-    return FNO(
-        study.dim,
-        in_channels,
-        out_channels,
-        modes=int(modes),
-        width=study.operator.width,
-        layers=study.operator.layers,
-        parametrization=study.parametrization,
-        projection_channels=study.operator.projection_channels,
-        padding=study.padding,
-        init_scale=float(init_scale),
+    ``input_channels`` is the last-axis size of the input tensor (for point-set
+    problems the packed [coords | features | mask] layout, see
+    operators.adapters). Under width-muP the base width is the proxy's
+    ``operator.width``, so the proxy is the standard model and wider models
+    get the Tensor Programs V multipliers. ``normalization`` (attention operators
+    only): per-channel standardisation from operators.adapters.normalization_from.
+    """
+    from operators import FNO
+    from operators.adapters import GridPointSet, PackedPointSet
+
+    o = study.operator
+    width = int(o.width if width is None else width)
+    wp = width_parametrization or study.width_parametrization or "standard"
+    base_width = int(o.width) if wp == "mup" else None
+    if study.is_fno:
+        return FNO(
+            study.dim,
+            int(input_channels),
+            int(output_channels),
+            modes=int(modes if modes is not None else study.proxy_K),
+            width=width,
+            layers=o.layers,
+            parametrization=study.parametrization,
+            projection_channels=o.projection_channels,
+            padding=study.padding,
+            init_scale=float(init_scale),
+            width_parametrization=wp,
+            base_width=base_width,
+        )
+    dim = study.dim
+    in_channels = int(input_channels) - (dim + 1 if study.point_problem else 0)
+    config = dict(
+        coord_dim=dim, in_channels=in_channels, out_channels=int(output_channels), width=width, layers=o.layers,
+        heads=o.heads, width_parametrization=wp, base_width=base_width, **o.options,
     )
+    if study.point_problem:
+        return PackedPointSet(dim, o.type, config, normalization)
+    return GridPointSet(dim, o.type, config, normalization)
+
+
+def model_for(study: Study, data, *, target: bool, init_scale: float = 1.0, modes: int | None = None, width: int | None = None):
+    """The proxy (``target=False``) or target model for ``data`` (channels read from its tensors)."""
+    if modes is None and study.is_fno:
+        modes = study.target_K if target else study.proxy_K
+    if width is None:
+        width = study.target_width if target else study.operator.width
+    return build_model(
+        study, modes=modes, width=width, init_scale=init_scale,
+        input_channels=data.train_x.shape[-1], output_channels=data.train_y.shape[-1],
+        normalization=data_normalization(study, data),
+    )
+
+
+def data_normalization(study: Study, data) -> dict | None:
+    """The attention operators' per-channel standardisation from the training split (None for FNO)."""
+    if study.is_fno:
+        return None
+    from operators.adapters import normalization_from
+
+    return normalization_from(data.train_x, data.train_y, study.dim if study.point_problem else None)
 
 
 def effective_spectral_lr(model, lr: float) -> float:
@@ -93,11 +150,16 @@ def effective_spectral_lr(model, lr: float) -> float:
     return float(lr)
 
 
-def effective_spectral_init_std(study: Study, modes: int, init_scale: float) -> float:
-    """Std of the real/imaginary parts of a spectral weight entry at init (what the model draws)."""
+def effective_spectral_init_std(study: Study, modes: int, init_scale: float, width: int | None = None) -> float | None:
+    """Std of the real/imaginary parts of a spectral weight entry at init (what the model draws); None for non-FNO."""
+    if not study.is_fno:
+        return None
     from operators.parametrization import base_spectral_init_std, spectral_init_multiplier
+    from operators.width_mup import spectral_width_init_std
 
-    width = study.operator.width
+    width = int(study.operator.width if width is None else width)
+    if study.width_parametrization == "mup":
+        return spectral_width_init_std(width, study.operator.width, int(modes), study.dim, study.parametrization, float(init_scale))
     base = base_spectral_init_std(width, width, study.parametrization)
     return float(init_scale) * base * spectral_init_multiplier(int(modes), study.dim, study.parametrization)
 

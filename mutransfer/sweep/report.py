@@ -49,8 +49,9 @@ def build_report(
     }
     if target and target["device_seconds"]:
         compute["proxy_to_target_cost"] = proxy_device_seconds / target["device_seconds"]
-    compute.update(study_cost(study, trials, target))
     phases = phases or {}
+    shape = phases.get("input_shape")
+    compute.update(study_cost(study, trials, target, input_shape=None if shape is None else tuple(shape)))
     concurrency = max(1, int(phases.get("concurrency", 1)))
     compute["setup_seconds"] = phases.get("setup_seconds")
     compute["proxy_phase_seconds"] = phases.get("proxy_phase_seconds")
@@ -64,9 +65,16 @@ def build_report(
         "problem": study.problem.name,
         "dim": study.dim,
         "parametrization": study.parametrization,
+        "operator": study.operator.type,
         "proxy_K": study.proxy_K,
         "target_K": study.target_K,
-        "grid": list(study.grid_shape),
+        "proxy_width": study.operator.width,
+        "target_width": study.target_width,
+        "width_parametrization": study.width_parametrization,
+        "proxy_model": study.model_text(False),
+        "target_model": study.model_text(True),
+        "scaling": study.scale_text(),
+        "grid": None if study.point_problem else list(study.grid_shape),
         "n_train": study.problem.n_train,
         "n_test": study.problem.n_test,
         "overrides": overrides,
@@ -92,10 +100,11 @@ def _g(value, fmt=".4g") -> str:
 
 def format_report(report: dict) -> str:
     lines = []
+    grid = f"grid {'x'.join(map(str, report['grid']))}" if report.get("grid") else "point sets"
+    operator = f"FNO-{report['dim']}D ({report['parametrization']})" if report.get("operator", "fno") == "fno" else report["operator"]
     lines.append(
-        f"study {report['study']}: {report['problem']} FNO-{report['dim']}D ({report['parametrization']}), "
-        f"grid {'x'.join(map(str, report['grid']))}, {report['n_train']} train / {report['n_test']} test, "
-        f"K {report['proxy_K']} -> {report['target_K']}"
+        f"study {report['study']}: {report['problem']} {operator}, {grid}, {report['n_train']} train / "
+        f"{report['n_test']} test, {report.get('scaling') or 'K ' + str(report['proxy_K']) + ' -> ' + str(report['target_K'])}"
     )
     for note in report.get("overrides") or []:
         lines.append(f"  override: {note}")
@@ -116,7 +125,7 @@ def format_report(report: dict) -> str:
     if target:
         lines.append("")
         lines.append(
-            f"target (K={report['target_K']}): status {target['status']}, test rel. L2 {_g(target['test_error'])} after "
+            f"target ({report.get('target_model') or 'K=' + str(report['target_K'])}): status {target['status']}, test rel. L2 {_g(target['test_error'])} after "
             f"{target['epochs']} epochs on {target['num_workers']} worker(s) x "
             f"{'1 GPU' if target['use_gpu'] else str(target['cpus_per_worker']) + ' CPU'}"
         )
@@ -132,8 +141,8 @@ def format_report(report: dict) -> str:
     if c.get("proxy_to_target_cost") is not None:
         lines.append(f"proxy sweep cost = {c['proxy_to_target_cost']:.2f} x the target training")
     lines.append(
-        f"analytic training FLOPs: proxies {_g(c.get('proxy_flops'), '.3g')}, target {_g(c.get('target_flops'), '.3g')}; "
-        f"tuning the target directly (same trials and epochs at K={report['target_K']}) {_g(c.get('direct_sweep_flops'), '.3g')}"
+        f"training FLOPs ({c.get('flops_method', 'analytic')}): proxies {_g(c.get('proxy_flops'), '.3g')}, target {_g(c.get('target_flops'), '.3g')}; "
+        f"tuning the target directly (same trials and epochs on the target model) {_g(c.get('direct_sweep_flops'), '.3g')}"
     )
     if c.get("mutransfer_vs_direct_flops") is not None:
         seconds = c.get("mutransfer_vs_direct_device_seconds")

@@ -73,6 +73,10 @@ def prepare(options: SweepOptions) -> Prepared:
 
     fail_trials = fail_trials_from_env()
     study, applied = load_study(options.study_path, options.overrides)
+    if options.coord_check and not study.is_fno:
+        raise UserInputError(
+            f"--coord-check measures FNO's spectral layers across K; operator.type {study.operator.type} has none, drop the flag"
+        )
     if study.problem.data is not None:
         study.problem.data = str(Path(study.problem.data).absolute())
     source_text = _source_text(options.study_path)
@@ -303,6 +307,7 @@ def run_sweep(options: SweepOptions) -> dict:
         else:
             params = {
                 "K": study.target_K,
+                "width": study.target_width,
                 **{f"hp.{k}": v for k, v in target_hp.items()},
                 "epochs": study.target.epochs,
                 "num_workers": study.target.num_workers,
@@ -315,7 +320,7 @@ def run_sweep(options: SweepOptions) -> dict:
             state = sdir.update_state(target_run_id=target_run_id)
         _say(
             options,
-            f"target: K={study.target_K}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
+            f"target: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
             f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train) ...",
         )
         try:
@@ -340,6 +345,7 @@ def run_sweep(options: SweepOptions) -> dict:
             "setup_seconds": setup_seconds,
             "proxy_phase_seconds": float(state.get("proxy_phase_seconds", 0.0)),
             "concurrency": int(state.get("concurrency", 1)),
+            "input_shape": list(data.train_x.shape[1:]),
         }
         report = _finish(
             study, sdir, tracker, experiment_id, parent_id, target_run_id, trials, best, transfer_record, target_hp, outcome, wall,
@@ -445,9 +451,12 @@ def _create_parent(tracker, experiment_id: str, study: Study, prepared: Prepared
         "problem": study.problem.name,
         "dim": study.dim,
         "parametrization": study.parametrization,
+        "operator": study.operator.type,
         "proxy_K": study.proxy_K,
         "target_K": study.target_K,
         "width": study.operator.width,
+        "target_width": study.target_width,
+        "width_parametrization": study.width_parametrization,
         "layers": study.operator.layers,
         "resolution": study.problem.resolution,
         "n_train": study.problem.n_train,
@@ -535,6 +544,7 @@ def _run_proxies(study: Study, sdir: StudyDir, data, prepared: Prepared, experim
         parent_run_id=parent_id,
         study_name=study.name,
         proxy_K=study.proxy_K,
+        proxy_width=study.operator.width,
         budget_epochs=study.budget.epochs,
         fixed=fixed_hyperparameters(study),
         searched=list(study.search_space),
@@ -549,7 +559,7 @@ def _run_proxies(study: Study, sdir: StudyDir, data, prepared: Prepared, experim
         _say(options, f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)")
     _say(
         options,
-        f"proxies: {total} trials at K={study.proxy_K} ({study.search.algorithm}, ASHA), {study.budget.epochs} epochs each, "
+        f"proxies: {total} trials, {study.model_text(False)} ({study.search.algorithm}, ASHA), {study.budget.epochs} epochs each, "
         f"{concurrency} at a time x {r.cpus_per_trial} CPU{' + ' + str(r.gpus_per_trial) + ' GPU' if uses_gpu else ''} ...",
     )
     if tune.Tuner.can_restore(str(sdir.tune_dir)):
@@ -650,28 +660,65 @@ def _pick_best(trials: list[dict]) -> dict | None:
 
 
 def transfer(study: Study, best: dict) -> tuple[dict, dict]:
-    """Algorithm 1 on the best proxy: (transfer record as a dict, target hyperparameters)."""
-    from operators.parametrization import transfer_init_variance_factor, transfer_lr_factor
-    from operators.transfer import RescaledQuantity, TransferRecord, transfer_hyperparameters
+    """Rescale the best proxy to the target (K and/or width): (transfer record as a dict, target hyperparameters).
 
+    The models apply every multiplier themselves (c(K) on spectral weights, m0/m
+    on hidden weights under width-muP), so the target hyperparameters are the
+    proxy's; the record states the effective values each rule produces.
+    """
+    from operators.parametrization import spectral_lr_multiplier, transfer_init_variance_factor, transfer_lr_factor
+    from operators.transfer import RescaledQuantity, TransferRecord, width_transfer_rows
+    from operators.width_mup import hidden_lr_multiplier
+
+    from mutransfer.study import FNO_ONLY_HPARAMS
     from mutransfer.sweep.hparams import effective_spectral_init_std
 
     hp = dict(best["hp"])
-    unchanged = {k: v for k, v in hp.items() if k not in ("lr",) and v is not None}
-    init_std = effective_spectral_init_std(study, study.proxy_K, hp["init_scale"])
-    if study.parametrization == "mup":
-        record = transfer_hyperparameters(study.dim, study.proxy_K, study.target_K, lr=hp["lr"], init_std=init_std, unchanged=unchanged)
-        lr_factor = transfer_lr_factor(study.proxy_K, study.target_K)
-        var_factor = transfer_init_variance_factor(study.proxy_K, study.target_K)
-        note = "muP: the master LR carries over; the model applies c(K) = 1/sqrt(d log K) to the spectral weights"
-    else:
-        rule = "standard parametrization: copied unchanged (no muP rescaling)"
-        rows = [RescaledQuantity("master_lr", hp["lr"], hp["lr"], 1.0, rule), RescaledQuantity("spectral_lr", hp["lr"], hp["lr"], 1.0, rule)]
-        rows += [RescaledQuantity(k, v, v, 1.0, rule) for k, v in unchanged.items()]
-        record = TransferRecord(study.dim, study.proxy_K, study.target_K, tuple(rows))
-        lr_factor = var_factor = 1.0
-        note = "standard parametrization: hyperparameters are copied unchanged; the optimum may drift with K"
-    target_init_std = effective_spectral_init_std(study, study.target_K, hp["init_scale"])
+    lr = hp["lr"]
+    w0, w1 = study.operator.width, study.target_width
+    width_mup = study.width_parametrization == "mup"
+    width_factor = hidden_lr_multiplier(w1, w0) if width_mup else 1.0
+    skip = ("lr",) if study.is_fno else ("lr", *FNO_ONLY_HPARAMS)
+    unchanged = {k: v for k, v in hp.items() if k not in skip and v is not None}
+    rows = [RescaledQuantity("master_lr", lr, lr, 1.0, "unchanged: the model applies its multipliers itself")]
+    notes = []
+    lr_factor, var_factor = width_factor, 1.0
+    init_std = target_init_std = None
+    if study.is_fno:
+        kp, kt, d, param = study.proxy_K, study.target_K, study.dim, study.parametrization
+        c0, c1 = spectral_lr_multiplier(kp, d, param), spectral_lr_multiplier(kt, d, param)
+        k_lr = transfer_lr_factor(kp, kt) if param == "mup" else 1.0
+        lr_factor = k_lr * width_factor
+        init_std = effective_spectral_init_std(study, kp, hp["init_scale"], width=w0)
+        target_init_std = effective_spectral_init_std(study, kt, hp["init_scale"], width=w1)
+        var_factor = (target_init_std / init_std) ** 2
+        k_rule = "x sqrt(log Kp / log Kt)" if param == "mup" and kp != kt else "unchanged in K"
+        if param == "standard":
+            k_rule = "standard parametrization: unchanged in K"
+        w_rule = " x m0/m" if width_mup and study.scales_width else ""
+        rows += [
+            RescaledQuantity("spectral_lr", c0 * lr, c1 * lr * width_factor, lr_factor, k_rule + w_rule),
+            RescaledQuantity("spectral_init_std", init_std, target_init_std, target_init_std / init_std,
+                             k_rule + (" x sqrt(m0/m)" if w_rule else "")),
+            RescaledQuantity("spectral_init_variance", init_std**2, target_init_std**2, var_factor,
+                             "the square of the std's factor"),
+        ]
+        if kp != kt:
+            notes.append(
+                "muP in K: the master LR carries over; the model applies c(K) = 1/sqrt(d log K) to the spectral weights"
+                if param == "mup" else "standard parametrization in K: copied unchanged; the optimum may drift with K"
+            )
+    if study.scales_width:
+        rows += width_transfer_rows(w0, w1, lr, study.width_parametrization, study.operator.type in ("galerkin", "ono"))
+        notes.append(
+            f"width-muP (base width {w0}): hidden weights train at LR x m0/m, readouts are scaled by m0/m"
+            if width_mup else "standard width parametrization: copied unchanged; the optimum may drift with width"
+        )
+    rows += [RescaledQuantity(k, v, v, 1.0, "unchanged") for k, v in unchanged.items()]
+    record = TransferRecord(
+        study.dim, study.proxy_K, study.target_K, tuple(rows),
+        proxy_width=w0 if study.scales_width else None, target_width=w1 if study.scales_width else None,
+    )
     out = record.as_dict()
     out.update(
         table=record.format_table(),
@@ -679,7 +726,7 @@ def transfer(study: Study, best: dict) -> tuple[dict, dict]:
         init_variance_factor=var_factor,
         proxy_spectral_init_std=init_std,
         target_spectral_init_std=target_init_std,
-        note=note,
+        note="; ".join(notes),
     )
     return out, hp
 
@@ -712,7 +759,7 @@ def _finish(
     write_atomic(sdir.root / "report.json", json.dumps(report, indent=2, default=str))
     write_atomic(sdir.root / "report.txt", text + "\n")
     plot_path = sdir.root / "proxy_trials.png"
-    plot_trials(trials, plot_path, searched_lr="lr" in study.search_space, title=f"{study.name}: proxies at K={study.proxy_K}")
+    plot_trials(trials, plot_path, searched_lr="lr" in study.search_space, title=f"{study.name}: proxies, {study.model_text(False)}")
 
     c = report["compute"]
     now = int(time.time() * 1000)

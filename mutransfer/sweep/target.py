@@ -67,7 +67,7 @@ def target_loop(cfg: dict) -> dict:
     import ray.train.torch
     import torch
 
-    from mutransfer.sweep.hparams import build_model, effective_spectral_lr, train_config
+    from mutransfer.sweep.hparams import model_for, effective_spectral_lr, train_config
     from mutransfer.training import DIVERGED_METRIC, train
 
     torch.set_num_threads(max(1, int(cfg["threads"])))
@@ -81,7 +81,7 @@ def target_loop(cfg: dict) -> dict:
     per_rank_batch = max(1, int(hp["batch_size"]) // world)
 
     torch.manual_seed(study.training.seed)  # same init on every rank (DDP also broadcasts rank 0's)
-    model = build_model(study, study.target_K, hp["init_scale"], data.train_x.shape[-1], data.train_y.shape[-1])
+    model = model_for(study, data, target=True, init_scale=hp["init_scale"])
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     config = model.config
     model = ray.train.torch.prepare_model(model)  # DDP when world > 1; moves to the worker's device

@@ -224,7 +224,8 @@ class TrialLogger:
         experiment_id: str,
         parent_run_id: str,
         study_name: str,
-        proxy_K: int,
+        proxy_K: int | None,
+        proxy_width: int | None = None,
         budget_epochs: int,
         fixed: dict,
         searched: list[str],
@@ -238,6 +239,7 @@ class TrialLogger:
         self.parent_run_id = parent_run_id
         self.study_name = study_name
         self.proxy_K = proxy_K
+        self.proxy_width = proxy_width
         self.budget_epochs = budget_epochs
         self.fixed = dict(fixed)
         self.searched = list(searched)
@@ -416,7 +418,7 @@ class TrialLogger:
         wall = float(last.get("time_total_s", 0.0) or 0.0)
         end = time.time()
         start = end - wall if start is None else start
-        params = {"trial_id": tid, "K": self.proxy_K, **{f"hp.{k}": v for k, v in hp.items()}}
+        params = {"trial_id": tid, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
         if "spectral_lr0" in last:
             params["spectral_lr"] = last["spectral_lr0"]
         start_ms = int(start * 1000)
@@ -501,6 +503,9 @@ def list_studies(uri: str) -> list[dict]:
                 "problem": p.get("problem"),
                 "proxy_K": _int(p.get("proxy_K")),
                 "target_K": _int(p.get("target_K")),
+                "operator": p.get("operator") or "fno",
+                "proxy_width": _int(p.get("width")),
+                "target_width": _int(p.get("target_width")),
                 "best_proxy_error": m.get("best_proxy_test_error"),
                 "target_error": m.get("target_test_error"),
                 "proxy_device_seconds": m.get("proxy_device_seconds"),
@@ -530,7 +535,13 @@ def format_studies(rows: list[dict]) -> str:
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    table = [("study", "status", "problem", "proxy K", "target K", "best proxy err", "target err", "cost proxy/target (device-s)")]
+    def widths_text(r):
+        w0, w1 = r.get("proxy_width"), r.get("target_width")
+        if w0 is None:
+            return "-"
+        return str(w0) if w1 in (None, w0) else f"{w0}->{w1}"
+
+    table = [("study", "status", "problem", "proxy K", "target K", "operator", "width", "best proxy err", "target err", "cost proxy/target (device-s)")]
     for r in rows:
         cost = "-"
         if r["proxy_device_seconds"] is not None or r["target_device_seconds"] is not None:
@@ -542,6 +553,8 @@ def format_studies(rows: list[dict]) -> str:
                 str(r["problem"] or "-"),
                 num(r["proxy_K"], "d"),
                 num(r["target_K"], "d"),
+                str(r.get("operator") or "fno"),
+                widths_text(r),
                 num(r["best_proxy_error"], ".4g"),
                 num(r["target_error"], ".4g"),
                 cost,

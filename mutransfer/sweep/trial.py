@@ -100,7 +100,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     from ray import tune
 
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep.hparams import build_model, effective_spectral_lr, merge_hyperparameters, train_config
+    from mutransfer.sweep.hparams import model_for, effective_spectral_lr, merge_hyperparameters, train_config
     from mutransfer.training import DIVERGED_METRIC, load_checkpoint, train
     from mutransfer.training.trainer import CHECKPOINT_NAME
 
@@ -120,7 +120,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
 
     hp = merge_hyperparameters(study, config)
     torch.manual_seed(study.training.seed)  # the init depends on the seed only, not on the worker's history
-    model = build_model(study, study.proxy_K, hp["init_scale"], data.train_x.shape[-1], data.train_y.shape[-1])
+    model = model_for(study, data, target=False, init_scale=hp["init_scale"])
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     tconfig = train_config(study, hp, epochs=study.budget.epochs, device=options.get("device", "cpu"), checkpoint_dir=str(trial_dir))
 
