@@ -293,3 +293,11 @@ def test_pino_loss_is_selectable_in_studies_for_darcy_only(tmp_path):
     path.write_text(_yaml.safe_dump({**base, "training": {"physics_weight": 1}}))
     with pytest.raises(UserInputError, match="only apply to loss pino"):
         load_study(path)
+
+
+@pytest.mark.parametrize("path", sorted(STUDIES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_study_validates_and_round_trips(path):
+    """Users copy these files: each must load as shipped, and its canonical YAML must load to the same study."""
+    study, _ = load_study(path)
+    assert study.scale_text()
+    assert parse_study(yaml.safe_load(study.to_yaml()), "round trip") == study
