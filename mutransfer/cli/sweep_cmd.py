@@ -22,15 +22,19 @@ def add_parser(subparsers) -> None:
 def _add_sweep(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep",
-        help="tune proxy FNOs with Ray Tune, transfer the winner by muP, train the target (Ray Train), log to MLflow",
-        description="Run a study: sweep hyperparameters on small proxy FNOs (K = proxy_K) with Ray Tune "
-        "(TPE + ASHA), rescale the best to K = target_K by the muP rule, train the target once with Ray Train, "
+        help="tune small proxies with Ray Tune, transfer the winner by muP, train the target (Ray Train), log to MLflow",
+        description="Run a study: sweep hyperparameters on small proxies (an FNO with K = proxy_K, and/or any "
+        "operator at width operator.width) with Ray Tune (TPE + ASHA), rescale the best to the target (K = "
+        "target_K, width = target_width) by the muP rules, train the target once with Ray Train, "
         "evaluate it on the test split and record everything in MLflow. Without --study the built-in quick "
         "study runs (Burgers 1D, a few minutes on a laptop CPU). Flags override the study file and are reported.",
     )
     p.add_argument("--study", metavar="FILE", help="study YAML file (default: the built-in quick study = studies/quick.yaml)")
     p.add_argument("--proxy-K", dest="proxy_K", type=positive_int, metavar="KP", help="override proxy_K")
     p.add_argument("--target-K", dest="target_K", type=positive_int, metavar="KT", help="override target_K")
+    p.add_argument("--proxy-width", dest="proxy_width", type=positive_int, metavar="WP",
+                   help="override operator.width (the proxy's width; the width-muP base width)")
+    p.add_argument("--target-width", dest="target_width", type=positive_int, metavar="WT", help="override target_width")
     p.add_argument("--num-trials", type=positive_int, help="override search.num_trials")
     p.add_argument("--epochs", type=positive_int, help="override budget.epochs (per proxy trial)")
     p.add_argument("--target-epochs", type=positive_int, help="override target.epochs")
@@ -56,6 +60,8 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         overrides={
             "proxy_K": args.proxy_K,
             "target_K": args.target_K,
+            "proxy_width": args.proxy_width,
+            "target_width": args.target_width,
             "num_trials": args.num_trials,
             "epochs": args.epochs,
             "target_epochs": args.target_epochs,
