@@ -203,3 +203,26 @@ class PackedPointSet(_Wrapped):
         coords, features, mask = unpack_points(x, self.coord_dim)
         out = self._decode(self.operator(coords, self._encode(features), mask))
         return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def point_set_model(
+    operator: str,
+    *,
+    coord_dim: int,
+    input_channels: int,
+    output_channels: int,
+    packed: bool,
+    normalization: dict | None = None,
+    **operator_options,
+) -> GridPointSet | PackedPointSet:
+    """The adapter for ``operator`` on a grid (``packed=False``) or on packed point sets.
+
+    ``input_channels`` is the last-axis size of the input tensor: C_in on a grid,
+    d + C_in + 1 when packed. ``operator_options`` are the operator's other
+    constructor arguments (width, layers, heads, width_parametrization, …).
+    """
+    in_channels = int(input_channels) - (coord_dim + 1 if packed else 0)
+    config = dict(coord_dim=coord_dim, in_channels=in_channels, out_channels=int(output_channels), **operator_options)
+    if packed:
+        return PackedPointSet(coord_dim, operator, config, normalization)
+    return GridPointSet(coord_dim, operator, config, normalization)

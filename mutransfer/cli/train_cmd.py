@@ -199,7 +199,7 @@ def _parse_options(items: list[str]) -> dict:
 
 def build_train_model(args: argparse.Namespace, problem, data):
     """The operator the train flags describe, with one-line errors for flags that do not apply to it."""
-    from operators.adapters import GridPointSet, PackedPointSet, build_point_operator, normalization_from
+    from operators.adapters import normalization_from, point_set_model
     from operators.fno import FNO
     from mutransfer.errors import UserInputError
 
@@ -238,18 +238,13 @@ def build_train_model(args: argparse.Namespace, problem, data):
     clash = sorted(reserved & set(options))
     if clash:
         raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
-    dim = problem.dim
-    in_channels = data.train_x.shape[-1] - (dim + 1 if points else 0)
-    config = dict(
-        coord_dim=dim, in_channels=int(in_channels), out_channels=int(data.train_y.shape[-1]), width=args.width,
-        layers=args.layers, heads=4 if args.heads is None else args.heads,
+    return point_set_model(
+        args.operator, coord_dim=problem.dim, input_channels=data.train_x.shape[-1],
+        output_channels=data.train_y.shape[-1], packed=points,
+        normalization=normalization_from(data.train_x, data.train_y, problem.dim if points else None),
+        width=args.width, layers=args.layers, heads=4 if args.heads is None else args.heads,
         width_parametrization=args.width_parametrization, base_width=base_width, **options,
     )
-    build_point_operator(args.operator, config)  # validates the options with a one-line error
-    normalization = normalization_from(data.train_x, data.train_y, dim if points else None)
-    if points:
-        return PackedPointSet(dim, args.operator, config, normalization)
-    return GridPointSet(dim, args.operator, config, normalization)
 
 
 def run(args: argparse.Namespace) -> int:

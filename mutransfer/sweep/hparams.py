@@ -86,7 +86,7 @@ def build_model(
     only): per-channel standardisation from operators.adapters.normalization_from.
     """
     from operators import FNO
-    from operators.adapters import GridPointSet, PackedPointSet
+    from operators.adapters import point_set_model
 
     o = study.operator
     width = int(o.width if width is None else width)
@@ -107,15 +107,11 @@ def build_model(
             width_parametrization=wp,
             base_width=base_width,
         )
-    dim = study.dim
-    in_channels = int(input_channels) - (dim + 1 if study.point_problem else 0)
-    config = dict(
-        coord_dim=dim, in_channels=in_channels, out_channels=int(output_channels), width=width, layers=o.layers,
-        heads=o.heads, width_parametrization=wp, base_width=base_width, **o.options,
+    return point_set_model(
+        o.type, coord_dim=study.dim, input_channels=input_channels, output_channels=output_channels,
+        packed=study.point_problem, normalization=normalization, width=width, layers=o.layers, heads=o.heads,
+        width_parametrization=wp, base_width=base_width, **o.options,
     )
-    if study.point_problem:
-        return PackedPointSet(dim, o.type, config, normalization)
-    return GridPointSet(dim, o.type, config, normalization)
 
 
 def model_for(study: Study, data, *, target: bool, init_scale: float = 1.0, modes: int | None = None, width: int | None = None):
