@@ -105,3 +105,41 @@ def test_width_landscape_refuses_modes_for_attention_operators(tmp_path):
                            "--lrs", "1e-3", "1e-2", "1e-1"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 2 and "has no Fourier modes; vary the width with --widths" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    import ray
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize("operator", ["galerkin", "ono", "gnot"])
+def test_attention_target_trains_with_two_ddp_workers(operator, ray_local, mesh_file, tmp_path):
+    """Ray Train DDP (2 gloo workers) on packed point sets: every parameter gets a gradient, the model saves and rebuilds."""
+    from operators.adapters import PackedPointSet
+    from mutransfer.data.pointclouds import load_point_split
+    from mutransfer.study import parse_study
+    from mutransfer.sweep.hparams import merge_hyperparameters
+    from mutransfer.sweep.target import run_target
+
+    study = parse_study({
+        "name": f"{operator}-ddp", "problem": {"name": "darcy_mesh", "data": str(mesh_file), "n_train": 32, "n_test": 8},
+        "operator": {"type": operator, "width": 8, "layers": 1, "heads": 2}, "target_width": 16,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
+        "target": {"epochs": 2, "num_workers": 2, "cpus_per_worker": 1},
+    }, "ddp")
+    data = load_point_split(mesh_file, n_train=32, n_test=8)
+    hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
+    outcome = run_target(study, hp, data, tmp_path, use_gpu=False, max_failures=0)
+    assert outcome.status == "completed" and outcome.num_workers == 2 and outcome.test_error < 10
+    saved = torch.load(Path(outcome.checkpoint_dir) / "model.pt", weights_only=True)
+    model = PackedPointSet(**saved["model_config"])
+    model.load_state_dict(saved["model"])
+    assert model.operator.config["width"] == 16 and model.operator.config["base_width"] == 8
