@@ -700,15 +700,7 @@ def _resolve_and_check(study: Study, r: _Reader) -> None:
         native, n_available, file_problem = _data_header(p.data, r)
         if file_problem not in (None, problem.name):
             r.fail("problem.data", f"{p.data} holds {file_problem!r} data, not {problem.name!r}; fix problem.name or data")
-        if p.n_test is None:
-            p.n_test = max(1, n_available // 5)
-        if p.n_train is None:
-            p.n_train = n_available - p.n_test
-        if p.n_train + p.n_test > n_available:
-            r.fail(
-                "problem.n_train",
-                f"n_train + n_test = {p.n_train + p.n_test} exceeds the {n_available} samples in {p.data}; lower them",
-            )
+        _resolve_file_split(p, n_available, r)
     else:
         native = p.generated_resolution or problem.generated_resolution
         p.generated_resolution = native
@@ -770,6 +762,19 @@ def _check_operator_options(study: Study, r: _Reader) -> None:
         r.fail("operator.options", f"{exc}")
 
 
+def _resolve_file_split(p: ProblemSpec, n_available: int, r: _Reader) -> None:
+    """Default split of a data file (80 % / 20 %), and a check that the requested one fits."""
+    if p.n_test is None:
+        p.n_test = max(1, n_available // 5)
+    if p.n_train is None:
+        p.n_train = n_available - p.n_test
+    if p.n_train + p.n_test > n_available:
+        r.fail(
+            "problem.n_train",
+            f"n_train + n_test = {p.n_train + p.n_test} exceeds the {n_available} samples in {p.data}; lower them",
+        )
+
+
 def _resolve_points_problem(study: Study, problem, r: _Reader) -> None:
     """Point-set problems: sample counts from the file or the problem; no resolution (there is no grid to stride)."""
     p = study.problem
@@ -791,15 +796,7 @@ def _resolve_points_problem(study: Study, problem, r: _Reader) -> None:
         if header.get("problem") not in (None, problem.name):
             r.fail("problem.data", f"{p.data} holds {header.get('problem')!r} data, not {problem.name!r}; fix problem.name or data")
         n_available = int(header["n_samples"])
-        if p.n_test is None:
-            p.n_test = max(1, n_available // 5)
-        if p.n_train is None:
-            p.n_train = n_available - p.n_test
-        if p.n_train + p.n_test > n_available:
-            r.fail(
-                "problem.n_train",
-                f"n_train + n_test = {p.n_train + p.n_test} exceeds the {n_available} samples in {p.data}; lower them",
-            )
+        _resolve_file_split(p, n_available, r)
     else:
         p.generated_resolution = p.generated_resolution or problem.generated_resolution
         p.n_train = problem.n_train if p.n_train is None else p.n_train
