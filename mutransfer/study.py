@@ -223,6 +223,18 @@ class Study:
     def scales_width(self) -> bool:
         return self.target_width is not None and self.target_width != self.operator.width
 
+    def scaling(self) -> dict:
+        """The operator and what scales from proxy to target, as flat fields (report, MLflow parent params)."""
+        return {
+            "operator": self.operator.type,
+            "parametrization": self.parametrization if self.is_fno else None,
+            "proxy_K": self.proxy_K,
+            "target_K": self.target_K,
+            "proxy_width": self.operator.width,
+            "target_width": self.target_width,
+            "width_parametrization": self.width_parametrization,
+        }
+
     def model_text(self, target: bool) -> str:
         """e.g. "FNO-2D K=24 width 32" or "galerkin width 64" (the proxy's or the target's)."""
         width = self.target_width if target else self.operator.width
@@ -671,9 +683,6 @@ def _resolve_and_check(study: Study, r: _Reader) -> None:
     """Fill problem defaults (resolution, split) and check what depends on several fields."""
     from mutransfer.data.loading import PERIODIC, valid_resolutions
     from mutransfer.problems import get_problem
-    from operators.errors import OperatorConfigError
-    from operators.parametrization import check_modes
-    from operators.spectral import check_grid
 
     problem = get_problem(study.problem.name)
     p = study.problem
@@ -834,7 +843,7 @@ def _check_search_algorithm(study: Study, r: _Reader) -> None:
             if dist.type != "choice":
                 r.fail(
                     f"search_space.{name}.type",
-                    f"search.algorithm grid needs choice distributions; use type: choice with values: [...]",
+                    "search.algorithm grid needs choice distributions; use type: choice with values: [...]",
                 )
     if study.resources.gpus_per_trial and study.resources.gpus_per_trial > 1 and study.resources.gpus_per_trial % 1:
         r.fail("resources.gpus_per_trial", "must be a fraction <= 1 or a whole number of GPUs, e.g. 0.5 or 2")
@@ -903,13 +912,11 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         source=source,
     )
     if operator.type != "fno":
+        fixed = {"clip_value": study.training.clip_value is not None, "init_scale": study.training.init_scale != 1.0}
         for key in FNO_ONLY_HPARAMS:
-            if key in study.search_space:
-                r.fail(f"search_space.{key}", f"acts on FNO's spectral weights only, not {operator.type}; remove it")
-            if r.sub("training").has(key) and r.sub("training").raw(key) is not None and key == "clip_value":
-                r.fail(f"training.{key}", f"acts on FNO's spectral weights only, not {operator.type}; remove it")
-            if key == "init_scale" and study.training.init_scale != 1.0:
-                r.fail(f"training.{key}", f"acts on FNO's spectral weights only, not {operator.type}; remove it")
+            where = f"search_space.{key}" if key in study.search_space else f"training.{key}" if fixed[key] else None
+            if where:
+                r.fail(where, f"acts on FNO's spectral weights only, not {operator.type}; remove it")
     r.finish(_TOP_ORDER)
     _resolve_and_check(study, r)
     return study

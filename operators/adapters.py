@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from operators.errors import OperatorConfigError
+from operators.fno import grid_coordinates
 from operators.galerkin import GalerkinTransformer
 from operators.gnot import GNOT
 from operators.ono import ONO
@@ -117,14 +118,23 @@ class _Wrapped(nn.Module):
     standardise the same way).
     """
 
-    def __init__(self, operator: str, operator_config: dict, normalization: dict | None):
+    def __init__(self, coord_dim: int, operator: str, operator_config: dict, normalization: dict | None):
+        if not isinstance(coord_dim, int) or coord_dim < 1:
+            raise OperatorConfigError(f"coord_dim {coord_dim!r}: must be a positive integer")
+        if operator_config.get("coord_dim") != coord_dim:
+            raise OperatorConfigError(
+                f"operator_config coord_dim {operator_config.get('coord_dim')!r} must equal the {coord_dim} "
+                "coordinates per point of this adapter"
+            )
         super().__init__()
+        self.coord_dim = coord_dim
         self.operator = build_point_operator(operator, dict(operator_config))
         self.width_spec = self.operator.width_spec
         config = self.operator.config
         in_channels = config["in_channels"]
         in_channels = in_channels[0] if isinstance(in_channels, list) and len(in_channels) == 1 else in_channels
         self.normalization = _check_normalization(normalization, in_channels, config["out_channels"])
+        self.config = dict(operator=operator, operator_config=dict(config), normalization=self.normalization)
 
     def _encode(self, features: torch.Tensor) -> torch.Tensor:
         if self.normalization is None:
@@ -150,17 +160,9 @@ class GridPointSet(_Wrapped):
     """
 
     def __init__(self, dim: int, operator: str, operator_config: dict, normalization: dict | None = None):
-        if not isinstance(dim, int) or dim < 1:
-            raise OperatorConfigError(f"dim {dim!r}: must be a positive integer (grid dimensions)")
-        if operator_config.get("coord_dim") != dim:
-            raise OperatorConfigError(
-                f"operator_config coord_dim {operator_config.get('coord_dim')!r} must equal the grid dimension {dim}"
-            )
-        super().__init__(operator, operator_config, normalization)
+        super().__init__(dim, operator, operator_config, normalization)
         self.dim = dim
-        self.config = dict(
-            dim=dim, operator=operator, operator_config=dict(self.operator.config), normalization=self.normalization
-        )
+        self.config = dict(dim=dim, **self.config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != self.dim + 2:
@@ -168,9 +170,7 @@ class GridPointSet(_Wrapped):
                 f"input has shape {tuple(x.shape)}; expected (batch, {', '.join(['N'] * self.dim)}, channels)"
             )
         batch, grid, channels = x.shape[0], tuple(x.shape[1:-1]), x.shape[-1]
-        axes = [torch.linspace(0.0, 1.0, n, device=x.device, dtype=x.dtype) for n in grid]
-        coords = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).reshape(1, -1, self.dim)
-        coords = coords.expand(batch, -1, -1)
+        coords = grid_coordinates(grid, device=x.device, dtype=x.dtype).reshape(1, -1, self.dim).expand(batch, -1, -1)
         out = self._decode(self.operator(coords, self._encode(x.reshape(batch, -1, channels))))
         return out.reshape(batch, *grid, out.shape[-1])
 
@@ -188,16 +188,8 @@ class PackedPointSet(_Wrapped):
     """
 
     def __init__(self, coord_dim: int, operator: str, operator_config: dict, normalization: dict | None = None):
-        if operator_config.get("coord_dim") != coord_dim:
-            raise OperatorConfigError(
-                f"operator_config coord_dim {operator_config.get('coord_dim')!r} must equal coord_dim {coord_dim}"
-            )
-        super().__init__(operator, operator_config, normalization)
-        self.coord_dim = coord_dim
-        self.config = dict(
-            coord_dim=coord_dim, operator=operator, operator_config=dict(self.operator.config),
-            normalization=self.normalization,
-        )
+        super().__init__(coord_dim, operator, operator_config, normalization)
+        self.config = dict(coord_dim=coord_dim, **self.config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         coords, features, mask = unpack_points(x, self.coord_dim)

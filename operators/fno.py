@@ -26,6 +26,12 @@ from operators.width_mup import MuLinear, WidthSpec
 _POINTWISE = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
 
+def grid_coordinates(grid_shape: tuple[int, ...], device=None, dtype=None) -> torch.Tensor:
+    """Uniform node coordinates in [0, 1] per axis, shape (*grid_shape, d) (what FNO's lifting sees)."""
+    axes = [torch.linspace(0.0, 1.0, n, device=device, dtype=dtype) for n in grid_shape]
+    return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+
+
 class FNO(nn.Module):
     """FNO on a regular grid; the same weights run at any resolution with 2K ≤ N.
 
@@ -126,11 +132,6 @@ class FNO(nn.Module):
         """Raise a one-line error if K does not fit this grid (padding included)."""
         check_grid(tuple(n + self.padding for n in grid_shape), self.modes)
 
-    @staticmethod
-    def grid_coordinates(grid_shape: tuple[int, ...], device=None) -> torch.Tensor:
-        """Uniform coordinates in [0, 1] per axis, shape (*grid_shape, d)."""
-        axes = [torch.linspace(0.0, 1.0, n, device=device) for n in grid_shape]
-        return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != self.dim + 2:
@@ -139,7 +140,7 @@ class FNO(nn.Module):
             )
         grid_shape = tuple(x.shape[1:-1])
         self.check_input(grid_shape)
-        coords = self.grid_coordinates(grid_shape, device=x.device).to(x.dtype)
+        coords = grid_coordinates(grid_shape, device=x.device, dtype=x.dtype)
         coords = coords.expand(x.shape[0], *coords.shape)
         h = self.lift(torch.cat([x, coords], dim=-1))
         h = h.movedim(-1, 1)  # (B, m, N_1, …, N_d)

@@ -48,6 +48,7 @@ from operators.pointset import (
     PointMLP,
     check_choice,
     check_heads,
+    check_in_channels,
     check_positive_int,
     merge_heads,
     point_counts,
@@ -192,8 +193,7 @@ class GalerkinTransformer(nn.Module):
             ("coord_dim", coord_dim), ("out_channels", out_channels), ("layers", layers), ("ffn_ratio", ffn_ratio)
         ):
             check_positive_int(name, value)
-        if not isinstance(in_channels, int) or in_channels < 0:
-            raise OperatorConfigError(f"in_channels {in_channels!r}: must be a non-negative integer (0: coordinates only)")
+        check_in_channels(in_channels)
         spec = WidthSpec(width_parametrization, width, base_width)
         check_choice("attention_type", attention_type, ATTENTION_TYPES)
         check_choice("attention_impl", attention_impl, ATTENTION_IMPLS)

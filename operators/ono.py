@@ -68,6 +68,7 @@ from operators.pointset import (
     PointMLP,
     check_choice,
     check_heads,
+    check_in_channels,
     check_positive_int,
     merge_heads,
     normalized_attention,
@@ -268,8 +269,7 @@ class ONO(nn.Module):
         for name, value in (("coord_dim", coord_dim), ("out_channels", out_channels), ("layers", layers),
                             ("eigenfunctions", eigenfunctions), ("ffn_ratio", ffn_ratio)):
             check_positive_int(name, value)
-        if not isinstance(in_channels, int) or in_channels < 0:
-            raise OperatorConfigError(f"in_channels {in_channels!r}: must be a non-negative integer (0: coordinates only)")
+        check_in_channels(in_channels)
         spec = WidthSpec(width_parametrization, width, base_width)
         check_heads(width, heads, base_width, spec.is_mup)
         check_choice("nn_block", nn_block, NN_BLOCKS)

@@ -24,6 +24,13 @@ def check_positive_int(name: str, value) -> int:
     return value
 
 
+def check_in_channels(in_channels) -> int:
+    """Input channels per point: 0 (a shape given by its coordinates only) or more."""
+    if not isinstance(in_channels, int) or isinstance(in_channels, bool) or in_channels < 0:
+        raise OperatorConfigError(f"in_channels {in_channels!r}: must be a non-negative integer (0: coordinates only)")
+    return in_channels
+
+
 def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise OperatorConfigError(f"{name} {value!r} is unknown; use one of: {', '.join(choices)}")

@@ -197,7 +197,7 @@ def test_normalization_keeps_physical_units(operator):
 @pytest.mark.parametrize("operator", ATTENTION)
 def test_packed_padding_gives_each_sample_its_own_result(operator):
     """A padded packed batch gives, at real points, what each sample gives alone (normalization included)."""
-    from operators.adapters import PackedPointSet, normalization_from, pack_points
+    from operators.adapters import PackedPointSet, normalization_from
 
     study = study_of(attention_mapping(operator, "darcy_mesh"))
     data = _fake_data(study)
@@ -289,22 +289,52 @@ def test_train_cli_runs_attention_operators_on_an_irregular_mesh(operator, mesh_
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["--problem", "darcy_mesh", "--operator", "fno"], "--operator fno needs a grid"),
+        (["--problem", "darcy_mesh", "--data", "MESH", "--operator", "fno"], "--operator fno needs a grid"),
+        (["--problem", "darcy_mesh", "--data", "MESH", "--operator", "ono", "--resolution", "16"],
+         "--resolution: darcy_mesh is a point-set problem"),
+        (["--problem", "darcy", "--data", "MESH", "--operator", "ono"], "holds point sets (an irregular mesh); pass --problem darcy_mesh"),
         (["--operator", "galerkin", "--modes", "8"], "--modes applies to fno only"),
         (["--operator", "ono", "--clip-value", "0.1"], "--clip-value applies to fno only"),
         (["--operator", "fno", "--heads", "2"], "--heads applies to the attention operators"),
         (["--operator", "galerkin", "--option", "bogus=1"], "bogus"),
         (["--operator", "galerkin", "--option", "nonsense"], "--option 'nonsense': write KEY=VALUE"),
+        (["--operator", "galerkin", "--option", "width=64"], "--option width: has its own flag"),
         (["--operator", "galerkin", "--width-parametrization", "mup"], "needs --base-width"),
+        (["--operator", "galerkin", "--base-width", "16"], "--base-width applies to --width-parametrization mup only"),
         (["--operator", "galerkin", "--heads", "3"], "width 32 is not divisible by heads 3"),
     ],
 )
 def test_train_cli_bad_operator_flags_exit_2_with_one_line(args, fragment, mesh_file, tmp_path):
-    extra = ["--data", str(mesh_file)] if "darcy_mesh" in args else []
-    proc = _cli("train", *args, *extra, "--epochs", "1", "--no-progress", cwd=tmp_path, env_cache=tmp_path / "cache")
+    args = [str(mesh_file) if a == "MESH" else a for a in args]
+    proc = _cli("train", *args, "--epochs", "1", "--no-progress", cwd=tmp_path, env_cache=tmp_path / "cache")
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
+def _attention_study_file(tmp_path, operator="ono"):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(attention_mapping(operator)))
+    return path
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["landscape", "--modes", "4", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "has no Fourier modes; vary the width with --widths"),
+        (["landscape", "--widths", "8", "9", "--lrs", "1e-3", "1e-2", "1e-1"], "--widths: 9 is not divisible by operator.heads 2"),
+        (["landscape", "--widths", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "give at least two values of widths"),
+        (["sweep", "--coord-check"], "--coord-check measures FNO's spectral layers across K"),
+        (["sweep", "--proxy-K", "4"], "proxy_K: applies to fno only"),
+    ],
+)
+def test_sweep_and_landscape_refuse_what_attention_studies_cannot_do(args, fragment, tmp_path):
+    study = _attention_study_file(tmp_path)
+    proc = _cli(*args, "--study", str(study), cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "cache").exists()  # refused before any work
 
 
 @pytest.mark.slow
@@ -312,7 +342,6 @@ def test_train_cli_bad_operator_flags_exit_2_with_one_line(args, fragment, mesh_
 def test_attention_operators_learn_darcy_on_random_point_sets(operator, tmp_path):
     """30 epochs on 120 irregular-mesh samples (150-250 nodes of a 29x29 grid): relative L2 below 0.2 (from ~1)."""
     from mutransfer.data.pointclouds import generate_darcy_mesh, load_point_split, write_point_dataset
-    from mutransfer.study import load_study
     from mutransfer.sweep.hparams import model_for
     from mutransfer.training import TrainConfig, train
 

@@ -191,7 +191,7 @@ class LocalCluster:
                 proc.wait(timeout=10)
         # Anything left (raylet, GCS, workers, the job driver) still has our token in its environment.
         deadline = time.monotonic() + 15
-        while (left := _processes_with_env(f"RAY_AUTH_TOKEN={self.token}")) and time.monotonic() < deadline:
+        while _processes_with_env(f"RAY_AUTH_TOKEN={self.token}") and time.monotonic() < deadline:
             time.sleep(1)
         for pid in _processes_with_env(f"RAY_AUTH_TOKEN={self.token}"):
             try:

@@ -95,31 +95,6 @@ def test_width_landscape_end_to_end(tmp_path):
     assert len(points) == 12 and {r.data.params["width"] for r in points} == {"4", "16"}
 
 
-def test_width_landscape_refuses_modes_for_attention_operators(tmp_path):
-    study = tmp_path / "s.yaml"
-    study.write_text(
-        "name: s\nproblem: {name: burgers}\noperator: {type: ono, width: 8, heads: 2}\ntarget_width: 32\n"
-        "search_space: {lr: {type: loguniform, low: 1.0e-3, high: 1.0e-2}}\n"
-    )
-    proc = subprocess.run([sys.executable, "-m", "mutransfer.cli.main", "landscape", "--study", str(study), "--modes", "4", "8",
-                           "--lrs", "1e-3", "1e-2", "1e-1"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert proc.returncode == 2 and "has no Fourier modes; vary the width with --widths" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
-
-
-@pytest.fixture(scope="module")
-def ray_local():
-    import ray
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    if started:
-        ray.shutdown()
-
-
 @pytest.mark.parametrize("operator", ["galerkin", "ono", "gnot"])
 def test_attention_target_trains_with_two_ddp_workers(operator, ray_local, mesh_file, tmp_path):
     """Ray Train DDP (2 gloo workers) on packed point sets: every parameter gets a gradient, the model saves and rebuilds."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import os
 from pathlib import Path
 from typing import Iterator
 
@@ -134,9 +133,7 @@ def write_dataset(path, data: dict) -> Path:
     attrs["resolution"] = int(x.shape[1])
     attrs.setdefault("seed", -1)
     attrs.setdefault("mutransfer_version", mutransfer.__version__)
-    attrs.setdefault(
-        "created", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-    )
+    attrs.setdefault("created", utc_now())
     attrs = {str(k): _attr_value(str(k), v) for k, v in attrs.items()}
 
     path = Path(path)
@@ -155,17 +152,27 @@ def write_dataset(path, data: dict) -> Path:
     return path
 
 
-def _read_attrs(obj) -> dict:
-    out = {}
-    for k, v in obj.attrs.items():
-        if isinstance(v, bytes):
-            v = v.decode("utf-8", "replace")
-        elif isinstance(v, np.generic):
-            v = v.item()
-        elif isinstance(v, np.ndarray):
-            v = v.tolist()
-        out[k] = v
-    return out
+def decode_attr(value):
+    """An HDF5 attribute value as a plain Python value (bytes → str, numpy scalars → Python, small arrays → lists)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "S":
+            return [x.decode("utf-8", "replace") for x in value.ravel().tolist()]
+        return value.tolist() if value.size <= 16 else f"array{value.shape}"
+    return value
+
+
+def read_attrs(obj) -> dict:
+    """All attributes of an HDF5 file, group or dataset, decoded with :func:`decode_attr`."""
+    return {str(k): decode_attr(v) for k, v in obj.attrs.items()}
+
+
+def utc_now() -> str:
+    """The current time as ISO 8601 UTC, e.g. "2025-01-31T12:00:00Z" (the ``created`` attribute)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @contextlib.contextmanager
@@ -241,7 +248,7 @@ def read_dataset(path) -> dict:
             "input": f["input"][()],
             "output": f["output"][()],
             "grid": grid,
-            "attrs": _read_attrs(f),
+            "attrs": read_attrs(f),
         }
 
 
@@ -265,7 +272,7 @@ def inspect_dataset(path) -> dict:
     Arrays are scanned in blocks of samples, never loaded whole.
     """
     with open_dataset(path) as f:
-        attrs = _read_attrs(f)
+        attrs = read_attrs(f)
         datasets = {}
         for key in ("input", "output"):
             ds = f[key]

@@ -40,7 +40,6 @@ of ``operators.adapters.pack_points``: x (n, P, d + C_in + 1) =
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import time
 from pathlib import Path
 from typing import Iterator
@@ -50,6 +49,7 @@ import numpy as np
 
 import mutransfer
 from mutransfer.atomic import atomic_path
+from mutransfer.data.hdf5_io import decode_attr, read_attrs, utc_now
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -223,10 +223,6 @@ def generate_darcy_mesh(
 # ----------------------------------------------------------------------------- HDF5 schema
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 def _check_points(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
     if not isinstance(data, dict):
         raise UserInputError(f"data: expected a dict with coords/input/output/mask/attrs, got {type(data).__name__}")
@@ -276,7 +272,7 @@ def write_point_dataset(path, data: dict) -> Path:
     )
     attrs.setdefault("seed", -1)
     attrs.setdefault("mutransfer_version", mutransfer.__version__)
-    attrs.setdefault("created", _now())
+    attrs.setdefault("created", utc_now())
     attrs = {str(k): _attr_value(str(k), v) for k, v in attrs.items()}
     path = Path(path)
     if path.is_dir():
@@ -293,18 +289,8 @@ def write_point_dataset(path, data: dict) -> Path:
     return path
 
 
-def _decode(v):
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    return v
-
-
 def _schema_of(f: h5py.File):
-    return _decode(f.attrs.get("schema"))
+    return decode_attr(f.attrs.get("schema"))
 
 
 @contextlib.contextmanager
@@ -329,7 +315,7 @@ def _open_points(path) -> Iterator[h5py.File]:
     with f:
         schema = _schema_of(f)
         if schema != POINT_SCHEMA:
-            problem = _decode(f.attrs.get("problem"))
+            problem = decode_attr(f.attrs.get("problem"))
             if schema == "mutransfer-pde":
                 raise UserInputError(
                     f"data file {p} holds grid data ({problem}), not point sets; use it with problem {problem}, or "
@@ -384,7 +370,7 @@ def read_point_dataset(path) -> dict:
     with _open_points(path) as f:
         data = {key: f[key][()] for key in _DATASETS}
         data["mask"] = data["mask"].astype(bool)
-        data["attrs"] = {str(k): _decode(v) for k, v in f.attrs.items()}
+        data["attrs"] = read_attrs(f)
     _check_counts(path, data["mask"], data["n_points"])
     return data
 
@@ -405,7 +391,7 @@ def point_file_header(path) -> dict:
     """n_samples, problem, coord_dim, max_points, in_channels, out_channels (and attrs), without reading arrays."""
     with _open_points(path) as f:
         n, pts, d = f["coords"].shape
-        attrs = {str(k): _decode(v) for k, v in f.attrs.items()}
+        attrs = read_attrs(f)
         return {
             "n_samples": int(n),
             "problem": attrs.get("problem"),
@@ -442,7 +428,7 @@ def inspect_point_dataset(path) -> dict:
             datasets[key] = {"shape": tuple(ds.shape), "dtype": str(ds.dtype), **stats}
         for key in ("mask", "n_points"):
             datasets[key] = {"shape": tuple(f[key].shape), "dtype": str(f[key].dtype)}
-        attrs = {str(k): _decode(v) for k, v in f.attrs.items()}
+        attrs = read_attrs(f)
         return {
             "format": POINT_SCHEMA,
             "path": str(path),
@@ -481,7 +467,7 @@ def load_point_split(path, *, n_train: int, n_test: int):
                 f"n_train {n_train} + n_test {n_test} = {n_train + n_test} exceeds the {n_total} samples "
                 f"in data file {path}; lower n_train or n_test, or generate more samples"
             )
-        attrs = {str(k): _decode(v) for k, v in f.attrs.items()}
+        attrs = read_attrs(f)
         parts = {}
         for name, sl in (("train", slice(0, n_train)), ("test", slice(n_total - n_test, n_total))):
             parts[name] = {key: f[key][sl] for key in _DATASETS}

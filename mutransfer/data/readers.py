@@ -55,6 +55,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from mutransfer.data.hdf5_io import decode_attr, read_attrs
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -483,20 +484,6 @@ def detect_format(path) -> str:
 # ----------------------------------------------------------------------------- helpers
 
 
-def _decode(v):
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, np.ndarray):
-        if v.dtype.kind == "S":
-            return [x.decode("utf-8", "replace") for x in v.ravel().tolist()]
-        return v.tolist() if v.size <= 16 else f"array{v.shape}"
-    return v
-
-
-def _attrs(obj) -> dict:
-    return {str(k): _decode(v) for k, v in obj.attrs.items()}
 
 
 def _unknown_key(path, key: str, found, flag: str) -> UserInputError:
@@ -653,7 +640,7 @@ def _open_mutransfer(p: Path, opts: _Options) -> DataSource:
         inp = _plain_array(xi, "input", None)
         out = _plain_array(yo, "output", len(yo.shape) - 1 if timed else None)
         inp, out = _apply_times(p, inp, out, opts, trajectory_defaults=False)
-        attrs = _attrs(f)
+        attrs = read_attrs(f)
         grid = {}
         if isinstance(f.get("grid"), h5py.Group):
             grid = {k: np.asarray(v[()], dtype=np.float64) for k, v in f["grid"].items() if isinstance(v, h5py.Dataset)}
@@ -709,7 +696,7 @@ def _open_mat_v73(p: Path, f: h5py.File, opts: _Options) -> DataSource:
     datasets = {
         k: v for k, v in f.items()
         if isinstance(v, h5py.Dataset) and v.dtype.kind in "fiub" and not k.startswith("#")
-        and _decode(v.attrs.get("MATLAB_class", "double")) not in ("char", "cell", "struct")
+        and decode_attr(v.attrs.get("MATLAB_class", "double")) not in ("char", "cell", "struct")
     }
     # MATLAB stores column-major: the HDF5 shape is the MATLAB size reversed
     shapes = {k: tuple(reversed(v.shape)) for k, v in datasets.items()}
@@ -742,7 +729,7 @@ def _open_generic_hdf5(p: Path, f: h5py.File, opts: _Options) -> DataSource:
     _validate(p, inp, out)
     desc = f"HDF5 file with root arrays {', '.join(f'{k} {shapes[k]}' for k in names)}"
     return DataSource(
-        str(p), "hdf5", inp, out, ik, ok, description=desc, attrs=_attrs(f),
+        str(p), "hdf5", inp, out, ik, ok, description=desc, attrs=read_attrs(f),
         arrays={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in datasets.items()}, _file=f,
     )
 
@@ -774,7 +761,7 @@ def _open_pdebench(p: Path, f: h5py.File, opts: _Options) -> DataSource:
     _validate(p, inp, out)
     desc = f"PDEBench file with arrays {', '.join(f'{k} {tuple(v.shape)}' for k, v in fields.items())}"
     return DataSource(
-        str(p), "pdebench", inp, out, ik, ok, description=desc, grid=coords, attrs=_attrs(f),
+        str(p), "pdebench", inp, out, ik, ok, description=desc, grid=coords, attrs=read_attrs(f),
         arrays={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in datasets.items()}, _file=f,
     )
 
@@ -809,14 +796,14 @@ def _open_pdebench_groups(p: Path, f: h5py.File, opts: _Options) -> DataSource:
                 for k, v in first["grid"].items() if isinstance(v, h5py.Dataset)}
     desc = f"PDEBench file with {len(groups)} sample groups, {', '.join(f'{k} {first[k].shape}' for k in names)} each"
     return DataSource(
-        str(p), "pdebench-groups", inp, out, ik, ok, description=desc, grid=grid, attrs=_attrs(f),
+        str(p), "pdebench-groups", inp, out, ik, ok, description=desc, grid=grid, attrs=read_attrs(f),
         arrays={f"{groups[0]}/{k}": {"shape": list(first[k].shape), "dtype": str(first[k].dtype)} for k in names},
         _file=f,
     )
 
 
 def _open_the_well(p: Path, f: h5py.File, opts: _Options) -> DataSource:
-    attrs = _attrs(f)
+    attrs = read_attrs(f)
     dims = f["dimensions"]
     n_space = attrs.get("n_spatial_dims")
     spatial = [k for k in _SPACE_NAMES if isinstance(dims.get(k), h5py.Dataset)]
@@ -839,7 +826,7 @@ def _open_the_well(p: Path, f: h5py.File, opts: _Options) -> DataSource:
 
     def lazy(name):
         ds, rank = fields[name], order[name]
-        a = {k: _decode(v) for k, v in ds.attrs.items()}
+        a = read_attrs(ds)
         if a.get("sample_varying") is False or a.get("sample_varying") == 0:
             raise UserInputError(f"{p}: field {name!r} is the same for every trajectory; pick a sample-varying field")
         time_varying = not (a.get("time_varying") is False or a.get("time_varying") == 0)

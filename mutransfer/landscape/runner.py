@@ -80,8 +80,6 @@ def validate(options: LandscapeOptions):
         raise UserInputError(f"--{'widths' if options.widths else 'modes'} {scales}: give at least two values of {what} to measure a drift")
     if len(set(options.values)) < 3:
         raise UserInputError("--lrs/--values: give at least three values (or --lr-range LO HI --points N with N >= 3)")
-    if options.hyperparameter in ("init_scale", "clip_value") and not study.is_fno:
-        raise UserInputError(f"--hyperparameter {options.hyperparameter}: acts on FNO only, not {study.operator.type}")
     for value in options.values:
         if options.hyperparameter == "beta2" and not 0 < value < 1:
             raise UserInputError(f"beta2 value {value}: must be in (0, 1)")
@@ -94,10 +92,7 @@ def validate(options: LandscapeOptions):
         for w in options.widths:
             if heads and w % heads:
                 raise UserInputError(f"--widths: {w} is not divisible by operator.heads {heads}; use multiples of {heads}")
-        if study.is_fno:
-            for p in options.parametrizations:
-                check_modes(int(study.proxy_K), study.dim, study.parametrization)
-            check_grid(study.grid_shape, int(study.proxy_K))
+        # FNO keeps K = proxy_K, which the study already checked against its grid
     else:
         grid = study.grid_shape
         for k in options.modes:
@@ -118,7 +113,7 @@ def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
     """
     import torch
 
-    from mutransfer.sweep.hparams import build_model, data_normalization, merge_hyperparameters, train_config
+    from mutransfer.sweep.hparams import merge_hyperparameters, model_for, train_config
     from mutransfer.training import train
 
     torch.set_num_threads(threads)
@@ -134,10 +129,7 @@ def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
         modes, width = int(spec["scale"]), study.operator.width
     hp = merge_hyperparameters(point_study, {spec["hyperparameter"]: spec["value"]})
     torch.manual_seed(int(spec["seed"]))
-    model = build_model(
-        point_study, modes=modes, width=width, init_scale=hp["init_scale"], input_channels=data.train_x.shape[-1],
-        output_channels=data.train_y.shape[-1], normalization=data_normalization(point_study, data),
-    )
+    model = model_for(point_study, data, init_scale=hp["init_scale"], modes=modes, width=width)
     start = time.perf_counter()
     result = train(model, data, train_config(point_study, hp, epochs=epochs))
     return {
@@ -194,7 +186,7 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         pending = {remote.remote(study, spec, data_ref, epochs, options.cpus_per_task): spec for spec in specs}
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
-            spec = pending.pop(done[0])
+            pending.pop(done[0])
             record = ray.get(done[0])
             records.append(record)
             _log_point(tracker, experiment_id, parent, study.name, options.hyperparameter, record, axis)

@@ -23,8 +23,10 @@ def counted_step_flops(model, input_shape: tuple[int, ...]) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from operators.adapters import PackedPointSet
+
     x = torch.rand(1, *input_shape)
-    if hasattr(model, "coord_dim"):  # packed point sets: every point real
+    if isinstance(model, PackedPointSet):  # every point real
         x[..., -1] = 1.0
     with FlopCounterMode(display=False) as counter:
         model(x).sum().backward()

@@ -73,7 +73,6 @@ def build_model(
     init_scale: float = 1.0,
     input_channels: int = 1,
     output_channels: int = 1,
-    width_parametrization: str | None = None,
     normalization: dict | None = None,
 ):
     """The study's operator at ``modes`` K (FNO) and ``width`` (default: the proxy's operator.width).
@@ -90,7 +89,7 @@ def build_model(
 
     o = study.operator
     width = int(o.width if width is None else width)
-    wp = width_parametrization or study.width_parametrization or "standard"
+    wp = study.width_parametrization or "standard"
     base_width = int(o.width) if wp == "mup" else None
     if study.is_fno:
         return FNO(
@@ -114,8 +113,13 @@ def build_model(
     )
 
 
-def model_for(study: Study, data, *, target: bool, init_scale: float = 1.0, modes: int | None = None, width: int | None = None):
-    """The proxy (``target=False``) or target model for ``data`` (channels read from its tensors)."""
+def model_for(
+    study: Study, data, *, target: bool = False, init_scale: float = 1.0, modes: int | None = None, width: int | None = None
+):
+    """The proxy (``target=False``) or target model for ``data`` (channels and normalisation read from its tensors).
+
+    ``modes`` / ``width`` override the proxy's or target's (landscapes vary them).
+    """
     if modes is None and study.is_fno:
         modes = study.target_K if target else study.proxy_K
     if width is None:
@@ -134,6 +138,18 @@ def data_normalization(study: Study, data) -> dict | None:
     from operators.adapters import normalization_from
 
     return normalization_from(data.train_x, data.train_y, study.dim if study.point_problem else None)
+
+
+def eval_metrics(event: dict, spectral_lr0: float) -> dict:
+    """What a proxy trial or the target reports to Ray for one trainer evaluation event."""
+    return {
+        "epoch": int(event["epoch"]),
+        "test_error": float(event["test_error"]),
+        "train_loss": float(event["train_loss"]),
+        "lr": float(event["lr"]),
+        "trainer_seconds": float(event["seconds"]),
+        "spectral_lr0": spectral_lr0,
+    }
 
 
 def effective_spectral_lr(model, lr: float) -> float:

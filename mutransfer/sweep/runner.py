@@ -450,13 +450,7 @@ def _create_parent(tracker, experiment_id: str, study: Study, prepared: Prepared
         "study": study.name,
         "problem": study.problem.name,
         "dim": study.dim,
-        "parametrization": study.parametrization,
-        "operator": study.operator.type,
-        "proxy_K": study.proxy_K,
-        "target_K": study.target_K,
-        "width": study.operator.width,
-        "target_width": study.target_width,
-        "width_parametrization": study.width_parametrization,
+        **study.scaling(),
         "layers": study.operator.layers,
         "resolution": study.problem.resolution,
         "n_train": study.problem.n_train,
@@ -666,7 +660,7 @@ def transfer(study: Study, best: dict) -> tuple[dict, dict]:
     on hidden weights under width-muP), so the target hyperparameters are the
     proxy's; the record states the effective values each rule produces.
     """
-    from operators.parametrization import spectral_lr_multiplier, transfer_init_variance_factor, transfer_lr_factor
+    from operators.parametrization import spectral_lr_multiplier, transfer_lr_factor
     from operators.transfer import RescaledQuantity, TransferRecord, width_transfer_rows
     from operators.width_mup import hidden_lr_multiplier
 

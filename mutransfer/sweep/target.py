@@ -67,7 +67,7 @@ def target_loop(cfg: dict) -> dict:
     import ray.train.torch
     import torch
 
-    from mutransfer.sweep.hparams import model_for, effective_spectral_lr, train_config
+    from mutransfer.sweep.hparams import effective_spectral_lr, eval_metrics, model_for, train_config
     from mutransfer.training import DIVERGED_METRIC, train
 
     torch.set_num_threads(max(1, int(cfg["threads"])))
@@ -101,23 +101,13 @@ def target_loop(cfg: dict) -> dict:
     iters_per_epoch = math.ceil(shard.train_x.shape[0] / per_rank_batch)
     total = epochs * iters_per_epoch
 
-    def metrics_of(event: dict) -> dict:
-        return {
-            "epoch": int(event["epoch"]),
-            "test_error": float(event["test_error"]),
-            "train_loss": float(event["train_loss"]),
-            "lr": float(event["lr"]),
-            "trainer_seconds": float(event["seconds"]),
-            "spectral_lr0": spectral_lr0,
-        }
-
     def on_event(event: dict) -> None:
         # Report only when the trainer has just written checkpoint.pt (every `every` epochs, not
         # the last evaluation): each report is a barrier across workers and costs a controller poll.
         if event["event"] != "eval" or not (event["epoch"] % every == 0 and event["iteration"] < total):
             return
         checkpoint = ray.train.Checkpoint.from_directory(str(local)) if rank == 0 else None
-        ray.train.report(metrics_of(event), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event['epoch']:05d}")
+        ray.train.report(eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event['epoch']:05d}")
 
     result = train(model, shard, tconfig, callbacks=[on_event], resume=True)
 

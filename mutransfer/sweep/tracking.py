@@ -504,7 +504,7 @@ def list_studies(uri: str) -> list[dict]:
                 "proxy_K": _int(p.get("proxy_K")),
                 "target_K": _int(p.get("target_K")),
                 "operator": p.get("operator") or "fno",
-                "proxy_width": _int(p.get("width")),
+                "proxy_width": _int(p.get("proxy_width", p.get("width"))),
                 "target_width": _int(p.get("target_width")),
                 "best_proxy_error": m.get("best_proxy_test_error"),
                 "target_error": m.get("target_test_error"),

@@ -100,7 +100,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     from ray import tune
 
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep.hparams import model_for, effective_spectral_lr, merge_hyperparameters, train_config
+    from mutransfer.sweep.hparams import effective_spectral_lr, eval_metrics, merge_hyperparameters, model_for, train_config
     from mutransfer.training import DIVERGED_METRIC, load_checkpoint, train
     from mutransfer.training.trainer import CHECKPOINT_NAME
 
@@ -135,21 +135,10 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
 
     reported = {"n": 0}
 
-    def metrics_of(event: dict) -> dict:
-        return {
-            "epoch": int(event["epoch"]),
-            "test_error": float(event["test_error"]),
-            "train_loss": float(event["train_loss"]),
-            "lr": float(event["lr"]),
-            "trainer_seconds": float(event["seconds"]),
-            "spectral_lr0": spectral_lr0,
-            "diverged": 0,
-        }
-
     def report_eval(event: dict) -> None:
         if event["event"] != "eval":
             return
-        metrics = metrics_of(event)
+        metrics = {**eval_metrics(event, spectral_lr0), "diverged": 0}
         if before and reported["n"] == 0:
             metrics["history_before"] = json.dumps(before)
         reported["n"] += 1

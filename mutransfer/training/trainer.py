@@ -10,7 +10,6 @@ ends in the same state as an uninterrupted one.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
