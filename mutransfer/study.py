@@ -52,6 +52,8 @@ PARAMETRIZATIONS = ("mup", "standard")
 WIDTH_PARAMETRIZATIONS = ("mup", "standard")
 SCHEDULES = ("step", "onecycle", "cosine", "constant")
 USE_GPU = ("auto", True, False)
+PRECISIONS = ("fp32", "bf16", "fp16")
+STREAM = ("auto", True, False)
 
 DEFAULT_STUDY = "quick"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
@@ -84,6 +86,9 @@ class ProblemSpec:
     time_resolution: int | None = None
     #: seed of the generated default data
     data_seed: int = 0
+    #: read the data lazily from the file in batches: auto (when the split would take more than half the
+    #: available memory), true or false (mutransfer.data.streaming)
+    stream: Any = "auto"
 
 
 @dataclass
@@ -138,6 +143,9 @@ class TrainingSpec:
     loss: str = "relative_l2"
     data_weight: float | None = None
     physics_weight: float | None = None
+    #: fp32, or bf16/fp16 mixed precision (autocast for the real-valued layers; FFTs and the spectral
+    #: contraction in fp32; fp16 with loss scaling), for the proxies and the target alike
+    precision: str = "fp32"
 
 
 @dataclass
@@ -172,6 +180,8 @@ class TargetSpec:
     num_workers: int = 1
     use_gpu: Any = "auto"
     cpus_per_worker: int = 1
+    #: epochs between the target's checkpoints (each reported to Ray Train; a restarted target resumes from the last)
+    checkpoint_every: int = 1
 
 
 @dataclass
@@ -454,7 +464,10 @@ def _read_problem(r: _Reader) -> ProblemSpec:
         n_test=r.integer("n_test", None, minimum=1, allow_none=True, example="50"),
         time_resolution=r.integer("time_resolution", None, minimum=1, allow_none=True, example="16"),
         data_seed=r.integer("data_seed", 0, minimum=0, example="0"),
+        stream=r.raw("stream", "auto"),
     )
+    if p.stream not in STREAM or (isinstance(p.stream, int) and not isinstance(p.stream, bool)):
+        r.fail(r.where("stream"), f"must be auto, true or false, got {_kind(p.stream)}")
     r.finish(_field_names(ProblemSpec))
     return p
 
@@ -584,6 +597,7 @@ def _read_training(r: _Reader) -> TrainingSpec:
         physics_weight=r.number(
             "physics_weight", None, allow_none=True, example="1", check=lambda v: None if v >= 0 else "must be >= 0"
         ),
+        precision=r.string("precision", "fp32", choices=PRECISIONS),
     )
     if t.loss != "pino" and (t.data_weight is not None or t.physics_weight is not None):
         r.fail(r.where("loss"), "data_weight/physics_weight only apply to loss pino; drop them or set loss: pino")
@@ -662,6 +676,7 @@ def _read_target(r: _Reader) -> TargetSpec:
         num_workers=r.integer("num_workers", 1, minimum=1, example="1"),
         use_gpu=use_gpu,
         cpus_per_worker=r.integer("cpus_per_worker", 1, minimum=1, example="1"),
+        checkpoint_every=r.integer("checkpoint_every", 1, minimum=1, example="1"),
     )
     r.finish(_field_names(TargetSpec))
     return t
@@ -964,6 +979,7 @@ OVERRIDES = {
     "epochs": ("budget.epochs", "--epochs"),
     "target_epochs": ("target.epochs", "--target-epochs"),
     "tracking_uri": ("tracking.uri", "--tracking-uri"),
+    "precision": ("training.precision", "--precision"),
 }
 
 

@@ -4,20 +4,38 @@ Nothing is allocated, so a 906M-parameter FNO-3D is planned in microseconds.
 Counting convention (the paper's): a complex spectral entry counts once; its
 storage is two float32 numbers.
 
-Memory of one training step with Adam, float32 (bytes):
-- weights, gradients: 4 bytes per real scalar each; Adam: two states per real scalar;
-- activations saved for backward (exact for this implementation, checked in the
-  tests with torch's saved-tensor hooks), with G = ∏N, G_p = ∏(N+padding):
-  B·G·(C_in+d)·4 (lifting input) + (2L−1)·B·m·G_p·4 (layer inputs and GELU inputs)
-  + L·2^(d−1)·B·m·K^d·8 (truncated spectra) + B·G·(m + 2P)·4 (projection);
-- workspace (an estimate of the largest transient buffers of one Fourier layer):
-  the full spectrum of its input and output, 2·B·m·G_r·8 with G_r the rfft grid,
-  plus two layer-sized real buffers 2·B·m·G_p·4.
+Memory of one training step with Adam (bytes), at precision fp32, or bf16/fp16
+mixed precision (autocast for the real-valued layers, transforms and the spectral
+contraction in float32/complex64, float32 master weights). Persistent: weights and
+gradients, 4 bytes per real scalar each; Adam, two float32 states per real scalar.
+Activations saved for backward (exact for this implementation, checked in the tests
+with torch's saved-tensor hooks), with G = ∏N, G_p = ∏(N+padding), b = 4 (fp32) or
+2 (bf16/fp16) bytes:
+  B·G·(C_in+d)·b (lifting input) + (2L−1)·B·m·G_p·b (layer inputs and GELU inputs)
+  + L·2^(d−1)·B·m·K^d·8 (kept spectra, always complex64) + B·G·(m + 2P)·b
+  (projection); under autocast also the low-precision copies of the weights whose
+  input needs a gradient, (L·m² + m·P + P·C_out)·b.
+
+The peak of one step is the largest of three moments (measured with
+mutransfer.diagnostics.peak_memory on the CPU, where it predicts the peak of live
+tensors within 1 % in 1D/2D/3D, fp32 and bf16; on a GPU see docs/benchmarks.md):
+- start of backward: weights + Adam + activations + the projection's gradient
+  buffers B·G·(P + C_out)·b (``workspace_bytes``);
+- end of backward: weights + Adam + gradients + one Fourier layer's weight gradient
+  in its contraction layout (2^(d−1)·m²·K^d·8) and two layer-sized buffers
+  2·B·m·G_p·b (``layer_gradient_bytes``);
+- the optimizer step: weights + Adam + gradients + Adam's temporaries
+  (``optimizer_workspace_bytes``): PyTorch's multi-tensor Adam, the default on GPUs
+  (``device="cuda"``), allocates one buffer the size of the largest parameter group
+  (the spectral weights), two with weight decay; its per-tensor loop on CPUs
+  (``device="cpu"``) about three the size of the largest tensor (a corner), four
+  with weight decay.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
 
 from operators.errors import OperatorConfigError
@@ -25,11 +43,13 @@ from operators.spectral import check_grid
 
 FLOAT_BYTES = 4
 COMPLEX_BYTES = 8
+#: training precisions and the bytes per element of the activations autograd saves under each
+PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass(frozen=True)
 class FNOPlan:
-    """Counts (entries) and memory (bytes) of an FNO configuration."""
+    """Counts (entries) and memory (bytes) of one Adam training step of an FNO configuration."""
 
     dim: int
     modes: int
@@ -47,15 +67,52 @@ class FNOPlan:
     adam_bytes: int
     activations_bytes: int | None
     workspace_bytes: int | None
+    precision: str = "fp32"
+    optimizer_workspace_bytes: int = 0
+    layer_gradient_bytes: int | None = None
+    device: str = "cuda"
+    in_channels: int = 1
+    out_channels: int = 1
+    projection_channels: int = 128
+    padding: int = 0
+    weight_decay: float = 0.0
+
+    def options(self) -> dict:
+        """plan_fno keyword arguments that reproduce this plan (with ``grid`` and ``batch``)."""
+        return dict(grid=self.grid, batch=self.batch, in_channels=self.in_channels, out_channels=self.out_channels,
+                    projection_channels=self.projection_channels, padding=self.padding, precision=self.precision,
+                    weight_decay=self.weight_decay, device=self.device)
+
+    def replan(self, **changes) -> "FNOPlan":
+        """The same configuration with some of plan_fno's arguments changed, e.g. ``replan(batch=4)``."""
+        return plan_fno(self.dim, self.modes, self.width, self.layers, **{**self.options(), **changes})
+
+    @property
+    def backward_peak_bytes(self) -> int:
+        """The larger of the start of backward (activations + projection gradients) and its end (all gradients)."""
+        start = (self.activations_bytes or 0) + (self.workspace_bytes or 0)
+        end = self.gradients_bytes + (self.layer_gradient_bytes or 0)
+        return self.weights_bytes + self.adam_bytes + max(start, end)
+
+    @property
+    def step_peak_bytes(self) -> int:
+        """Weights + Adam states + gradients + the optimizer's temporaries."""
+        return self.weights_bytes + self.adam_bytes + self.gradients_bytes + self.optimizer_workspace_bytes
 
     @property
     def total_bytes(self) -> int:
-        extra = (self.activations_bytes or 0) + (self.workspace_bytes or 0)
-        return self.weights_bytes + self.gradients_bytes + self.adam_bytes + extra
+        """Peak memory of one training step: the larger of the backward and the optimizer-step peaks."""
+        return max(self.backward_peak_bytes, self.step_peak_bytes)
+
+    def fits(self, memory_bytes: int) -> bool:
+        """Whether one training step fits in ``memory_bytes``."""
+        return self.total_bytes <= memory_bytes
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out["grid"] = list(self.grid) if self.grid else None
+        out["backward_peak_bytes"] = self.backward_peak_bytes
+        out["step_peak_bytes"] = self.step_peak_bytes
         out["total_bytes"] = self.total_bytes
         return out
 
@@ -75,6 +132,32 @@ def other_params(
     return lift + pointwise + project
 
 
+def check_precision(precision: str) -> str:
+    """Return ``precision`` if known, else raise OperatorConfigError."""
+    if precision not in PRECISION_BYTES:
+        raise OperatorConfigError(f"precision {precision!r} is unknown; use one of: {', '.join(PRECISION_BYTES)}")
+    return precision
+
+
+def activation_bytes(
+    dim: int, modes: int, width: int, layers: int, grid: tuple[int, ...], batch: int, *,
+    in_channels: int, out_channels: int, projection_channels: int, padding: int, precision: str,
+) -> int:
+    """Bytes autograd saves for backward in one forward pass (module docstring; exact for operators.fno)."""
+    b = PRECISION_BYTES[precision]
+    g = math.prod(grid)
+    gp = math.prod(n + padding for n in grid)
+    saved = (
+        batch * g * (in_channels + dim) * b
+        + (2 * layers - 1) * batch * width * gp * b
+        + layers * 2 ** (dim - 1) * batch * width * modes**dim * COMPLEX_BYTES
+        + batch * g * (width + 2 * projection_channels) * b
+    )
+    if precision != "fp32":  # autocast's low-precision copies of the weights that need an input gradient
+        saved += (layers * width * width + width * projection_channels + projection_channels * out_channels) * b
+    return saved
+
+
 def plan_fno(
     dim: int,
     modes: int,
@@ -87,18 +170,29 @@ def plan_fno(
     out_channels: int = 1,
     projection_channels: int = 128,
     padding: int = 0,
+    precision: str = "fp32",
+    weight_decay: float = 0.0,
+    device: str = "cuda",
 ) -> FNOPlan:
-    """Plan an FNO: parameter counts always, activation memory when ``grid`` is given."""
+    """Plan an FNO: parameter counts always, activation memory when ``grid`` is given.
+
+    ``precision``: "fp32", "bf16" or "fp16" (mixed precision, see the module docstring).
+    ``weight_decay`` > 0 adds to Adam's temporaries. ``device``: "cuda" (multi-tensor
+    Adam) or "cpu" (per-tensor Adam); they differ only in Adam's temporaries.
+    """
     for name, value in (("dim", dim), ("modes", modes), ("width", width), ("layers", layers), ("batch", batch)):
         if not isinstance(value, int) or value < 1:
             raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
     if dim not in (1, 2, 3):
         raise OperatorConfigError(f"dim {dim}: FNO supports 1, 2 or 3 truncated dimensions")
+    check_precision(precision)
+    if device not in ("cuda", "cpu"):
+        raise OperatorConfigError(f"device {device!r}: plan for 'cuda' or 'cpu'")
     per_layer = spectral_params_per_layer(dim, modes, width)
     spectral = layers * per_layer
     other = other_params(dim, width, layers, in_channels, out_channels, projection_channels)
     real_scalars = 2 * spectral + other
-    activations = workspace = None
+    activations = workspace = layer_gradient = None
     if grid is not None:
         grid = tuple(int(n) for n in grid)
         if len(grid) == 1 and dim > 1:
@@ -107,15 +201,20 @@ def plan_fno(
             raise OperatorConfigError(f"grid {list(grid)}: give {dim} positive sizes (or one size for all axes)")
         padded = tuple(n + padding for n in grid)
         check_grid(padded, modes)
-        g, gp = math.prod(grid), math.prod(padded)
-        gr = math.prod(padded[:-1]) * (padded[-1] // 2 + 1)
-        activations = (
-            batch * g * (in_channels + dim) * FLOAT_BYTES
-            + (2 * layers - 1) * batch * width * gp * FLOAT_BYTES
-            + layers * 2 ** (dim - 1) * batch * width * modes**dim * COMPLEX_BYTES
-            + batch * g * (width + 2 * projection_channels) * FLOAT_BYTES
+        gp = math.prod(padded)
+        activations = activation_bytes(
+            dim, modes, width, layers, grid, batch, in_channels=in_channels, out_channels=out_channels,
+            projection_channels=projection_channels, padding=padding, precision=precision,
         )
-        workspace = 2 * batch * width * gr * COMPLEX_BYTES + 2 * batch * width * gp * FLOAT_BYTES
+        b = PRECISION_BYTES[precision]
+        workspace = batch * math.prod(grid) * (projection_channels + out_channels) * b
+        layer_gradient = per_layer * COMPLEX_BYTES + 2 * batch * width * gp * b
+    if device == "cuda":  # multi-tensor Adam: the largest group (spectral weights and the rest are separate groups)
+        optimizer_workspace = max(2 * spectral, other) * FLOAT_BYTES * (2 if weight_decay else 1)
+    else:  # per-tensor Adam: temporaries the size of the largest tensor, one corner or a pointwise/projection weight
+        corner = 2 * width * width * modes**dim * FLOAT_BYTES
+        largest = max(corner, width * width * FLOAT_BYTES, width * projection_channels * FLOAT_BYTES)
+        optimizer_workspace = largest * (4 if weight_decay else 3)
     return FNOPlan(
         dim=dim,
         modes=modes,
@@ -133,7 +232,57 @@ def plan_fno(
         adam_bytes=2 * real_scalars * FLOAT_BYTES,
         activations_bytes=activations,
         workspace_bytes=workspace,
+        precision=precision,
+        optimizer_workspace_bytes=optimizer_workspace,
+        in_channels=in_channels,
+        out_channels=out_channels,
+        projection_channels=projection_channels,
+        padding=padding,
+        weight_decay=float(weight_decay),
+        layer_gradient_bytes=layer_gradient,
+        device=device,
     )
+
+
+def largest_batch(plan: FNOPlan, memory_bytes: int) -> int:
+    """The largest batch at which ``plan``'s configuration fits in ``memory_bytes`` (0 if batch 1 does not).
+
+    Needs a plan with a grid. The peak grows monotonically with the batch, so a
+    doubling-then-bisection search over plan_fno is exact.
+    """
+    if plan.grid is None:
+        raise OperatorConfigError("largest_batch needs a plan with a grid (activations depend on it)")
+
+    def fits(b: int) -> bool:
+        return plan.replan(batch=b).fits(memory_bytes)
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while fits(high):
+        low, high = high, high * 2
+        if high > 2**40:
+            return low
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+
+
+def parse_bytes(text: str) -> int:
+    """'80GiB' → 85899345920, '80GB' → 8e10, '512MiB', '1.5G' (binary), '1000' (bytes)."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = match.group(2).lower() if match else None
+    if match is None or unit not in _UNITS:
+        raise OperatorConfigError(f"memory size {text!r}: write a number and a unit, e.g. 80GiB, 24GB or 512MiB")
+    value = float(match.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise OperatorConfigError(f"memory size {text!r}: must be at least 1 byte, e.g. 80GiB")
+    return int(value)
 
 
 def format_bytes(n: int) -> str:

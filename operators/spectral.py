@@ -9,15 +9,103 @@ d-dimensional layer keeps 2^(d-1) corner blocks, each a complex weight of shape
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 from torch import nn
 
+from operators.contraction import (
+    packed_to_planar,
+    planar_to_packed,
+    spectral_contraction,
+    truncated_dft,
+    truncated_idft,
+)
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes, init_spectral_weight_, spectral_lr_multiplier
 from operators.width_mup import spectral_width_init_std, spectral_width_lr_multiplier
 
 _EINSUM = {1: "bix,iox->box", 2: "bixy,ioxy->boxy", 3: "bixyz,ioxyz->boxyz"}
+_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+# Private switches for benchmarks/bench_fno_step.py (before/after timings); not model options.
+# _CONTRACTION: "bmm" (operators.contraction, one real bmm) or "einsum" (the former formulation:
+#   full rfftn, one complex einsum per corner, full irfftn; _TRANSFORM is then ignored).
+# _TRANSFORM: "dft" (truncated DFT as GEMMs), "fft" (torch.fft, pruned axis by axis) or "auto"
+#   (``_auto_transform``: "dft" on CPU when few modes are kept per FFT length, else "fft").
+_CONTRACTION = "bmm"
+_TRANSFORM = "auto"
+
+
+def _auto_transform(grid: tuple[int, ...], modes: int, device: torch.device) -> str:
+    """The faster truncated transform, as measured on a 2-core CPU (docs/bench_cpu_notes.md).
+
+    A GEMM costs ~N·n_kept per line and axis (n_kept = 2K on non-last axes, K on the
+    last), an FFT ~N·log2 N plus, in torch, a copy per non-last axis. On CPU the GEMMs
+    won while max(n_kept / log2 N) ≤ 6 in 2D/3D (e.g. 32³ at K = 8, 64² at K = 12,
+    128² at K = 20) and ≤ 3 in 1D (1024 points at K = 16); beyond, torch.fft wins
+    (256² at K = 32, 1024 points at K = 48). On GPUs cuFFT until measured otherwise.
+    """
+    if device.type != "cpu":
+        return "fft"
+    dim = len(grid)
+    ratio = max((2 * modes if axis < dim - 1 else modes) / math.log2(max(n, 2)) for axis, n in enumerate(grid))
+    return "dft" if ratio <= (6.0 if dim > 1 else 3.0) else "fft"
+
+
+class _KeptRfft(torch.autograd.Function):
+    """The first ``modes`` rfft frequencies along the last axis; saves no tensor for backward.
+
+    ``torch.fft.rfft`` saves its input for backward. Under mixed precision that input is
+    the float32 upcast of a bf16/fp16 activation, a layer-sized copy kept alive until
+    backward for nothing: the map is linear. Backward (PyTorch's convention for a
+    real-to-complex linear map z = A x: grad_x = Re(A^H g)):
+    grad_x[n] = Re(Σ_k g[k] e^{+2πikn/N}) = N·irfft(h)[n], h[0] = g[0], h[N/2] = g[N/2]
+    (N even, when kept), h[k] = g[k]/2 otherwise (irfft doubles the other terms).
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, modes: int) -> torch.Tensor:
+        ctx.n = x.shape[-1]
+        return torch.fft.rfft(x, dim=-1).narrow(-1, 0, modes)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        n, kept = ctx.n, grad.shape[-1]
+        scale = torch.full((kept,), 0.5, dtype=grad.real.dtype, device=grad.device)
+        scale[0] = 1.0
+        if n % 2 == 0 and kept == n // 2 + 1:
+            scale[-1] = 1.0
+        return torch.fft.irfft(grad * scale, n=n, dim=-1) * n, None
+
+
+def truncated_rfftn(x: torch.Tensor, modes: int, dim: int) -> torch.Tensor:
+    """The kept modes of rfftn(x) over the last ``dim`` axes, packed as (…, 2K, …, 2K, K).
+
+    Along each non-last axis, indices [0, K) hold frequencies 0…K−1 and [K, 2K)
+    hold −K…−1; along the last, the first K rfft frequencies. torch.fft axis by
+    axis, truncating after each transform (later transforms run on fewer lines).
+    Saves no copy of ``x`` for backward (_KeptRfft).
+    """
+    z = _KeptRfft.apply(x, modes)
+    for axis in range(-2, -dim - 1, -1):
+        n = z.shape[axis]
+        z = torch.fft.fft(z, dim=axis)
+        z = torch.cat([z.narrow(axis, 0, modes), z.narrow(axis, n - modes, modes)], dim=axis)
+    return z
+
+
+def padded_irfftn(z: torch.Tensor, grid: tuple[int, ...]) -> torch.Tensor:
+    """Inverse of ``truncated_rfftn``: irfftn over ``grid`` of the packed modes zero-padded (pruned likewise)."""
+    dim = len(grid)
+    modes = z.shape[-1]
+    for axis in range(-dim, -1):
+        n = grid[axis]
+        if n > 2 * modes:
+            gap = list(z.shape)
+            gap[axis] = n - 2 * modes
+            z = torch.cat([z.narrow(axis, 0, modes), z.new_zeros(gap), z.narrow(axis, modes, modes)], dim=axis)
+        z = torch.fft.ifft(z, dim=axis)
+    return torch.fft.irfft(z, n=grid[-1], dim=-1)
 
 
 def check_grid(grid_shape: tuple[int, ...], modes: int) -> None:
@@ -37,7 +125,11 @@ def check_grid(grid_shape: tuple[int, ...], modes: int) -> None:
 class SpectralConv(nn.Module):
     """Kernel integral (K v)(x) = F⁻¹[R · T_K(F v)](x) on a periodic grid.
 
-    Input and output: (B, C, N_1, …, N_d), channel-first, real.
+    Input and output: (B, C, N_1, …, N_d), channel-first, real. The transforms and
+    the contraction run in float32 (float64 for float64 input) with autocast off; the
+    result comes back in the input's dtype. Pipeline (operators.contraction): the
+    kept modes in a planar mode-major layout (a truncated DFT as GEMMs on CPU, or
+    torch.fft), all corners contracted in one real ``bmm``, then the inverse.
 
     ``base_width`` (default None: K-parametrization only) switches on width-muP
     with width m = in_channels: LR multiplier c(K)·m0/m and Gaussian init of
@@ -98,6 +190,28 @@ class SpectralConv(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         grid = tuple(x.shape[2:])
         check_grid(grid, self.modes)
+        # Transforms and contraction in float32/complex64 (float64 stays float64) whatever
+        # autocast says: no bf16 FFTs, and the spectrum's dynamic range wants fp32.
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            h = x if x.dtype == torch.float64 else x.float()
+            if _CONTRACTION == "einsum":
+                y = self._forward_einsum(h)
+            else:
+                complex_dtype = _COMPLEX[h.dtype]
+                weights = [w if w.dtype == complex_dtype else w.to(complex_dtype) for w in self.weights]
+                transform = _TRANSFORM if _TRANSFORM != "auto" else _auto_transform(grid, self.modes, h.device)
+                if transform == "dft":
+                    spectrum = truncated_dft(h, self.modes, self.dim)
+                    y = truncated_idft(spectral_contraction(spectrum, weights), self.modes, grid)
+                else:
+                    spectrum = packed_to_planar(truncated_rfftn(h, self.modes, self.dim), self.dim)
+                    out = planar_to_packed(spectral_contraction(spectrum, weights), self.modes, self.dim)
+                    y = padded_irfftn(out, grid)
+        return y.to(x.dtype)
+
+    def _forward_einsum(self, x: torch.Tensor) -> torch.Tensor:
+        """The former formulation (full rfftn, one complex einsum per corner, full irfftn); benchmarks only."""
+        grid = tuple(x.shape[2:])
         axes = tuple(range(-self.dim, 0))
         x_ft = torch.fft.rfftn(x, dim=axes)
         out_shape = (x.shape[0], self.out_channels) + grid[:-1] + (grid[-1] // 2 + 1,)
@@ -106,7 +220,7 @@ class SpectralConv(nn.Module):
         for weight, flags in zip(self.weights, self._corners):
             index = self._corner_slices(flags)
             # A contiguous corner: autograd then saves K^d modes, not the whole spectrum.
-            out_ft[index] = torch.einsum(equation, x_ft[index].contiguous(), weight)
+            out_ft[index] = torch.einsum(equation, x_ft[index].contiguous(), weight.to(x_ft.dtype))
         return torch.fft.irfftn(out_ft, s=grid, dim=axes)
 
     def extra_repr(self) -> str:

@@ -20,6 +20,28 @@ def pad_batch(samples: list[torch.Tensor], fill: float = float("nan")) -> tuple[
     return out, mask
 
 
+def saved_activation_bytes(model, x, autocast_dtype=None):
+    """(bytes of the distinct storages autograd saves for backward, parameters excluded; the output).
+
+    ``autocast_dtype`` (e.g. torch.bfloat16) runs the forward under CPU autocast.
+    """
+    import contextlib
+
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    cast = torch.autocast("cpu", dtype=autocast_dtype) if autocast_dtype is not None else contextlib.nullcontext()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), cast:
+        out = model(x)
+    return sum(saved.values()), out
+
+
 class _ShapeRecorder(TorchDispatchMode):
     """Records the shape of every tensor any ATen op returns (forward and backward)."""
 

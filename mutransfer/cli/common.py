@@ -44,6 +44,17 @@ def unit_interval(text: str) -> float:
     return _parse(text, float, lambda v: 0 <= v < 1, "must be in [0, 1)")
 
 
+def memory_size(text: str) -> int:
+    """argparse type: a memory size such as 80GiB, 24GB or 512MiB, in bytes."""
+    from operators.errors import OperatorConfigError
+    from operators.planning import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except OperatorConfigError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size; write e.g. 80GiB, 24GB or 512MiB") from None
+
+
 def print_json(payload) -> None:
     """Write ``payload`` as indented JSON to stdout."""
     json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=str)

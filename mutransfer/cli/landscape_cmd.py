@@ -36,7 +36,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"])
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds per point (default 3)")
     p.add_argument("--epochs", type=positive_int, help="epochs per training (default: the study's budget.epochs)")
-    p.add_argument("--cpus-per-task", type=positive_int, default=1)
+    p.add_argument("--cpus-per-task", type=positive_int, default=1, help="CPU threads per training (default 1)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
+                   help="training precision (default: the study's training.precision, fp32 unless set)")
     p.add_argument("--address", help="Ray cluster address (auto or ray://host:port); default: a local Ray")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the study's, else sqlite:///mlflow.db)")
     p.add_argument("--out", default="landscape", help="folder for landscape.png and landscape.json")
@@ -72,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         tracking_uri=args.tracking_uri,
         out_dir=args.out,
         progress=args.progress and not args.json,
+        study_overrides={"precision": args.precision} if args.precision else {},
     )
     payload = run_landscape(options)
     if args.json:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 
-from mutransfer.cli.common import non_negative_int, positive_int, print_json
+from mutransfer.cli.common import memory_size, non_negative_float, non_negative_int, positive_int, print_json
+
+PRECISION_CHOICES = ("fp32", "bf16", "fp16")
 
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "plan",
         help="count parameters and estimate training memory of an FNO (nothing is allocated)",
-        description="Parameter counts (a complex spectral entry counts once) and an estimate of the memory of one "
-        "Adam training step in float32: weights, gradients, Adam states, activations saved for backward, workspace.",
+        description="Parameter counts (a complex spectral entry counts once) and the peak memory of one Adam "
+        "training step at a precision (fp32, or bf16/fp16 mixed precision): weights, gradients, Adam states, "
+        "activations saved for backward, workspace, Adam's temporaries; and whether it fits a device's memory "
+        "(--device-memory, default: this machine's free GPU memory, else its available RAM) and the largest batch "
+        "that fits.",
     )
     p.add_argument("--dim", type=positive_int, required=True, help="number of truncated dimensions d (1, 2 or 3)")
     p.add_argument("--modes", type=positive_int, required=True, help="K, modes per sign per truncated dimension")
@@ -24,40 +29,65 @@ def add_parser(subparsers) -> None:
     p.add_argument("--in-channels", type=positive_int, default=1)
     p.add_argument("--out-channels", type=positive_int, default=1)
     p.add_argument("--projection-channels", type=positive_int, default=128)
+    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
+                   help="training precision: fp32, or bf16/fp16 mixed precision (default fp32)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="where the step runs: Adam's temporaries differ (multi-tensor on GPUs, per tensor on CPUs; "
+                   "default cuda)")
+    p.add_argument("--device-memory", type=memory_size, metavar="SIZE",
+                   help="memory of the device to fit, e.g. 80GiB or 24GB (default: this machine's free GPU memory, "
+                   "else its available RAM)")
+    p.add_argument("--weight-decay", type=non_negative_float, default=0.0,
+                   help="Adam weight decay (> 0 doubles Adam's temporaries; default 0)")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from operators.planning import format_bytes, plan_fno
+    from mutransfer.training.memory import available_memory
+    from operators.planning import format_bytes, largest_batch, plan_fno
 
-    plan = plan_fno(
-        args.dim,
-        args.modes,
-        args.width,
-        args.layers,
-        grid=tuple(args.grid) if args.grid else None,
-        batch=args.batch,
-        in_channels=args.in_channels,
-        out_channels=args.out_channels,
-        projection_channels=args.projection_channels,
-        padding=args.padding,
+    options = dict(
+        in_channels=args.in_channels, out_channels=args.out_channels, projection_channels=args.projection_channels,
+        padding=args.padding, precision=args.precision, weight_decay=args.weight_decay, device=args.device,
     )
+    grid = tuple(args.grid) if args.grid else None
+    plan = plan_fno(args.dim, args.modes, args.width, args.layers, grid=grid, batch=args.batch, **options)
+    if args.device_memory is not None:
+        memory, device = args.device_memory, "--device-memory"
+    else:
+        memory, device = available_memory(None if args.device == "cuda" else "cpu")
+    fit = {
+        "device": device,
+        "device_memory_bytes": memory,
+        "fits": plan.fits(memory),
+        "largest_batch": None if grid is None else largest_batch(plan, memory),
+    }
     if args.json:
-        print_json(plan.as_dict())
+        print_json({**plan.as_dict(), **fit})
         return 0
-    print(f"FNO-{plan.dim}D  K={plan.modes}  width={plan.width}  layers={plan.layers}")
+    print(f"FNO-{plan.dim}D  K={plan.modes}  width={plan.width}  layers={plan.layers}  precision={plan.precision}")
     print(f"  spectral parameters   {plan.spectral_params:>16,}  ({plan.spectral_params_per_layer:,} per layer, complex)")
     print(f"  other parameters      {plan.other_params:>16,}")
     print(f"  total parameters      {plan.total_params:>16,}")
-    print(f"  weights               {format_bytes(plan.weights_bytes):>16}")
-    print(f"  gradients             {format_bytes(plan.gradients_bytes):>16}")
+    print(f"  weights (fp32)        {format_bytes(plan.weights_bytes):>16}")
+    print(f"  gradients (fp32)      {format_bytes(plan.gradients_bytes):>16}")
     print(f"  Adam states           {format_bytes(plan.adam_bytes):>16}")
+    kind = "multi-tensor Adam (GPU)" if plan.device == "cuda" else "per-tensor Adam (CPU)"
+    print(f"  Adam temporaries      {format_bytes(plan.optimizer_workspace_bytes):>16}  ({kind}, at the step)")
     if plan.activations_bytes is None:
         print("  activations           (give --grid and --batch to estimate)")
     else:
-        grid = "x".join(str(n) for n in plan.grid)
-        print(f"  activations           {format_bytes(plan.activations_bytes):>16}  (grid {grid}, batch {plan.batch})")
-        print(f"  workspace (estimate)  {format_bytes(plan.workspace_bytes):>16}")
-    print(f"  training step total   {format_bytes(plan.total_bytes):>16}")
+        grid_text = "x".join(str(n) for n in plan.grid)
+        print(f"  activations           {format_bytes(plan.activations_bytes):>16}  (grid {grid_text}, batch {plan.batch})")
+        print(f"  projection gradients  {format_bytes(plan.workspace_bytes):>16}  (at the start of backward)")
+        print(f"  a layer's gradient    {format_bytes(plan.layer_gradient_bytes):>16}  (at the end of backward)")
+    print(f"  peak of one step      {format_bytes(plan.total_bytes):>16}  (backward {format_bytes(plan.backward_peak_bytes)}, "
+          f"optimizer step {format_bytes(plan.step_peak_bytes)})")
+    verdict = "fits" if fit["fits"] else "does NOT fit"
+    print(f"  {verdict} in {format_bytes(memory)} ({device})", end="")
+    if fit["largest_batch"] is not None:
+        print(f"; largest batch that fits: {fit['largest_batch']}" if fit["largest_batch"] else "; no batch fits")
+    else:
+        print()
     return 0

@@ -38,6 +38,8 @@ def _add_sweep(subparsers) -> None:
     p.add_argument("--num-trials", type=positive_int, help="override search.num_trials")
     p.add_argument("--epochs", type=positive_int, help="override budget.epochs (per proxy trial)")
     p.add_argument("--target-epochs", type=positive_int, help="override target.epochs")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
+                   help="override training.precision (fp32, or bf16/fp16 mixed precision; proxies and target)")
     p.add_argument("--name", help="override the study name (names the study directory and the MLflow parent run)")
     p.add_argument("--address", help="Ray cluster to use: auto or ray://HOST:PORT (default: start a local Ray)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the study's, else sqlite:///mlflow.db here)")
@@ -67,6 +69,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
             "target_epochs": args.target_epochs,
             "name": args.name,
             "tracking_uri": args.tracking_uri,
+            "precision": args.precision,
         },
         address=args.address,
         resume=args.resume,

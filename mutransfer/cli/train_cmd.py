@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 
 from mutransfer.cli.common import (
+    memory_size,
     non_negative_float,
     non_negative_int,
     positive_float,
@@ -89,7 +90,24 @@ def add_parser(subparsers) -> None:
     p.add_argument("--pino-ratio", type=pino_ratio, metavar="DATA:PHYSICS",
                    help="loss weights for --loss pino (default 5:1, the paper's)")
     p.add_argument("--seed", type=non_negative_int, default=0)
-    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N")
+    p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N (default auto)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="fp32, or bf16/fp16 mixed precision: autocast for the real-valued layers, FFTs and the spectral "
+                   "contraction in fp32, fp16 with loss scaling (default fp32)")
+    stream = p.add_mutually_exclusive_group()
+    stream.add_argument("--stream", dest="stream", action="store_const", const=True,
+                        help="read the data file lazily in batches (default: only when the split would take more than "
+                        "--max-memory)")
+    stream.add_argument("--no-stream", dest="stream", action="store_const", const=False,
+                        help="load the whole split into memory")
+    p.add_argument("--max-memory", type=memory_size, metavar="SIZE",
+                   help="the most memory the loaded split may take before it is streamed instead, e.g. 8GiB "
+                   "(default: half of the available RAM)")
+    p.add_argument("--data-workers", type=non_negative_int, metavar="N",
+                   help="processes reading streamed batches (default 2; in-memory data needs none)")
+    p.add_argument("--device-memory", type=memory_size, metavar="SIZE",
+                   help="memory the device may use, e.g. 80GiB (default: what is free on it); an FNO whose training "
+                   "step does not fit is refused before it is built")
     p.add_argument("--checkpoint-dir", help="write checkpoints here; an existing checkpoint is resumed")
     p.add_argument("--no-resume", dest="resume", action="store_false", help="ignore an existing checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
@@ -133,7 +151,8 @@ def resolve_data(args: argparse.Namespace):
         time_resolution = getattr(args, "time_resolution", None)
     data = load_split(
         path, n_train=n_train, n_test=n_test, resolution=resolution, time_resolution=time_resolution,
-        problem=problem.name, **options,
+        problem=problem.name, stream=getattr(args, "stream", None), max_memory=getattr(args, "max_memory", None),
+        **options,
     )
     return problem, data, str(path)
 
@@ -247,6 +266,19 @@ def build_train_model(args: argparse.Namespace, problem, data):
     )
 
 
+def _check_memory_before_building(args: argparse.Namespace, problem, data, config) -> None:
+    """Plan the FNO on the meta device (no memory) and refuse it, one line, if a step cannot fit."""
+    import torch
+
+    from mutransfer.training.memory import check_model_fits
+    from mutransfer.training.trainer import resolve_device
+
+    with torch.device("meta"):
+        probe = build_train_model(args, problem, data)
+    check_model_fits(probe, tuple(data.train_x.shape[1:-1]), config.batch_size, resolve_device(config.device),
+                     precision=config.precision, weight_decay=config.weight_decay, limit=config.device_memory)
+
+
 def run(args: argparse.Namespace) -> int:
     from mutransfer.errors import UserInputError
     from mutransfer.training import TrainConfig, train
@@ -277,8 +309,13 @@ def run(args: argparse.Namespace) -> int:
         loss=loss,
         data_weight=None if ratio is None else ratio[0],
         physics_weight=None if ratio is None else ratio[1],
+        precision=args.precision,
+        device_memory=args.device_memory,
+        data_workers=args.data_workers,
     )
     problem, data, path = resolve_data(args)
+    if args.operator == "fno":
+        _check_memory_before_building(args, problem, data, config)
     model = build_train_model(args, problem, data)
     result = train(model, data, config, resume=args.resume)
     summary = {
@@ -288,6 +325,7 @@ def run(args: argparse.Namespace) -> int:
         "grid": list(data.train_x.shape[1:-1]),
         "n_train": int(data.train_x.shape[0]),
         "n_test": int(data.test_x.shape[0]),
+        "streamed": bool(getattr(data, "streaming", False)),
         "model": model.config,
         "train": config.to_dict(),
         "result": dataclasses.asdict(result),
@@ -304,7 +342,8 @@ def run(args: argparse.Namespace) -> int:
     if args.width_parametrization == "mup":
         what += f", width-muP from base width {args.base_width}"
     where = f"{grid} points per sample (padded)" if getattr(problem, "kind", "grid") == "points" else f"grid {grid}"
-    print(f"{problem.name}: {what}, {where}, {summary['n_train']} train / {summary['n_test']} test")
+    streamed = " (streamed from the file)" if getattr(data, "streaming", False) else ""
+    print(f"{problem.name}: {what}, {where}, {summary['n_train']} train / {summary['n_test']} test{streamed}")
     print(
         f"status {result.status}: test rel. L2 {result.test_error:.4g} (best {result.best_test_error:.4g}), "
         f"train loss {result.train_loss:.4g}, {result.epochs_completed} epochs / {result.iterations_completed} steps, "

@@ -8,6 +8,9 @@ Two grid kinds:
 
 A time axis (recorded times t_1..t_T, t = 0 being the input) is strided from
 the end, so the final time is always kept: T -> T/s keeps t_s, t_2s, ..., t_T.
+
+Splits larger than memory are streamed (``stream``/``max_memory`` of
+``load_split``; see ``mutransfer.data.streaming``).
 """
 
 from __future__ import annotations
@@ -19,8 +22,20 @@ import torch
 
 from mutransfer.errors import UserInputError
 from mutransfer.data.hdf5_io import PROBLEMS
+from mutransfer.data.streaming import (
+    NOT_STREAMABLE,
+    STREAM_MEMORY_FRACTION,
+    LazySamples,
+    StreamingSplit,
+    available_memory,
+    check_streamable,
+    should_stream,
+)
 
-__all__ = ["downsample", "valid_resolutions", "load_split", "SplitData", "PERIODIC"]
+__all__ = [
+    "downsample", "valid_resolutions", "load_split", "SplitData", "StreamingSplit", "PERIODIC",
+    "STREAM_MEMORY_FRACTION", "should_stream",
+]
 
 #: problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
 PERIODIC = {"burgers": True, "darcy": False, "navier_stokes": True}
@@ -91,6 +106,9 @@ def downsample(array, from_resolution: int, to_resolution: int, *, periodic: boo
 class SplitData:
     """Train/test tensors, float32, channel-last: (n, *grid_shape, 1)."""
 
+    #: loaded in memory (``StreamingSplit`` reads rows on demand instead)
+    streaming = False
+
     train_x: torch.Tensor
     train_y: torch.Tensor
     test_x: torch.Tensor
@@ -159,7 +177,9 @@ def load_split(
     field: str | None = None,
     input_time=None,
     output_time=None,
-) -> SplitData:
+    stream: bool | None = None,
+    max_memory: int | None = None,
+) -> SplitData | StreamingSplit:
     """Load the first ``n_train`` samples as train and the last ``n_test`` as test.
 
     ``path`` may be any format of ``mutransfer.data.readers`` (the project's
@@ -176,14 +196,26 @@ def load_split(
     scalar fields). When the output has a time axis and the input has none
     (Navier-Stokes: w0 -> w(x, y, t)), the input is broadcast along the time
     axis (an expanded view, no copy), so both are (n, X, Y, T, C).
+
+    stream: True returns a ``StreamingSplit`` (LazySamples read on demand from
+    HDF5-based files; .mat v5 and .pt cannot be streamed), False loads; None
+    (default) streams when the split's float32 bytes (n_train + n_test samples
+    of input and output, the input before broadcasting) exceed ``max_memory``
+    bytes, or STREAM_MEMORY_FRACTION of the memory available now when
+    ``max_memory`` is None (formats that cannot be streamed are then loaded).
     """
     from mutransfer.data.readers import open_data
 
     n_train = _positive_int("n_train", n_train, 800)
     n_test = _positive_int("n_test", n_test, 200)
-    with open_data(
-        path, input_key=input_key, output_key=output_key, field=field, input_time=input_time, output_time=output_time
-    ) as src:
+    if stream is not None and not isinstance(stream, bool):
+        raise UserInputError(f"stream {stream!r}: use True (stream), False (load) or None (automatic)")
+    if max_memory is not None:
+        max_memory = _positive_int("max_memory", max_memory, 8 * 2**30)
+    reader_options = dict(input_key=input_key, output_key=output_key, field=field, input_time=input_time,
+                          output_time=output_time)
+    space_step = time_step = 1
+    with open_data(path, **reader_options) as src:
         attrs = dict(src.attrs)
         file_problem = src.problem
         inp, out = src.input, src.output
@@ -211,8 +243,8 @@ def load_split(
                         f"be downsampled; use one of {', '.join(PROBLEMS)} data (or name the problem) or "
                         f"resolution {native}"
                     )
-                step = _stride(native, res, periodic)
-                inp, out = inp.stride_space(step), out.stride_space(step)
+                space_step = _stride(native, res, periodic)
+                inp, out = inp.stride_space(space_step), out.stride_space(space_step)
         if time_resolution is not None:
             tr = _positive_int("time_resolution", time_resolution, 16)
             if not out.has_time:
@@ -229,13 +261,27 @@ def load_split(
                         f"time_resolution {tr}: the {n_times} output times can only be strided to a divisor of "
                         f"{n_times}; try {' or '.join(map(str, above + below))}"
                     )
-                out = out.stride_time(n_times // tr)
+                time_step = n_times // tr
+                out = out.stride_time(time_step)
         if problem is not None:
             _check_problem_dims(path, problem, out.grid_shape)
-        train_x = _read_block_rows(inp, 0, n_train)
-        train_y = _read_block_rows(out, 0, n_train)
-        test_x = _read_block_rows(inp, n_total - n_test, n_total)
-        test_y = _read_block_rows(out, n_total - n_test, n_total)
+        nbytes = (n_train + n_test) * 4 * (int(np.prod(inp.shape[1:])) + int(np.prod(out.shape[1:])))
+        if stream is None:
+            available = available_memory() if max_memory is None else None
+            stream = should_stream(nbytes, max_memory, available) and src.format not in NOT_STREAMABLE
+        if stream:
+            check_streamable(path, src.format)
+            train, test = range(n_train), range(n_total - n_test, n_total)
+            lazy = {
+                (role, name): LazySamples(path, role, rows, options=reader_options, space_step=space_step,
+                                          time_step=time_step)
+                for role in ("input", "output") for name, rows in (("train", train), ("test", test))
+            }
+        else:
+            train_x = _read_block_rows(inp, 0, n_train)
+            train_y = _read_block_rows(out, 0, n_train)
+            test_x = _read_block_rows(inp, n_total - n_test, n_total)
+            test_y = _read_block_rows(out, n_total - n_test, n_total)
         grid = {}
         for i, name in enumerate(("x", "y", "z")[: len(out.space_axes)]):
             c = _coords(src.grid, name, out, out.space_axes[i], out.space_ranges[i])
@@ -254,6 +300,13 @@ def load_split(
             "input_time": None if inp.time_axis is None else _plain_index(inp.time_range),
             "output_time": None if out.time_axis is None else _plain_index(out.time_range),
         }
+    problem_name = file_problem or problem or src.problem_guess
+    if stream:
+        return StreamingSplit(
+            train_x=lazy["input", "train"], train_y=lazy["output", "train"], test_x=lazy["input", "test"],
+            test_y=lazy["output", "test"], grid_shape=tuple(out.grid_shape), problem=problem_name, attrs=attrs,
+            grid=grid, source=source,
+        )
     tensors = [_to_tensor(a) for a in (train_x, train_y, test_x, test_y)]
     if out.has_time and not inp.has_time:
         n_times = out.grid_shape[-1]
@@ -266,7 +319,7 @@ def load_split(
         test_x=tensors[2],
         test_y=tensors[3],
         grid_shape=tuple(out.grid_shape),
-        problem=file_problem or problem or src.problem_guess,
+        problem=problem_name,
         attrs=attrs,
         grid=grid,
         source=source,

@@ -101,7 +101,22 @@ def validate(options: LandscapeOptions):
             check_grid(grid, int(k))
     if options.seeds < 1 or options.cpus_per_task < 1 or (options.epochs is not None and options.epochs < 1):
         raise UserInputError("--seeds, --cpus-per-task and --epochs must be positive integers")
+    if options.address is None:
+        _check_memory(study, options)
     return study
+
+
+def _check_memory(study, options: LandscapeOptions) -> None:
+    """The largest model of the grid must fit this machine's RAM shared by the tasks that run at once."""
+    import os
+
+    from mutransfer.sweep.memory import check_grid_point_memory
+
+    largest_batch = max(options.values) if options.hyperparameter == "batch_size" else study.training.batch_size
+    concurrency = max(1, (os.cpu_count() or 1) // options.cpus_per_task)
+    check_grid_point_memory(study, modes=max(options.modes) if options.modes else study.proxy_K,
+                            width=max(options.widths) if options.widths else study.operator.width,
+                            batch=int(largest_batch), concurrency=concurrency)
 
 
 def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:

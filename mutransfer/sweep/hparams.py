@@ -60,6 +60,7 @@ def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None 
         loss=t.loss,
         data_weight=t.data_weight,
         physics_weight=t.physics_weight,
+        precision=t.precision,
         progress=False,
         **options,
     )

@@ -110,6 +110,8 @@ def prepare(options: SweepOptions) -> Prepared:
         source_text = state.get("source_text", source_text)
 
     _check_resources(study, options.address)
+    if options.address is None:
+        _check_memory(study)
     return Prepared(study, study_dir, applied, tracking_uri, source_text, state, fail_trials)
 
 
@@ -181,6 +183,17 @@ def _check_resources(study: Study, address: str | None) -> None:
             raise UserInputError(
                 f"target.use_gpu: true needs {t.num_workers} GPU(s), this machine has {gpus}; use auto/false or pass --address"
             )
+
+
+def _check_memory(study: Study) -> None:
+    """Proxy and target must fit this machine's devices (mutransfer.sweep.memory), before anything starts."""
+    import torch
+
+    from mutransfer.sweep.memory import check_study_memory
+    from mutransfer.sweep.search import max_concurrent
+
+    gpus = torch.cuda.device_count()
+    check_study_memory(study, max_concurrent(study, os.cpu_count() or 1, gpus), gpus=gpus)
 
 
 def _alive_nodes() -> list[dict]:

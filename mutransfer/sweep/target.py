@@ -15,11 +15,14 @@ Data parallel details:
   shards, so every rank runs the same number of steps and checkpoints agree);
 - the per-rank batch is batch_size // W, so the effective batch (the one the
   proxy tuned) stays batch_size;
-- every rank evaluates the full test split (identical values; no reduction needed).
+- every rank evaluates the full test split (identical values; no reduction needed);
+- streamed data (mutransfer.data.streaming, for files larger than memory) travels
+  to the workers as its file path and row selection; each worker reads its own
+  shard from the file (the file must be readable on every node).
 
 Checkpoints: the trainer writes its exact-resume checkpoint (model, Adam,
 scheduler, RNG, history) into a local directory; rank 0 reports it to Ray Train
-every ``checkpoint_every`` epochs and at the end (with ``model.pt``, the plain
+every ``target.checkpoint_every`` epochs (default 1: every epoch) and at the end (with ``model.pt``, the plain
 state dict of the unwrapped model, and ``summary.json``). Re-running the target
 with the same storage path resumes from the latest reported checkpoint.
 """
@@ -60,6 +63,13 @@ class _Shard:
         self.train_x, self.train_y, self.test_x, self.test_y = train_x, train_y, test_x, test_y
 
 
+def _rows(array, rank: int, n: int, world: int):
+    """Rows rank, rank + world, … < n: a view of a tensor, or an unread subset of streamed data."""
+    if hasattr(array, "subset"):  # mutransfer.data.streaming.LazySamples: each worker reads its own shard
+        return array.subset(range(rank, n, world))
+    return array[rank:n:world]
+
+
 def target_loop(cfg: dict) -> dict:
     """Ray Train per-worker function."""
     import ray
@@ -77,7 +87,7 @@ def target_loop(cfg: dict) -> dict:
     data = ray.get(cfg["data_ref"])
 
     n = (data.train_x.shape[0] // world) * world
-    shard = _Shard(data.train_x[rank:n:world], data.train_y[rank:n:world], data.test_x, data.test_y)
+    shard = _Shard(_rows(data.train_x, rank, n, world), _rows(data.train_y, rank, n, world), data.test_x, data.test_y)
     per_rank_batch = max(1, int(hp["batch_size"]) // world)
 
     torch.manual_seed(study.training.seed)  # same init on every rank (DDP also broadcasts rank 0's)
@@ -94,7 +104,7 @@ def target_loop(cfg: dict) -> dict:
             if (Path(d) / "checkpoint.pt").exists():
                 shutil.copy2(Path(d) / "checkpoint.pt", local / "checkpoint.pt")
 
-    every = max(1, round(epochs / 10))
+    every = min(int(study.target.checkpoint_every), epochs)
     tconfig = train_config(
         study, hp, epochs=epochs, batch_size=per_rank_batch, device=str(device), checkpoint_dir=str(local), checkpoint_every=every
     )

@@ -13,6 +13,7 @@ import dataclasses
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -23,8 +24,11 @@ from tqdm.auto import tqdm
 
 from mutransfer.atomic import atomic_path
 from mutransfer.errors import UserInputError
+from mutransfer.data.streaming import LazySamples, iterate_batches, iterate_chunks
 from mutransfer.training.losses import relative_l2
+from mutransfer.training.memory import check_model_fits
 from mutransfer.training.pino import LOSSES, PINO_DEFAULT_WEIGHTS, build_loss
+from mutransfer.training.precision import PRECISIONS, Precision
 from mutransfer.training.schedules import SCHEDULES, build_scheduler
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
@@ -56,9 +60,10 @@ TRAJECTORY_FIELDS = (
     "loss",
     "data_weight",
     "physics_weight",
+    "precision",
 )
 #: Values of trajectory fields added after checkpoint version 1 was written, for older checkpoints.
-_FIELD_DEFAULTS = {"loss": "relative_l2", "data_weight": None, "physics_weight": None}
+_FIELD_DEFAULTS = {"loss": "relative_l2", "data_weight": None, "physics_weight": None, "precision": "fp32"}
 
 Callback = Callable[[dict], Any]
 
@@ -107,6 +112,15 @@ class TrainConfig:
     loss: str = "relative_l2"
     data_weight: float | None = None
     physics_weight: float | None = None
+    #: "fp32", or "bf16"/"fp16" mixed precision (autocast for the real-valued layers; FFTs and the
+    #: spectral contraction stay float32; fp16 adds loss scaling). See mutransfer.training.precision.
+    precision: str = "fp32"
+    #: bytes of memory the device may use; None: what is free on it now (FNOs are checked against
+    #: operators.planning before anything is moved to the device; see mutransfer.training.memory)
+    device_memory: int | None = None
+    #: DataLoader worker processes reading batches of streamed data (mutransfer.data.streaming);
+    #: None: 2 for streamed data, none for data in memory (which is indexed directly)
+    data_workers: int | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -159,6 +173,8 @@ class TrainConfig:
             self.device in ("auto", "cpu") or self.device == "cuda" or self.device.startswith("cuda:")
         ):
             raise UserInputError(f"device {self.device!r}: use 'auto', 'cpu', 'cuda' or 'cuda:N'")
+        if self.precision not in PRECISIONS:
+            raise UserInputError(f"precision {self.precision!r} is unknown; use one of: {', '.join(PRECISIONS)}")
         if self.loss not in LOSSES:
             raise UserInputError(f"loss {self.loss!r} is unknown; use one of: {', '.join(LOSSES)}")
         if self.loss == "pino":
@@ -177,6 +193,10 @@ class TrainConfig:
             raise UserInputError(
                 f"data_weight/physics_weight apply to loss 'pino' only, not {self.loss!r}; drop them or set loss 'pino'"
             )
+        if self.data_workers is not None and (not _is_int(self.data_workers) or self.data_workers < 0):
+            raise UserInputError(f"data_workers {self.data_workers!r}: must be an integer >= 0, or unset")
+        if self.device_memory is not None and (not _is_int(self.device_memory) or self.device_memory < 1):
+            raise UserInputError(f"device_memory {self.device_memory!r}: must be a number of bytes, e.g. 80GiB, or unset")
         if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):
             raise UserInputError(f"checkpoint_dir {self.checkpoint_dir!r}: must be a directory path or unset")
 
@@ -289,7 +309,7 @@ def _check_data(data) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.T
     tensors = []
     for name in ("train_x", "train_y", "test_x", "test_y"):
         value = getattr(data, name, None)
-        if not isinstance(value, torch.Tensor):
+        if not isinstance(value, (torch.Tensor, LazySamples)):
             raise UserInputError(f"data.{name}: expected a torch tensor of shape (n, *grid, channels), got {type(value).__name__}")
         tensors.append(value)
     train_x, train_y, test_x, test_y = tensors
@@ -314,15 +334,20 @@ def _all_finite(params: list[torch.Tensor]) -> bool:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device) -> float:
-    """Mean relative L2 of ``model`` over (x, y), shapes (n, *grid, C), in batches."""
+def evaluate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device, amp: Precision | None = None
+) -> float:
+    """Mean relative L2 of ``model`` over (x, y), shapes (n, *grid, C), in batches (the metric in float32)."""
     was_training = model.training
     model.eval()
+    amp = amp or Precision("fp32", device)
     total = 0.0
-    for start in range(0, x.shape[0], batch_size):
-        xb = x[start : start + batch_size].to(device, non_blocking=True)
-        yb = y[start : start + batch_size].to(device, non_blocking=True)
-        total += float(relative_l2(model(xb), yb, reduction="sum"))
+    for xb, yb in iterate_chunks(x, y, batch_size):
+        xb = xb.to(device, non_blocking=True)
+        yb = yb.to(device, non_blocking=True)
+        with amp.autocast():
+            pred = model(xb)
+        total += float(relative_l2(pred.float(), yb, reduction="sum"))
     model.train(was_training)
     return total / x.shape[0]
 
@@ -345,6 +370,19 @@ def _notify(callbacks: Iterable[Callback], event: dict) -> bool:
         except StopTraining:
             stop = True
     return stop
+
+
+def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.device) -> None:
+    """Refuse (one line) an FNO whose training step does not fit the device, before moving it there."""
+    limit, where = config.device_memory, None
+    if limit is None and device.type == "cpu" and not os.environ.get("MUTRANSFER_DEVICE_MEMORY"):
+        # the model's weights already sit in RAM, so they are not part of what is still available
+        from mutransfer.training.memory import available_memory
+
+        limit = available_memory("cpu")[0] + sum(p.numel() * p.element_size() for p in model.parameters())
+        where = "the available RAM (with the model's weights)"
+    check_model_fits(model, tuple(train_x.shape[1:-1]), config.batch_size, device, precision=config.precision,
+                     weight_decay=config.weight_decay, limit=limit, where=where)
 
 
 def _finite_or_sentinel(value: float) -> float:
@@ -394,6 +432,7 @@ def train(
     if config.schedule == "step" and step_size is None and config.milestones is None:
         step_size = max(1, (config.epochs or config.iterations) // 5)  # FNO recipe: halve every budget/5
 
+    _check_memory(model, train_x, config, device)
     torch.manual_seed(config.seed)
     model.to(device)
     model.train()
@@ -412,6 +451,9 @@ def train(
     params = [p for g in optimizer.param_groups for p in g["params"]]
     model_config = getattr(model, "config", None)
     loss_fn = build_loss(config.loss, data_weight=config.data_weight, physics_weight=config.physics_weight)
+    amp = Precision(config.precision, device)
+    streamed = isinstance(train_x, LazySamples)
+    workers = config.data_workers if config.data_workers is not None else (2 if streamed else 0)
 
     # ---- state (possibly restored) ------------------------------------------------
     iteration = 0
@@ -435,6 +477,7 @@ def train(
                 "pass a new checkpoint dir or --no-resume"
             ) from None
         scheduler.load_state_dict(state["scheduler"])
+        amp.load_state_dict(state.get("grad_scaler"))
         iteration = int(state["iteration"])
         history = list(state.get("history", []))
         best = float(state.get("best_test_error", math.inf))
@@ -461,6 +504,7 @@ def train(
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
+                "grad_scaler": amp.state_dict(),
                 "iteration": iteration,
                 "epoch": iteration // iters_per_epoch,
                 "status": status,
@@ -487,22 +531,29 @@ def train(
         while status == "running" and iteration < total_iterations and not stopped:
             epoch = iteration // iters_per_epoch
             order = _epoch_permutation(n_train, config.seed, epoch)
-            for b in range(iteration % iters_per_epoch, iters_per_epoch):
+            batches = iterate_batches(train_x, train_y, order, config.batch_size, iteration % iters_per_epoch,
+                                      num_workers=workers, pin_memory=device.type == "cuda")
+            for xb, yb in batches:
                 if iteration >= total_iterations:
                     break
-                idx = order[b * config.batch_size : (b + 1) * config.batch_size]
-                xb = train_x[idx].to(device, non_blocking=True)
-                yb = train_y[idx].to(device, non_blocking=True)
+                xb = xb.to(device, non_blocking=True)
+                yb = yb.to(device, non_blocking=True)
                 optimizer.zero_grad(set_to_none=True)
-                loss, data_loss = loss_fn(model(xb), yb, xb)  # data_loss: the relative L2 part
+                with amp.autocast():
+                    pred = model(xb)
+                loss, data_loss = loss_fn(pred.float(), yb, xb)  # data_loss: the relative L2 part
                 loss_value = float(loss.detach())
                 if not math.isfinite(loss_value) or float(data_loss.detach()) > EXPLODED_LOSS:
                     status = "diverged"
                     break
-                loss.backward()
+                amp.backward(loss)
+                amp.unscale(optimizer)  # fp16: clip the true gradients, not the scaled ones
                 clip_spectral_gradients(model, config.clip_value)
-                optimizer.step()
-                scheduler.step()
+                amp.step(optimizer)
+                with warnings.catch_warnings():
+                    # fp16 skips a step whose gradients overflowed; the schedule still advances (as with GradScaler)
+                    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step", category=UserWarning)
+                    scheduler.step()
                 iteration += 1
                 bar.update(1)
                 if not _all_finite(params):
@@ -511,7 +562,7 @@ def train(
                 loss_sum += loss_value
                 loss_count += 1
                 if iteration % eval_interval == 0 or iteration == total_iterations:
-                    test_error = evaluate(model, test_x, test_y, config.batch_size, device)
+                    test_error = evaluate(model, test_x, test_y, config.batch_size, device, amp)
                     if not math.isfinite(test_error) or test_error > EXPLODED_LOSS:
                         status = "diverged"
                         break

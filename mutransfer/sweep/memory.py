@@ -1,0 +1,89 @@
+"""Refuse a study whose proxy or target cannot fit its device, before Ray starts or data is loaded.
+
+The proxies are planned at the largest batch size the search may pick, the target at its
+per-worker batch (batch_size // num_workers), both at ``training.precision``, with
+:func:`operators.planning.plan_fno`. The memory they are held against, on this machine
+(no ``--address``):
+
+- a proxy trial on a GPU: the GPU's free memory × ``resources.gpus_per_trial`` (trials
+  share GPUs in those fractions); on the CPU: the available RAM / the number of trials
+  that run at once;
+- a target worker on a GPU: one GPU's free memory; on the CPU: the available RAM /
+  ``target.num_workers``.
+
+On a cluster (``--address``) the driver cannot see the workers' devices; each trial and
+the target check themselves in the trainer before moving the model to the device.
+Attention operators are not planned (no exact formula) and are not checked.
+"""
+
+from __future__ import annotations
+
+import os
+
+from mutransfer.errors import UserInputError
+from mutransfer.study import Study
+from mutransfer.training.memory import available_memory, check_fits
+from operators.planning import plan_fno
+
+
+def _largest_searched(study: Study, name: str, fixed):
+    dist = study.search_space.get(name)
+    if dist is None:
+        return fixed
+    if dist.type == "choice":
+        return max(dist.values)
+    return dist.high
+
+
+def _plan(study: Study, modes: int, width: int, batch: int, device: str = "cuda"):
+    grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
+    return plan_fno(
+        study.dim, int(modes), int(width), study.operator.layers, grid=grid, batch=int(batch),
+        projection_channels=study.operator.projection_channels, padding=study.padding,
+        precision=study.training.precision,
+        weight_decay=float(_largest_searched(study, "weight_decay", study.training.weight_decay)), device=device,
+    )
+
+
+def _device_limit(gpu: bool, share: float, divide: int, gpu_text: str, cpu_text: str) -> tuple[int | None, str | None]:
+    """(bytes, description) a trial or worker may use here; (None, None) when MUTRANSFER_DEVICE_MEMORY sets it."""
+    if os.environ.get("MUTRANSFER_DEVICE_MEMORY"):
+        return None, None
+    if gpu:
+        return int(available_memory("cuda:0")[0] * min(1.0, share)), gpu_text
+    return available_memory("cpu")[0] // max(1, divide), cpu_text
+
+
+def check_study_memory(study: Study, concurrency: int, *, gpus: int) -> None:
+    """Raise a one-line UserInputError if a proxy trial or a target worker cannot fit its device here."""
+    if not study.is_fno or study.point_problem:
+        return
+    r, t = study.resources, study.target
+    batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
+    proxy_gpu = r.gpus_per_trial > 0 and gpus > 0
+    proxy = _plan(study, study.proxy_K, study.operator.width, batch, "cuda" if proxy_gpu else "cpu")
+    limit, where = _device_limit(
+        proxy_gpu, r.gpus_per_trial, concurrency,
+        f"a {r.gpus_per_trial:g}-GPU share of cuda:0's free memory", f"the available RAM / {concurrency} trials at once",
+    )
+    check_fits(proxy, None, limit=limit, where=where, what="proxy trial (resources, search_space.batch_size)")
+
+    use_gpu = t.use_gpu is True or (t.use_gpu == "auto" and gpus >= 1)
+    per_worker = max(1, batch // t.num_workers)
+    target = _plan(study, study.target_K, study.target_width or study.operator.width, per_worker,
+                   "cuda" if use_gpu else "cpu")
+    limit, where = _device_limit(use_gpu, 1.0, t.num_workers, "cuda:0's free memory",
+                                 f"the available RAM / {t.num_workers} target workers")
+    try:
+        check_fits(target, None, limit=limit, where=where, what="target (target_K, target_width)")
+    except UserInputError as exc:
+        raise UserInputError(f"{exc}, or more target.num_workers") from None
+
+
+def check_grid_point_memory(study: Study, *, modes: int, width: int, batch: int, concurrency: int) -> None:
+    """A landscape's largest point (FNO at ``modes``, ``width``, ``batch``) must fit the RAM / ``concurrency``."""
+    if not study.is_fno or study.point_problem:
+        return
+    limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} tasks at once")
+    check_fits(_plan(study, modes, width, batch, "cpu"), None, limit=limit, where=where,
+               what="landscape point (the largest K/width of the grid)")
