@@ -24,23 +24,15 @@ from torch import nn
 
 from operators.errors import OperatorConfigError
 from operators.fno import grid_coordinates
-from operators.galerkin import GalerkinTransformer
-from operators.gnot import GNOT
-from operators.ono import ONO
-
-#: point-set operators by the name studies and the CLI use
-POINT_OPERATORS = {"galerkin": GalerkinTransformer, "ono": ONO, "gnot": GNOT}
+from operators.registry import OPERATORS, point_set_families
 
 
 def build_point_operator(operator: str, operator_config: dict) -> nn.Module:
-    """``POINT_OPERATORS[operator](**operator_config)`` with one-line errors for unknown names or options."""
-    if operator not in POINT_OPERATORS:
-        raise OperatorConfigError(f"operator {operator!r} is unknown; use one of: {', '.join(POINT_OPERATORS)}")
-    cls = POINT_OPERATORS[operator]
-    try:
-        return cls(**operator_config)
-    except TypeError as exc:
-        raise OperatorConfigError(f"{operator} options: {exc}; see the {cls.__name__} docstring for its arguments") from None
+    """The registered point-set operator ``operator`` built from ``operator_config``, with one-line errors."""
+    family = OPERATORS.get(operator)
+    if family is None or not family.takes("points"):
+        raise OperatorConfigError(f"operator {operator!r} is unknown; use one of: {', '.join(point_set_families())}")
+    return family.make(operator_config)
 
 
 def pack_points(coords: torch.Tensor, features: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

@@ -122,10 +122,12 @@ def init_spectral_weight_(
 
 
 def spectral_modules(model: nn.Module) -> list[nn.Module]:
-    """All spectral convolutions inside ``model`` (works through wrappers such as DDP)."""
-    from operators.spectral import SpectralConv
+    """All spectral layers inside ``model`` (works through wrappers such as DDP).
 
-    return [m for m in model.modules() if isinstance(m, SpectralConv)]
+    Protocol (what operators.spectral.SpectralConv provides): a module with
+    ``spectral_weights()`` (its complex weights R) and ``lr_multiplier`` (c(K)).
+    """
+    return [m for m in model.modules() if callable(getattr(m, "spectral_weights", None)) and hasattr(m, "lr_multiplier")]
 
 
 def spectral_parameters(model: nn.Module) -> list[nn.Parameter]:

@@ -1,20 +1,22 @@
-"""Algorithm 1 of muTransfer-FNO: proxy hyperparameters at K_proxy → values at K_target.
+"""The transfer of hyperparameters from a proxy to a target: Algorithm 1 of muTransfer-FNO, and width-muP.
 
-Under muP the model applies c(K) and b(K) itself, so the *master* LR η0 and the
-init scale carry over unchanged, while the *effective* spectral LR and init std
-are rescaled by √(log K_proxy / log K_target) (the variance by the plain ratio).
-Batch size, Adam β2, weight decay and the clip value transfer unchanged (paper §4.4).
+One function, :func:`transfer`, rescales a configuration along whatever a
+:class:`Scaling` changes — the Fourier modes K (muP in K, Algorithm 1), the width
+(Tensor Programs V for Adam), or both — and is what the sweep, the landscape and
+the ``mutransfer transfer`` command call. Under muP the models apply c(K), b(K)
+and the width multipliers themselves, so the *master* LR η0 and the init scale
+carry over unchanged, while the *effective* spectral LR and init std are rescaled
+by √(log K_proxy / log K_target) (the variance by the plain ratio), times the
+width rules. Batch size, Adam β2, weight decay and the clip value transfer
+unchanged (paper §4.4).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from operators.parametrization import (
-    spectral_lr_multiplier,
-    transfer_init_variance_factor,
-    transfer_lr_factor,
-)
+from operators.errors import OperatorConfigError
+from operators.parametrization import spectral_lr_multiplier
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,22 @@ class TransferRecord:
     quantities: tuple[RescaledQuantity, ...]
     proxy_width: int | None = None
     target_width: int | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def lr_factor(self) -> float:
+        """What the effective LR of the rescaled weights is multiplied by (spectral, else hidden; 1 if neither)."""
+        for name in ("spectral_lr", "hidden_lr"):
+            if any(q.name == name for q in self.quantities):
+                return self.get(name).factor
+        return 1.0
+
+    @property
+    def init_variance_factor(self) -> float:
+        """What the spectral init variance is multiplied by (1 without spectral weights)."""
+        if any(q.name == "spectral_init_variance" for q in self.quantities):
+            return self.get("spectral_init_variance").factor
+        return 1.0
 
     def target_values(self) -> dict[str, float]:
         """{name: target value} for every quantity."""
@@ -62,6 +80,7 @@ class TransferRecord:
             "proxy_width": self.proxy_width,
             "target_width": self.target_width,
             "quantities": [asdict(q) for q in self.quantities],
+            "notes": list(self.notes),
         }
 
     def format_table(self) -> str:
@@ -81,6 +100,126 @@ class TransferRecord:
 _UNCHANGED_RULE = "unchanged under muP"
 
 
+@dataclass(frozen=True)
+class Scaling:
+    """What changes from proxy to target: the Fourier modes K (spectral operators), the width, or both.
+
+    ``proxy_modes``/``target_modes`` None: no spectral weights (attention operators).
+    ``parametrization``: the K-parametrization ("mup" or "standard").
+    ``proxy_width``/``target_width``: the widths m0 → m (None: unchanged and unknown).
+    ``width_parametrization``: "mup" (Tensor Programs V, base width m0) or "standard".
+    ``attention_scaled``: the operator's width rule has the 1/d_h attention scale (Galerkin, ONO).
+    """
+
+    dim: int
+    proxy_modes: int | None = None
+    target_modes: int | None = None
+    parametrization: str = "mup"
+    proxy_width: int | None = None
+    target_width: int | None = None
+    width_parametrization: str = "standard"
+    attention_scaled: bool = False
+
+    @property
+    def scales_width(self) -> bool:
+        return self.proxy_width is not None and self.target_width is not None and self.proxy_width != self.target_width
+
+
+def effective_spectral_init_std(
+    dim: int, modes: int, width: int, parametrization: str, *, base_width: int | None = None, init_scale: float = 1.0
+) -> float:
+    """Std of the real/imaginary parts of a spectral entry as the model draws it (operators.spectral).
+
+    ``base_width`` set: width-muP (σ_K(m0)·b(K)·√(m0/m)); else the K-parametrization's std at ``width``.
+    """
+    from operators.parametrization import base_spectral_init_std, spectral_init_multiplier
+    from operators.width_mup import spectral_width_init_std
+
+    if base_width is not None:
+        return spectral_width_init_std(width, base_width, modes, dim, parametrization, init_scale)
+    return init_scale * base_spectral_init_std(width, width, parametrization) * spectral_init_multiplier(modes, dim, parametrization)
+
+
+def transfer(
+    scaling: Scaling,
+    lr: float,
+    *,
+    init_scale: float | None = None,
+    init_std: float | None = None,
+    unchanged: dict[str, float] | None = None,
+) -> TransferRecord:
+    """Rescale a proxy's hyperparameters to the target described by ``scaling``.
+
+    Args:
+        scaling: what changes (modes, width, or both) and under which rules.
+        lr: the proxy's master learning rate η0 (carried over: the models apply their multipliers).
+        init_scale: the proxy's spectral init scale (the tuned multiplier, carried over); with the widths
+            known, the table shows the effective init std it gives at the proxy and at the target.
+        init_std: instead of ``init_scale``, the proxy's effective spectral init std.
+        unchanged: other hyperparameters that carry over as they are (batch_size, beta2, weight_decay, …).
+    """
+    from operators.width_mup import hidden_lr_multiplier
+
+    s = scaling
+    width_mup = s.width_parametrization == "mup" and s.scales_width
+    width_factor = hidden_lr_multiplier(s.target_width, s.proxy_width) if width_mup else 1.0
+    rows = [RescaledQuantity("master_lr", lr, lr, 1.0, "unchanged: the model applies its multipliers itself")]
+    notes = []
+    if s.proxy_modes is not None:
+        rows += _spectral_rows(s, lr, width_factor, width_mup, init_scale, init_std)
+        if s.proxy_modes != s.target_modes:
+            notes.append(
+                "muP in K: the master LR carries over; the model applies c(K) = 1/sqrt(d log K) to the spectral weights"
+                if s.parametrization == "mup" else "standard parametrization in K: copied unchanged; the optimum may drift with K"
+            )
+    if s.scales_width:
+        rows += width_transfer_rows(s.proxy_width, s.target_width, lr, s.width_parametrization, s.attention_scaled)
+        notes.append(
+            f"width-muP (base width {s.proxy_width}): hidden weights train at LR x m0/m, readouts are scaled by m0/m"
+            if width_mup else "standard width parametrization: copied unchanged; the optimum may drift with width"
+        )
+    rule = _UNCHANGED_RULE if s.parametrization == "mup" else "unchanged"
+    rows += [RescaledQuantity(name, value, value, 1.0, rule) for name, value in (unchanged or {}).items()]
+    return TransferRecord(
+        s.dim, s.proxy_modes, s.target_modes, tuple(rows),
+        proxy_width=s.proxy_width if s.scales_width else None, target_width=s.target_width if s.scales_width else None,
+        notes=tuple(notes),
+    )
+
+
+def _spectral_rows(s: Scaling, lr: float, width_factor: float, width_mup: bool, init_scale, init_std) -> list:
+    """The spectral LR and init rows: √(log Kp / log Kt) under muP in K, times the width rules."""
+    from operators.parametrization import check_modes, transfer_lr_factor
+
+    for which, k in (("proxy", s.proxy_modes), ("target", s.target_modes)):
+        if s.parametrization == "mup" and isinstance(k, int) and k < 2:
+            raise OperatorConfigError(f"{which} modes {k}: muP needs K >= 2 (log 1 = 0); use K >= 2")
+        check_modes(k, s.dim, s.parametrization)
+    kp, kt = s.proxy_modes, s.target_modes
+    c0, c1 = spectral_lr_multiplier(kp, s.dim, s.parametrization), spectral_lr_multiplier(kt, s.dim, s.parametrization)
+    k_factor = transfer_lr_factor(kp, kt) if s.parametrization == "mup" else 1.0
+    k_rule = "x sqrt(log Kp / log Kt)" if s.parametrization == "mup" and kp != kt else "unchanged in K"
+    if s.parametrization == "standard":
+        k_rule = "standard parametrization: unchanged in K"
+    w_rule = " x m0/m" if width_mup else ""
+    rows = [RescaledQuantity("spectral_lr", c0 * lr, c1 * lr * width_factor, k_factor * width_factor, k_rule + w_rule)]
+    if init_scale is None and init_std is None:
+        return rows
+    w0 = s.proxy_width or 64
+    w1 = s.target_width or w0
+    base = w0 if width_mup else None
+    proxy_std = effective_spectral_init_std(s.dim, kp, w0, s.parametrization, base_width=base, init_scale=init_scale or 1.0)
+    target_std = effective_spectral_init_std(s.dim, kt, w1, s.parametrization, base_width=base, init_scale=init_scale or 1.0)
+    if init_std is not None:  # the proxy's effective std given directly: apply the same ratio
+        proxy_std, target_std = init_std, init_std * target_std / proxy_std
+    factor = target_std / proxy_std
+    rows += [
+        RescaledQuantity("spectral_init_std", proxy_std, target_std, factor, k_rule + (" x sqrt(m0/m)" if w_rule else "")),
+        RescaledQuantity("spectral_init_variance", proxy_std**2, target_std**2, factor**2, "the square of the std's factor"),
+    ]
+    return rows
+
+
 def transfer_hyperparameters(
     dim: int,
     proxy_modes: int,
@@ -89,39 +228,8 @@ def transfer_hyperparameters(
     init_std: float | None = None,
     unchanged: dict[str, float] | None = None,
 ) -> TransferRecord:
-    """Rescale muP proxy hyperparameters from K_proxy to K_target (Algorithm 1).
-
-    Args:
-        dim: number of truncated dimensions d.
-        proxy_modes, target_modes: K_proxy and K_target (both ≥ 2).
-        lr: the proxy's master learning rate η0.
-        init_std: the proxy's effective spectral init std (optional).
-        unchanged: other hyperparameters that carry over as they are
-            (batch_size, beta2, weight_decay, clip_value, init_scale …).
-    """
-    lr_factor = transfer_lr_factor(proxy_modes, target_modes)
-    var_factor = transfer_init_variance_factor(proxy_modes, target_modes)
-    c_proxy = spectral_lr_multiplier(proxy_modes, dim, "mup")
-    rows = [
-        RescaledQuantity("master_lr", lr, lr, 1.0, "unchanged: the muP model applies c(K) itself"),
-        RescaledQuantity(
-            "spectral_lr",
-            c_proxy * lr,
-            c_proxy * lr * lr_factor,
-            lr_factor,
-            "x sqrt(log Kp / log Kt)",
-        ),
-    ]
-    if init_std is not None:
-        rows += [
-            RescaledQuantity("spectral_init_std", init_std, init_std * lr_factor, lr_factor, "x sqrt(log Kp / log Kt)"),
-            RescaledQuantity(
-                "spectral_init_variance", init_std**2, init_std**2 * var_factor, var_factor, "x log Kp / log Kt"
-            ),
-        ]
-    for name, value in (unchanged or {}).items():
-        rows.append(RescaledQuantity(name, value, value, 1.0, _UNCHANGED_RULE))
-    return TransferRecord(dim, proxy_modes, target_modes, tuple(rows))
+    """Algorithm 1 (muP in K only): ``transfer(Scaling(dim, proxy_modes, target_modes), ...)``."""
+    return transfer(Scaling(dim, proxy_modes, target_modes), lr, init_std=init_std, unchanged=unchanged)
 
 
 def width_transfer_rows(

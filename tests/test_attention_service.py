@@ -357,4 +357,4 @@ def test_attention_operators_learn_darcy_on_random_point_sets(operator, tmp_path
     model = model_for(study, data, target=False)
     result = train(model, data, TrainConfig(lr=3e-3, batch_size=10, epochs=30, schedule="onecycle", progress=False))
     assert result.status == "completed"
-    assert result.history[0]["test_error"] > 0.3 and result.test_error < 0.2, result.test_error
+    assert result.history[0].test_error > 0.3 and result.test_error < 0.2, result.test_error

@@ -51,7 +51,7 @@ def test_transfer_json(capsys):
 
 
 def test_transfer_table(capsys):
-    assert main(["transfer", "--dim", "1", "--proxy-K", "6", "--target-K", "6", "--lr", "2e-3", "--init-std", "0.1"]) == 0
+    assert main(["transfer", "--dim", "1", "--proxy-K", "6", "--target-K", "6", "--lr", "2e-3", "--init-scale", "0.5"]) == 0
     out = capsys.readouterr().out
     assert "spectral_init_variance" in out and "K_proxy=6 -> K_target=6" in out
 
@@ -68,7 +68,7 @@ def test_plan_paper_scale_json(capsys):
     "args, fragments",
     [
         (["transfer", "--dim", "1", "--proxy-K", "1", "--target-K", "8", "--lr", "1e-3"], ["proxy modes 1", ">= 2"]),
-        (["transfer", "--dim", "1", "--proxy-K", "4", "--target-K", "8", "--lr", "-1"], ["--lr", "positive"]),
+        (["transfer", "--dim", "1", "--proxy-K", "4", "--target-K", "8", "--lr", "-1"], ["--lr", "must be > 0"]),
         (["plan", "--dim", "2", "--modes", "-3", "--width", "8", "--layers", "2"], ["--modes", "positive integer"]),
         (["plan", "--dim", "2", "--modes", "20", "--width", "8", "--layers", "2", "--grid", "32"], ["modes 20 too large"]),
         (["plan", "--dim", "4", "--modes", "2", "--width", "8", "--layers", "2"], ["dim 4"]),

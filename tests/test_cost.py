@@ -3,7 +3,12 @@
 import pytest
 
 from mutransfer.study import load_study
+from mutransfer.sweep.context import TrialRecord
 from mutransfer.sweep.cost import epoch_flops, study_cost
+
+
+def _trial(epochs: int, device_seconds: float) -> TrialRecord:
+    return TrialRecord("t", 0, "completed", {}, {}, 0.1, epochs, device_seconds=device_seconds)
 from operators.planning import step_flops
 
 
@@ -19,9 +24,9 @@ def test_epoch_flops_is_per_sample_step_flops_times_samples():
 def test_ratio_counts_proxies_plus_target_against_a_direct_sweep():
     study, _ = load_study(None)
     trials = [
-        {"epochs": 20, "device_seconds": 10.0},  # completed
-        {"epochs": 4, "device_seconds": 2.0},  # pruned by ASHA after the grace period
-        {"epochs": 8, "device_seconds": 4.0},
+        _trial(20, 10.0),  # completed
+        _trial(4, 2.0),  # pruned by ASHA after the grace period
+        _trial(8, 4.0),
     ]
     target = {"epochs": 20, "device_seconds": 30.0}
     cost = study_cost(study, trials, target)
@@ -37,5 +42,5 @@ def test_ratio_counts_proxies_plus_target_against_a_direct_sweep():
 
 def test_no_target_leaves_ratios_unset():
     study, _ = load_study(None)
-    cost = study_cost(study, [{"epochs": 3, "device_seconds": 1.0}], None)
+    cost = study_cost(study, [_trial(3, 1.0)], None)
     assert cost["target_flops"] is None and cost["mutransfer_vs_direct_flops"] is None

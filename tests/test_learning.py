@@ -20,4 +20,4 @@ def test_small_fno_fits_small_darcy_set_under_ten_percent(tmp_path):
     assert result.status == "completed"
     assert result.test_error < 0.10
     # it learned: the first evaluation was clearly worse than the last
-    assert result.history[0]["test_error"] > 1.5 * result.test_error
+    assert result.history[0].test_error > 1.5 * result.test_error

@@ -103,7 +103,7 @@ def test_train_with_pino_loss_and_resume(tmp_path, darcy):
     model = FNO(2, 1, 1, modes=3, width=8, layers=2, parametrization="mup", padding=2)
     result = train(model, data, cfg)
     assert result.status == "completed" and 0 < result.test_error < 10
-    losses = [h["train_loss"] for h in result.history]
+    losses = [h.train_loss for h in result.history]
     assert losses[-1] < losses[0]
     # the evaluation metric is still the relative L2, not the combined loss
     assert result.test_error < losses[0]

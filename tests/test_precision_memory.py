@@ -67,7 +67,7 @@ def test_mixed_precision_training_learns_on_cpu(burgers_file, precision):
     # measured (seed 0): fp32 ~0.09, bf16 0.10-0.40, fp16 ~0.19 from ~11 at the first epoch; over 6 seeds bf16's
     # median is 0.13 (fp16 skips its first steps while the loss scale backs off)
     assert mixed.status == "completed" and fp32.test_error < 0.15
-    assert mixed.test_error < 0.6 and mixed.test_error < 0.06 * mixed.history[0]["test_error"]
+    assert mixed.test_error < 0.6 and mixed.test_error < 0.06 * mixed.history[0].test_error
     assert mixed.test_error != fp32.test_error  # the precision changed something
 
 
@@ -105,7 +105,7 @@ def _stop_after(epochs: int):
     from mutransfer.training import StopTraining
 
     def callback(event):
-        if event["event"] == "eval" and event["epoch"] >= epochs:
+        if event.event == "eval" and event.epoch >= epochs:
             raise StopTraining
 
     return callback
@@ -277,7 +277,7 @@ def test_streamed_training_equals_loaded_training(burgers_file, workers):
     assert streamed.streaming and not loaded.streaming
     a = train(_model(), loaded, _config(epochs=2))
     b = train(_model(), streamed, _config(epochs=2, data_workers=workers))
-    assert [h["test_error"] for h in a.history] == [h["test_error"] for h in b.history]
+    assert [h.test_error for h in a.history] == [h.test_error for h in b.history]
     assert a.train_loss == b.train_loss
 
 

@@ -290,7 +290,7 @@ def test_pino_loss_is_selectable_in_studies_for_darcy_only(tmp_path):
         load_study(path)
     assert "\n" not in str(info.value)
     path.write_text(_yaml.safe_dump({**base, "training": {"physics_weight": 1}}))
-    with pytest.raises(UserInputError, match="only apply to loss pino"):
+    with pytest.raises(UserInputError, match="apply to loss 'pino' only"):
         load_study(path)
 
 

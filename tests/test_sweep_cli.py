@@ -133,7 +133,7 @@ def test_studies_without_a_store(tmp_path, monkeypatch, capsys):
 
 
 def test_studies_table_format():
-    from mutransfer.sweep.tracking import format_studies
+    from mutransfer.sweep.studies import format_studies
 
     rows = [
         {"study": "quick", "status": "done", "problem": "burgers", "proxy_K": 6, "target_K": 24, "best_proxy_error": 0.0249,
@@ -149,7 +149,7 @@ def test_studies_table_format():
 
 
 def test_ui_command_binds_localhost_without_a_shell():
-    from mutransfer.sweep.tracking import ui_command, ui_link
+    from mutransfer.sweep.studies import ui_command, ui_link
 
     cmd = ui_command("sqlite:////tmp/x/mlflow.db", port=5123)
     assert cmd[:3] == [sys.executable, "-m", "mlflow"] and cmd[3] == "ui"
@@ -176,7 +176,7 @@ def test_ui_parser_defaults_and_missing_store(tmp_path, monkeypatch, capsys):
 
 def test_ui_subprocess_uses_an_argument_list(tmp_path, monkeypatch, capsys):
     """`mutransfer ui` starts MLflow with Popen(list) (no shell) and prints the runs link."""
-    import mutransfer.sweep.tracking as tracking
+    import mutransfer.sweep.studies as tracking
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mlflow.db").write_bytes(b"")

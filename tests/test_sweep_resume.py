@@ -69,8 +69,13 @@ def test_resume_after_killing_the_driver(tmp_path):
     children = [r for r in runs if r.data.tags.get("mutransfer.kind") == "proxy_trial" and r.data.tags.get("mutransfer.superseded") != "true"]
     ids = [r.data.tags["mutransfer.trial_id"] for r in children]
     assert len(ids) == len(set(ids)) == 5 and set(ids) == {t["trial_id"] for t in report["trial_table"]}
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     for r in children:  # every epoch logged, even for trials that straddled the kill
         assert int(r.data.metrics["epochs"]) == 30
+        steps = sorted(m.step for m in client.get_metric_history(r.info.run_id, "test_error"))
+        assert steps == list(range(1, 31)), (r.data.tags["mutransfer.trial_id"], steps)
     assert len([r for r in runs if r.data.tags.get("mutransfer.kind") == "target"]) == 1
     assert not [r for r in runs if r.info.status == "RUNNING"]
     # The report was produced once (by the resumed driver) and stored.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -12,8 +13,10 @@ from torch import nn
 from mutransfer.errors import UserInputError
 from mutransfer.training import (
     DIVERGED_METRIC,
+    EpochRecord,
     StopTraining,
     TrainConfig,
+    TrainEnd,
     TrainResult,
     load_checkpoint,
     relative_l2,
@@ -198,17 +201,17 @@ def test_training_reduces_error_and_reports_events():
     assert isinstance(result, TrainResult)
     assert result.status == "completed" and result.device == "cpu"
     assert result.epochs_completed == 6 and result.iterations_completed == 18
-    assert [h["epoch"] for h in result.history] == [1, 2, 3, 4, 5, 6]
-    assert result.history[-1]["test_error"] < result.history[0]["test_error"]
-    assert result.test_error == result.history[-1]["test_error"]
-    assert result.best_test_error == min(h["test_error"] for h in result.history)
+    assert all(isinstance(h, EpochRecord) for h in result.history)
+    assert [h.epoch for h in result.history] == [1, 2, 3, 4, 5, 6]
+    assert result.history[-1].test_error < result.history[0].test_error
+    assert result.test_error == result.history[-1].test_error
+    assert result.best_test_error == min(h.test_error for h in result.history)
     assert result.resumed_from is None
     evals, end = events[:-1], events[-1]
     assert len(evals) == 6
-    for e in evals:
-        assert {"epoch", "iteration", "train_loss", "test_error", "lr", "seconds"} <= set(e)
-    assert evals[0]["lr"] == pytest.approx(1e-2 * schedules.cosine(3, 18))
-    assert end["event"] == "end" and end["status"] == "completed"
+    assert evals == result.history  # the callbacks get the history's records
+    assert evals[0].lr == pytest.approx(1e-2 * schedules.cosine(3, 18))
+    assert isinstance(end, TrainEnd) and end.event == "end" and end.status == "completed"
 
 
 def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path):
@@ -219,7 +222,7 @@ def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path):
     model_a.load_state_dict(load_checkpoint(tmp_path / "a" / "checkpoint.pt")["model"])
 
     def kill_after_epoch_2(event):
-        if event.get("event") == "eval" and event["epoch"] == 2:
+        if isinstance(event, EpochRecord) and event.epoch == 2:
             raise KeyboardInterrupt
 
     model_b = make_fno(seed=1)
@@ -231,10 +234,10 @@ def test_resume_after_interrupt_matches_uninterrupted_run(tmp_path):
     b = train(fresh, data, config(checkpoint_dir=str(tmp_path / "b"), **cfg), resume=True)
     assert b.status == "completed" and b.resumed_from == 6
     assert b.epochs_completed == 4 and b.iterations_completed == 12
-    assert [h["epoch"] for h in b.history] == [1, 2, 3, 4]
+    assert [h.epoch for h in b.history] == [1, 2, 3, 4]
     for pa, pb in zip(model_a.state_dict().values(), fresh.state_dict().values()):
         assert torch.equal(pa, pb)
-    strip = lambda hs: [{k: v for k, v in h.items() if k != "seconds"} for h in hs]  # noqa: E731
+    strip = lambda hs: [dataclasses.replace(h, seconds=0.0) for h in hs]  # noqa: E731
     assert strip(b.history) == strip(a.history)
     assert b.test_error == a.test_error
 
@@ -272,6 +275,21 @@ def test_checkpoint_is_weights_only_loadable(tmp_path):
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
 
+def test_history_records_round_trip_through_checkpoints(tmp_path):
+    """The checkpoint holds plain dicts in the layout older versions wrote; both directions read them."""
+    result = train(make_fno(), make_data(), config(epochs=2, checkpoint_dir=str(tmp_path)))
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    keys = ["event", "epoch", "iteration", "train_loss", "test_error", "lr", "seconds"]
+    assert [list(d) for d in state["history"]] == [keys, keys] and state["history"][0]["event"] == "eval"
+    assert [EpochRecord.from_dict(d) for d in state["history"]] == result.history
+    record = result.history[0]
+    assert EpochRecord.from_dict(record.as_dict()) == record
+    older = dict(state, history=[{**d, "extra": 1} for d in state["history"]])  # unknown keys are ignored
+    torch.save(older, tmp_path / "checkpoint.pt")
+    again = train(make_fno(), make_data(), config(epochs=2, checkpoint_dir=str(tmp_path)))
+    assert again.resumed_from == 6 and again.history == result.history
+
+
 def test_load_checkpoint_errors(tmp_path):
     with pytest.raises(UserInputError) as exc:
         load_checkpoint(tmp_path / "missing.pt")
@@ -289,7 +307,7 @@ def test_diverging_lr_reports_sentinel_without_raising():
     assert result.status == "diverged"
     assert result.test_error == DIVERGED_METRIC and math.isfinite(result.test_error)
     assert result.iterations_completed < 9
-    assert events[-1]["event"] == "end" and events[-1]["status"] == "diverged"
+    assert isinstance(events[-1], TrainEnd) and events[-1].status == "diverged"
 
 
 def test_non_finite_data_diverges_on_first_step(tmp_path):
@@ -306,13 +324,13 @@ def test_non_finite_data_diverges_on_first_step(tmp_path):
 
 def test_stop_training_from_callback():
     def stop_after_two(event):
-        if event.get("event") == "eval" and event["epoch"] >= 2:
+        if isinstance(event, EpochRecord) and event.epoch >= 2:
             raise StopTraining
 
     result = train(make_fno(), make_data(), config(epochs=5), callbacks=[stop_after_two])
     assert result.status == "stopped"
     assert result.epochs_completed == 2 and len(result.history) == 2
-    assert result.test_error == result.history[-1]["test_error"]
+    assert result.test_error == result.history[-1].test_error
 
 
 def test_iterations_budget_runs_exact_number_of_steps(tmp_path):
@@ -325,7 +343,7 @@ def test_iterations_budget_runs_exact_number_of_steps(tmp_path):
     assert result.status == "completed"
     assert sum(steps) == 7 and result.iterations_completed == 7
     assert result.epochs_completed == 2  # 3 iterations per epoch
-    assert [h["iteration"] for h in result.history] == [3, 6, 7]
+    assert [h.iteration for h in result.history] == [3, 6, 7]
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert all(int(s["step"]) == 7 for s in state["optimizer"]["state"].values())
 

@@ -50,8 +50,6 @@ def add_parser(subparsers) -> None:
     ins.set_defaults(run=run_inspect)
 
 
-#: `mutransfer data generate` flags passed to a problem's generator (when it lists them in generator_options)
-GENERATOR_FLAGS = ("preset", "nu", "time_steps", "solver_resolution", "spinup", "dt", "device", "points_min", "points_max")
 #: reader options shared by `data inspect` and `train --data`
 READER_FLAGS = ("input_key", "output_key", "field", "input_time", "output_time")
 
@@ -70,16 +68,20 @@ def reader_options(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name, None) for name in READER_FLAGS}
 
 
-def run_generate(args: argparse.Namespace) -> int:
-    from mutransfer.data.hdf5_io import write_dataset
-    from mutransfer.data.pointclouds import write_point_dataset
-    from mutransfer.problems import get_problem
-
-    from mutransfer.errors import UserInputError
+def generator_flags() -> tuple[str, ...]:
+    """`mutransfer data generate` flags passed to a problem's generator: every problem's generator_options."""
     from mutransfer.problems import PROBLEMS
 
+    return tuple(dict.fromkeys(name for p in PROBLEMS.values() for name in p.generator_options))
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    from mutransfer.errors import UserInputError
+    from mutransfer.problems import PROBLEMS, get_problem
+    from mutransfer.problems.datasets import writer_for
+
     problem = get_problem(args.problem)
-    options = {name: getattr(args, name) for name in GENERATOR_FLAGS if getattr(args, name, None) is not None}
+    options = {name: getattr(args, name) for name in generator_flags() if getattr(args, name, None) is not None}
     for name in options:
         if name not in problem.generator_options:
             takers = [p.name for p in PROBLEMS.values() if name in p.generator_options]
@@ -88,13 +90,12 @@ def run_generate(args: argparse.Namespace) -> int:
             )
     start = time.perf_counter()
     data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress, **options)
+    writer_for(problem)(args.out, data)
     if problem.kind == "points":
-        write_point_dataset(args.out, data)
         lo, hi = data["attrs"]["points_min"], data["attrs"]["points_max"]
         print(f"wrote {args.n} {problem.name} samples ({lo}-{hi} points each from a {args.resolution}x{args.resolution} "
               f"grid) to {args.out} ({time.perf_counter() - start:.1f} s)")
         return 0
-    write_dataset(args.out, data)
     print(f"wrote {args.n} {problem.name} samples at resolution {args.resolution} to {args.out} "
           f"({time.perf_counter() - start:.1f} s)")
     return 0

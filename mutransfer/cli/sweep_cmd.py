@@ -30,19 +30,8 @@ def _add_sweep(subparsers) -> None:
         "study runs (Burgers 1D, a few minutes on a laptop CPU). Flags override the study file and are reported.",
     )
     p.add_argument("--study", metavar="FILE", help="study YAML file (default: the built-in quick study = studies/quick.yaml)")
-    p.add_argument("--proxy-K", dest="proxy_K", type=positive_int, metavar="KP", help="override proxy_K")
-    p.add_argument("--target-K", dest="target_K", type=positive_int, metavar="KT", help="override target_K")
-    p.add_argument("--proxy-width", dest="proxy_width", type=positive_int, metavar="WP",
-                   help="override operator.width (the proxy's width; the width-muP base width)")
-    p.add_argument("--target-width", dest="target_width", type=positive_int, metavar="WT", help="override target_width")
-    p.add_argument("--num-trials", type=positive_int, help="override search.num_trials")
-    p.add_argument("--epochs", type=positive_int, help="override budget.epochs (per proxy trial)")
-    p.add_argument("--target-epochs", type=positive_int, help="override target.epochs")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
-                   help="override training.precision (fp32, or bf16/fp16 mixed precision; proxies and target)")
-    p.add_argument("--name", help="override the study name (names the study directory and the MLflow parent run)")
+    _add_override_flags(p)
     p.add_argument("--address", help="Ray cluster to use: auto or ray://HOST:PORT (default: start a local Ray)")
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the study's, else sqlite:///mlflow.db here)")
     p.add_argument(
         "--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)"
     )
@@ -53,24 +42,27 @@ def _add_sweep(subparsers) -> None:
     p.set_defaults(run=run_sweep_cmd)
 
 
+def _add_override_flags(p) -> None:
+    """One flag per entry of mutransfer.study.OVERRIDES, typed and described by the field's own declaration."""
+    from mutransfer.config.flags import flag_kwargs
+    from mutransfer.config.settings import REQUIRED
+    from mutransfer.study.files import OVERRIDES, declared
+
+    for key, (path, flag) in OVERRIDES.items():
+        spec, default = declared(path)
+        fallback = "" if default is None or default is REQUIRED else f", else {default}"
+        help_text = f"override {path}: {spec.help} (default: the study file's{fallback})"
+        p.add_argument(flag, dest=key, help=help_text, **flag_kwargs(spec, key))
+
+
 def run_sweep_cmd(args: argparse.Namespace) -> int:
+    from mutransfer.study import OVERRIDES
     from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep
     from mutransfer.sweep.report import format_report
 
     options = SweepOptions(
         study_path=args.study,
-        overrides={
-            "proxy_K": args.proxy_K,
-            "target_K": args.target_K,
-            "proxy_width": args.proxy_width,
-            "target_width": args.target_width,
-            "num_trials": args.num_trials,
-            "epochs": args.epochs,
-            "target_epochs": args.target_epochs,
-            "name": args.name,
-            "tracking_uri": args.tracking_uri,
-            "precision": args.precision,
-        },
+        overrides={key: getattr(args, key) for key in OVERRIDES},
         address=args.address,
         resume=args.resume,
         coord_check=args.coord_check,
@@ -122,7 +114,8 @@ def _add_studies(subparsers) -> None:
 
 
 def run_studies_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.sweep.tracking import format_studies, list_studies, resolve_tracking_uri
+    from mutransfer.sweep.studies import format_studies, list_studies
+    from mutransfer.sweep.tracking import resolve_tracking_uri
 
     rows = list_studies(resolve_tracking_uri(args.tracking_uri))
     if args.json:
@@ -160,13 +153,8 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     import subprocess
 
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep.tracking import (
-        latest_study_experiment,
-        resolve_tracking_uri,
-        sqlite_path,
-        ui_command,
-        ui_link,
-    )
+    from mutransfer.sweep.studies import latest_study_experiment, ui_command, ui_link
+    from mutransfer.sweep.tracking import resolve_tracking_uri, sqlite_path
 
     uri = resolve_tracking_uri(args.tracking_uri)
     path = sqlite_path(uri)

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from mutransfer.cli.common import (
     memory_size,
-    non_negative_float,
     non_negative_int,
-    positive_float,
     positive_int,
     print_json,
     unit_interval,
@@ -29,12 +26,14 @@ def pino_ratio(text: str) -> tuple[float, float]:
 
 
 def add_parser(subparsers) -> None:
+    from mutransfer.config.flags import add_flags
+    from mutransfer.config.settings import setting_of
+    from mutransfer.study.schema import TrainingSpec
     from mutransfer.cli.data_cmd import add_reader_arguments
     from operators.parametrization import PARAMETRIZATIONS
     from operators.width_mup import WIDTH_PARAMETRIZATIONS
     from mutransfer.problems import PROBLEMS
-    from mutransfer.study import OPERATORS
-    from mutransfer.training.schedules import SCHEDULES
+    from operators.registry import OPERATORS
 
     p = subparsers.add_parser(
         "train",
@@ -50,7 +49,7 @@ def add_parser(subparsers) -> None:
         help="data file: mutransfer HDF5, .mat (v5/v7.3), PDEBench or The Well HDF5, or .pt (default: the "
         "problem's cached dataset); see --input-key and friends below",
     )
-    p.add_argument("--operator", choices=OPERATORS, default="fno", help="operator (default: fno)")
+    p.add_argument("--operator", choices=tuple(OPERATORS), default="fno", help="operator (default: fno)")
     p.add_argument("--modes", type=positive_int, help="FNO: K, Fourier modes per sign per dimension (default 8)")
     p.add_argument("--parametrization", choices=PARAMETRIZATIONS, help="FNO: parametrization in K (default: mup)")
     p.add_argument("--width", type=positive_int, default=32, help="hidden channels / model width m (default 32)")
@@ -64,20 +63,18 @@ def add_parser(subparsers) -> None:
                    help="muP in the width (Tensor Programs V) or standard (default); mup needs --base-width")
     p.add_argument("--base-width", type=positive_int, help="width-muP: the width the hyperparameters were tuned at")
     p.add_argument("--padding", type=non_negative_int, help="FNO: grid points of domain padding (default: the problem's)")
-    p.add_argument("--init-scale", type=positive_float, help="FNO: multiplies the spectral init std (default 1)")
+    add_flags(p, TrainingSpec, ["init_scale"], suppress_default=True)
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--epochs", type=positive_int, help="training epochs (default 20)")
     budget.add_argument("--iterations", type=positive_int, help="optimizer steps instead of epochs")
-    p.add_argument("--lr", type=positive_float, default=3e-3, help="master learning rate (default 3e-3)")
-    p.add_argument("--batch-size", type=positive_int, default=20)
-    p.add_argument("--beta1", type=unit_interval, default=0.9)
-    p.add_argument("--beta2", type=unit_interval, default=0.999)
-    p.add_argument("--weight-decay", type=non_negative_float, default=0.0)
-    p.add_argument("--clip-value", type=positive_float, help="FNO: element-wise clip of spectral gradients (default: off)")
-    p.add_argument("--schedule", choices=SCHEDULES, default="step", help="LR schedule (default: step)")
-    p.add_argument("--milestones", type=positive_int, nargs="+", help="step schedule: halve at these epochs/iterations")
-    p.add_argument("--step-size", type=positive_int, help="step schedule: halve every this many epochs/iterations")
-    p.add_argument("--gamma", type=positive_float, default=0.5, help="step schedule factor (default 0.5)")
+    # the training hyperparameters: declared once in mutransfer.training.hyperparameters (train's own default LR)
+    add_flags(p, TrainingSpec, ["lr", "batch_size"], defaults={"lr": 3e-3})
+    p.add_argument("--beta1", type=unit_interval, default=0.9, help="Adam beta1 (default: 0.9)")
+    p.add_argument("--beta2", type=unit_interval, default=0.999, help="Adam beta2 (default: 0.999)")
+    add_flags(p, TrainingSpec, ["weight_decay", "clip_value", "schedule"])
+    p.add_argument("--milestones", type=positive_int, nargs="+",
+                   help=f"{setting_of(TrainingSpec, 'milestones').help} (default: off)")
+    add_flags(p, TrainingSpec, ["step_size", "gamma"])
     p.add_argument("--n-train", type=positive_int, help="training samples (default: the problem's, or 80%% of the file)")
     p.add_argument("--n-test", type=positive_int, help="test samples, taken from the end of the file")
     p.add_argument("--resolution", type=positive_int, help="training resolution (downsampled from the file's)")
@@ -85,15 +82,12 @@ def add_parser(subparsers) -> None:
         "--time-resolution", type=positive_int,
         help="output times used (strided back from the last; default: the problem's, or all in the file)",
     )
-    p.add_argument("--loss", choices=("relative_l2", "pino"), default="relative_l2",
-                   help="training loss; pino adds the Darcy PDE residual (evaluation stays relative L2)")
+    add_flags(p, TrainingSpec, ["loss"])
     p.add_argument("--pino-ratio", type=pino_ratio, metavar="DATA:PHYSICS",
                    help="loss weights for --loss pino (default 5:1, the paper's)")
-    p.add_argument("--seed", type=non_negative_int, default=0)
+    add_flags(p, TrainingSpec, ["seed"])
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N (default auto)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="fp32, or bf16/fp16 mixed precision: autocast for the real-valued layers, FFTs and the spectral "
-                   "contraction in fp32, fp16 with loss scaling (default fp32)")
+    add_flags(p, TrainingSpec, ["precision"])
     stream = p.add_mutually_exclusive_group()
     stream.add_argument("--stream", dest="stream", action="store_const", const=True,
                         help="read the data file lazily in batches (default: only when the split would take more than "
@@ -126,7 +120,7 @@ def resolve_data(args: argparse.Namespace):
 
     problem = get_problem(args.problem)
     options = reader_options(args)
-    if getattr(problem, "kind", "grid") == "points":
+    if problem.kind == "points":
         return (problem, *_resolve_point_data(args, problem, options))
     if args.data is not None and _is_point_file(args.data):
         raise UserInputError(f"--data {args.data} holds point sets (an irregular mesh); pass --problem darcy_mesh")
@@ -220,17 +214,20 @@ def build_train_model(args: argparse.Namespace, problem, data):
     """The operator the train flags describe, with one-line errors for flags that do not apply to it."""
     from operators.adapters import normalization_from, point_set_model
     from operators.fno import FNO
+    from operators.registry import OPERATORS, point_set_families
     from mutransfer.errors import UserInputError
 
-    points = getattr(problem, "kind", "grid") == "points"
+    points = problem.kind == "points"
     if args.width_parametrization == "mup" and args.base_width is None:
         raise UserInputError("--width-parametrization mup needs --base-width (the width the hyperparameters were tuned at)")
     if args.width_parametrization == "standard" and args.base_width is not None:
         raise UserInputError("--base-width applies to --width-parametrization mup only; drop it or add that flag")
     base_width = args.base_width if args.width_parametrization == "mup" else None
-    if args.operator == "fno":
-        if points:
-            raise UserInputError(f"--operator fno needs a grid; {problem.name} is a point-set problem: use galerkin, ono or gnot")
+    family = OPERATORS[args.operator]
+    if not family.takes(problem.kind):
+        raise UserInputError(f"--operator {args.operator} needs a grid; {problem.name} is a point-set problem: use "
+                             f"{', '.join(point_set_families()[:-1])} or {point_set_families()[-1]}")
+    if family.spectral:
         for flag, value in (("--heads", args.heads), ("--option", args.options or None)):
             if value is not None:
                 raise UserInputError(f"{flag} applies to the attention operators (galerkin, ono, gnot), not fno; drop it")
@@ -281,6 +278,7 @@ def _check_memory_before_building(args: argparse.Namespace, problem, data, confi
 
 def run(args: argparse.Namespace) -> int:
     from mutransfer.errors import UserInputError
+    from operators.registry import OPERATORS
     from mutransfer.training import TrainConfig, train
 
     epochs, iterations = args.epochs, args.iterations
@@ -314,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
         data_workers=args.data_workers,
     )
     problem, data, path = resolve_data(args)
-    if args.operator == "fno":
+    if OPERATORS[args.operator].spectral:  # the planner covers the spectral (FNO) family
         _check_memory_before_building(args, problem, data, config)
     model = build_train_model(args, problem, data)
     result = train(model, data, config, resume=args.resume)
@@ -328,20 +326,20 @@ def run(args: argparse.Namespace) -> int:
         "streamed": bool(getattr(data, "streaming", False)),
         "model": model.config,
         "train": config.to_dict(),
-        "result": dataclasses.asdict(result),
+        "result": result.as_dict(),
     }
     if args.json:
         print_json(summary)
         return 0
     grid = "x".join(str(n) for n in summary["grid"])
-    if args.operator == "fno":
+    if OPERATORS[args.operator].spectral:
         what = (f"FNO-{problem.dim}D K={model.modes} width={args.width} layers={args.layers} "
                 f"({model.config['parametrization']})")
     else:
         what = f"{args.operator} width={args.width} layers={args.layers} heads={model.operator.config['heads']}"
     if args.width_parametrization == "mup":
         what += f", width-muP from base width {args.base_width}"
-    where = f"{grid} points per sample (padded)" if getattr(problem, "kind", "grid") == "points" else f"grid {grid}"
+    where = f"{grid} points per sample (padded)" if problem.kind == "points" else f"grid {grid}"
     streamed = " (streamed from the file)" if getattr(data, "streaming", False) else ""
     print(f"{problem.name}: {what}, {where}, {summary['n_train']} train / {summary['n_test']} test{streamed}")
     print(

@@ -1,43 +1,64 @@
-"""`mutransfer transfer`: Algorithm 1 from the command line."""
+"""`mutransfer transfer`: rescale tuned hyperparameters from a proxy to a target (K, width, or both)."""
 
 from __future__ import annotations
 
 import argparse
 
-from mutransfer.cli.common import non_negative_float, positive_float, positive_int, print_json, unit_interval
+from mutransfer.cli.common import positive_int, print_json
 
 
 def add_parser(subparsers) -> None:
+    from mutransfer.config.flags import add_flags
+    from mutransfer.config.settings import REQUIRED
+    from mutransfer.study.schema import TrainingSpec
+    from operators.parametrization import PARAMETRIZATIONS
+    from operators.width_mup import WIDTH_PARAMETRIZATIONS
+
     p = subparsers.add_parser(
         "transfer",
-        help="rescale muP proxy hyperparameters from K_proxy to K_target (Algorithm 1)",
-        description="Rescale hyperparameters tuned on a muP proxy with K_proxy modes to a target with K_target modes. "
-        "The master LR carries over; the effective spectral LR and init std scale by sqrt(log Kp / log Kt).",
+        help="rescale hyperparameters tuned on a proxy to the target (Algorithm 1 in K, width-muP in the width)",
+        description="Rescale hyperparameters tuned on a proxy (K_proxy modes, width m0) to a target (K_target, "
+        "width m). The master LR and the init scale carry over (the muP model applies its multipliers itself); the "
+        "table shows the effective spectral LR and init std, which scale by sqrt(log Kp / log Kt) under muP in K, "
+        "and the width rules (hidden LR x m0/m, readout x m0/m) under width-muP. The same function runs in "
+        "`mutransfer sweep` (operators.transfer.transfer).",
     )
     p.add_argument("--dim", type=positive_int, required=True, help="number of truncated dimensions d (1, 2 or 3)")
     p.add_argument("--proxy-K", dest="proxy_modes", type=positive_int, required=True, help="modes of the proxy")
     p.add_argument("--target-K", dest="target_modes", type=positive_int, required=True, help="modes of the target")
-    p.add_argument("--lr", type=positive_float, required=True, help="the proxy's master learning rate")
-    p.add_argument("--init-std", type=positive_float, help="the proxy's effective spectral init std")
-    p.add_argument("--batch-size", type=positive_int, help="carried over unchanged")
-    p.add_argument("--beta2", type=unit_interval, help="carried over unchanged")
-    p.add_argument("--weight-decay", type=non_negative_float, help="carried over unchanged")
-    p.add_argument("--clip-value", type=positive_float, help="carried over unchanged")
+    p.add_argument("--parametrization", choices=PARAMETRIZATIONS, default="mup",
+                   help="the K-parametrization (default: mup)")
+    p.add_argument("--width", type=positive_int, default=64,
+                   help="the proxy's width m0, for the effective init std (default: 64)")
+    p.add_argument("--target-width", type=positive_int, help="the target's width m (default: the proxy's)")
+    p.add_argument("--width-parametrization", choices=WIDTH_PARAMETRIZATIONS, default="mup",
+                   help="the width rule when the width changes (default: mup)")
+    add_flags(p, TrainingSpec, ["lr"], defaults={"lr": REQUIRED})
+    add_flags(p, TrainingSpec, ["init_scale"], suppress_default=True,
+              note="carried over; with it the table shows the effective init std")
+    add_flags(p, TrainingSpec, ["batch_size", "weight_decay", "clip_value"], suppress_default=True,
+              note="carried over unchanged")
+    p.add_argument("--beta2", type=float, help="Adam beta2, carried over unchanged")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from operators.transfer import transfer_hyperparameters
+    from mutransfer.errors import UserInputError
+    from operators.transfer import Scaling, transfer
 
+    if args.beta2 is not None and not 0 < args.beta2 < 1:
+        raise UserInputError(f"--beta2 {args.beta2}: must be in (0, 1), e.g. 0.99")
     unchanged = {
         name: getattr(args, name)
         for name in ("batch_size", "beta2", "weight_decay", "clip_value")
         if getattr(args, name) is not None
     }
-    record = transfer_hyperparameters(
-        args.dim, args.proxy_modes, args.target_modes, lr=args.lr, init_std=args.init_std, unchanged=unchanged
+    scaling = Scaling(
+        args.dim, args.proxy_modes, args.target_modes, args.parametrization, proxy_width=args.width,
+        target_width=args.target_width or args.width, width_parametrization=args.width_parametrization,
     )
+    record = transfer(scaling, args.lr, init_scale=args.init_scale, unchanged=unchanged)
     if args.json:
         print_json(record.as_dict())
     else:

@@ -29,7 +29,6 @@ returned by ``generate_burgers`` / ``generate_darcy`` and ``read_dataset``.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 from pathlib import Path
 from typing import Iterator
 
@@ -38,6 +37,8 @@ import numpy as np
 
 import mutransfer
 from mutransfer.atomic import atomic_path
+from mutransfer.data.problem_facts import default_points_problem, space_dims
+from mutransfer.data.schema_common import GRID_SCHEMA, POINT_SCHEMA, attr_value, decode_attr, read_attrs, utc_now
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -48,21 +49,35 @@ __all__ = [
     "read_dataset",
     "inspect_dataset",
     "open_dataset",
+    "decode_attr",
+    "read_attrs",
+    "utc_now",
+    "generate_hint",
+    "points_refused",
 ]
 
-SCHEMA = "mutransfer-pde"
+SCHEMA = GRID_SCHEMA
 SCHEMA_VERSION = 1
-#: problem name -> number of grid dimensions
-PROBLEMS = {"burgers": 1, "darcy": 2, "navier_stokes": 2}
+#: grid problem -> number of spatial axes of `input` (from ``problem_facts``)
+PROBLEMS = space_dims()
 _GRID_NAMES = ("x", "y", "z")
 _BLOCK_BYTES = 32 * 2**20
 
 
-def _hint(path, problem=None) -> str:
+def generate_hint(path, problem=None) -> str:
+    """The `mutransfer data generate` command that would make ``path`` (for errors about missing data)."""
     if problem not in PROBLEMS:
         guesses = [name for name in PROBLEMS if name in Path(path).name.lower()]
         problem = guesses[0] if len(guesses) == 1 else "{" + "|".join(PROBLEMS) + "}"
     return f"generate one with `mutransfer data generate {problem} --out {path}`"
+
+
+def points_refused(path, problem) -> UserInputError:
+    """The error of the grid readers for a point-set file."""
+    return UserInputError(
+        f"data file {path} holds point sets ({problem}); use problem {problem or default_points_problem()} "
+        "(loaded by mutransfer.data.pointclouds), not a grid problem"
+    )
 
 
 def _check_data(data: dict) -> tuple[str, np.ndarray, np.ndarray, dict, dict]:
@@ -107,16 +122,6 @@ def _check_data(data: dict) -> tuple[str, np.ndarray, np.ndarray, dict, dict]:
     return problem, x, y, grid, attrs
 
 
-def _attr_value(name: str, value):
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, (bool, int, float, str)):
-        return value
-    raise UserInputError(
-        f"attribute {name!r}: {type(value).__name__} is not a flat scalar; use str, int, float or bool"
-    )
-
-
 def write_dataset(path, data: dict) -> Path:
     """Write ``data`` to ``path`` atomically (temp file in the same folder, then os.replace).
 
@@ -134,7 +139,7 @@ def write_dataset(path, data: dict) -> Path:
     attrs.setdefault("seed", -1)
     attrs.setdefault("mutransfer_version", mutransfer.__version__)
     attrs.setdefault("created", utc_now())
-    attrs = {str(k): _attr_value(str(k), v) for k, v in attrs.items()}
+    attrs = {str(k): attr_value(str(k), v) for k, v in attrs.items()}
 
     path = Path(path)
     if path.is_dir():
@@ -152,29 +157,6 @@ def write_dataset(path, data: dict) -> Path:
     return path
 
 
-def decode_attr(value):
-    """An HDF5 attribute value as a plain Python value (bytes → str, numpy scalars → Python, small arrays → lists)."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, np.ndarray):
-        if value.dtype.kind == "S":
-            return [x.decode("utf-8", "replace") for x in value.ravel().tolist()]
-        return value.tolist() if value.size <= 16 else f"array{value.shape}"
-    return value
-
-
-def read_attrs(obj) -> dict:
-    """All attributes of an HDF5 file, group or dataset, decoded with :func:`decode_attr`."""
-    return {str(k): decode_attr(v) for k, v in obj.attrs.items()}
-
-
-def utc_now() -> str:
-    """The current time as ISO 8601 UTC, e.g. "2025-01-31T12:00:00Z" (the ``created`` attribute)."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
-
-
 @contextlib.contextmanager
 def open_dataset(path) -> Iterator[h5py.File]:
     """Open and validate a schema file read-only; yields the h5py.File.
@@ -184,7 +166,7 @@ def open_dataset(path) -> Iterator[h5py.File]:
     """
     p = Path(path)
     if not p.exists():
-        raise UserInputError(f"data file {p} not found; {_hint(p)}")
+        raise UserInputError(f"data file {p} not found; {generate_hint(p)}")
     if p.is_dir():
         raise UserInputError(f"data file {p} is a directory; pass the path of an .h5 file")
     try:
@@ -196,21 +178,18 @@ def open_dataset(path) -> Iterator[h5py.File]:
         raise UserInputError(f"data file {p} could not be read ({reason}); check its permissions") from None
     if not is_hdf5:
         found = "an empty file" if not head else f"{p.stat().st_size} bytes starting {head!r}"
-        raise UserInputError(f"data file {p} is not an HDF5 file (found {found}); {_hint(p)}")
+        raise UserInputError(f"data file {p} is not an HDF5 file (found {found}); {generate_hint(p)}")
     try:
         f = h5py.File(p, "r")
     except OSError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserInputError(f"data file {p} could not be opened as HDF5 ({msg}); {_hint(p)}") from None
+        raise UserInputError(f"data file {p} could not be opened as HDF5 ({msg}); {generate_hint(p)}") from None
     with f:
         problem = f.attrs.get("problem")
         problem = problem.decode() if isinstance(problem, bytes) else problem
         schema = f.attrs.get("schema")
-        if (schema.decode() if isinstance(schema, bytes) else schema) == "mutransfer-points":
-            raise UserInputError(
-                f"data file {p} holds point sets ({problem}); use problem {problem or 'darcy_mesh'} "
-                "(loaded by mutransfer.data.pointclouds), not a grid problem"
-            )
+        if (schema.decode() if isinstance(schema, bytes) else schema) == POINT_SCHEMA:
+            raise points_refused(p, problem)
         version = f.attrs.get("schema_version")
         if version is not None and int(version) > SCHEMA_VERSION:
             raise UserInputError(
@@ -221,14 +200,14 @@ def open_dataset(path) -> Iterator[h5py.File]:
             if not isinstance(f.get(key), h5py.Dataset):
                 found = ", ".join(sorted(f.keys())) or "nothing"
                 raise UserInputError(
-                    f"data file {p} has no {key!r} dataset (found: {found}); {_hint(p, problem)}"
+                    f"data file {p} has no {key!r} dataset (found: {found}); {generate_hint(p, problem)}"
                 )
         xi, yo = f["input"], f["output"]
         timed = len(yo.shape) == len(xi.shape) + 1 and yo.shape[:-1] == xi.shape
         if not (xi.shape == yo.shape or timed) or len(xi.shape) < 2 or xi.shape[0] < 1:
             raise UserInputError(
                 f"data file {p}: input shape {xi.shape} and output shape {yo.shape} must be equal "
-                f"(n, *grid) with n >= 1; {_hint(p, problem)}"
+                f"(n, *grid) with n >= 1; {generate_hint(p, problem)}"
             )
         for key, ds in (("input", xi), ("output", yo)):
             if ds.dtype.kind != "f":

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from mutransfer.errors import UserInputError
-from mutransfer.data.hdf5_io import PROBLEMS
+from mutransfer.data.problem_facts import FACTS, get_facts, grid_problems, periodic_grids
+from mutransfer.data.readers import open_data
 from mutransfer.data.streaming import (
     NOT_STREAMABLE,
     STREAM_MEMORY_FRACTION,
@@ -31,14 +31,15 @@ from mutransfer.data.streaming import (
     check_streamable,
     should_stream,
 )
+from mutransfer.errors import UserInputError
 
 __all__ = [
     "downsample", "valid_resolutions", "load_split", "SplitData", "StreamingSplit", "PERIODIC",
     "STREAM_MEMORY_FRACTION", "should_stream",
 ]
 
-#: problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
-PERIODIC = {"burgers": True, "darcy": False, "navier_stokes": True}
+#: grid problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
+PERIODIC = periodic_grids()
 _BLOCK_BYTES = 64 * 2**20
 
 
@@ -152,11 +153,9 @@ def _coords(grid: dict, name: str, array, axis, sel) -> np.ndarray | None:
 
 
 def _check_problem_dims(path, problem: str, grid_shape: tuple) -> None:
-    from mutransfer.problems import PROBLEMS as REGISTRY, get_problem
-
-    dim = get_problem(problem).dim
+    dim = get_facts(problem).dim
     if len(grid_shape) != dim:
-        fits = [name for name, p in REGISTRY.items() if p.dim == len(grid_shape)]
+        fits = [name for name, f in FACTS.items() if f.dim == len(grid_shape)]
         fix = f"pass problem {' or '.join(fits)}" if fits else "select other arrays or times"
         raise UserInputError(
             f"data file {path} gives a {len(grid_shape)}-dimensional grid {tuple(grid_shape)} but problem "
@@ -204,8 +203,6 @@ def load_split(
     bytes, or STREAM_MEMORY_FRACTION of the memory available now when
     ``max_memory`` is None (formats that cannot be streamed are then loaded).
     """
-    from mutransfer.data.readers import open_data
-
     n_train = _positive_int("n_train", n_train, 800)
     n_test = _positive_int("n_test", n_test, 200)
     if stream is not None and not isinstance(stream, bool):
@@ -240,7 +237,7 @@ def load_split(
                 if periodic is None:
                     raise UserInputError(
                         f"data file {path} has problem {file_problem or grid_problem!r}, so its grid type is unknown and it cannot "
-                        f"be downsampled; use one of {', '.join(PROBLEMS)} data (or name the problem) or "
+                        f"be downsampled; use one of {', '.join(grid_problems())} data (or name the problem) or "
                         f"resolution {native}"
                     )
                 space_step = _stride(native, res, periodic)

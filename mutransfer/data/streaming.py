@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mutransfer.data.formats.registry import REGISTRY
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -29,8 +30,8 @@ __all__ = [
 
 #: automatic streaming: stream when the split needs more than this fraction of the available memory
 STREAM_MEMORY_FRACTION = 0.5
-#: formats whose readers load the whole file (no lazy access)
-NOT_STREAMABLE = {"mat-v5": "MATLAB v5 .mat", "torch": "PyTorch .pt"}
+#: formats whose readers load the whole file (no lazy access): name -> file kind (from the format registry)
+NOT_STREAMABLE = {name: f.read_whole for name, f in REGISTRY.items() if f.read_whole}
 _BLOCK_BYTES = 64 * 2**20  # largest single read (bytes): bounds temporaries
 _GAP_BYTES = 64 * 2**10  # rows closer than this (bytes) are read in one call, the gap discarded
 _OPEN: dict = {}  # (path, options) -> (pid, file stamp, DataSource, {selection: LazyArray})

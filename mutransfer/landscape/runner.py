@@ -151,7 +151,7 @@ def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
         **{k: spec[k] for k in ("parametrization", "scale", "value", "seed")},
         "status": result.status,
         "test_error": float(result.test_error),
-        "history": [(h["epoch"], float(h["test_error"]), float(h["train_loss"])) for h in result.history],
+        "history": [(h.epoch, h.test_error, h.train_loss) for h in result.history],
         "seconds": time.perf_counter() - start,
     }
 

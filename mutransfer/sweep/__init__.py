@@ -1,16 +1,23 @@
-"""The sweep service behind `mutransfer sweep`.
+"""The sweep service behind `mutransfer sweep`: phases over one context (docs/architecture.md).
 
-- :mod:`~mutransfer.sweep.search`   Tune search space, TPE/random/grid searcher, ASHA scheduler
-- :mod:`~mutransfer.sweep.trial`    the proxy trial (Tune function trainable) and the fault-injection hook
-- :mod:`~mutransfer.sweep.target`   target training with Ray Train (TorchTrainer, DDP)
-- :mod:`~mutransfer.sweep.tracking` MLflow: parent / trial / target runs, `studies` table, `ui`
-- :mod:`~mutransfer.sweep.report`   transfer report (text, JSON, PNG)
-- :mod:`~mutransfer.sweep.state`    the per-study directory and resume state
-- :mod:`~mutransfer.sweep.runner`   orchestration (:func:`run_sweep`)
+- :mod:`~mutransfer.sweep.context`      the records the phases pass along (TrialRecord, ProxyResults, …) and SweepContext
+- :mod:`~mutransfer.sweep.prepare`      validation before any compute; resources, memory, resume consistency
+- :mod:`~mutransfer.sweep.proxies`      the proxy search (Ray Tune: TPE/random/grid + ASHA)
+- :mod:`~mutransfer.sweep.rescale`      the transfer of the best proxy to the target (operators.transfer)
+- :mod:`~mutransfer.sweep.gate`         the optional coordinate-check gate
+- :mod:`~mutransfer.sweep.train_target` the target phase; :mod:`~mutransfer.sweep.target` its Ray Train worker loop
+- :mod:`~mutransfer.sweep.finish`       the report phase; :mod:`~mutransfer.sweep.report` the report itself
+- :mod:`~mutransfer.sweep.runner`       the orchestrator (:func:`run_sweep`)
+- :mod:`~mutransfer.sweep.trial`        the proxy trial (Tune function trainable) and the fault-injection hook
+- :mod:`~mutransfer.sweep.search`       Tune search space, searcher, scheduler
+- :mod:`~mutransfer.sweep.tracking`     MLflow: parent / trial / target runs, `studies` table, `ui`
+- :mod:`~mutransfer.sweep.state`        the per-study directory and resume state
 
 Ray, MLflow and torch are imported lazily, so loading a study stays cheap.
 """
 
-from mutransfer.sweep.runner import SweepError, SweepOptions, prepare, run_sweep
+from mutransfer.sweep.context import SweepError, SweepOptions
+from mutransfer.sweep.prepare import prepare
+from mutransfer.sweep.runner import run_sweep
 
 __all__ = ["SweepError", "SweepOptions", "prepare", "run_sweep"]

@@ -62,9 +62,9 @@ def epoch_flops(study, modes: int | None, width: int | None = None, input_shape:
     return per_sample * int(study.problem.n_train)
 
 
-def study_cost(study, trials: list[dict], target: dict | None, input_shape: tuple[int, ...] | None = None) -> dict:
-    """FLOPs and device-seconds of the proxies, the target and a direct sweep of the target."""
-    epochs = sum(int(t["epochs"]) for t in trials)
+def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int, ...] | None = None) -> dict:
+    """FLOPs and device-seconds of the proxies (TrialRecords), the target and a direct sweep of the target."""
+    epochs = sum(int(t.epochs) for t in trials)
     proxy_epoch = epoch_flops(study, study.proxy_K, study.operator.width, input_shape)
     target_epoch = epoch_flops(study, study.target_K, study.target_width, input_shape)
     proxy_flops = None if proxy_epoch is None else epochs * proxy_epoch
@@ -86,7 +86,7 @@ def study_cost(study, trials: list[dict], target: dict | None, input_shape: tupl
         per_epoch = target["device_seconds"] / target["epochs"] if target.get("device_seconds") else None
         if per_epoch:
             direct = epochs * per_epoch
-            proxy = sum(t["device_seconds"] for t in trials)
+            proxy = sum(t.device_seconds for t in trials)
             out["direct_sweep_device_seconds_estimate"] = direct
             if direct > 0:
                 out["mutransfer_vs_direct_device_seconds"] = (proxy + target["device_seconds"]) / direct

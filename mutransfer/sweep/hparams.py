@@ -141,14 +141,14 @@ def data_normalization(study: Study, data) -> dict | None:
     return normalization_from(data.train_x, data.train_y, study.dim if study.point_problem else None)
 
 
-def eval_metrics(event: dict, spectral_lr0: float) -> dict:
-    """What a proxy trial or the target reports to Ray for one trainer evaluation event."""
+def eval_metrics(record, spectral_lr0: float) -> dict:
+    """What a proxy trial or the target reports to Ray for one evaluation (a training.EpochRecord)."""
     return {
-        "epoch": int(event["epoch"]),
-        "test_error": float(event["test_error"]),
-        "train_loss": float(event["train_loss"]),
-        "lr": float(event["lr"]),
-        "trainer_seconds": float(event["seconds"]),
+        "epoch": record.epoch,
+        "test_error": record.test_error,
+        "train_loss": record.train_loss,
+        "lr": record.lr,
+        "trainer_seconds": record.seconds,
         "spectral_lr0": spectral_lr0,
     }
 
@@ -161,20 +161,6 @@ def effective_spectral_lr(model, lr: float) -> float:
         if group["name"] == "spectral":
             return float(group["lr"])
     return float(lr)
-
-
-def effective_spectral_init_std(study: Study, modes: int, init_scale: float, width: int | None = None) -> float | None:
-    """Std of the real/imaginary parts of a spectral weight entry at init (what the model draws); None for non-FNO."""
-    if not study.is_fno:
-        return None
-    from operators.parametrization import base_spectral_init_std, spectral_init_multiplier
-    from operators.width_mup import spectral_width_init_std
-
-    width = int(study.operator.width if width is None else width)
-    if study.width_parametrization == "mup":
-        return spectral_width_init_std(width, study.operator.width, int(modes), study.dim, study.parametrization, float(init_scale))
-    base = base_spectral_init_std(width, width, study.parametrization)
-    return float(init_scale) * base * spectral_init_multiplier(int(modes), study.dim, study.parametrization)
 
 
 def is_finite(value) -> bool:

@@ -14,19 +14,31 @@ start-up, checkpoints, idle slots) is reported as ``overhead_share``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from mutransfer.sweep.cost import study_cost
 
 
+def target_summary(outcome, run_id: str | None) -> dict | None:
+    """The target's outcome as the report shows it (its epoch history stays in MLflow)."""
+    if outcome is None:
+        return None
+    target = dataclasses.asdict(outcome)
+    target.pop("history", None)
+    target["mlflow_run_id"] = run_id
+    return target
+
+
 def build_report(
     *,
     study,
-    trials: list[dict],
-    best: dict | None,
+    trials: list,
+    best,
     transfer: dict | None,
     target_hp: dict | None,
-    target: dict | None,
+    target,
+    target_run_id: str | None = None,
     proxy_device: str,
     wall_seconds: float | None,
     mlflow: dict,
@@ -34,9 +46,11 @@ def build_report(
     overrides: list[str],
     phases: dict | None = None,
 ) -> dict:
-    counts = {s: sum(1 for t in trials if t["status"] == s) for s in ("completed", "pruned", "diverged", "failed")}
-    proxy_device_seconds = sum(t["device_seconds"] for t in trials)
-    proxy_trainer = sum(t["trainer_seconds"] for t in trials)
+    """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome."""
+    counts = {s: sum(1 for t in trials if t.status == s) for s in ("completed", "pruned", "diverged", "failed")}
+    proxy_device_seconds = sum(t.device_seconds for t in trials)
+    proxy_trainer = sum(t.trainer_seconds for t in trials)
+    target = target_summary(target, target_run_id)
     compute = {
         "proxy_device": proxy_device,
         "proxy_device_seconds": proxy_device_seconds,
@@ -73,14 +87,14 @@ def build_report(
         "n_test": study.problem.n_test,
         "overrides": overrides,
         "trials": {"total": len(trials), **counts},
-        "best_proxy": best,
+        "best_proxy": best.summary() if best is not None else None,
         "transfer": transfer,
         "target_hyperparameters": target_hp,
         "target": target,
         "compute": compute,
         "mlflow": mlflow,
         "study_dir": study_dir,
-        "trial_table": trials,
+        "trial_table": [t.as_dict() for t in trials],
     }
 
 
@@ -95,7 +109,7 @@ def _g(value, fmt=".4g") -> str:
 def format_report(report: dict) -> str:
     lines = []
     grid = f"grid {'x'.join(map(str, report['grid']))}" if report.get("grid") else "point sets"
-    operator = f"FNO-{report['dim']}D ({report['parametrization']})" if report.get("operator", "fno") == "fno" else report["operator"]
+    operator = f"FNO-{report['dim']}D ({report['parametrization']})" if report.get("proxy_K") is not None else report["operator"]
     lines.append(
         f"study {report['study']}: {report['problem']} {operator}, {grid}, {report['n_train']} train / "
         f"{report['n_test']} test, {report.get('scaling') or 'K ' + str(report['proxy_K']) + ' -> ' + str(report['target_K'])}"
@@ -165,7 +179,7 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_trials(trials: list[dict], path, *, searched_lr: bool, title: str) -> None:
+def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:
     """PNG of proxy test error vs master LR (or vs trial index when LR is fixed), by outcome."""
     import matplotlib
 
@@ -175,16 +189,16 @@ def plot_trials(trials: list[dict], path, *, searched_lr: bool, title: str) -> N
     fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
     markers = {"completed": ("o", "tab:blue"), "pruned": ("v", "tab:gray"), "diverged": ("x", "tab:red"), "failed": ("s", "black")}
     for status, (marker, color) in markers.items():
-        rows = [t for t in trials if t["status"] == status and t.get("test_error") is not None and math.isfinite(t["test_error"])]
+        rows = [t for t in trials if t.status == status and t.test_error is not None and math.isfinite(t.test_error)]
         if not rows:
             continue
-        xs = [t["config"].get("lr", t["hp"]["lr"]) if searched_lr else t["index"] for t in rows]
-        ys = [t["test_error"] for t in rows]
+        xs = [t.config.get("lr", t.hp["lr"]) if searched_lr else t.index for t in rows]
+        ys = [t.test_error for t in rows]
         ax.scatter(xs, ys, marker=marker, color=color, label=f"{status} ({len(rows)})")
-    best = [t for t in trials if t.get("best")]
+    best = [t for t in trials if t.best]
     if best:
         b = best[0]
-        ax.scatter([b["config"].get("lr", b["hp"]["lr"]) if searched_lr else b["index"]], [b["test_error"]], s=160,
+        ax.scatter([b.config.get("lr", b.hp["lr"]) if searched_lr else b.index], [b.test_error], s=160,
                    facecolors="none", edgecolors="tab:green", linewidths=2, label="best")
     if searched_lr:
         ax.set_xscale("log")

@@ -5,7 +5,8 @@ Layout::
     study.yaml          the resolved study (overrides applied) this directory belongs to
     state.json          phase (proxies|target|done), MLflow ids, best trial, report
     tune/               Ray Tune experiment (Tuner.restore continues it)
-    trials/<trial_id>/  the trial's trainer checkpoint, done.json, executions.jsonl
+    trials/<trial_id>/  the trial's trainer checkpoint, history.json (its EpochRecords), done.json,
+                        executions.jsonl
     target/             Ray Train run of the target (its checkpoints)
     faults/             markers of the fault-injection hook (MUTRANSFER_FAIL_TRIALS)
     report.json/.txt    the transfer report, once the study is done

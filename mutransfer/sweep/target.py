@@ -29,6 +29,7 @@ with the same storage path resumes from the latest reported checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -36,6 +37,45 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the driver imports this module before torch is needed
+    from mutransfer.training.records import EpochRecord
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class TargetSummary:
+    """What the Ray Train workers return (rank 0 also writes it to ``summary.json`` beside the final checkpoint).
+
+    Defaults are what the driver assumes when a field is missing (no return value and no summary file).
+    """
+
+    status: str = "unknown"
+    test_error: float | None = None
+    epochs: int = 0
+    history: list[EpochRecord] = field(default_factory=list)
+    trainer_seconds: float = 0.0
+    spectral_lr0: float = float("nan")
+    world_size: int = 1
+    per_worker_batch: int = 0
+    resumed_from_epoch: int | None = None
+
+    def as_dict(self) -> dict:
+        """Plain dict (JSON, Ray return value). The one serialisation of a target summary."""
+        from mutransfer.training.records import dump_history
+
+        return {**dataclasses.asdict(self), "history": dump_history(self.history)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TargetSummary":
+        from mutransfer.training.records import load_history
+
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in d.items() if k in known}
+        values["history"] = load_history(d.get("history", []))
+        return cls(**values)
 
 
 @dataclass
@@ -43,7 +83,7 @@ class TargetOutcome:
     status: str
     test_error: float
     epochs: int
-    history: list = field(default_factory=list)  # [epoch, test_error, train_loss, lr, seconds]
+    history: list[EpochRecord] = field(default_factory=list)
     trainer_seconds: float = 0.0
     wall_seconds: float = 0.0
     spectral_lr0: float = float("nan")
@@ -78,7 +118,7 @@ def target_loop(cfg: dict) -> dict:
     import torch
 
     from mutransfer.sweep.hparams import effective_spectral_lr, eval_metrics, model_for, train_config
-    from mutransfer.training import DIVERGED_METRIC, train
+    from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
 
     torch.set_num_threads(max(1, int(cfg["threads"])))
     ctx = ray.train.get_context()
@@ -111,40 +151,36 @@ def target_loop(cfg: dict) -> dict:
     iters_per_epoch = math.ceil(shard.train_x.shape[0] / per_rank_batch)
     total = epochs * iters_per_epoch
 
-    def on_event(event: dict) -> None:
+    def on_event(event) -> None:
         # Report only when the trainer has just written checkpoint.pt (every `every` epochs, not
         # the last evaluation): each report is a barrier across workers and costs a controller poll.
-        if event["event"] != "eval" or not (event["epoch"] % every == 0 and event["iteration"] < total):
+        if not isinstance(event, EpochRecord) or not (event.epoch % every == 0 and event.iteration < total):
             return
         checkpoint = ray.train.Checkpoint.from_directory(str(local)) if rank == 0 else None
-        ray.train.report(eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event['epoch']:05d}")
+        ray.train.report(eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event.epoch:05d}")
 
     result = train(model, shard, tconfig, callbacks=[on_event], resume=True)
 
-    history = [
-        [int(e["epoch"]), float(e["test_error"]), float(e["train_loss"]), float(e["lr"]), float(e["seconds"])]
-        for e in result.history
-    ]
-    summary = {
-        "status": result.status,
-        "test_error": float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
-        "epochs": int(result.epochs_completed),
-        "history": history,
-        "trainer_seconds": float(result.history[-1]["seconds"]) if result.history else float(result.seconds),
-        "spectral_lr0": spectral_lr0,
-        "world_size": world,
-        "per_worker_batch": per_rank_batch,
-        "resumed_from_epoch": None if result.resumed_from is None else result.resumed_from // iters_per_epoch,
-    }
+    summary = TargetSummary(
+        status=result.status,
+        test_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
+        epochs=int(result.epochs_completed),
+        history=result.history,
+        trainer_seconds=result.history[-1].seconds if result.history else float(result.seconds),
+        spectral_lr0=spectral_lr0,
+        world_size=world,
+        per_worker_batch=per_rank_batch,
+        resumed_from_epoch=None if result.resumed_from is None else result.resumed_from // iters_per_epoch,
+    )
     checkpoint = None
     if rank == 0:
         plain = model.module if hasattr(model, "module") else model
         torch.save({"model": plain.state_dict(), "model_config": config, "hyperparameters": hp}, local / "model.pt")
-        (local / "summary.json").write_text(json.dumps(summary))
+        (local / SUMMARY_FILE).write_text(json.dumps(summary.as_dict()))
         checkpoint = ray.train.Checkpoint.from_directory(str(local))
-    final = {k: summary[k] for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
+    final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
     ray.train.report(dict(final, final=1), checkpoint=checkpoint, checkpoint_dir_name="final")
-    return summary
+    return summary.as_dict()
 
 
 def _fit_in_thread(trainer):
@@ -219,26 +255,30 @@ def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_f
     if result.return_value is None and result.error is None:
         # Ray Train's own Ctrl-C handler aborts the run and returns without a result.
         raise KeyboardInterrupt("target training was aborted")
-    summary = result.return_value or {}
+    raw = result.return_value or {}
     checkpoint_dir = None
     if result.checkpoint is not None:
         checkpoint_dir = result.checkpoint.path
-    if not summary and checkpoint_dir and (Path(checkpoint_dir) / "summary.json").exists():
-        summary = json.loads((Path(checkpoint_dir) / "summary.json").read_text())
+    if not raw and checkpoint_dir and (Path(checkpoint_dir) / SUMMARY_FILE).exists():
+        raw = json.loads((Path(checkpoint_dir) / SUMMARY_FILE).read_text())
+    summary = TargetSummary.from_dict(raw)
+    test_error = summary.test_error
+    if test_error is None:
+        test_error = result.metrics.get("test_error", float("nan")) if result.metrics else float("nan")
     devices = t.num_workers * (1 if use_gpu else t.cpus_per_worker)
     return TargetOutcome(
-        status=summary.get("status", "unknown"),
-        test_error=float(summary.get("test_error", result.metrics.get("test_error", float("nan")) if result.metrics else float("nan"))),
-        epochs=int(summary.get("epochs", 0)),
-        history=summary.get("history", []),
-        trainer_seconds=float(summary.get("trainer_seconds", 0.0)),
+        status=summary.status,
+        test_error=float(test_error),
+        epochs=int(summary.epochs),
+        history=summary.history,
+        trainer_seconds=float(summary.trainer_seconds),
         wall_seconds=wall,
-        spectral_lr0=float(summary.get("spectral_lr0", float("nan"))),
+        spectral_lr0=float(summary.spectral_lr0),
         num_workers=t.num_workers,
         use_gpu=use_gpu,
         cpus_per_worker=t.cpus_per_worker,
-        per_worker_batch=int(summary.get("per_worker_batch", 0)),
+        per_worker_batch=int(summary.per_worker_batch),
         checkpoint_dir=checkpoint_dir,
         device_seconds=wall * devices,
-        resumed_from_epoch=summary.get("resumed_from_epoch"),
+        resumed_from_epoch=summary.resumed_from_epoch,
     )

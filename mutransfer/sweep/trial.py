@@ -11,8 +11,11 @@ Idempotence (what makes ``--resume`` and retries cheap and exact):
 
 - the trainer checkpoints into ``<study dir>/trials/<trial id>/`` after each
   evaluation; a restarted trial (retry after a failure, or the driver was killed)
-  continues from it, and its first report carries the earlier epochs
-  (``history_before``) so the MLflow child run still gets every epoch;
+  continues from it;
+- the trial keeps its whole history (every epoch, those of earlier attempts
+  included) in ``history.json`` in that directory, rewritten before each report;
+  Tune gets scalars only (:class:`TrialReport`), and the driver reads the history
+  with :func:`read_trial_history` when it writes the MLflow child run;
 - a trial that finished writes ``done.json``; if Tune runs it again (it
   finished after the last experiment snapshot), it re-reports the stored result
   without training.
@@ -29,12 +32,20 @@ count holds across processes and across ``--resume``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:  # the driver imports this module without torch
+    from mutransfer.training.records import EpochRecord
 
 FAIL_ENV = "MUTRANSFER_FAIL_TRIALS"
+HISTORY_FILE = "history.json"
+DONE_FILE = "done.json"
 
 
 class InjectedFault(RuntimeError):
@@ -86,9 +97,71 @@ def read_executions(trial_dir: str | os.PathLike) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def _compact(event: dict) -> list:
-    """[epoch, test_error, train_loss, lr, seconds] of one trainer evaluation."""
-    return [int(event["epoch"]), float(event["test_error"]), float(event["train_loss"]), float(event["lr"]), float(event["seconds"])]
+@dataclass(frozen=True)
+class TrialReport:
+    """What a proxy trial reports to Tune: after each evaluation, and once more at the end
+    if nothing was reported or it diverged (that last one is also stored in ``done.json``)."""
+
+    epoch: int
+    test_error: float
+    train_loss: float
+    lr: float
+    trainer_seconds: float
+    spectral_lr0: float
+    diverged: int
+
+    def metrics(self) -> dict:
+        """The Tune metrics (scalars only). The one serialisation of a trial report."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_metrics(cls, metrics: dict) -> "TrialReport":
+        """From :meth:`metrics` (other keys, e.g. an older done.json's ``history_before``, are ignored)."""
+        return cls(**{f.name: metrics[f.name] for f in dataclasses.fields(cls)})
+
+
+def _write_done(trial_dir: Path, status: str, report: TrialReport) -> None:
+    from mutransfer.sweep.state import write_atomic
+
+    write_atomic(trial_dir / DONE_FILE, json.dumps({"status": status, "report": report.metrics()}))
+
+
+def _read_done(trial_dir: Path) -> TrialReport:
+    return TrialReport.from_metrics(json.loads((trial_dir / DONE_FILE).read_text())["report"])
+
+
+def write_trial_history(trial_dir: str | os.PathLike, records: Iterable[EpochRecord]) -> None:
+    """Replace ``history.json`` in ``trial_dir`` with ``records``, atomically."""
+    from mutransfer.sweep.state import write_atomic
+    from mutransfer.training.records import dump_history
+
+    write_atomic(Path(trial_dir) / HISTORY_FILE, json.dumps(dump_history(records)))
+
+
+def read_trial_history(trial_dir: str | os.PathLike) -> list[EpochRecord]:
+    """Every evaluation a proxy trial has made so far (all attempts, by epoch), from its directory.
+
+    ``[]`` when it has none. A trial directory written before ``history.json``
+    existed falls back to its trainer checkpoint's history.
+    """
+    from mutransfer.training.records import load_history
+
+    trial_dir = Path(trial_dir)
+    path = trial_dir / HISTORY_FILE
+    if path.exists():
+        try:
+            return load_history(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # unreadable: fall back to the checkpoint
+    from mutransfer.errors import UserInputError
+    from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
+
+    if not (trial_dir / CHECKPOINT_NAME).exists():
+        return []
+    try:
+        return checkpoint_history(load_checkpoint(trial_dir / CHECKPOINT_NAME))
+    except (UserInputError, KeyError, TypeError, ValueError):
+        return []
 
 
 def proxy_trial(config: dict, data=None, study=None, options: dict | None = None) -> None:
@@ -101,8 +174,8 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
 
     from mutransfer.errors import UserInputError
     from mutransfer.sweep.hparams import effective_spectral_lr, eval_metrics, merge_hyperparameters, model_for, train_config
-    from mutransfer.training import DIVERGED_METRIC, load_checkpoint, train
-    from mutransfer.training.trainer import CHECKPOINT_NAME
+    from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
+    from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
 
     options = options or {}
     # One intra-op thread pool per trial CPU: oversubscribing 2 cores made torch 10-100x slower.
@@ -112,10 +185,9 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     trial_dir.mkdir(parents=True, exist_ok=True)
     maybe_inject_fault(Path(options["study_dir"]) / "faults", int(options.get("fail_trials", 0)), trial_id)
 
-    done_file = trial_dir / "done.json"
-    if done_file.exists():
+    if (trial_dir / DONE_FILE).exists():
         _log_execution(trial_dir, "replay")
-        tune.report(json.loads(done_file.read_text())["report"])
+        tune.report(_read_done(trial_dir).metrics())
         return
 
     hp = merge_hyperparameters(study, config)
@@ -124,42 +196,37 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     tconfig = train_config(study, hp, epochs=study.budget.epochs, device=options.get("device", "cpu"), checkpoint_dir=str(trial_dir))
 
-    before: list = []
+    history: list[EpochRecord] = []  # the trainer's history: the checkpoint's epochs, then this attempt's
     checkpoint = trial_dir / CHECKPOINT_NAME
     if checkpoint.exists():
         try:
-            before = [_compact(e) for e in load_checkpoint(checkpoint)["history"]]
-        except (UserInputError, KeyError, TypeError):
+            history = checkpoint_history(load_checkpoint(checkpoint))
+        except (UserInputError, KeyError, TypeError, ValueError):
             checkpoint.unlink()  # unreadable (e.g. killed mid-write by an old version): start over
-    _log_execution(trial_dir, "train", resumed_from_epoch=before[-1][0] if before else None)
-
+    _log_execution(trial_dir, "train", resumed_from_epoch=history[-1].epoch if history else None)
     reported = {"n": 0}
 
-    def report_eval(event: dict) -> None:
-        if event["event"] != "eval":
+    def report_eval(event) -> None:
+        if not isinstance(event, EpochRecord):
             return
-        metrics = {**eval_metrics(event, spectral_lr0), "diverged": 0}
-        if before and reported["n"] == 0:
-            metrics["history_before"] = json.dumps(before)
+        history.append(event)
+        write_trial_history(trial_dir, history)  # before the report: ASHA may end the trial there
         reported["n"] += 1
-        tune.report(metrics)  # ASHA may end the trial here
+        tune.report(TrialReport(**eval_metrics(event, spectral_lr0), diverged=0).metrics())
 
     result = train(model, data, tconfig, callbacks=[report_eval], resume=True)
 
-    history = [_compact(e) for e in result.history]
-    last_seconds = result.history[-1]["seconds"] if result.history else result.seconds
-    final = {
-        "epoch": int(result.epochs_completed),
-        "test_error": float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
-        "train_loss": float(result.train_loss),
-        "lr": float(history[-1][3]) if history else hp["lr"],
-        "trainer_seconds": float(last_seconds),
-        "spectral_lr0": spectral_lr0,
-        "diverged": 1 if result.status == "diverged" else 0,
-        "history_before": json.dumps(history),
-    }
-    from mutransfer.sweep.state import write_atomic
-
-    write_atomic(done_file, json.dumps({"status": result.status, "report": final}))
+    last = result.history[-1] if result.history else None
+    final = TrialReport(
+        epoch=int(result.epochs_completed),
+        test_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
+        train_loss=float(result.train_loss),
+        lr=last.lr if last else hp["lr"],
+        trainer_seconds=last.seconds if last else float(result.seconds),
+        spectral_lr0=spectral_lr0,
+        diverged=1 if result.status == "diverged" else 0,
+    )
+    write_trial_history(trial_dir, result.history)
+    _write_done(trial_dir, result.status, final)
     if reported["n"] == 0 or result.status == "diverged":
-        tune.report(final)
+        tune.report(final.metrics())

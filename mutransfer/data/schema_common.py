@@ -1,0 +1,59 @@
+"""What the project's two HDF5 schemas share: their names, attribute encoding and timestamps.
+
+``hdf5_io`` (grids, "mutransfer-pde") and ``point_schema`` (point sets,
+"mutransfer-points") both build on this module, so neither imports the other.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import numpy as np
+
+from mutransfer.errors import UserInputError
+
+__all__ = ["GRID_SCHEMA", "POINT_SCHEMA", "decode_attr", "read_attrs", "attr_value", "utc_now", "schema_of"]
+
+#: the ``schema`` attribute of grid files (``mutransfer.data.hdf5_io``)
+GRID_SCHEMA = "mutransfer-pde"
+#: the ``schema`` attribute of point-set files (``mutransfer.data.point_schema``)
+POINT_SCHEMA = "mutransfer-points"
+
+
+def decode_attr(value):
+    """An HDF5 attribute value as a plain Python value (bytes → str, numpy scalars → Python, small arrays → lists)."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "S":
+            return [x.decode("utf-8", "replace") for x in value.ravel().tolist()]
+        return value.tolist() if value.size <= 16 else f"array{value.shape}"
+    return value
+
+
+def read_attrs(obj) -> dict:
+    """All attributes of an HDF5 file, group or dataset, decoded with :func:`decode_attr`."""
+    return {str(k): decode_attr(v) for k, v in obj.attrs.items()}
+
+
+def schema_of(f) -> object:
+    """The decoded ``schema`` attribute of an open HDF5 file (None when absent)."""
+    return decode_attr(f.attrs.get("schema"))
+
+
+def attr_value(name: str, value):
+    """``value`` as a flat scalar attribute (str, int, float, bool); one-line error otherwise."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    raise UserInputError(
+        f"attribute {name!r}: {type(value).__name__} is not a flat scalar; use str, int, float or bool"
+    )
+
+
+def utc_now() -> str:
+    """The current time as ISO 8601 UTC, e.g. "2025-01-31T12:00:00Z" (the ``created`` attribute)."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")

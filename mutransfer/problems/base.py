@@ -1,0 +1,48 @@
+"""The learning-problem record and how it is built from the data layer's problem facts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from mutransfer.data.problem_facts import get_facts
+
+__all__ = ["Problem", "problem_from_facts"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A learning problem: map the input function to the output function on a grid or on point sets."""
+
+    name: str
+    dim: int
+    periodic: bool
+    description: str
+    generator: Callable[..., dict]
+    #: resolution at which the default cached dataset is generated
+    generated_resolution: int
+    #: training resolution used unless the user asks for another
+    resolution: int
+    n_train: int
+    n_test: int
+    #: grid points padded at the end of each axis inside the FNO (0 for periodic problems)
+    padding: int
+    #: output times used for training unless the user asks for another (None: all; time-dependent problems)
+    time_resolution: int | None = None
+    #: extra keyword options the generator accepts (``mutransfer data generate`` flags)
+    generator_options: tuple[str, ...] = ()
+    #: "grid" (arrays on a regular grid, schema mutransfer-pde) or "points" (random point sets,
+    #: schema mutransfer-points, loaded packed by ``mutransfer.data.pointclouds.load_point_split``)
+    kind: str = "grid"
+    #: training losses this problem offers: relative_l2 always; pino where its PDE residual is implemented
+    losses: tuple[str, ...] = ("relative_l2",)
+
+    @property
+    def n_samples(self) -> int:
+        return self.n_train + self.n_test
+
+
+def problem_from_facts(name: str, **fields) -> Problem:
+    """The Problem ``name`` with dim, periodic and kind taken from ``mutransfer.data.problem_facts``."""
+    facts = get_facts(name)
+    return Problem(name=name, dim=facts.dim, periodic=facts.periodic, kind=facts.kind, **fields)

@@ -1,0 +1,266 @@
+"""Reading a study: the YAML file (or the built-in default), CLI overrides, the sections, the checks.
+
+A study is a YAML file read with ``yaml.safe_load`` into the :class:`Study` tree
+and validated *before* any compute: unknown keys, wrong types, out-of-range
+values, ``proxy_K >= target_K`` or a K that does not fit the training grid raise
+:class:`~mutransfer.errors.UserInputError` with one line naming the field path
+and the fix, e.g.::
+
+    study studies/x.yaml: search_space.lr.low: must be > 0, e.g. 1e-4
+
+CLI overrides are applied to the raw mapping before validation, so an overridden
+value is validated like a file value and its error names the flag. The default
+study (``mutransfer sweep`` without ``--study``) is ``quick.yaml``, shipped inside
+the package and identical to ``studies/quick.yaml``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mutransfer.config.reader import Reader, kind_of, read_section
+from mutransfer.config.settings import REQUIRED, Setting, setting_of, settings_of
+from mutransfer.errors import UserInputError
+from mutransfer.study.resolve import resolve_and_check
+from mutransfer.study.schema import (
+    TOP_ORDER,
+    BudgetSpec,
+    OperatorSpec,
+    ProblemSpec,
+    ResourcesSpec,
+    SearchSpec,
+    Study,
+    TargetSpec,
+    TrackingSpec,
+    TrainingSpec,
+    family_only_fields,
+)
+from mutransfer.study.search_space import read_search_space
+from mutransfer.training.hyperparameters import consistency_problem
+from operators.registry import OPERATORS, SPECTRAL_HYPERPARAMETERS
+
+DEFAULT_STUDY = "quick"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+#: operator options the study sets through its own fields (not through operator.options): option -> field
+_RESERVED_OPTIONS = {"coord_dim": None, "in_channels": None, "out_channels": None, "width": "operator.width",
+                     "layers": "operator.layers", "heads": "operator.heads",
+                     "width_parametrization": "width_parametrization", "base_width": "operator.width"}
+
+
+def _owners(key: str) -> str:
+    """Who declares operator field ``key``: "fno only" or "the attention operators (galerkin, ono, gnot)"."""
+    owners = [f.name for f in OPERATORS.values() if key in f.fields]
+    return f"{owners[0]} only" if len(owners) == 1 else f"the attention operators ({', '.join(owners)})"
+
+
+def _spectral_names() -> str:
+    return "/".join(f.name for f in OPERATORS.values() if f.spectral)
+
+
+def _read_operator(r: Reader) -> OperatorSpec:
+    kind = r.string("type", "fno", choices=tuple(OPERATORS))
+    family = OPERATORS[kind]
+    for key in family_only_fields():
+        if key not in family.fields and r.has(key):
+            r.fail(r.where(key), f"applies to {_owners(key)}, not {kind}; remove it")
+    spec = read_section(r, OperatorSpec)
+    for key in spec.options:
+        if key in _RESERVED_OPTIONS:
+            field_name = _RESERVED_OPTIONS[key]
+            fix = f"set {field_name} instead" if field_name else "the study derives it from the data; remove it"
+            r.fail(f"{r.where('options')}.{key}", f"is set by the study, not in options; {fix}")
+    if "heads" in family.fields and spec.heads is None:
+        spec.heads = 4
+    return spec
+
+
+def _read_training(r: Reader) -> TrainingSpec:
+    t = read_section(r, TrainingSpec)
+    problem = consistency_problem(t)
+    if problem:
+        r.fail(r.where(problem[0]), problem[1])
+    return t
+
+
+def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = None) -> Study:
+    """Validate a raw mapping (from YAML) into a :class:`Study`.
+
+    ``flags`` maps field paths to the CLI flags that set them, so their errors say so.
+    """
+    r = Reader(source, "", mapping, flags or {})
+    name = r.string("name", example="my-study")
+    if not _NAME_RE.match(name):
+        r.fail("name", f"{name!r} must be letters, digits, '.', '_' or '-' (it names a directory), e.g. burgers-k6")
+    problem = read_section(r.sub("problem"), ProblemSpec)
+    if not r.has("search_space"):
+        r.fail("search_space", "is required; e.g. search_space: {lr: {type: loguniform, low: 1e-4, high: 1e-2}}")
+    operator = _read_operator(r.sub("operator"))
+    family = OPERATORS[operator.type]
+    if not family.spectral:
+        for key in ("proxy_K", "target_K", "parametrization"):
+            if r.has(key):
+                fix = "use target_width to scale the width" if key != "parametrization" else "use width_parametrization"
+                r.fail(key, f"applies to {_spectral_names()} only ({operator.type} has no Fourier modes); remove it and {fix}")
+    top = {name: (default, spec) for name, default, spec in settings_of(Study)}
+
+    def read(key: str, default=None):
+        return r.setting(key, top[key][0] if default is None else default, top[key][1])
+
+    study = Study(
+        name=name,
+        problem=problem,
+        operator=operator,
+        parametrization=read("parametrization"),
+        proxy_K=read("proxy_K", REQUIRED) if family.spectral else None,
+        target_K=read("target_K", REQUIRED) if family.spectral else None,
+        target_width=read("target_width"),
+        width_parametrization=read("width_parametrization"),
+        search_space=read_search_space(r.sub("search_space")),
+        training=_read_training(r.sub("training")),
+        search=read_section(r.sub("search"), SearchSpec),
+        budget=read_section(r.sub("budget"), BudgetSpec),
+        resources=read_section(r.sub("resources"), ResourcesSpec),
+        target=read_section(r.sub("target"), TargetSpec),
+        tracking=read_section(r.sub("tracking"), TrackingSpec),
+        source=source,
+    )
+    if not family.spectral:
+        fixed = {"clip_value": study.training.clip_value is not None, "init_scale": study.training.init_scale != 1.0}
+        for key in SPECTRAL_HYPERPARAMETERS:
+            where = f"search_space.{key}" if key in study.search_space else f"training.{key}" if fixed[key] else None
+            if where:
+                r.fail(where, f"acts on FNO's spectral weights only, not {operator.type}; remove it")
+    r.finish(TOP_ORDER)
+    resolve_and_check(study, r)
+    return study
+
+
+def default_study_text() -> str:
+    """The built-in default study (quick.yaml shipped inside the package)."""
+    return resources.files("mutransfer").joinpath("studies_data", f"{DEFAULT_STUDY}.yaml").read_text(encoding="utf-8")
+
+
+def read_study_mapping(path: str | os.PathLike | None) -> tuple[dict, str]:
+    """(raw mapping, source label) for a study file, or the built-in default when ``path`` is None."""
+    if path is None:
+        text, source = default_study_text(), f"{DEFAULT_STUDY} (built-in)"
+    else:
+        source = str(path)
+        p = Path(path)
+        if not p.is_file():
+            hint = "pass an existing YAML file, e.g. studies/quick.yaml" if not p.is_dir() else "pass a YAML file, not a directory"
+            raise UserInputError(f"study {source}: file not found; {hint}")
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserInputError(f"study {source}: cannot be read ({type(exc).__name__}); check the file") from None
+    try:
+        mapping = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserInputError(f"study {source}: not valid YAML ({where}{reason}); fix the syntax") from None
+    if not isinstance(mapping, dict):
+        raise UserInputError(f"study {source}: must be a YAML mapping of fields (name, problem, proxy_K, ...), got {kind_of(mapping)}")
+    return mapping, source
+
+
+#: CLI override name -> (field path, flag)
+OVERRIDES = {
+    "name": ("name", "--name"),
+    "proxy_K": ("proxy_K", "--proxy-K"),
+    "target_K": ("target_K", "--target-K"),
+    "proxy_width": ("operator.width", "--proxy-width"),
+    "target_width": ("target_width", "--target-width"),
+    "num_trials": ("search.num_trials", "--num-trials"),
+    "epochs": ("budget.epochs", "--epochs"),
+    "target_epochs": ("target.epochs", "--target-epochs"),
+    "tracking_uri": ("tracking.uri", "--tracking-uri"),
+    "precision": ("training.precision", "--precision"),
+}
+
+
+_SECTIONS = {"problem": ProblemSpec, "operator": OperatorSpec, "training": TrainingSpec, "search": SearchSpec,
+             "budget": BudgetSpec, "resources": ResourcesSpec, "target": TargetSpec, "tracking": TrackingSpec}
+
+
+def declared(path: str) -> tuple[Setting, object]:
+    """(Setting, default) of the study field at ``path`` ("proxy_K", "budget.epochs", …): one declaration."""
+    section, _, name = path.rpartition(".")
+    cls = _SECTIONS[section] if section else Study
+    default = next(d for n, d, _spec in settings_of(cls) if n == name)
+    return setting_of(cls, name), default
+
+
+@dataclass(frozen=True)
+class Override:
+    """One CLI flag that changed a study field (reported, never silent)."""
+
+    flag: str
+    path: str
+    value: Any
+    previous: Any
+
+    def describe(self) -> str:
+        before = "unset" if self.previous is _UNSET else repr(self.previous)
+        return f"{self.flag} {self.value!r} overrides {self.path} (study file: {before})"
+
+
+_UNSET = object()
+
+
+def _get_path(mapping: dict, path: str):
+    node = mapping
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+def _set_path(mapping: dict, path: str, value) -> None:
+    *parents, last = path.split(".")
+    node = mapping
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            node[part] = {} if node.get(part) is None else node[part]
+        node = node[part]
+    node[last] = value
+
+
+def load_study(path: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None) -> tuple[Study, list[Override]]:
+    """Load, override and validate a study (no compute, no Ray, no data generation).
+
+    ``overrides`` uses the keys of :data:`OVERRIDES` (None values are ignored).
+    Returns the study and the overrides that changed a value.
+    """
+    mapping, source = read_study_mapping(path)
+    applied: list[Override] = []
+    flags: dict[str, str] = {}
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        field_path, flag = OVERRIDES[key]
+        previous = _get_path(mapping, field_path)
+        flags[field_path] = flag
+        if previous != value:
+            applied.append(Override(flag, field_path, value, previous))
+        _set_path(mapping, field_path, value)
+    return parse_study(mapping, source, flags=flags), applied
+
+
+def study_from_yaml_text(text: str, source: str) -> Study:
+    """Parse a study stored as YAML text (e.g. the copy kept in a study directory)."""
+    try:
+        mapping = yaml.safe_load(text)
+    except yaml.YAMLError:
+        raise UserInputError(f"study {source}: not valid YAML; delete the study directory or fix the file") from None
+    return parse_study(mapping, source)

@@ -1,0 +1,202 @@
+"""Checks and defaults of a study that involve several fields, the problem or the data file.
+
+Run after every section was read (mutransfer.study.files.parse_study): fills the
+problem's defaults (resolution, split, time resolution, target width, width rule)
+and fails with one line, naming the field, on what cannot work (K too large for the
+training grid, a resolution the data cannot be strided to, an operator that cannot
+take the problem's data, …). Asks the operator registry (operators.registry) and the
+problem registry (mutransfer.problems) rather than comparing names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mutransfer.config.reader import Reader
+from mutransfer.errors import UserInputError
+from mutransfer.study.schema import Study
+from operators.registry import point_set_families
+
+
+def resolve_and_check(study: Study, r: Reader) -> None:
+    """Fill problem defaults (resolution, split) and check what depends on several fields."""
+    from mutransfer.problems import get_problem
+
+    problem = get_problem(study.problem.name)
+    if not study.family.takes(problem.kind):
+        r.fail(
+            "operator.type",
+            f"{study.operator.type} needs a grid, and {problem.name!r} is a point-set (irregular mesh) problem; "
+            f"use one of: {', '.join(point_set_families())}",
+        )
+    _resolve_width(study, r)
+    if problem.kind == "points":
+        _resolve_points_problem(study, problem, r)
+        return
+    _resolve_grid_problem(study, problem, r)
+    if study.is_fno:
+        _check_modes(study, r)
+    check_search_algorithm(study, r)
+
+
+def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
+    from mutransfer.data.loading import valid_resolutions
+
+    p = study.problem
+    if study.training.loss not in problem.losses:
+        r.fail("training.loss", f"{study.training.loss} is not a loss of {problem.name!r} (pino is the Darcy physics "
+                                f"loss); use one of: {', '.join(problem.losses)}")
+    timed = problem.time_resolution is not None
+    if p.time_resolution is not None and not timed:
+        r.fail("problem.time_resolution", f"only applies to space-time problems, not {problem.name!r}; remove it")
+    if timed and p.time_resolution is None:
+        p.time_resolution = int(problem.time_resolution)
+    if p.data is not None:
+        if p.generated_resolution is not None:
+            r.fail("problem.generated_resolution", "only applies to generated data (data: null); remove it")
+        native, n_available, file_problem = _data_header(p.data, r)
+        if file_problem not in (None, problem.name):
+            r.fail("problem.data", f"{p.data} holds {file_problem!r} data, not {problem.name!r}; fix problem.name or data")
+        _resolve_file_split(p, n_available, r)
+    else:
+        native = p.generated_resolution or problem.generated_resolution
+        p.generated_resolution = native
+        p.n_train = problem.n_train if p.n_train is None else p.n_train
+        p.n_test = problem.n_test if p.n_test is None else p.n_test
+    if p.resolution is None:
+        p.resolution = problem.resolution if p.data is None and native >= problem.resolution else native
+    valid = valid_resolutions(native, periodic=problem.periodic)
+    if p.resolution not in valid:
+        near = [v for v in valid if v <= native]
+        best = min(near, key=lambda v: abs(v - p.resolution)) if near else native
+        rule = "divide" if problem.periodic else "have (N-1) divide"
+        r.fail(
+            "problem.resolution",
+            f"{p.resolution} cannot be strided from data at resolution {native} (it must {rule} it); use e.g. {best}",
+        )
+
+
+def _resolve_width(study: Study, r: Reader) -> None:
+    """target_width and width_parametrization defaults; the proxy must not be wider than the target."""
+    o = study.operator
+    if study.target_width is None:
+        study.target_width = o.width
+    if study.target_width < o.width:
+        r.fail("target_width", f"must be >= operator.width ({o.width}): operator.width is the proxy's width, e.g. target_width: {4 * o.width}")
+    if study.width_parametrization is None:
+        study.width_parametrization = "mup" if study.scales_width else "standard"
+    if study.family.axes == ("width",) and not study.scales_width:
+        r.fail(
+            "target_width",
+            f"{o.type} scales in width only: set target_width > operator.width ({o.width}), e.g. target_width: {4 * o.width}",
+        )
+    if "heads" in study.family.fields:
+        for key, width in (("operator.width", o.width), ("target_width", study.target_width)):
+            if width % o.heads:
+                r.fail(key, f"{width} is not divisible by operator.heads {o.heads}; use a multiple of {o.heads}")
+        _check_operator_options(study, r)
+
+
+def _check_operator_options(study: Study, r: Reader) -> None:
+    """Build the proxy operator once (cheap) so a wrong option fails now, with its field path."""
+    from mutransfer.problems import get_problem
+    from operators.errors import OperatorConfigError
+
+    o = study.operator
+    config = dict(
+        coord_dim=get_problem(study.problem.name).dim, in_channels=1, out_channels=1, width=o.width, layers=o.layers,
+        heads=o.heads, **o.options,
+    )
+    try:
+        study.family.make(config)
+    except OperatorConfigError as exc:
+        r.fail("operator.options", f"{exc}")
+
+
+def _resolve_file_split(p, n_available: int, r: Reader) -> None:
+    """Default split of a data file (80 % / 20 %), and a check that the requested one fits."""
+    if p.n_test is None:
+        p.n_test = max(1, n_available // 5)
+    if p.n_train is None:
+        p.n_train = n_available - p.n_test
+    if p.n_train + p.n_test > n_available:
+        r.fail(
+            "problem.n_train",
+            f"n_train + n_test = {p.n_train + p.n_test} exceeds the {n_available} samples in {p.data}; lower them",
+        )
+
+
+def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
+    """Point-set problems: sample counts from the file or the problem; no resolution (there is no grid to stride)."""
+    p = study.problem
+    if p.resolution is not None:
+        r.fail("problem.resolution", f"{problem.name!r} is a point-set problem with no grid to stride; remove it")
+    if p.data is not None:
+        if p.generated_resolution is not None:
+            r.fail("problem.generated_resolution", "only applies to generated data (data: null); remove it")
+        if not Path(p.data).is_file():
+            r.fail("problem.data", f"file {p.data} not found; fix the path or use data: null for the cached default dataset")
+        from mutransfer.data.pointclouds import is_point_file, point_file_header
+
+        if not is_point_file(p.data):
+            r.fail("problem.data", f"{p.data} is not a point-set file; generate one with `mutransfer data generate {problem.name} --out {p.data}`")
+        try:
+            header = point_file_header(p.data)
+        except UserInputError as exc:
+            r.fail("problem.data", str(exc))
+        if header.get("problem") not in (None, problem.name):
+            r.fail("problem.data", f"{p.data} holds {header.get('problem')!r} data, not {problem.name!r}; fix problem.name or data")
+        _resolve_file_split(p, int(header["n_samples"]), r)
+    else:
+        p.generated_resolution = p.generated_resolution or problem.generated_resolution
+        p.n_train = problem.n_train if p.n_train is None else p.n_train
+        p.n_test = problem.n_test if p.n_test is None else p.n_test
+    check_search_algorithm(study, r)
+
+
+def _check_modes(study: Study, r: Reader) -> None:
+    from operators.errors import OperatorConfigError
+    from operators.parametrization import check_modes
+    from operators.spectral import check_grid
+
+    p = study.problem
+    if study.proxy_K > study.target_K or (study.proxy_K == study.target_K and not study.scales_width):
+        r.fail(
+            "proxy_K",
+            f"must be < target_K ({study.target_K}): the proxy is the small model, e.g. proxy_K: {max(2, study.target_K // 4)} "
+            "(equal K is fine when the width scales: target_width > operator.width)",
+        )
+    for key in ("proxy_K", "target_K"):
+        k = getattr(study, key)
+        try:
+            check_modes(k, study.dim, study.parametrization)
+            check_grid(study.grid_shape, k)
+        except OperatorConfigError as exc:
+            grid = "x".join(str(n) for n in study.grid_shape)
+            times = f", time_resolution {p.time_resolution}" if p.time_resolution is not None else ""
+            r.fail(key, f"{exc} (training grid {grid} = resolution {p.resolution}{times} + padding {study.padding})")
+
+
+def check_search_algorithm(study: Study, r: Reader) -> None:
+    if study.search.algorithm == "grid":
+        for name, dist in study.search_space.items():
+            if dist.type != "choice":
+                r.fail(
+                    f"search_space.{name}.type",
+                    "search.algorithm grid needs choice distributions; use type: choice with values: [...]",
+                )
+    if study.resources.gpus_per_trial and study.resources.gpus_per_trial > 1 and study.resources.gpus_per_trial % 1:
+        r.fail("resources.gpus_per_trial", "must be a fraction <= 1 or a whole number of GPUs, e.g. 0.5 or 2")
+
+
+def _data_header(path: str, r: Reader) -> tuple[int, int, str | None]:
+    """(native resolution, n_samples, problem) from a data file's header, without reading arrays."""
+    if not Path(path).is_file():
+        r.fail("problem.data", f"file {path} not found; fix the path or use data: null for the cached default dataset")
+    from mutransfer.data.readers import open_data
+
+    try:
+        with open_data(path) as src:
+            return int(src.output.grid_shape[0]), int(src.n_samples), src.problem
+    except UserInputError as exc:
+        r.fail("problem.data", str(exc))

@@ -1,0 +1,308 @@
+"""The study schema: one dataclass per section, each field declared once with its default, check and help.
+
+The declarations (mutransfer.config.settings) drive the study-file reader
+(mutransfer.study.files), the sweep's override flags and docs/sweep.md's table;
+the training section's fields are the trainer's own (mutransfer.training.hyperparameters).
+Cross-field checks and defaults that depend on the problem or the data file live in
+mutransfer.study.resolve.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from mutransfer.config.settings import non_negative, positive, setting
+from mutransfer.training.hyperparameters import Hyperparameters
+from operators.registry import OPERATORS, OperatorFamily
+
+
+def _problem_names() -> tuple[str, ...]:
+    from mutransfer.problems import PROBLEMS
+
+    return tuple(PROBLEMS)
+
+
+def _read_stream(r, name, default):
+    return r.choice(name, default, ("auto", True, False), what="auto, true or false")
+
+
+def _read_use_gpu(r, name, default):
+    return r.choice(name, default, ("auto", True, False), what="auto, true or false")
+
+
+def _read_options(r, name, default):
+    from mutransfer.config.reader import kind_of
+
+    options = r.raw(name, default)
+    options = {} if options is None else options
+    if not isinstance(options, dict):
+        r.fail(r.where(name), f"must be a mapping of operator arguments, got {kind_of(options)}, e.g. options: {{ffn_ratio: 2}}")
+    return dict(options)
+
+
+@dataclass
+class ProblemSpec:
+    """The PDE data: a problem name, a data file or None (the cached default), the split and resolution."""
+
+    name: str = setting(help="the PDE problem", kind="str", choices=_problem_names, example="burgers")
+    data: str | None = setting(None, "data file; null: the problem's generated dataset, cached", kind="str",
+                               nullable=True, example="data/burgers.h5")
+    generated_resolution: int | None = setting(None, "resolution of the generated dataset (data: null)", kind="int",
+                                               minimum=2, nullable=True, example="1024")
+    resolution: int | None = setting(None, "training resolution, reached by striding", kind="int", minimum=2,
+                                     nullable=True, example="128")
+    n_train: int | None = setting(None, "training samples (the first ones)", kind="int", minimum=1, nullable=True,
+                                  example="200")
+    n_test: int | None = setting(None, "test samples (the last ones)", kind="int", minimum=1, nullable=True, example="50")
+    time_resolution: int | None = setting(None, "output times (space-time problems)", kind="int", minimum=1,
+                                          nullable=True, example="16")
+    data_seed: int = setting(0, "seed of the generated dataset", kind="int", minimum=0, example="0")
+    stream: Any = setting("auto", "read the data lazily in batches: auto (when larger than half the RAM), true, false",
+                          read=_read_stream)
+
+
+@dataclass
+class OperatorSpec:
+    """The operator: its family, the proxy's width (see ``Study.target_width``), depth and family options."""
+
+    type: str = setting("fno", "operator family", kind="str", choices=lambda: tuple(OPERATORS))
+    width: int = setting(32, "the proxy's width m (the width-muP base width)", kind="int", minimum=1, example="32")
+    layers: int = setting(4, "Fourier layers / attention blocks", kind="int", minimum=1, example="4")
+    padding: int | None = setting(None, "FNO: domain padding in grid points per axis (null: the problem's)",
+                                  kind="int", minimum=0, nullable=True, example="0")
+    projection_channels: int = setting(128, "FNO: hidden size of the projection MLP", kind="int", minimum=1,
+                                       example="128")
+    heads: int | None = setting(None, "attention operators: heads (must divide both widths; default 4)", kind="int",
+                                minimum=1, nullable=True, example="4")
+    options: dict = setting(help="attention operators: further constructor arguments, e.g. {attention_type: fourier}",
+                            factory=dict, read=_read_options)
+
+
+@dataclass
+class Distribution:
+    """A search distribution: loguniform/uniform (low, high) or choice (values)."""
+
+    type: str
+    low: float | None = None
+    high: float | None = None
+    values: list | None = None
+
+    def to_dict(self) -> dict:
+        if self.type == "choice":
+            return {"type": "choice", "values": list(self.values or [])}
+        return {"type": self.type, "low": self.low, "high": self.high}
+
+
+@dataclass
+class TrainingSpec(Hyperparameters):
+    """Fixed training hyperparameters (used for every hyperparameter not searched)."""
+
+    init_scale: float = setting(1.0, "FNO: multiplies the spectral init std", kind="float", check=positive, example="1.0")
+
+
+@dataclass
+class SearchSpec:
+    algorithm: str = setting("tpe", "search algorithm", kind="str", choices=("tpe", "random", "grid"))
+    num_trials: int = setting(8, "proxy trials", kind="int", minimum=1, example="8")
+    seed: int = setting(0, "sampler seed", kind="int", minimum=0, example="0")
+    max_concurrent: int | None = setting(None, "trials at once (null: as many as the CPUs/GPUs hold)", kind="int",
+                                         minimum=1, nullable=True, example="2")
+
+
+@dataclass
+class BudgetSpec:
+    """Per-trial budget and ASHA early stopping (on the test error, mode min)."""
+
+    epochs: int = setting(10, "epochs per proxy trial", kind="int", minimum=1, example="10")
+    grace_period: int = setting(2, "ASHA: epochs before the first rung", kind="int", minimum=1, example="2")
+    reduction_factor: int = setting(2, "ASHA: rungs at grace_period x reduction_factor^k", kind="int", minimum=2,
+                                    example="2")
+    max_failures: int = setting(1, "retries of a failing trial (and of the target's worker group)", kind="int",
+                                minimum=0, example="1")
+
+
+def _gpu_fraction(value: float) -> str | None:
+    return non_negative(value) and "must be >= 0 (a fraction of a GPU is fine)"
+
+
+@dataclass
+class ResourcesSpec:
+    cpus_per_trial: int = setting(1, "CPUs per trial (torch threads)", kind="int", minimum=1, example="1")
+    gpus_per_trial: float = setting(0.0, "GPU fraction per trial (0.25: four proxies per GPU)", kind="float",
+                                    check=_gpu_fraction, example="0.5")
+
+
+@dataclass
+class TargetSpec:
+    epochs: int = setting(20, "target training epochs", kind="int", minimum=1, example="20")
+    num_workers: int = setting(1, "Ray Train data-parallel workers", kind="int", minimum=1, example="1")
+    use_gpu: Any = setting("auto", "auto (GPUs when the cluster has them), true or false", read=_read_use_gpu)
+    cpus_per_worker: int = setting(1, "CPUs (torch threads) per worker", kind="int", minimum=1, example="1")
+    checkpoint_every: int = setting(1, "epochs between the target's checkpoints", kind="int", minimum=1, example="1")
+
+
+@dataclass
+class TrackingSpec:
+    experiment: str = setting("mutransfer", "MLflow experiment", kind="str", example="mutransfer")
+    uri: str | None = setting(None, "MLflow tracking URI (null: sqlite:///mlflow.db here)", kind="str", nullable=True,
+                              example="http://127.0.0.1:5000")
+
+
+#: the order of a study's top-level fields (and of its YAML)
+TOP_ORDER = ("name", "problem", "operator", "parametrization", "proxy_K", "target_K", "target_width",
+             "width_parametrization", "search_space", "training", "search", "budget", "resources", "target", "tracking")
+
+
+def _name_problem(value) -> str | None:
+    import re
+
+    ok = isinstance(value, str) and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", value)
+    return None if ok else f"{value!r} must be letters, digits, '.', '_' or '-' (it names a directory), e.g. burgers-k6"
+
+
+@dataclass
+class Study:
+    name: str = setting(help="the study's name (names the study directory and the MLflow parent run)", kind="str",
+                        example="my-study")
+    problem: ProblemSpec = None
+    search_space: dict[str, Distribution] = None
+    proxy_K: int | None = setting(None, "FNO: Fourier modes K of the proxy", kind="int", minimum=2, example="6")
+    target_K: int | None = setting(None, "FNO: Fourier modes K of the target", kind="int", minimum=2, example="24")
+    operator: OperatorSpec = field(default_factory=OperatorSpec)
+    parametrization: str = setting("mup", "FNO: the parametrization in K (muP: spectral init std and LR ∝ 1/√(d log K))",
+                                   kind="str", choices=("mup", "standard"))
+    target_width: int | None = setting(None, "the target's width (null: operator.width, no width scaling)",
+                                       kind="int", minimum=1, nullable=True, example="128")
+    width_parametrization: str | None = setting(None, "the width rule: mup (Tensor Programs V, base width = "
+                                                "operator.width) or standard (null: mup when the width scales)",
+                                                kind="str", nullable=True, choices=("mup", "standard"))
+    training: TrainingSpec = field(default_factory=TrainingSpec)
+    search: SearchSpec = field(default_factory=SearchSpec)
+    budget: BudgetSpec = field(default_factory=BudgetSpec)
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    target: TargetSpec = field(default_factory=TargetSpec)
+    tracking: TrackingSpec = field(default_factory=TrackingSpec)
+    #: where the study came from ("studies/x.yaml" or "quick (built-in)"); not part of the file
+    source: str = field(default="", compare=False)
+
+    # ---- derived -------------------------------------------------------------------
+    @property
+    def family(self) -> OperatorFamily:
+        """The operator family (operators.registry): what it scales, what data it takes."""
+        return OPERATORS[self.operator.type]
+
+    @property
+    def is_fno(self) -> bool:
+        """The operator has Fourier modes (the K axis): K-parametrization, clipping, coord-check, exact plan."""
+        return self.family.spectral
+
+    @property
+    def proxy_width(self) -> int:
+        return int(self.operator.width)
+
+    @property
+    def scales_K(self) -> bool:
+        return self.is_fno and self.proxy_K != self.target_K
+
+    @property
+    def scales_width(self) -> bool:
+        return self.target_width is not None and self.target_width != self.operator.width
+
+    def scaling(self) -> dict:
+        """The operator and what scales from proxy to target, as flat fields (report, MLflow parent params)."""
+        return {
+            "operator": self.operator.type,
+            "parametrization": self.parametrization if self.is_fno else None,
+            "proxy_K": self.proxy_K,
+            "target_K": self.target_K,
+            "proxy_width": self.operator.width,
+            "target_width": self.target_width,
+            "width_parametrization": self.width_parametrization,
+        }
+
+    def transfer_scaling(self):
+        """What changes from proxy to target, for operators.transfer.transfer: K (spectral families) and the width."""
+        from operators.transfer import Scaling
+
+        return Scaling(
+            dim=self.dim,
+            proxy_modes=self.proxy_K if self.is_fno else None,
+            target_modes=self.target_K if self.is_fno else None,
+            parametrization=self.parametrization,
+            proxy_width=self.operator.width,
+            target_width=self.target_width,
+            width_parametrization=self.width_parametrization or "standard",
+            attention_scaled=self.family.attention_scaled,
+        )
+
+    def model_text(self, target: bool) -> str:
+        """e.g. "FNO-2D K=24 width 32" or "galerkin width 64" (the proxy's or the target's)."""
+        width = self.target_width if target else self.operator.width
+        if self.is_fno:
+            return f"FNO-{self.dim}D K={self.target_K if target else self.proxy_K} width {width}"
+        return f"{self.operator.type} width {width}"
+
+    def scale_text(self) -> str:
+        """What scales from proxy to target, e.g. "K 6 -> 24" or "width 16 -> 64 (width-muP)"."""
+        parts = []
+        if self.is_fno:
+            parts.append(f"K {self.proxy_K} -> {self.target_K}")
+        if self.scales_width:
+            parts.append(f"width {self.operator.width} -> {self.target_width} (width-{self.width_parametrization})")
+        return ", ".join(parts)
+
+    @property
+    def point_problem(self) -> bool:
+        """True for problems whose samples are point sets (irregular meshes), not grids."""
+        from mutransfer.problems import get_problem
+
+        return get_problem(self.problem.name).kind == "points"
+
+    @property
+    def dim(self) -> int:
+        from mutransfer.problems import get_problem
+
+        return get_problem(self.problem.name).dim
+
+    @property
+    def padding(self) -> int:
+        from mutransfer.problems import get_problem
+
+        if self.operator.padding is not None:
+            return self.operator.padding
+        return get_problem(self.problem.name).padding
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """The training grid the spectral layers see (resolution + padding on each axis; time last if any)."""
+        pad = self.padding
+        if self.problem.time_resolution is not None:
+            return (int(self.problem.resolution) + pad,) * (self.dim - 1) + (int(self.problem.time_resolution) + pad,)
+        return (int(self.problem.resolution) + pad,) * self.dim
+
+    def to_dict(self) -> dict:
+        """The study as a plain mapping (the YAML schema; ``source`` is left out)."""
+        d = dataclasses.asdict(self)
+        d.pop("source", None)
+        d["search_space"] = {k: v.to_dict() for k, v in self.search_space.items()}
+        ordered = {k: d[k] for k in TOP_ORDER}
+        # fields that do not apply to this operator are left out, so the mapping parses again
+        for key in family_only_fields():
+            if key not in self.family.fields:
+                ordered["operator"].pop(key)
+        if not self.is_fno:
+            for key in ("proxy_K", "target_K", "parametrization"):
+                ordered.pop(key)
+        return ordered
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+def family_only_fields() -> tuple[str, ...]:
+    """Operator fields that some family declares as its own (operators.registry: OperatorFamily.fields)."""
+    return tuple(dict.fromkeys(f for family in OPERATORS.values() for f in family.fields))

@@ -1,0 +1,154 @@
+"""The records a sweep's phases pass along, and the context that carries them.
+
+A sweep is a short list of phases over one :class:`SweepContext`
+(mutransfer.sweep.runner): each phase reads what earlier phases left on the
+context and sets its own typed record (``proxies``, ``transfer``, ``target``,
+``report``). The study directory's ``state.json`` keeps those records (as their
+``as_dict()``), so a resumed sweep skips the phases already done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from mutransfer.study import Override, Study
+from mutransfer.sweep.state import StudyDir
+
+
+class SweepError(RuntimeError):
+    """The sweep ran but could not produce a result (e.g. every proxy trial failed)."""
+
+
+@dataclass
+class SweepOptions:
+    study_path: str | None = None
+    overrides: dict = field(default_factory=dict)  # keys of mutransfer.study.OVERRIDES
+    address: str | None = None
+    resume: bool = False
+    runs_dir: str | None = None
+    quiet: bool = False
+    coord_check: bool = False  # run the coordinate check as a gate before the target
+
+
+@dataclass
+class TrialRecord:
+    """One proxy trial as the sweep reports it (from Tune's result and the trial's MLflow child run)."""
+
+    trial_id: str
+    index: int
+    status: str  # completed | pruned | diverged | failed
+    config: dict  # the searched hyperparameters
+    hp: dict  # every hyperparameter of the trial (fixed ones included)
+    test_error: float | None
+    epochs: int
+    trainer_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    device_seconds: float = 0.0
+    spectral_lr: float | None = None
+    mlflow_run_id: str | None = None
+    best: bool = False
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrialRecord":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def summary(self) -> dict:
+        """The best trial as the report and state show it (no timings)."""
+        keys = ("trial_id", "index", "status", "config", "hp", "test_error", "epochs", "spectral_lr", "mlflow_run_id")
+        return {k: getattr(self, k) for k in keys}
+
+
+def pick_best(trials: list[TrialRecord]) -> TrialRecord | None:
+    """Lowest final test error among trials that ran the full budget; else among any that reported."""
+    full = [t for t in trials if t.status == "completed" and t.test_error is not None]
+    pool = full or [t for t in trials if t.status in ("pruned", "diverged") and t.test_error is not None]
+    return min(pool, key=lambda t: t.test_error) if pool else None
+
+
+@dataclass
+class ProxyResults:
+    """The proxy phase's outcome: every trial, the best one, and how many ran at once."""
+
+    trials: list[TrialRecord]
+    best: TrialRecord
+    concurrency: int
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"trials": [t.as_dict() for t in self.trials], "best": self.best.summary(),
+                "concurrency": self.concurrency, "proxy_phase_seconds": self.seconds}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "ProxyResults":
+        trials = [TrialRecord.from_dict(t) for t in state["trials"]]
+        best = next(t for t in trials if t.trial_id == state["best"]["trial_id"])
+        return cls(trials, best, int(state.get("concurrency", 1)), float(state.get("proxy_phase_seconds", 0.0)))
+
+
+@dataclass
+class TransferResult:
+    """The transfer phase's outcome: the record (operators.transfer, as a dict) and the target's hyperparameters."""
+
+    record: dict
+    hp: dict
+
+
+@dataclass
+class SweepContext:
+    """Everything a sweep's phases share: the validated study and options, then each phase's record."""
+
+    options: SweepOptions
+    study: Study
+    study_dir: StudyDir
+    overrides: list[Override]
+    tracking_uri: str
+    source_text: str
+    state: dict
+    fail_trials: int
+    wall_start: float = field(default_factory=time.perf_counter)
+    #: wall time of earlier sessions of this study (read once, when the context is made)
+    prior_wall: float = 0.0
+    # set by the phases, in order
+    data: Any = None
+    data_path: Any = None
+    started_ray: bool = False
+    tracker: Any = None
+    experiment_id: str | None = None
+    parent_id: str | None = None
+    setup_seconds: float = 0.0
+    proxies: ProxyResults | None = None
+    transfer: TransferResult | None = None
+    target: Any = None  # mutransfer.sweep.target.TargetOutcome
+    target_run_id: str | None = None
+    report: dict | None = None
+
+    def say(self, text: str) -> None:
+        """A progress line on stderr (stdout is kept for the report), unless quiet."""
+        if not self.options.quiet:
+            import sys
+
+            print(text, file=sys.stderr, flush=True)
+
+    def update_state(self, **changes) -> None:
+        self.state = self.study_dir.update_state(**changes)
+
+    @property
+    def wall_seconds(self) -> float:
+        """Wall time of the study so far, across resumed sessions."""
+        return self.prior_wall + time.perf_counter() - self.wall_start
+
+
+def finite_or_none(value) -> float | None:
+    """A float, or None for missing/non-finite values (JSON-safe)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None

@@ -1,0 +1,78 @@
+"""The report phase: the transfer report (JSON, text, plot), its MLflow logging, and the study marked done.
+
+The report is built once from the phases' records (mutransfer.sweep.report.build_report),
+written into the study directory, logged on the MLflow parent run with the study's
+summary metrics, and kept in ``state.json`` so that resuming a completed study prints it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.state import write_atomic
+
+
+def write_report(ctx: SweepContext) -> None:
+    """Build, store and log the report; set ``ctx.report`` and the study's phase to done."""
+    from mutransfer.sweep.report import build_report, format_report, plot_trials
+
+    study, proxies, wall = ctx.study, ctx.proxies, ctx.wall_seconds
+    report = build_report(
+        study=study,
+        trials=proxies.trials,
+        best=proxies.best,
+        transfer=ctx.transfer.record,
+        target_hp=ctx.transfer.hp,
+        target=ctx.target,
+        target_run_id=ctx.target_run_id,
+        proxy_device="gpu" if study.resources.gpus_per_trial > 0 else "cpu",
+        wall_seconds=wall,
+        mlflow={"tracking_uri": ctx.tracking_uri, "experiment_id": ctx.experiment_id, "parent_run_id": ctx.parent_id,
+                "target_run_id": ctx.target_run_id},
+        study_dir=str(ctx.study_dir.root),
+        overrides=[o.describe() for o in ctx.overrides],
+        phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
+                "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
+    )
+    root = ctx.study_dir.root
+    write_atomic(root / "report.json", json.dumps(report, indent=2, default=str))
+    write_atomic(root / "report.txt", format_report(report) + "\n")
+    plot_trials(proxies.trials, root / "proxy_trials.png", searched_lr="lr" in study.search_space,
+                title=f"{study.name}: proxies, {study.model_text(False)}")
+    _log(ctx, report, wall)
+    ctx.report = report
+    ctx.update_state(phase="done", report=report, wall_seconds=wall)
+
+
+def _log(ctx: SweepContext, report: dict, wall: float) -> None:
+    from mutransfer.sweep.tracking import log_batch
+
+    c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
+    now = int(time.time() * 1000)
+    metrics = [
+        ("best_proxy_test_error", best.test_error, now, 0),
+        ("target_test_error", ctx.target.test_error, now, 0),
+        ("proxy_device_seconds", c["proxy_device_seconds"], now, 0),
+        ("target_device_seconds", c["target_device_seconds"], now, 0),
+        ("proxy_trainer_seconds", c["proxy_trainer_seconds"], now, 0),
+        ("target_trainer_seconds", c["target_trainer_seconds"], now, 0),
+        ("sweep_wall_seconds", wall, now, 0),
+        ("trials_total", report["trials"]["total"], now, 0),
+        *[(f"trials_{k}", report["trials"][k], now, 0) for k in ("completed", "pruned", "diverged", "failed")],
+        *[(key, c[key], now, 0) for key in ("proxy_flops", "target_flops", "direct_sweep_flops",
+                                            "mutransfer_vs_direct_flops", "mutransfer_vs_direct_device_seconds")
+          if c.get(key) is not None],
+    ]
+    params = {
+        "transfer.lr_factor": record["lr_factor"],
+        "transfer.init_variance_factor": record["init_variance_factor"],
+        "best_trial_id": best.trial_id,
+    }
+    params.update({f"best.{k}": v for k, v in best.config.items()})
+    tracker, parent = ctx.tracker, ctx.parent_id
+    log_batch(tracker.client, parent, metrics=metrics, params=params, tags={"mutransfer.status": "done"})
+    for name in ("report.json", "report.txt", "proxy_trials.png"):
+        tracker.client.log_artifact(parent, str(ctx.study_dir.root / name), "report")
+    tracker.set_status(parent, "FINISHED")

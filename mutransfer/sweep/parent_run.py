@@ -1,0 +1,54 @@
+"""The study's MLflow parent run: created once per study with the study's parameters and files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mutransfer.sweep.context import SweepContext
+
+
+def git_commit() -> str | None:
+    """The commit of the installed source tree, or None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
+
+
+def create_parent(ctx: SweepContext) -> str:
+    """Create the parent run (params, tags, the study's files as artifacts); returns its id."""
+    from mutransfer import __version__
+    from mutransfer.sweep.search import total_trials
+
+    study = ctx.study
+    commit = git_commit()
+    params = {
+        "study": study.name,
+        "problem": study.problem.name,
+        "dim": study.dim,
+        **study.scaling(),
+        "layers": study.operator.layers,
+        "resolution": study.problem.resolution,
+        "n_train": study.problem.n_train,
+        "n_test": study.problem.n_test,
+        "data": str(ctx.data_path),
+        "search.algorithm": study.search.algorithm,
+        "search.num_trials": total_trials(study),
+        "search.space": {k: v.to_dict() for k, v in study.search_space.items()},
+        "budget.epochs": study.budget.epochs,
+        "target.epochs": study.target.epochs,
+        "target.num_workers": study.target.num_workers,
+        "device_kind": "gpu" if study.resources.gpus_per_trial > 0 else "cpu",
+        "mutransfer_version": __version__,
+        "git_commit": commit or "unknown",
+        "overrides": [o.describe() for o in ctx.overrides] or "none",
+    }
+    tags = {"mutransfer.study_dir": str(ctx.study_dir.root)}
+    if commit:
+        tags["mlflow.source.git.commit"] = commit
+    files = {"study/study.yaml": study.to_yaml(), "study/source.yaml": ctx.source_text}
+    return ctx.tracker.create_parent(ctx.experiment_id, study, params=params, tags=tags, files=files)

@@ -1,0 +1,164 @@
+"""The sweep's first phase: everything that can be wrong with the input, checked before any compute.
+
+No Ray start, no data generation, no MLflow store created: the study is loaded
+and validated, a resume is checked against the stored study, and the resources
+and memory it asks for are checked against this machine (or, after Ray starts,
+against the cluster: :func:`check_cluster_fits`). Returns the :class:`SweepContext`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mutransfer.errors import UserInputError
+from mutransfer.study import OVERRIDES, Override, Study, load_study, study_from_yaml_text
+from mutransfer.sweep.context import SweepContext, SweepOptions
+from mutransfer.sweep.state import StudyDir
+
+
+def prepare(options: SweepOptions) -> SweepContext:
+    """Load and validate everything; decide new study vs resume. Starts nothing."""
+    from mutransfer.sweep.tracking import resolve_tracking_uri
+    from mutransfer.sweep.trial import fail_trials_from_env
+
+    fail_trials = fail_trials_from_env()
+    study, applied = load_study(options.study_path, options.overrides)
+    if options.coord_check and not study.is_fno:
+        raise UserInputError(
+            f"--coord-check measures FNO's spectral layers across K; operator.type {study.operator.type} has none, drop the flag"
+        )
+    if study.problem.data is not None:
+        study.problem.data = str(Path(study.problem.data).absolute())
+    source_text = _source_text(options.study_path)
+    study_dir = StudyDir.for_study(study.name, options.runs_dir)
+
+    if not options.resume:
+        if study_dir.exists():
+            raise UserInputError(
+                f"study directory {study_dir.root} already exists (study {study.name!r} ran here before); "
+                f"pass --resume to continue it, or --name NEW to start a new study"
+            )
+        tracking_uri = resolve_tracking_uri(study.tracking.uri)
+        state: dict = {}
+    else:
+        if not study_dir.study_file.exists():
+            raise UserInputError(
+                f"--resume: no study {study.name!r} to resume ({study_dir.study_file} not found); run without --resume, "
+                "or pass the --name / --study of the study to continue"
+            )
+        stored = study_from_yaml_text(study_dir.study_file.read_text(), str(study_dir.study_file))
+        _check_resume_consistent(stored, study, options)
+        state = study_dir.read_state()
+        tracking_uri = state.get("tracking_uri") or resolve_tracking_uri(stored.tracking.uri)
+        given = options.overrides.get("tracking_uri")
+        if given is not None and resolve_tracking_uri(given) != tracking_uri:
+            raise UserInputError(
+                f"--tracking-uri {given}: the study being resumed logs to {tracking_uri}; drop --tracking-uri or pass a new --name"
+            )
+        study = stored
+        applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
+        source_text = state.get("source_text", source_text)
+
+    _check_resources(study, options.address)
+    if options.address is None:
+        _check_memory(study)
+    return SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
+                        prior_wall=float(state.get("wall_seconds", 0.0)))
+
+
+def _source_text(path) -> str:
+    from mutransfer.study import default_study_text
+
+    if path is None:
+        return default_study_text()
+    return Path(path).read_text(encoding="utf-8")
+
+
+def _check_resume_consistent(stored: Study, given: Study, options: SweepOptions) -> None:
+    """On --resume, flags and a --study file must agree with the stored study (never silently ignored)."""
+    stored_d, given_d = stored.to_dict(), given.to_dict()
+    if options.study_path is not None:
+        diff = [d for d in _diff(stored_d, given_d) if d != "tracking.uri"]
+        if diff:
+            raise UserInputError(
+                f"--resume: {options.study_path} differs from the stored study {stored.name!r} in {', '.join(diff[:5])}; "
+                "resume without --study, or pass a new --name to start another study"
+            )
+    for key, value in options.overrides.items():
+        if value is None or key in ("name", "tracking_uri"):
+            continue
+        path, flag = OVERRIDES[key]
+        if _get(stored_d, path) != value:
+            raise UserInputError(
+                f"--resume: {flag} {value} differs from the stored study ({path} = {_get(stored_d, path)}); "
+                "drop the flag, or pass a new --name to start another study"
+            )
+
+
+def _diff(a, b, prefix="") -> list[str]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            out += _diff(a.get(k), b.get(k), f"{prefix}{k}.")
+        return out
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def _get(d: dict, path: str):
+    for part in path.split("."):
+        d = d.get(part) if isinstance(d, dict) else None
+    return d
+
+
+def _check_resources(study: Study, address: str | None) -> None:
+    """Requests that could never be scheduled on this machine (local runs) fail now, not hang later."""
+    if address is not None:
+        return
+    cpus = os.cpu_count() or 1
+    r, t = study.resources, study.target
+    if r.cpus_per_trial > cpus:
+        raise UserInputError(f"resources.cpus_per_trial: {r.cpus_per_trial} > the {cpus} CPUs of this machine; use <= {cpus}")
+    if t.num_workers * t.cpus_per_worker > cpus:
+        raise UserInputError(
+            f"target.num_workers x target.cpus_per_worker = {t.num_workers * t.cpus_per_worker} > the {cpus} CPUs of this machine; "
+            f"lower them (e.g. num_workers: 1, cpus_per_worker: {cpus}) or pass --address of a cluster"
+        )
+    if r.gpus_per_trial > 0 or t.use_gpu is True:
+        import torch
+
+        gpus = torch.cuda.device_count()
+        if r.gpus_per_trial > gpus:
+            raise UserInputError(f"resources.gpus_per_trial: {r.gpus_per_trial} but this machine has {gpus} GPU(s); use 0 or pass --address")
+        if t.use_gpu is True and t.num_workers > gpus:
+            raise UserInputError(
+                f"target.use_gpu: true needs {t.num_workers} GPU(s), this machine has {gpus}; use auto/false or pass --address"
+            )
+
+
+def _check_memory(study: Study) -> None:
+    """Proxy and target must fit this machine's devices (mutransfer.sweep.memory), before anything starts."""
+    import torch
+
+    from mutransfer.sweep.memory import check_study_memory
+    from mutransfer.sweep.search import max_concurrent
+
+    gpus = torch.cuda.device_count()
+    check_study_memory(study, max_concurrent(study, os.cpu_count() or 1, gpus), gpus=gpus)
+
+
+def check_cluster_fits(study: Study, nodes: list[dict]) -> None:
+    """On a cluster, a trial or a target worker that fits on no single node would wait forever: fail now.
+
+    ``nodes`` holds each live node's resources ({"CPU": 4.0, "GPU": 1.0, ...}).
+    """
+    most_cpus = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
+    most_gpus = max((n.get("GPU", 0.0) for n in nodes), default=0.0)
+    r, t = study.resources, study.target
+    for field, asked, most, unit in (("resources.cpus_per_trial", r.cpus_per_trial, most_cpus, "CPUs"),
+                                     ("resources.gpus_per_trial", r.gpus_per_trial, most_gpus, "GPUs"),
+                                     ("target.cpus_per_worker", t.cpus_per_worker, most_cpus, "CPUs")):
+        if asked > most:
+            raise UserInputError(f"{field}: {asked} but the largest node of the cluster has {most:g} {unit}; use <= {most:g}")
+    if t.use_gpu is True and most_gpus < 1:
+        raise UserInputError("target.use_gpu: true but the cluster has no GPU node; use auto or false")

@@ -1,0 +1,41 @@
+"""The transfer phase: the best proxy's hyperparameters rescaled to the target by the muP rules.
+
+operators.transfer.transfer does the arithmetic (K, width or both); the models apply
+every multiplier themselves (c(K) on spectral weights, m0/m on hidden weights under
+width-muP), so the target's hyperparameters are the proxy's and the record states the
+effective values each rule produces. Sets ``ctx.transfer`` (:class:`TransferResult`).
+"""
+
+from __future__ import annotations
+
+from mutransfer.study import Study
+from mutransfer.sweep.context import SweepContext, TransferResult, TrialRecord
+
+
+def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
+    """(the transfer record as a dict, the target's hyperparameters) for the best proxy."""
+    from operators.registry import SPECTRAL_HYPERPARAMETERS
+    from operators.transfer import transfer as rescale
+
+    hp = dict(best.hp if isinstance(best, TrialRecord) else best["hp"])
+    skip = ("lr",) if study.is_fno else ("lr", *SPECTRAL_HYPERPARAMETERS)
+    unchanged = {k: v for k, v in hp.items() if k not in skip and v is not None}
+    record = rescale(study.transfer_scaling(), hp["lr"], init_scale=hp["init_scale"] if study.is_fno else None,
+                     unchanged=unchanged)
+    stds = {q.name: q for q in record.quantities}.get("spectral_init_std")
+    out = record.as_dict()
+    out.update(
+        table=record.format_table(),
+        lr_factor=record.lr_factor,
+        init_variance_factor=record.init_variance_factor,
+        proxy_spectral_init_std=stds.proxy if stds else None,
+        target_spectral_init_std=stds.target if stds else None,
+        note="; ".join(record.notes),
+    )
+    return out, hp
+
+
+def transfer_phase(ctx: SweepContext) -> None:
+    """Set ``ctx.transfer`` from ``ctx.proxies.best``."""
+    record, hp = transfer(ctx.study, ctx.proxies.best)
+    ctx.transfer = TransferResult(record, hp)

@@ -1,0 +1,71 @@
+"""The target phase: train the target once with Ray Train (mutransfer.sweep.target), logged as an MLflow child run.
+
+Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``. A resumed study
+reuses its target run and Ray Train resumes from the last reported checkpoint. A
+failure marks the run FAILED and ends the sweep with a SweepError naming the cause;
+Ctrl-C marks it KILLED.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mutransfer.sweep.context import SweepContext, SweepError
+from mutransfer.sweep.proxies import keep_sigint_handler
+
+
+def first_line(exc: BaseException) -> str:
+    """The type and last non-empty line of an exception (Ray wraps causes in long messages)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
+def train_target(ctx: SweepContext) -> None:
+    """Train the target with the transferred hyperparameters."""
+    import ray
+
+    from mutransfer.sweep.target import resolve_use_gpu, run_target
+
+    study, tracker = ctx.study, ctx.tracker
+    hp, record = ctx.transfer.hp, ctx.transfer.record
+    use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
+    run_id = ctx.state.get("target_run_id")
+    start_ms = int(time.time() * 1000)
+    if run_id and tracker.run_exists(run_id):
+        tracker.set_status(run_id, "RUNNING")
+    else:
+        params = {
+            "K": study.target_K,
+            "width": study.target_width,
+            **{f"hp.{k}": v for k, v in hp.items()},
+            "epochs": study.target.epochs,
+            "num_workers": study.target.num_workers,
+            "use_gpu": use_gpu,
+            "transfer.lr_factor": record.get("lr_factor"),
+            "transfer.init_variance_factor": record.get("init_variance_factor"),
+            "proxy_trial_id": ctx.proxies.best.trial_id,
+        }
+        run_id = tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, params)
+        ctx.update_state(target_run_id=run_id)
+    ctx.target_run_id = run_id
+    ctx.say(
+        f"target: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
+        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train) ...",
+    )
+    try:
+        with keep_sigint_handler():
+            outcome = run_target(study, hp, ctx.data, ctx.study_dir.root, use_gpu=use_gpu,
+                                 max_failures=study.budget.max_failures)
+    except KeyboardInterrupt:
+        tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
+        tracker.set_status(run_id, "KILLED")
+        raise
+    except Exception as exc:
+        tracker.set_tags(run_id, {"mutransfer.status": "failed", "mutransfer.error": first_line(exc)})
+        tracker.set_status(run_id, "FAILED")
+        raise SweepError(
+            f"target training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
+            f"Ray's logs are in /tmp/ray/session_latest/logs; fix the cause and run again with --resume"
+        ) from exc
+    tracker.finish_target(run_id, outcome, start_ms=start_ms)
+    ctx.target = outcome

@@ -1,0 +1,144 @@
+"""The code's shape: no import cycles, no oversized modules, operator kinds decided by the registry.
+
+The import graph is read with the standard library's ``ast`` from the source (no
+import runs): every ``import``/``from … import`` at any level of a module counts, so
+a cycle hidden inside a function is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("operators", "mutransfer")
+MAX_LINES = 500  # issue "One source of truth": none over 500, aim ~400
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Project modules that ``name`` imports (an import of a package counts as its __init__)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(tree):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")
+                parent = parent[: len(parent) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            # `from pkg import sub` imports the submodule pkg.sub; `from mod import name` imports mod
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                found.add(target)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(name, path, modules) for name, path in modules.items()}
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    cycles = find_cycles(import_graph())
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    """A check that cannot fail is a defect: a planted a -> b -> c -> a is found, a tree is not."""
+    assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_layers_point_down():
+    """data never imports problems, study, sweep, training or the CLI; operators import nothing of mutransfer."""
+    graph = import_graph()
+    rules = {
+        "operators": ("mutransfer",),
+        "mutransfer.data": ("mutransfer.problems", "mutransfer.study", "mutransfer.sweep", "mutransfer.training",
+                            "mutransfer.cli", "mutransfer.landscape"),
+        "mutransfer.training": ("mutransfer.study", "mutransfer.sweep", "mutransfer.cli", "mutransfer.landscape"),
+        "mutransfer.study": ("mutransfer.sweep", "mutransfer.cli", "mutransfer.landscape"),
+        "mutransfer.config": ("mutransfer.",),
+    }
+    bad = []
+    for module, targets in graph.items():
+        for layer, forbidden in rules.items():
+            if module == layer or module.startswith(layer + "."):
+                bad += [f"{module} -> {t}" for t in targets for f in forbidden
+                        if (t == f or t.startswith(f)) and not t.startswith("mutransfer.errors")
+                        and not (layer == "mutransfer.config" and t.startswith("mutransfer.config"))]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_module_size(name):
+    lines = len(_modules()[name].read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines (split it by job; see docs/architecture.md)"
+
+
+def test_operator_kind_is_decided_by_the_registry():
+    """At most a handful of comparisons of an operator's name against a literal outside operators/registry.py."""
+    pattern = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](fno|galerkin|ono|gnot)["']""")
+    hits = []
+    for name, path in _modules().items():
+        if name in ("operators.registry",):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            code = line.split("#")[0]
+            if pattern.search(code) and not any(word in code for word in ("attention_type", "nn_block", "preset")):
+                hits.append(f"{name}:{number}: {line.strip()}")
+    assert len(hits) <= 3, "\n".join(hits)
