@@ -7,8 +7,9 @@ from mutransfer.sweep.context import TrialRecord
 from mutransfer.sweep.cost import epoch_flops, study_cost
 
 
-def _trial(epochs: int, device_seconds: float) -> TrialRecord:
-    return TrialRecord("t", 0, "completed", {}, {}, 0.1, epochs, device_seconds=device_seconds)
+def _trial(epochs: int, device_seconds: float, trainer_seconds: float = 0.0) -> TrialRecord:
+    return TrialRecord("t", 0, "completed", {}, {}, 0.1, epochs, device_seconds=device_seconds,
+                       trainer_seconds=trainer_seconds)
 from operators.planning import step_flops
 
 
@@ -24,20 +25,24 @@ def test_epoch_flops_is_per_sample_step_flops_times_samples():
 def test_ratio_counts_proxies_plus_target_against_a_direct_sweep():
     study, _ = load_study(None)
     trials = [
-        _trial(20, 10.0),  # completed
-        _trial(4, 2.0),  # pruned by ASHA after the grace period
-        _trial(8, 4.0),
+        _trial(20, 10.0, 8.0),  # completed
+        _trial(4, 2.0, 1.0),  # pruned by ASHA after the grace period
+        _trial(8, 4.0, 3.0),
     ]
-    target = {"epochs": 20, "device_seconds": 30.0}
+    # the target held 2 CPUs for 15 s of Ray Train wall time, of which its trainer ran 6 s
+    target = {"epochs": 20, "device_seconds": 30.0, "trainer_seconds": 6.0, "num_workers": 1, "use_gpu": False,
+              "cpus_per_worker": 2}
     cost = study_cost(study, trials, target)
     fp, ft = epoch_flops(study, study.proxy_K), epoch_flops(study, study.target_K)
     assert cost["proxy_flops"] == pytest.approx(32 * fp)
     assert cost["direct_sweep_flops"] == pytest.approx(32 * ft)
     assert cost["target_flops"] == pytest.approx(20 * ft)
     assert cost["mutransfer_vs_direct_flops"] == pytest.approx((32 * fp + 20 * ft) / (32 * ft))
-    # direct sweep estimated at the target's measured 1.5 device-s per epoch
-    assert cost["direct_sweep_device_seconds_estimate"] == pytest.approx(32 * 1.5)
-    assert cost["mutransfer_vs_direct_device_seconds"] == pytest.approx((16.0 + 30.0) / 48.0)
+    # direct sweep estimated from the target's training time only: 6 s x 2 CPUs / 20 epochs = 0.6 device-s per
+    # epoch; its Ray Train start-up (30 - 12 device-s) is not billed to every epoch
+    assert cost["direct_sweep_training_seconds_estimate"] == pytest.approx(32 * 0.6)
+    proxy_training = (8.0 + 1.0 + 3.0) * study.resources.cpus_per_trial
+    assert cost["mutransfer_vs_direct_training_seconds"] == pytest.approx((proxy_training + 12.0) / (32 * 0.6))
 
 
 def test_no_target_leaves_ratios_unset():

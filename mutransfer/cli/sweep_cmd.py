@@ -38,6 +38,16 @@ def _add_sweep(subparsers) -> None:
     p.add_argument("--resume", action="store_true", help="continue the study of the same name after an interruption")
     p.add_argument("--coord-check", action="store_true",
                    help="gate: run the coordinate check across K before the target; stop if spectral sizes are not flat")
+    p.add_argument("--verify", action="store_true",
+                   help="after the target, train it at --verify-points LRs 0.25 decades apart around the transferred LR "
+                   "and report how far the target's own optimum is (distance in decades, regret)")
+    p.add_argument("--verify-points", type=positive_int, default=5, metavar="N",
+                   help="LRs of the --verify grid, the transferred one among them (default 5: +-0.5 decades; >= 3)")
+    p.add_argument("--verify-seeds", type=positive_int, default=2, metavar="S",
+                   help="seeds per --verify LR (default 2; the CI of the distance needs >= 2)")
+    p.add_argument("--baseline", choices=("direct",),
+                   help="direct: run the same search (searcher, ASHA, trials, epochs) at the target's size and report "
+                   "muTransfer vs direct tuning: error and cost (the paper's Table 1)")
     p.add_argument("--json", action="store_true", help="print the transfer report as JSON")
     p.set_defaults(run=run_sweep_cmd)
 
@@ -67,6 +77,10 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         resume=args.resume,
         coord_check=args.coord_check,
         runs_dir=args.runs_dir,
+        verify=args.verify,
+        verify_points=args.verify_points,
+        verify_seeds=args.verify_seeds,
+        baseline=args.baseline,
     )
     import contextlib
 

@@ -32,6 +32,10 @@ class SweepOptions:
     runs_dir: str | None = None
     quiet: bool = False
     coord_check: bool = False  # run the coordinate check as a gate before the target
+    verify: bool = False  # train the target on an LR grid around the transferred LR (sweep --verify)
+    verify_points: int = 5
+    verify_seeds: int = 2
+    baseline: str | None = None  # "direct": the same search run at the target's size (sweep --baseline direct)
 
 
 @dataclass
@@ -129,6 +133,10 @@ class SweepContext:
     target: Any = None  # mutransfer.sweep.target.TargetOutcome
     target_run_id: str | None = None
     report: dict | None = None
+    verification: dict | None = None  # mutransfer.sweep.verify.Verification.as_dict()
+    direct_baseline: dict | None = None  # mutransfer.sweep.baseline
+    #: the search trains the target's model (the direct-tuning baseline's sub-context)
+    search_at_target: bool = False
 
     def say(self, text: str) -> None:
         """A progress line on stderr (stdout is kept for the report), unless quiet."""

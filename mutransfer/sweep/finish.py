@@ -33,6 +33,8 @@ def write_report(ctx: SweepContext) -> None:
                 "target_run_id": ctx.target_run_id},
         study_dir=str(ctx.study_dir.root),
         overrides=[o.describe() for o in ctx.overrides],
+        verification=ctx.verification,
+        direct_baseline=ctx.direct_baseline,
         phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
                 "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
     )
@@ -62,7 +64,7 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
         ("trials_total", report["trials"]["total"], now, 0),
         *[(f"trials_{k}", report["trials"][k], now, 0) for k in ("completed", "pruned", "diverged", "failed")],
         *[(key, c[key], now, 0) for key in ("proxy_flops", "target_flops", "direct_sweep_flops",
-                                            "mutransfer_vs_direct_flops", "mutransfer_vs_direct_device_seconds")
+                                            "mutransfer_vs_direct_flops", "mutransfer_vs_direct_training_seconds")
           if c.get(key) is not None],
     ]
     params = {
@@ -73,6 +75,8 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     params.update({f"best.{k}": v for k, v in best.config.items()})
     tracker, parent = ctx.tracker, ctx.parent_id
     log_batch(tracker.client, parent, metrics=metrics, params=params, tags={"mutransfer.status": "done"})
+    if best.test_error and ctx.target.test_error is not None:
+        log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", best.test_error / ctx.target.test_error, now, 0)])
     for name in ("report.json", "report.txt", "proxy_trials.png"):
         tracker.client.log_artifact(parent, str(ctx.study_dir.root / name), "report")
     tracker.set_status(parent, "FINISHED")

@@ -87,3 +87,13 @@ def check_grid_point_memory(study: Study, *, modes: int, width: int, batch: int,
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} tasks at once")
     check_fits(_plan(study, modes, width, batch, "cpu"), None, limit=limit, where=where,
                what="landscape point (the largest K/width of the grid)")
+
+
+def check_target_size_memory(study: Study, concurrency: int) -> None:
+    """``--verify`` / ``--baseline direct`` train target-size models, ``concurrency`` at once: each must fit RAM / concurrency."""
+    if not study.is_fno or study.point_problem:
+        return
+    batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
+    limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} trainings at once")
+    check_fits(_plan(study, study.target_K, study.target_width or study.operator.width, batch, "cpu"), None,
+               limit=limit, where=where, what="target-size training of --verify / --baseline direct")

@@ -28,6 +28,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         raise UserInputError(
             f"--coord-check measures FNO's spectral layers across K; operator.type {study.operator.type} has none, drop the flag"
         )
+    _check_verification_options(options)
     if study.problem.data is not None:
         study.problem.data = str(Path(study.problem.data).absolute())
     source_text = _source_text(options.study_path)
@@ -63,6 +64,8 @@ def prepare(options: SweepOptions) -> SweepContext:
     _check_resources(study, options.address)
     if options.address is None:
         _check_memory(study)
+        if options.verify or options.baseline:
+            _check_target_size_memory(study)
     return SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
                         prior_wall=float(state.get("wall_seconds", 0.0)))
 
@@ -145,6 +148,22 @@ def _check_memory(study: Study) -> None:
 
     gpus = torch.cuda.device_count()
     check_study_memory(study, max_concurrent(study, os.cpu_count() or 1, gpus), gpus=gpus)
+
+
+def _check_verification_options(options: SweepOptions) -> None:
+    if options.verify_points < 3:
+        raise UserInputError(f"--verify-points {options.verify_points}: an optimum needs at least 3 LRs; use 5 (the default) or more")
+    if options.verify_seeds < 1:
+        raise UserInputError(f"--verify-seeds {options.verify_seeds}: must be at least 1 (2 or more give a CI)")
+    if options.baseline not in (None, "direct"):
+        raise UserInputError(f"--baseline {options.baseline}: the one baseline is 'direct'")
+
+
+def _check_target_size_memory(study: Study) -> None:
+    from mutransfer.sweep.memory import check_target_size_memory
+    from mutransfer.sweep.search import max_concurrent
+
+    check_target_size_memory(study, max_concurrent(study, os.cpu_count() or 1, 0))
 
 
 def check_cluster_fits(study: Study, nodes: list[dict]) -> None:

@@ -69,7 +69,7 @@ def _tuner(ctx: SweepContext):
     from mutransfer.sweep.trial_logger import TrialLogger, as_tune_callback
     from mutransfer.sweep.trial import proxy_trial
 
-    study, sdir = ctx.study, ctx.study_dir
+    study, sdir, at_target = ctx.study, ctx.study_dir, ctx.search_at_target
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", TUNE_CHECKPOINT_PERIOD_S)
     # Tune's default ("new") console output ignores verbose=0; the classic reporter honours it.
     # Progress comes from TrialLogger instead (one line per finished trial).
@@ -93,13 +93,15 @@ def _tuner(ctx: SweepContext):
             data=ctx.data,
             study=study,
             options={"study_dir": str(sdir.root), "threads": r.cpus_per_trial, "device": "cuda" if uses_gpu else "cpu",
-                     "fail_trials": ctx.fail_trials},
+                     "fail_trials": ctx.fail_trials, "target_size": at_target},
         ),
         {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial},
     )
     logger = TrialLogger(
         uri=ctx.tracking_uri, experiment_id=ctx.experiment_id, parent_run_id=ctx.parent_id, study_name=study.name,
-        proxy_K=study.proxy_K, proxy_width=study.operator.width, budget_epochs=study.budget.epochs,
+        proxy_K=study.target_K if at_target else study.proxy_K,
+        proxy_width=(study.target_width or study.operator.width) if at_target else study.operator.width,
+        budget_epochs=study.budget.epochs,
         fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu", devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
         quiet=ctx.options.quiet, trials_dir=str(sdir.trials_dir),
@@ -109,7 +111,7 @@ def _tuner(ctx: SweepContext):
     if study.search.algorithm == "grid" and study.search.num_trials != total:
         ctx.say(f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)")
     ctx.say(
-        f"proxies: {total} trials, {study.model_text(False)} ({study.search.algorithm}, ASHA), {study.budget.epochs} epochs each, "
+        f"{'direct search' if at_target else 'proxies'}: {total} trials, {study.model_text(at_target)} ({study.search.algorithm}, ASHA), {study.budget.epochs} epochs each, "
         f"{concurrency} at a time x {r.cpus_per_trial} CPU{' + ' + str(r.gpus_per_trial) + ' GPU' if uses_gpu else ''} ...",
     )
     if tune.Tuner.can_restore(str(sdir.tune_dir)):

@@ -45,6 +45,8 @@ def build_report(
     study_dir: str,
     overrides: list[str],
     phases: dict | None = None,
+    verification: dict | None = None,
+    direct_baseline: dict | None = None,
 ) -> dict:
     """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome."""
     counts = {s: sum(1 for t in trials if t.status == s) for s in ("completed", "pruned", "diverged", "failed")}
@@ -94,6 +96,8 @@ def build_report(
         "compute": compute,
         "mlflow": mlflow,
         "study_dir": study_dir,
+        "verification": verification,
+        "direct_baseline": None if direct_baseline is None else {k: v for k, v in direct_baseline.items() if k != "trials"},
         "trial_table": [t.as_dict() for t in trials],
     }
 
@@ -138,7 +142,11 @@ def format_report(report: dict) -> str:
             f"{'1 GPU' if target['use_gpu'] else str(target['cpus_per_worker']) + ' CPU'}"
         )
         if best and best.get("test_error") is not None and target.get("test_error") is not None:
-            lines.append(f"proxy -> target test error: {_g(best['test_error'])} -> {_g(target['test_error'])}")
+            gain = best["test_error"] / target["test_error"] if target["test_error"] else float("nan")
+            lines.append(f"proxy -> target test error: {_g(best['test_error'])} -> {_g(target['test_error'])} "
+                         f"({gain:.2f}x {'lower' if gain >= 1 else 'HIGHER: the target is no better than its proxy'})")
+    lines += _verification_lines(report.get("verification"))
+    lines += _baseline_lines(report.get("direct_baseline"))
     c = report["compute"]
     lines.append("")
     lines.append(
@@ -153,10 +161,11 @@ def format_report(report: dict) -> str:
         f"tuning the target directly (same trials and epochs on the target model) {_g(c.get('direct_sweep_flops'), '.3g')}"
     )
     if c.get("mutransfer_vs_direct_flops") is not None:
-        seconds = c.get("mutransfer_vs_direct_device_seconds")
+        seconds = c.get("mutransfer_vs_direct_training_seconds")
         lines.append(
-            f"muTransfer study (proxies + target) vs direct tuning: {c['mutransfer_vs_direct_flops']:.2f}x in FLOPs"
-            + (f", {seconds:.2f}x in device-seconds (direct estimated from the target's per-epoch cost)" if seconds else "")
+            f"muTransfer study (proxies + target) vs direct tuning (estimated): {c['mutransfer_vs_direct_flops']:.2f}x in FLOPs"
+            + (f", {seconds:.2f}x in training time (from the target's trainer seconds per epoch; start-up left out)"
+               if seconds else "")
         )
     if c.get("sweep_wall_seconds"):
         share = c.get("overhead_share")
@@ -177,6 +186,43 @@ def format_report(report: dict) -> str:
         lines.append(f"MLflow: {m.get('tracking_uri')}  experiment {m.get('experiment_id')}  parent run {m.get('parent_run_id')}")
     lines.append(f"study directory: {report['study_dir']}")
     return "\n".join(lines)
+
+
+def _verification_lines(v: dict | None) -> list[str]:
+    if not v:
+        return []
+    from mutransfer.sweep.verify import Verification
+
+    known = {k: v[k] for k in Verification.__dataclass_fields__ if k in v}
+    lines = ["", Verification(**known).summary_line()]
+    edge = [s for s in v["seed_optima"] if s["at_edge"]]
+    if edge:
+        lines.append(f"  optimum at the grid's edge for seed(s) {', '.join(str(s['seed']) for s in edge)}: not used")
+    c = v.get("cost") or {}
+    if c:
+        lines.append(f"  extra cost: {c['trainings']} target trainings, {c['device_seconds']:.1f} device-s "
+                     f"(training {c['trainer_device_seconds']:.1f}, overhead {c['overhead_device_seconds']:.1f}), "
+                     f"FLOPs {_g(c.get('flops'), '.3g')}")
+    return lines
+
+
+def _baseline_lines(b: dict | None) -> list[str]:
+    if not b:
+        return []
+    from mutransfer.sweep.baseline import summary_line
+
+    m, d = b["mutransfer"], b["cost"]
+    cfg = ", ".join(f"{k}={_g(v)}" for k, v in b["best_config"].items())
+    return [
+        "",
+        summary_line(b),
+        f"  direct: {b['search']['trials']} trials at the target's size, best ({cfg}); "
+        + ("its error after the search" if not b.get("final_training") else "winner retrained for the target's epochs"),
+        f"  device-seconds  muTransfer {m['device_seconds']:.1f} (training {m['trainer_device_seconds']:.1f} + overhead "
+        f"{m['overhead_device_seconds']:.1f})  direct {d['device_seconds']:.1f} (training {d['trainer_device_seconds']:.1f} "
+        f"+ overhead {d['overhead_device_seconds']:.1f})",
+        f"  FLOPs           muTransfer {_g(m.get('flops'), '.3g')}  direct {_g(d.get('flops'), '.3g')}",
+    ]
 
 
 def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:

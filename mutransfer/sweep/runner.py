@@ -1,7 +1,8 @@
 """Orchestration of `mutransfer sweep`: the phases in order over one :class:`SweepContext`.
 
     prepare → start (study directory, data, Ray, MLflow parent run)
-            → proxies → transfer → gate (--coord-check) → target → report
+            → proxies → transfer → gate (--coord-check) → target → verify (--verify)
+            → direct baseline (--baseline direct) → report
 
 Each phase is a function of the context (mutransfer.sweep.{proxies, rescale, gate,
 train_target, finish}); it reads what earlier phases left there and sets its own
@@ -25,23 +26,26 @@ from dataclasses import asdict
 
 from mutransfer.study import _UNSET
 from mutransfer.sweep.context import SweepContext, SweepError, SweepOptions
+from mutransfer.sweep.baseline import direct_baseline_phase
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.prepare import check_cluster_fits, prepare
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
 from mutransfer.sweep.train_target import train_target
+from mutransfer.sweep.verify import verify_phase
 
 __all__ = ["PHASES", "SweepError", "SweepOptions", "check_cluster_fits", "prepare", "run_sweep", "transfer"]
 
 #: the phases after the start, in order
-PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, write_report)
+PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, verify_phase, direct_baseline_phase, write_report)
 
 
 def run_sweep(options: SweepOptions) -> dict:
     """Run (or resume) a study end to end and return the transfer report."""
     ctx = prepare(options)
     if ctx.state.get("phase") == "done" and ctx.state.get("report"):
+        _check_nothing_new_asked(ctx)
         ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
         return dict(ctx.state["report"], already_complete=True)
     _start_study_dir(ctx)
@@ -50,6 +54,19 @@ def run_sweep(options: SweepOptions) -> dict:
         for phase in PHASES:
             phase(ctx)
     return ctx.report
+
+
+def _check_nothing_new_asked(ctx: SweepContext) -> None:
+    """A completed study cannot grow a verification or a baseline: those are asked for when it starts."""
+    from mutransfer.errors import UserInputError
+
+    report = ctx.state["report"]
+    for asked, key, flag in ((ctx.options.verify, "verification", "--verify"),
+                             (ctx.options.baseline, "direct_baseline", "--baseline direct")):
+        if asked and not report.get(key):
+            raise UserInputError(
+                f"{flag}: study {ctx.study.name!r} is already complete without it; run a new study with {flag} and --name NEW"
+            )
 
 
 def _start_study_dir(ctx: SweepContext) -> None:

@@ -167,7 +167,8 @@ def read_trial_history(trial_dir: str | os.PathLike) -> list[EpochRecord]:
 def proxy_trial(config: dict, data=None, study=None, options: dict | None = None) -> None:
     """Tune function trainable. ``data`` (SplitData), ``study`` and ``options`` come via tune.with_parameters.
 
-    options: study_dir, threads, device, fail_trials.
+    options: study_dir, threads, device, fail_trials, target_size (train the target's model instead of the
+    proxy's: the direct-tuning baseline, ``sweep --baseline direct``).
     """
     import torch
     from ray import tune
@@ -192,7 +193,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
 
     hp = merge_hyperparameters(study, config)
     torch.manual_seed(study.training.seed)  # the init depends on the seed only, not on the worker's history
-    model = model_for(study, data, target=False, init_scale=hp["init_scale"])
+    model = model_for(study, data, target=bool(options.get("target_size")), init_scale=hp["init_scale"])
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     tconfig = train_config(study, hp, epochs=study.budget.epochs, device=options.get("device", "cpu"), checkpoint_dir=str(trial_dir))
 

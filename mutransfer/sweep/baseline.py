@@ -1,0 +1,181 @@
+"""The direct-tuning baseline (``sweep --baseline direct``): the same search run at the target's size.
+
+The paper's Table 1 inside any study: the study's searcher, scheduler (ASHA), number of
+trials, search seed and per-trial budget, but every trial trains the target's model
+(K = target_K, width = target_width, the same parametrization). The search runs as a
+nested sweep context over ``<study dir>/direct/`` (its own Tune experiment and
+``state.json``, so ``--resume`` continues it) and logs its trials under an MLflow
+run of kind ``direct_baseline``, a child of the study's parent run.
+
+The direct winner is the best trial, as for the proxies. When a trial's budget
+(``budget.epochs``) is shorter than ``target.epochs``, or the best trial was stopped
+early, the winner is trained once more for ``target.epochs`` (like μTransfer's
+target) and that training's error and cost count. Otherwise the best trial already is
+a fully trained target and its error is the direct error.
+
+Costs are measured, never extrapolated, and split into training time (the trainer's
+own seconds × the devices it held) and the rest (process and Ray start-up, Tune and
+Ray Train scheduling, MLflow, checkpoints): ``trainer_device_seconds`` and
+``overhead_device_seconds``, which sum to ``device_seconds``. FLOPs are analytic
+(FNO) or counted (attention operators), :mod:`mutransfer.sweep.cost`.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mutransfer.sweep.context import SweepContext, TrialRecord
+
+
+def direct_context(ctx: SweepContext) -> SweepContext:
+    """A sweep context whose search trains the target's model, in ``<study dir>/direct``, under its own MLflow run."""
+    from mutransfer.sweep.state import StudyDir
+    from mutransfer.sweep.tracking import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG
+
+    sdir = StudyDir(ctx.study_dir.root / "direct")
+    sdir.root.mkdir(parents=True, exist_ok=True)
+    state = sdir.read_state() or {"phase": "proxies", "study": ctx.study.name}
+    sub = SweepContext(ctx.options, ctx.study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0,
+                       search_at_target=True)
+    sub.data, sub.data_path, sub.tracker, sub.experiment_id = ctx.data, ctx.data_path, ctx.tracker, ctx.experiment_id
+    parent = state.get("parent_run_id")
+    if not (parent and ctx.tracker.run_exists(parent)):
+        parent = ctx.tracker.client.create_run(ctx.experiment_id, tags={
+            PARENT_TAG: ctx.parent_id, KIND_TAG: "direct_baseline", STUDY_TAG: ctx.study.name,
+            RUN_NAME_TAG: f"{ctx.study.name} direct baseline ({ctx.study.model_text(True)})",
+        }).info.run_id
+    sub.parent_id = parent
+    sub.update_state(**{**state, "parent_run_id": parent})
+    return sub
+
+
+def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shape) -> dict:
+    """Device-seconds (trainer / overhead) and FLOPs of a search's trials."""
+    from mutransfer.sweep.cost import epoch_flops
+
+    devices = study.resources.gpus_per_trial or study.resources.cpus_per_trial
+    device = sum(t.device_seconds for t in trials)
+    trainer = sum(t.trainer_seconds for t in trials) * devices
+    modes = study.target_K if at_target else study.proxy_K
+    width = (study.target_width or study.operator.width) if at_target else study.operator.width
+    per_epoch = epoch_flops(study, modes, width, input_shape)
+    epochs = sum(int(t.epochs) for t in trials)
+    return {"device_seconds": device, "trainer_device_seconds": trainer,
+            "overhead_device_seconds": max(0.0, device - trainer),
+            "flops": None if per_epoch is None else epochs * per_epoch, "trials": len(trials), "epochs": epochs}
+
+
+def target_cost(study, outcome, input_shape) -> dict:
+    """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
+    from mutransfer.sweep.cost import epoch_flops
+
+    devices = outcome.num_workers * (1 if outcome.use_gpu else outcome.cpus_per_worker)
+    per_epoch = epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
+    trainer = outcome.trainer_seconds * devices
+    return {"device_seconds": outcome.device_seconds, "trainer_device_seconds": trainer,
+            "overhead_device_seconds": max(0.0, outcome.device_seconds - trainer),
+            "flops": None if per_epoch is None else outcome.epochs * per_epoch, "epochs": outcome.epochs}
+
+
+def add_costs(*parts: dict) -> dict:
+    """Sum of cost dicts (FLOPs None when any part has none)."""
+    keys = ("device_seconds", "trainer_device_seconds", "overhead_device_seconds")
+    out = {k: sum(p[k] for p in parts) for k in keys}
+    out["flops"] = None if any(p.get("flops") is None for p in parts) else sum(p["flops"] for p in parts)
+    return out
+
+
+def ratios(mine: dict, theirs: dict, my_error, their_error) -> dict:
+    """μTransfer / direct for error and for each cost (None where undefined)."""
+    def ratio(a, b):
+        return None if a is None or b is None or b == 0 else float(a) / float(b)
+
+    return {"error": ratio(my_error, their_error),
+            **{k: ratio(mine.get(k), theirs.get(k)) for k in ("device_seconds", "trainer_device_seconds", "flops")}}
+
+
+def direct_baseline_phase(ctx: SweepContext) -> None:
+    """With ``--baseline direct``: run the study's search at the target's size and set ``ctx.direct_baseline``."""
+    if ctx.options.baseline != "direct":
+        return
+    if ctx.state.get("direct_baseline"):
+        ctx.direct_baseline = ctx.state["direct_baseline"]
+        return
+    from mutransfer.sweep.proxies import run_proxies
+
+    study, shape = ctx.study, tuple(ctx.data.train_x.shape[1:])
+    start = time.perf_counter()
+    sub = direct_context(ctx)
+    ctx.say(f"direct baseline: the same search ({study.search.algorithm}, ASHA, {study.budget.epochs} epochs per trial) "
+            f"on the target {study.model_text(True)} ...")
+    run_proxies(sub)
+    best = sub.proxies.best
+    search = trials_cost(study, sub.proxies.trials, at_target=True, input_shape=shape)
+    final, parts = None, [search]
+    if best.status != "completed" or study.budget.epochs < study.target.epochs:
+        final = _train_winner(ctx, sub, best)
+        parts.append(final["cost"])
+    direct_error = final["test_error"] if final else best.test_error
+    direct = add_costs(*parts)
+    mutransfer = add_costs(trials_cost(study, ctx.proxies.trials, at_target=False, input_shape=shape),
+                           target_cost(study, ctx.target, shape))
+    result = {
+        "search": {"algorithm": study.search.algorithm, "trials": len(sub.proxies.trials),
+                   "budget_epochs": study.budget.epochs, "seed": study.search.seed},
+        "best_trial_id": best.trial_id,
+        "best_config": best.config,
+        "best_trial_test_error": best.test_error,
+        "final_training": final,
+        "test_error": direct_error,
+        "cost": dict(direct, search=search, wall_seconds=time.perf_counter() - start),
+        "mutransfer": dict(mutransfer, test_error=ctx.target.test_error),
+        "mutransfer_vs_direct": ratios(mutransfer, direct, ctx.target.test_error, direct_error),
+        "mlflow_run_id": sub.parent_id,
+        "trials": [t.as_dict() for t in sub.proxies.trials],
+    }
+    ctx.say(summary_line(result))
+    _log(ctx, sub, result)
+    ctx.direct_baseline = result
+    ctx.update_state(direct_baseline=result)
+
+
+def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> dict:
+    import ray
+
+    from mutransfer.sweep.target import resolve_use_gpu, run_target
+
+    study = ctx.study
+    use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
+    ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
+    outcome = run_target(study, best.hp, ctx.data, sub.study_dir.root, use_gpu=use_gpu,
+                         max_failures=study.budget.max_failures)
+    return {"status": outcome.status, "test_error": outcome.test_error, "epochs": outcome.epochs,
+            "cost": target_cost(study, outcome, tuple(ctx.data.train_x.shape[1:]))}
+
+
+def summary_line(result: dict) -> str:
+    r = result["mutransfer_vs_direct"]
+
+    def x(v):
+        return "-" if v is None else f"{v:.2f}x"
+
+    return (f"direct baseline: test error {result['test_error']:.4g} (muTransfer {result['mutransfer']['test_error']:.4g}, "
+            f"{x(r['error'])}); cost muTransfer/direct: {x(r['device_seconds'])} device-seconds, "
+            f"{x(r['trainer_device_seconds'])} training time, {x(r['flops'])} FLOPs")
+
+
+def _log(ctx: SweepContext, sub: SweepContext, result: dict) -> None:
+    from mutransfer.sweep.tracking import log_batch
+
+    now = int(time.time() * 1000)
+    c, r = result["cost"], result["mutransfer_vs_direct"]
+    metrics = [("direct_test_error", result["test_error"], now, 0),
+               ("direct_device_seconds", c["device_seconds"], now, 0),
+               ("direct_trainer_device_seconds", c["trainer_device_seconds"], now, 0),
+               ("direct_flops", c["flops"], now, 0),
+               *[(f"mutransfer_vs_direct_{k}", v, now, 0) for k, v in r.items()]]
+    metrics = [m for m in metrics if m[1] is not None]
+    log_batch(ctx.tracker.client, ctx.parent_id, metrics=metrics)
+    log_batch(ctx.tracker.client, sub.parent_id, metrics=metrics,
+              params={f"best.{k}": v for k, v in result["best_config"].items()}, tags={"mutransfer.status": "done"})
+    ctx.tracker.set_status(sub.parent_id, "FINISHED")
