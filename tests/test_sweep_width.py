@@ -84,7 +84,7 @@ def test_width_landscape_end_to_end(tmp_path):
     payload = json.loads(proc.stdout)
     assert payload["axis"] == "width" and payload["base_width"] == 4 and payload["operator"] == "galerkin"
     assert {(c["parametrization"], c["scale"]) for c in payload["curves"]} == {("standard", 4), ("standard", 16), ("mup", 4), ("mup", 16)}
-    assert {(d["scale_from"], d["scale_to"]) for d in payload["drift"]} == {(4, 16)}
+    assert {tuple(d["span"]) for d in payload["drift"]} == {(4, 16)}
     # at the base width, muP is the standard model: the two curves coincide exactly
     at_base = {(r["parametrization"], r["value"]): r["test_error"] for r in payload["records"] if r["scale"] == 4}
     for lr in (1e-3, 1e-2, 1e-1):

@@ -17,9 +17,13 @@ def add_parser(subparsers) -> None:
         "landscape",
         help="train a grid (K or width x hyperparameter x parametrization x seed) on Ray and plot where the optimum sits",
         description="Runs one training per grid point as a Ray task, logs each to MLflow under one parent run, and "
-        "writes landscape.png (loss vs the hyperparameter per K or width, SP and muP side by side, optima starred, "
-        "seed spread shaded, diverged points as red x), a table of the optimum per scale, and the drift of the "
-        "optimum from the smallest to the largest scale (mean ± std over seeds). --modes varies FNO's K under the "
+        "writes landscape.png (loss vs the hyperparameter per K or width, SP and muP side by side, seed spread "
+        "shaded, diverged points as red x, optima starred), a table of the optimum per scale and the drift. "
+        "Optimum: per seed, a parabola in log10(value) through the best grid point and its neighbours (a best "
+        "point at the grid's edge is flagged and not used); the star is the mean over seeds. Drift: per seed, the "
+        "slope of log10(optimum) against ln K (ln width) over all scales; mean and bootstrap 95% CI over seeds, "
+        "also in decades over the span, 'not resolved at this scale' when the CI covers 0; and the SP - muP "
+        "difference. --modes varies FNO's K under the "
         "K-parametrization; --widths varies the width of any operator under the width parametrization (muP base "
         "width: the smallest width).",
     )

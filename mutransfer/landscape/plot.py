@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mutransfer.landscape.analysis import CurveSummary, Drift, transform
+from mutransfer.landscape.analysis import CurveSummary, Drift, DriftDifference, transform
 
 
 def _x(values, hyperparameter: str):
@@ -13,10 +13,21 @@ def _x(values, hyperparameter: str):
     return 1.0 - values if hyperparameter == "beta2" else values
 
 
+def _on_curve(coordinate: float, xs, log_mean) -> float:
+    """The seed-mean error at ``coordinate``, interpolated in (coordinate, ln error)."""
+    return float(np.exp(np.interp(coordinate, xs, log_mean)))
+
+
 def plot_landscape(
-    curves: list[CurveSummary], drifts: list[Drift], hyperparameter: str, path, *, title: str = "", axis: str = "K"
+    curves: list[CurveSummary], drifts: list[Drift], hyperparameter: str, path, *, title: str = "", axis: str = "K",
+    difference: DriftDifference | None = None,
 ) -> None:
-    """Save the figure: mean test error with the min-max seed band, optima starred, diverged points as red x."""
+    """Save the figure: mean test error with the min-max seed band, diverged points as red x, and the optimum.
+
+    The star at each scale is the landscape's one estimator (mean of the usable per-seed
+    optima, horizontal bar: its CI over seeds), drawn on the seed-mean curve; seeds whose
+    optimum sits at the grid's edge are hollow circles at that grid point (not used).
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -28,6 +39,7 @@ def plot_landscape(
     scales = sorted({c.scale for c in curves})
     colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.85, len(scales)))
     color_of = dict(zip(scales, colors))
+    _, forward, inverse = transform(hyperparameter)
     label = {"lr": "learning rate", "batch_size": "batch size", "beta2": "1 - beta2"}[hyperparameter]
     for ax, parametrization in zip(axes[0], params):
         drift_row = next((d for d in drifts if d.parametrization == parametrization), None)
@@ -41,27 +53,42 @@ def plot_landscape(
             for xi, n_div in zip(x, curve.diverged):
                 if n_div:
                     ax.plot([xi], [0.96], "x", color="red", ms=7, transform=trans, clip_on=False)
-            if curve.optimum is not None and ok.sum() >= 1:
-                _, forward, _ = transform(hyperparameter)
-                xs = np.asarray(forward(np.asarray(curve.values, float)))[ok]
-                y_opt = float(np.exp(np.interp(float(forward(curve.optimum)), xs, np.log(np.asarray(curve.mean_error)[ok]))))
-                ax.plot([_x([curve.optimum], hyperparameter)[0]], [y_opt], "*", ms=14, color=color, mec="black", mew=0.6)
+            xs = np.asarray(forward(np.asarray(curve.values, float)))[ok]
+            log_mean = np.log(np.asarray(curve.mean_error)[ok])
+            if curve.star is not None and ok.any():
+                x_star = _x([inverse(curve.star.mean)], hyperparameter)[0]
+                bar = sorted(_x([inverse(curve.star.lo), inverse(curve.star.hi)], hyperparameter))
+                y_star = _on_curve(curve.star.mean, xs, log_mean)
+                ax.plot(bar, [y_star, y_star], "-", color=color, lw=1.5, alpha=0.9)
+                ax.plot([x_star], [y_star], "*", ms=14, color=color, mec="black", mew=0.6)
+            for optimum in curve.seed_optima:
+                if optimum.at_edge and ok.any():
+                    ax.plot(_x([optimum.value], hyperparameter), [_on_curve(optimum.coordinate, xs, log_mean)], "o", ms=9,
+                            mfc="none", mec=color, mew=1.2)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(label)
         heading = parametrization
-        if drift_row is not None and drift_row.mean is not None:
-            heading += f": optimum drift {drift_row.mean:+.2f} ± {drift_row.std:.2f} in {drift_row.coordinate}"
-            heading += f" ({axis} {drift_row.scale_from}->{drift_row.scale_to})"
+        if drift_row is not None and drift_row.slope is not None:
+            slope = drift_row.slope
+            heading += (f": drift of {drift_row.coordinate} per ln {axis} {slope.mean:+.2f} [{slope.lo:+.2f}, "
+                        f"{slope.hi:+.2f}] ({slope.n} seed{'s' if slope.n != 1 else ''})\n= {drift_row.decades.mean:+.2f} decades over {axis} "
+                        f"{drift_row.span[0]}->{drift_row.span[1]}" + ("" if drift_row.resolved else ", not resolved"))
         ax.set_title(heading, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("test relative L2 (mean over seeds; band: min-max)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     handles.append(plt.Line2D([], [], ls="", marker="*", ms=10, color="gray", mec="black"))
-    labels.append("optimum")
+    labels.append("optimum (mean of per-seed fits, bar: CI)")
+    handles.append(plt.Line2D([], [], ls="", marker="o", mfc="none", mec="gray"))
+    labels.append("seed optimum at grid edge (not used)")
     handles.append(plt.Line2D([], [], ls="", marker="x", color="red"))
     labels.append("diverged")
-    axes[0][-1].legend(handles, labels, fontsize=7, loc="lower right")
+    axes[0][-1].legend(handles, labels, fontsize=7, loc="best")
+    if difference is not None:
+        title = (title + "\n" if title else "") + (
+            f"SP - muP drift {difference.slope.mean:+.2f} [{difference.slope.lo:+.2f}, {difference.slope.hi:+.2f}] per ln {axis}"
+            + ("" if difference.resolved else ", not resolved at this scale"))
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

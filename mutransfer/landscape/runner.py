@@ -6,7 +6,8 @@ the smallest width as the base width). Each grid point trains the study's
 operator with one hyperparameter set to the point's value (everything else from the study's ``training`` section) for the study's
 proxy epoch budget (or ``epochs``). The driver logs one MLflow child run per point
 under one parent run (tag ``mutransfer.kind = landscape``) as results arrive,
-then writes the figure, the optimum table and the drift.
+then writes the figure, the optimum table and the drift (``mutransfer.landscape.analysis``:
+one estimator of the optimum per seed for the stars, the table, the JSON and the drift).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
-from mutransfer.landscape.analysis import drift, summarize, transform
+from mutransfer.landscape.analysis import analyze, transform
 from mutransfer.landscape.plot import plot_landscape
 
 
@@ -217,8 +218,7 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
             ray.shutdown()
     wall = time.perf_counter() - wall
 
-    curves = summarize(records, options.hyperparameter)
-    drifts = drift(curves, options.hyperparameter)
+    curves, drifts, difference = analyze(records, options.hyperparameter, axis)
     out = Path(options.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     figure = out / "landscape.png"
@@ -227,7 +227,7 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         model = f"{fixed}, width {', '.join(map(str, sorted(set(options.widths))))}"
     else:
         model = f"FNO-{study.dim}D width {study.operator.width}"
-    plot_landscape(curves, drifts, options.hyperparameter, figure, axis=axis,
+    plot_landscape(curves, drifts, options.hyperparameter, figure, axis=axis, difference=difference,
                    title=f"{study.name}: {study.problem.name}, {model}, {epochs} epochs, {options.seeds} seeds")
     payload = {
         "study": study.name,
@@ -239,8 +239,10 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         "epochs": epochs,
         "wall_seconds": wall,
         "device_seconds": sum(r["seconds"] for r in records) * options.cpus_per_task,
-        "curves": [dataclasses.asdict(c) for c in curves],
-        "drift": [dataclasses.asdict(d) for d in drifts],
+        "seeds": options.seeds,
+        "curves": [c.as_dict() for c in curves],
+        "drift": [d.as_dict() for d in drifts],
+        "drift_difference": None if difference is None else difference.as_dict(),
         "records": [{k: v for k, v in r.items() if k != "history"} for r in records],
         "figure": str(figure),
         "mlflow_parent_run": parent,
@@ -248,9 +250,16 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
     (out / "landscape.json").write_text(json.dumps(payload, indent=2))
     tracker.client.log_artifact(parent, str(figure))
     tracker.client.log_artifact(parent, str(out / "landscape.json"))
-    log_batch(tracker.client, parent, metrics=[
-        (f"drift_{d.parametrization}", d.mean, int(time.time() * 1000), 0) for d in drifts if d.mean is not None
-    ])
+    now = int(time.time() * 1000)
+    metrics = []
+    for d in drifts:
+        if d.slope is not None:  # slope per ln(scale); the CI ends and the move in decades over the span
+            metrics += [(f"drift_{d.parametrization}{suffix}", value, now, 0) for suffix, value in
+                        (("", d.slope.mean), ("_lo", d.slope.lo), ("_hi", d.slope.hi), ("_decades", d.decades.mean))]
+    if difference is not None:
+        metrics += [("drift_difference", difference.slope.mean, now, 0), ("drift_difference_lo", difference.slope.lo, now, 0),
+                    ("drift_difference_hi", difference.slope.hi, now, 0)]
+    log_batch(tracker.client, parent, metrics=metrics)
     tracker.set_status(parent, "FINISHED")
     return payload
 
@@ -277,19 +286,27 @@ def _log_point(
 
 
 def format_table(payload: dict) -> str:
-    """Plain-text table of the optimum per scale (K or width) and the drift, per parametrization."""
-    label = transform(payload["hyperparameter"])[0]
+    """Plain-text table: the star per scale (mean of usable per-seed optima, CI), per-seed optima, the drift lines."""
+    hyperparameter = payload["hyperparameter"]
+    inverse = transform(hyperparameter)[2]
     axis = payload.get("axis", "K")
-    lines = [f"optimal {payload['hyperparameter']} per {axis} ({payload['study']}, {payload['epochs']} epochs)"]
-    lines.append(f"{'parametrization':<16}{axis:>6}  {'optimum':>10}  {'per seed':<36} {'best mean error':>15}")
+    lines = [f"optimal {hyperparameter} per {axis} ({payload['study']}, {payload['epochs']} epochs): mean of the "
+             f"per-seed optima in {transform(hyperparameter)[0]} [95% CI]; (edge) = at the grid's edge, not used"]
+    lines.append(f"{'parametrization':<16}{axis:>6}  {'optimum':>9} {'[CI]':<21} {'edge':<12} {'per seed':<40} "
+                 f"{'best mean error':>15}")
     for c in payload["curves"]:
-        seeds = ", ".join("diverged" if o is None else f"{o:.3g}" for o in c["seed_optima"])
-        opt = "none" if c["optimum"] is None else f"{c['optimum']:.4g}"
-        lines.append(f"{c['parametrization']:<16}{c['scale']:>6}  {opt:>10}  {seeds:<36} {min(c['mean_error']):>15.4g}")
+        per_seed = ", ".join("diverged" if o["value"] is None else f"{o['value']:.3g}" + ("(edge)" if o["at_edge"] else "")
+                             for o in c["seed_optima"])
+        star = c["star"]
+        opt = "none" if star is None else f"{inverse(star['mean']):.3g}"
+        ci = "" if star is None else "[{:.3g}, {:.3g}]".format(*sorted(inverse(t) for t in star["ci"]))
+        edge = f"{c['edge']}/{len(c['seed_optima'])} seeds"
+        lines.append(f"{c['parametrization']:<16}{c['scale']:>6}  {opt:>9} {ci:<21} {edge:<12} {per_seed:<40} "
+                     f"{min(c['mean_error']):>15.4g}")
     for d in payload["drift"]:
-        if d["mean"] is None:
-            lines.append(f"drift {d['parametrization']}: undefined (all runs diverged at one end)")
-        else:
-            lines.append(f"drift {d['parametrization']} ({axis} {d['scale_from']} -> {d['scale_to']}): "
-                         f"{d['mean']:+.3f} ± {d['std']:.3f} in {label}")
+        lines.append(d["text"])
+        if d["excluded"]:
+            lines.append(f"  excluded at the grid's edge (seed, {axis}): " + ", ".join(f"({s}, {k})" for s, k in d["excluded"]))
+    if payload.get("drift_difference"):
+        lines.append(payload["drift_difference"]["text"])
     return "\n".join(lines)
