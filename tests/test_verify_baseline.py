@@ -152,6 +152,7 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
     assert "--verify: study 'no-verify' is already complete" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_path):
     from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
     from mutransfer.sweep import SweepOptions, run_sweep
