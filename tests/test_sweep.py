@@ -275,28 +275,34 @@ def test_target_trains_with_two_ddp_workers(ray_local, tiny_data, tmp_path):
     assert not any(k.startswith("module.") for k in saved["model"])  # the plain model, not the DDP wrapper
 
 
-def test_coord_check_gate_stops_sp_before_the_target_and_passes_mup(ray_local, tiny_data, tmp_path):
-    """--coord-check: SP's spectral sizes grow with K (flagged, no target compute); muP's are flat (target trains)."""
+def test_coord_check_gate_stops_a_wrong_parametrization_before_the_target(ray_local, tiny_data, tmp_path, monkeypatch):
+    """--coord-check: a spectral LR of c(K)·K makes every layer's update grow with K (flagged, no target compute);
+    SP's updates on this smooth data are flat (passes, target trains). The gate runs in the driver, where the
+    wrong multiplier is patched in (SpectralConv looks it up at construction)."""
     import yaml
 
+    import operators.spectral
     from mutransfer.sweep import SweepOptions, run_sweep
     from mutransfer.sweep.runner import SweepError
 
+    right = operators.spectral.spectral_lr_multiplier
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs_dir = tmp_path / "runs"
-    for parametrization in ("standard", "mup"):
-        path = write_tiny_study(tmp_path, tiny_data, name=f"gate-{parametrization}", trials=2)
+    for name in ("wrong", "standard"):
+        path = write_tiny_study(tmp_path, tiny_data, name=f"gate-{name}", trials=2)
         mapping = yaml.safe_load(path.read_text())
-        mapping["parametrization"] = parametrization
+        mapping["parametrization"] = "standard"
         path.write_text(yaml.safe_dump(mapping, sort_keys=False))
         options = SweepOptions(study_path=str(path), runs_dir=str(runs_dir), overrides={"tracking_uri": uri},
                                quiet=True, coord_check=True)
-        if parametrization == "standard":
-            with pytest.raises(SweepError, match="coordinate check flagged standard"):
+        if name == "wrong":
+            monkeypatch.setattr(operators.spectral, "spectral_lr_multiplier", lambda k, d, p: right(k, d, p) * k)
+            with pytest.raises(SweepError, match=r"coordinate check flagged standard: fourier_\d grows, slope \+"):
                 run_sweep(options)
+            monkeypatch.undo()
         else:
             assert run_sweep(options)["target"]["status"] == "completed"
-        gate = json.loads((runs_dir / f"gate-{parametrization}" / "coord_check.json").read_text())
-        assert gate["passed"] == {parametrization: parametrization == "mup"}
+        gate = json.loads((runs_dir / f"gate-{name}" / "coord_check.json").read_text())
+        assert gate["passed"] == {"standard": name == "standard"}
     targets = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "target"]
-    assert [r.data.tags["mutransfer.study"] for r in targets] == ["gate-mup"]
+    assert [r.data.tags["mutransfer.study"] for r in targets] == ["gate-standard"]

@@ -1,38 +1,189 @@
-"""Coordinate check: are the FNO's spectral layers' sizes flat in K?
+"""Coordinate check: does the size of an update at a fixed LR stay flat as K grows?
 
-For each parametrization, K and seed the check builds the FNO, records sizes,
-takes a few Adam steps on real training data, and records them again:
+What decides whether a learning rate transfers from K_proxy to K_target is how far
+a few optimizer steps at that LR move the network. For each parametrization, K and
+seed the check builds the FNO, records on a fixed batch of the training data
 
-- ``activation`` (per layer: lift, fourier_1…fourier_L, output): mean |x| of the
-  layer's output on a real batch, at init and after the steps. Reported, not gated:
-  on smooth PDE data the low modes dominate, so these sizes barely depend on K
-  under either parametrization (and under muP shrink slowly as 1/√log K).
-- ``spectral_init`` (per Fourier layer): mean |K_ℓ p| for a scale-invariant probe p,
-  a zero-mean random field with power ∝ |k|^-d. Its energy in the kept modes grows
-  as log K^d, which is exactly what the muP factor 1/√(d·log K) compensates
-  (Li, Yoo & Yang 2025, Thm 3.5): flat under muP, growing as √(d·log K) under SP.
-- ``spectral_update`` (per Fourier layer): mean |(K_ℓ,t − K_ℓ,0) p| for the same probe,
-  the size of the spectral-weight update after the steps.
+- the network's output f_0(x), and for every Fourier layer ℓ its input h_ℓ (the init
+  network's input to that layer, padding included), its spectral part S_ℓ,0(h_ℓ) and
+  its whole output S_ℓ,0(h_ℓ) + W_ℓ,0(h_ℓ) (before the GELU),
 
-Flatness: the least-squares slope s of log(size) against log K (seeds averaged);
-a curve is flat when |s| ≤ tolerance. The gate passes when every gated curve
-(``spectral_init`` and ``spectral_update``) of a parametrization is flat.
+takes ``steps`` Adam steps at ``lr`` (the parametrization's LR multipliers applied,
+:func:`operators.parametrization.optimizer_param_groups`) on that data, and measures
+the RMS change (absolute, in the units of the data / hidden channels):
+
+- ``output``: RMS(f_t(x) − f_0(x)) over batch, grid and channels;
+- ``fourier_ℓ``: RMS((S_ℓ,t + W_ℓ,t)(h_ℓ) − (S_ℓ,0 + W_ℓ,0)(h_ℓ)) on the FIXED input h_ℓ,
+  so only layer ℓ's own update counts;
+- ``spectral_ℓ``: RMS(S_ℓ,t(h_ℓ) − S_ℓ,0(h_ℓ)), the spectral weights' update alone;
+- ``probe_arithmetic_ℓ`` (never gated): RMS(S_ℓ,0 p) at init for a scale-invariant
+  probe p (power ∝ |k|^-d, whose energy in the kept modes grows like log K^d). It checks
+  the arithmetic of b(K) only: flat under muP by construction, √(d·log K) under SP.
+
+Each value is also kept relative to the size of what changed (RMS(f_0), RMS of the
+layer's or spectral part's init output; 1 for the probe).
+
+Verdict per curve (``tolerance`` τ on the log-log slope, default 0.1): per seed the
+least-squares slope of ln(value) against ln K; their mean with a percentile-bootstrap
+CI [lo, hi] over seeds (:func:`mutransfer.diagnostics.statistics.mean_ci`):
+
+- ``no-signal``: some (K, seed) value has relative change < ``MIN_RELATIVE`` (1e-6),
+  is exactly zero or not finite (``lr`` 0, frozen weights): nothing was measured;
+- ``flat``: −τ ≤ lo and hi ≤ τ (the whole CI inside ±τ);
+- ``grows``: mean > τ and lo > 0;  ``shrinks``: mean < −τ and hi < 0;
+- ``unresolved``: anything else (the CI is wider than ±τ allows and reaches across
+  a bound, e.g. it covers 0 but also slopes beyond τ: more seeds are needed).
+
+Gated curves: ``output`` and every ``fourier_ℓ`` (``GATED_KINDS``). A parametrization
+passes only if all its gated curves are ``flat``; its verdict is ``pass``, else
+``no-signal`` if a gated curve had no signal, else ``flagged``.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from mutransfer.diagnostics.statistics import Estimate, fit_slope, mean_ci
 from mutransfer.errors import UserInputError
+from mutransfer.training.losses import relative_l2
 from operators.fno import FNO
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
-GATED_KINDS = ("spectral_init", "spectral_update")
-KINDS = ("activation",) + GATED_KINDS
+FLAT, GROWS, SHRINKS, UNRESOLVED, NO_SIGNAL = "flat", "grows", "shrinks", "unresolved", "no-signal"
+VERDICTS = (FLAT, GROWS, SHRINKS, UNRESOLVED, NO_SIGNAL)
+#: smallest relative change that counts as a measured update
+MIN_RELATIVE = 1e-6
+KINDS = ("output", "fourier", "spectral", "probe_arithmetic")
+GATED_KINDS = ("output", "fourier")
+
+
+def classify_slopes(slopes, tolerance: float, smallest_relative: float = 1.0) -> tuple[str, Estimate | None]:
+    """(verdict, mean slope with bootstrap CI) for per-seed log-log slopes; the rule of the module docstring.
+
+    ``smallest_relative``: the smallest relative change over all (K, seed) of the curve.
+    """
+    if not smallest_relative >= MIN_RELATIVE or slopes is None or not all(math.isfinite(s) for s in slopes):
+        return NO_SIGNAL, None
+    est = mean_ci(slopes)
+    if -tolerance <= est.lo and est.hi <= tolerance:
+        return FLAT, est
+    if est.mean > tolerance and est.lo > 0:
+        return GROWS, est
+    if est.mean < -tolerance and est.hi < 0:
+        return SHRINKS, est
+    return UNRESOLVED, est
+
+
+@dataclass
+class Curve:
+    """One measured size across K for one parametrization: values[seed][k_index] and the verdict."""
+
+    parametrization: str
+    name: str  # "output", "fourier_2", "spectral_2", "probe_arithmetic_2"
+    kind: str
+    modes: list[int]
+    values_per_seed: list[list[float]]  # absolute RMS (change), per seed, per K
+    relative_per_seed: list[list[float]]  # the same divided by the RMS of the init quantity
+    tolerance: float
+    seed_slopes: list[float] | None = None
+    estimate: Estimate | None = None
+    verdict: str = NO_SIGNAL
+
+    def __post_init__(self):
+        smallest = min((r for seed in self.relative_per_seed for r in seed), default=0.0)
+        if all(v > 0 and math.isfinite(v) for seed in self.values_per_seed for v in seed):
+            logk = np.log(np.asarray(self.modes, float))
+            self.seed_slopes = [fit_slope(logk, np.log(seed)) for seed in self.values_per_seed]
+        self.verdict, self.estimate = classify_slopes(self.seed_slopes, self.tolerance, smallest)
+
+    @property
+    def gated(self) -> bool:
+        return self.kind in GATED_KINDS
+
+    @property
+    def values(self) -> list[float]:
+        """Mean over seeds per K."""
+        return [float(np.mean(col)) for col in zip(*self.values_per_seed)]
+
+    @property
+    def relative(self) -> list[float]:
+        return [float(np.mean(col)) for col in zip(*self.relative_per_seed)]
+
+    @property
+    def slope(self) -> float | None:
+        return None if self.estimate is None else self.estimate.mean
+
+    @property
+    def slope_ci(self) -> list[float] | None:
+        return None if self.estimate is None else [self.estimate.lo, self.estimate.hi]
+
+    def describe(self) -> str:
+        """``fourier_2 grows, slope +0.310 [+0.270, +0.350] (3 seeds)``, or the smallest relative change when no-signal."""
+        if self.verdict == NO_SIGNAL:
+            smallest = min((r for seed in self.relative_per_seed for r in seed), default=0.0)
+            return (f"{self.name} no-signal (smallest relative change {smallest:.1e} < {MIN_RELATIVE:.0e}: "
+                    "the update is too small to measure)")
+        lo, hi = self.slope_ci
+        return f"{self.name} {self.verdict}, slope {self.slope:+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(self.seed_slopes)} seeds)"
+
+    def as_dict(self) -> dict:
+        return {
+            "parametrization": self.parametrization, "curve": self.name, "kind": self.kind, "gated": self.gated,
+            "verdict": self.verdict, "slope": self.slope, "slope_ci": self.slope_ci, "seed_slopes": self.seed_slopes,
+            "modes": self.modes, "values": self.values, "values_per_seed": self.values_per_seed,
+            "relative": self.relative, "relative_per_seed": self.relative_per_seed,
+        }
+
+
+@dataclass
+class CoordCheckResult:
+    """All curves of a coordinate check with the settings that produced them."""
+
+    tolerance: float
+    steps: int
+    lr: float
+    seeds: int
+    curves: list[Curve] = field(default_factory=list)
+
+    def parametrizations(self) -> list[str]:
+        return list(dict.fromkeys(c.parametrization for c in self.curves))
+
+    def gated(self, parametrization: str) -> list[Curve]:
+        gated = [c for c in self.curves if c.parametrization == parametrization and c.gated]
+        if not gated:
+            raise KeyError(parametrization)
+        return gated
+
+    def flagged(self, parametrization: str) -> list[Curve]:
+        """Gated curves that are not flat, the most telling first (grows/shrinks by |slope|, then the rest)."""
+        rank = {GROWS: 0, SHRINKS: 0, UNRESOLVED: 1, NO_SIGNAL: 2}
+        bad = [c for c in self.gated(parametrization) if c.verdict != FLAT]
+        return sorted(bad, key=lambda c: (rank[c.verdict], -abs(c.slope or 0.0)))
+
+    def verdict(self, parametrization: str) -> str:
+        """``pass`` (every gated curve flat), ``no-signal`` (a gated curve measured nothing) or ``flagged``."""
+        bad = self.flagged(parametrization)
+        if not bad:
+            return "pass"
+        return NO_SIGNAL if any(c.verdict == NO_SIGNAL for c in bad) else "flagged"
+
+    def passed(self, parametrization: str) -> bool:
+        return self.verdict(parametrization) == "pass"
+
+    def as_dict(self) -> dict:
+        params = self.parametrizations()
+        return {
+            "tolerance": self.tolerance, "steps": self.steps, "lr": self.lr, "seeds": self.seeds,
+            "min_relative": MIN_RELATIVE, "gated_kinds": list(GATED_KINDS),
+            "parametrizations": {p: {"verdict": self.verdict(p), "passed": self.passed(p),
+                                     "flagged": [c.name for c in self.flagged(p)]} for p in params},
+            "passed": {p: self.passed(p) for p in params},
+            "curves": [c.as_dict() for c in self.curves],
+        }
 
 
 def scale_invariant_probe(batch: int, channels: int, grid: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -45,100 +196,6 @@ def scale_invariant_probe(batch: int, channels: int, grid: tuple[int, ...], gene
     noise = torch.complex(torch.randn(shape, generator=generator), torch.randn(shape, generator=generator))
     field = torch.fft.irfftn(noise * amplitude, s=grid, dim=tuple(range(-d, 0)))
     return field / field.std()
-
-
-def loglog_slope(modes: list[int], values: list[float]) -> float:
-    """Least-squares slope of log(value) against log(K)."""
-    x, y = np.log(np.asarray(modes, float)), np.log(np.maximum(np.asarray(values, float), 1e-300))
-    x = x - x.mean()
-    return float((x * (y - y.mean())).sum() / (x * x).sum())
-
-
-@dataclass
-class Curve:
-    """Sizes of one quantity across K, with its flatness verdict."""
-
-    parametrization: str
-    kind: str
-    layer: str
-    modes: list[int]
-    values: list[float]
-    slope: float
-    flat: bool
-
-    @property
-    def gated(self) -> bool:
-        return self.kind in GATED_KINDS
-
-
-@dataclass
-class CoordCheckResult:
-    """All curves of a coordinate check, the tolerance and the per-parametrization verdict."""
-
-    tolerance: float
-    steps: int
-    curves: list[Curve] = field(default_factory=list)
-
-    def passed(self, parametrization: str) -> bool:
-        """True when every gated curve of ``parametrization`` is flat in K."""
-        gated = [c for c in self.curves if c.parametrization == parametrization and c.gated]
-        if not gated:
-            raise KeyError(parametrization)
-        return all(c.flat for c in gated)
-
-    def parametrizations(self) -> list[str]:
-        return list(dict.fromkeys(c.parametrization for c in self.curves))
-
-    def as_dict(self) -> dict:
-        return {
-            "tolerance": self.tolerance,
-            "steps": self.steps,
-            "passed": {p: self.passed(p) for p in self.parametrizations()},
-            "curves": [asdict(c) | {"gated": c.gated} for c in self.curves],
-        }
-
-
-def _layer_sizes(model: FNO, x: torch.Tensor) -> dict[str, float]:
-    """mean |output| of the lift, of every Fourier layer (spectral + pointwise, before GELU) and of the model."""
-    outputs: dict[str, torch.Tensor] = {}
-
-    def keep(name):
-        return lambda module, inputs, output: outputs.__setitem__(name, output)
-
-    modules = [("lift", model.lift)]
-    modules += [(f"spectral_{n + 1}", m) for n, m in enumerate(model.spectral)]
-    modules += [(f"pointwise_{n + 1}", m) for n, m in enumerate(model.pointwise)]
-    hooks = [module.register_forward_hook(keep(name)) for name, module in modules]
-    try:
-        with torch.no_grad():
-            final = model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-    sizes = {"lift": outputs["lift"].abs().mean().item()}
-    for n in range(len(model.spectral)):
-        layer_out = outputs[f"spectral_{n + 1}"] + outputs[f"pointwise_{n + 1}"]
-        sizes[f"fourier_{n + 1}"] = layer_out.abs().mean().item()
-    sizes["output"] = final.abs().mean().item()
-    return sizes
-
-
-def _probe_sizes(model: FNO, probe: torch.Tensor, initial: list[list[torch.Tensor]] | None) -> dict[str, float]:
-    """mean |K_ℓ p| per Fourier layer, or mean |(K_ℓ − K_ℓ,0) p| when the initial weights are given."""
-    sizes = {}
-    with torch.no_grad():
-        for n, spectral in enumerate(model.spectral):
-            if initial is None:
-                out = spectral(probe)
-            else:
-                saved = [w.detach().clone() for w in spectral.weights]
-                for w, w0 in zip(spectral.weights, initial[n]):
-                    w.sub_(w0)
-                out = spectral(probe)
-                for w, s in zip(spectral.weights, saved):
-                    w.copy_(s)
-            sizes[f"fourier_{n + 1}"] = out.abs().mean().item()
-    return sizes
 
 
 def coord_check(
@@ -154,40 +211,83 @@ def coord_check(
     steps: int = 3,
     batch_size: int = 10,
     clip_value: float | None = None,
-    seeds: int = 2,
+    seeds: int = 3,
     tolerance: float = 0.1,
 ) -> CoordCheckResult:
-    """Run the coordinate check on ``data`` (train_x/train_y channel-last tensors) for every K in ``modes``."""
+    """Run the check on ``data`` (train_x (n, *grid, c_in) / train_y (n, *grid, c_out), channel-last) for every K."""
     modes = sorted(set(int(k) for k in modes))
     if len(modes) < 2:
         raise UserInputError(f"modes {modes}: give at least two values of K to see a trend, e.g. --modes 4 8 16")
     if steps < 1 or seeds < 1 or batch_size < 1:
-        raise UserInputError("steps, seeds and batch_size must be positive integers")
+        raise UserInputError("steps, seeds and batch_size must be positive integers (--steps, --seeds, --batch-size)")
     if not tolerance > 0:
-        raise UserInputError(f"tolerance {tolerance}: must be a positive log-log slope, e.g. 0.1")
+        raise UserInputError(f"tolerance {tolerance}: must be a positive log-log slope, e.g. --tolerance 0.1")
+    if not (math.isfinite(lr) and lr >= 0):
+        raise UserInputError(f"lr {lr}: must be zero or a positive number, e.g. --lr 1e-3")
     x_all, y_all = data.train_x, data.train_y
     if x_all.shape[0] < batch_size:
         raise UserInputError(f"batch_size {batch_size}: only {x_all.shape[0]} training samples; lower --batch-size")
     grid = tuple(x_all.shape[1:-1])
-    result = CoordCheckResult(tolerance=tolerance, steps=steps)
+    settings = dict(dim=dim, width=width, layers=layers, padding=padding, lr=lr, steps=steps,
+                    batch_size=batch_size, clip_value=clip_value)
+    result = CoordCheckResult(tolerance=tolerance, steps=steps, lr=lr, seeds=seeds)
     for parametrization in parametrizations:
-        per_k: dict[tuple[str, str], list[float]] = {}
-        for k in modes:
-            sums: dict[tuple[str, str], float] = {}
-            for seed in range(seeds):
-                for key, value in _one_run(x_all, y_all, grid, dim, k, parametrization, width, layers, padding,
-                                           lr, steps, batch_size, clip_value, seed).items():
-                    sums[key] = sums.get(key, 0.0) + value / seeds
-            for key, value in sums.items():
-                per_k.setdefault(key, []).append(value)
-        for (kind, layer), values in per_k.items():
-            slope = loglog_slope(modes, values)
-            result.curves.append(Curve(parametrization, kind, layer, modes, values, slope, abs(slope) <= tolerance))
+        # runs[seed][k_index] = {curve name: (value, reference)}
+        runs = [[_one_run(x_all, y_all, grid, k, parametrization, seed, **settings) for k in modes]
+                for seed in range(seeds)]
+        for name in sorted(runs[0][0], key=_curve_order):
+            values = [[run[name][0] for run in per_k] for per_k in runs]
+            relative = [[_relative(*run[name]) for run in per_k] for per_k in runs]
+            kind = name.rsplit("_", 1)[0] if name != "output" else "output"
+            result.curves.append(Curve(parametrization, name, kind, modes, values, relative, tolerance))
     return result
 
 
-def _one_run(x_all, y_all, grid, dim, k, parametrization, width, layers, padding, lr, steps, batch_size,
-             clip_value, seed) -> dict[tuple[str, str], float]:
+def _curve_order(name: str) -> tuple[int, int]:
+    """output first, then fourier_1…L, spectral_1…L, probe_arithmetic_1…L."""
+    if name == "output":
+        return (0, 0)
+    kind, layer = name.rsplit("_", 1)
+    return (KINDS.index(kind), int(layer))
+
+
+def _relative(value: float, reference: float) -> float:
+    if value == 0:
+        return 0.0
+    return value / reference if reference > 0 else math.inf
+
+
+def _rms(t: torch.Tensor) -> float:
+    return t.double().square().mean().sqrt().item()
+
+
+def _capture(model: FNO, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    """(f(x), per Fourier layer: its input h_ℓ (B, m, *padded grid), S_ℓ(h_ℓ), W_ℓ(h_ℓ)) from one forward pass."""
+    seen: dict[tuple[str, int], torch.Tensor] = {}
+
+    def keep(kind, n):
+        def hook(module, inputs, output):
+            seen[(kind, n)] = output
+            if kind == "spectral":
+                seen[("input", n)] = inputs[0]
+        return hook
+
+    hooks = [m.register_forward_hook(keep("spectral", n)) for n, m in enumerate(model.spectral)]
+    hooks += [m.register_forward_hook(keep("pointwise", n)) for n, m in enumerate(model.pointwise)]
+    try:
+        with torch.no_grad():
+            out = model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+    n_layers = len(model.spectral)
+    return (out, [seen[("input", n)] for n in range(n_layers)], [seen[("spectral", n)] for n in range(n_layers)],
+            [seen[("pointwise", n)] for n in range(n_layers)])
+
+
+def _one_run(x_all, y_all, grid, k, parametrization, seed, *, dim, width, layers, padding, lr, steps, batch_size,
+             clip_value) -> dict[str, tuple[float, float]]:
+    """One model at K and seed: {curve name: (RMS change or size, RMS of the reference)}."""
     torch.manual_seed(seed)
     model = FNO(dim, x_all.shape[-1], y_all.shape[-1], modes=k, width=width, layers=layers,
                 parametrization=parametrization, padding=padding)
@@ -195,69 +295,27 @@ def _one_run(x_all, y_all, grid, dim, k, parametrization, width, layers, padding
     generator = torch.Generator().manual_seed(10_000 + seed)
     probe = scale_invariant_probe(4, width, tuple(n + padding for n in grid), generator)
     batch = x_all[:batch_size]
-    out: dict[tuple[str, str], float] = {}
-    for layer, v in _probe_sizes(model, probe, None).items():
-        out[("spectral_init", layer)] = v
-    initial = [[w.detach().clone() for w in s.weights] for s in model.spectral]
-    optimizer = torch.optim.Adam(optimizer_param_groups(model, lr))
-    order = torch.randperm(x_all.shape[0], generator=generator)
-    for step in range(steps):
-        idx = order[(step * batch_size) % x_all.shape[0]:][:batch_size]
-        optimizer.zero_grad()
-        pred = model(x_all[idx])
-        diff = (pred - y_all[idx]).flatten(1).norm(dim=1) / y_all[idx].flatten(1).norm(dim=1).clamp(min=1e-12)
-        diff.mean().backward()
-        clip_spectral_gradients(model, clip_value)
-        optimizer.step()
-    for layer, v in _layer_sizes(model, batch).items():
-        out[("activation", layer)] = v
-    for layer, v in _probe_sizes(model, probe, initial).items():
-        out[("spectral_update", layer)] = v
-    if not all(math.isfinite(v) for v in out.values()):
+    f0, inputs, spectral0, pointwise0 = _capture(model, batch)
+    out: dict[str, tuple[float, float]] = {}
+    with torch.no_grad():
+        for n, spectral in enumerate(model.spectral):
+            out[f"probe_arithmetic_{n + 1}"] = (_rms(spectral(probe)), 1.0)
+    if lr > 0:  # lr 0: no step is taken, every change is exactly zero (no-signal)
+        optimizer = torch.optim.Adam(optimizer_param_groups(model, lr))
+        order = torch.randperm(x_all.shape[0], generator=generator)
+        for step in range(steps):
+            idx = order[(step * batch_size) % x_all.shape[0]:][:batch_size]
+            optimizer.zero_grad()
+            relative_l2(model(x_all[idx]), y_all[idx]).backward()
+            clip_spectral_gradients(model, clip_value)
+            optimizer.step()
+    with torch.no_grad():
+        out["output"] = (_rms(model(batch) - f0), _rms(f0))
+        for n, (spectral, pointwise) in enumerate(zip(model.spectral, model.pointwise)):
+            s_t, w_t = spectral(inputs[n]), pointwise(inputs[n])
+            before = spectral0[n] + pointwise0[n]
+            out[f"fourier_{n + 1}"] = (_rms(s_t + w_t - before), _rms(before))
+            out[f"spectral_{n + 1}"] = (_rms(s_t - spectral0[n]), _rms(spectral0[n]))
+    if not all(math.isfinite(v) for pair in out.values() for v in pair):
         raise UserInputError(f"coordinate check diverged at K={k} ({parametrization}); lower --lr")
     return out
-
-
-def plot_coord_check(result: CoordCheckResult, path) -> None:
-    """Save a grid of log-log plots: rows = quantity, columns = parametrization, one line per layer."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    params = result.parametrizations()
-    fig, axes = plt.subplots(len(KINDS), len(params), figsize=(4.2 * len(params), 3.2 * len(KINDS)), squeeze=False)
-    for col, parametrization in enumerate(params):
-        for row, kind in enumerate(KINDS):
-            ax = axes[row][col]
-            for curve in (c for c in result.curves if c.parametrization == parametrization and c.kind == kind):
-                style = "-" if curve.flat else "--"
-                ax.loglog(curve.modes, curve.values, style, marker="o", ms=3,
-                          label=f"{curve.layer} (s={curve.slope:+.2f})")
-            verdict = "" if kind not in GATED_KINDS else (
-                "  flat" if all(c.flat for c in result.curves if c.parametrization == parametrization and c.kind == kind)
-                else "  NOT flat")
-            ax.set_title(f"{parametrization}: {kind}{verdict}", fontsize=9)
-            _fixed_axes(ax, [c for c in result.curves if c.parametrization == parametrization and c.kind == kind])
-            ax.set_xlabel("K (modes)")
-            ax.set_ylabel("mean |x|")
-            ax.legend(fontsize=6)
-    fig.suptitle(f"coordinate check after {result.steps} Adam steps; flat = |log-log slope| <= {result.tolerance}",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
-def _fixed_axes(ax, curves: list[Curve]) -> None:
-    """K ticks as plain numbers; a y-window spanning at least 10x so flat curves look flat."""
-    from matplotlib.ticker import NullLocator
-
-    modes = curves[0].modes
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(modes, [str(k) for k in modes])
-    ax.xaxis.set_minor_locator(NullLocator())
-    values = [v for c in curves for v in c.values if v > 0]
-    lo, hi = min(values), max(values)
-    centre = math.sqrt(lo * hi)
-    ax.set_ylim(min(lo / 1.2, centre / math.sqrt(10)), max(hi * 1.2, centre * math.sqrt(10)))

@@ -1,8 +1,11 @@
 """The optional gate before the target (``sweep --coord-check``): the coordinate check across K.
 
-Runs at K_proxy, their geometric mean and K_target with the transferred LR; a flagged
-parametrization stops the sweep with a :class:`SweepError` before any target compute
-(the proxies stay done: ``--resume`` without ``--coord-check`` trains the target anyway).
+Runs at K_proxy, their geometric mean and K_target with the transferred LR, 3 seeds
+(:mod:`mutransfer.diagnostics.coord_check`: the RMS change of the output and of every
+Fourier layer after a few Adam steps, flat / grows / shrinks / unresolved / no-signal in K).
+A parametrization whose gated curves are not all flat stops the sweep with a
+:class:`SweepError` naming the curve, its verdict and slope with CI, before any target
+compute (the proxies stay done: ``--resume`` without ``--coord-check`` trains the target anyway).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ def coord_check_gate(ctx: SweepContext) -> None:
     """The coordinate check across K when ``--coord-check`` was given and it has not passed yet."""
     if not ctx.options.coord_check or ctx.state.get("coord_check_passed"):
         return
-    from mutransfer.diagnostics.coord_check import coord_check, plot_coord_check
+    from mutransfer.diagnostics.coord_check import coord_check
+    from mutransfer.diagnostics.coord_plot import plot_coord_check
 
     study, hp = ctx.study, ctx.transfer.hp
     modes = sorted({study.proxy_K, round(math.sqrt(study.proxy_K * study.target_K)), study.target_K})
@@ -33,12 +37,13 @@ def coord_check_gate(ctx: SweepContext) -> None:
     plot_coord_check(result, png_path)
     ctx.tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
     ctx.tracker.client.log_artifact(ctx.parent_id, str(png_path), "coord_check")
-    if not result.passed(study.parametrization):
-        worst = max((c for c in result.curves if c.gated), key=lambda c: abs(c.slope))
+    flagged = result.flagged(study.parametrization)
+    if flagged:
+        others = f" (and {len(flagged) - 1} more)" if len(flagged) > 1 else ""
         raise SweepError(
-            f"coordinate check flagged {study.parametrization}: {worst.kind} of {worst.layer} has log-log slope "
-            f"{worst.slope:+.2f} in K (tolerance {result.tolerance}); see {png_path}. The proxy results are kept: "
-            f"use parametrization mup, or run again with --resume and without --coord-check to train the target anyway"
+            f"coordinate check flagged {study.parametrization}: {flagged[0].describe()}{others}, tolerance "
+            f"{result.tolerance} at K = {modes}; see {png_path}. The proxy results are kept: run again with --resume "
+            f"and without --coord-check to train the target anyway"
         )
-    ctx.say("coordinate check passed: spectral sizes are flat in K")
+    ctx.say("coordinate check passed: the output's and every Fourier layer's update are flat in K")
     ctx.update_state(coord_check_passed=True)
