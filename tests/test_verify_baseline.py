@@ -125,7 +125,10 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
     assert d["final_training"] is None  # budget.epochs == target.epochs: the best trial is a trained target
     assert d["test_error"] == pytest.approx(d["best_trial_test_error"])
     assert d["mutransfer_vs_direct"]["error"] == pytest.approx(report["target"]["test_error"] / d["test_error"])
-    assert d["cost"]["flops"] == pytest.approx(report["compute"]["direct_sweep_flops"], rel=1e-9)
+    # measured, not estimated: the direct trials' own epochs (ASHA stops them where their errors say) x the
+    # target's FLOPs per epoch
+    target_epoch_flops = report["compute"]["target_flops"] / report["target"]["epochs"]
+    assert d["cost"]["flops"] == pytest.approx(d["cost"]["search"]["epochs"] * target_epoch_flops, rel=1e-9)
     for side in (d["cost"], d["mutransfer"]):
         assert side["device_seconds"] == pytest.approx(side["trainer_device_seconds"] + side["overhead_device_seconds"])
 
@@ -143,6 +146,17 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
 
     text = format_report(report)
     assert "verification (2 seed(s), 3 LRs" in text and "direct baseline: test error" in text
+
+    # `mutransfer train` with the target's configuration, data and seed gives the sweep target's test error
+    hp = report["target_hyperparameters"]
+    rc = main(["train", "--problem", "burgers", "--data", str(tiny_data), "--resolution", "64", "--n-train", "32",
+               "--n-test", "16", "--modes", "24", "--width", "16", "--layers", "2", "--projection-channels", "32",
+               "--parametrization", "mup", "--lr", repr(hp["lr"]), "--batch-size", str(hp["batch_size"]),
+               "--epochs", "2", "--schedule", "cosine", "--seed", "0", "--no-progress", "--json",
+               "--checkpoint-dir", str(tmp_path / "train-ckpt")])
+    assert rc == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["result"]["test_error"] == pytest.approx(report["target"]["test_error"], rel=0.02)
 
     # a completed study cannot grow a verification afterwards: one clear line, exit 2
     path2 = write_tiny_study(tmp_path, tiny_data, name="no-verify", trials=2)

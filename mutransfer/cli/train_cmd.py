@@ -54,6 +54,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--parametrization", choices=PARAMETRIZATIONS, help="FNO: parametrization in K (default: mup)")
     p.add_argument("--width", type=positive_int, default=32, help="hidden channels / model width m (default 32)")
     p.add_argument("--layers", type=positive_int, default=4, help="layers L (default 4)")
+    p.add_argument("--projection-channels", type=positive_int,
+                   help="FNO: hidden size of the projection MLP Q (default 128; a study's operator.projection_channels)")
     p.add_argument("--heads", type=positive_int, help="attention operators: heads (default 4; must divide --width)")
     p.add_argument(
         "--option", dest="options", action="append", default=[], metavar="KEY=VALUE",
@@ -188,7 +190,8 @@ def _resolve_point_data(args: argparse.Namespace, problem, options: dict):
 
 
 #: flags that apply to FNO only (None when not given)
-_FNO_FLAGS = (("modes", "--modes"), ("parametrization", "--parametrization"), ("padding", "--padding"),
+_FNO_FLAGS = (("modes", "--modes"), ("projection_channels", "--projection-channels"),
+              ("parametrization", "--parametrization"), ("padding", "--padding"),
               ("init_scale", "--init-scale"), ("clip_value", "--clip-value"))
 
 
@@ -238,6 +241,7 @@ def build_train_model(args: argparse.Namespace, problem, data):
             modes=8 if args.modes is None else args.modes,
             width=args.width,
             layers=args.layers,
+            projection_channels=128 if args.projection_channels is None else args.projection_channels,
             parametrization=args.parametrization or "mup",
             padding=problem.padding if args.padding is None else args.padding,
             init_scale=1.0 if args.init_scale is None else args.init_scale,
@@ -314,6 +318,9 @@ def run(args: argparse.Namespace) -> int:
     problem, data, path = resolve_data(args)
     if OPERATORS[args.operator].spectral:  # the planner covers the spectral (FNO) family
         _check_memory_before_building(args, problem, data, config)
+    import torch
+
+    torch.manual_seed(config.seed)  # the init depends on --seed only, as a sweep's trials and target do
     model = build_train_model(args, problem, data)
     result = train(model, data, config, resume=args.resume)
     summary = {
