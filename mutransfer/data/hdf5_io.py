@@ -157,16 +157,10 @@ def write_dataset(path, data: dict) -> Path:
     return path
 
 
-@contextlib.contextmanager
-def open_dataset(path) -> Iterator[h5py.File]:
-    """Open and validate a schema file read-only; yields the h5py.File.
-
-    Raises UserInputError (one line, naming the file) for a missing file, a
-    non-HDF5 file, or one without float ``input``/``output`` of equal shape.
-    """
-    p = Path(path)
+def open_hdf5(p: Path, hint: str) -> h5py.File:
+    """``p`` opened read-only as HDF5, or a one-line UserInputError (missing, a directory, unreadable, not HDF5)."""
     if not p.exists():
-        raise UserInputError(f"data file {p} not found; {generate_hint(p)}")
+        raise UserInputError(f"data file {p} not found; {hint}")
     if p.is_dir():
         raise UserInputError(f"data file {p} is a directory; pass the path of an .h5 file")
     try:
@@ -178,12 +172,23 @@ def open_dataset(path) -> Iterator[h5py.File]:
         raise UserInputError(f"data file {p} could not be read ({reason}); check its permissions") from None
     if not is_hdf5:
         found = "an empty file" if not head else f"{p.stat().st_size} bytes starting {head!r}"
-        raise UserInputError(f"data file {p} is not an HDF5 file (found {found}); {generate_hint(p)}")
+        raise UserInputError(f"data file {p} is not an HDF5 file (found {found}); {hint}")
     try:
-        f = h5py.File(p, "r")
+        return h5py.File(p, "r")
     except OSError as exc:
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserInputError(f"data file {p} could not be opened as HDF5 ({msg}); {generate_hint(p)}") from None
+        raise UserInputError(f"data file {p} could not be opened as HDF5 ({msg}); {hint}") from None
+
+
+@contextlib.contextmanager
+def open_dataset(path) -> Iterator[h5py.File]:
+    """Open and validate a schema file read-only; yields the h5py.File.
+
+    Raises UserInputError (one line, naming the file) for a missing file, a
+    non-HDF5 file, or one without float ``input``/``output`` of equal shape.
+    """
+    p = Path(path)
+    f = open_hdf5(p, generate_hint(p))
     with f:
         problem = f.attrs.get("problem")
         problem = problem.decode() if isinstance(problem, bytes) else problem

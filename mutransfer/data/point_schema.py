@@ -40,6 +40,7 @@ import numpy as np
 
 import mutransfer
 from mutransfer.atomic import atomic_path
+from mutransfer.data.hdf5_io import open_hdf5
 from mutransfer.data.problem_facts import default_points_problem
 from mutransfer.data.schema_common import (
     GRID_SCHEMA, POINT_SCHEMA, attr_value, decode_attr, read_attrs, schema_of, utc_now,
@@ -137,21 +138,7 @@ def write_point_dataset(path, data: dict) -> Path:
 def open_points(path) -> Iterator[h5py.File]:
     """Open and validate a point file read-only (structure and shapes; arrays are not read)."""
     p = Path(path)
-    if not p.exists():
-        raise UserInputError(f"data file {p} not found; {_hint(p)}")
-    if p.is_dir():
-        raise UserInputError(f"data file {p} is a directory; pass the path of an .h5 point file")
-    try:
-        hdf5 = h5py.is_hdf5(p)
-    except OSError as exc:
-        raise UserInputError(f"data file {p} could not be read ({exc.strerror or type(exc).__name__}); check its permissions") from None
-    if not hdf5:
-        raise UserInputError(f"data file {p} is not an HDF5 file ({p.stat().st_size} bytes); {_hint(p)}")
-    try:
-        f = h5py.File(p, "r")
-    except OSError as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise UserInputError(f"data file {p} could not be opened as HDF5 ({msg}); {_hint(p)}") from None
+    f = open_hdf5(p, _hint(p))
     with f:
         schema = schema_of(f)
         if schema != POINT_SCHEMA:
