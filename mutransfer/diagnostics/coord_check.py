@@ -213,6 +213,8 @@ def coord_check(
     clip_value: float | None = None,
     seeds: int = 3,
     tolerance: float = 0.1,
+    projection_channels: int = 128,
+    init_scale: float = 1.0,
 ) -> CoordCheckResult:
     """Run the check on ``data`` (train_x (n, *grid, c_in) / train_y (n, *grid, c_out), channel-last) for every K."""
     modes = sorted(set(int(k) for k in modes))
@@ -229,7 +231,8 @@ def coord_check(
         raise UserInputError(f"batch_size {batch_size}: only {x_all.shape[0]} training samples; lower --batch-size")
     grid = tuple(x_all.shape[1:-1])
     settings = dict(dim=dim, width=width, layers=layers, padding=padding, lr=lr, steps=steps,
-                    batch_size=batch_size, clip_value=clip_value)
+                    batch_size=batch_size, clip_value=clip_value, projection_channels=projection_channels,
+                    init_scale=init_scale)
     result = CoordCheckResult(tolerance=tolerance, steps=steps, lr=lr, seeds=seeds)
     for parametrization in parametrizations:
         # runs[seed][k_index] = {curve name: (value, reference)}
@@ -286,11 +289,12 @@ def _capture(model: FNO, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tens
 
 
 def _one_run(x_all, y_all, grid, k, parametrization, seed, *, dim, width, layers, padding, lr, steps, batch_size,
-             clip_value) -> dict[str, tuple[float, float]]:
+             clip_value, projection_channels=128, init_scale=1.0) -> dict[str, tuple[float, float]]:
     """One model at K and seed: {curve name: (RMS change or size, RMS of the reference)}."""
     torch.manual_seed(seed)
     model = FNO(dim, x_all.shape[-1], y_all.shape[-1], modes=k, width=width, layers=layers,
-                parametrization=parametrization, padding=padding)
+                parametrization=parametrization, padding=padding, projection_channels=projection_channels,
+                init_scale=init_scale)
     model.check_input(grid)
     generator = torch.Generator().manual_seed(10_000 + seed)
     probe = scale_invariant_probe(4, width, tuple(n + padding for n in grid), generator)

@@ -31,6 +31,7 @@ def coord_check_gate(ctx: SweepContext) -> None:
         ctx.data, dim=study.dim, modes=modes, parametrizations=(study.parametrization,), width=study.operator.width,
         layers=study.operator.layers, padding=study.padding, lr=hp["lr"], clip_value=hp["clip_value"],
         batch_size=min(10, int(study.problem.n_train)), seeds=3,
+        projection_channels=study.operator.projection_channels, init_scale=hp["init_scale"],
     )
     json_path, png_path = ctx.study_dir.root / "coord_check.json", ctx.study_dir.root / "coord_check.png"
     write_atomic(json_path, json.dumps(result.as_dict(), indent=2))
