@@ -48,11 +48,18 @@ Choices where the papers and the authors' code disagree (see
 - Activation GELU (the code; the papers do not name one).
 
 Width-muP: the encoder's first layer is the input layer; attention, W_V and
-FFN layers are hidden; proj (width → k, k fixed) and the last FFN layer are
-readouts (the whitening is scale-invariant, so proj's m0/m multiplier changes
-no forward value); μ, LayerNorms and biases are not width parameters. The
-orthogonal attention contracts over k and over points, not over width, so no
-attention-scale rule applies to it; the Galerkin NN block applies its own.
+FFN layers are hidden; the last FFN layer is the readout (×m0/m). proj
+(width → k, k fixed) is a *hidden* layer (LR η·m0/m, no multiplier) although
+its fan-out is fixed: ψ = whiten(ĝ) does not change when ĝ is multiplied by
+a constant, so what must stay Θ(η) per Adam step is ĝ's update *relative* to
+ĝ, as for a layer feeding a normalisation. The readout rule (LR η, ĝ = (m0/m)·W x +
+b) made it grow: W x is Θ(1) at init while Adam moves it by Θ(m·η), and the
+m0/m multiplier cannot help because the whitening divides it out again — or,
+with proj's bias, shrinks the point-varying part of ĝ against the bias. ψ's
+update grew ∝ m^0.6…0.9 (measured in docs/operators.md, "Width-muP"; test
+tests/test_width_check.py). μ, LayerNorms and biases are not width parameters.
+The orthogonal attention contracts over k and over points, not over width, so
+no attention-scale rule applies to it; the Galerkin NN block applies its own.
 """
 
 from __future__ import annotations
@@ -124,7 +131,8 @@ class OrthogonalAttention(nn.Module):
             raise OperatorConfigError(f"momentum {momentum!r}: must be in (0, 1] (weight of the new batch, BatchNorm convention)")
         self.eigenfunctions, self.momentum = eigenfunctions, float(momentum)
         self.orthogonalization, self.quadrature, self.attention_impl = orthogonalization, quadrature, attention_impl
-        self.proj = MuLinear(width, eigenfunctions, "output", spec)
+        # width → k, but followed by the scale-invariant whitening: a hidden layer for width-muP (see the module doc)
+        self.proj = MuLinear(width, eigenfunctions, "hidden", spec)
         self.mu = nn.Parameter(torch.zeros(eigenfunctions))
         self.value = MuLinear(width, width, "hidden", spec, bias=False) if value_projection else nn.Identity()
         self.norm = nn.LayerNorm(eigenfunctions) if orthogonalization == "layernorm" else None
