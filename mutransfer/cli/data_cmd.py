@@ -25,9 +25,13 @@ def add_parser(subparsers) -> None:
     gen.add_argument("--out", required=True, help="output HDF5 file")
     gen.add_argument("--seed", type=non_negative_int, default=0)
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    gen.add_argument("--nu", type=positive_float, help="viscosity, burgers and navier_stokes (default: burgers 0.1; "
+                     "navier_stokes the preset's; fno: 1e-3, 1e-4 or 1e-5)")
+    bu = gen.add_argument_group("burgers only")
+    bu.add_argument("--alpha", type=positive_float, help="smoothness of the random initial field, power ~ |k|^(-2 alpha) "
+                    "(default 2; 0.6 is rough: energy up to high modes; the solve takes ~20x longer)")
     ns = gen.add_argument_group("navier_stokes only")
     ns.add_argument("--preset", choices=("mutransfer", "fno"), help="mutransfer (Re=500 Kolmogorov, default) or fno")
-    ns.add_argument("--nu", type=positive_float, help="viscosity (default: the preset's; fno: 1e-3, 1e-4 or 1e-5)")
     ns.add_argument("--time-steps", type=positive_int, help="recorded times (default: mutransfer 64, fno 50/30/20)")
     ns.add_argument("--solver-resolution", type=positive_int, help="grid of the solve (default 2x --resolution)")
     ns.add_argument("--spinup", type=non_negative_float, help="time units solved before w0 is taken (default 0)")

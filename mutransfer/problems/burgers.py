@@ -5,10 +5,13 @@ from __future__ import annotations
 from mutransfer.problems.base import problem_from_facts
 
 
-def generate(n: int, resolution: int, *, seed: int, progress: bool = True) -> dict:
+def generate(n: int, resolution: int, *, seed: int, progress: bool = True, nu: float | None = None,
+             alpha: float | None = None) -> dict:
+    """``nu`` (default 0.1) and ``alpha`` (the initial field's smoothness, default 2; lower is rougher)."""
     from mutransfer.data.burgers import generate_burgers
 
-    return generate_burgers(n, resolution, seed=seed, progress=progress)
+    options = {k: v for k, v in (("nu", nu), ("alpha", alpha)) if v is not None}
+    return generate_burgers(n, resolution, seed=seed, progress=progress, **options)
 
 
 PROBLEM = problem_from_facts(
@@ -20,4 +23,5 @@ PROBLEM = problem_from_facts(
     n_train=400,
     n_test=100,
     padding=0,
+    generator_options=("nu", "alpha"),
 )
