@@ -146,6 +146,11 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
 
     text = format_report(report)
     assert "verification (2 seed(s), 3 LRs" in text and "direct baseline: test error" in text
+    gain = report["proxy_to_target"]
+    assert gain["gain"] == pytest.approx(report["best_proxy"]["test_error"] / report["target"]["test_error"])
+    centre = [r["test_error"] for r in v["records"] if r["lr"] == pytest.approx(v["transferred_lr"])]
+    assert gain["target_seeds"] == 2 and gain["target_error_mean"] == pytest.approx(np.mean(centre))
+    assert "the target at the transferred LR over 2 seeds" in text
 
     # `mutransfer train` with the target's configuration, data and seed gives the sweep target's test error
     hp = report["target_hyperparameters"]

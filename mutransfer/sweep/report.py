@@ -96,10 +96,30 @@ def build_report(
         "compute": compute,
         "mlflow": mlflow,
         "study_dir": study_dir,
+        "proxy_to_target": proxy_to_target(best, target, verification),
         "verification": verification,
         "direct_baseline": None if direct_baseline is None else {k: v for k, v in direct_baseline.items() if k != "trials"},
         "trial_table": [t.as_dict() for t in trials],
     }
+
+
+def proxy_to_target(best, target: dict | None, verification: dict | None) -> dict | None:
+    """Best proxy error / target error (the gain of training the larger model), with the target's seed spread
+    when ``--verify`` trained it at the transferred LR with more than one seed (the proxy's spread is not measured)."""
+    if best is None or target is None or best.test_error is None or not target.get("test_error"):
+        return None
+    out = {"proxy_test_error": best.test_error, "target_test_error": target["test_error"],
+           "gain": best.test_error / target["test_error"]}
+    if verification:
+        lr = verification["transferred_lr"]
+        errors = [r["test_error"] for r in verification["records"] if math.isclose(r["lr"], lr, rel_tol=1e-9)
+                  and r["status"] != "diverged" and math.isfinite(r["test_error"]) and r["test_error"] > 0]
+        if len(errors) > 1:
+            mean = sum(errors) / len(errors)
+            std = math.sqrt(sum((e - mean) ** 2 for e in errors) / (len(errors) - 1))
+            out.update(target_seeds=len(errors), target_error_mean=mean, target_error_std=std,
+                       gain_range=[best.test_error / max(errors), best.test_error / min(errors)])
+    return out
 
 
 def _g(value, fmt=".4g") -> str:
@@ -141,10 +161,15 @@ def format_report(report: dict) -> str:
             f"{target['epochs']} epochs on {target['num_workers']} worker(s) x "
             f"{'1 GPU' if target['use_gpu'] else str(target['cpus_per_worker']) + ' CPU'}"
         )
-        if best and best.get("test_error") is not None and target.get("test_error") is not None:
-            gain = best["test_error"] / target["test_error"] if target["test_error"] else float("nan")
-            lines.append(f"proxy -> target test error: {_g(best['test_error'])} -> {_g(target['test_error'])} "
-                         f"({gain:.2f}x {'lower' if gain >= 1 else 'HIGHER: the target is no better than its proxy'})")
+        gain = report.get("proxy_to_target")
+        if gain:
+            text = (f"proxy -> target test error: {_g(gain['proxy_test_error'])} -> {_g(gain['target_test_error'])} "
+                    f"({gain['gain']:.2f}x {'lower' if gain['gain'] >= 1 else 'HIGHER: the target is no better than its proxy'})")
+            if gain.get("target_seeds"):
+                lo, hi = gain["gain_range"]
+                text += (f"; the target at the transferred LR over {gain['target_seeds']} seeds (--verify): "
+                         f"{_g(gain['target_error_mean'])} ± {_g(gain['target_error_std'], '.2g')}, gain {lo:.2f}-{hi:.2f}x")
+            lines.append(text)
     lines += _verification_lines(report.get("verification"))
     lines += _baseline_lines(report.get("direct_baseline"))
     c = report["compute"]
