@@ -72,6 +72,8 @@ def row(report: dict) -> dict:
         "direct_flops": d["cost"]["flops"],
         "transferred_lr": report["target_hyperparameters"]["lr"],
         "direct_best_config": d["best_config"],
+        "same_configuration": all(abs(float(d["best_config"][k]) - float(v)) <= 1e-9 * abs(float(v))
+                                  for k, v in report["best_proxy"]["config"].items()),
     }
     v = report.get("verification")
     if v:
@@ -97,7 +99,8 @@ def markdown(summary: dict, n: int) -> str:
         s = summary.get(k)
         return "-" if s is None else f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
 
-    lines = [f"| quantity ({n} study seeds, mean ± std) | value |", "|---|---|"]
+    lines = [f"| quantity ({n} study seeds, mean ± std) | value |", "|---|---|",
+             f"| direct tuning chose μTransfer's configuration | {summary.get('same_configuration_count', 0)} of {n} seeds |"]
     for k, label in (("proxy_error", "best proxy test error"), ("mutransfer_error", "μTransfer target test error"),
                      ("direct_error", "direct tuning test error"), ("error_ratio", "error μTransfer / direct"),
                      ("gain", "proxy → target gain (proxy error / target error)"),
@@ -133,6 +136,7 @@ def main() -> None:
         rows.append(row(report))
         print(json.dumps(rows[-1]), flush=True)
     summary = summarize(rows)
+    summary["same_configuration_count"] = sum(bool(r["same_configuration"]) for r in rows)
     (args.out / "table1.json").write_text(json.dumps({"study": str(args.study), "seeds": args.seeds, "rows": rows,
                                                       "summary": summary}, indent=2))
     print(markdown(summary, len(rows)))

@@ -22,6 +22,7 @@ Ray Train scheduling, MLflow, checkpoints): ``trainer_device_seconds`` and
 
 from __future__ import annotations
 
+import math
 import time
 
 from mutransfer.sweep.context import SweepContext, TrialRecord
@@ -94,6 +95,11 @@ def ratios(mine: dict, theirs: dict, my_error, their_error) -> dict:
             **{k: ratio(mine.get(k), theirs.get(k)) for k in ("device_seconds", "trainer_device_seconds", "flops")}}
 
 
+def same_configuration(a: dict, b: dict, searched) -> bool:
+    """True when the searched hyperparameters of ``a`` and ``b`` agree (to float rounding)."""
+    return all(math.isclose(float(a[k]), float(b[k]), rel_tol=1e-9) for k in searched if k in a and k in b)
+
+
 def direct_baseline_phase(ctx: SweepContext) -> None:
     """With ``--baseline direct``: run the study's search at the target's size and set ``ctx.direct_baseline``."""
     if ctx.options.baseline != "direct":
@@ -125,6 +131,9 @@ def direct_baseline_phase(ctx: SweepContext) -> None:
         "best_trial_id": best.trial_id,
         "best_config": best.config,
         "best_trial_test_error": best.test_error,
+        # both arms chose the same configuration: their errors then differ by run-to-run noise only (e.g. the
+        # target's Ray Train worker runs cpus_per_worker threads, a trial cpus_per_trial: another summation order)
+        "same_configuration": same_configuration(best.hp, ctx.transfer.hp, study.search_space),
         "final_training": final,
         "test_error": direct_error,
         "cost": dict(direct, search=search, wall_seconds=time.perf_counter() - start),

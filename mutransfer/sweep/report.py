@@ -242,7 +242,9 @@ def _baseline_lines(b: dict | None) -> list[str]:
         "",
         summary_line(b),
         f"  direct: {b['search']['trials']} trials at the target's size, best ({cfg}); "
-        + ("its error after the search" if not b.get("final_training") else "winner retrained for the target's epochs"),
+        + ("its error after the search" if not b.get("final_training") else "winner retrained for the target's epochs")
+        + ("; the SAME configuration as muTransfer's: the errors differ by run-to-run noise only"
+           if b.get("same_configuration") else ""),
         f"  device-seconds  muTransfer {m['device_seconds']:.1f} (training {m['trainer_device_seconds']:.1f} + overhead "
         f"{m['overhead_device_seconds']:.1f})  direct {d['device_seconds']:.1f} (training {d['trainer_device_seconds']:.1f} "
         f"+ overhead {d['overhead_device_seconds']:.1f})",

@@ -18,7 +18,8 @@ flagged and not used). Reported (``verification`` in the report):
   grid point − 1 (0 when the transferred LR is the best grid point), mean and CI;
 - ``at_edge``: seeds whose optimum lay at the grid's edge (then the optimum is
   outside the grid: widen it with ``--verify-points``);
-- the extra cost: device-seconds, the trainer's share of them, FLOPs and wall time.
+- the extra cost: device-seconds (the phase's wall × the CPUs its tasks held), the trainers' share of
+  them, FLOPs and wall time.
 """
 
 from __future__ import annotations
@@ -208,11 +209,16 @@ def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
 
 
 def grid_cost(ctx: SweepContext, records: list[dict], wall: float) -> dict:
-    """Device-seconds (task wall × threads), the trainer's part, the rest as overhead, and FLOPs of ``records``."""
+    """Device-seconds of ``records`` (the phase's wall × the CPUs its tasks held), the trainers' part, the rest
+    (Ray task start-up, data transfer, MLflow, idle slots) as overhead, and FLOPs."""
+    import ray
+
     from mutransfer.sweep.cost import epoch_flops
 
-    device = sum(r["wall_seconds"] * r["threads"] for r in records)
+    threads = max((int(r["threads"]) for r in records), default=1)
+    held = min(float(ray.cluster_resources().get("CPU", 1.0)), len(records) * threads)
     trainer = sum(r["trainer_seconds"] * r["threads"] for r in records)
+    device = max(wall * held, sum(r["wall_seconds"] * r["threads"] for r in records))
     per_epoch = epoch_flops(ctx.study, ctx.study.target_K, ctx.study.target_width, tuple(ctx.data.train_x.shape[1:]))
     epochs = sum(int(r["epochs"]) for r in records)
     return {
