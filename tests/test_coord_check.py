@@ -69,7 +69,7 @@ def curves(result, parametrization, kind=None):
     ([-0.30, -0.25, -0.20], SHRINKS),
     ([-0.30, 0.00, 0.30], UNRESOLVED),  # covers 0 but the CI reaches beyond ±0.1
     ([0.02, 0.20, 0.40], GROWS),  # mean 0.21 > 0.1 and the CI's lo (>= 0.02) > 0
-    ([0.15], GROWS),  # one seed: the CI is that seed
+    ([0.15], UNRESOLVED),  # one seed: no spread measured, so no verdict beyond unresolved
 ])
 def test_verdict_rule_on_synthetic_slopes(slopes, expected):
     verdict, est = classify_slopes(slopes, tolerance=0.1)
@@ -276,3 +276,11 @@ def test_cli_on_a_file_written_by_mutransfer_data(tmp_path):
     for flags, message in ((["--modes", "8"], "at least two values of K"), (["--lr", "-1"], "--lr")):
         bad = _cli(*common[:5], *flags)
         assert bad.returncode == 2 and message in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_one_seed_is_never_flat():
+    """A zero-width CI from one seed would read as certain: the verdict stays unresolved."""
+    from mutransfer.diagnostics.coord_check import classify_slopes
+
+    assert classify_slopes([0.0], tolerance=0.1)[0] == "unresolved"
+    assert classify_slopes([0.0, 0.01], tolerance=0.1)[0] == "flat"

@@ -31,7 +31,8 @@ CI [lo, hi] over seeds (:func:`mutransfer.diagnostics.statistics.mean_ci`):
   is exactly zero or not finite (``lr`` 0, frozen weights): nothing was measured;
 - ``flat``: −τ ≤ lo and hi ≤ τ (the whole CI inside ±τ);
 - ``grows``: mean > τ and lo > 0;  ``shrinks``: mean < −τ and hi < 0;
-- ``unresolved``: anything else (the CI is wider than ±τ allows and reaches across
+- ``unresolved``: one seed (no spread measured: ``--seeds`` ≥ 2 for any other verdict), or
+  anything else (the CI is wider than ±τ allows and reaches across
   a bound, e.g. it covers 0 but also slopes beyond τ: more seeds are needed).
 
 Gated curves: ``output`` and every ``fourier_ℓ`` (``GATED_KINDS``). A parametrization
@@ -69,6 +70,8 @@ def classify_slopes(slopes, tolerance: float, smallest_relative: float = 1.0) ->
     if not smallest_relative >= MIN_RELATIVE or slopes is None or not all(math.isfinite(s) for s in slopes):
         return NO_SIGNAL, None
     est = mean_ci(slopes)
+    if est.n < 2:  # one seed: a zero-width CI would read as certain; no verdict beyond "unresolved"
+        return UNRESOLVED, est
     if -tolerance <= est.lo and est.hi <= tolerance:
         return FLAT, est
     if est.mean > tolerance and est.lo > 0:

@@ -8,7 +8,7 @@ nested sweep context over ``<study dir>/direct/`` (its own Tune experiment and
 run of kind ``direct_baseline``, a child of the study's parent run.
 
 The direct winner is the best trial, as for the proxies. When a trial's budget
-(``budget.epochs``) is shorter than ``target.epochs``, or the best trial was stopped
+(``budget.epochs``) differs from ``target.epochs``, or the best trial was stopped
 early, the winner is trained once more for ``target.epochs`` (like μTransfer's
 target) and that training's error and cost count. Otherwise the best trial already is
 a fully trained target and its error is the direct error.
@@ -118,7 +118,7 @@ def direct_baseline_phase(ctx: SweepContext) -> None:
     best = sub.proxies.best
     search = trials_cost(study, sub.proxies.trials, at_target=True, input_shape=shape)
     final, parts = None, [search]
-    if best.status != "completed" or study.budget.epochs < study.target.epochs:
+    if best.status != "completed" or study.budget.epochs != study.target.epochs:
         final = _train_winner(ctx, sub, best)
         parts.append(final["cost"])
     direct_error = final["test_error"] if final else best.test_error
@@ -155,9 +155,18 @@ def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> di
 
     study = ctx.study
     use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
+    from mutransfer.sweep.context import SweepError
+    from mutransfer.sweep.train_target import first_line
+
     ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
-    outcome = run_target(study, best.hp, ctx.data, sub.study_dir.root, use_gpu=use_gpu,
-                         max_failures=study.budget.max_failures)
+    try:
+        outcome = run_target(study, best.hp, ctx.data, sub.study_dir.root, use_gpu=use_gpu,
+                             max_failures=study.budget.max_failures)
+    except Exception as exc:
+        raise SweepError(
+            f"the direct winner's training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
+            f"the study so far is kept: fix the cause and run again with --resume"
+        ) from exc
     return {"status": outcome.status, "test_error": outcome.test_error, "epochs": outcome.epochs,
             "cost": target_cost(study, outcome, tuple(ctx.data.train_x.shape[1:]))}
 

@@ -28,6 +28,11 @@ def prepare(options: SweepOptions) -> SweepContext:
         raise UserInputError(
             f"--coord-check measures FNO's spectral layers across K; operator.type {study.operator.type} has none, drop the flag"
         )
+    if options.coord_check and not study.scales_K:
+        raise UserInputError(
+            f"--coord-check measures the update across K; this study keeps K = {study.proxy_K} (proxy_K = target_K), "
+            "drop the flag or give a larger target_K"
+        )
     _check_verification_options(options)
     if study.problem.data is not None:
         study.problem.data = str(Path(study.problem.data).absolute())

@@ -95,6 +95,19 @@ class TargetOutcome:
     device_seconds: float = 0.0
     resumed_from_epoch: int | None = None
 
+    def as_dict(self) -> dict:
+        """Plain dict for state.json (the history as EpochRecord dicts)."""
+        from mutransfer.training.records import dump_history
+
+        return {**dataclasses.asdict(self), "history": dump_history(self.history)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TargetOutcome":
+        from mutransfer.training.records import load_history
+
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{**{k: v for k, v in d.items() if k in known}, "history": load_history(d.get("history", []))})
+
 
 class _Shard:
     """The attributes the trainer reads (train_x, train_y, test_x, test_y)."""

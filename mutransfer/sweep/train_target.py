@@ -1,7 +1,9 @@
 """The target phase: train the target once with Ray Train (mutransfer.sweep.target), logged as an MLflow child run.
 
 Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``. A resumed study
-reuses its target run and Ray Train resumes from the last reported checkpoint. A
+reuses its target run and Ray Train resumes from the last reported checkpoint; a target
+that had finished (the study was interrupted later, during ``--verify`` or ``--baseline``)
+is read back from ``state.json`` and not trained again. A
 failure marks the run FAILED and ends the sweep with a SweepError naming the cause;
 Ctrl-C marks it KILLED.
 """
@@ -26,6 +28,12 @@ def train_target(ctx: SweepContext) -> None:
 
     from mutransfer.sweep.target import resolve_use_gpu, run_target
 
+    from mutransfer.sweep.target import TargetOutcome
+
+    if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
+        ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
+        ctx.target_run_id = ctx.state.get("target_run_id")
+        return
     study, tracker = ctx.study, ctx.tracker
     hp, record = ctx.transfer.hp, ctx.transfer.record
     use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
@@ -69,3 +77,4 @@ def train_target(ctx: SweepContext) -> None:
         ) from exc
     tracker.finish_target(run_id, outcome, start_ms=start_ms)
     ctx.target = outcome
+    ctx.update_state(target_outcome=outcome.as_dict())  # its cost and error are measured once, not re-run on --resume

@@ -60,6 +60,7 @@ class Verification:
     seed_optima: list[dict]  # per seed: seed, optimum_lr, at_edge, edge ("below"/"above"/None)
     at_edge: bool  # every seed's optimum lay at the grid's edge: the distance is not measured
     verdict: str
+    diverged_at_transferred: list[int] = field(default_factory=list)  # seeds whose training at the transferred LR diverged
     cost: dict = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
 
@@ -67,17 +68,19 @@ class Verification:
         return dataclasses.asdict(self)
 
     def summary_line(self) -> str:
+        span = f"{len(self.grid)} LRs {self.grid[0]:.3g}..{self.grid[-1]:.3g}"
         d = self.distance_decades
         if d is None:
-            where = "below" if all(s["edge"] == "below" for s in self.seed_optima if s["edge"]) else "above"
-            return (f"verification: the target's optimum lies {where} the grid {self.grid[0]:.3g}..{self.grid[-1]:.3g} for "
-                    f"every seed ({len(self.seeds)}): widen it (--verify-points)")
-        r = self.regret or {}
+            return f"verification ({len(self.seeds)} seed(s), {span}): {self.verdict}"
         ci = d["ci"]
-        return (f"verification ({len(self.seeds)} seed(s), {len(self.grid)} LRs {self.grid[0]:.3g}..{self.grid[-1]:.3g}): "
-                f"target optimum lr {self.optimum_lr:.3g} vs transferred {self.transferred_lr:.3g}: "
-                f"{d['mean']:+.2f} decades [{ci[0]:+.2f}, {ci[1]:+.2f}] (n={d['n']}); regret "
-                f"{100 * r.get('mean', float('nan')):.1f}% [{100 * r['ci'][0]:.1f}, {100 * r['ci'][1]:.1f}]; {self.verdict}")
+        text = (f"verification ({len(self.seeds)} seed(s), {span}): target optimum lr {self.optimum_lr:.3g} vs "
+                f"transferred {self.transferred_lr:.3g}: {d['mean']:+.2f} decades [{ci[0]:+.2f}, {ci[1]:+.2f}] (n={d['n']})")
+        r = self.regret
+        if r is not None:
+            text += f"; regret {100 * r['mean']:.1f}% [{100 * r['ci'][0]:.1f}, {100 * r['ci'][1]:.1f}]"
+        if self.diverged_at_transferred:
+            text += f"; DIVERGED at the transferred LR for seed(s) {', '.join(map(str, self.diverged_at_transferred))}"
+        return f"{text}; {self.verdict}"
 
 
 def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING_DECADES) -> Verification:
@@ -88,7 +91,7 @@ def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING
     grid = sorted({float(r["lr"]) for r in records})
     seeds = sorted({int(r["seed"]) for r in records})
     centre = min(grid, key=lambda v: abs(math.log10(v) - math.log10(transferred_lr)))
-    seed_optima, distances, regrets = [], [], []
+    seed_optima, distances, regrets, diverged = [], [], [], []
     for seed in seeds:
         rows = sorted((r for r in records if int(r["seed"]) == seed), key=lambda r: r["lr"])
         opt = fit_optimum([r["lr"] for r in rows], [r["test_error"] for r in rows], [r["status"] for r in rows], "lr")
@@ -99,22 +102,17 @@ def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING
         if opt.usable:
             distances.append(opt.coordinate - math.log10(transferred_lr))
         ok = [r for r in rows if _ok(r)]
-        at_centre = [r for r in ok if r["lr"] == centre]
-        if ok and at_centre:
+        at_centre = [r for r in rows if r["lr"] == centre]
+        if at_centre and not _ok(at_centre[0]):
+            diverged.append(seed)  # no finite regret: reported apart, never silently dropped
+        elif ok and at_centre:
             regrets.append(at_centre[0]["test_error"] / min(r["test_error"] for r in ok) - 1.0)
     distance = mean_ci(distances) if distances else None
     regret = mean_ci(regrets) if regrets else None
     mean_curve = {v: _mean([r["test_error"] for r in records if r["lr"] == v and _ok(r)]) for v in grid}
     finite = {v: e for v, e in mean_curve.items() if e is not None}
     optimum_lr = None if distance is None else float(transferred_lr * 10.0 ** distance.mean)
-    if distance is None:
-        verdict = "optimum outside the grid: not measured"
-    elif distance.covers_zero:
-        verdict = "transfer held: the distance is not distinguishable from 0 at this grid and seed count"
-    elif abs(distance.mean) <= spacing / 2:
-        verdict = f"transfer held within half a grid step ({spacing / 2:.3g} decades)"
-    else:
-        verdict = f"the target's optimum is {'above' if distance.mean > 0 else 'below'} the transferred LR"
+    verdict = _verdict(distance, seed_optima, spacing)
     return Verification(
         transferred_lr=float(transferred_lr),
         grid=grid,
@@ -128,8 +126,30 @@ def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING
         seed_optima=seed_optima,
         at_edge=distance is None and any(s["at_edge"] for s in seed_optima),
         verdict=verdict,
+        diverged_at_transferred=diverged,
         records=[{k: v for k, v in r.items() if k != "history"} for r in records],
     )
+
+
+def _verdict(distance, seed_optima: list[dict], spacing: float) -> str:
+    """The landscape's rule: resolved only with >= 2 seeds and a CI that excludes 0; "held" only when the CI lies
+    within half a grid step of the transferred LR."""
+    from mutransfer.landscape.analysis import NOT_RESOLVED
+
+    if distance is None:
+        edges = {s["edge"] for s in seed_optima if s["edge"]}
+        if not edges:
+            return "every training diverged: no optimum"
+        where = f"{edges.pop()} the grid for every seed" if len(edges) == 1 else "outside the grid (below for some seeds, above for others)"
+        return f"optimum {where}: not measured; widen the grid (--verify-points)"
+    half = spacing / 2
+    if distance.n < 2:
+        return "one seed: no spread measured (--verify-seeds 2 or more gives a CI)"
+    if -half <= distance.lo and distance.hi <= half:
+        return f"transfer held: the target's optimum is within half a grid step ({half:.3g} decades), CI included"
+    if not distance.covers_zero:
+        return f"the target's optimum is {'above' if distance.mean > 0 else 'below'} the transferred LR"
+    return f"{NOT_RESOLVED}: the CI covers 0 but reaches beyond half a grid step"
 
 
 def _ok(record: dict) -> bool:
@@ -141,7 +161,7 @@ def _mean(values: list[float]) -> float | None:
     return float(sum(values) / len(values)) if values else None
 
 
-def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int) -> dict:
+def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int, device: str = "cpu") -> dict:
     """Train the target model once at master LR ``lr`` and training seed ``seed`` (a Ray task; also callable directly)."""
     import torch
 
@@ -154,7 +174,7 @@ def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int) -
     start = time.perf_counter()
     torch.manual_seed(int(seed))
     model = model_for(seeded, data, target=True, init_scale=point["init_scale"])
-    result = train(model, data, train_config(seeded, point, epochs=study.target.epochs))
+    result = train(model, data, train_config(seeded, point, epochs=study.target.epochs, device=device))
     trainer = result.history[-1].seconds if result.history else float(result.seconds)
     return {
         "lr": float(lr),
@@ -173,16 +193,28 @@ def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -
     """Train the target at every (lr, seed) as Ray tasks; each logged as an MLflow child run of kind ``kind``."""
     import ray
 
+    from mutransfer.sweep.context import SweepError
+    from mutransfer.sweep.train_target import first_line
+
     study = ctx.study
-    threads = study.resources.cpus_per_trial
-    remote = ray.remote(num_cpus=threads, max_retries=study.budget.max_failures)(train_target_at)
+    r = study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
+    threads, gpus = r.cpus_per_trial, r.gpus_per_trial
+    remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=study.budget.max_failures)(train_target_at)
     data_ref = ray.put(ctx.data)
-    pending = {remote.remote(study, ctx.transfer.hp, data_ref, lr, seed, threads): (lr, seed) for lr in lrs for seed in seeds}
+    device = "cuda" if gpus > 0 else "cpu"
+    pending = {remote.remote(study, ctx.transfer.hp, data_ref, lr, seed, threads, device): (lr, seed)
+               for lr in lrs for seed in seeds}
     records = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
-        pending.pop(done[0])
-        record = ray.get(done[0])
+        lr, seed = pending.pop(done[0])
+        try:
+            record = ray.get(done[0])
+        except Exception as exc:
+            raise SweepError(
+                f"{kind} training at lr={lr:.4g} seed={seed} failed after {study.budget.max_failures} retries "
+                f"({first_line(exc)}); the target and the proxies are kept: fix the cause and run again with --resume"
+            ) from exc
         records.append(record)
         _log_point(ctx, kind, record)
         ctx.say(f"  {kind} [{len(records)}/{len(records) + len(pending)}] lr={record['lr']:.4g} seed={record['seed']}: "
