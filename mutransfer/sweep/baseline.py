@@ -52,11 +52,10 @@ def direct_context(ctx: SweepContext) -> SweepContext:
 
 def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shape) -> dict:
     """Device-seconds (trainer / overhead) and FLOPs of a search's trials."""
-    from mutransfer.sweep.cost import epoch_flops
+    from mutransfer.sweep.cost import epoch_flops, trial_devices
 
-    devices = study.resources.gpus_per_trial or study.resources.cpus_per_trial
     device = sum(t.device_seconds for t in trials)
-    trainer = sum(t.trainer_seconds for t in trials) * devices
+    trainer = sum(t.trainer_seconds for t in trials) * trial_devices(study)
     modes = study.target_K if at_target else study.proxy_K
     width = (study.target_width or study.operator.width) if at_target else study.operator.width
     per_epoch = epoch_flops(study, modes, width, input_shape)
@@ -68,9 +67,9 @@ def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shap
 
 def target_cost(study, outcome, input_shape) -> dict:
     """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
-    from mutransfer.sweep.cost import epoch_flops
+    from mutransfer.sweep.cost import epoch_flops, target_devices
 
-    devices = outcome.num_workers * (1 if outcome.use_gpu else outcome.cpus_per_worker)
+    devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)
     per_epoch = epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
     trainer = outcome.trainer_seconds * devices
     return {"device_seconds": outcome.device_seconds, "trainer_device_seconds": trainer,

@@ -20,6 +20,16 @@ from __future__ import annotations
 from operators.planning import step_flops
 
 
+def trial_devices(study) -> float:
+    """Devices one proxy (or direct) trial holds: its GPU share, else its CPUs."""
+    return study.resources.gpus_per_trial or study.resources.cpus_per_trial
+
+
+def target_devices(num_workers: int, use_gpu: bool, cpus_per_worker: int) -> int:
+    """Devices a Ray Train target holds: one GPU per worker, else its CPUs."""
+    return int(num_workers) * (1 if use_gpu else int(cpus_per_worker))
+
+
 def counted_step_flops(model, input_shape: tuple[int, ...]) -> float:
     """FLOPs of one forward + backward pass of ``model`` on one sample of ``input_shape`` (no batch axis)."""
     import torch
@@ -88,12 +98,11 @@ def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int,
         # Training time only (the trainer's own seconds x the devices it held): Ray Train's start-up is a fixed
         # cost per training, not per epoch, so billing the target's whole wall time to every epoch overstated
         # direct tuning. ``sweep --baseline direct`` measures direct tuning instead of estimating it.
-        devices = target.get("num_workers", 1) * (1 if target.get("use_gpu") else target.get("cpus_per_worker", 1))
+        devices = target_devices(target.get("num_workers", 1), bool(target.get("use_gpu")), target.get("cpus_per_worker", 1))
         target_training = target["trainer_seconds"] * devices if target.get("trainer_seconds") else None
         if target_training:
             direct = epochs * target_training / target["epochs"]
-            proxy_devices = study.resources.gpus_per_trial or study.resources.cpus_per_trial
-            proxy = sum(t.trainer_seconds for t in trials) * proxy_devices
+            proxy = sum(t.trainer_seconds for t in trials) * trial_devices(study)
             out["direct_sweep_training_seconds_estimate"] = direct
             if direct > 0:
                 out["mutransfer_vs_direct_training_seconds"] = (proxy + target_training) / direct

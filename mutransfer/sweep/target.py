@@ -278,7 +278,9 @@ def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_f
     test_error = summary.test_error
     if test_error is None:
         test_error = result.metrics.get("test_error", float("nan")) if result.metrics else float("nan")
-    devices = t.num_workers * (1 if use_gpu else t.cpus_per_worker)
+    from mutransfer.sweep.cost import target_devices
+
+    devices = target_devices(t.num_workers, use_gpu, t.cpus_per_worker)
     return TargetOutcome(
         status=summary.status,
         test_error=float(test_error),
