@@ -236,7 +236,10 @@ def cluster(tmp_path):
 
 def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    study = write_tiny_study(tmp_path, data, name="cluster-test", trials=2, epochs=2, grace=1, target_epochs=1, max_concurrent=2)
+    # Trials long enough (40 epochs, no ASHA stop) that the two overlap: with 2-epoch trials the first could end
+    # before the second's actor had started on the worker node, and Tune then ran both on the head node.
+    study = write_tiny_study(tmp_path, data, name="cluster-test", trials=2, epochs=40, grace=40, target_epochs=1,
+                             max_concurrent=2)
     runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
     sweep = [
         "mutransfer", "sweep",
@@ -245,7 +248,7 @@ def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
         "--proxy-K", "4",
         "--target-K", "8",
         "--num-trials", "2",
-        "--epochs", "2",
+        "--epochs", "40",
         "--target-epochs", "1",
         "--tracking-uri", f"sqlite:///{db}",
         "--name", "cluster-test",
