@@ -81,6 +81,21 @@ def classify_slopes(slopes, tolerance: float, smallest_relative: float = 1.0) ->
     return UNRESOLVED, est
 
 
+def classify_curve(scales, values_per_seed, relative_per_seed, tolerance: float):
+    """(per-seed log-log slopes over ``scales`` or None, verdict, Estimate or None) for one measured curve.
+
+    ``values_per_seed[seed][i]``: the size at ``scales[i]`` (K or width); ``relative_per_seed`` the same
+    relative to its reference, whose smallest entry decides ``no-signal``.
+    """
+    smallest = min((r for seed in relative_per_seed for r in seed), default=0.0)
+    slopes = None
+    if all(v > 0 and math.isfinite(v) for seed in values_per_seed for v in seed):
+        x = np.log(np.asarray(scales, float))
+        slopes = [fit_slope(x, np.log(seed)) for seed in values_per_seed]
+    verdict, estimate = classify_slopes(slopes, tolerance, smallest)
+    return slopes, verdict, estimate
+
+
 @dataclass
 class Curve:
     """One measured size across K for one parametrization: values[seed][k_index] and the verdict."""
@@ -97,11 +112,8 @@ class Curve:
     verdict: str = NO_SIGNAL
 
     def __post_init__(self):
-        smallest = min((r for seed in self.relative_per_seed for r in seed), default=0.0)
-        if all(v > 0 and math.isfinite(v) for seed in self.values_per_seed for v in seed):
-            logk = np.log(np.asarray(self.modes, float))
-            self.seed_slopes = [fit_slope(logk, np.log(seed)) for seed in self.values_per_seed]
-        self.verdict, self.estimate = classify_slopes(self.seed_slopes, self.tolerance, smallest)
+        self.seed_slopes, self.verdict, self.estimate = classify_curve(
+            self.modes, self.values_per_seed, self.relative_per_seed, self.tolerance)
 
     @property
     def gated(self) -> bool:

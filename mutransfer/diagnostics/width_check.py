@@ -41,8 +41,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from mutransfer.diagnostics.coord_check import MIN_RELATIVE, NO_SIGNAL, classify_slopes
-from mutransfer.diagnostics.statistics import Estimate, fit_slope
+from mutransfer.diagnostics.coord_check import MIN_RELATIVE, NO_SIGNAL, classify_curve
+from mutransfer.diagnostics.statistics import Estimate
 from mutransfer.errors import UserInputError
 from mutransfer.training.losses import relative_l2
 from operators.parametrization import optimizer_param_groups
@@ -80,11 +80,8 @@ class WidthCurve:
     verdict: str = NO_SIGNAL
 
     def __post_init__(self):
-        smallest = min((r for seed in self.relative_per_seed for r in seed), default=0.0)
-        if all(v > 0 and math.isfinite(v) for seed in self.values_per_seed for v in seed):
-            logm = np.log(np.asarray(self.widths, float))
-            self.seed_slopes = [fit_slope(logm, np.log(seed)) for seed in self.values_per_seed]
-        self.verdict, self.estimate = classify_slopes(self.seed_slopes, self.tolerance, smallest)
+        self.seed_slopes, self.verdict, self.estimate = classify_curve(
+            self.widths, self.values_per_seed, self.relative_per_seed, self.tolerance)
 
     @property
     def values(self) -> list[float]:
