@@ -35,10 +35,9 @@ from typing import Iterator
 import h5py
 import numpy as np
 
-import mutransfer
 from mutransfer.atomic import atomic_path
 from mutransfer.data.problem_facts import default_points_problem, space_dims
-from mutransfer.data.schema_common import GRID_SCHEMA, POINT_SCHEMA, attr_value, decode_attr, read_attrs, utc_now
+from mutransfer.data.schema_common import GRID_SCHEMA, POINT_SCHEMA, decode_attr, finish_attrs, read_attrs, utc_now
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -136,10 +135,7 @@ def write_dataset(path, data: dict) -> Path:
     attrs["schema_version"] = SCHEMA_VERSION
     attrs["n_samples"] = int(x.shape[0])
     attrs["resolution"] = int(x.shape[1])
-    attrs.setdefault("seed", -1)
-    attrs.setdefault("mutransfer_version", mutransfer.__version__)
-    attrs.setdefault("created", utc_now())
-    attrs = {str(k): attr_value(str(k), v) for k, v in attrs.items()}
+    attrs = finish_attrs(attrs)
 
     path = Path(path)
     if path.is_dir():

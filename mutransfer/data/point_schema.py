@@ -38,12 +38,11 @@ from typing import Iterator
 import h5py
 import numpy as np
 
-import mutransfer
 from mutransfer.atomic import atomic_path
 from mutransfer.data.hdf5_io import open_hdf5
 from mutransfer.data.problem_facts import default_points_problem
 from mutransfer.data.schema_common import (
-    GRID_SCHEMA, POINT_SCHEMA, attr_value, decode_attr, read_attrs, schema_of, utc_now,
+    GRID_SCHEMA, POINT_SCHEMA, decode_attr, finish_attrs, read_attrs, schema_of,
 )
 from mutransfer.errors import UserInputError
 
@@ -115,10 +114,7 @@ def write_point_dataset(path, data: dict) -> Path:
         max_points=int(p),
         coord_dim=int(d),
     )
-    attrs.setdefault("seed", -1)
-    attrs.setdefault("mutransfer_version", mutransfer.__version__)
-    attrs.setdefault("created", utc_now())
-    attrs = {str(k): attr_value(str(k), v) for k, v in attrs.items()}
+    attrs = finish_attrs(attrs)
     path = Path(path)
     if path.is_dir():
         raise UserInputError(f"output path {path} is a directory; pass a file name such as {path / 'points.h5'}")

@@ -57,3 +57,13 @@ def attr_value(name: str, value):
 def utc_now() -> str:
     """The current time as ISO 8601 UTC, e.g. "2025-01-31T12:00:00Z" (the ``created`` attribute)."""
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def finish_attrs(attrs: dict) -> dict:
+    """The attributes every written file carries (seed, mutransfer_version, created) filled in, values made HDF5-safe."""
+    import mutransfer
+
+    attrs.setdefault("seed", -1)
+    attrs.setdefault("mutransfer_version", mutransfer.__version__)
+    attrs.setdefault("created", utc_now())
+    return {str(k): attr_value(str(k), v) for k, v in attrs.items()}
