@@ -120,6 +120,8 @@ class SweepContext:
     wall_start: float = field(default_factory=time.perf_counter)
     #: wall time of earlier sessions of this study (read once, when the context is made)
     prior_wall: float = 0.0
+    #: the study's lock (mutransfer.sweep.lock.StudyLock), taken by prepare, released when run_sweep ends
+    lock: Any = None
     # set by the phases, in order
     data: Any = None
     data_path: Any = None

@@ -1,9 +1,12 @@
 """The sweep's first phase: everything that can be wrong with the input, checked before any compute.
 
-No Ray start, no data generation, no MLflow store created: the study is loaded
-and validated, a resume is checked against the stored study, and the resources
+No Ray start, no data generation, no study folder or MLflow run created: the study
+is loaded and validated, a resume is checked against the stored study, the resources
 and memory it asks for are checked against this machine (or, after Ray starts,
-against the cluster: :func:`check_cluster_fits`). Returns the :class:`SweepContext`.
+against the cluster: :func:`check_cluster_fits`), and the tracking store, the Ray
+address and the data file are checked to answer (mutransfer.sweep.endpoints). Last,
+the study's lock is taken (mutransfer.sweep.lock: one driver per study). Returns the
+:class:`SweepContext`, whose ``lock`` the caller releases.
 """
 
 from __future__ import annotations
@@ -14,11 +17,13 @@ from pathlib import Path
 from mutransfer.errors import UserInputError
 from mutransfer.study import OVERRIDES, Override, Study, load_study, study_from_yaml_text
 from mutransfer.sweep.context import SweepContext, SweepOptions
+from mutransfer.sweep.endpoints import check_endpoints
+from mutransfer.sweep.lock import StudyLock, refuse_if_locked
 from mutransfer.sweep.state import StudyDir
 
 
 def prepare(options: SweepOptions) -> SweepContext:
-    """Load and validate everything; decide new study vs resume. Starts nothing."""
+    """Load and validate everything; decide new study vs resume; take the study's lock. Starts nothing."""
     from mutransfer.sweep.tracking import resolve_tracking_uri
     from mutransfer.sweep.trial import fail_trials_from_env
 
@@ -41,6 +46,7 @@ def prepare(options: SweepOptions) -> SweepContext:
 
     if not options.resume:
         if study_dir.exists():
+            refuse_if_locked(study_dir)  # a driver runs it now: say who
             raise UserInputError(
                 f"study directory {study_dir.root} already exists (study {study.name!r} ran here before); "
                 f"pass --resume to continue it, or --name NEW to start a new study"
@@ -71,8 +77,29 @@ def prepare(options: SweepOptions) -> SweepContext:
         _check_memory(study)
         if options.verify or options.baseline:
             _check_target_size_memory(study)
-    return SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
-                        prior_wall=float(state.get("wall_seconds", 0.0)))
+    check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
+    ctx = SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
+                       prior_wall=float(state.get("wall_seconds", 0.0)))
+    ctx.lock = _take_lock(ctx)
+    return ctx
+
+
+def _take_lock(ctx: SweepContext) -> StudyLock:
+    """The study's lock; then what an earlier driver may have written is read again (it could have finished meanwhile)."""
+    lock = StudyLock(ctx.study_dir, ctx.tracking_uri, say=ctx.say).acquire()
+    try:
+        if not ctx.options.resume and ctx.study_dir.exists():
+            raise UserInputError(
+                f"study directory {ctx.study_dir.root} was just created by another driver; pass --resume to continue it, "
+                "or --name NEW to start a new study"
+            )
+        if ctx.options.resume:
+            ctx.state = ctx.study_dir.read_state()
+            ctx.prior_wall = float(ctx.state.get("wall_seconds", 0.0))
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 def _source_text(path) -> str:

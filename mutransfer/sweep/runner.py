@@ -44,16 +44,17 @@ PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, verify_ph
 def run_sweep(options: SweepOptions) -> dict:
     """Run (or resume) a study end to end and return the transfer report."""
     ctx = prepare(options)
-    if ctx.state.get("phase") == "done" and ctx.state.get("report"):
-        _check_nothing_new_asked(ctx)
-        ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
-        return dict(ctx.state["report"], already_complete=True)
-    _start_study_dir(ctx)
-    _load_data(ctx)
-    with _session(ctx):
-        for phase in PHASES:
-            phase(ctx)
-    return ctx.report
+    with ctx.lock:  # one driver per study (mutransfer.sweep.lock): held until this returns, raises or is interrupted
+        if ctx.state.get("phase") == "done" and ctx.state.get("report"):
+            _check_nothing_new_asked(ctx)
+            ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
+            return dict(ctx.state["report"], already_complete=True)
+        _start_study_dir(ctx)
+        _load_data(ctx)
+        with _session(ctx):
+            for phase in PHASES:
+                phase(ctx)
+        return ctx.report
 
 
 def _check_nothing_new_asked(ctx: SweepContext) -> None:
@@ -157,7 +158,11 @@ def _init_ray(address: str | None) -> bool:
     # Worker stdout/stderr stay in Ray's session logs (/tmp/ray/session_latest/logs): Ray Train's
     # controller is chatty. Trial and worker errors still reach the driver as exceptions.
     if address is None:
-        ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        from mutransfer.sweep.local_ray import loopback_only
+
+        with loopback_only():  # every Ray server of a local run listens on 127.0.0.1; no dashboard
+            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
+                     log_to_driver=False)
     else:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     return True

@@ -1,0 +1,167 @@
+"""Endpoints checked before anything is created: the tracking store, the Ray cluster, the data file.
+
+:func:`check_endpoints` runs in :func:`mutransfer.sweep.prepare.prepare` after the
+study is validated and before the study's lock, folder, MLflow runs or Ray start. Each
+check has a short timeout (:data:`TIMEOUT_SECONDS` per network call, so the worst case
+stays well under 30 s) and raises :class:`~mutransfer.errors.UserInputError` (one line:
+the endpoint, what is wrong, the fix; exit 2). The checks create nothing: no sqlite
+file, no folder, no experiment.
+
+- tracking URI: ``http(s)://`` must answer MLflow's REST API
+  (``GET /api/2.0/mlflow/experiments/search``) with JSON; ``sqlite:///PATH`` (and file
+  stores) need an existing, writable folder; other database URIs need their host's port
+  to accept a TCP connection.
+- Ray ``--address``: ``ray://HOST:PORT`` (Ray Client, port 10001 if none) and
+  ``HOST:PORT`` (the GCS) must accept a TCP connection; ``auto`` needs a running
+  cluster that Ray can find (``RAY_ADDRESS`` or this machine's latest ``ray start``).
+- the data file (``problem.data``), when the study names one: it exists, is a file
+  and can be read.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from mutransfer.errors import UserInputError
+
+#: seconds one network check may take
+TIMEOUT_SECONDS = 5.0
+_DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+
+
+def check_endpoints(tracking_uri: str, address: str | None, data: str | None) -> None:
+    """All three checks; the first failure raises UserInputError."""
+    check_tracking_uri(tracking_uri)
+    if address is not None:
+        check_ray_address(address)
+    if data is not None:
+        check_data_file(data)
+
+
+def check_tracking_uri(uri: str) -> None:
+    scheme = urlsplit(uri).scheme.split("+")[0].lower()
+    fix = "start the server, fix --tracking-uri (tracking.uri in the study), or drop it to log to ./mlflow.db"
+    if scheme in ("http", "https"):
+        _check_mlflow_server(uri, fix)
+    elif scheme in ("sqlite", "file", ""):
+        path = Path(uri[len("sqlite:///"):] if scheme == "sqlite" else urlsplit(uri).path if scheme == "file" else uri)
+        _check_writable_place(path, f"tracking URI {uri}", "create the folder, or pass a --tracking-uri in a writable one")
+    elif scheme in _DB_PORTS:
+        parts = urlsplit(uri)
+        _check_tcp(parts.hostname or "localhost", parts.port or _DB_PORTS[scheme], f"tracking URI {uri}", fix)
+
+
+def _check_mlflow_server(uri: str, fix: str) -> None:
+    """One GET of MLflow's REST API, no retries, with the credentials MLflow would use (MLFLOW_TRACKING_*)."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    endpoint = "/api/2.0/mlflow/experiments/search"
+    try:
+        response = http_request(get_default_host_creds(uri), endpoint, "GET", max_retries=0, timeout=TIMEOUT_SECONDS,
+                                raise_on_status=False, params={"max_results": 1})
+    except (MlflowException, OSError) as exc:
+        raise UserInputError(f"tracking URI {uri}: no answer ({_why(exc)}); {fix}") from None
+    if response.status_code in (401, 403):
+        raise UserInputError(
+            f"tracking URI {uri}: the server refused access (HTTP {response.status_code}); set MLFLOW_TRACKING_USERNAME "
+            "and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) for it"
+        )
+    try:
+        body = response.json() if response.status_code == 200 else None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise UserInputError(
+            f"tracking URI {uri}: answers (HTTP {response.status_code}) but is not an MLflow tracking server "
+            f"({endpoint} gave no MLflow reply); point --tracking-uri at `mlflow server`"
+        )
+
+
+def _check_writable_place(path: Path, what: str, fix: str) -> None:
+    """An existing store must be readable and writable; a new one needs an existing, writable folder."""
+    path = path.absolute()
+    if path.exists():
+        if not os.access(path, os.R_OK | os.W_OK):
+            raise UserInputError(f"{what}: {path} is not readable and writable by this user; {fix}")
+        return
+    folder = path.parent
+    if not folder.is_dir():
+        raise UserInputError(f"{what}: folder {folder} does not exist; {fix}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserInputError(f"{what}: folder {folder} is not writable by this user; {fix}")
+
+
+def check_ray_address(address: str) -> None:
+    fix = "start the cluster (`ray start --head`), fix --address, or drop --address to run on a local Ray"
+    if address == "auto":
+        _check_auto(fix)
+        return
+    client = address.startswith("ray://")
+    rest = address[len("ray://"):] if client else address
+    try:
+        parts = urlsplit(f"//{rest}")
+        host, port = parts.hostname, parts.port or (10001 if client else None)
+    except ValueError:
+        host = port = None
+    if not host or port is None:
+        raise UserInputError(f"--address {address}: not auto, ray://HOST:PORT or HOST:PORT; {fix}")
+    _check_tcp(host, port, f"--address {address}", fix)
+
+
+def _check_auto(fix: str) -> None:
+    """``auto`` as ray.init resolves it: RAY_ADDRESS, else the address of this machine's latest `ray start`."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except (ConnectionError, ValueError) as exc:
+        raise UserInputError(f"--address auto: {_first_line(exc)}; {fix}") from None
+    if not found:
+        raise UserInputError(f"--address auto: no running Ray cluster found on this machine; {fix}")
+    check_ray_address(found)
+
+
+def _check_tcp(host: str, port: int, what: str, fix: str) -> None:
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT_SECONDS):
+            pass
+    except socket.gaierror:
+        raise UserInputError(f"{what}: host {host} is not known (DNS); {fix}") from None
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        raise UserInputError(f"{what}: {host}:{port} {reason}; {fix}") from None
+
+
+def check_data_file(data: str) -> None:
+    path = Path(data)
+    fix = "fix problem.data in the study file, or drop it to generate the study's dataset"
+    if not path.exists():
+        raise UserInputError(f"problem.data: {path} does not exist; {fix}")
+    if not path.is_file():
+        raise UserInputError(f"problem.data: {path} is not a file; {fix}")
+    try:
+        with open(path, "rb") as f:
+            f.read(8)
+    except OSError as exc:
+        raise UserInputError(f"problem.data: {path} cannot be read ({exc.strerror or exc}); {fix}") from None
+
+
+def _why(exc: BaseException) -> str:
+    """A short reason for a failed HTTP request (requests wraps the socket error deep in its message)."""
+    text = str(exc)
+    for needle, reason in (("Connection refused", "connection refused"), ("timed out", f"no reply within {TIMEOUT_SECONDS:g} s"),
+                           ("Name or service not known", "host not known (DNS)"),
+                           ("Failed to resolve", "host not known (DNS)"), ("SSL", "TLS handshake failed")):
+        if needle in text:
+            return reason
+    return _first_line(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text[:160] + ("..." if len(text) > 160 else "")

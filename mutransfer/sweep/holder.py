@@ -1,0 +1,98 @@
+"""Who drives a study: the holder record shared by the study's file lock and its MLflow lease.
+
+A :class:`Holder` names one driver process: host name, pid, when it took the study
+(``since``, unix seconds), a random ``token`` that tells two holders apart, and the
+process's start time on its host (``started``: Linux ``/proc/<pid>/stat`` field 22 in
+clock ticks since boot, None elsewhere) so a recycled pid is not mistaken for the
+driver. It is stored as one JSON object.
+
+Whether a holder is gone (:meth:`Holder.is_gone`):
+
+- on **this host**: its process no longer exists (or the pid now belongs to a process
+  that started at another time). Exact, no waiting.
+- on **another host**: its lease's heartbeat is older than ``stale_after`` seconds (the
+  driver refreshes it every :data:`mutransfer.sweep.lease.HEARTBEAT_SECONDS`). A driver
+  whose machine is cut off from the tracking store for longer than that is taken for
+  dead; the heartbeat thread then reports that the lease was lost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass
+
+from mutransfer.errors import UserInputError
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of ``pid`` on this host (clock ticks since boot, Linux), None if unknown or not running."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def process_alive(pid: int, started: str | None) -> bool:
+    """True if ``pid`` runs on this host and (when ``started`` is known) is the same process."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        pass
+    now = process_start(pid)
+    return started is None or now is None or now == started
+
+
+@dataclass(frozen=True)
+class Holder:
+    host: str
+    pid: int
+    since: float
+    token: str
+    started: str | None = None
+
+    @classmethod
+    def me(cls) -> "Holder":
+        pid = os.getpid()
+        return cls(socket.gethostname(), pid, time.time(), uuid.uuid4().hex, process_start(pid))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | None) -> "Holder | None":
+        """The holder in ``text``, or None for a missing or unreadable record."""
+        try:
+            d = json.loads(text or "")
+            return cls(str(d["host"]), int(d["pid"]), float(d["since"]), str(d["token"]), d.get("started"))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def describe(self) -> str:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
+        return f"host {self.host}, pid {self.pid}, since {since}"
+
+    def is_gone(self, heartbeat: float | None, *, stale_after: float, now: float | None = None) -> bool:
+        """Dead: on this host its process is gone; elsewhere its heartbeat is older than ``stale_after`` s."""
+        if self.host == socket.gethostname():
+            return not process_alive(self.pid, self.started)
+        now = time.time() if now is None else now
+        return heartbeat is None or now - heartbeat > stale_after
+
+
+class StudyLocked(UserInputError):
+    """Another live driver holds the study (exit 2, one line, nothing changed)."""
+
+    def __init__(self, study: str, holder: Holder | None, where: str):
+        who = holder.describe() if holder is not None else "holder not recorded yet"
+        super().__init__(
+            f"study {study!r} is being run by another driver ({who}; {where}); wait for it to finish, "
+            f"or stop it and pass --resume — two drivers on one study would corrupt it"
+        )
+        self.holder = holder
