@@ -2,8 +2,8 @@
 
 :func:`check_endpoints` runs in :func:`mutransfer.sweep.prepare.prepare` after the
 study is validated and before the study's lock, folder, MLflow runs or Ray start. Each
-check has a short timeout (:data:`TIMEOUT_SECONDS` per network call, so the worst case
-stays well under 30 s) and raises :class:`~mutransfer.errors.UserInputError` (one line:
+check has a short timeout (:data:`TIMEOUT_SECONDS` to connect, :data:`REPLY_SECONDS` for an
+MLflow server's reply, one call per endpoint, so the worst case stays under 30 s) and raises :class:`~mutransfer.errors.UserInputError` (one line:
 the endpoint, what is wrong, the fix; exit 2). The checks create nothing: no sqlite
 file, no folder, no experiment.
 
@@ -27,8 +27,10 @@ from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
 
-#: seconds one network check may take
+#: seconds to open a connection (TCP connect)
 TIMEOUT_SECONDS = 5.0
+#: seconds an MLflow server may take to answer once connected (a fresh server creates its tables on the first request)
+REPLY_SECONDS = 20.0
 _DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
@@ -62,8 +64,8 @@ def _check_mlflow_server(uri: str, fix: str) -> None:
 
     endpoint = "/api/2.0/mlflow/experiments/search"
     try:
-        response = http_request(get_default_host_creds(uri), endpoint, "GET", max_retries=0, timeout=TIMEOUT_SECONDS,
-                                raise_on_status=False, params={"max_results": 1})
+        response = http_request(get_default_host_creds(uri), endpoint, "GET", max_retries=0,
+                                timeout=(TIMEOUT_SECONDS, REPLY_SECONDS), raise_on_status=False, params={"max_results": 1})
     except (MlflowException, OSError) as exc:
         raise UserInputError(f"tracking URI {uri}: no answer ({_why(exc)}); {fix}") from None
     if response.status_code in (401, 403):
@@ -154,7 +156,7 @@ def check_data_file(data: str) -> None:
 def _why(exc: BaseException) -> str:
     """A short reason for a failed HTTP request (requests wraps the socket error deep in its message)."""
     text = str(exc)
-    for needle, reason in (("Connection refused", "connection refused"), ("timed out", f"no reply within {TIMEOUT_SECONDS:g} s"),
+    for needle, reason in (("Connection refused", "connection refused"), ("timed out", "timed out"),
                            ("Name or service not known", "host not known (DNS)"),
                            ("Failed to resolve", "host not known (DNS)"), ("SSL", "TLS handshake failed")):
         if needle in text:
