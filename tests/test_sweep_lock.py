@@ -43,16 +43,30 @@ def _lease_experiments(uri):
     return [e for e in MlflowClient(uri).search_experiments(view_type=ViewType.ALL) if e.name.startswith("mutransfer-lease/")]
 
 
+class Driver:
+    """A `mutransfer sweep --json` of a tiny study, started in its own session (so it and its Ray can be killed)."""
+
+    def __init__(self, tmp_path, name: str, trials: int, epochs: int):
+        study = write_tiny_study(tmp_path, write_tiny_data(tmp_path / "burgers_tiny.h5"), name=name, trials=trials,
+                                 epochs=epochs, grace=epochs, max_concurrent=1)
+        self.env, self.uri, self.cwd = _env(tmp_path), f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path
+        self.sweep = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"]
+        self.study_dir = tmp_path / "mutransfer-runs" / name
+        self.holder_file = tmp_path / "mutransfer-runs" / ".locks" / f"{name}.holder.json"
+        self.errfile = tmp_path / "first.err"
+        with open(self.errfile, "w") as err:
+            self.proc = subprocess.Popen(self.sweep, cwd=tmp_path, env=self.env, stdout=subprocess.PIPE, stderr=err, text=True,
+                                         start_new_session=True)
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)  # the driver and its Ray: no cleanup runs
+        self.proc.wait(timeout=60)
+
+
 def test_a_second_driver_on_a_running_study_is_refused_and_changes_nothing(tmp_path):
-    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    study = write_tiny_study(tmp_path, data, name="dup", trials=4, epochs=30, grace=30, max_concurrent=1)
-    env, uri = _env(tmp_path), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    sweep = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"]
-    study_dir, holder_file = tmp_path / "mutransfer-runs" / "dup", tmp_path / "mutransfer-runs" / ".locks" / "dup.holder.json"
-    errfile = tmp_path / "first.err"
-    with open(errfile, "w") as err:
-        first = subprocess.Popen(sweep, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
-                                 start_new_session=True)
+    driver = Driver(tmp_path, "dup", trials=4, epochs=30)
+    first, env, uri, sweep = driver.proc, driver.env, driver.uri, driver.sweep
+    study_dir, holder_file, errfile = driver.study_dir, driver.holder_file, driver.errfile
     try:
         _wait_for(first, "its lock and MLflow parent run", lambda: holder_file.exists() and _session_open(study_dir), errfile)
         before = {"study": (study_dir / "study.yaml").read_bytes(), "study_mtime": (study_dir / "study.yaml").stat().st_mtime_ns,
@@ -75,8 +89,7 @@ def test_a_second_driver_on_a_running_study_is_refused_and_changes_nothing(tmp_p
         out, _ = first.communicate(timeout=900)
     finally:
         if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
+            driver.kill()
     assert first.returncode == 0, errfile.read_text()[-3000:]
     report = json.loads(out)
     runs = mlflow_runs(uri)
@@ -89,19 +102,13 @@ def test_a_second_driver_on_a_running_study_is_refused_and_changes_nothing(tmp_p
 
 
 def test_a_sigkilled_driver_is_taken_over_on_resume(tmp_path):
-    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    study = write_tiny_study(tmp_path, data, name="gone", trials=3, epochs=20, grace=20, max_concurrent=1)
-    env, uri = _env(tmp_path), f"sqlite:///{tmp_path / 'mlflow.db'}"
-    sweep = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"]
-    study_dir, holder_file = tmp_path / "mutransfer-runs" / "gone", tmp_path / "mutransfer-runs" / ".locks" / "gone.holder.json"
-    errfile = tmp_path / "first.err"
-    with open(errfile, "w") as err:
-        first = subprocess.Popen(sweep, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    driver = Driver(tmp_path, "gone", trials=3, epochs=20)
+    first, env, uri, sweep, holder_file = driver.proc, driver.env, driver.uri, driver.sweep, driver.holder_file
     try:
-        _wait_for(first, "a finished trial", lambda: holder_file.exists() and list(study_dir.glob("trials/*/done.json")), errfile)
+        _wait_for(first, "a finished trial", lambda: holder_file.exists() and list(driver.study_dir.glob("trials/*/done.json")),
+                  driver.errfile)
     finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the driver and its Ray: no cleanup runs
-        first.wait(timeout=60)
+        driver.kill()
     assert json.loads(holder_file.read_text())["pid"] == first.pid  # the dead driver's record and lease stay
     assert [e.lifecycle_stage for e in _lease_experiments(uri)] == ["active"]
 
