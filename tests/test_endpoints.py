@@ -72,7 +72,7 @@ def test_local_tracking_stores(tmp_path):
         check_tracking_uri(f"postgresql://u@127.0.0.1:{closed_port()}/db")
 
 
-def test_ray_address():
+def test_ray_address(monkeypatch):
     with pytest.raises(UserInputError, match="--address 127.0.0.1:.*connection refused"):
         check_ray_address(f"127.0.0.1:{closed_port()}")
     with pytest.raises(UserInputError, match="--address ray://.*connection refused"):
@@ -86,6 +86,11 @@ def test_ray_address():
         s.listen()
         check_ray_address(f"127.0.0.1:{s.getsockname()[1]}")
         check_ray_address(f"ray://127.0.0.1:{s.getsockname()[1]}")
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{s.getsockname()[1]}")  # `auto` takes it from the environment
+        check_ray_address("auto")
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed_port()}")
+    with pytest.raises(UserInputError, match=r"--address auto \(found 127.0.0.1:\d+\): 127.0.0.1:\d+ connection refused"):
+        check_ray_address("auto")
 
 
 def test_data_file(tmp_path):

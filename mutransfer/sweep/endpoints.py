@@ -116,16 +116,25 @@ def check_ray_address(address: str) -> None:
 
 
 def _check_auto(fix: str) -> None:
-    """``auto`` as ray.init resolves it: RAY_ADDRESS, else the address of this machine's latest `ray start`."""
-    from ray._private.services import canonicalize_bootstrap_address
+    """``auto`` as ray.init finds it: RAY_ADDRESS, else the address of this machine's latest `ray start`.
+
+    The address is checked as found (not with Ray's canonicalisation, which replaces 127.0.0.1 by the
+    machine's outside address: a head started with ``--node-ip-address=127.0.0.1`` listens on loopback only).
+    """
+    from ray._private.services import get_ray_address_from_environment
 
     try:
-        found = canonicalize_bootstrap_address("auto")
-    except (ConnectionError, ValueError) as exc:
+        found = get_ray_address_from_environment("auto", None)
+    except ConnectionError as exc:
         raise UserInputError(f"--address auto: {_first_line(exc)}; {fix}") from None
-    if not found:
+    if not found or found == "auto":
         raise UserInputError(f"--address auto: no running Ray cluster found on this machine; {fix}")
-    check_ray_address(found)
+    if "://" in found and not found.startswith("ray://"):
+        return  # an address form ray.init resolves itself (e.g. a job's http:// address): left to it
+    try:
+        check_ray_address(found)
+    except UserInputError as exc:
+        raise UserInputError(f"--address auto (found {found}): {str(exc).split(': ', 1)[1]}") from None
 
 
 def _check_tcp(host: str, port: int, what: str, fix: str) -> None:
