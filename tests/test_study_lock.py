@@ -151,8 +151,11 @@ def test_holder_liveness_on_this_host():
     assert not me.is_gone(None, stale_after=1)  # this process runs, whatever the heartbeat says
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
-    gone = Holder(me.host, proc.pid, time.time(), "t")
+    gone = Holder(me.host, proc.pid, time.time(), "t", pidns=me.pidns)
     assert gone.is_gone(time.time(), stale_after=1e9)  # its process has exited, however fresh the heartbeat
-    recycled = Holder(me.host, os.getpid(), time.time(), "t", started="1")  # our pid, another start time
+    recycled = Holder(me.host, os.getpid(), time.time(), "t", started="1", pidns=me.pidns)  # our pid, another start
     assert recycled.is_gone(time.time(), stale_after=1e9)
+    # same host name, other pid namespace (a container on the host's network): judged by its heartbeat only
+    other_ns = Holder(me.host, proc.pid, time.time(), "t", pidns="pid:[1]")
+    assert not other_ns.is_gone(time.time(), stale_after=60) and other_ns.is_gone(time.time() - 120, stale_after=60)
     assert Holder.from_json("not json") is None and Holder.from_json(me.to_json()) == me

@@ -1,14 +1,14 @@
 """Who drives a study: the holder record shared by the study's file lock and its MLflow lease.
 
 A :class:`Holder` names one driver process: host name, pid, when it took the study
-(``since``, unix seconds), a random ``token`` that tells two holders apart, and the
+(``since``, unix seconds), a random ``token`` that tells two holders apart, the
 process's start time on its host (``started``: Linux ``/proc/<pid>/stat`` field 22 in
 clock ticks since boot, None elsewhere) so a recycled pid is not mistaken for the
-driver. It is stored as one JSON object.
+driver, and its pid namespace (``pidns``). It is stored as one JSON object.
 
 Whether a holder is gone (:meth:`Holder.is_gone`):
 
-- on **this host**: its process no longer exists (or the pid now belongs to a process
+- on **this host** (same host name and pid namespace): its process no longer exists (or the pid now belongs to a process
   that started at another time). Exact, no waiting.
 - on **another host**: its lease's heartbeat is older than ``stale_after`` seconds (the
   driver refreshes it every :data:`mutransfer.sweep.lease.HEARTBEAT_SECONDS`). A driver
@@ -37,6 +37,14 @@ def process_start(pid: int) -> str | None:
         return None
 
 
+def pid_namespace() -> str | None:
+    """This process's pid namespace (Linux): containers that share a host name may not share pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def process_alive(pid: int, started: str | None) -> bool:
     """True if ``pid`` runs on this host and (when ``started`` is known) is the same process."""
     try:
@@ -56,11 +64,12 @@ class Holder:
     since: float
     token: str
     started: str | None = None
+    pidns: str | None = None
 
     @classmethod
     def me(cls) -> "Holder":
         pid = os.getpid()
-        return cls(socket.gethostname(), pid, time.time(), uuid.uuid4().hex, process_start(pid))
+        return cls(socket.gethostname(), pid, time.time(), uuid.uuid4().hex, process_start(pid), pid_namespace())
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -70,7 +79,7 @@ class Holder:
         """The holder in ``text``, or None for a missing or unreadable record."""
         try:
             d = json.loads(text or "")
-            return cls(str(d["host"]), int(d["pid"]), float(d["since"]), str(d["token"]), d.get("started"))
+            return cls(str(d["host"]), int(d["pid"]), float(d["since"]), str(d["token"]), d.get("started"), d.get("pidns"))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -79,8 +88,12 @@ class Holder:
         return f"host {self.host}, pid {self.pid}, since {since}"
 
     def is_gone(self, heartbeat: float | None, *, stale_after: float, now: float | None = None) -> bool:
-        """Dead: on this host its process is gone; elsewhere its heartbeat is older than ``stale_after`` s."""
-        if self.host == socket.gethostname():
+        """Dead: on this host its process is gone; elsewhere its heartbeat is older than ``stale_after`` s.
+
+        "This host" is the same host name and the same pid namespace (a container started with the host's
+        network shares its name, not its pids): only then can its pid be looked up here.
+        """
+        if self.host == socket.gethostname() and self.pidns is not None and self.pidns == pid_namespace():
             return not process_alive(self.pid, self.started)
         now = time.time() if now is None else now
         return heartbeat is None or now - heartbeat > stale_after
