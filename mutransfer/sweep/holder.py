@@ -11,7 +11,7 @@ Whether a holder is gone (:meth:`Holder.is_gone`):
 - on **this host** (same host name and pid namespace): its process no longer exists (or the pid now belongs to a process
   that started at another time). Exact, no waiting.
 - on **another host**: its lease's heartbeat is older than ``stale_after`` seconds (the
-  driver refreshes it every :data:`mutransfer.sweep.lease.HEARTBEAT_SECONDS`). A driver
+  driver refreshes it every :data:`HEARTBEAT_SECONDS`). A driver
   whose machine is cut off from the tracking store for longer than that is taken for
   dead; the heartbeat thread then reports that the lease was lost.
 """
@@ -26,6 +26,11 @@ import uuid
 from dataclasses import asdict, dataclass
 
 from mutransfer.errors import UserInputError
+
+#: seconds between two heartbeats of a holding driver's MLflow lease
+HEARTBEAT_SECONDS = 30.0
+#: a holder on another host whose heartbeat is older than this (10 missed beats) is dead
+STALE_SECONDS = 300.0
 
 
 def process_start(pid: int) -> str | None:
@@ -105,7 +110,8 @@ class StudyLocked(UserInputError):
     def __init__(self, study: str, holder: Holder | None, where: str):
         who = holder.describe() if holder is not None else "holder not recorded yet"
         super().__init__(
-            f"study {study!r} is being run by another driver ({who}; {where}); wait for it to finish, "
-            f"or stop it and pass --resume — two drivers on one study would corrupt it"
+            f"study {study!r} is being run by another driver ({who}; {where}); wait for it to finish, or stop it and "
+            f"pass --resume (a dead driver is taken over at once on its machine, from elsewhere once its lease is "
+            f"{STALE_SECONDS / 60:g} minutes silent)"
         )
         self.holder = holder

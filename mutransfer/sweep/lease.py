@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import time
 
-from mutransfer.sweep.holder import Holder, StudyLocked
+from mutransfer.sweep.holder import HEARTBEAT_SECONDS, STALE_SECONDS, Holder, StudyLocked
+
+__all__ = ["HEARTBEAT_SECONDS", "STALE_SECONDS", "MlflowLease", "lease_name"]
 
 KIND_TAG = "mutransfer.kind"
 STUDY_TAG = "mutransfer.study"
 HOLDER_TAG = "mutransfer.lease.holder"
 HEARTBEAT_TAG = "mutransfer.lease.heartbeat"
-#: seconds between two heartbeats of a holding driver
-HEARTBEAT_SECONDS = 30.0
-#: a lease from another host whose heartbeat is older than this (10 missed beats) is dead
-STALE_SECONDS = 300.0
 
 
 def lease_name(study: str) -> str:
