@@ -102,8 +102,8 @@ def test_data_file(tmp_path):
     check_data_file(str(tmp_path / "d.h5"))
 
 
-@pytest.mark.slow  # three CLI processes and a new MLflow store: 20-50 s on 2 busy cores
-def test_unreachable_endpoints_fail_the_sweep_before_anything_exists(tmp_path, monkeypatch):
+@pytest.mark.slow  # four CLI processes and a new MLflow store: 20-50 s on 2 busy cores
+def test_unreachable_endpoints_fail_the_sweep_before_anything_exists(tmp_path, monkeypatch, http_server):
     """`mutransfer sweep` with a dead tracking URI / Ray address / data file: exit 2, one line, nothing created,
     and the name is not reserved (the fixed command gets past the checks and takes the study's lock)."""
     study = write_tiny_study(tmp_path, tmp_path / "missing.h5", name="ep")
@@ -112,6 +112,7 @@ def test_unreachable_endpoints_fail_the_sweep_before_anything_exists(tmp_path, m
     base = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--name", "ep"]
     cases = {
         "tracking URI http://127.0.0.1": base + ["--study", str(data_ok), "--tracking-uri", f"http://127.0.0.1:{closed_port()}"],
+        "but is not an MLflow tracking server": base + ["--study", str(data_ok), "--tracking-uri", http_server[0]],
         "--address 127.0.0.1": base + ["--study", str(data_ok), "--address", f"127.0.0.1:{closed_port()}"],
         "problem.data": base + ["--study", str(study)],
     }
