@@ -45,16 +45,20 @@ def run_sweep(options: SweepOptions) -> dict:
     """Run (or resume) a study end to end and return the transfer report."""
     ctx = prepare(options)
     with ctx.lock:  # one driver per study (mutransfer.sweep.lock): held until this returns, raises or is interrupted
-        if ctx.state.get("phase") == "done" and ctx.state.get("report"):
-            _check_nothing_new_asked(ctx)
-            ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
-            return dict(ctx.state["report"], already_complete=True)
-        _start_study_dir(ctx)
-        _load_data(ctx)
-        with _session(ctx):
-            for phase in PHASES:
-                phase(ctx)
-        return ctx.report
+        return _drive(ctx)
+
+
+def _drive(ctx: SweepContext) -> dict:
+    if ctx.state.get("phase") == "done" and ctx.state.get("report"):
+        _check_nothing_new_asked(ctx)
+        ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
+        return dict(ctx.state["report"], already_complete=True)
+    _start_study_dir(ctx)
+    _load_data(ctx)
+    with _session(ctx):
+        for phase in PHASES:
+            phase(ctx)
+    return ctx.report
 
 
 def _check_nothing_new_asked(ctx: SweepContext) -> None:
