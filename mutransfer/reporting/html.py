@@ -197,3 +197,16 @@ def write_report_page(files: StudyFiles, out: Path) -> Path:
     """Render the page and write it to ``out`` atomically; returns ``out``."""
     write_atomic(Path(out), render_report(files))
     return Path(out)
+
+
+def write_study_page(root: Path, say) -> Path | None:
+    """The sweep's last step: ``<study folder>/report.html``. A page that cannot be drawn costs the sweep
+    nothing: ``say`` gets one line (with the command that retries it) and None is returned."""
+    from mutransfer.reporting.study_files import load_study_files
+
+    out = Path(root) / "report.html"
+    try:
+        return write_report_page(load_study_files(str(root)), out)
+    except Exception as exc:  # noqa: BLE001 - the study's results are already saved; the page is a view of them
+        say(f"report page not written ({type(exc).__name__}: {exc}); retry with `mutransfer report {root}`")
+        return None

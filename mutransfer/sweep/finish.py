@@ -43,9 +43,19 @@ def write_report(ctx: SweepContext) -> None:
     write_atomic(root / "report.txt", format_report(report) + "\n")
     plot_trials(proxies.trials, root / "proxy_trials.png", searched_lr="lr" in study.search_space,
                 title=f"{study.name}: proxies, {study.model_text(False)}")
+    _write_page(ctx)
     _log(ctx, report, wall)
     ctx.report = report
     ctx.update_state(phase="done", report=report, wall_seconds=wall)
+
+
+def _write_page(ctx: SweepContext) -> None:
+    """The HTML report (mutransfer.reporting.html) in the study folder, logged on the parent run."""
+    from mutransfer.reporting.html import write_study_page
+
+    page = write_study_page(ctx.study_dir.root, ctx.say)
+    if page is not None:
+        ctx.tracker.client.log_artifact(ctx.parent_id, str(page), "report")
 
 
 def _log(ctx: SweepContext, report: dict, wall: float) -> None:
