@@ -112,32 +112,34 @@ def optimization_history(study: optuna.Study) -> Figure:
     return _draw(title, plot)
 
 
-def learning_curves(study: optuna.Study) -> Figure:
-    """Every trial's test error by epoch; an X where a trial stopped early (ASHA) and a + where it diverged."""
-    title = "Learning curves of the proxy trials"
+def learning_curves_axes(study: optuna.Study):
+    """Optuna's intermediate-values plot: one line per trial with evaluations, labelled by the table's numbers;
+    a black X where ASHA stopped a trial (status pruned) and a black P where one diverged."""
+    ax = optuna.visualization.matplotlib.plot_intermediate_values(study)
     trials = [t for t in study.trials if t.intermediate_values]
-    if not trials:
+    for line in ax.get_lines():  # Optuna labels Trial<number - 1>: use the table's numbers
+        number = line.get_label().removeprefix("Trial")
+        if number.isdigit():
+            line.set_label(f"trial {study.trials[int(number)].user_attrs['number']}")
+    for status, marker, label in (("pruned", "X", "stopped by ASHA"), ("diverged", "P", "diverged")):
+        ends = [max(t.intermediate_values.items()) for t in trials if t.user_attrs["status"] == status]
+        if ends:
+            ax.scatter(*zip(*ends), marker=marker, s=90, color="black", zorder=5, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test rel. L2")
+    ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=8)
+    return ax
+
+
+def learning_curves(study: optuna.Study) -> Figure:
+    """Every trial's test error by epoch, ASHA's stops marked (:func:`learning_curves_axes`)."""
+    title = "Learning curves of the proxy trials"
+    curves = sum(1 for t in study.trials if t.intermediate_values)
+    if not curves:
         return Figure(title, missing="no trial has a readable history: nothing to plot")
-
-    def plot():
-        ax = optuna.visualization.matplotlib.plot_intermediate_values(study)
-        for line in ax.get_lines():  # Optuna labels Trial<number - 1>: use the table's numbers
-            number = line.get_label().removeprefix("Trial")
-            if number.isdigit():
-                line.set_label(f"trial {study.trials[int(number)].user_attrs['number']}")
-        for status, marker in (("pruned", "X"), ("diverged", "P")):
-            ends = [max(t.intermediate_values.items()) for t in trials if t.user_attrs["status"] == status]
-            if ends:
-                ax.scatter(*zip(*ends), marker=marker, s=90, color="black", zorder=5,
-                           label="stopped by ASHA" if status == "pruned" else "diverged")
-        ax.set_yscale("log")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("test rel. L2")
-        ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=8)
-        return ax
-
-    figure = _draw(title, plot)
-    figure.curves = len(trials) if figure.png else 0
+    figure = _draw(title, lambda: learning_curves_axes(study))
+    figure.curves = curves if figure.png else 0
     return figure
 
 
