@@ -98,24 +98,29 @@ def _complete(study: optuna.Study) -> list:
     return study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
 
 
-def optimization_history(study: optuna.Study) -> Figure:
-    title = "Optimization history"
+def _if_reported(study: optuna.Study, title: str, plot) -> Figure:
+    """``plot`` drawn when at least one trial reported an error; else the sentence that says none did."""
     if not _complete(study):
         return Figure(title, missing="no trial reported an error: nothing to plot")
+    return _draw(title, plot)
 
+
+def optimization_history(study: optuna.Study) -> Figure:
     def plot():
         ax = optuna.visualization.matplotlib.plot_optimization_history(study, target_name="test rel. L2")
         ax.set_yscale("log")
         ax.set_xlabel("trial number - 1 (Optuna counts from 0)")
         return ax
 
-    return _draw(title, plot)
+    return _if_reported(study, "Optimization history", plot)
 
 
 def learning_curves_axes(study: optuna.Study):
     """Optuna's intermediate-values plot: one line per trial with evaluations, labelled by the table's numbers;
     a black X where ASHA stopped a trial (status pruned) and a black P where one diverged."""
-    ax = optuna.visualization.matplotlib.plot_intermediate_values(study)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ExperimentalWarning
+        ax = optuna.visualization.matplotlib.plot_intermediate_values(study)
     trials = [t for t in study.trials if t.intermediate_values]
     for line in ax.get_lines():  # Optuna labels Trial<number - 1>: use the table's numbers
         number = line.get_label().removeprefix("Trial")
@@ -158,10 +163,6 @@ def importances(study: optuna.Study) -> Figure:
 
 
 def slices(study: optuna.Study) -> Figure:
-    title = "Slice plots: error against each searched hyperparameter"
-    if not _complete(study):
-        return Figure(title, missing="no trial reported an error: nothing to plot")
-
     def plot():
         axes = optuna.visualization.matplotlib.plot_slice(study, target_name="test rel. L2")
         for ax in getattr(axes, "flat", [axes]):
@@ -169,7 +170,7 @@ def slices(study: optuna.Study) -> Figure:
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # log-x minor labels overlap
         return axes
 
-    return _draw(title, plot)
+    return _if_reported(study, "Slice plots: error against each searched hyperparameter", plot)
 
 
 def target_curve(files: StudyFiles) -> Figure:
