@@ -289,6 +289,15 @@ def test_an_unreadable_state_is_one_line(tmp_path, capsys):
     for command in ("report", "trials"):
         assert_one_line_error(Result(capsys, command, folder), "state.json is unreadable")
     assert sorted(p.name for p in folder.iterdir()) == ["state.json"]
+    # at the end of a sweep the same folder costs one warning line, not the sweep
+    from mutransfer.reporting.html import write_study_page
+
+    said = []
+    assert write_study_page(folder, said.append) is None
+    assert len(said) == 1 and "report page not written" in said[0] and f"mutransfer report {folder}" in said[0]
+    assert sorted(p.name for p in folder.iterdir()) == ["state.json"]
+    (folder / "state.json").write_text(json.dumps({"study": "broken", "phase": "proxies"}))
+    assert write_study_page(folder, said.append) == folder / "report.html" and len(said) == 1
 
 
 def test_a_bad_out_path_is_refused_before_rendering(tmp_path, capsys):
