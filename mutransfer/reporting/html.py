@@ -72,9 +72,9 @@ def _settings(files: StudyFiles) -> str:
     s, r = files.study, files.report or {}
     search, budget, target = s.get("search") or {}, s.get("budget") or {}, s.get("target") or {}
     problem, operator = s.get("problem") or {}, s.get("operator") or {}
+    grid = "" if problem.get("resolution") is None else f"resolution {problem['resolution']}, "
     rows = [
-        ("problem", f"{problem.get('name')} (resolution {problem.get('resolution')}, {problem.get('n_train')} train / "
-                    f"{problem.get('n_test')} test)"),
+        ("problem", f"{problem.get('name')} ({grid}{problem.get('n_train')} train / {problem.get('n_test')} test)"),
         ("operator", f"{operator.get('type')} width {operator.get('width')}, {operator.get('layers')} layers"),
         ("proxy model", r.get("proxy_model") or f"K {s.get('proxy_K')}"),
         ("target model", r.get("target_model") or f"K {s.get('target_K')}"),
