@@ -126,8 +126,14 @@ class Tracker:
             if exp.lifecycle_stage == "deleted":
                 self.client.restore_experiment(exp.experiment_id)
             return exp.experiment_id
+        from mutransfer.sweep.portable import experiment_artifact_location
+
+        # a sqlite store keeps its artifacts beside it (mlruns/<name>), so the folder moves as one
+        located = experiment_artifact_location(self.uri, name)
         try:
-            return self.client.create_experiment(name)
+            if located is None:
+                return self.client.create_experiment(name)
+            return self.client.create_experiment(name, artifact_location=located[0], tags=located[1])
         except Exception:  # created concurrently
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
