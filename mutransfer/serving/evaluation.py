@@ -74,8 +74,13 @@ def _probe(loaded: LoadedModel, resolution: int) -> None:
     grid = (resolution,) * len(card.input_shape[:-1])
     if card.time_resolution is not None:
         grid = (resolution,) * (len(grid) - 1) + (card.input_shape[-2],)
-    with torch.no_grad():
-        loaded.model(torch.zeros((1, *grid, card.input_channels)))
+    from operators.errors import OperatorConfigError
+
+    try:
+        with torch.no_grad():
+            loaded.model(torch.zeros((1, *grid, card.input_channels)))
+    except OperatorConfigError as exc:
+        raise UserInputError(f"--resolution {resolution}: {exc}") from None
 
 
 def load_samples(loaded: LoadedModel, path: str, n: int, resolution: int | None) -> Samples:

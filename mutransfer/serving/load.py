@@ -104,9 +104,12 @@ def _logged_model(client, uri: str):
         if not number:
             raise UserInputError(f"{uri}: name a version, models:/{name}/<version> (or models:/{name}@<alias>)")
         version = client.get_model_version(name, number)
-    if not version.model_id:
-        raise UserInputError(f"{uri}: this version was not registered from a mutransfer sweep (no logged model)")
-    return client.get_logged_model(version.model_id)
+    # the sqlite registry keeps the logged model in the version's source (models:/m-…), not in model_id
+    source = version.source or ""
+    model_id = version.model_id or (source[len("models:/"):] if source.startswith("models:/m-") else None)
+    if not model_id:
+        raise UserInputError(f"{uri}: this version (source {source}) was not registered by `mutransfer sweep --register`")
+    return client.get_logged_model(model_id)
 
 
 def _local_artifacts(client, store: str, logged, uri: str) -> Path:

@@ -118,8 +118,13 @@ def write_study_file(study_dir, study) -> None:
 
 def read_study_file(study_dir):
     """The study of ``study_dir`` (study.yaml) with problem.data made absolute where the study now is."""
+    import yaml
+
     from mutransfer.study import study_from_yaml_text
 
-    stored = study_from_yaml_text(study_dir.study_file.read_text(), str(study_dir.study_file))
-    stored.problem.data = resolved_path(stored.problem.data, study_dir.root)
-    return stored
+    mapping = yaml.safe_load(study_dir.study_file.read_text())
+    problem = mapping.get("problem") if isinstance(mapping, dict) else None
+    if isinstance(problem, dict) and isinstance(problem.get("data"), str):
+        problem["data"] = resolved_path(problem["data"], study_dir.root)
+        return study_from_yaml_text(yaml.safe_dump(mapping, sort_keys=False), str(study_dir.study_file))
+    return study_from_yaml_text(study_dir.study_file.read_text(), str(study_dir.study_file))

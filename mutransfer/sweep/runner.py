@@ -51,7 +51,10 @@ def run_sweep(options: SweepOptions) -> dict:
         _check_nothing_new_asked(ctx)
         register_completed(ctx)
         ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
-        return dict(ctx.state["report"], already_complete=True, model=ctx.state.get("model"))
+        report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
+        mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
+        return dict(report, already_complete=True, model=ctx.state.get("model"), study_dir=str(ctx.study_dir.root),
+                    mlflow=mlflow)
     _start_study_dir(ctx)
     _load_data(ctx)
     with _session(ctx):
