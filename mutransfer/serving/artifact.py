@@ -135,7 +135,11 @@ def read_model_dir(directory: Path):
         raise UserInputError(f"model {directory}: model_class {card.model_class!r} is unknown; "
                              f"use one of {', '.join(classes)} (a newer mutransfer wrote it?)")
     model = classes[card.model_class](**card.model_config)
-    state = torch.load(directory / flavor.get("weights", WEIGHTS_FILE), map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(directory / flavor.get("weights", WEIGHTS_FILE), map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError for anything but tensors; never unpickled further
+        raise UserInputError(f"model {directory}: {flavor.get('weights', WEIGHTS_FILE)} is not a plain state dict of "
+                             f"tensors ({type(exc).__name__}); refusing to load it") from None
     model.load_state_dict(state)
     model.eval()
     return model, card

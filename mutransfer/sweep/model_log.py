@@ -97,6 +97,7 @@ def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *
 
 def register_model(client, name: str, model_id: str, run_id: str | None) -> dict:
     """A new version of registered model ``name`` (created if new) from logged model ``model_id``."""
+    import mlflow
     from mlflow.exceptions import MlflowException
 
     try:
@@ -104,5 +105,12 @@ def register_model(client, name: str, model_id: str, run_id: str | None) -> dict
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    version = client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id, model_id=model_id)
+    # the sqlite registry looks the logged model up through MLflow's global tracking URI (mlflow 3.17):
+    # point it at this store while the version is created
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(client.tracking_uri)
+    try:
+        version = client.create_model_version(name, source=f"models:/{model_id}", run_id=run_id, model_id=model_id)
+    finally:
+        mlflow.set_tracking_uri(previous)
     return {"name": name, "version": str(version.version), "uri": f"models:/{name}/{version.version}"}
