@@ -25,8 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-#: experiment tag: its artifact location relative to the sqlite store's folder (e.g. "mlruns/mutransfer")
-ARTIFACT_TAG = "mutransfer.artifact_location"
+from mutransfer.sweep.tracking import ARTIFACT_TAG, sqlite_path
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -35,8 +34,6 @@ def _relative(path: Path, root: Path) -> str:
 
 def stored_tracking(uri: str, root: Path) -> dict:
     """What state.json keeps of the tracking URI: {"tracking_db": relative path} for sqlite, else {"tracking_uri": uri}."""
-    from mutransfer.sweep.tracking import sqlite_path
-
     path = sqlite_path(uri)
     if path is None:
         return {"tracking_uri": uri}
@@ -72,27 +69,12 @@ def stored_data_path(data: str | None, root: Path) -> str | None:
     return _relative(path, root) if path.is_relative_to(home) else str(path)
 
 
-def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None:
-    """(artifact location, tags) for a new experiment in a sqlite store: ``mlruns/<name>`` beside the store."""
-    from urllib.parse import quote
-
-    from mutransfer.sweep.tracking import sqlite_path
-
-    path = sqlite_path(uri)
-    if path is None:
-        return None
-    relative = f"mlruns/{quote(name, safe='')}"
-    return str(path.absolute().parent / relative), {ARTIFACT_TAG: relative}
-
-
 def relocated_artifact_path(uri: str, experiment, recorded: str) -> Path | None:
     """Where an artifact recorded at ``recorded`` (a local path or file: URI) is now, for a moved sqlite store.
 
     None when it is where MLflow says, when the store is not sqlite, or when the
     experiment was not created by a sweep (no :data:`ARTIFACT_TAG`).
     """
-    from mutransfer.sweep.tracking import sqlite_path
-
     local = Path(recorded[len("file://"):] if recorded.startswith("file://") else recorded)
     db = sqlite_path(uri)
     relative = experiment.tags.get(ARTIFACT_TAG)
