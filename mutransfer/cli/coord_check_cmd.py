@@ -27,14 +27,15 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data", help="HDF5/NumPy dataset, e.g. written by `mutransfer data generate` (default: the "
                    "problem's cached dataset)")
     p.add_argument("--modes", type=positive_int, nargs="+", default=[4, 8, 16, 32], help="values of K (default 4 8 16 32)")
-    p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"])
-    p.add_argument("--width", type=positive_int, default=32)
-    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"],
+                   help="parametrizations to compare (default: standard mup)")
+    p.add_argument("--width", type=positive_int, default=32, help="FNO width (default: 32)")
+    p.add_argument("--layers", type=positive_int, default=4, help="Fourier layers (default: 4)")
     p.add_argument("--padding", type=non_negative_int, help="default: the problem's")
     p.add_argument("--lr", type=non_negative_float, default=1e-3,
-                   help="master learning rate of the Adam steps (0 takes no step: every curve reads no-signal)")
-    p.add_argument("--steps", type=positive_int, default=3, help="Adam steps before the change is measured")
-    p.add_argument("--batch-size", type=positive_int, default=10)
+                   help="master learning rate of the Adam steps (0 takes no step: every curve reads no-signal) (default: 1e-3)")
+    p.add_argument("--steps", type=positive_int, default=3, help="Adam steps before the change is measured (default: 3)")
+    p.add_argument("--batch-size", type=positive_int, default=10, help="samples per step (default: 10)")
     p.add_argument("--clip-value", type=positive_float, help="element-wise clip of spectral gradients")
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds; one slope per seed, CI over seeds (default 3)")
     p.add_argument("--tolerance", type=positive_float, default=0.1,
@@ -43,9 +44,9 @@ def add_parser(subparsers) -> None:
                    help="training samples to draw batches from (default: 50 of the problem's dataset; with --data, "
                    "all but --n-test)")
     p.add_argument("--n-test", type=positive_int, help="held-out samples (default: 10; with --data, a fifth)")
-    p.add_argument("--resolution", type=positive_int)
-    p.add_argument("--out", default="coord-check", help="folder for coord_check.png and coord_check.json")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--resolution", type=positive_int, help="grid resolution, reached by striding (default: the problem's)")
+    p.add_argument("--out", default="coord-check", help="folder for coord_check.png and coord_check.json (default: coord-check)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_reader_arguments(p)
     p.set_defaults(run=run)

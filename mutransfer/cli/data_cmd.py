@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
     gen.add_argument("--n", type=positive_int, required=True, help="number of samples")
     gen.add_argument("--resolution", type=positive_int, required=True, help="grid points per axis")
     gen.add_argument("--out", required=True, help="output HDF5 file")
-    gen.add_argument("--seed", type=non_negative_int, default=0)
+    gen.add_argument("--seed", type=non_negative_int, default=0, help="generator seed: the same seed gives the same file (default: 0)")
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     gen.add_argument("--nu", type=positive_float, help="viscosity, burgers and navier_stokes (default: burgers 0.1; "
                      "navier_stokes the preset's; fno: 1e-3, 1e-4 or 1e-5)")
@@ -48,7 +48,7 @@ def add_parser(subparsers) -> None:
         description="Describe a data file; the format is detected from its content. The key/time options show "
         "what `mutransfer train --data FILE` would load with the same flags.",
     )
-    ins.add_argument("file")
+    ins.add_argument("file", help="data file in any format the readers accept")
     add_reader_arguments(ins)
     ins.add_argument("--json", action="store_true", help="print the description as JSON")
     ins.set_defaults(run=run_inspect)

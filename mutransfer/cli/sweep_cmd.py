@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mutransfer.cli.common import positive_int, print_json
+from mutransfer.cli.common import model_name, positive_int, print_json
 
 EXIT_SWEEP_FAILED = 1
 
@@ -48,6 +48,9 @@ def _add_sweep(subparsers) -> None:
     p.add_argument("--baseline", choices=("direct",),
                    help="direct: run the same search (searcher, ASHA, trials, epochs) at the target's size and report "
                    "muTransfer vs direct tuning: error and cost (the paper's Table 1)")
+    p.add_argument("--register", metavar="NAME", type=model_name, default=None,
+                   help="register the trained target in MLflow's model registry as a new version of NAME "
+                   "(models:/NAME/<version>; needs a database-backed store such as sqlite) (default: not registered)")
     p.add_argument("--json", action="store_true", help="print the transfer report as JSON")
     p.set_defaults(run=run_sweep_cmd)
 
@@ -81,6 +84,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         verify_points=args.verify_points,
         verify_seeds=args.verify_seeds,
         baseline=args.baseline,
+        register=args.register,
     )
     import contextlib
 

@@ -36,6 +36,7 @@ class SweepOptions:
     verify_points: int = 5
     verify_seeds: int = 2
     baseline: str | None = None  # "direct": the same search run at the target's size (sweep --baseline direct)
+    register: str | None = None  # register the target in MLflow's model registry under this name (sweep --register)
 
 
 @dataclass

@@ -38,6 +38,7 @@ def write_report(ctx: SweepContext) -> None:
         phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
                 "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
     )
+    report["model"] = ctx.state.get("model")  # mutransfer.sweep.model_log: the target as an MLflow model
     root = ctx.study_dir.root
     write_atomic(root / "report.json", json.dumps(report, indent=2, default=str))
     write_atomic(root / "report.txt", format_report(report) + "\n")

@@ -29,6 +29,8 @@ from mutransfer.sweep.context import SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.baseline import direct_baseline_phase
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
+from mutransfer.sweep.model_log import log_model_phase, register_completed
+from mutransfer.sweep.portable import stored_tracking, write_study_file
 from mutransfer.sweep.prepare import check_cluster_fits, prepare
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
@@ -38,7 +40,8 @@ from mutransfer.sweep.verify import verify_phase
 __all__ = ["PHASES", "SweepError", "SweepOptions", "check_cluster_fits", "prepare", "run_sweep", "transfer"]
 
 #: the phases after the start, in order
-PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, verify_phase, direct_baseline_phase, write_report)
+PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, log_model_phase, verify_phase,
+          direct_baseline_phase, write_report)
 
 
 def run_sweep(options: SweepOptions) -> dict:
@@ -46,8 +49,12 @@ def run_sweep(options: SweepOptions) -> dict:
     ctx = prepare(options)
     if ctx.state.get("phase") == "done" and ctx.state.get("report"):
         _check_nothing_new_asked(ctx)
+        register_completed(ctx)
         ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
-        return dict(ctx.state["report"], already_complete=True)
+        report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
+        mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
+        return dict(report, already_complete=True, model=ctx.state.get("model"), study_dir=str(ctx.study_dir.root),
+                    mlflow=mlflow)
     _start_study_dir(ctx)
     _load_data(ctx)
     with _session(ctx):
@@ -73,11 +80,11 @@ def _start_study_dir(ctx: SweepContext) -> None:
     """A new study gets its directory, its resolved study file and its first state; overrides are reported."""
     if not ctx.state:
         ctx.study_dir.root.mkdir(parents=True, exist_ok=True)
-        ctx.study_dir.study_file.write_text(ctx.study.to_yaml())
+        write_study_file(ctx.study_dir, ctx.study)
         ctx.state = {
             "study": ctx.study.name,
             "phase": "proxies",
-            "tracking_uri": ctx.tracking_uri,
+            **stored_tracking(ctx.tracking_uri, ctx.study_dir.root),
             "overrides": [asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in ctx.overrides],
             "source_text": ctx.source_text,
             "created": time.time(),

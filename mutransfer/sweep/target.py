@@ -188,7 +188,8 @@ def target_loop(cfg: dict) -> dict:
     checkpoint = None
     if rank == 0:
         plain = model.module if hasattr(model, "module") else model
-        torch.save({"model": plain.state_dict(), "model_config": config, "hyperparameters": hp}, local / "model.pt")
+        torch.save({"model": plain.state_dict(), "model_config": config, "model_class": type(plain).__name__,
+                    "hyperparameters": hp}, local / "model.pt")
         (local / SUMMARY_FILE).write_text(json.dumps(summary.as_dict()))
         checkpoint = ray.train.Checkpoint.from_directory(str(local))
     final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}

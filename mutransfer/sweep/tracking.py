@@ -44,6 +44,8 @@ PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
+#: experiment tag: its artifact location relative to the sqlite store's folder (mutransfer.sweep.portable)
+ARTIFACT_TAG = "mutransfer.artifact_location"
 
 
 def default_tracking_uri(cwd: str | os.PathLike | None = None) -> str:
@@ -64,6 +66,17 @@ def sqlite_path(uri: str) -> Path | None:
     if uri.startswith("sqlite:///"):
         return Path(uri[len("sqlite:///"):])
     return None
+
+
+def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None:
+    """(artifact location, tags) for a new experiment in a sqlite store: ``mlruns/<name>`` beside the store."""
+    from urllib.parse import quote
+
+    path = sqlite_path(uri)
+    if path is None:
+        return None
+    relative = f"mlruns/{quote(name, safe='')}"
+    return str(path.absolute().parent / relative), {ARTIFACT_TAG: relative}
 
 
 def _client(uri: str):
@@ -126,8 +139,12 @@ class Tracker:
             if exp.lifecycle_stage == "deleted":
                 self.client.restore_experiment(exp.experiment_id)
             return exp.experiment_id
+        # a sqlite store keeps its artifacts beside it (mlruns/<name>), so the folder moves as one
+        located = experiment_artifact_location(self.uri, name)
         try:
-            return self.client.create_experiment(name)
+            if located is None:
+                return self.client.create_experiment(name)
+            return self.client.create_experiment(name, artifact_location=located[0], tags=located[1])
         except Exception:  # created concurrently
             exp = self.client.get_experiment_by_name(name)
             if exp is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 
 from mutransfer.sweep.context import SweepContext, SweepError
+from mutransfer.sweep.portable import resolved_path, stored_path
 from mutransfer.sweep.proxies import keep_sigint_handler
 
 
@@ -32,6 +33,7 @@ def train_target(ctx: SweepContext) -> None:
 
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
         ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
+        ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
         ctx.target_run_id = ctx.state.get("target_run_id")
         return
     study, tracker = ctx.study, ctx.tracker
@@ -77,4 +79,5 @@ def train_target(ctx: SweepContext) -> None:
         ) from exc
     tracker.finish_target(run_id, outcome, start_ms=start_ms)
     ctx.target = outcome
-    ctx.update_state(target_outcome=outcome.as_dict())  # its cost and error are measured once, not re-run on --resume
+    # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
+    ctx.update_state(target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root)))
