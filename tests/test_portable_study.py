@@ -62,4 +62,10 @@ def test_a_moved_study_folder_lists_evaluates_and_resumes(tmp_path):
     resumed = json.loads(again.stdout)
     assert resumed["already_complete"] and resumed["study_dir"] == str(b / "mutransfer-runs" / "tiny")
     assert resumed["mlflow"]["tracking_uri"] == f"sqlite:///{b / 'mlflow.db'}"
-    # TODO(report/trials helper): add `mutransfer report tiny` and `mutransfer trials tiny` here once they exist
+
+    page = _run(b, "report", "tiny", "--out", "page.html")
+    assert page.returncode == 0, page.stderr
+    assert "tiny" in (b / "page.html").read_text()
+    rows = _run(b, "trials", "tiny", "--json")
+    assert rows.returncode == 0, rows.stderr
+    assert len(json.loads(rows.stdout)) == 2
