@@ -81,6 +81,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         verify_points=args.verify_points,
         verify_seeds=args.verify_seeds,
         baseline=args.baseline,
+        json=args.json,
     )
     import contextlib
 

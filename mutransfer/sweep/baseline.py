@@ -155,12 +155,14 @@ def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> di
     study = ctx.study
     use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
     from mutransfer.sweep.context import SweepError
-    from mutransfer.sweep.train_target import first_line
+    from mutransfer.sweep.train_target import TargetWatch, first_line
 
     ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
     try:
+        watch = TargetWatch(ctx, sub.study_dir.root, label="direct winner")
         outcome = run_target(study, best.hp, ctx.data, sub.study_dir.root, use_gpu=use_gpu,
-                             max_failures=study.budget.max_failures)
+                             max_failures=study.budget.max_failures, on_poll=watch)
+        watch.close()
     except Exception as exc:
         raise SweepError(
             f"the direct winner's training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
