@@ -150,6 +150,8 @@ def collect_trials(study, grid, logger) -> list[TrialRecord]:
     for tid, child in children.items():
         if tid not in results and child.data.tags.get("mutransfer.superseded") != "true":
             tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
+        if tid not in results and child.info.status == "RUNNING":  # started by a driver that died; Tune lost the trial
+            tracker.set_status(child.info.run_id, "KILLED")
 
     def index_of(tid):
         child = children.get(tid)

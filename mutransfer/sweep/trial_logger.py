@@ -164,9 +164,10 @@ class TrialLogger:
         run = self._open.get(key)
         if run is None:
             params = self._params(key, dict(trial.config or {}))
-            created = self.client.create_run(self.experiment_id, tags=self._run_tags(key, self._index(trial)))
+            tags = dict(self._run_tags(key, self._index(trial)), **{STATUS_TAG: OPEN_STATUS})
+            created = self.client.create_run(self.experiment_id, tags=tags)
             run = self._open[key] = OpenRun(created.info.run_id, steps=set(), params=set(params), live=True)
-            log_batch(self.client, run.run_id, params=params, tags={STATUS_TAG: OPEN_STATUS})
+            log_batch(self.client, run.run_id, params=params)
         elif not run.live:  # left unfinished by an earlier driver: running again
             self.client.update_run(run.run_id, status="RUNNING")
             run.live = True
