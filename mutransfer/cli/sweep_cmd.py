@@ -85,6 +85,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         verify_seeds=args.verify_seeds,
         baseline=args.baseline,
         register=args.register,
+        json=args.json,
     )
     import contextlib
 

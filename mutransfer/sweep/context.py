@@ -31,6 +31,7 @@ class SweepOptions:
     resume: bool = False
     runs_dir: str | None = None
     quiet: bool = False
+    json: bool = False  # the report goes to stdout as JSON: the console shows lines, not a live bar (mutransfer.sweep.progress)
     coord_check: bool = False  # run the coordinate check as a gate before the target
     verify: bool = False  # train the target on an LR grid around the transferred LR (sweep --verify)
     verify_points: int = 5

@@ -64,7 +64,7 @@ def _tuner(ctx: SweepContext):
     import ray
     from ray import tune
 
-    from mutransfer.sweep import search
+    from mutransfer.sweep import progress, search
     from mutransfer.sweep.hparams import fixed_hyperparameters
     from mutransfer.sweep.trial_logger import TrialLogger, as_tune_callback
     from mutransfer.sweep.trial import proxy_trial
@@ -72,7 +72,7 @@ def _tuner(ctx: SweepContext):
     study, sdir, at_target = ctx.study, ctx.study_dir, ctx.search_at_target
     os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", TUNE_CHECKPOINT_PERIOD_S)
     # Tune's default ("new") console output ignores verbose=0; the classic reporter honours it.
-    # Progress comes from TrialLogger instead (one line per finished trial).
+    # Progress comes from mutransfer.sweep.progress instead (a live bar, or one line per finished trial).
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     # Ctrl-C raises KeyboardInterrupt here (the study is resumable: Tune snapshots its state every
     # second and trials are idempotent) instead of Tune's handler, which ends the run quietly and
@@ -104,7 +104,7 @@ def _tuner(ctx: SweepContext):
         budget_epochs=study.budget.epochs,
         fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu", devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
-        quiet=ctx.options.quiet, trials_dir=str(sdir.trials_dir),
+        quiet=ctx.options.quiet, trials_dir=str(sdir.trials_dir), trial_key=trial_dirname,
     )
     if study.budget.grace_period >= study.budget.epochs:
         ctx.say(f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early")
@@ -129,7 +129,7 @@ def _tuner(ctx: SweepContext):
         run_config=tune.RunConfig(
             name=sdir.tune_dir.name,
             storage_path=str(sdir.root),
-            callbacks=[as_tune_callback(logger)],
+            callbacks=[as_tune_callback(logger), progress.proxy_callback(ctx, total)],
             failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
             verbose=0,
         ),
@@ -143,15 +143,15 @@ def collect_trials(study, grid, logger) -> list[TrialRecord]:
 
     tracker = Tracker(logger.uri)
     results = {Path(r.path).name: r for r in grid}
-    logger.logged_trial_ids()  # drops child runs a killed driver left half-written
-    children = {c.data.tags.get(TRIAL_ID_TAG): c for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")}
     for tid, result in results.items():
-        if tid not in children:  # finished before a driver kill, after the callback's last chance to log it
+        if tid not in logger.logged_trial_ids():  # finished before a driver kill, after the callback's last chance to finish its run
             logger.log_from_result(tid, result)
     children = {c.data.tags.get(TRIAL_ID_TAG): c for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")}
     for tid, child in children.items():
         if tid not in results and child.data.tags.get("mutransfer.superseded") != "true":
             tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
+        if tid not in results and child.info.status == "RUNNING":  # started by a driver that died; Tune lost the trial
+            tracker.set_status(child.info.run_id, "KILLED")
 
     def index_of(tid):
         child = children.get(tid)

@@ -144,12 +144,13 @@ def _open_parent_run(ctx: SweepContext) -> None:
 
 
 def _mark(tracker, run_id, status: str) -> None:
-    """Best effort: record the parent run's end state (never masks the original error)."""
+    """Best effort: record the parent run's end state, and its running children's (never masks the original error)."""
     if tracker is None or not run_id:
         return
     try:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted" if status == "KILLED" else "failed"})
         tracker.set_status(run_id, status)
+        tracker.end_open_children(run_id, status)  # the proxy trials it was running
     except Exception:  # never mask the original error
         pass
 

@@ -120,6 +120,42 @@ class TrialReport:
         return cls(**{f.name: metrics[f.name] for f in dataclasses.fields(cls)})
 
 
+def trial_outcome(last: dict, failed: bool, budget_epochs: int) -> str:
+    """completed | pruned (stopped by ASHA before ``budget_epochs``) | diverged | failed, from a trial's last Tune result."""
+    if failed:
+        return "failed"
+    if last.get("diverged"):
+        return "diverged"
+    if int(last.get("epoch", 0) or 0) < budget_epochs:
+        return "pruned"
+    return "completed"
+
+
+def trial_number(experiment_tag) -> int:
+    """1-based trial number: Tune's experiment tag starts with the searcher's trial counter (0 if it has none)."""
+    try:
+        return int(str(experiment_tag).split("_", 1)[0])
+    except (TypeError, ValueError):
+        return 0
+
+
+def error_text(err) -> str:
+    """One line naming a trial's error: the last line of its traceback (Ray wraps causes in long messages)."""
+    if err is None:
+        return "unknown error"
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(err).__name__)[:500]
+
+
+def trial_error_line(trial) -> str:
+    """:func:`error_text` of a Tune trial's error (``unknown error`` when Tune has none)."""
+    try:
+        err = trial.get_error()
+    except Exception:
+        err = None
+    return error_text(err)
+
+
 def _write_done(trial_dir: Path, status: str, report: TrialReport) -> None:
     from mutransfer.sweep.state import write_atomic
 
