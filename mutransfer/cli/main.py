@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from mutransfer import __version__
-from mutransfer.cli import coord_check_cmd, data_cmd, landscape_cmd, plan_cmd, sweep_cmd, train_cmd, transfer_cmd
+from mutransfer.cli import coord_check_cmd, data_cmd, landscape_cmd, plan_cmd, sweep_cmd, train_cmd, transfer_cmd, ui_cmd
 from mutransfer.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
-    for module in (sweep_cmd, train_cmd, transfer_cmd, plan_cmd, data_cmd, landscape_cmd, coord_check_cmd):
+    for module in (sweep_cmd, train_cmd, transfer_cmd, plan_cmd, data_cmd, landscape_cmd, coord_check_cmd, ui_cmd):
         module.add_parser(sub)
     return parser
 
