@@ -51,9 +51,14 @@ def _run(args: list[str], *, timeout: float) -> subprocess.CompletedProcess:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def dump_dom(url: str, *, budget_ms: int = DEFAULT_BUDGET_MS, timeout: float = 180) -> str:
-    """The page's DOM (HTML text) after ``budget_ms`` of virtual time."""
-    done = _run([f"--virtual-time-budget={budget_ms}", "--dump-dom", url], timeout=timeout)
+def dump_dom(url: str, *, size: tuple[int, int] = DEFAULT_SIZE, budget_ms: int = DEFAULT_BUDGET_MS,
+             timeout: float = 180) -> str:
+    """The page's DOM (HTML text) after ``budget_ms`` of virtual time, in a window of ``size`` (width, height).
+
+    Tables that render only their visible columns (MLflow's runs table) hold more columns in a wider window.
+    """
+    done = _run([f"--virtual-time-budget={budget_ms}", f"--window-size={size[0]},{size[1]}", "--dump-dom", url],
+                timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"chromium --dump-dom {url} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     return done.stdout
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     shot.add_argument("--size", type=_size, default=DEFAULT_SIZE, help="WIDTHxHEIGHT (default 1400x800)")
     text = sub.add_parser("text", help="print the visible text of a page")
     text.add_argument("url")
+    text.add_argument("--size", type=_size, default=DEFAULT_SIZE, help="WIDTHxHEIGHT (default 1400x800)")
     for p in (shot, text):
         p.add_argument("--budget-ms", type=int, default=DEFAULT_BUDGET_MS,
                        help="virtual time the page runs before the capture (default 15000)")
@@ -104,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "screenshot":
         print(screenshot(args.url, args.out, size=args.size, budget_ms=args.budget_ms))
     else:
-        print(visible_text(dump_dom(args.url, budget_ms=args.budget_ms)))
+        print(visible_text(dump_dom(args.url, size=args.size, budget_ms=args.budget_ms)))
     return 0
 
 

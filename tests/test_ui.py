@@ -25,6 +25,7 @@ from mutransfer.browser import dump_dom, find_chromium, visible_text
 ENV = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
 GENAI_ONLY = "Judges"  # a GenAI-mode navigation entry: absent from the classic runs view
 STUDY = "uistudy"
+WIDE = (1900, 900)  # MLflow's runs table renders only the columns that fit: a wide window holds them all
 
 
 def _free_port() -> int:
@@ -179,7 +180,7 @@ def test_link_is_printed_once_the_server_answers_on_localhost_only(served):
 @needs_chromium
 def test_the_printed_link_shows_the_study_and_its_errors_in_a_browser(served):
     link, _, _ = served
-    text = visible_text(dump_dom(link))
+    text = visible_text(dump_dom(link, size=WIDE))
     assert STUDY in text and "trial 000" in text
     assert "final_test_error" in text and "best_proxy_test_error" in text and "hp.lr" in text
     assert "Model registry" in text and GENAI_ONLY not in text
@@ -190,5 +191,5 @@ def test_the_printed_link_shows_the_study_and_its_errors_in_a_browser(served):
 def test_without_the_view_the_same_page_is_the_genai_landing(served):
     """The control: the runs page of the same experiment, tagged, but without the link's parameters."""
     link, experiment_id, port = served
-    text = visible_text(dump_dom(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs"))
+    text = visible_text(dump_dom(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs", size=WIDE))
     assert GENAI_ONLY in text and "final_test_error" not in text

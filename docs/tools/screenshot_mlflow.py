@@ -5,7 +5,7 @@ prints (once the server answers), saves a PNG of that page taken by headless Chr
 (mutransfer.browser), and stops the server::
 
     python docs/tools/screenshot_mlflow.py [--tracking-uri sqlite:///mlflow.db] [--out docs/img/mlflow-runs.png]
-                                           [--size 1600x720] [--budget-ms 20000] [--experiment NAME]
+                                           [--size 1900x680] [--budget-ms 25000] [--experiment NAME]
 
 For any other page (a study's HTML report, say) use the browser module directly::
 
@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db", help="the store (default sqlite:///mlflow.db here)")
     parser.add_argument("--experiment", help="experiment to show (default: that of the newest study)")
     parser.add_argument("--out", default="docs/img/mlflow-runs.png", help="PNG to write")
-    parser.add_argument("--size", type=_size, default=(1600, 720), help="WIDTHxHEIGHT (default 1600x720)")
-    parser.add_argument("--budget-ms", type=int, default=max(DEFAULT_BUDGET_MS, 20000),
-                        help="virtual time the page runs before the capture (default 20000)")
+    parser.add_argument("--size", type=_size, default=(1900, 680), help="WIDTHxHEIGHT (default 1900x680)")
+    parser.add_argument("--budget-ms", type=int, default=max(DEFAULT_BUDGET_MS, 25000),
+                        help="virtual time the page runs before the capture (default 25000)")
     args = parser.parse_args(argv)
     if find_chromium() is None:
         print("error: no Chromium found: install it (Debian: apt-get install chromium) or set $CHROMIUM", file=sys.stderr)
