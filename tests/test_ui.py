@@ -94,16 +94,22 @@ def test_study_view_names_its_runs_errors_and_searched_hyperparameters():
     assert searched_keys({}) == [] and searched_keys({"search.space": "not json"}) == []
 
 
-def test_ui_tags_an_experiment_written_before_the_tags(tmp_path):
-    """A store from before this change (no tags): `mutransfer ui` adds the kind tag and the newest study's view."""
+def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, capsys):
+    """A store from before this change (no tags): `mutransfer ui` adds the kind tag and the newest study's view;
+    a store it cannot write to is still served, with a warning and a link without the view."""
     from mlflow.tracking import MlflowClient
 
+    import mutransfer.sweep.mlflow_view as view
     from mutransfer.cli.ui_cmd import _tag_study
     from mutransfer.sweep.mlflow_view import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
 
     uri, experiment_id = write_store(tmp_path, tagged=False)
     tags = MlflowClient(uri).get_experiment(experiment_id).tags
     assert EXPERIMENT_KIND_TAG not in tags and not any(k.startswith(SHARED_VIEW_PREFIX) for k in tags)
+    with monkeypatch.context() as patch:
+        patch.setattr(view, "tag_study", lambda *a: (_ for _ in ()).throw(PermissionError("read-only store")))
+        assert _tag_study(uri, None) == (experiment_id, None)
+    assert "warning: could not tag experiment" in capsys.readouterr().err
     assert _tag_study(uri, None) == (experiment_id, STUDY)
     tags = MlflowClient(uri).get_experiment(experiment_id).tags
     assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND

@@ -102,11 +102,16 @@ def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None
     if experiment_id is None:
         return None, None
     client = _client(uri)
-    if row is None:
-        tag_kind(client, experiment_id)
+    try:
+        if row is None:
+            tag_kind(client, experiment_id)
+            return experiment_id, None
+        params = client.get_run(row["run_id"]).data.params
+        return experiment_id, tag_study(client, experiment_id, row["study"], searched_keys(params))
+    except Exception as exc:  # a read-only or busy store: still serve it, without the study's view
+        print(f"warning: could not tag experiment {experiment_id} for the study's view ({type(exc).__name__}); "
+              "the link opens its runs without the preset columns", file=sys.stderr)
         return experiment_id, None
-    params = client.get_run(row["run_id"]).data.params
-    return experiment_id, tag_study(client, experiment_id, row["study"], searched_keys(params))
 
 
 def _stop(proc: subprocess.Popen) -> None:
