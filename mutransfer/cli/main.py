@@ -7,7 +7,7 @@ import sys
 
 from mutransfer import __version__
 from mutransfer.cli import (coord_check_cmd, data_cmd, evaluate_cmd, landscape_cmd, plan_cmd, predict_cmd, sweep_cmd,
-                            train_cmd, transfer_cmd)
+                            train_cmd, transfer_cmd, ui_cmd)
 from mutransfer.cli import report_cmd, trials_cmd
 from mutransfer.errors import USER_ERRORS
 
@@ -28,8 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
-    for module in (sweep_cmd, train_cmd, transfer_cmd, plan_cmd, data_cmd, landscape_cmd, coord_check_cmd, evaluate_cmd,
-                   predict_cmd):
+    for module in (sweep_cmd, train_cmd, transfer_cmd, plan_cmd, data_cmd, landscape_cmd, coord_check_cmd, ui_cmd,
+                   evaluate_cmd, predict_cmd):
         module.add_parser(sub)
     for module in (report_cmd, trials_cmd):  # a study folder read back (mutransfer.reporting)
         module.add_parser(sub)

@@ -1,4 +1,4 @@
-"""`mutransfer sweep`, `mutransfer studies`, `mutransfer ui`: the sweep service's commands."""
+"""`mutransfer sweep`, `mutransfer studies`: the sweep service's commands (`mutransfer ui` is cli/ui_cmd.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ EXIT_SWEEP_FAILED = 1
 def add_parser(subparsers) -> None:
     _add_sweep(subparsers)
     _add_studies(subparsers)
-    _add_ui(subparsers)
 
 
 # --------------------------------------------------------------------------- sweep
@@ -142,55 +141,3 @@ def run_studies_cmd(args: argparse.Namespace) -> int:
     else:
         print(format_studies(rows))
     return 0
-
-
-# --------------------------------------------------------------------------- ui
-
-
-def _port(text: str) -> int:
-    value = positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1-65535)")
-    return value
-
-
-def _add_ui(subparsers) -> None:
-    p = subparsers.add_parser(
-        "ui",
-        help="start the MLflow UI on the study store (127.0.0.1 only by default)",
-        description="Start the MLflow UI for the tracking store and print the link to the runs view. "
-        "Binds to 127.0.0.1 unless --host says otherwise. Stop it with Ctrl-C.",
-    )
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in this directory)")
-    p.add_argument("--port", type=_port, default=5000, help="TCP port (default 5000)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--experiment", help="experiment to link to (default: that of the newest study)")
-    p.set_defaults(run=run_ui_cmd)
-
-
-def run_ui_cmd(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from mutransfer.errors import UserInputError
-    from mutransfer.sweep.studies import latest_study_experiment, ui_command, ui_link
-    from mutransfer.sweep.tracking import resolve_tracking_uri, sqlite_path
-
-    uri = resolve_tracking_uri(args.tracking_uri)
-    path = sqlite_path(uri)
-    if path is not None and not path.exists():
-        raise UserInputError(f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri")
-    experiment_id = latest_study_experiment(uri, args.experiment)
-    command = ui_command(uri, host=args.host, port=args.port)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: --host {args.host} exposes the MLflow UI beyond this machine", file=sys.stderr)
-    print(f"MLflow UI: {ui_link(args.host, args.port, experiment_id)}  (Ctrl-C to stop)", flush=True)
-    proc = subprocess.Popen(command)  # an argument list, no shell
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        return 0

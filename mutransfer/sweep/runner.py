@@ -128,11 +128,12 @@ def _session(ctx: SweepContext):
 
 
 def _open_parent_run(ctx: SweepContext) -> None:
-    from mutransfer.sweep.parent_run import create_parent
+    from mutransfer.sweep.parent_run import create_parent, tag_study_view
     from mutransfer.sweep.tracking import Tracker
 
     ctx.tracker = Tracker(ctx.tracking_uri)
     ctx.experiment_id = ctx.state.get("experiment_id") or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
+    tag_study_view(ctx)  # new and resumed studies: the MLflow UI opens on the study's runs
     parent = ctx.state.get("parent_run_id")
     if parent and ctx.tracker.run_exists(parent):
         ctx.tracker.set_status(parent, "RUNNING")
