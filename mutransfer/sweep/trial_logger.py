@@ -4,13 +4,14 @@
 (completed from the trial's own ``history.json``, mutransfer.sweep.trial) and, when
 the trial ends (``on_trial_complete`` / ``on_trial_error``), creates the child run,
 writes params, all metrics and tags in ONE ``log_batch`` and terminates it. A run is
-never left RUNNING, and a trial id that already has a child run is skipped
-(idempotent on resume). ``as_tune_callback`` wraps it as a ``ray.tune.Callback``.
+never left RUNNING, and a trial that already has a child run is skipped
+(idempotent on resume). A trial is named by its stable key (``t0000`` …,
+mutransfer.sweep.plan), which its configuration carries as ``trial_key`` and which is the
+child run's ``mutransfer.trial_id`` tag. ``as_tune_callback`` wraps it as a ``ray.tune.Callback``.
 """
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from pathlib import Path
@@ -31,8 +32,8 @@ from mutransfer.sweep.tracking import (
 class TrialLogger:
     """Tune Callback that writes one MLflow child run per proxy trial (see the module docstring).
 
-    Picklable (Tune stores the RunConfig, callbacks included, for Tuner.restore):
-    the MLflow client and the buffers are rebuilt after unpickling.
+    Picklable (Tune stores the RunConfig, callbacks included, in its experiment folder, which
+    the sweep never reads back): the MLflow client and the buffers are rebuilt after unpickling.
     """
 
     def __init__(
@@ -115,10 +116,10 @@ class TrialLogger:
         return self._logged
 
     def on_trial_start(self, trial) -> None:
-        self._start.setdefault(trial.trial_id, time.time())
+        self._start.setdefault(_key(trial), time.time())
 
     def on_trial_result(self, trial, result: dict) -> None:
-        tid = trial.trial_id
+        tid = _key(trial)
         buf = self._buffers.setdefault(tid, {})
         if not result.get("diverged") and "epoch" in result and "test_error" in result:
             buf[int(result["epoch"])] = {
@@ -130,10 +131,11 @@ class TrialLogger:
         self._last[tid] = dict(result)
 
     def on_trial_recover(self, trial) -> None:
-        self._retries[trial.trial_id] = self._retries.get(trial.trial_id, 0) + 1
+        tid = _key(trial)
+        self._retries[tid] = self._retries.get(tid, 0) + 1
         reason = self._error_line(trial)
         detail = "" if reason == "unknown error" else f" ({reason})"
-        self._say(f"[trial {self._index(trial)}/{self.total_trials}] attempt {self._retries[trial.trial_id]} failed, retrying{detail}")
+        self._say(f"[trial {self._index(trial)}/{self.total_trials}] attempt {self._retries[tid]} failed, retrying{detail}")
 
     def on_trial_complete(self, trial) -> None:
         self._flush(trial, failed=False)
@@ -143,15 +145,17 @@ class TrialLogger:
 
     # ---- helpers --------------------------------------------------------------------
     @staticmethod
-    def _index_of_tag(experiment_tag) -> int:
-        """1-based trial number: Tune's experiment tag starts with the searcher's trial counter."""
+    def _index_of_key(key: str) -> int:
+        """1-based trial number: the key's index + 1 (0 for a name that is not a key)."""
+        from mutransfer.sweep.plan import key_index
+
         try:
-            return int(str(experiment_tag).split("_", 1)[0])
-        except (TypeError, ValueError):
+            return key_index(key) + 1
+        except ValueError:
             return 0
 
     def _index(self, trial) -> int:
-        return self._index_of_tag(getattr(trial, "experiment_tag", None))
+        return self._index_of_key(_key(trial))
 
     @staticmethod
     def _error_text(err) -> str:
@@ -173,30 +177,26 @@ class TrialLogger:
             print(text, file=sys.stderr, flush=True)
 
     def _outcome(self, last: dict, failed: bool) -> str:
-        if failed:
-            return "failed"
-        if last.get("diverged"):
-            return "diverged"
-        if int(last.get("epoch", 0) or 0) < self.budget_epochs:
-            return "pruned"
-        return "completed"
+        from mutransfer.sweep.plan import trial_status
+
+        return trial_status(last, failed, self.budget_epochs)
 
     def _add_trial_history(self, buf: dict, tid: str, tune_path) -> None:
         """Fill ``buf`` with the epochs the trial kept in its directory (those of earlier attempts included).
 
-        Tune stores a trial at <study dir>/tune/<trial id> (sweep.runner), the trial its history in
-        <study dir>/trials/<trial id> (sweep.trial); epochs already reported to this driver win.
+        Tune stores a trial at <study dir>/tune/run-<n>/<key> (sweep.proxies), the trial its history in
+        <study dir>/trials/<key> (sweep.trial); epochs already reported to this driver win.
         """
         if self.trials_dir is None and not tune_path:
             return
         from mutransfer.sweep.trial import read_trial_history
 
-        trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[1] / "trials"
+        trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[2] / "trials"
         for r in read_trial_history(trials / tid):
             buf.setdefault(r.epoch, {"test_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds})
 
     def _flush(self, trial, failed: bool) -> None:
-        tid = trial.trial_id
+        tid = _key(trial)
         last = self._last.pop(tid, None) or dict(trial.last_result or {})
         self._write_run(
             tid,
@@ -211,35 +211,23 @@ class TrialLogger:
             tune_path=getattr(trial, "path", None),
         )
 
-    def log_from_result(self, trial_id: str, result) -> None:
-        """Write the child run of a trial from its Tune ``Result`` (used when the driver died before on_trial_complete)."""
-        saved, self._buffers = self._buffers, {}
-        try:
-            class _T:  # the two attributes on_trial_result reads
-                pass
+    def log_from_files(self, key: str, config: dict, outcome) -> None:
+        """Write the child run of a trial from its JSON files (the driver died before on_trial_complete logged it).
 
-            t = _T()
-            t.trial_id = trial_id
-            frame = result.metrics_dataframe
-            if frame is not None:
-                for row in frame.to_dict("records"):
-                    self.on_trial_result(t, {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))})
-            buf = self._buffers.pop(trial_id, {})
-            last = dict(result.metrics or {})
-        finally:
-            self._buffers = saved
-        failed = result.error is not None
+        ``config``: its config.json; ``outcome``: its :class:`~mutransfer.sweep.plan.Outcome`;
+        the epochs come from its history.json.
+        """
+        failed = outcome.status == "failed"
         self._write_run(
-            trial_id,
-            config=dict(result.config or {}),
-            buf=buf,
-            last=last,
+            key,
+            config=dict(config),
+            buf={},
+            last=dict(outcome.metrics),
             failed=failed,
-            error=self._error_text(result.error) if failed else None,
+            error=outcome.error if failed else None,
             retries=0,
             start=None,
-            index=self._index_of_tag(last.get("experiment_tag")),
-            tune_path=getattr(result, "path", None),
+            index=self._index_of_key(key),
         )
 
     def _write_run(self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None) -> None:
@@ -297,6 +285,11 @@ class TrialLogger:
         shown = ", ".join(f"{k}={_short(v)}" for k, v in config.items())
         result = f"test {final_error:.4g} at epoch {epochs_done}/{self.budget_epochs}" if not failed else (error or "")
         self._say(f"[trial {index}/{self.total_trials}] {status:<9} {result}  {shown}  ({wall:.1f} s)")
+
+
+def _key(trial) -> str:
+    """A Tune trial's key of ours (its configuration's ``trial_key``; Tune's id for a trial without one)."""
+    return str((getattr(trial, "config", None) or {}).get("trial_key") or trial.trial_id)
 
 
 def _short(value) -> str:
