@@ -65,6 +65,12 @@ class PlanSearcher(Searcher):
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False) -> None:
         pass  # the scheduler recorded the outcome (it sees the Trial, and its error)
 
+    def save(self, checkpoint_path: str) -> None:
+        pass  # the plan lives in the trials' JSON files; Tune's experiment folder is never read back
+
+    def restore(self, checkpoint_path: str) -> None:
+        raise RuntimeError("the search plan is rebuilt from the trials' JSON files, never restored from Tune's folder")
+
 
 class PlanScheduler(FIFOScheduler):
     """ASHA decisions and outcomes through the plan (results reach it in any order; its decisions do not depend on it)."""
