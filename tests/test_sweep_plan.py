@@ -162,3 +162,15 @@ def test_resume_hint_repeats_every_override_given():
     assert "--num-trials 4" in hint and "--epochs 3" in hint and "--verify --verify-points 5 --verify-seeds 2" in hint
     plain = " ".join(_resume_hint(parser.parse_args(["sweep"])))
     assert plain == "mutransfer sweep --resume"
+
+
+def test_a_config_file_that_does_not_fit_the_search_space_is_refused(tmp_path):
+    from mutransfer.errors import UserInputError
+
+    study = _study()
+    plan = SearchPlan(study, tmp_path, 2)
+    key, config = plan.next_trial()
+    assert SearchPlan(study, tmp_path, 2).configs[0] == config  # a fitting one is read back
+    (tmp_path / key / "config.json").write_text(json.dumps({"lr": 0.1, "momentum": 0.9}))
+    with pytest.raises(UserInputError, match="not the study's search space"):
+        SearchPlan(study, tmp_path, 2)

@@ -139,6 +139,12 @@ class SearchPlan:
             config = _read_json(self.trials_dir / trial_key(i) / CONFIG_FILE)
             if not isinstance(config, dict):
                 break  # configurations are handed out in key order: the first gap ends them
+            if set(config) != set(self.study.search_space):
+                from mutransfer.errors import UserInputError
+
+                raise UserInputError(
+                    f"{self.trials_dir / trial_key(i) / CONFIG_FILE}: holds {sorted(config)}, not the study's search space "
+                    f"{sorted(self.study.search_space)}; restore the file or start a new study with --name NEW")
             self.configs[i] = config
             outcome = _read_json(self.trials_dir / trial_key(i) / OUTCOME_FILE)
             if isinstance(outcome, dict) and "status" in outcome:
