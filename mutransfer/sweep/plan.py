@@ -71,6 +71,30 @@ def rung_milestones(study: Study) -> list[int]:
     return out
 
 
+def error_text(trial) -> str:
+    """The exception line of a Tune trial's last error, at most 500 characters ("unknown error" if none).
+
+    Read from Tune's text error file in the trial's local folder (written before the
+    scheduler and the callbacks hear of the error), else from ``trial.get_error()``;
+    Tune's pickled copy of the error is never read.
+    """
+    text = None
+    try:
+        path = Path(trial.error_file) if getattr(trial, "error_file", None) else None
+        if path is not None and path.is_file():
+            text = path.read_text(errors="replace")
+    except (OSError, TypeError, ValueError):
+        text = None
+    if text is None:
+        try:
+            err = trial.get_error()
+        except Exception:  # Tune's error file may be missing
+            err = None
+        text = None if err is None else str(err) or type(err).__name__
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip() and not line.startswith("Failure # ")]
+    return lines[-1][:500] if lines else "unknown error"
+
+
 def trial_status(metrics: dict, failed: bool, budget_epochs: int) -> str:
     """completed | pruned | diverged | failed, from a trial's last reported metrics."""
     if failed:

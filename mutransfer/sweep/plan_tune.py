@@ -16,7 +16,7 @@ from __future__ import annotations
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from mutransfer.sweep.plan import DONE, SearchPlan
+from mutransfer.sweep.plan import DONE, SearchPlan, error_text
 
 KEY = "trial_key"
 
@@ -29,18 +29,6 @@ def trial_key_of(trial) -> str:
 def trial_dirname(trial) -> str:
     """Tune's directory of a trial is named by its key too (tune/run-<n>/<key>)."""
     return trial_key_of(trial)
-
-
-def error_text(trial) -> str:
-    """The last non-empty line of a trial's error (the exception), at most 500 characters."""
-    try:
-        err = trial.get_error()
-    except Exception:  # Tune's error file may be missing
-        err = None
-    if err is None:
-        return "unknown error"
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:500]
 
 
 class PlanSearcher(Searcher):

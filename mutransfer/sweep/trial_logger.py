@@ -157,20 +157,10 @@ class TrialLogger:
     def _index(self, trial) -> int:
         return self._index_of_key(_key(trial))
 
-    @staticmethod
-    def _error_text(err) -> str:
-        if err is None:
-            return "unknown error"
-        lines = [l.strip() for l in str(err).splitlines() if l.strip()]
-        # the last line of a traceback names the exception
-        return (lines[-1] if lines else type(err).__name__)[:500]
-
     def _error_line(self, trial) -> str:
-        try:
-            err = trial.get_error()
-        except Exception:
-            err = None
-        return self._error_text(err)
+        from mutransfer.sweep.plan import error_text
+
+        return error_text(trial)
 
     def _say(self, text: str) -> None:
         if not self.quiet:
