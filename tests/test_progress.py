@@ -17,7 +17,7 @@ class Terminal(io.StringIO):
 
 
 def _trial(number: int, lr: float, **last):
-    return SimpleNamespace(trial_id=f"id{number}", experiment_tag=f"{number}_lr={lr}", config={"lr": lr, "seed": 0},
+    return SimpleNamespace(trial_id=f"id{number}", config={"lr": lr, "seed": 0, "trial_key": f"t{number - 1:04d}"},
                            last_result=dict(last), status="RUNNING", get_error=lambda: None)
 
 
@@ -134,3 +134,15 @@ def test_the_display_survives_pickling_as_tune_stores_its_callbacks(monkeypatch)
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ValueError, match="one of bar, lines, off"):
         ProxyProgress(1, budget_epochs=1, searched=[], mode="fancy")
+
+
+def test_a_resumed_search_counts_the_trials_finished_before_it():
+    """A search resumed with 2 of 4 trials finished starts its counts at 2 done, not 0."""
+    out = Terminal()
+    progress = ProxyProgress(4, budget_epochs=4, searched=["lr"], mode="bar", file=out, finished=2)
+    assert progress.counts() == (2, 0, 2)
+    progress.on_trial_start(_trial(3, 0.01))
+    assert progress.counts() == (2, 1, 1)
+    fresh = ProxyProgress(4, budget_epochs=4, searched=["lr"], mode="bar", file=Terminal())
+    fresh.on_trial_start(_trial(3, 0.01))
+    assert fresh.counts() == (0, 1, 3)

@@ -107,14 +107,24 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
 
 
 def _resume_hint(args: argparse.Namespace) -> list[str]:
+    """The command that continues this study: the study file, every override given, the runs dir (shell-quoted)."""
+    import shlex
+
+    from mutransfer.study import OVERRIDES
+
     hint = ["mutransfer", "sweep", "--resume"]
     if args.study:
         hint += ["--study", args.study]
-    if args.name:
-        hint += ["--name", args.name]
-    if args.runs_dir:
-        hint += ["--runs-dir", args.runs_dir]
-    return hint
+    given = [(flag, getattr(args, key, None)) for key, (_path, flag) in OVERRIDES.items()]
+    given += [("--runs-dir", args.runs_dir), ("--address", args.address), ("--coord-check", args.coord_check),
+              ("--verify", args.verify), ("--baseline", args.baseline)]
+    if args.verify:
+        given += [("--verify-points", args.verify_points), ("--verify-seeds", args.verify_seeds)]
+    for flag, value in given:
+        if value is None or value is False:
+            continue
+        hint += [flag] if value is True else [flag, str(value)]
+    return [shlex.quote(h) for h in hint]
 
 
 # --------------------------------------------------------------------------- studies

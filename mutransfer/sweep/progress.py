@@ -101,9 +101,11 @@ class ProxyProgress(_Display):
     #: at most one redraw per this many seconds between trial events (the elapsed time ticks)
     refresh_s = 1.0
 
-    def __init__(self, total: int, *, budget_epochs: int, searched, mode: str, file=None, label: str = "proxies"):
+    def __init__(self, total: int, *, budget_epochs: int, searched, mode: str, file=None, label: str = "proxies",
+                 finished: int = 0):
         super().__init__(mode, file)
         self.total = int(total)
+        self.finished = int(finished)  # trials a resumed search had finished before this session
         self.budget_epochs = max(1, int(budget_epochs))
         self.searched = list(searched)
         self.label = label
@@ -117,12 +119,12 @@ class ProxyProgress(_Display):
     # ---- counts ---------------------------------------------------------------------
     def counts(self) -> tuple[int, int, int]:
         """(done, running, pending) trials."""
-        done, running = len(self._ended), len(self._running)
+        done, running = self.finished + len(self._ended), len(self._running)
         return done, running, max(0, self.total - done - running)
 
     def fraction_done(self) -> float:
         """Trials done plus the budget fraction of each running trial (the bar's position, in trials)."""
-        return min(float(self.total), len(self._ended) + sum(self._running.values()))
+        return min(float(self.total), self.finished + len(self._ended) + sum(self._running.values()))
 
     def status_text(self) -> str:
         done, running, pending = self.counts()
@@ -148,13 +150,13 @@ class ProxyProgress(_Display):
         self._draw()
 
     def on_trial_recover(self, trial) -> None:
-        from mutransfer.sweep.trial import trial_error_line, trial_number
+        from mutransfer.sweep.plan import error_text, trial_number
 
         self._attempts[trial.trial_id] = self._attempts.get(trial.trial_id, 0) + 1
         self._running.pop(trial.trial_id, None)  # pending again until it restarts
-        reason = trial_error_line(trial)
+        reason = error_text(trial)
         detail = "" if reason == "unknown error" else f" ({reason})"
-        number = trial_number(getattr(trial, "experiment_tag", None))
+        number = trial_number(trial)
         self.say(f"[trial {number}/{self.total}] attempt {self._attempts[trial.trial_id]} failed, retrying{detail}")
         self._draw(force=True)
 
@@ -177,25 +179,25 @@ class ProxyProgress(_Display):
         return min(1.0, float(result.get("epoch", 0) or 0) / self.budget_epochs)
 
     def _finish(self, trial, failed: bool) -> None:
-        from mutransfer.sweep.trial import trial_error_line, trial_number, trial_outcome
+        from mutransfer.sweep.plan import error_text, trial_number, trial_status
 
         if trial.trial_id in self._ended:
             return
         self._ended.add(trial.trial_id)
         self._running.pop(trial.trial_id, None)
         last = dict(trial.last_result or {})
-        status = trial_outcome(last, failed, self.budget_epochs)
+        status = trial_status(last, failed, self.budget_epochs)
         epochs = int(last.get("epoch", 0) or 0)
         if failed:
-            result = trial_error_line(trial)
+            result = error_text(trial)
         else:
             result = f"test {float(last.get('test_error', float('nan'))):.4g} at epoch {epochs}/{self.budget_epochs}"
         wall = float(last.get("time_total_s", 0.0) or 0.0)
-        number = trial_number(getattr(trial, "experiment_tag", None))
+        number = trial_number(trial)
         shown = _config_text(dict(trial.config or {}), self.searched)
         self.say(f"[trial {number}/{self.total}] {status:<9} {result}  {shown}  ({wall:.1f} s)")
         self._draw(force=True)
-        if len(self._ended) >= self.total:  # the last state stays on the screen
+        if self.finished + len(self._ended) >= self.total:  # the last state stays on the screen
             self.close()
             self._complete = True
 
@@ -208,7 +210,7 @@ class ProxyProgress(_Display):
         self._drawn = now
         bar = self._bar
         if bar is None:
-            start = float(len(self._ended))
+            start = float(self.finished + len(self._ended))
             bar = self._make_bar(total=self.total, initial=start, desc=self.label,
                                  bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]{postfix}")
         bar.n = self.fraction_done()
@@ -249,11 +251,11 @@ def for_options(options) -> str:
     return display_mode(quiet=bool(options.quiet), json=bool(getattr(options, "json", False)))
 
 
-def proxy_callback(ctx, total: int):
-    """The Tune callback showing a sweep's search (ctx: a SweepContext; total: its number of trials)."""
+def proxy_callback(ctx, total: int, finished: int = 0):
+    """The Tune callback showing a sweep's search (ctx: a SweepContext; total: its number of trials, ``finished`` of them before this session)."""
     study = ctx.study
     return as_tune_callback(ProxyProgress(total, budget_epochs=study.budget.epochs, searched=list(study.search_space),
-                                          mode=for_options(ctx.options),
+                                          mode=for_options(ctx.options), finished=finished,
                                           label="direct search" if ctx.search_at_target else "proxies"))
 
 

@@ -10,10 +10,13 @@ typed record. Adding a phase is one function and one line in :data:`PHASES`.
 
 Everything that can be wrong with the input is checked in :func:`prepare`, before
 any compute. Resume: the study directory (``<runs dir>/<study name>/``) holds the
-resolved study, ``state.json`` (phase, MLflow run ids, the proxy records) and the
-Tune experiment; ``--resume`` restores the Tune experiment (finished trials are
-kept, unfinished ones continue from their checkpoints), reuses the MLflow parent
-run and skips the phases already done. Resuming a completed study prints its report.
+resolved study, ``state.json`` (phase, MLflow run ids, the proxy records) and each
+trial's JSON files (mutransfer.sweep.plan); ``--resume`` rebuilds the search from those
+files (finished trials are kept, unfinished ones continue from their checkpoints; no
+pickle is read, Tune's own experiment state is never restored), reuses the MLflow
+parent run and skips the phases already done. Resuming a completed study prints its
+report. A driver killed in any phase (SIGKILL included) resumes without re-running a
+finished trial, creating a second parent or child run, or logging the report twice.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.model_log import log_model_phase, register_completed
 from mutransfer.sweep.portable import stored_tracking, write_study_file
+from mutransfer.sweep.holds import hold_if_asked
 from mutransfer.sweep.prepare import check_cluster_fits, prepare
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
@@ -59,6 +63,7 @@ def run_sweep(options: SweepOptions) -> dict:
     _load_data(ctx)
     with _session(ctx):
         for phase in PHASES:
+            hold_if_asked(ctx.study_dir.root, phase.__name__)  # fault tests only (MUTRANSFER_HOLD_AT)
             phase(ctx)
     return ctx.report
 

@@ -7,17 +7,24 @@ trial's thread at the report call). A diverged run reports the finite
 :data:`~mutransfer.training.DIVERGED_METRIC` with ``diverged = 1`` and ends
 normally.
 
+A trial is named by its stable key (``t0000`` …, mutransfer.sweep.plan), which the
+searcher puts in its configuration as ``trial_key``; the driver writes its
+``config.json`` (when handing it out) and ``outcome.json`` (when it ends) beside the
+files below. Nothing in the directory is unpickled: the checkpoint is read with
+``torch.load(weights_only=True)`` (an unreadable one is deleted and the trial starts
+over), the rest is JSON.
+
 Idempotence (what makes ``--resume`` and retries cheap and exact):
 
-- the trainer checkpoints into ``<study dir>/trials/<trial id>/`` after each
+- the trainer checkpoints into ``<study dir>/trials/<key>/`` after each
   evaluation; a restarted trial (retry after a failure, or the driver was killed)
   continues from it;
 - the trial keeps its whole history (every epoch, those of earlier attempts
   included) in ``history.json`` in that directory, rewritten before each report;
   Tune gets scalars only (:class:`TrialReport`), and the driver reads the history
   with :func:`read_trial_history` when it writes the MLflow child run;
-- a trial that finished writes ``done.json``; if Tune runs it again (it
-  finished after the last experiment snapshot), it re-reports the stored result
+- a trial that finished writes ``done.json``; if it runs again (the driver was
+  killed before it recorded the outcome), it re-reports the stored result
   without training.
 
 Each start appends one line to ``executions.jsonl`` in the trial directory
@@ -120,42 +127,6 @@ class TrialReport:
         return cls(**{f.name: metrics[f.name] for f in dataclasses.fields(cls)})
 
 
-def trial_outcome(last: dict, failed: bool, budget_epochs: int) -> str:
-    """completed | pruned (stopped by ASHA before ``budget_epochs``) | diverged | failed, from a trial's last Tune result."""
-    if failed:
-        return "failed"
-    if last.get("diverged"):
-        return "diverged"
-    if int(last.get("epoch", 0) or 0) < budget_epochs:
-        return "pruned"
-    return "completed"
-
-
-def trial_number(experiment_tag) -> int:
-    """1-based trial number: Tune's experiment tag starts with the searcher's trial counter (0 if it has none)."""
-    try:
-        return int(str(experiment_tag).split("_", 1)[0])
-    except (TypeError, ValueError):
-        return 0
-
-
-def error_text(err) -> str:
-    """One line naming a trial's error: the last line of its traceback (Ray wraps causes in long messages)."""
-    if err is None:
-        return "unknown error"
-    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return (lines[-1] if lines else type(err).__name__)[:500]
-
-
-def trial_error_line(trial) -> str:
-    """:func:`error_text` of a Tune trial's error (``unknown error`` when Tune has none)."""
-    try:
-        err = trial.get_error()
-    except Exception:
-        err = None
-    return error_text(err)
-
-
 def _write_done(trial_dir: Path, status: str, report: TrialReport) -> None:
     from mutransfer.sweep.state import write_atomic
 
@@ -217,7 +188,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     options = options or {}
     # One intra-op thread pool per trial CPU: oversubscribing 2 cores made torch 10-100x slower.
     torch.set_num_threads(max(1, int(options.get("threads", 1))))
-    trial_id = tune.get_context().get_trial_id()
+    trial_id = str(config.get("trial_key") or tune.get_context().get_trial_id())  # our key (mutransfer.sweep.plan)
     trial_dir = Path(options["study_dir"]) / "trials" / trial_id
     trial_dir.mkdir(parents=True, exist_ok=True)
     maybe_inject_fault(Path(options["study_dir"]) / "faults", int(options.get("fail_trials", 0)), trial_id)

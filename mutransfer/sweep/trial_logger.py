@@ -1,6 +1,7 @@
 """The proxy trials' MLflow child runs, live: a Tune ``Callback`` that keeps one run per trial up to date.
 
-:class:`TrialLogger`, per trial (keyed by its directory name, the ``mutransfer.trial_id`` tag):
+:class:`TrialLogger`, per trial (keyed by its stable key ``t0000`` …, mutransfer.sweep.plan, which its
+configuration carries as ``trial_key`` and which is its directory name and the ``mutransfer.trial_id`` tag):
 
 - ``on_trial_start``: creates the child run (MLflow status RUNNING, ``mutransfer.status =
   running``, the trial's parameters), or reuses the trial's unfinished run if it has one
@@ -17,12 +18,11 @@ come from mutransfer.sweep.progress. ``as_tune_callback`` wraps it as a ``ray.tu
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mutransfer.sweep.trial import error_text, trial_error_line, trial_number, trial_outcome
+from mutransfer.sweep.plan import error_text, trial_status
 from mutransfer.sweep.tracking import (
     KIND_TAG,
     PARENT_TAG,
@@ -60,10 +60,9 @@ def _finished(run) -> bool:
 class TrialLogger:
     """Tune Callback that keeps one MLflow child run per proxy trial (see the module docstring).
 
-    ``trial_key(trial)`` names a trial's run (the ``mutransfer.trial_id`` tag); by default the
-    trial id. Picklable (Tune stores the RunConfig, callbacks included, for Tuner.restore):
-    the MLflow client and the buffers are rebuilt after unpickling. ``quiet`` is accepted for
-    older callers and unused (the console lines are mutransfer.sweep.progress's).
+    Picklable (Tune stores the RunConfig, callbacks included, in its experiment folder, which
+    the sweep never reads back): the MLflow client and the buffers are rebuilt after unpickling.
+    ``quiet`` is accepted for older callers and unused (the console lines are mutransfer.sweep.progress's).
     """
 
     #: seconds between two live log_batch calls of one trial (the rest is logged when it ends)
@@ -154,7 +153,7 @@ class TrialLogger:
         return self._logged
 
     def _key(self, trial) -> str:
-        return self.trial_key(trial) if self.trial_key is not None else trial.trial_id
+        return self.trial_key(trial) if self.trial_key is not None else _key(trial)
 
     def on_trial_start(self, trial) -> None:
         key = self._key(trial)
@@ -230,20 +229,30 @@ class TrialLogger:
         self._flush(trial, failed=True)
 
     # ---- helpers --------------------------------------------------------------------
+    @staticmethod
+    def _index_of_key(key: str) -> int:
+        """1-based trial number: the key's index + 1 (0 for a name that is not a key)."""
+        from mutransfer.sweep.plan import key_index
+
+        try:
+            return key_index(key) + 1
+        except ValueError:
+            return 0
+
     def _index(self, trial) -> int:
-        return trial_number(getattr(trial, "experiment_tag", None))
+        return self._index_of_key(self._key(trial))
 
     def _add_trial_history(self, buf: dict, tid: str, tune_path) -> None:
         """Fill ``buf`` with the epochs the trial kept in its directory (those of earlier attempts included).
 
-        Tune stores a trial at <study dir>/tune/<trial id> (sweep.runner), the trial its history in
-        <study dir>/trials/<trial id> (sweep.trial); epochs already reported to this driver win.
+        Tune stores a trial at <study dir>/tune/run-<n>/<key> (sweep.proxies), the trial its history in
+        <study dir>/trials/<key> (sweep.trial); epochs already reported to this driver win.
         """
         if self.trials_dir is None and not tune_path:
             return
         from mutransfer.sweep.trial import read_trial_history
 
-        trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[1] / "trials"
+        trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[2] / "trials"
         for r in read_trial_history(trials / tid):
             buf.setdefault(r.epoch, {"test_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds})
 
@@ -256,33 +265,30 @@ class TrialLogger:
             buf=self._buffers.pop(tid, {}),
             last=last,
             failed=failed,
-            error=trial_error_line(trial) if failed else None,
+            error=error_text(trial) if failed else None,
             retries=self._retries.pop(tid, int(getattr(trial, "num_failures", 0) or 0) - (1 if failed else 0)),
             start=self._start.pop(tid, None),
             index=self._index(trial),
             tune_path=getattr(trial, "path", None),
         )
 
-    def log_from_result(self, trial_id: str, result) -> None:
-        """Write the child run of a trial from its Tune ``Result`` (used when the driver died before on_trial_complete)."""
-        buf: dict = {}
-        frame = result.metrics_dataframe
-        if frame is not None:
-            for row in frame.to_dict("records"):
-                self._buffer(buf, {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))})
-        last = dict(result.metrics or {})
-        failed = result.error is not None
+    def log_from_files(self, key: str, config: dict, outcome) -> None:
+        """Write the child run of a trial from its JSON files (the driver died before on_trial_complete logged it).
+
+        ``config``: its config.json; ``outcome``: its :class:`~mutransfer.sweep.plan.Outcome`;
+        the epochs come from its history.json.
+        """
+        failed = outcome.status == "failed"
         self._write_run(
-            trial_id,
-            config=dict(result.config or {}),
-            buf=buf,
-            last=last,
+            key,
+            config=dict(config),
+            buf={},
+            last=dict(outcome.metrics),
             failed=failed,
-            error=error_text(result.error) if failed else None,
+            error=outcome.error if failed else None,
             retries=0,
             start=None,
-            index=trial_number(last.get("experiment_tag")),
-            tune_path=getattr(result, "path", None),
+            index=self._index_of_key(key),
         )
 
     def _write_run(self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None) -> None:
@@ -290,7 +296,7 @@ class TrialLogger:
         if tid in self.logged_trial_ids():
             return
         self._add_trial_history(buf, tid, tune_path)
-        status = trial_outcome(last, failed, self.budget_epochs)
+        status = trial_status(last, failed, self.budget_epochs)
         params = self._params(tid, config)
         if "spectral_lr0" in last:
             params["spectral_lr"] = last["spectral_lr0"]
@@ -330,6 +336,11 @@ class TrialLogger:
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=now)
         self._logged.add(tid)
         self._done += 1
+
+
+def _key(trial) -> str:
+    """A Tune trial's key of ours (its configuration's ``trial_key``; Tune's id for a trial without one)."""
+    return str((getattr(trial, "config", None) or {}).get("trial_key") or trial.trial_id)
 
 
 def as_tune_callback(logger: TrialLogger):
