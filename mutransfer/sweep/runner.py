@@ -48,8 +48,8 @@ def run_sweep(options: SweepOptions) -> dict:
         _check_nothing_new_asked(ctx)
         ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
         return dict(ctx.state["report"], already_complete=True)
+    _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before the study directory is made
     _start_study_dir(ctx)
-    _load_data(ctx)
     with _session(ctx):
         for phase in PHASES:
             phase(ctx)
@@ -90,7 +90,8 @@ def _start_study_dir(ctx: SweepContext) -> None:
 def _load_data(ctx: SweepContext) -> None:
     from mutransfer.sweep.data import load_study_data
 
-    ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
+    if ctx.study.problem.data is None:  # a data file loads without a word: its errors stay one line
+        ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
     ctx.data, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
 
 
