@@ -175,7 +175,7 @@ def _coords(grid: dict, name: str, array, axis, sel) -> np.ndarray | None:
 def _check_problem_dims(path, problem: str, grid_shape: tuple) -> None:
     dim = get_facts(problem).dim
     if len(grid_shape) != dim:
-        fits = [name for name, f in FACTS.items() if f.dim == len(grid_shape)]
+        fits = [name for name, f in FACTS.items() if f.dim == len(grid_shape) and f.kind == "grid"]
         fix = f"pass problem {' or '.join(fits)}" if fits else "select other arrays or times"
         raise UserInputError(
             f"data file {path} gives a {len(grid_shape)}-dimensional grid {tuple(grid_shape)} but problem "
