@@ -95,6 +95,9 @@ def test_k_against_the_grid_before_building():
     assert check_before_building(fno, (256,), 4, "cpu", limit=2**30).modes == 129  # K = N/2 + 1: the largest
     with pytest.raises(UserInputError, match=r"modes 130 too large for grid size 256 .* use K <= 129"):
         check_before_building(dict(fno, modes=130), (256,), 4, "cpu", limit=2**30)
+    assert check_before_building(dict(fno, padding=256), (256,), 4, "cpu", limit=2**30).padding == 256
+    with pytest.raises(UserInputError, match=r"padding 257 is more than the grid \(256,\); use padding <= 256"):
+        check_before_building(dict(fno, padding=257), (256,), 4, "cpu", limit=2**30)
 
 
 def test_memory_estimate_against_the_limit_before_building():
@@ -114,9 +117,14 @@ def test_memory_estimate_against_the_limit_before_building():
     (["plan", "--dim", "1", "--modes", "129", "--width", "8", "--layers", "2", "--grid", "256"], None),
     (["data", "generate", "burgers", "--n", "2", "--resolution", str(10**12), "--out", "x.h5"], "available RAM"),
     (["studies", "--tracking-uri", "bogus-scheme://x"], "tracking URI 'bogus-scheme://x'"),
+    (["plan", "--dim", "1", "--modes", "8", "--width", "8", "--layers", "2", "--device-memory=--"], "not '--'"),
+    (["sweep", "--address", "not an address"], "--address 'not an address': use auto"),
+    (["sweep", "--runs-dir", "{file}"], "is a file, not a folder"),
+    (["train", "--checkpoint-dir", "{file}"], "is a file; give a folder"),
 ])
-def test_out_of_domain_values_are_refused(argv, refused):
-    outcome = run_cli(argv)
+def test_out_of_domain_values_are_refused(tmp_path, argv, refused):
+    (tmp_path / "file").write_text("a file\n")
+    outcome = run_cli([a.format(file=tmp_path / "file") for a in argv])
     if refused is None:
         assert outcome.kind == "accepted", outcome.describe()
     else:

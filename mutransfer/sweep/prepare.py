@@ -14,6 +14,7 @@ from pathlib import Path
 from mutransfer.errors import UserInputError
 from mutransfer.study import OVERRIDES, Override, Study, load_study, study_from_yaml_text
 from mutransfer.sweep.context import SweepContext, SweepOptions
+from mutransfer.sweep.inputs import check_folder, check_ray_address
 from mutransfer.sweep.state import StudyDir
 
 
@@ -37,6 +38,8 @@ def prepare(options: SweepOptions) -> SweepContext:
     if study.problem.data is not None:
         study.problem.data = str(Path(study.problem.data).absolute())
     source_text = _source_text(options.study_path)
+    check_ray_address(options.address)
+    check_folder("--runs-dir", options.runs_dir)
     study_dir = StudyDir.for_study(study.name, options.runs_dir)
 
     if not options.resume:

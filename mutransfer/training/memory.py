@@ -116,7 +116,10 @@ def check_before_building(config: dict, grid: tuple[int, ...], batch: int, devic
     from operators.errors import OperatorConfigError
     from operators.spectral import check_grid
 
-    padded = tuple(int(n) + int(config["padding"]) for n in grid)
+    padding = int(config["padding"])
+    if padding > min(grid):  # padding only breaks the periodicity: more than the grid itself is never needed
+        raise UserInputError(f"{what}: padding {padding} is more than the grid {tuple(grid)}; use padding <= {min(grid)}")
+    padded = tuple(int(n) + padding for n in grid)
     try:
         check_grid(padded, int(config["modes"]))
     except OperatorConfigError as exc:
