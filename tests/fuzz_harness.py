@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from unittest import mock
 
-import h5py
 import numpy as np
 
 #: family -> Counter of outcomes, filled by :func:`record`
@@ -100,27 +99,17 @@ def run_cli(argv: list[str], *, watch: tuple = ()) -> Outcome:
         cache = cwd / ".cache"
         before = snapshot(cwd, *watch)
         out, err = io.StringIO(), io.StringIO()
-        old_cwd = os.getcwd()
-        old_cache = os.environ.get("MUTRANSFER_CACHE")
-        os.environ["MUTRANSFER_CACHE"] = str(cache)
-        os.chdir(cwd)
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), compute_guard():
-                try:
-                    code = main([str(a) for a in argv])
-                except SystemExit as exc:
-                    code = exc.code
-                except ReachedCompute:
-                    code = "reached-compute"
-                except Exception:  # noqa: BLE001 - a crash is an outcome to report
-                    traceback.print_exc(file=err)
-                    code = "crash"
-        finally:
-            os.chdir(old_cwd)
-            if old_cache is None:
-                os.environ.pop("MUTRANSFER_CACHE", None)
-            else:
-                os.environ["MUTRANSFER_CACHE"] = old_cache
+        with contextlib.chdir(cwd), mock.patch.dict(os.environ, {"MUTRANSFER_CACHE": str(cache)}), \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), compute_guard():
+            try:
+                code = main([str(a) for a in argv])
+            except SystemExit as exc:
+                code = exc.code
+            except ReachedCompute:
+                code = "reached-compute"
+            except Exception:  # noqa: BLE001 - a crash is an outcome to report
+                traceback.print_exc(file=err)
+                code = "crash"
         after = snapshot(cwd, *watch)
     changed = sorted(p for p in set(before) | set(after) if before.get(p) != after.get(p))
     outcome = Outcome(list(argv), code, out.getvalue(), err.getvalue(), changed)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 #: flags whose huge values (>= HUGE) must be refused before anything is allocated, per command
 SIZE_FLAGS = {
-    "train": {"modes", "width", "layers", "projection_channels", "n_train", "n_test", "resolution",
+    # (not --projection-channels: a projection MLP of 1e6 channels fits a few GiB; the memory check decides)
+    "train": {"modes", "width", "layers", "n_train", "n_test", "resolution",
               "time_resolution", "padding", "heads"},
     "coord-check": {"modes", "width", "layers", "padding", "n_train", "n_test", "resolution"},
     "sweep": {"proxy_K", "target_K", "proxy_width", "target_width"},
@@ -245,7 +246,6 @@ def _rewrite(path: Path, **arrays) -> None:
 
 def _poke(path: Path, name: str, value, where: float) -> None:
     import h5py
-    import numpy as np
 
     with h5py.File(path, "r+") as f:
         data = f[name][...]

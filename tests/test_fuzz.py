@@ -137,10 +137,11 @@ def _check_data(kind, where, command, files, tmp_path_factory):
     d = tmp_path_factory.mktemp("data")
     path = write_grid_file(d / "bad.h5", n=12, resolution=64)
     corrupt(path, kind, where)
-    if command == "sweep":
+    if command in ("sweep", "landscape"):
         study = dict(files["study_dict"], problem=dict(files["study_dict"]["problem"], data=str(path)))
         (d / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
-        argv = ["sweep", "--study", str(d / "study.yaml")]
+        argv = [command, "--study", str(d / "study.yaml")] + (
+            ["--modes", "2", "4", "--lrs", "1e-3", "1e-2", "--out", "ls"] if command == "landscape" else [])
     else:
         argv = [command, "--problem", "burgers", "--data", str(path), "--no-progress"] + (
             ["--epochs", "1"] if command == "train" else ["--modes", "2", "4", "--out", "cc"])
@@ -150,7 +151,7 @@ def _check_data(kind, where, command, files, tmp_path_factory):
 unknown_flags = st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=1, max_size=10).map(
     lambda t: "--zz" + t)
 commands = st.sampled_from([c for c, _ in walk_parsers(__import__("mutransfer.cli.main").cli.main.build_parser())])
-data_cases = (st.sampled_from(DATA_CORRUPTIONS), st.floats(0.0, 1.0), st.sampled_from(["train", "coord-check", "sweep"]))
+data_cases = (st.sampled_from(DATA_CORRUPTIONS), st.floats(0.0, 1.0), st.sampled_from(["train", "coord-check", "sweep", "landscape"]))
 study_texts = st.one_of(st.sampled_from(BAD_YAML).map(lambda t: ("bad yaml", t)), st.deferred(lambda: _STUDIES))
 _STUDIES = bad_study_texts(yaml.safe_load((ROOT / "mutransfer/studies_data/quick.yaml").read_text()))
 

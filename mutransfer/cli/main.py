@@ -16,6 +16,7 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are a single line (no usage dump) and exit 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        message = " ".join(message.split())  # a value holding a line break (\r, \x1c, ...) stays on the one line
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _get_values(self, action, arg_strings):
