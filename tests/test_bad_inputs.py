@@ -118,7 +118,7 @@ def test_memory_estimate_against_the_limit_before_building():
     (["data", "generate", "burgers", "--n", "2", "--resolution", str(10**12), "--out", "x.h5"], "available RAM"),
     (["studies", "--tracking-uri", "bogus-scheme://x"], "tracking URI 'bogus-scheme://x'"),
     (["plan", "--dim", "1", "--modes", "8", "--width", "8", "--layers", "2", "--device-memory=--"], "not '--'"),
-    (["transfer", "--zz\r\x1c"], "unrecognized arguments: --zz"),
+    (["studies", "--zz\r\x1c"], "unrecognized arguments: --zz"),
     (["sweep", "--address", "not an address"], "--address 'not an address': use auto"),
     (["sweep", "--runs-dir", "{file}"], "is a file, not a folder"),
     (["train", "--checkpoint-dir", "{file}"], "is a file; give a folder"),
