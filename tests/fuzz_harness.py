@@ -132,9 +132,11 @@ def classify(o: Outcome) -> str:
     return "other-exit"
 
 
-def record(family: str, outcome: Outcome) -> Outcome:
-    COUNTS[family][outcome.kind] += 1
-    COUNTS[family]["tried"] += 1
+def record(family: str, outcome: Outcome, detail: str | None = None) -> Outcome:
+    """Count ``outcome`` under ``family`` (and under ``family/detail``, e.g. the command)."""
+    for key in (family,) + ((f"{family}/{detail}",) if detail else ()):
+        COUNTS[key][outcome.kind] += 1
+        COUNTS[key]["tried"] += 1
     return outcome
 
 

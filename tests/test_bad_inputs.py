@@ -162,3 +162,20 @@ def test_train_with_modes_100000_is_refused_before_allocating(tmp_path):
     assert peak < 1.5 * 2**30, f"peak RSS {peak / 2**20:.0f} MiB while refusing"
     code, _, err = _peak_rss(argv + ["--modes", "8"], tmp_path, env)  # the same command at a K that fits: trains
     assert code == 0, err
+
+
+def test_non_finite_values_in_point_sets_are_refused_and_the_repaired_file_loads(tmp_path):
+    from mutransfer.cli.main import main
+    from mutransfer.data.pointclouds import load_point_split
+
+    path = tmp_path / "mesh.h5"
+    assert main(["data", "generate", "darcy_mesh", "--n", "6", "--resolution", "16", "--points-min", "20",
+                 "--points-max", "30", "--out", str(path), "--no-progress"]) == 0
+    with h5py.File(path, "r+") as f:
+        good = f["output"][4, 0].copy()
+        f["output"][4, 0] = np.inf  # the first point of sample 4 is always a real one
+    with pytest.raises(UserInputError, match=r"array 'output' holds Inf values in sample 4"):
+        load_point_split(path, n_train=4, n_test=2)
+    with h5py.File(path, "r+") as f:
+        f["output"][4, 0] = good
+    assert load_point_split(path, n_train=4, n_test=2).train_x.shape[0] == 4

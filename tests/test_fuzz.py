@@ -38,7 +38,7 @@ _COMMON = dict(deadline=None, database=None, derandomize=False,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                       HealthCheck.function_scoped_fixture])
 FAST = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 40)), **_COMMON)
-SLOW = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 1500)), **_COMMON)
+SLOW = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 4000)), **_COMMON)
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +118,8 @@ def cli_case(draw, files):
 
 
 def _check_cli(argv, files):
-    assert_refused(record("cli-flags", run_cli(argv, watch=(files["dir"],))))
+    command = " ".join(argv[:2]) if argv[0] == "data" else argv[0]
+    assert_refused(record("cli-flags", run_cli(argv, watch=(files["dir"],)), command))
 
 
 def _check_unknown_flag(command, flag, files):
@@ -145,7 +146,7 @@ def _check_data(kind, where, command, files, tmp_path_factory):
     else:
         argv = [command, "--problem", "burgers", "--data", str(path), "--no-progress"] + (
             ["--epochs", "1"] if command == "train" else ["--modes", "2", "4", "--out", "cc"])
-    assert_refused(record("data-files", run_cli(argv, watch=(files["dir"], str(d)))))
+    assert_refused(record("data-files", run_cli(argv, watch=(files["dir"], str(d))), kind))
 
 
 unknown_flags = st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=1, max_size=10).map(
