@@ -41,6 +41,7 @@ __all__ = [
 #: grid problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
 PERIODIC = periodic_grids()
 _BLOCK_BYTES = 64 * 2**20
+_SCAN_BYTES = 4 * 2**20
 
 
 def _positive_int(name: str, value, example: int) -> int:
@@ -138,7 +139,7 @@ def _read_block_rows(array, start: int, stop: int, path, *, keep: bool = True) -
     checks (a streamed split is scanned once at load time) and returns None.
     """
     per_sample = max(1, int(np.prod(array.shape[1:])) * 4)
-    block = max(1, _BLOCK_BYTES // per_sample)
+    block = max(1, (_BLOCK_BYTES if keep else _SCAN_BYTES) // per_sample)  # a scan stays small: streaming caps memory
     out = np.empty((stop - start,) + tuple(array.shape[1:]), dtype=np.float32) if keep else None
     for b in range(start, stop, block):
         e = min(b + block, stop)
