@@ -54,15 +54,14 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from mutransfer.cli.train_cmd import resolve_data
     from mutransfer.diagnostics.coord_check import check_coord_check_inputs, coord_check
-    from mutransfer.errors import UserInputError
     from mutransfer.diagnostics.coord_plot import plot_coord_check
+    from mutransfer.sweep.inputs import check_folder
 
     if args.data is None:  # the problem's own dataset: a small slice is enough for a few steps
         args.n_train, args.n_test = args.n_train or 50, args.n_test or 10
     problem, data, _ = resolve_data(args)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserInputError(f"--out {out}: is a file; give a folder for coord_check.png and coord_check.json")
+    check_folder("--out", out)
     sizes = dict(dim=problem.dim, modes=args.modes, width=args.width, layers=args.layers,
                  padding=problem.padding if args.padding is None else args.padding, lr=args.lr, steps=args.steps,
                  batch_size=args.batch_size, seeds=args.seeds, tolerance=args.tolerance)
