@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 _COMMON = dict(deadline=None, database=None, derandomize=False,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                       HealthCheck.function_scoped_fixture])
-FAST = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 40)), **_COMMON)
+FAST = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 100)), **_COMMON)
 SLOW = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 4000)), **_COMMON)
 
 
