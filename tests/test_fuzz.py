@@ -243,3 +243,21 @@ def test_bad_inputs_refused_by_the_real_command(files, tmp_path, argv):
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- the harness can see a failure
+
+
+def test_the_harness_stops_valid_inputs_at_compute_and_flags_bad_refusals(files):
+    """A valid input is caught where compute starts (not refused), and each broken refusal is told apart."""
+    from tests.fuzz_harness import Outcome, classify
+
+    base, _ = base_argv(("train",), files)
+    argv = [x for p in base for x in (p if isinstance(p, list) else [p])]
+    assert run_cli(argv, watch=(files["dir"],)).kind == "reached-compute"
+    assert run_cli(["transfer", "--dim", "1", "--proxy-K", "4", "--target-K", "8", "--lr", "1e-3"]).kind == "accepted"
+    assert classify(Outcome([], 2, "", "mutransfer: error: x\n")) == "refused"
+    assert classify(Outcome([], 2, "", "line one\nline two\n")) == "bad-refusal"
+    assert classify(Outcome([], 2, "", "Traceback (most recent call last): x\n")) == "bad-refusal"
+    assert classify(Outcome([], 2, "", "mutransfer: error: x\n", changed=["/tmp/study"])) == "bad-refusal"
+    assert classify(Outcome([], "crash", "", "")) == "crash"
