@@ -54,28 +54,20 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mutransfer.cli.train_cmd import resolve_data
-    from mutransfer.diagnostics.coord_check import coord_check
+    from mutransfer.diagnostics.coord_check import check_coord_check_inputs, coord_check
     from mutransfer.diagnostics.coord_plot import plot_coord_check
+    from mutransfer.sweep.inputs import check_folder
 
     if args.data is None:  # the problem's own dataset: a small slice is enough for a few steps
         args.n_train, args.n_test = args.n_train or 50, args.n_test or 10
     problem, data, _ = resolve_data(args)
-    result = coord_check(
-        data,
-        dim=problem.dim,
-        modes=args.modes,
-        parametrizations=tuple(args.parametrization),
-        width=args.width,
-        layers=args.layers,
-        padding=problem.padding if args.padding is None else args.padding,
-        lr=args.lr,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        clip_value=args.clip_value,
-        seeds=args.seeds,
-        tolerance=args.tolerance,
-    )
     out = Path(args.out)
+    check_folder("--out", out)
+    sizes = dict(dim=problem.dim, modes=args.modes, width=args.width, layers=args.layers,
+                 padding=problem.padding if args.padding is None else args.padding, lr=args.lr, steps=args.steps,
+                 batch_size=args.batch_size, seeds=args.seeds, tolerance=args.tolerance)
+    check_coord_check_inputs(data, **sizes)  # K against the grid, memory: before any model is built
+    result = coord_check(data, parametrizations=tuple(args.parametrization), clip_value=args.clip_value, **sizes)
     out.mkdir(parents=True, exist_ok=True)
     payload = result.as_dict() | {"problem": problem.name, "plot": str(out / "coord_check.png")}
     (out / "coord_check.json").write_text(json.dumps(payload, indent=2))

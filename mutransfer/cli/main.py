@@ -18,7 +18,14 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are a single line (no usage dump) and exit 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        message = " ".join(message.split())  # a value holding a line break (\r, \x1c, ...) stays on the one line
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _get_values(self, action, arg_strings):
+        # argparse drops a lone "--" value (--flag=--), leaving [] where one value belongs: refuse it
+        if arg_strings == ["--"] and action.nargs in (None, argparse.OPTIONAL):
+            self.error(f"argument {'/'.join(action.option_strings) or action.dest}: expected a value, not '--'")
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:

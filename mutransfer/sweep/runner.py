@@ -59,8 +59,8 @@ def run_sweep(options: SweepOptions) -> dict:
         mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
         return dict(report, already_complete=True, model=ctx.state.get("model"), study_dir=str(ctx.study_dir.root),
                     mlflow=mlflow)
+    _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before the study directory is made
     _start_study_dir(ctx)
-    _load_data(ctx)
     with _session(ctx):
         for phase in PHASES:
             hold_if_asked(ctx.study_dir.root, phase.__name__)  # fault tests only (MUTRANSFER_HOLD_AT)
@@ -102,7 +102,8 @@ def _start_study_dir(ctx: SweepContext) -> None:
 def _load_data(ctx: SweepContext) -> None:
     from mutransfer.sweep.data import load_study_data
 
-    ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
+    if ctx.study.problem.data is None:  # a data file loads without a word: its errors stay one line
+        ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
     ctx.data, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
 
 

@@ -60,9 +60,26 @@ def resolve_tracking_uri(uri: str | None) -> str:
     """None → sqlite:///mlflow.db in the cwd; relative sqlite paths are made absolute; others pass through."""
     if uri is None:
         return default_tracking_uri()
+    _check_tracking_uri(uri)
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return f"sqlite:///{Path(uri[len('sqlite:///'):]).absolute()}"
     return uri
+
+
+#: URI schemes of MLflow's tracking stores (a plain path is a file store)
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
+def _check_tracking_uri(uri: str) -> None:
+    """Refuse an empty URI or an unknown scheme before MLflow is asked (its errors are tracebacks)."""
+    from mutransfer.errors import UserInputError
+
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else None
+    if not uri.strip() or (scheme is not None and scheme not in TRACKING_SCHEMES):
+        raise UserInputError(
+            f"tracking URI {uri!r}: use sqlite:///PATH.db, a folder, or a {'/'.join(TRACKING_SCHEMES[2:4])} server "
+            f"URL (schemes: {', '.join(TRACKING_SCHEMES)})"
+        )
 
 
 def sqlite_path(uri: str) -> Path | None:
