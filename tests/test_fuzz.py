@@ -37,9 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 _COMMON = dict(deadline=None, database=None,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                       HealthCheck.function_scoped_fixture])
-# the default suite draws the same inputs on every run (CI stays reproducible); the long one draws new ones
+# both draw the same inputs on every run (CI stays reproducible); MUTRANSFER_FUZZ_RANDOM=1 makes the long one draw new ones
 FAST = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 100)), derandomize=True, **_COMMON)
-SLOW = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 4000)), derandomize=False,
+SLOW = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 4000)),
+                derandomize=os.environ.get("MUTRANSFER_FUZZ_RANDOM", "") not in ("1", "true"),
                 **_COMMON)
 
 
