@@ -38,11 +38,15 @@ def check_parametrization(parametrization: str) -> str:
     return parametrization
 
 
+#: the numbers of truncated dimensions operators.fno.FNO supports
+FNO_DIMS = (1, 2, 3)
+
+
 def check_modes(modes: int, dim: int, parametrization: str) -> None:
     """Validate K and d for a parametrization (muP needs K ≥ 2: log 1 = 0)."""
     check_parametrization(parametrization)
-    if not isinstance(dim, int) or dim < 1:
-        raise OperatorConfigError(f"dim {dim!r}: the number of truncated dimensions must be a positive integer (1, 2 or 3)")
+    if isinstance(dim, bool) or dim not in FNO_DIMS:
+        raise OperatorConfigError(f"dim {dim!r}: the FNO truncates 1, 2 or 3 dimensions; use --dim 1, 2 or 3")
     if not isinstance(modes, int) or modes < 1:
         raise OperatorConfigError(f"modes {modes!r}: the number of Fourier modes K must be a positive integer")
     if parametrization == "mup" and modes < 2:

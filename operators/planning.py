@@ -39,6 +39,7 @@ import re
 from dataclasses import asdict, dataclass
 
 from operators.errors import OperatorConfigError
+from operators.parametrization import FNO_DIMS
 from operators.spectral import check_grid
 
 FLOAT_BYTES = 4
@@ -183,8 +184,8 @@ def plan_fno(
     for name, value in (("dim", dim), ("modes", modes), ("width", width), ("layers", layers), ("batch", batch)):
         if not isinstance(value, int) or value < 1:
             raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
-    if dim not in (1, 2, 3):
-        raise OperatorConfigError(f"dim {dim}: FNO supports 1, 2 or 3 truncated dimensions")
+    if dim not in FNO_DIMS:
+        raise OperatorConfigError(f"dim {dim}: the FNO truncates 1, 2 or 3 dimensions; use --dim 1, 2 or 3")
     check_precision(precision)
     if device not in ("cuda", "cpu"):
         raise OperatorConfigError(f"device {device!r}: plan for 'cuda' or 'cpu'")

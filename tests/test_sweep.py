@@ -148,6 +148,17 @@ def test_studies_lists_the_quick_study(quick_run, capsys):
     assert table[0].startswith("study") and table[2].startswith("quick")
 
 
+def test_the_sweep_tags_its_experiment_for_the_ui(quick_run):
+    """The sweep itself (not only `mutransfer ui`) writes the experiment kind and the study's runs view."""
+    from mlflow.tracking import MlflowClient
+
+    work, report = quick_run
+    tags = MlflowClient(f"sqlite:///{work / 'mlflow.db'}").get_experiment(report["mlflow"]["experiment_id"]).tags
+    assert tags["mlflow.experimentKind"] == "custom_model_development"
+    view = json.loads(tags["mlflow.sharedViewState.quick"])
+    assert "params.`hp.lr`" in view["selectedColumns"] and view["searchFilter"] == "tags.`mutransfer.study` = 'quick'"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

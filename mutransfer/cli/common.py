@@ -55,6 +55,15 @@ def memory_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a memory size; write e.g. 80GiB, 24GB or 512MiB") from None
 
 
+def model_name(text: str) -> str:
+    """argparse type: a model registry name MLflow accepts (not blank, no '/' or ':')."""
+    name = text.strip()
+    if not name or "/" in name or ":" in name or name in (".", ".."):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a model name; use letters, digits, '-', '_' or '.', "
+                                         "without '/' or ':' (e.g. burgers-fno)")
+    return name
+
+
 def print_json(payload) -> None:
     """Write ``payload`` as indented JSON to stdout."""
     json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=str)

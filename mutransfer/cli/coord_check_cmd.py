@@ -27,14 +27,15 @@ def add_parser(subparsers) -> None:
     p.add_argument("--data", help="HDF5/NumPy dataset, e.g. written by `mutransfer data generate` (default: the "
                    "problem's cached dataset)")
     p.add_argument("--modes", type=positive_int, nargs="+", default=[4, 8, 16, 32], help="values of K (default 4 8 16 32)")
-    p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"])
-    p.add_argument("--width", type=positive_int, default=32)
-    p.add_argument("--layers", type=positive_int, default=4)
+    p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"],
+                   help="parametrizations to compare (default: standard mup)")
+    p.add_argument("--width", type=positive_int, default=32, help="FNO width (default: 32)")
+    p.add_argument("--layers", type=positive_int, default=4, help="Fourier layers (default: 4)")
     p.add_argument("--padding", type=non_negative_int, help="default: the problem's")
     p.add_argument("--lr", type=non_negative_float, default=1e-3,
-                   help="master learning rate of the Adam steps (0 takes no step: every curve reads no-signal)")
-    p.add_argument("--steps", type=positive_int, default=3, help="Adam steps before the change is measured")
-    p.add_argument("--batch-size", type=positive_int, default=10)
+                   help="master learning rate of the Adam steps (0 takes no step: every curve reads no-signal) (default: 1e-3)")
+    p.add_argument("--steps", type=positive_int, default=3, help="Adam steps before the change is measured (default: 3)")
+    p.add_argument("--batch-size", type=positive_int, default=10, help="samples per step (default: 10)")
     p.add_argument("--clip-value", type=positive_float, help="element-wise clip of spectral gradients")
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds; one slope per seed, CI over seeds (default 3)")
     p.add_argument("--tolerance", type=positive_float, default=0.1,
@@ -43,9 +44,9 @@ def add_parser(subparsers) -> None:
                    help="training samples to draw batches from (default: 50 of the problem's dataset; with --data, "
                    "all but --n-test)")
     p.add_argument("--n-test", type=positive_int, help="held-out samples (default: 10; with --data, a fifth)")
-    p.add_argument("--resolution", type=positive_int)
-    p.add_argument("--out", default="coord-check", help="folder for coord_check.png and coord_check.json")
-    p.add_argument("--no-progress", dest="progress", action="store_false")
+    p.add_argument("--resolution", type=positive_int, help="grid resolution, reached by striding (default: the problem's)")
+    p.add_argument("--out", default="coord-check", help="folder for coord_check.png and coord_check.json (default: coord-check)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_reader_arguments(p)
     p.set_defaults(run=run)
@@ -53,28 +54,20 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from mutransfer.cli.train_cmd import resolve_data
-    from mutransfer.diagnostics.coord_check import coord_check
+    from mutransfer.diagnostics.coord_check import check_coord_check_inputs, coord_check
     from mutransfer.diagnostics.coord_plot import plot_coord_check
+    from mutransfer.sweep.inputs import check_folder
 
     if args.data is None:  # the problem's own dataset: a small slice is enough for a few steps
         args.n_train, args.n_test = args.n_train or 50, args.n_test or 10
     problem, data, _ = resolve_data(args)
-    result = coord_check(
-        data,
-        dim=problem.dim,
-        modes=args.modes,
-        parametrizations=tuple(args.parametrization),
-        width=args.width,
-        layers=args.layers,
-        padding=problem.padding if args.padding is None else args.padding,
-        lr=args.lr,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        clip_value=args.clip_value,
-        seeds=args.seeds,
-        tolerance=args.tolerance,
-    )
     out = Path(args.out)
+    check_folder("--out", out)
+    sizes = dict(dim=problem.dim, modes=args.modes, width=args.width, layers=args.layers,
+                 padding=problem.padding if args.padding is None else args.padding, lr=args.lr, steps=args.steps,
+                 batch_size=args.batch_size, seeds=args.seeds, tolerance=args.tolerance)
+    check_coord_check_inputs(data, **sizes)  # K against the grid, memory: before any model is built
+    result = coord_check(data, parametrizations=tuple(args.parametrization), clip_value=args.clip_value, **sizes)
     out.mkdir(parents=True, exist_ok=True)
     payload = result.as_dict() | {"problem": problem.name, "plot": str(out / "coord_check.png")}
     (out / "coord_check.json").write_text(json.dumps(payload, indent=2))

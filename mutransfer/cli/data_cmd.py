@@ -23,7 +23,7 @@ def add_parser(subparsers) -> None:
     gen.add_argument("--n", type=positive_int, required=True, help="number of samples")
     gen.add_argument("--resolution", type=positive_int, required=True, help="grid points per axis")
     gen.add_argument("--out", required=True, help="output HDF5 file")
-    gen.add_argument("--seed", type=non_negative_int, default=0)
+    gen.add_argument("--seed", type=non_negative_int, default=0, help="generator seed: the same seed gives the same file (default: 0)")
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     gen.add_argument("--nu", type=positive_float, help="viscosity, burgers and navier_stokes (default: burgers 0.1; "
                      "navier_stokes the preset's; fno: 1e-3, 1e-4 or 1e-5)")
@@ -48,7 +48,7 @@ def add_parser(subparsers) -> None:
         description="Describe a data file; the format is detected from its content. The key/time options show "
         "what `mutransfer train --data FILE` would load with the same flags.",
     )
-    ins.add_argument("file")
+    ins.add_argument("file", help="data file in any format the readers accept")
     add_reader_arguments(ins)
     ins.add_argument("--json", action="store_true", help="print the description as JSON")
     ins.set_defaults(run=run_inspect)
@@ -92,6 +92,7 @@ def run_generate(args: argparse.Namespace) -> int:
             raise UserInputError(
                 f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no problem'} only, not {problem.name}; drop it"
             )
+    _check_generation_fits(problem, args.n, args.resolution, options)
     start = time.perf_counter()
     data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress, **options)
     writer_for(problem)(args.out, data)
@@ -103,6 +104,29 @@ def run_generate(args: argparse.Namespace) -> int:
     print(f"wrote {args.n} {problem.name} samples at resolution {args.resolution} to {args.out} "
           f"({time.perf_counter() - start:.1f} s)")
     return 0
+
+
+def _check_generation_fits(problem, n: int, resolution: int, options: dict) -> None:
+    """Refuse, before anything is allocated, a dataset whose arrays cannot fit the available RAM.
+
+    Estimate (a lower bound): float64 input and output per sample, the output with
+    its time steps, plus 16 fields of solver work space at the solver's resolution.
+    """
+    from mutransfer.data.problem_facts import get_facts
+    from mutransfer.data.streaming import available_memory
+    from mutransfer.errors import UserInputError
+    from operators.planning import format_bytes
+
+    dims = get_facts(problem.name).space_dim
+    times = int(options.get("time_steps") or 1)
+    solver = max(resolution, int(options.get("solver_resolution") or resolution))
+    need = 8 * (n * resolution**dims * (1 + times) + 16 * solver**dims)
+    available = available_memory()
+    if available is not None and need > available:
+        raise UserInputError(
+            f"--n {n} --resolution {resolution}: the {problem.name} arrays need at least {format_bytes(need)} but the "
+            f"available RAM is {format_bytes(available)}; generate fewer samples or a coarser grid"
+        )
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@ import argparse
 import sys
 
 from mutransfer import __version__
-from mutransfer.cli import coord_check_cmd, data_cmd, landscape_cmd, plan_cmd, sweep_cmd, train_cmd, transfer_cmd
+from mutransfer.cli import (coord_check_cmd, data_cmd, evaluate_cmd, landscape_cmd, plan_cmd, predict_cmd, sweep_cmd,
+                            train_cmd, transfer_cmd, ui_cmd)
+from mutransfer.cli import report_cmd, trials_cmd
 from mutransfer.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
@@ -16,7 +18,14 @@ class OneLineParser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are a single line (no usage dump) and exit 2."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
+        message = " ".join(message.split())  # a value holding a line break (\r, \x1c, ...) stays on the one line
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _get_values(self, action, arg_strings):
+        # argparse drops a lone "--" value (--flag=--), leaving [] where one value belongs: refuse it
+        if arg_strings == ["--"] and action.nargs in (None, argparse.OPTIONAL):
+            self.error(f"argument {'/'.join(action.option_strings) or action.dest}: expected a value, not '--'")
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
-    for module in (sweep_cmd, train_cmd, transfer_cmd, plan_cmd, data_cmd, landscape_cmd, coord_check_cmd):
+    for module in (sweep_cmd, train_cmd, transfer_cmd, plan_cmd, data_cmd, landscape_cmd, coord_check_cmd, ui_cmd,
+                   evaluate_cmd, predict_cmd):
+        module.add_parser(sub)
+    for module in (report_cmd, trials_cmd):  # a study folder read back (mutransfer.reporting)
         module.add_parser(sub)
     return parser
 

@@ -24,11 +24,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--width", type=positive_int, required=True, help="hidden channels m")
     p.add_argument("--layers", type=positive_int, required=True, help="Fourier layers L")
     p.add_argument("--grid", type=positive_int, nargs="+", help="grid size per axis (one value for all axes)")
-    p.add_argument("--batch", type=positive_int, default=1, help="batch size for the activation estimate")
+    p.add_argument("--batch-size", "--batch", dest="batch", type=positive_int, default=1, help="batch size for the activation estimate (default: 1)")
     p.add_argument("--padding", type=non_negative_int, default=0, help="padding points per axis")
-    p.add_argument("--in-channels", type=positive_int, default=1)
-    p.add_argument("--out-channels", type=positive_int, default=1)
-    p.add_argument("--projection-channels", type=positive_int, default=128)
+    p.add_argument("--in-channels", type=positive_int, default=1, help="input channels of the model (default: 1)")
+    p.add_argument("--out-channels", type=positive_int, default=1, help="output channels of the model (default: 1)")
+    p.add_argument("--projection-channels", type=positive_int, default=128,
+                   help="FNO: hidden size of the projection MLP (default: 128)")
     p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
                    help="training precision: fp32, or bf16/fp16 mixed precision (default fp32)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",

@@ -1,11 +1,11 @@
-"""`mutransfer sweep`, `mutransfer studies`, `mutransfer ui`: the sweep service's commands."""
+"""`mutransfer sweep`, `mutransfer studies`: the sweep service's commands (`mutransfer ui` is cli/ui_cmd.py)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from mutransfer.cli.common import positive_int, print_json
+from mutransfer.cli.common import model_name, positive_int, print_json
 
 EXIT_SWEEP_FAILED = 1
 
@@ -13,7 +13,6 @@ EXIT_SWEEP_FAILED = 1
 def add_parser(subparsers) -> None:
     _add_sweep(subparsers)
     _add_studies(subparsers)
-    _add_ui(subparsers)
 
 
 # --------------------------------------------------------------------------- sweep
@@ -48,6 +47,9 @@ def _add_sweep(subparsers) -> None:
     p.add_argument("--baseline", choices=("direct",),
                    help="direct: run the same search (searcher, ASHA, trials, epochs) at the target's size and report "
                    "muTransfer vs direct tuning: error and cost (the paper's Table 1)")
+    p.add_argument("--register", metavar="NAME", type=model_name, default=None,
+                   help="register the trained target in MLflow's model registry as a new version of NAME "
+                   "(models:/NAME/<version>; needs a database-backed store such as sqlite) (default: not registered)")
     p.add_argument("--json", action="store_true", help="print the transfer report as JSON")
     p.set_defaults(run=run_sweep_cmd)
 
@@ -81,6 +83,8 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         verify_points=args.verify_points,
         verify_seeds=args.verify_seeds,
         baseline=args.baseline,
+        register=args.register,
+        json=args.json,
     )
     import contextlib
 
@@ -103,14 +107,24 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
 
 
 def _resume_hint(args: argparse.Namespace) -> list[str]:
+    """The command that continues this study: the study file, every override given, the runs dir (shell-quoted)."""
+    import shlex
+
+    from mutransfer.study import OVERRIDES
+
     hint = ["mutransfer", "sweep", "--resume"]
     if args.study:
         hint += ["--study", args.study]
-    if args.name:
-        hint += ["--name", args.name]
-    if args.runs_dir:
-        hint += ["--runs-dir", args.runs_dir]
-    return hint
+    given = [(flag, getattr(args, key, None)) for key, (_path, flag) in OVERRIDES.items()]
+    given += [("--runs-dir", args.runs_dir), ("--address", args.address), ("--coord-check", args.coord_check),
+              ("--verify", args.verify), ("--baseline", args.baseline)]
+    if args.verify:
+        given += [("--verify-points", args.verify_points), ("--verify-seeds", args.verify_seeds)]
+    for flag, value in given:
+        if value is None or value is False:
+            continue
+        hint += [flag] if value is True else [flag, str(value)]
+    return [shlex.quote(h) for h in hint]
 
 
 # --------------------------------------------------------------------------- studies
@@ -137,55 +151,3 @@ def run_studies_cmd(args: argparse.Namespace) -> int:
     else:
         print(format_studies(rows))
     return 0
-
-
-# --------------------------------------------------------------------------- ui
-
-
-def _port(text: str) -> int:
-    value = positive_int(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1-65535)")
-    return value
-
-
-def _add_ui(subparsers) -> None:
-    p = subparsers.add_parser(
-        "ui",
-        help="start the MLflow UI on the study store (127.0.0.1 only by default)",
-        description="Start the MLflow UI for the tracking store and print the link to the runs view. "
-        "Binds to 127.0.0.1 unless --host says otherwise. Stop it with Ctrl-C.",
-    )
-    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in this directory)")
-    p.add_argument("--port", type=_port, default=5000, help="TCP port (default 5000)")
-    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--experiment", help="experiment to link to (default: that of the newest study)")
-    p.set_defaults(run=run_ui_cmd)
-
-
-def run_ui_cmd(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from mutransfer.errors import UserInputError
-    from mutransfer.sweep.studies import latest_study_experiment, ui_command, ui_link
-    from mutransfer.sweep.tracking import resolve_tracking_uri, sqlite_path
-
-    uri = resolve_tracking_uri(args.tracking_uri)
-    path = sqlite_path(uri)
-    if path is not None and not path.exists():
-        raise UserInputError(f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri")
-    experiment_id = latest_study_experiment(uri, args.experiment)
-    command = ui_command(uri, host=args.host, port=args.port)
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"warning: --host {args.host} exposes the MLflow UI beyond this machine", file=sys.stderr)
-    print(f"MLflow UI: {ui_link(args.host, args.port, experiment_id)}  (Ctrl-C to stop)", flush=True)
-    proc = subprocess.Popen(command)  # an argument list, no shell
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        return 0

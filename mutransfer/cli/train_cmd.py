@@ -268,16 +268,17 @@ def build_train_model(args: argparse.Namespace, problem, data):
 
 
 def _check_memory_before_building(args: argparse.Namespace, problem, data, config) -> None:
-    """Plan the FNO on the meta device (no memory) and refuse it, one line, if a step cannot fit."""
-    import torch
-
-    from mutransfer.training.memory import check_model_fits
+    """Check K against the grid and plan the FNO from the flags (nothing built); refuse it, one line, if a step cannot fit."""
+    from mutransfer.training.memory import check_before_building
     from mutransfer.training.trainer import resolve_device
 
-    with torch.device("meta"):
-        probe = build_train_model(args, problem, data)
-    check_model_fits(probe, tuple(data.train_x.shape[1:-1]), config.batch_size, resolve_device(config.device),
-                     precision=config.precision, weight_decay=config.weight_decay, limit=config.device_memory)
+    fno = dict(dim=problem.dim, in_channels=int(data.train_x.shape[-1]), out_channels=int(data.train_y.shape[-1]),
+               modes=8 if args.modes is None else args.modes, width=args.width, layers=args.layers,
+               projection_channels=128 if args.projection_channels is None else args.projection_channels,
+               padding=problem.padding if args.padding is None else args.padding)
+    check_before_building(fno, tuple(data.train_x.shape[1:-1]), min(config.batch_size, int(data.train_x.shape[0])),
+                          resolve_device(config.device), precision=config.precision,
+                          weight_decay=config.weight_decay, limit=config.device_memory)
 
 
 def run(args: argparse.Namespace) -> int:

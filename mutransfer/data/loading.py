@@ -41,6 +41,7 @@ __all__ = [
 #: grid problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
 PERIODIC = periodic_grids()
 _BLOCK_BYTES = 64 * 2**20
+_SCAN_BYTES = 4 * 2**20
 
 
 def _positive_int(name: str, value, example: int) -> int:
@@ -131,15 +132,35 @@ def _to_tensor(arr: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
 
 
-def _read_block_rows(array, start: int, stop: int) -> np.ndarray:
-    """Rows [start, stop) of a readers.LazyArray, read in blocks of samples (bounded memory)."""
+def _read_block_rows(array, start: int, stop: int, path, *, keep: bool = True) -> np.ndarray | None:
+    """Rows [start, stop) of a readers.LazyArray, read in blocks of samples (bounded memory).
+
+    Every block is checked for NaN/Inf (:func:`_check_finite`); ``keep=False`` only
+    checks (a streamed split is scanned once at load time) and returns None.
+    """
     per_sample = max(1, int(np.prod(array.shape[1:])) * 4)
-    block = max(1, _BLOCK_BYTES // per_sample)
-    out = np.empty((stop - start,) + tuple(array.shape[1:]), dtype=np.float32)
+    block = max(1, (_BLOCK_BYTES if keep else _SCAN_BYTES) // per_sample)  # a scan stays small: streaming caps memory
+    out = np.empty((stop - start,) + tuple(array.shape[1:]), dtype=np.float32) if keep else None
     for b in range(start, stop, block):
         e = min(b + block, stop)
-        out[b - start : e - start] = array.read(b, e)
+        rows = array.read(b, e)
+        _check_finite(rows, b, array.name, path)
+        if keep:
+            out[b - start : e - start] = rows
     return out
+
+
+def _check_finite(rows: np.ndarray, start: int, name: str, path) -> None:
+    """Refuse non-finite values, one line naming the array, the first bad sample and the fix."""
+    finite = np.isfinite(rows.reshape(len(rows), -1)).all(axis=1)
+    if finite.all():
+        return
+    i = int(np.argmin(finite))
+    kind = "NaN" if np.isnan(rows[i]).any() else "Inf"
+    raise UserInputError(
+        f"data file {path}: array {name!r} holds {kind} values in sample {start + i} (and {int((~finite).sum()) - 1} "
+        f"more of samples {start}..{start + len(rows) - 1}); drop or repair the non-finite samples before training"
+    )
 
 
 def _coords(grid: dict, name: str, array, axis, sel) -> np.ndarray | None:
@@ -155,7 +176,7 @@ def _coords(grid: dict, name: str, array, axis, sel) -> np.ndarray | None:
 def _check_problem_dims(path, problem: str, grid_shape: tuple) -> None:
     dim = get_facts(problem).dim
     if len(grid_shape) != dim:
-        fits = [name for name, f in FACTS.items() if f.dim == len(grid_shape)]
+        fits = [name for name, f in FACTS.items() if f.dim == len(grid_shape) and f.kind == "grid"]
         fix = f"pass problem {' or '.join(fits)}" if fits else "select other arrays or times"
         raise UserInputError(
             f"data file {path} gives a {len(grid_shape)}-dimensional grid {tuple(grid_shape)} but problem "
@@ -222,6 +243,8 @@ def load_split(
                 f"n_train {n_train} + n_test {n_test} = {n_train + n_test} exceeds the {n_total} samples "
                 f"in data file {path}; lower n_train or n_test, or generate more samples"
             )
+        if problem is not None:  # the rank first: striding and time selections keep it
+            _check_problem_dims(path, problem, out.grid_shape)
         space = out.space_shape
         native = space[0]
         grid_problem = file_problem if file_problem in PERIODIC else problem
@@ -260,14 +283,15 @@ def load_split(
                     )
                 time_step = n_times // tr
                 out = out.stride_time(time_step)
-        if problem is not None:
-            _check_problem_dims(path, problem, out.grid_shape)
         nbytes = (n_train + n_test) * 4 * (int(np.prod(inp.shape[1:])) + int(np.prod(out.shape[1:])))
         if stream is None:
             available = available_memory() if max_memory is None else None
             stream = should_stream(nbytes, max_memory, available) and src.format not in NOT_STREAMABLE
         if stream:
             check_streamable(path, src.format)
+            for array in (inp, out):  # NaN/Inf refused now, not in the middle of training
+                _read_block_rows(array, 0, n_train, path, keep=False)
+                _read_block_rows(array, n_total - n_test, n_total, path, keep=False)
             train, test = range(n_train), range(n_total - n_test, n_total)
             lazy = {
                 (role, name): LazySamples(path, role, rows, options=reader_options, space_step=space_step,
@@ -275,10 +299,10 @@ def load_split(
                 for role in ("input", "output") for name, rows in (("train", train), ("test", test))
             }
         else:
-            train_x = _read_block_rows(inp, 0, n_train)
-            train_y = _read_block_rows(out, 0, n_train)
-            test_x = _read_block_rows(inp, n_total - n_test, n_total)
-            test_y = _read_block_rows(out, n_total - n_test, n_total)
+            train_x = _read_block_rows(inp, 0, n_train, path)
+            train_y = _read_block_rows(out, 0, n_train, path)
+            test_x = _read_block_rows(inp, n_total - n_test, n_total, path)
+            test_y = _read_block_rows(out, n_total - n_test, n_total, path)
         grid = {}
         for i, name in enumerate(("x", "y", "z")[: len(out.space_axes)]):
             c = _coords(src.grid, name, out, out.space_axes[i], out.space_ranges[i])

@@ -206,7 +206,7 @@ def load_point_split(path, *, n_train: int, n_test: int):
     """
     import torch
 
-    from mutransfer.data.loading import SplitData, _positive_int
+    from mutransfer.data.loading import SplitData, _check_finite, _positive_int
     from operators.adapters import pack_points
 
     n_train = _positive_int("n_train", n_train, 400)
@@ -224,6 +224,9 @@ def load_point_split(path, *, n_train: int, n_test: int):
             parts[name] = {key: f[key][sl] for key in POINT_DATASETS}
             parts[name]["mask"] = parts[name]["mask"].astype(bool)
             check_counts(path, parts[name]["mask"], parts[name]["n_points"], sl.start)
+            for key in ("coords", "input", "output"):  # NaN/Inf at real points refused now, not mid-training
+                real_values = np.where(parts[name]["mask"][..., None], parts[name][key], 0.0)
+                _check_finite(real_values, sl.start, key, path)
     real = np.concatenate([parts["train"]["mask"], parts["test"]["mask"]]).any(axis=0)
     p = int(np.flatnonzero(real)[-1]) + 1 if real.any() else 1
     tensors = {}

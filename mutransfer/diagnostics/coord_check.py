@@ -213,6 +213,34 @@ def scale_invariant_probe(batch: int, channels: int, grid: tuple[int, ...], gene
     return field / field.std()
 
 
+def check_coord_check_inputs(data, *, dim: int, modes: list[int], width: int, layers: int, padding: int, lr: float,
+                             steps: int, batch_size: int, seeds: int, tolerance: float,
+                             projection_channels: int = 128) -> list[int]:
+    """Everything :func:`coord_check` needs, checked before any model is built; returns the sorted distinct K.
+
+    The largest K must fit the grid and its FNO (at ``batch_size``) the available RAM
+    (mutransfer.training.memory.check_before_building).
+    """
+    from mutransfer.training.memory import check_before_building
+
+    modes = sorted(set(int(k) for k in modes))
+    if len(modes) < 2:
+        raise UserInputError(f"modes {modes}: give at least two values of K to see a trend, e.g. --modes 4 8 16")
+    if steps < 1 or seeds < 1 or batch_size < 1:
+        raise UserInputError("steps, seeds and batch_size must be positive integers (--steps, --seeds, --batch-size)")
+    if not tolerance > 0:
+        raise UserInputError(f"tolerance {tolerance}: must be a positive log-log slope, e.g. --tolerance 0.1")
+    if not (math.isfinite(lr) and lr >= 0):
+        raise UserInputError(f"lr {lr}: must be zero or a positive number, e.g. --lr 1e-3")
+    x_all, y_all = data.train_x, data.train_y
+    if x_all.shape[0] < batch_size:
+        raise UserInputError(f"batch_size {batch_size}: only {x_all.shape[0]} training samples; lower --batch-size")
+    fno = dict(dim=dim, modes=modes[-1], width=width, layers=layers, in_channels=int(x_all.shape[-1]),
+               out_channels=int(y_all.shape[-1]), projection_channels=projection_channels, padding=padding)
+    check_before_building(fno, tuple(x_all.shape[1:-1]), batch_size, "cpu", what="coordinate check (--modes)")
+    return modes
+
+
 def coord_check(
     data,
     *,
@@ -232,18 +260,10 @@ def coord_check(
     init_scale: float = 1.0,
 ) -> CoordCheckResult:
     """Run the check on ``data`` (train_x (n, *grid, c_in) / train_y (n, *grid, c_out), channel-last) for every K."""
-    modes = sorted(set(int(k) for k in modes))
-    if len(modes) < 2:
-        raise UserInputError(f"modes {modes}: give at least two values of K to see a trend, e.g. --modes 4 8 16")
-    if steps < 1 or seeds < 1 or batch_size < 1:
-        raise UserInputError("steps, seeds and batch_size must be positive integers (--steps, --seeds, --batch-size)")
-    if not tolerance > 0:
-        raise UserInputError(f"tolerance {tolerance}: must be a positive log-log slope, e.g. --tolerance 0.1")
-    if not (math.isfinite(lr) and lr >= 0):
-        raise UserInputError(f"lr {lr}: must be zero or a positive number, e.g. --lr 1e-3")
+    modes = check_coord_check_inputs(data, dim=dim, modes=modes, width=width, layers=layers, padding=padding, lr=lr,
+                                     steps=steps, batch_size=batch_size, seeds=seeds, tolerance=tolerance,
+                                     projection_channels=projection_channels)
     x_all, y_all = data.train_x, data.train_y
-    if x_all.shape[0] < batch_size:
-        raise UserInputError(f"batch_size {batch_size}: only {x_all.shape[0]} training samples; lower --batch-size")
     grid = tuple(x_all.shape[1:-1])
     settings = dict(dim=dim, width=width, layers=layers, padding=padding, lr=lr, steps=steps,
                     batch_size=batch_size, clip_value=clip_value, projection_channels=projection_channels,

@@ -155,17 +155,20 @@ def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> di
     study = ctx.study
     use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
     from mutransfer.sweep.context import SweepError
-    from mutransfer.sweep.train_target import first_line
+    from mutransfer.sweep.train_target import TargetWatch, first_line
 
     ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
+    watch = TargetWatch(ctx, sub.study_dir.root, label="direct winner")
     try:
         outcome = run_target(study, best.hp, ctx.data, sub.study_dir.root, use_gpu=use_gpu,
-                             max_failures=study.budget.max_failures)
+                             max_failures=study.budget.max_failures, on_poll=watch)
     except Exception as exc:
         raise SweepError(
             f"the direct winner's training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
             f"the study so far is kept: fix the cause and run again with --resume"
         ) from exc
+    finally:
+        watch.close()
     return {"status": outcome.status, "test_error": outcome.test_error, "epochs": outcome.epochs,
             "cost": target_cost(study, outcome, tuple(ctx.data.train_x.shape[1:]))}
 

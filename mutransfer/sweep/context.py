@@ -31,11 +31,13 @@ class SweepOptions:
     resume: bool = False
     runs_dir: str | None = None
     quiet: bool = False
+    json: bool = False  # the report goes to stdout as JSON: the console shows lines, not a live bar (mutransfer.sweep.progress)
     coord_check: bool = False  # run the coordinate check as a gate before the target
     verify: bool = False  # train the target on an LR grid around the transferred LR (sweep --verify)
     verify_points: int = 5
     verify_seeds: int = 2
     baseline: str | None = None  # "direct": the same search run at the target's size (sweep --baseline direct)
+    register: str | None = None  # register the target in MLflow's model registry under this name (sweep --register)
 
 
 @dataclass

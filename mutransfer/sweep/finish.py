@@ -3,6 +3,8 @@
 The report is built once from the phases' records (mutransfer.sweep.report.build_report),
 written into the study directory, logged on the MLflow parent run with the study's
 summary metrics, and kept in ``state.json`` so that resuming a completed study prints it.
+It is kept in ``state.json`` before it is written and logged, so a driver killed in this
+phase resumes with the same report and logs each of its values once.
 """
 
 from __future__ import annotations
@@ -16,9 +18,31 @@ from mutransfer.sweep.state import write_atomic
 
 def write_report(ctx: SweepContext) -> None:
     """Build, store and log the report; set ``ctx.report`` and the study's phase to done."""
-    from mutransfer.sweep.report import build_report, format_report, plot_trials
+    from mutransfer.sweep.holds import hold_if_asked
+    from mutransfer.sweep.report import format_report, plot_trials
 
     study, proxies, wall = ctx.study, ctx.proxies, ctx.wall_seconds
+    if ctx.state.get("report"):  # built by a session killed before it marked the study done: the same report
+        report = ctx.state["report"]
+    else:
+        report = _build(ctx, wall)
+        ctx.update_state(report=report)
+    root = ctx.study_dir.root
+    write_atomic(root / "report.json", json.dumps(report, indent=2, default=str))
+    write_atomic(root / "report.txt", format_report(report) + "\n")
+    plot_trials(proxies.trials, root / "proxy_trials.png", searched_lr="lr" in study.search_space,
+                title=f"{study.name}: proxies, {study.model_text(False)}")
+    _write_page(ctx)
+    _log(ctx, report, wall)
+    hold_if_asked(root, "report_logged")  # fault tests only (MUTRANSFER_HOLD_AT)
+    ctx.report = report
+    ctx.update_state(phase="done", report=report, wall_seconds=wall)
+
+
+def _build(ctx: SweepContext, wall: float) -> dict:
+    from mutransfer.sweep.report import build_report
+
+    study, proxies = ctx.study, ctx.proxies
     report = build_report(
         study=study,
         trials=proxies.trials,
@@ -38,14 +62,17 @@ def write_report(ctx: SweepContext) -> None:
         phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
                 "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
     )
-    root = ctx.study_dir.root
-    write_atomic(root / "report.json", json.dumps(report, indent=2, default=str))
-    write_atomic(root / "report.txt", format_report(report) + "\n")
-    plot_trials(proxies.trials, root / "proxy_trials.png", searched_lr="lr" in study.search_space,
-                title=f"{study.name}: proxies, {study.model_text(False)}")
-    _log(ctx, report, wall)
-    ctx.report = report
-    ctx.update_state(phase="done", report=report, wall_seconds=wall)
+    report["model"] = ctx.state.get("model")  # mutransfer.sweep.model_log: the target as an MLflow model
+    return report
+
+
+def _write_page(ctx: SweepContext) -> None:
+    """The HTML report (mutransfer.reporting.html) in the study folder, logged on the parent run."""
+    from mutransfer.reporting.html import write_study_page
+
+    page = write_study_page(ctx.study_dir.root, ctx.say)
+    if page is not None:
+        ctx.tracker.client.log_artifact(ctx.parent_id, str(page), "report")
 
 
 def _log(ctx: SweepContext, report: dict, wall: float) -> None:
@@ -74,8 +101,11 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     }
     params.update({f"best.{k}": v for k, v in best.config.items()})
     tracker, parent = ctx.tracker, ctx.parent_id
+    logged = tracker.client.get_run(parent).data  # a resumed report phase logs each value once
+    metrics = [m for m in metrics if m[0] not in logged.metrics]
+    params = {k: v for k, v in params.items() if k not in logged.params}
     log_batch(tracker.client, parent, metrics=metrics, params=params, tags={"mutransfer.status": "done"})
-    if best.test_error and ctx.target.test_error is not None:
+    if best.test_error and ctx.target.test_error is not None and "proxy_to_target_gain" not in logged.metrics:
         log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", best.test_error / ctx.target.test_error, now, 0)])
     for name in ("report.json", "report.txt", "proxy_trials.png"):
         tracker.client.log_artifact(parent, str(ctx.study_dir.root / name), "report")

@@ -52,3 +52,10 @@ def create_parent(ctx: SweepContext) -> str:
         tags["mlflow.source.git.commit"] = commit
     files = {"study/study.yaml": study.to_yaml(), "study/source.yaml": ctx.source_text}
     return ctx.tracker.create_parent(ctx.experiment_id, study, params=params, tags=tags, files=files)
+
+
+def tag_study_view(ctx: SweepContext) -> None:
+    """Tag the experiment so the MLflow UI opens on this study's runs (see mutransfer.sweep.mlflow_view)."""
+    from mutransfer.sweep.mlflow_view import tag_study
+
+    tag_study(ctx.tracker.client, ctx.experiment_id, ctx.study.name, list(ctx.study.search_space))

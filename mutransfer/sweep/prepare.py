@@ -15,10 +15,13 @@ import os
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
-from mutransfer.study import OVERRIDES, Override, Study, load_study, study_from_yaml_text
+from mutransfer.study import OVERRIDES, Override, Study, load_study
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
 from mutransfer.sweep.lock import StudyLock, refuse_if_locked
+from mutransfer.sweep.model_log import check_registry_store
+from mutransfer.sweep.portable import read_study_file, study_tracking_uri
+from mutransfer.sweep.inputs import check_folder, check_ray_address
 from mutransfer.sweep.state import StudyDir
 
 
@@ -40,8 +43,10 @@ def prepare(options: SweepOptions) -> SweepContext:
         )
     _check_verification_options(options)
     if study.problem.data is not None:
-        study.problem.data = str(Path(study.problem.data).absolute())
+        study.problem.data = os.path.normpath(Path(study.problem.data).absolute())
     source_text = _source_text(options.study_path)
+    check_ray_address(options.address)
+    check_folder("--runs-dir", options.runs_dir)
     study_dir = StudyDir.for_study(study.name, options.runs_dir)
 
     if not options.resume:
@@ -59,10 +64,10 @@ def prepare(options: SweepOptions) -> SweepContext:
                 f"--resume: no study {study.name!r} to resume ({study_dir.study_file} not found); run without --resume, "
                 "or pass the --name / --study of the study to continue"
             )
-        stored = study_from_yaml_text(study_dir.study_file.read_text(), str(study_dir.study_file))
+        stored = read_study_file(study_dir)
         _check_resume_consistent(stored, study, options)
         state = study_dir.read_state()
-        tracking_uri = state.get("tracking_uri") or resolve_tracking_uri(stored.tracking.uri)
+        tracking_uri = study_tracking_uri(state, study_dir.root) or resolve_tracking_uri(stored.tracking.uri)
         given = options.overrides.get("tracking_uri")
         if given is not None and resolve_tracking_uri(given) != tracking_uri:
             raise UserInputError(
@@ -72,6 +77,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
         source_text = state.get("source_text", source_text)
 
+    check_registry_store(tracking_uri, options.register)
     _check_resources(study, options.address)
     if options.address is None:
         _check_memory(study)

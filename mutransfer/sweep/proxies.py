@@ -1,11 +1,19 @@
 """The proxy phase: the search over proxy models with Ray Tune (TPE/random/grid + ASHA).
 
-Sets ``ctx.proxies`` (:class:`ProxyResults`): one :class:`TrialRecord` per trial,
-the best one, the concurrency. Trials are logged to MLflow as child runs by
-:class:`~mutransfer.sweep.tracking.TrialLogger` while they run; after the search,
-any trial that finished before a driver kill and missed its child run is logged
-from Tune's result. A resumed study whose proxy phase finished reads the records
-back from ``state.json`` instead.
+Sets ``ctx.proxies`` (:class:`ProxyResults`): one :class:`TrialRecord` per trial (by
+key, ``t0000`` …), the best one, the concurrency. The configurations, the ASHA
+decisions and the trials' outcomes go through a :class:`~mutransfer.sweep.plan.SearchPlan`
+kept as JSON in ``<study dir>/trials/<key>/`` (config.json, outcome.json). Trials are
+logged to MLflow as child runs by :class:`~mutransfer.sweep.trial_logger.TrialLogger`
+while they run; after the search, any trial that finished before a driver kill and
+missed its child run is logged from its files.
+
+Resume never restores Tune's own experiment (``Tuner.restore`` would unpickle files of
+the study folder): each session runs a fresh Tune experiment in ``tune/run-<n>/`` over
+the plan rebuilt from the JSON files, so finished trials are not run again and
+unfinished ones continue from their own checkpoints (loaded with ``weights_only=True``).
+Nothing Tune writes under ``tune/`` is ever read. A resumed study whose proxy phase
+finished reads the records back from ``state.json`` instead.
 """
 
 from __future__ import annotations
@@ -13,13 +21,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import time
-from pathlib import Path
 
 from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, TrialRecord, pick_best
-
-#: how often (s) Tune snapshots the experiment state; small, so a killed driver loses little
-TUNE_CHECKPOINT_PERIOD_S = "1"
 
 
 @contextlib.contextmanager
@@ -37,160 +42,197 @@ def keep_sigint_handler():
 
 
 def run_proxies(ctx: SweepContext) -> None:
-    """Run (or restore) the Tune experiment and set ``ctx.proxies``."""
+    """Run (or continue) the search and set ``ctx.proxies``."""
     if ctx.state.get("phase") != "proxies":
         ctx.proxies = ProxyResults.from_state(ctx.state)
         return
     start = time.perf_counter()
-    tuner, logger, concurrency = _tuner(ctx)
-    with keep_sigint_handler():
-        grid = tuner.fit()
-    from mutransfer.sweep.search import total_trials
-
-    if grid.num_terminated + grid.num_errors < len(grid) or len(grid) < total_trials(ctx.study):
-        raise KeyboardInterrupt("the Tune experiment was interrupted")
-    trials = collect_trials(ctx.study, grid, logger)
+    concurrency = _concurrency(ctx)
+    plan = _plan(ctx, concurrency)
+    logger = _logger(ctx, plan.total)
+    _announce(ctx, plan, concurrency)
+    if not plan.finished():
+        tuner = _tuner(ctx, plan, logger, concurrency)
+        with keep_sigint_handler():
+            tuner.fit()
+        if not plan.finished():
+            raise KeyboardInterrupt("the Tune experiment was interrupted")
+    trials = collect_trials(ctx.study, plan, logger)
     seconds = float(ctx.state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
     ctx.proxies = ProxyResults(trials, next(t for t in trials if t.best), concurrency, seconds)
     ctx.update_state(phase="target", **ctx.proxies.as_dict())
 
 
-def trial_dirname(trial) -> str:
-    """A trial's directory is its id (trials/<id>/ holds its checkpoints and history)."""
-    return trial.trial_id
-
-
-def _tuner(ctx: SweepContext):
+def _concurrency(ctx: SweepContext) -> int:
     import ray
-    from ray import tune
 
-    from mutransfer.sweep import search
-    from mutransfer.sweep.hparams import fixed_hyperparameters
-    from mutransfer.sweep.trial_logger import TrialLogger, as_tune_callback
-    from mutransfer.sweep.trial import proxy_trial
+    from mutransfer.sweep.search import max_concurrent
 
-    study, sdir, at_target = ctx.study, ctx.study_dir, ctx.search_at_target
-    os.environ.setdefault("TUNE_GLOBAL_CHECKPOINT_S", TUNE_CHECKPOINT_PERIOD_S)
-    # Tune's default ("new") console output ignores verbose=0; the classic reporter honours it.
-    # Progress comes from TrialLogger instead (one line per finished trial).
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Ctrl-C raises KeyboardInterrupt here (the study is resumable: Tune snapshots its state every
-    # second and trials are idempotent) instead of Tune's handler, which ends the run quietly and
-    # would let the driver carry on to the target with an unfinished sweep.
-    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
-    import warnings
-
-    # A trial replayed after --resume re-reports its last epoch; Optuna warns about the duplicate step.
-    warnings.filterwarnings("ignore", message="The reported value is ignored because this `step", category=UserWarning)
-    r = study.resources
-    uses_gpu = r.gpus_per_trial > 0
     resources = ray.cluster_resources()
-    concurrency = search.max_concurrent(study, resources.get("CPU", 1.0), resources.get("GPU", 0.0))
-    total = search.total_trials(study)
-    trainable = tune.with_resources(
-        tune.with_parameters(
-            proxy_trial,
-            data=ctx.data,
-            study=study,
-            options={"study_dir": str(sdir.root), "threads": r.cpus_per_trial, "device": "cuda" if uses_gpu else "cpu",
-                     "fail_trials": ctx.fail_trials, "target_size": at_target},
-        ),
-        {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial},
-    )
-    logger = TrialLogger(
+    return max_concurrent(ctx.study, resources.get("CPU", 1.0), resources.get("GPU", 0.0))
+
+
+def _plan(ctx: SweepContext, concurrency: int):
+    """The study's plan; its window is the first session's concurrency (kept in state.json), so a resume samples alike."""
+    from mutransfer.sweep.plan import SearchPlan
+
+    window = ctx.state.get("search_window")
+    if not isinstance(window, int) or window < 1:
+        window = concurrency
+        ctx.update_state(search_window=window)
+    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window)
+
+
+def _logger(ctx: SweepContext, total: int):
+    from mutransfer.sweep.hparams import fixed_hyperparameters
+    from mutransfer.sweep.trial_logger import TrialLogger
+
+    study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
+    uses_gpu = r.gpus_per_trial > 0
+    return TrialLogger(
         uri=ctx.tracking_uri, experiment_id=ctx.experiment_id, parent_run_id=ctx.parent_id, study_name=study.name,
         proxy_K=study.target_K if at_target else study.proxy_K,
         proxy_width=(study.target_width or study.operator.width) if at_target else study.operator.width,
         budget_epochs=study.budget.epochs,
         fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu", devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
-        quiet=ctx.options.quiet, trials_dir=str(sdir.trials_dir),
+        quiet=ctx.options.quiet, trials_dir=str(ctx.study_dir.trials_dir),
     )
+
+
+def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
+    study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
+    total = plan.total
     if study.budget.grace_period >= study.budget.epochs:
         ctx.say(f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early")
     if study.search.algorithm == "grid" and study.search.num_trials != total:
         ctx.say(f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)")
+    gpu = f" + {r.gpus_per_trial} GPU" if r.gpus_per_trial > 0 else ""
     ctx.say(
-        f"{'direct search' if at_target else 'proxies'}: {total} trials, {study.model_text(at_target)} ({study.search.algorithm}, ASHA), {study.budget.epochs} epochs each, "
-        f"{concurrency} at a time x {r.cpus_per_trial} CPU{' + ' + str(r.gpus_per_trial) + ' GPU' if uses_gpu else ''} ...",
+        f"{'direct search' if at_target else 'proxies'}: {total} trials, {study.model_text(at_target)} ({study.search.algorithm}, ASHA), "
+        f"{study.budget.epochs} epochs each, {concurrency} at a time x {r.cpus_per_trial} CPU{gpu} ...",
     )
-    if tune.Tuner.can_restore(str(sdir.tune_dir)):
-        ctx.say("continuing the Tune experiment (finished trials are kept)")
-        tuner = tune.Tuner.restore(
-            str(sdir.tune_dir), trainable=trainable, resume_unfinished=True, resume_errored=False, restart_errored=False
-        )
-        return tuner, logger, concurrency
-    cfg = search.tune_config(study, concurrency=concurrency)
-    cfg.trial_dirname_creator = trial_dirname
-    tuner = tune.Tuner(
+    if plan.outcomes or plan.configs:
+        ctx.say(f"continuing the search: {len(plan.outcomes)} of {total} trials finished (kept), "
+                f"{len(plan.configs) - len(plan.outcomes)} continue from their checkpoints")
+
+
+def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
+    """A fresh Tune experiment (tune/run-<n>) over the plan's remaining trials."""
+    from ray import tune
+
+    from mutransfer.sweep import progress, search
+    from mutransfer.sweep.trial import proxy_trial
+    from mutransfer.sweep.trial_logger import as_tune_callback
+
+    study, sdir, r = ctx.study, ctx.study_dir, ctx.study.resources
+    uses_gpu = r.gpus_per_trial > 0
+    # Tune's default ("new") console output ignores verbose=0; the classic reporter honours it.
+    # Progress comes from mutransfer.sweep.progress instead (a live bar, or one line per finished trial).
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # Ctrl-C raises KeyboardInterrupt here (the study is resumable from its JSON files and trials
+    # are idempotent) instead of Tune's handler, which ends the run quietly and would let the
+    # driver carry on to the target with an unfinished sweep.
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    trainable = tune.with_resources(
+        tune.with_parameters(
+            proxy_trial,
+            data=ctx.data,
+            study=study,
+            options={"study_dir": str(sdir.root), "threads": r.cpus_per_trial, "device": "cuda" if uses_gpu else "cpu",
+                     "fail_trials": ctx.fail_trials, "target_size": ctx.search_at_target},
+        ),
+        {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial},
+    )
+    sdir.tune_dir.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while (sdir.tune_dir / f"run-{n}").exists():
+        n += 1
+    return tune.Tuner(
         trainable,
-        param_space=search.param_space(study),
-        tune_config=cfg,
+        tune_config=search.tune_config(plan, concurrency=concurrency),
         run_config=tune.RunConfig(
-            name=sdir.tune_dir.name,
-            storage_path=str(sdir.root),
-            callbacks=[as_tune_callback(logger)],
+            name=f"run-{n}",
+            storage_path=str(sdir.tune_dir),
+            callbacks=[as_tune_callback(logger), progress.proxy_callback(ctx, plan.total, len(plan.outcomes))],
             failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
             verbose=0,
         ),
     )
-    return tuner, logger, concurrency
 
 
-def collect_trials(study, grid, logger) -> list[TrialRecord]:
-    """Trial records from Tune's results and the MLflow child runs (the best marked); logs any trial MLflow missed."""
+def collect_trials(study, plan, logger) -> list[TrialRecord]:
+    """Trial records, by key, from the plan's JSON files and the MLflow child runs (the best marked).
+
+    Logs any trial that MLflow missed (it finished just before a driver kill); child runs of
+    keys that are not this study's trials (left by an older version) are tagged superseded.
+    """
+    from mutransfer.sweep.plan import trial_key
     from mutransfer.sweep.tracking import TRIAL_ID_TAG, Tracker
 
     tracker = Tracker(logger.uri)
-    results = {Path(r.path).name: r for r in grid}
-    logger.logged_trial_ids()  # drops child runs a killed driver left half-written
-    children = {c.data.tags.get(TRIAL_ID_TAG): c for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")}
-    for tid, result in results.items():
-        if tid not in children:  # finished before a driver kill, after the callback's last chance to log it
-            logger.log_from_result(tid, result)
+    keys = [trial_key(i) for i in range(plan.total)]
+    for i, key in enumerate(keys):
+        if key not in logger.logged_trial_ids():
+            logger.log_from_files(key, plan.configs[i], plan.outcomes[i])
     children = {c.data.tags.get(TRIAL_ID_TAG): c for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")}
     for tid, child in children.items():
-        if tid not in results and child.data.tags.get("mutransfer.superseded") != "true":
+        if tid not in keys and child.data.tags.get("mutransfer.superseded") != "true":
             tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
-
-    def index_of(tid):
-        child = children.get(tid)
-        try:
-            return int(child.data.tags.get("mutransfer.trial_index", 0)) if child else 0
-        except ValueError:
-            return 0
-
-    trials = [_record(study, tid, results[tid], children.get(tid), index_of(tid), logger.fixed)
-              for tid in sorted(results, key=lambda t: (index_of(t), t))]
+        if tid not in keys and child.info.status == "RUNNING":  # started by a driver that died; its trial is gone
+            tracker.set_status(child.info.run_id, "KILLED")
+    trials = [_record(study, i, key, plan, children.get(key), logger.fixed) for i, key in enumerate(keys)]
     best = pick_best(trials)
     if best is None:
-        failed = sum(1 for t in trials if t.status == "failed")
-        raise SweepError(
-            f"no proxy trial produced a result ({failed} of {len(trials)} failed); see the failed MLflow child runs "
-            f"(tag mutransfer.error) and the Ray logs, fix the cause and run again with --resume"
-        )
+        raise SweepError(all_failed_message(study, plan))
     best.best = True
     return trials
 
 
-def _record(study, tid: str, result, child, index: int, fixed: dict) -> TrialRecord:
-    from mutransfer.sweep.tracking import STATUS_TAG
-
-    config = {k: result.config[k] for k in study.search_space if k in (result.config or {})}
+def _record(study, index: int, key: str, plan, child, fixed: dict) -> TrialRecord:
+    outcome, config = plan.outcomes[index], plan.configs[index]
     m = child.data.metrics if child else {}
-    status = child.data.tags.get(STATUS_TAG, "failed") if child else ("failed" if result.error else "completed")
-    test_error = m.get("final_test_error")
+    test_error = outcome.value
+    config = {k: (int(v) if k == "batch_size" else float(v)) for k, v in config.items() if k in study.search_space}
+    spectral = outcome.metrics.get("spectral_lr0")
     return TrialRecord(
-        trial_id=tid,
-        index=index,
-        status=status,
-        config={k: (int(v) if k == "batch_size" else float(v)) for k, v in config.items()},
+        trial_id=key,
+        index=index + 1,
+        status=outcome.status,
+        config=config,
         hp=dict(fixed, **config),
         test_error=None if test_error is None or not math.isfinite(test_error) else float(test_error),
-        epochs=int(m.get("epochs", 0)),
-        trainer_seconds=float(m.get("trainer_seconds", 0.0)),
+        epochs=int(outcome.metrics.get("epoch", 0) or 0),
+        trainer_seconds=float(m.get("trainer_seconds", outcome.metrics.get("trainer_seconds", 0.0)) or 0.0),
         wall_seconds=float(m.get("wall_seconds", 0.0)),
         device_seconds=float(m.get("device_seconds", 0.0)),
-        spectral_lr=float(child.data.params["spectral_lr"]) if child and "spectral_lr" in child.data.params else None,
+        spectral_lr=None if spectral is None else float(spectral),
         mlflow_run_id=child.info.run_id if child else None,
     )
+
+
+#: (pattern in a trial's error, what to try), first match wins
+_ADVICE = (
+    (r"MUTRANSFER_FAIL_TRIALS", "unset MUTRANSFER_FAIL_TRIALS (it injects failures for testing)"),
+    (r"out of memory|MemoryError",
+     "a smaller batch_size, fewer trials at once (search.max_concurrent) or a smaller proxy (operator.width, proxy_K)"),
+    (r"\b(nan|inf)\b|overflow|non-finite", "a lower LR range (search_space.lr)"),
+)
+
+
+def all_failed_message(study, plan) -> str:
+    """What to say when no trial produced a result: the first trial's error and what to try."""
+    from mutransfer.sweep.plan import trial_key
+
+    first = plan.outcomes[0]
+    config = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in plan.configs[0].items())
+    error = first.error or "unknown error"
+    advice = next((a for pattern, a in _ADVICE if re.search(pattern, error, re.IGNORECASE)), None)
+    if advice is None:
+        lr = study.search_space.get("lr")
+        lr_text = f" or a lower LR range (search_space.lr is {lr.low:g}..{lr.high:g})" if lr is not None and lr.low is not None else ""
+        advice = (f"run that trial alone with `mutransfer train` at its hyperparameters for the full traceback "
+                  f"(Ray's logs: /tmp/ray/session_latest/logs){lr_text}")
+    return (f"no proxy trial produced a result: all {plan.total} failed, each after {study.budget.max_failures} "
+            f"retries; the first ({trial_key(0)}: {config}) failed with: {error}. Try {advice}; failed trials are final, "
+            f"so after the fix start a new study (--name NEW or a new study name): --resume of this one would report the same failures")

@@ -10,10 +10,13 @@ typed record. Adding a phase is one function and one line in :data:`PHASES`.
 
 Everything that can be wrong with the input is checked in :func:`prepare`, before
 any compute. Resume: the study directory (``<runs dir>/<study name>/``) holds the
-resolved study, ``state.json`` (phase, MLflow run ids, the proxy records) and the
-Tune experiment; ``--resume`` restores the Tune experiment (finished trials are
-kept, unfinished ones continue from their checkpoints), reuses the MLflow parent
-run and skips the phases already done. Resuming a completed study prints its report.
+resolved study, ``state.json`` (phase, MLflow run ids, the proxy records) and each
+trial's JSON files (mutransfer.sweep.plan); ``--resume`` rebuilds the search from those
+files (finished trials are kept, unfinished ones continue from their checkpoints; no
+pickle is read, Tune's own experiment state is never restored), reuses the MLflow
+parent run and skips the phases already done. Resuming a completed study prints its
+report. A driver killed in any phase (SIGKILL included) resumes without re-running a
+finished trial, creating a second parent or child run, or logging the report twice.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from mutransfer.sweep.context import SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.baseline import direct_baseline_phase
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
+from mutransfer.sweep.model_log import log_model_phase, register_completed
+from mutransfer.sweep.portable import stored_tracking, write_study_file
+from mutransfer.sweep.holds import hold_if_asked
 from mutransfer.sweep.prepare import check_cluster_fits, prepare
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
@@ -38,7 +44,8 @@ from mutransfer.sweep.verify import verify_phase
 __all__ = ["PHASES", "SweepError", "SweepOptions", "check_cluster_fits", "prepare", "run_sweep", "transfer"]
 
 #: the phases after the start, in order
-PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, verify_phase, direct_baseline_phase, write_report)
+PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, log_model_phase, verify_phase,
+          direct_baseline_phase, write_report)
 
 
 def run_sweep(options: SweepOptions) -> dict:
@@ -51,12 +58,17 @@ def run_sweep(options: SweepOptions) -> dict:
 def _drive(ctx: SweepContext) -> dict:
     if ctx.state.get("phase") == "done" and ctx.state.get("report"):
         _check_nothing_new_asked(ctx)
+        register_completed(ctx)
         ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
-        return dict(ctx.state["report"], already_complete=True)
+        report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
+        mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
+        return dict(report, already_complete=True, model=ctx.state.get("model"), study_dir=str(ctx.study_dir.root),
+                    mlflow=mlflow)
+    _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before the study directory is made
     _start_study_dir(ctx)
-    _load_data(ctx)
     with _session(ctx):
         for phase in PHASES:
+            hold_if_asked(ctx.study_dir.root, phase.__name__)  # fault tests only (MUTRANSFER_HOLD_AT)
             phase(ctx)
     return ctx.report
 
@@ -78,11 +90,11 @@ def _start_study_dir(ctx: SweepContext) -> None:
     """A new study gets its directory, its resolved study file and its first state; overrides are reported."""
     if not ctx.state:
         ctx.study_dir.root.mkdir(parents=True, exist_ok=True)
-        ctx.study_dir.study_file.write_text(ctx.study.to_yaml())
+        write_study_file(ctx.study_dir, ctx.study)
         ctx.state = {
             "study": ctx.study.name,
             "phase": "proxies",
-            "tracking_uri": ctx.tracking_uri,
+            **stored_tracking(ctx.tracking_uri, ctx.study_dir.root),
             "overrides": [asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in ctx.overrides],
             "source_text": ctx.source_text,
             "created": time.time(),
@@ -95,7 +107,8 @@ def _start_study_dir(ctx: SweepContext) -> None:
 def _load_data(ctx: SweepContext) -> None:
     from mutransfer.sweep.data import load_study_data
 
-    ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
+    if ctx.study.problem.data is None:  # a data file loads without a word: its errors stay one line
+        ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
     ctx.data, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
 
 
@@ -126,11 +139,12 @@ def _session(ctx: SweepContext):
 
 
 def _open_parent_run(ctx: SweepContext) -> None:
-    from mutransfer.sweep.parent_run import create_parent
+    from mutransfer.sweep.parent_run import create_parent, tag_study_view
     from mutransfer.sweep.tracking import Tracker
 
     ctx.tracker = Tracker(ctx.tracking_uri)
     ctx.experiment_id = ctx.state.get("experiment_id") or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
+    tag_study_view(ctx)  # new and resumed studies: the MLflow UI opens on the study's runs
     parent = ctx.state.get("parent_run_id")
     if parent and ctx.tracker.run_exists(parent):
         ctx.tracker.set_status(parent, "RUNNING")
@@ -142,12 +156,13 @@ def _open_parent_run(ctx: SweepContext) -> None:
 
 
 def _mark(tracker, run_id, status: str) -> None:
-    """Best effort: record the parent run's end state (never masks the original error)."""
+    """Best effort: record the parent run's end state, and its running children's (never masks the original error)."""
     if tracker is None or not run_id:
         return
     try:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted" if status == "KILLED" else "failed"})
         tracker.set_status(run_id, status)
+        tracker.end_open_children(run_id, status)  # the proxy trials it was running
     except Exception:  # never mask the original error
         pass
 

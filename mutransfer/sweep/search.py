@@ -1,86 +1,25 @@
-"""Ray Tune pieces of a study: search space, search algorithm, ASHA scheduler, TuneConfig.
+"""Ray Tune pieces of a study's proxy search: the TuneConfig over a :class:`~mutransfer.sweep.plan.SearchPlan`.
 
-- ``tpe`` (default): :class:`ray.tune.search.optuna.OptunaSearch` with a seeded
-  Optuna TPESampler (half the trials, at most 10, are random start-up trials).
-- ``random``: Tune's BasicVariantGenerator drawing ``num_trials`` samples (seeded).
-- ``grid``: BasicVariantGenerator over the product of every ``choice`` list.
-
-Trials are early-stopped by ASHA on the test error (mode min), with the epoch
-as time attribute, so a trial resumed from its own checkpoint keeps its
-position on the rungs.
+The configurations come from the plan (mutransfer.sweep.sampling: ``tpe`` = Optuna's
+TPESampler, ``random`` = Optuna's RandomSampler, both seeded per trial from
+``search.seed``; ``grid`` = every combination of the ``choice`` lists, in order), handed
+to Tune by :class:`~mutransfer.sweep.plan_tune.PlanSearcher`. Trials are early-stopped by
+ASHA on the test error (mode min, the epoch as time): rungs at
+grace_period · reduction_factor^k epochs, decided by the plan in trial-key order
+(:class:`~mutransfer.sweep.plan_tune.PlanScheduler`), so a trial resumed from its own
+checkpoint keeps its position on the rungs and the decisions are reproducible.
 """
 
 from __future__ import annotations
 
-import math
-
 from mutransfer.study import Study
+from mutransfer.sweep.plan import total_trials
+
+__all__ = ["METRIC", "MODE", "TIME_ATTR", "max_concurrent", "total_trials", "tune_config"]
 
 METRIC = "test_error"
 MODE = "min"
 TIME_ATTR = "epoch"
-
-
-def param_space(study: Study) -> dict:
-    """Tune search-space dict for the study's ``search_space``."""
-    from ray import tune
-
-    space = {}
-    for name, dist in study.search_space.items():
-        if study.search.algorithm == "grid":
-            space[name] = tune.grid_search(list(dist.values))
-        elif dist.type == "choice":
-            space[name] = tune.choice(list(dist.values))
-        elif dist.type == "loguniform":
-            space[name] = tune.loguniform(dist.low, dist.high)
-        else:
-            space[name] = tune.uniform(dist.low, dist.high)
-    return space
-
-
-def grid_size(study: Study) -> int:
-    return math.prod(len(d.values) for d in study.search_space.values())
-
-
-def num_samples(study: Study) -> int:
-    """Tune's num_samples: the number of trials, or 1 pass over the grid."""
-    return 1 if study.search.algorithm == "grid" else study.search.num_trials
-
-
-def total_trials(study: Study) -> int:
-    return grid_size(study) if study.search.algorithm == "grid" else study.search.num_trials
-
-
-def search_algorithm(study: Study):
-    """The Tune searcher (None means Tune's default BasicVariantGenerator)."""
-    algorithm = study.search.algorithm
-    if algorithm == "tpe":
-        import optuna
-        from ray.tune.search.optuna import OptunaSearch
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        startup = max(1, min(10, study.search.num_trials // 2))
-        sampler = optuna.samplers.TPESampler(seed=study.search.seed, n_startup_trials=startup)
-        return OptunaSearch(sampler=sampler)
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    return BasicVariantGenerator(random_state=study.search.seed)
-
-
-def scheduler(study: Study):
-    """ASHA on the test error; rungs at grace_period · reduction_factor^k epochs."""
-    from ray.tune.schedulers import ASHAScheduler
-
-    b = study.budget
-    return ASHAScheduler(
-        time_attr=TIME_ATTR,
-        max_t=b.epochs,
-        grace_period=min(b.grace_period, b.epochs),
-        reduction_factor=b.reduction_factor,
-        # A trial that reaches max_t ends by itself (the function returns), so it can record
-        # done.json and its final checkpoint; ASHA stopping it at that report would skip both.
-        stop_last_trials=False,
-    )
 
 
 def max_concurrent(study: Study, cpus: float, gpus: float) -> int:
@@ -94,15 +33,20 @@ def max_concurrent(study: Study, cpus: float, gpus: float) -> int:
     return max(1, fit)
 
 
-def tune_config(study: Study, *, concurrency: int):
+def tune_config(plan, *, concurrency: int):
+    """TuneConfig running the plan's remaining trials, ``concurrency`` at a time (trial names = our keys)."""
     from ray import tune
+
+    from mutransfer.sweep.plan_tune import PlanScheduler, PlanSearcher, trial_dirname
 
     return tune.TuneConfig(
         metric=METRIC,
         mode=MODE,
-        search_alg=search_algorithm(study),
-        scheduler=scheduler(study),
-        num_samples=num_samples(study),
+        search_alg=PlanSearcher(plan, METRIC, MODE),
+        scheduler=PlanScheduler(plan),
+        num_samples=plan.remaining(),
         max_concurrent_trials=concurrency,
         reuse_actors=True,
+        trial_name_creator=trial_dirname,
+        trial_dirname_creator=trial_dirname,
     )

@@ -3,16 +3,21 @@
 Layout::
 
     study.yaml          the resolved study (overrides applied) this directory belongs to
-    state.json          phase (proxies|target|done), MLflow ids, best trial, report
-    tune/               Ray Tune experiment (Tuner.restore continues it)
-    trials/<trial_id>/  the trial's trainer checkpoint, history.json (its EpochRecords), done.json,
-                        executions.jsonl
-    target/             Ray Train run of the target (its checkpoints)
+    state.json          phase (proxies|target|done), MLflow ids, search_window, proxy records, report
+    trials/<key>/       one proxy trial (key t0000, t0001, … in hand-out order, mutransfer.sweep.plan):
+                        config.json (its configuration), outcome.json (how it ended), the trainer
+                        checkpoint, history.json (its EpochRecords), done.json, executions.jsonl
+    tune/run-<n>/       the Ray Tune experiment of the n-th session (written by Tune, never read back)
+    target/             Ray Train run of the target: checkpoint_manager_snapshot.json (JSON, read
+                        by Ray Train on a re-run) and checkpoint folders (checkpoint.pt, read with
+                        weights_only=True; summary.json)
     faults/             markers of the fault-injection hook (MUTRANSFER_FAIL_TRIALS)
     report.json/.txt    the transfer report, once the study is done
 
-state.json is rewritten atomically (temp file + rename), so a killed driver
-leaves either the old or the new state, never a torn file.
+Resuming reads JSON and ``weights_only`` checkpoints only: no file of this folder is
+unpickled, so a file planted in it cannot run code. state.json is rewritten atomically
+(temp file + rename), so a killed driver leaves either the old or the new state, never
+a torn file; so are config.json and outcome.json.
 """
 
 from __future__ import annotations

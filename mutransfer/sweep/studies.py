@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 from mutransfer.errors import UserInputError
@@ -98,32 +97,20 @@ def format_studies(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------- UI
 
 
-def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
-    """The argument list that starts the MLflow UI for ``uri`` (no shell)."""
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port)]
+def study_to_show(uri: str, experiment: str | None = None) -> tuple[str | None, dict | None]:
+    """(experiment id, newest study row in it) for ``mutransfer ui``: ``experiment`` by name, else the newest study's.
 
-
-def ui_link(host: str, port: int, experiment_id: str | None) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
-    if ":" in shown and not shown.startswith("["):
-        shown = f"[{shown}]"
-    base = f"http://{shown}:{port}/"
-    return f"{base}#/experiments/{experiment_id}/runs" if experiment_id is not None else base
-
-
-def latest_study_experiment(uri: str, experiment: str | None = None) -> str | None:
-    """Experiment id to link to: ``experiment`` by name, else that of the newest study run."""
-    path = sqlite_path(uri)
-    if path is not None and not path.exists():
-        return None
+    The row is None when the experiment holds no study; the id is None when the store holds none.
+    """
     client = _client(uri)
-    if experiment is not None:
-        exp = client.get_experiment_by_name(experiment)
-        if exp is None:
-            raise UserInputError(f"--experiment {experiment!r}: no such MLflow experiment in {uri}; check the name")
-        return exp.experiment_id
     rows = list_studies(uri)
-    return rows[0]["experiment_id"] if rows else None
+    if experiment is None:
+        return (rows[0]["experiment_id"], rows[0]) if rows else (None, None)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise UserInputError(f"--experiment {experiment!r}: no such MLflow experiment in {uri}; check the name")
+    mine = [r for r in rows if r["experiment_id"] == exp.experiment_id]
+    return exp.experiment_id, (mine[0] if mine else None)
 
 
 def parent_summary(uri: str, run_id: str) -> dict[str, Any]:

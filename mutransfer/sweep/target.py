@@ -43,6 +43,41 @@ if TYPE_CHECKING:  # the driver imports this module before torch is needed
     from mutransfer.training.records import EpochRecord
 
 SUMMARY_FILE = "summary.json"
+#: in the target's storage folder: one JSON line per evaluation, appended by rank 0 (training.EpochRecord.as_dict())
+PROGRESS_FILE = "progress.jsonl"
+
+
+def append_progress(path: str | None, record: EpochRecord) -> None:
+    """Rank 0: add one evaluation to the progress file the driver watches (best effort: the file may be on
+    another node's disk in a multi-node cluster, where the driver then shows no epochs until the end)."""
+    if not path:
+        return
+    try:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(json.dumps(record.as_dict()) + "\n")
+    except OSError:
+        pass
+
+
+def read_progress(path: str | Path, offset: int) -> tuple[list[EpochRecord], int]:
+    """The evaluations appended to ``path`` after byte ``offset`` (complete lines only) and the next offset."""
+    from mutransfer.training.records import EpochRecord
+
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    records = []
+    for line in data[:end].splitlines():
+        try:
+            records.append(EpochRecord.from_dict(json.loads(line)))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return records, offset + end
 
 
 @dataclass
@@ -165,6 +200,8 @@ def target_loop(cfg: dict) -> dict:
     total = epochs * iters_per_epoch
 
     def on_event(event) -> None:
+        if rank == 0 and isinstance(event, EpochRecord):
+            append_progress(cfg.get("progress_file"), event)
         # Report only when the trainer has just written checkpoint.pt (every `every` epochs, not
         # the last evaluation): each report is a barrier across workers and costs a controller poll.
         if not isinstance(event, EpochRecord) or not (event.epoch % every == 0 and event.iteration < total):
@@ -188,7 +225,8 @@ def target_loop(cfg: dict) -> dict:
     checkpoint = None
     if rank == 0:
         plain = model.module if hasattr(model, "module") else model
-        torch.save({"model": plain.state_dict(), "model_config": config, "hyperparameters": hp}, local / "model.pt")
+        torch.save({"model": plain.state_dict(), "model_config": config, "model_class": type(plain).__name__,
+                    "hyperparameters": hp}, local / "model.pt")
         (local / SUMMARY_FILE).write_text(json.dumps(summary.as_dict()))
         checkpoint = ray.train.Checkpoint.from_directory(str(local))
     final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
@@ -196,13 +234,14 @@ def target_loop(cfg: dict) -> dict:
     return summary.as_dict()
 
 
-def _fit_in_thread(trainer):
+def _fit_in_thread(trainer, on_poll=None):
     """Run ``trainer.fit()`` off the main thread.
 
     Ray Train installs its own SIGINT handler when fit runs on the main thread, and
     that handler ends the process (exit 1) without letting the driver record the
     interruption. Off the main thread it installs none, so Ctrl-C raises
     KeyboardInterrupt here; the driver marks the runs KILLED and shuts Ray down.
+    ``on_poll()`` is called every 0.2 s while it runs, and once after.
     """
     import threading
 
@@ -218,6 +257,10 @@ def _fit_in_thread(trainer):
     thread.start()
     while thread.is_alive():
         thread.join(0.2)
+        if on_poll is not None:
+            on_poll()
+    if on_poll is not None:
+        on_poll()
     if "error" in box:
         raise box["error"]
     return box["result"]
@@ -229,8 +272,12 @@ def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
     return bool(setting)
 
 
-def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_failures: int) -> TargetOutcome:
-    """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``."""
+def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_failures: int, on_poll=None) -> TargetOutcome:
+    """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``.
+
+    Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
+    ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
+    """
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -252,6 +299,7 @@ def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_f
             "epochs": t.epochs,
             "threads": t.cpus_per_worker,
             "data_ref": ray.put(data),
+            "progress_file": str(Path(storage_dir) / "target" / PROGRESS_FILE),
         },
         scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
@@ -263,7 +311,7 @@ def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_f
         ),
     )
     start = time.perf_counter()
-    result = _fit_in_thread(trainer)
+    result = _fit_in_thread(trainer, on_poll)
     wall = time.perf_counter() - start
     if result.return_value is None and result.error is None:
         # Ray Train's own Ctrl-C handler aborts the run and returns without a result.

@@ -6,16 +6,19 @@ Everything is logged from the driver with :class:`mlflow.tracking.MlflowClient`
 - the **parent run** (tag ``mutransfer.kind = study``) is created when the study
   starts and its id is stored in the study directory, so ``--resume`` reuses it;
 - **proxy trial runs** (``mutransfer.kind = proxy_trial``) are written by
-  :class:`~mutransfer.sweep.trial_logger.TrialLogger`, a Tune ``Callback``: it buffers each trial's per-epoch
-  results in ``on_trial_result`` and, when the trial ends
-  (``on_trial_complete`` / ``on_trial_error``), creates the child run, writes
-  params, all metrics and tags in ONE ``log_batch`` (chunked at MLflow's 1000
-  metrics per call) and terminates it. A run is never left RUNNING, and a
-  trial id that already has a child run is skipped (idempotent on resume).
-  MLflowLoggerCallback (one synchronous call per reported field) is avoided: it
-  made small sweeps 2.5x slower.
+  :class:`~mutransfer.sweep.trial_logger.TrialLogger`, a Tune ``Callback``: the
+  child run is created (RUNNING, tag ``mutransfer.status = running``) when the
+  trial starts, or reused if the trial already has an unfinished one (a resumed
+  study); its per-epoch metrics (step = epoch) are logged in one ``log_batch``
+  at most every second while it runs; when the trial ends the rest of its
+  epochs, the final metrics and tags go in one more ``log_batch`` and the run is
+  terminated. A trial whose child run is finished is skipped (idempotent on
+  resume). MLflowLoggerCallback (one synchronous call per reported field) is
+  avoided: it made small sweeps 2.5x slower.
 - the **target run** (``mutransfer.kind = target``) is created before Ray Train
-  starts and terminated after it (FAILED if training raised).
+  starts, gets its per-epoch metrics while it trains (the driver reads them from
+  the target's ``progress.jsonl``) and is terminated after it (FAILED if training
+  raised). An interrupted or failed study ends its RUNNING children with its own status.
 
 Trial outcome tags: ``mutransfer.status`` = completed | pruned (stopped by ASHA) |
 diverged | failed; MLflow status FINISHED, or FAILED for failed trials.
@@ -44,6 +47,8 @@ PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
+#: experiment tag: its artifact location relative to the sqlite store's folder (mutransfer.sweep.portable)
+ARTIFACT_TAG = "mutransfer.artifact_location"
 
 
 def default_tracking_uri(cwd: str | os.PathLike | None = None) -> str:
@@ -55,15 +60,43 @@ def resolve_tracking_uri(uri: str | None) -> str:
     """None → sqlite:///mlflow.db in the cwd; relative sqlite paths are made absolute; others pass through."""
     if uri is None:
         return default_tracking_uri()
+    _check_tracking_uri(uri)
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
         return f"sqlite:///{Path(uri[len('sqlite:///'):]).absolute()}"
     return uri
+
+
+#: URI schemes of MLflow's tracking stores (a plain path is a file store)
+TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
+
+
+def _check_tracking_uri(uri: str) -> None:
+    """Refuse an empty URI or an unknown scheme before MLflow is asked (its errors are tracebacks)."""
+    from mutransfer.errors import UserInputError
+
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else None
+    if not uri.strip() or (scheme is not None and scheme not in TRACKING_SCHEMES):
+        raise UserInputError(
+            f"tracking URI {uri!r}: use sqlite:///PATH.db, a folder, or a {'/'.join(TRACKING_SCHEMES[2:4])} server "
+            f"URL (schemes: {', '.join(TRACKING_SCHEMES)})"
+        )
 
 
 def sqlite_path(uri: str) -> Path | None:
     if uri.startswith("sqlite:///"):
         return Path(uri[len("sqlite:///"):])
     return None
+
+
+def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None:
+    """(artifact location, tags) for a new experiment in a sqlite store: ``mlruns/<name>`` beside the store."""
+    from urllib.parse import quote
+
+    path = sqlite_path(uri)
+    if path is None:
+        return None
+    relative = f"mlruns/{quote(name, safe='')}"
+    return str(path.absolute().parent / relative), {ARTIFACT_TAG: relative}
 
 
 def _client(uri: str):
@@ -100,6 +133,16 @@ def log_batch(client, run_id: str, *, metrics=(), params: dict | None = None, ta
         first = False
 
 
+def epoch_metrics(epoch: int, *, test_error, train_loss, lr, timestamp_ms: int) -> list[tuple]:
+    """The per-epoch metrics of a trial or the target as (key, value, timestamp ms, step = epoch) tuples."""
+    return [("test_error", test_error, timestamp_ms, epoch), ("train_loss", train_loss, timestamp_ms, epoch), ("lr", lr, timestamp_ms, epoch)]
+
+
+def logged_steps(client, run_id: str, key: str = "test_error") -> set[int]:
+    """The steps (epochs) of ``key`` already in a run's metric history."""
+    return {m.step for m in client.get_metric_history(run_id, key)}
+
+
 def _finite(value) -> bool:
     try:
         return math.isfinite(float(value))
@@ -126,8 +169,12 @@ class Tracker:
             if exp.lifecycle_stage == "deleted":
                 self.client.restore_experiment(exp.experiment_id)
             return exp.experiment_id
+        # a sqlite store keeps its artifacts beside it (mlruns/<name>), so the folder moves as one
+        located = experiment_artifact_location(self.uri, name)
         try:
-            return self.client.create_experiment(name)
+            if located is None:
+                return self.client.create_experiment(name)
+            return self.client.create_experiment(name, artifact_location=located[0], tags=located[1])
         except Exception:  # created concurrently
             exp = self.client.get_experiment_by_name(name)
             if exp is None:
@@ -188,15 +235,30 @@ class Tracker:
         log_batch(self.client, run.info.run_id, params=params)
         return run.info.run_id
 
-    def finish_target(self, run_id: str, outcome, *, start_ms: int) -> None:
+    def end_open_children(self, parent_run_id: str, status: str) -> None:
+        """Give every child run still RUNNING (a proxy trial the driver was watching) the parent's end ``status``."""
+        experiment_id = self.client.get_run(parent_run_id).info.experiment_id
+        for run in self.children(experiment_id, parent_run_id):
+            if run.info.status == "RUNNING":
+                self.set_status(run.info.run_id, status)
+
+    def log_epochs(self, run_id: str, records, *, skip: set[int] = frozenset()) -> list[int]:
+        """Log the per-epoch metrics of ``records`` (training.EpochRecord) whose epoch is not in ``skip``,
+        stamped now, in one call (the target's live metrics); returns the epochs logged."""
+        now = _now_ms()
+        fresh = [r for r in records if r.epoch not in skip]
+        metrics = [m for r in fresh for m in epoch_metrics(r.epoch, test_error=r.test_error, train_loss=r.train_loss, lr=r.lr, timestamp_ms=now)]
+        if metrics:
+            log_batch(self.client, run_id, metrics=metrics)
+        return [r.epoch for r in fresh]
+
+    def finish_target(self, run_id: str, outcome, *, start_ms: int, logged_epochs: set[int] = frozenset()) -> None:
+        """Final metrics, params and status of the target run; epochs in ``logged_epochs`` were logged live."""
         metrics = []
         for r in outcome.history:  # training.EpochRecord
-            ts = start_ms + int(r.seconds * 1000)
-            metrics += [
-                ("test_error", r.test_error, ts, r.epoch),
-                ("train_loss", r.train_loss, ts, r.epoch),
-                ("lr", r.lr, ts, r.epoch),
-            ]
+            if r.epoch not in logged_epochs:
+                metrics += epoch_metrics(r.epoch, test_error=r.test_error, train_loss=r.train_loss, lr=r.lr,
+                                         timestamp_ms=start_ms + int(r.seconds * 1000))
         now = _now_ms()
         metrics += [
             ("final_test_error", outcome.test_error, now, 0),

@@ -5,14 +5,17 @@ reuses its target run and Ray Train resumes from the last reported checkpoint; a
 that had finished (the study was interrupted later, during ``--verify`` or ``--baseline``)
 is read back from ``state.json`` and not trained again. A
 failure marks the run FAILED and ends the sweep with a SweepError naming the cause;
-Ctrl-C marks it KILLED.
+Ctrl-C marks it KILLED. While it trains, :class:`TargetWatch` shows its epochs on the
+console (mutransfer.sweep.progress) and logs them to the target run (step = epoch).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from mutransfer.sweep.context import SweepContext, SweepError
+from mutransfer.sweep.portable import resolved_path, stored_path
 from mutransfer.sweep.proxies import keep_sigint_handler
 
 
@@ -20,6 +23,55 @@ def first_line(exc: BaseException) -> str:
     """The type and last non-empty line of an exception (Ray wraps causes in long messages)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
+class TargetWatch:
+    """Called by run_target while the target trains: reads the evaluations rank 0 appended to
+    ``<storage_dir>/target/progress.jsonl``, shows the latest (epoch, train loss, test error, ETA) and,
+    given a ``run_id``, logs them to that MLflow run at most every ``log_interval_s`` seconds.
+
+    Best effort: a failure here is said once and the watch stops; the training is not disturbed.
+    """
+
+    log_interval_s = 1.0
+
+    def __init__(self, ctx: SweepContext, storage_dir, *, run_id: str | None = None, label: str = "target"):
+        from mutransfer.sweep.progress import TargetProgress, for_options
+        from mutransfer.sweep.target import PROGRESS_FILE
+        from mutransfer.sweep.tracking import logged_steps
+
+        self.ctx, self.run_id = ctx, run_id
+        self.path = Path(storage_dir) / "target" / PROGRESS_FILE
+        self.offset = self.path.stat().st_size if self.path.exists() else 0  # an earlier session's epochs are not news
+        self.display = TargetProgress(ctx.study.target.epochs, mode=for_options(ctx.options), label=label)
+        self.logged: set[int] = logged_steps(ctx.tracker.client, run_id) if run_id else set()
+        self.pending: list = []
+        self.flushed = 0.0
+        self.broken = False
+
+    def __call__(self) -> None:
+        if self.broken:
+            return
+        try:
+            self._poll()
+        except Exception as exc:  # never let the display stop the training
+            self.broken = True
+            self.ctx.say(f"note: the target's live progress stopped ({first_line(exc)}); training goes on")
+
+    def _poll(self) -> None:
+        from mutransfer.sweep.target import read_progress
+
+        records, self.offset = read_progress(self.path, self.offset)
+        if records:
+            last = records[-1]
+            self.display.show(last.epoch, train_loss=last.train_loss, test_error=last.test_error)
+            self.pending += records
+        if self.run_id and self.pending and time.time() - self.flushed >= self.log_interval_s:
+            self.logged.update(self.ctx.tracker.log_epochs(self.run_id, self.pending, skip=self.logged))
+            self.pending, self.flushed = [], time.time()
+
+    def close(self) -> None:
+        self.display.close()
 
 
 def train_target(ctx: SweepContext) -> None:
@@ -32,6 +84,7 @@ def train_target(ctx: SweepContext) -> None:
 
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
         ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
+        ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
         ctx.target_run_id = ctx.state.get("target_run_id")
         return
     study, tracker = ctx.study, ctx.tracker
@@ -60,10 +113,11 @@ def train_target(ctx: SweepContext) -> None:
         f"target: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
         f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train) ...",
     )
+    watch = TargetWatch(ctx, ctx.study_dir.root, run_id=run_id)
     try:
         with keep_sigint_handler():
             outcome = run_target(study, hp, ctx.data, ctx.study_dir.root, use_gpu=use_gpu,
-                                 max_failures=study.budget.max_failures)
+                                 max_failures=study.budget.max_failures, on_poll=watch)
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
         tracker.set_status(run_id, "KILLED")
@@ -75,6 +129,9 @@ def train_target(ctx: SweepContext) -> None:
             f"target training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
             f"Ray's logs are in /tmp/ray/session_latest/logs; fix the cause and run again with --resume"
         ) from exc
-    tracker.finish_target(run_id, outcome, start_ms=start_ms)
+    finally:
+        watch.close()
+    tracker.finish_target(run_id, outcome, start_ms=start_ms, logged_epochs=watch.logged)
     ctx.target = outcome
-    ctx.update_state(target_outcome=outcome.as_dict())  # its cost and error are measured once, not re-run on --resume
+    # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
+    ctx.update_state(target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root)))

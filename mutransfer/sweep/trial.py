@@ -7,17 +7,24 @@ trial's thread at the report call). A diverged run reports the finite
 :data:`~mutransfer.training.DIVERGED_METRIC` with ``diverged = 1`` and ends
 normally.
 
+A trial is named by its stable key (``t0000`` …, mutransfer.sweep.plan), which the
+searcher puts in its configuration as ``trial_key``; the driver writes its
+``config.json`` (when handing it out) and ``outcome.json`` (when it ends) beside the
+files below. Nothing in the directory is unpickled: the checkpoint is read with
+``torch.load(weights_only=True)`` (an unreadable one is deleted and the trial starts
+over), the rest is JSON.
+
 Idempotence (what makes ``--resume`` and retries cheap and exact):
 
-- the trainer checkpoints into ``<study dir>/trials/<trial id>/`` after each
+- the trainer checkpoints into ``<study dir>/trials/<key>/`` after each
   evaluation; a restarted trial (retry after a failure, or the driver was killed)
   continues from it;
 - the trial keeps its whole history (every epoch, those of earlier attempts
   included) in ``history.json`` in that directory, rewritten before each report;
   Tune gets scalars only (:class:`TrialReport`), and the driver reads the history
   with :func:`read_trial_history` when it writes the MLflow child run;
-- a trial that finished writes ``done.json``; if Tune runs it again (it
-  finished after the last experiment snapshot), it re-reports the stored result
+- a trial that finished writes ``done.json``; if it runs again (the driver was
+  killed before it recorded the outcome), it re-reports the stored result
   without training.
 
 Each start appends one line to ``executions.jsonl`` in the trial directory
@@ -181,7 +188,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     options = options or {}
     # One intra-op thread pool per trial CPU: oversubscribing 2 cores made torch 10-100x slower.
     torch.set_num_threads(max(1, int(options.get("threads", 1))))
-    trial_id = tune.get_context().get_trial_id()
+    trial_id = str(config.get("trial_key") or tune.get_context().get_trial_id())  # our key (mutransfer.sweep.plan)
     trial_dir = Path(options["study_dir"]) / "trials" / trial_id
     trial_dir.mkdir(parents=True, exist_ok=True)
     maybe_inject_fault(Path(options["study_dir"]) / "faults", int(options.get("fail_trials", 0)), trial_id)

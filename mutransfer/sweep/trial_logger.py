@@ -1,20 +1,28 @@
-"""The proxy trials' MLflow child runs: a Tune ``Callback`` that buffers each trial's epochs and writes one run per trial.
+"""The proxy trials' MLflow child runs, live: a Tune ``Callback`` that keeps one run per trial up to date.
 
-:class:`TrialLogger` buffers each trial's per-epoch results in ``on_trial_result``
-(completed from the trial's own ``history.json``, mutransfer.sweep.trial) and, when
-the trial ends (``on_trial_complete`` / ``on_trial_error``), creates the child run,
-writes params, all metrics and tags in ONE ``log_batch`` and terminates it. A run is
-never left RUNNING, and a trial id that already has a child run is skipped
-(idempotent on resume). ``as_tune_callback`` wraps it as a ``ray.tune.Callback``.
+:class:`TrialLogger`, per trial (keyed by its stable key ``t0000`` …, mutransfer.sweep.plan, which its
+configuration carries as ``trial_key`` and which is its directory name and the ``mutransfer.trial_id`` tag):
+
+- ``on_trial_start``: creates the child run (MLflow status RUNNING, ``mutransfer.status =
+  running``, the trial's parameters), or reuses the trial's unfinished run if it has one
+  (a trial retried, or resumed after the driver was killed) and sets it RUNNING;
+- ``on_trial_result``: buffers the epoch and logs the epochs not yet logged (step = epoch)
+  in one ``log_batch``, at most every :attr:`TrialLogger.live_interval_s` seconds;
+- ``on_trial_complete`` / ``on_trial_error``: logs the remaining epochs (completed from the
+  trial's own ``history.json``, mutransfer.sweep.trial), the final metrics, tags and params
+  in one ``log_batch`` and terminates the run (FINISHED, or FAILED).
+
+A trial whose child run is finished is skipped (idempotent on resume). The console lines
+come from mutransfer.sweep.progress. ``as_tune_callback`` wraps it as a ``ray.tune.Callback``.
 """
 
 from __future__ import annotations
 
-import math
-import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from mutransfer.sweep.plan import error_text, trial_status
 from mutransfer.sweep.tracking import (
     KIND_TAG,
     PARENT_TAG,
@@ -24,16 +32,41 @@ from mutransfer.sweep.tracking import (
     TRIAL_ID_TAG,
     Tracker,
     _client,
+    epoch_metrics,
     log_batch,
+    logged_steps,
 )
+
+#: the mutransfer.status tag of a child run whose trial has not finished
+OPEN_STATUS = "running"
+
+
+@dataclass
+class OpenRun:
+    """A trial's child run that is not finished yet: its id, the epochs and params it holds."""
+
+    run_id: str
+    steps: set[int] | None = None  # None: not read yet (a run of an earlier session)
+    params: set[str] = field(default_factory=set)
+    live: bool = False  # set RUNNING by this driver
+    flushed: float = 0.0  # time.time() of the last live log_batch
+
+
+def _finished(run) -> bool:
+    """A child run that holds its trial's final result (older versions wrote no run before that)."""
+    return run.info.status in ("FINISHED", "FAILED") and run.data.tags.get(STATUS_TAG, OPEN_STATUS) != OPEN_STATUS
 
 
 class TrialLogger:
-    """Tune Callback that writes one MLflow child run per proxy trial (see the module docstring).
+    """Tune Callback that keeps one MLflow child run per proxy trial (see the module docstring).
 
-    Picklable (Tune stores the RunConfig, callbacks included, for Tuner.restore):
-    the MLflow client and the buffers are rebuilt after unpickling.
+    Picklable (Tune stores the RunConfig, callbacks included, in its experiment folder, which
+    the sweep never reads back): the MLflow client and the buffers are rebuilt after unpickling.
+    ``quiet`` is accepted for older callers and unused (the console lines are mutransfer.sweep.progress's).
     """
+
+    #: seconds between two live log_batch calls of one trial (the rest is logged when it ends)
+    live_interval_s = 1.0
 
     def __init__(
         self,
@@ -52,6 +85,7 @@ class TrialLogger:
         devices_per_trial: float,
         quiet: bool = False,
         trials_dir: str | None = None,
+        trial_key=None,
     ):
         self.uri = uri
         self.experiment_id = experiment_id
@@ -68,11 +102,14 @@ class TrialLogger:
         self.quiet = quiet
         #: <study dir>/trials: each trial's history.json (mutransfer.sweep.trial); None: beside Tune's trial dir
         self.trials_dir = trials_dir
+        #: a picklable function trial -> the name of its run (mutransfer.sweep.proxies.trial_dirname)
+        self.trial_key = trial_key
         self._reset()
 
     def _reset(self) -> None:
         self._client = None
         self._logged: set[str] | None = None
+        self._open: dict[str, OpenRun] = {}
         self._buffers: dict[str, dict[int, dict]] = {}
         self._last: dict[str, dict] = {}
         self._start: dict[str, float] = {}
@@ -81,7 +118,7 @@ class TrialLogger:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for key in ("_client", "_logged", "_buffers", "_last", "_start", "_retries", "_done"):
+        for key in ("_client", "_logged", "_open", "_buffers", "_last", "_start", "_retries", "_done"):
             state.pop(key, None)
         return state
 
@@ -97,29 +134,76 @@ class TrialLogger:
         return self._client
 
     def logged_trial_ids(self) -> set[str]:
-        """Trial ids that already have a complete child run.
+        """Trial keys that already have a finished child run.
 
-        A child run still RUNNING was being written when a previous driver died (between
-        create_run and set_terminated): it is deleted, and the trial is written again.
+        Read once from the store, with the unfinished runs (RUNNING, or KILLED/FAILED with the
+        status tag ``running``: their driver was stopped) that a trial resumes in.
         """
         if self._logged is None:
             runs = Tracker(self.uri)
             runs._client = self.client
             self._logged = set()
             for r in runs.children(self.experiment_id, self.parent_run_id, kind="proxy_trial"):
-                if r.info.status == "RUNNING":
-                    self.client.delete_run(r.info.run_id)
-                else:
-                    self._logged.add(r.data.tags.get(TRIAL_ID_TAG))
+                key = r.data.tags.get(TRIAL_ID_TAG)
+                if _finished(r):
+                    self._logged.add(key)
+                elif r.data.tags.get("mutransfer.superseded") != "true" and key not in self._open:
+                    self._open[key] = OpenRun(r.info.run_id, params=set(r.data.params))
             self._done = len(self._logged)
         return self._logged
 
-    def on_trial_start(self, trial) -> None:
-        self._start.setdefault(trial.trial_id, time.time())
+    def _key(self, trial) -> str:
+        return self.trial_key(trial) if self.trial_key is not None else _key(trial)
 
-    def on_trial_result(self, trial, result: dict) -> None:
-        tid = trial.trial_id
-        buf = self._buffers.setdefault(tid, {})
+    def on_trial_start(self, trial) -> None:
+        key = self._key(trial)
+        self._start.setdefault(key, time.time())
+        if key in self.logged_trial_ids():  # a finished trial replayed: its run is complete
+            return
+        run = self._open.get(key)
+        if run is None:
+            params = self._params(key, dict(trial.config or {}))
+            tags = dict(self._run_tags(key, self._index(trial)), **{STATUS_TAG: OPEN_STATUS})
+            created = self.client.create_run(self.experiment_id, tags=tags)
+            run = self._open[key] = OpenRun(created.info.run_id, steps=set(), params=set(params), live=True)
+            log_batch(self.client, run.run_id, params=params)
+        elif not run.live:  # left unfinished by an earlier driver: running again
+            self.client.update_run(run.run_id, status="RUNNING")
+            run.live = True
+
+    def _params(self, key: str, config: dict) -> dict:
+        hp = dict(self.fixed, **{k: config[k] for k in self.searched if k in config})
+        return {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
+
+    def _run_tags(self, key: str, index: int) -> dict:
+        return {PARENT_TAG: self.parent_run_id, KIND_TAG: "proxy_trial", STUDY_TAG: self.study_name, TRIAL_ID_TAG: key,
+                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index}
+
+    def _steps(self, run: OpenRun) -> set[int]:
+        if run.steps is None:
+            run.steps = logged_steps(self.client, run.run_id)
+        return run.steps
+
+    def _log_live(self, key: str) -> None:
+        """Log the buffered epochs the trial's run lacks, at most every live_interval_s seconds."""
+        run = self._open.get(key)
+        now = time.time()
+        if run is None or now - run.flushed < self.live_interval_s:
+            return
+        steps = self._steps(run)
+        buf = self._buffers.get(key, {})
+        fresh = [e for e in sorted(buf) if e not in steps]
+        if fresh:
+            ts = int(now * 1000)
+            metrics = [m for e in fresh for m in epoch_metrics(e, test_error=buf[e]["test_error"],
+                                                              train_loss=buf[e]["train_loss"], lr=buf[e]["lr"], timestamp_ms=ts)]
+            log_batch(self.client, run.run_id, metrics=metrics)
+            steps.update(fresh)
+            run.flushed = now
+
+    @staticmethod
+    def _buffer(buf: dict, result: dict) -> None:
+        """Add one Tune result (a TrialReport's metrics) to ``buf``: epoch -> the epoch's metrics."""
         if not result.get("diverged") and "epoch" in result and "test_error" in result:
             buf[int(result["epoch"])] = {
                 "test_error": float(result["test_error"]),
@@ -127,13 +211,16 @@ class TrialLogger:
                 "lr": float(result.get("lr", float("nan"))),
                 "seconds": float(result.get("trainer_seconds", 0.0)),
             }
+
+    def on_trial_result(self, trial, result: dict) -> None:
+        tid = self._key(trial)
+        self._buffer(self._buffers.setdefault(tid, {}), result)
         self._last[tid] = dict(result)
+        self._log_live(tid)
 
     def on_trial_recover(self, trial) -> None:
-        self._retries[trial.trial_id] = self._retries.get(trial.trial_id, 0) + 1
-        reason = self._error_line(trial)
-        detail = "" if reason == "unknown error" else f" ({reason})"
-        self._say(f"[trial {self._index(trial)}/{self.total_trials}] attempt {self._retries[trial.trial_id]} failed, retrying{detail}")
+        key = self._key(trial)
+        self._retries[key] = self._retries.get(key, 0) + 1
 
     def on_trial_complete(self, trial) -> None:
         self._flush(trial, failed=False)
@@ -143,60 +230,34 @@ class TrialLogger:
 
     # ---- helpers --------------------------------------------------------------------
     @staticmethod
-    def _index_of_tag(experiment_tag) -> int:
-        """1-based trial number: Tune's experiment tag starts with the searcher's trial counter."""
+    def _index_of_key(key: str) -> int:
+        """1-based trial number: the key's index + 1 (0 for a name that is not a key)."""
+        from mutransfer.sweep.plan import key_index
+
         try:
-            return int(str(experiment_tag).split("_", 1)[0])
-        except (TypeError, ValueError):
+            return key_index(key) + 1
+        except ValueError:
             return 0
 
     def _index(self, trial) -> int:
-        return self._index_of_tag(getattr(trial, "experiment_tag", None))
-
-    @staticmethod
-    def _error_text(err) -> str:
-        if err is None:
-            return "unknown error"
-        lines = [l.strip() for l in str(err).splitlines() if l.strip()]
-        # the last line of a traceback names the exception
-        return (lines[-1] if lines else type(err).__name__)[:500]
-
-    def _error_line(self, trial) -> str:
-        try:
-            err = trial.get_error()
-        except Exception:
-            err = None
-        return self._error_text(err)
-
-    def _say(self, text: str) -> None:
-        if not self.quiet:
-            print(text, file=sys.stderr, flush=True)
-
-    def _outcome(self, last: dict, failed: bool) -> str:
-        if failed:
-            return "failed"
-        if last.get("diverged"):
-            return "diverged"
-        if int(last.get("epoch", 0) or 0) < self.budget_epochs:
-            return "pruned"
-        return "completed"
+        return self._index_of_key(self._key(trial))
 
     def _add_trial_history(self, buf: dict, tid: str, tune_path) -> None:
         """Fill ``buf`` with the epochs the trial kept in its directory (those of earlier attempts included).
 
-        Tune stores a trial at <study dir>/tune/<trial id> (sweep.runner), the trial its history in
-        <study dir>/trials/<trial id> (sweep.trial); epochs already reported to this driver win.
+        Tune stores a trial at <study dir>/tune/run-<n>/<key> (sweep.proxies), the trial its history in
+        <study dir>/trials/<key> (sweep.trial); epochs already reported to this driver win.
         """
         if self.trials_dir is None and not tune_path:
             return
         from mutransfer.sweep.trial import read_trial_history
 
-        trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[1] / "trials"
+        trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[2] / "trials"
         for r in read_trial_history(trials / tid):
             buf.setdefault(r.epoch, {"test_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds})
 
     def _flush(self, trial, failed: bool) -> None:
-        tid = trial.trial_id
+        tid = self._key(trial)
         last = self._last.pop(tid, None) or dict(trial.last_result or {})
         self._write_run(
             tid,
@@ -204,67 +265,52 @@ class TrialLogger:
             buf=self._buffers.pop(tid, {}),
             last=last,
             failed=failed,
-            error=self._error_line(trial) if failed else None,
+            error=error_text(trial) if failed else None,
             retries=self._retries.pop(tid, int(getattr(trial, "num_failures", 0) or 0) - (1 if failed else 0)),
             start=self._start.pop(tid, None),
             index=self._index(trial),
             tune_path=getattr(trial, "path", None),
         )
 
-    def log_from_result(self, trial_id: str, result) -> None:
-        """Write the child run of a trial from its Tune ``Result`` (used when the driver died before on_trial_complete)."""
-        saved, self._buffers = self._buffers, {}
-        try:
-            class _T:  # the two attributes on_trial_result reads
-                pass
+    def log_from_files(self, key: str, config: dict, outcome) -> None:
+        """Write the child run of a trial from its JSON files (the driver died before on_trial_complete logged it).
 
-            t = _T()
-            t.trial_id = trial_id
-            frame = result.metrics_dataframe
-            if frame is not None:
-                for row in frame.to_dict("records"):
-                    self.on_trial_result(t, {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))})
-            buf = self._buffers.pop(trial_id, {})
-            last = dict(result.metrics or {})
-        finally:
-            self._buffers = saved
-        failed = result.error is not None
+        ``config``: its config.json; ``outcome``: its :class:`~mutransfer.sweep.plan.Outcome`;
+        the epochs come from its history.json.
+        """
+        failed = outcome.status == "failed"
         self._write_run(
-            trial_id,
-            config=dict(result.config or {}),
-            buf=buf,
-            last=last,
+            key,
+            config=dict(config),
+            buf={},
+            last=dict(outcome.metrics),
             failed=failed,
-            error=self._error_text(result.error) if failed else None,
+            error=outcome.error if failed else None,
             retries=0,
             start=None,
-            index=self._index_of_tag(last.get("experiment_tag")),
-            tune_path=getattr(result, "path", None),
+            index=self._index_of_key(key),
         )
 
     def _write_run(self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None) -> None:
+        """Finish the trial's child run (the open one, else a new one): the epochs it lacks, final metrics, tags."""
         if tid in self.logged_trial_ids():
             return
         self._add_trial_history(buf, tid, tune_path)
-        status = self._outcome(last, failed)
-        config = {k: config[k] for k in self.searched if k in config}
-        hp = dict(self.fixed, **config)
+        status = trial_status(last, failed, self.budget_epochs)
+        params = self._params(tid, config)
+        if "spectral_lr0" in last:
+            params["spectral_lr"] = last["spectral_lr0"]
         wall = float(last.get("time_total_s", 0.0) or 0.0)
         end = time.time()
         start = end - wall if start is None else start
-        params = {"trial_id": tid, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
-        if "spectral_lr0" in last:
-            params["spectral_lr"] = last["spectral_lr0"]
         start_ms = int(start * 1000)
+        run = self._open.pop(tid, None)
+        logged = self._steps(run) if run is not None else set()
         metrics = []
-        for epoch in sorted(buf):
+        for epoch in sorted(set(buf) - logged):
             row = buf[epoch]
-            ts = start_ms + int(row["seconds"] * 1000)
-            metrics += [
-                ("test_error", row["test_error"], ts, epoch),
-                ("train_loss", row["train_loss"], ts, epoch),
-                ("lr", row["lr"], ts, epoch),
-            ]
+            metrics += epoch_metrics(epoch, test_error=row["test_error"], train_loss=row["train_loss"], lr=row["lr"],
+                                     timestamp_ms=start_ms + int(row["seconds"] * 1000))
         final_error = float(last.get("test_error", float("nan"))) if not failed else float("nan")
         epochs_done = int(last.get("epoch", max(buf) if buf else 0) or 0)
         trainer_seconds = float(last.get("trainer_seconds", 0.0) or 0.0)
@@ -276,31 +322,25 @@ class TrialLogger:
             ("wall_seconds", wall, now, 0),
             ("device_seconds", wall * self.devices_per_trial, now, 0),
         ]
-        tags = {STATUS_TAG: status, "mutransfer.trial_index": index, "mutransfer.retries": max(0, retries)}
+        tags = {STATUS_TAG: status, "mutransfer.retries": max(0, retries)}
+        if index or run is None:
+            tags["mutransfer.trial_index"] = index
         if failed:
             tags["mutransfer.error"] = error or "unknown error"
-        run = self.client.create_run(
-            self.experiment_id,
-            start_time=start_ms,
-            tags={
-                PARENT_TAG: self.parent_run_id,
-                KIND_TAG: "proxy_trial",
-                STUDY_TAG: self.study_name,
-                TRIAL_ID_TAG: tid,
-                RUN_NAME_TAG: f"trial {index:03d} ({tid})",
-            },
-        )
-        log_batch(self.client, run.info.run_id, metrics=metrics, params=params, tags=tags)
-        self.client.set_terminated(run.info.run_id, status="FAILED" if failed else "FINISHED", end_time=now)
+        if run is None:  # never seen starting (finished before a driver was killed, or an older store)
+            run_id = self.client.create_run(self.experiment_id, start_time=start_ms, tags=self._run_tags(tid, index)).info.run_id
+        else:
+            run_id = run.run_id
+            params = {k: v for k, v in params.items() if k not in run.params}  # MLflow params are write-once
+        log_batch(self.client, run_id, metrics=metrics, params=params, tags=tags)
+        self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=now)
         self._logged.add(tid)
         self._done += 1
-        shown = ", ".join(f"{k}={_short(v)}" for k, v in config.items())
-        result = f"test {final_error:.4g} at epoch {epochs_done}/{self.budget_epochs}" if not failed else (error or "")
-        self._say(f"[trial {index}/{self.total_trials}] {status:<9} {result}  {shown}  ({wall:.1f} s)")
 
 
-def _short(value) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+def _key(trial) -> str:
+    """A Tune trial's key of ours (its configuration's ``trial_key``; Tune's id for a trial without one)."""
+    return str((getattr(trial, "config", None) or {}).get("trial_key") or trial.trial_id)
 
 
 def as_tune_callback(logger: TrialLogger):

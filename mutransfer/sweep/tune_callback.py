@@ -1,8 +1,9 @@
-"""The Ray Tune ``Callback`` that forwards trial events to :class:`~mutransfer.sweep.tracking.TrialLogger`.
+"""The Ray Tune ``Callback`` that forwards trial events to our driver-side observers.
 
-Kept apart from tracking.py so that `mutransfer studies` / `mutransfer ui` do not import Ray. It does not
-import tracking.py either (tracking.as_tune_callback imports it: no cycle); it forwards to any object with
-TrialLogger's five ``on_trial_*`` methods.
+Kept apart from tracking.py so that `mutransfer studies` / `mutransfer ui` do not import Ray. It imports
+neither the MLflow logger (mutransfer.sweep.trial_logger) nor the console display (mutransfer.sweep.progress):
+their ``as_tune_callback`` import it (no cycle). It forwards to any object with TrialLogger's five
+``on_trial_*`` methods, and to its ``on_step_end(trials)`` if it has one.
 """
 
 from __future__ import annotations
@@ -11,10 +12,15 @@ from ray.tune import Callback
 
 
 class MlflowTrialCallback(Callback):
-    """Driver-side MLflow logging of proxy trials: buffer results, one log_batch per finished trial."""
+    """Forward Tune's trial events to ``inner`` (a TrialLogger, a ProxyProgress), without Tune's extra arguments."""
 
     def __init__(self, inner):
-        self.inner = inner  # a mutransfer.sweep.tracking.TrialLogger
+        self.inner = inner  # a mutransfer.sweep.trial_logger.TrialLogger or mutransfer.sweep.progress.ProxyProgress
+
+    def on_step_end(self, iteration, trials, **info):
+        step_end = getattr(self.inner, "on_step_end", None)
+        if step_end is not None:
+            step_end(trials)
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.inner.on_trial_start(trial)

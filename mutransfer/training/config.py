@@ -95,6 +95,8 @@ class TrainConfig(Hyperparameters):
             raise UserInputError(f"device_memory {self.device_memory!r}: must be a number of bytes, e.g. 80GiB, or unset")
         if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):
             raise UserInputError(f"checkpoint_dir {self.checkpoint_dir!r}: must be a directory path or unset")
+        if self.checkpoint_dir is not None and os.path.isfile(self.checkpoint_dir):
+            raise UserInputError(f"checkpoint_dir {self.checkpoint_dir}: is a file; give a folder (it is made if missing)")
 
     def to_dict(self) -> dict:
         """Plain dict (lists, not tuples) safe for JSON and ``torch.load(weights_only=True)``."""

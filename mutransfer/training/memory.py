@@ -103,3 +103,27 @@ def check_model_fits(model, grid: tuple[int, ...], batch: int, device, *, precis
     plan = plan_for_config(config, grid, batch, precision, weight_decay, kind)
     check_fits(plan, device, limit=limit, what=what, where=where)
     return plan
+
+
+def check_before_building(config: dict, grid: tuple[int, ...], batch: int, device, *, precision: str = "fp32",
+                          weight_decay: float = 0.0, limit: int | None = None, what: str = "training") -> FNOPlan:
+    """The one check every command that builds an FNO runs first: K against the grid, then memory.
+
+    ``config``: the FNO's keys of ``_FNO_KEYS`` (plain ints from flags or a study; no
+    model is built, so a size of 10**9 costs nothing); ``grid``: the unpadded grid.
+    Raises a one-line UserInputError naming the size and the limit.
+    """
+    from operators.errors import OperatorConfigError
+    from operators.spectral import check_grid
+
+    padding = int(config["padding"])
+    if padding > min(grid):  # padding only breaks the periodicity: more than the grid itself is never needed
+        raise UserInputError(f"{what}: padding {padding} is more than the grid {tuple(grid)}; use padding <= {min(grid)}")
+    padded = tuple(int(n) + padding for n in grid)
+    try:
+        check_grid(padded, int(config["modes"]))
+    except OperatorConfigError as exc:
+        raise UserInputError(f"{what}: {exc}") from None
+    plan = check_model_fits(config, grid, batch, device, precision=precision, weight_decay=weight_decay, limit=limit,
+                            what=what)
+    return plan

@@ -1,0 +1,156 @@
+"""`mutransfer ui`: start the MLflow UI on the study store and print the link to the newest study's runs.
+
+The link is printed once the server answers (``/health``), so it opens a page, not an
+error; a port already taken is refused before anything starts (one line, exit 2). The
+experiment is tagged on the way (mutransfer.sweep.mlflow_view) so that stores written
+before those tags existed open on the study's runs too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+from mutransfer.cli.common import positive_int
+from mutransfer.errors import UserInputError
+
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
+EXIT_SERVER_FAILED = 1
+POLL_SECONDS = 0.25
+
+
+def _port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a TCP port (1-65535)")
+    return value
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "ui",
+        help="start the MLflow UI on the study store (127.0.0.1 only by default)",
+        description="Start the MLflow UI for the tracking store and print the link to the newest study's runs "
+        "(its error metrics and searched hyperparameters as columns) once the server answers. "
+        "Binds to 127.0.0.1 unless --host says otherwise. Stop it with Ctrl-C.",
+    )
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in this directory)")
+    p.add_argument("--port", type=_port, default=5000, help="TCP port (default 5000)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--experiment", help="experiment to link to (default: that of the newest study)")
+    p.add_argument("--wait", type=positive_int, default=300, metavar="SECONDS",
+                   help="how long to wait for the server to answer before giving up (default 300)")
+    p.set_defaults(run=run_ui_cmd)
+
+
+def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
+    """The argument list that starts the MLflow UI for ``uri`` (no shell; one worker: one local reader)."""
+    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port),
+            "--workers", "1"]
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse (UserInputError) a port something already listens on, before the server starts."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does: TIME_WAIT is no conflict
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserInputError(f"--port {port}: {host}:{port} is already in use (another `mutransfer ui`?); "
+                                     "stop that server or pick a free port with --port") from None
+            raise UserInputError(f"--host {host}: cannot listen there ({exc.strerror}); "
+                                 "use 127.0.0.1 or an address of this machine") from None
+
+
+def _answers(host: str, port: int) -> bool:
+    local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    shown = f"[{local}]" if ":" in local else local
+    try:
+        with urllib.request.urlopen(f"http://{shown}:{port}/health", timeout=1) as reply:
+            return reply.status == 200
+    except OSError:
+        return False
+
+
+def wait_until_serving(proc: subprocess.Popen, host: str, port: int, seconds: float) -> str | None:
+    """None once the server answers /health; else why not (it exited, or ``seconds`` passed)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return f"the MLflow server exited with code {proc.returncode} before answering (its messages are above)"
+        if _answers(host, port):
+            return None
+        time.sleep(POLL_SECONDS)
+    return f"the MLflow server did not answer on port {port} within {seconds:.0f} s; raise --wait"
+
+
+def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None]:
+    """(experiment id, view key) of the study to show; the experiment gets the tags of mlflow_view."""
+    from mutransfer.sweep.mlflow_view import searched_keys, tag_kind, tag_study
+    from mutransfer.sweep.studies import study_to_show
+    from mutransfer.sweep.tracking import _client
+
+    experiment_id, row = study_to_show(uri, experiment)
+    if experiment_id is None:
+        return None, None
+    client = _client(uri)
+    try:
+        if row is None:
+            tag_kind(client, experiment_id)
+            return experiment_id, None
+        params = client.get_run(row["run_id"]).data.params
+        return experiment_id, tag_study(client, experiment_id, row["study"], searched_keys(params))
+    except Exception as exc:  # a read-only or busy store: still serve it, without the study's view
+        print(f"warning: could not tag experiment {experiment_id} for the study's view ({type(exc).__name__}); "
+              "the link opens its runs without the preset columns", file=sys.stderr)
+        return experiment_id, None
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run_ui_cmd(args: argparse.Namespace) -> int:
+    from mutransfer.sweep.mlflow_view import ui_link
+    from mutransfer.sweep.tracking import resolve_tracking_uri, sqlite_path
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    path = sqlite_path(uri)
+    if path is not None and not path.exists():
+        raise UserInputError(f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri")
+    check_port_free(args.host, args.port)
+    experiment_id, key = _tag_study(uri, args.experiment)
+    if args.host not in LOCAL_HOSTS:
+        print(f"warning: --host {args.host} exposes the MLflow UI beyond this machine", file=sys.stderr)
+    print(f"mutransfer ui: starting MLflow on {args.host}:{args.port} ...", file=sys.stderr, flush=True)
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too, as Ctrl-C does
+    # an argument list, no shell; the server's log goes to stderr so stdout holds only the link
+    proc = subprocess.Popen(ui_command(uri, host=args.host, port=args.port), stdout=2)
+    try:
+        problem = wait_until_serving(proc, args.host, args.port, args.wait)
+        if problem is not None:
+            _stop(proc)
+            print(f"mutransfer ui: error: {problem}", file=sys.stderr)
+            return EXIT_SERVER_FAILED
+        print(f"MLflow UI: {ui_link(args.host, args.port, experiment_id, key)}  (Ctrl-C to stop)", flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        _stop(proc)
+        return 0

@@ -1,0 +1,212 @@
+"""The study report: one self-contained HTML page (inline CSS, figures as base64 PNG, no external references).
+
+Sections, in order: the study's settings, the muP transfer table, the result (target vs best proxy),
+the proxy trials (table, optimization history, learning curves with ASHA's stops, importances, slice
+plots), the target's learning curve, the verification and the direct-tuning baseline (only when the
+study ran them: ``--verify``, ``--baseline direct``), the compute spent, and notes on anything missing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from mutransfer.reporting import figures
+from mutransfer.reporting.study_files import StudyFiles
+from mutransfer.reporting.trials_table import trials_frame
+from mutransfer.sweep.state import write_atomic
+
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 1.6em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: right; }
+th { background: #f2f2f2; } td.text, th.text { text-align: left; }
+.lead { color: #555; } .note { background: #fff6dd; padding: 0.4em 0.8em; border-left: 4px solid #e0b000; }
+figure { margin: 1em 0; } figcaption { font-size: 0.9em; color: #555; }
+pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
+"""
+
+
+def _e(value) -> str:
+    return html.escape(str(value))
+
+
+def fmt(value) -> str:
+    """A cell: floats to 6 significant digits, None as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "nan" if not math.isfinite(value) else format(value, ".6g")
+    return str(value)
+
+
+def key_table(rows: list[tuple[str, object]], table_id: str | None = None) -> str:
+    """A two-column table of (name, value) rows."""
+    ident = f' id="{table_id}"' if table_id else ""
+    body = "".join(f'<tr><th class="text">{_e(k)}</th><td class="text">{_e(fmt(v))}</td></tr>' for k, v in rows)
+    return f"<table{ident}>{body}</table>"
+
+
+def frame_table(frame: pd.DataFrame, table_id: str) -> str:
+    """A DataFrame as an HTML table (pandas' to_html; floats to 6 significant digits)."""
+    return frame.to_html(index=False, table_id=table_id, border=0, na_rep="-", float_format=lambda v: format(v, ".6g"))
+
+
+def figure_html(fig: figures.Figure, caption: str = "") -> str:
+    """The figure as an inline PNG, or the sentence that says why it is missing."""
+    if fig.png is None:
+        return f'<p class="note">{_e(fig.title)}: {_e(fig.missing)}</p>'
+    data = base64.b64encode(fig.png).decode("ascii")
+    extra = f' data-curves="{fig.curves}"' if fig.curves else ""
+    text = f"{fig.title}. {caption}".strip()
+    return (f'<figure{extra}><img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_e(text)}</figcaption></figure>")
+
+
+def _settings(files: StudyFiles) -> str:
+    s, r = files.study, files.report or {}
+    search, budget, target = s.get("search") or {}, s.get("budget") or {}, s.get("target") or {}
+    problem, operator = s.get("problem") or {}, s.get("operator") or {}
+    grid = "" if problem.get("resolution") is None else f"resolution {problem['resolution']}, "
+    rows = [
+        ("problem", f"{problem.get('name')} ({grid}{problem.get('n_train')} train / {problem.get('n_test')} test)"),
+        ("operator", f"{operator.get('type')} width {operator.get('width')}, {operator.get('layers')} layers"),
+        ("proxy model", r.get("proxy_model") or f"K {s.get('proxy_K')}"),
+        ("target model", r.get("target_model") or f"K {s.get('target_K')}"),
+        ("parametrization", s.get("parametrization")),
+        ("search", f"{search.get('algorithm')}, {search.get('num_trials')} trials, {search.get('max_concurrent')} at "
+                   f"a time, seed {search.get('seed')}"),
+        ("search space", "; ".join(f"{k}: {_space_text(d)}" for k, d in files.search_space.items())),
+        ("budget (ASHA)", f"{budget.get('epochs')} epochs, grace period {budget.get('grace_period')}, reduction "
+                          f"factor {budget.get('reduction_factor')}"),
+        ("target training", f"{target.get('epochs')} epochs on {target.get('num_workers')} worker(s)"),
+    ]
+    rows += [("override", o) for o in r.get("overrides") or files.state.get("overrides") or []]
+    return (key_table(rows, "settings")
+            + f"<details><summary>study.yaml</summary><pre>{_e(files.study_text)}</pre></details>")
+
+
+def _space_text(d: dict) -> str:
+    if d.get("type") == "choice":
+        return "choice of " + ", ".join(map(str, d.get("values") or []))
+    return f"{d.get('type')} [{d.get('low')}, {d.get('high')}]"
+
+
+def _transfer(report: dict | None) -> str:
+    transfer = (report or {}).get("transfer")
+    if not transfer:
+        return '<p class="note">No transfer yet: the study has not finished its proxy phase.</p>'
+    text = ' class="text"'
+    head = "".join(f"<th{text if c in ('quantity', 'rule') else ''}>{c}</th>"
+                   for c in ("quantity", "proxy", "factor", "target", "rule"))
+    rows = "".join(
+        f'<tr><td class="text">{_e(q["name"])}</td><td>{fmt(q["proxy"])}</td><td>{fmt(q["factor"])}</td>'
+        f'<td>{fmt(q["target"])}</td><td class="text">{_e(q["rule"])}</td></tr>'
+        for q in transfer["quantities"])
+    notes = "".join(f"<li>{_e(n)}</li>" for n in transfer.get("notes") or [])
+    return f'<table id="transfer"><tr>{head}</tr>{rows}</table><ul>{notes}</ul>'
+
+
+def _result(report: dict | None) -> str:
+    if not report:
+        return '<p class="note">No result yet: the study is still running (or was interrupted; resume it with ' \
+               "<code>mutransfer sweep --resume</code>).</p>"
+    best, target, gain = report.get("best_proxy") or {}, report.get("target") or {}, report.get("proxy_to_target")
+    rows = [("best proxy trial", f"{best.get('index')} ({best.get('trial_id')})"),
+            ("best proxy configuration", ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())),
+            ("best proxy test rel. L2", best.get("test_error")),
+            ("target status", target.get("status")), ("target test rel. L2", target.get("test_error")),
+            ("target epochs", target.get("epochs"))]
+    if gain:
+        rows.append(("proxy error / target error", gain["gain"]))
+    return key_table(rows, "result")
+
+
+def _verification(v: dict) -> str:
+    from mutransfer.sweep.verify import Verification
+
+    known = {k: v[k] for k in Verification.__dataclass_fields__ if k in v}
+    frame = pd.DataFrame(v.get("records") or [])
+    return (f'<section id="verification"><h2>Verification (--verify)</h2><p>{_e(Verification(**known).summary_line())}</p>'
+            + figure_html(figures.verification_curve(v), "Dashed: the transferred LR.")
+            + (frame_table(frame, "verification-records") if not frame.empty else "") + "</section>")
+
+
+def _baseline(b: dict) -> str:
+    from mutransfer.sweep.baseline import summary_line
+
+    m, d = b["mutransfer"], b["cost"]
+    frame = pd.DataFrame([
+        {"": "muTransfer", "test_error": m.get("test_error"), "device_seconds": m["device_seconds"],
+         "trainer_device_seconds": m["trainer_device_seconds"], "flops": m.get("flops")},
+        {"": "direct tuning", "test_error": b.get("test_error"), "device_seconds": d["device_seconds"],
+         "trainer_device_seconds": d["trainer_device_seconds"], "flops": d.get("flops")},
+    ])
+    return (f'<section id="baseline"><h2>Direct-tuning baseline (--baseline direct)</h2><p>{_e(summary_line(b))}</p>'
+            + frame_table(frame, "baseline-table") + "</section>")
+
+
+def _compute(report: dict | None) -> str:
+    c = (report or {}).get("compute") or {}
+    keys = ("proxy_device_seconds", "target_device_seconds", "proxy_to_target_cost", "proxy_flops", "target_flops",
+            "direct_sweep_flops", "sweep_wall_seconds", "overhead_share")
+    rows = [(k, c[k]) for k in keys if c.get(k) is not None]
+    return key_table(rows, "compute") if rows else "<p>Not known until the study is done.</p>"
+
+
+def render_report(files: StudyFiles) -> str:
+    """The whole page for the study in ``files``."""
+    report = files.report
+    search, notes = figures.search_figures(files)
+    frame = trials_frame(files)
+    counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
+    lead = (f"phase {files.phase}; {len(frame)} proxy trials ("
+            + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"); folder {files.root}")
+    captions = ["Each point: a trial's last reported test error (what the TPE sampler was told).",
+                "One line per trial; X: the epoch where ASHA stopped the trial.",
+                "Optuna's PED-ANOVA importances of the searched hyperparameters for the test error.",
+                "Each trial's last reported error against each searched hyperparameter; colour: trial order."]
+    parts = [
+        f"<h1>Study {_e(files.name)}</h1><p class=\"lead\">{_e(lead)}</p>",
+        "<h2>Settings</h2>", _settings(files),
+        "<h2>muP transfer</h2>", _transfer(report),
+        "<h2>Result</h2>", _result(report),
+        "<h2>Proxy trials</h2>", frame_table(frame, "trials") if not frame.empty else "",
+        *[figure_html(f, c) for f, c in zip(search, captions)],
+        "<h2>Target</h2>", figure_html(figures.target_curve(files)),
+    ]
+    if files.verification:
+        parts.append(_verification(files.verification))
+    if files.direct_baseline:
+        parts.append(_baseline(files.direct_baseline))
+    parts += ["<h2>Compute</h2>", _compute(report)]
+    all_notes = files.notes + notes
+    if all_notes:
+        parts += ['<h2>Notes</h2><ul id="notes">', *[f"<li>{_e(n)}</li>" for n in all_notes], "</ul>"]
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mutransfer study {_e(files.name)}'
+            f"</title><style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def write_report_page(files: StudyFiles, out: Path) -> Path:
+    """Render the page and write it to ``out`` atomically; returns ``out``."""
+    write_atomic(Path(out), render_report(files))
+    return Path(out)
+
+
+def write_study_page(root: Path, say) -> Path | None:
+    """The sweep's last step: ``<study folder>/report.html``. A page that cannot be drawn costs the sweep
+    nothing: ``say`` gets one line (with the command that retries it) and None is returned."""
+    from mutransfer.reporting.study_files import load_study_files
+
+    out = Path(root) / "report.html"
+    try:
+        return write_report_page(load_study_files(str(root)), out)
+    except Exception as exc:  # noqa: BLE001 - the study's results are already saved; the page is a view of them
+        say(f"report page not written ({type(exc).__name__}: {exc}); retry with `mutransfer report {root}`")
+        return None

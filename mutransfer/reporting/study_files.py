@@ -1,0 +1,123 @@
+"""A study folder read back from disk: what ``mutransfer report`` and ``mutransfer trials`` show.
+
+``STUDY`` is either a path to a study folder (one holding ``state.json``) or a study name looked up
+in the runs directory (``./mutransfer-runs/<name>`` unless ``--runs-dir`` says otherwise), the folder
+``mutransfer sweep`` writes. Only files are read (no MLflow), so a copied folder works offline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from mutransfer.errors import UserInputError
+from mutransfer.sweep.context import TrialRecord
+from mutransfer.sweep.state import DEFAULT_RUNS_DIR, StudyDir
+from mutransfer.sweep.trial import HISTORY_FILE
+from mutransfer.training.records import EpochRecord, load_history
+
+
+@dataclass
+class StudyFiles:
+    """Everything a study folder holds that the report shows.
+
+    ``histories`` maps a trial id to its evaluations (one :class:`EpochRecord` per evaluated epoch);
+    a trial whose ``history.json`` is missing or unreadable is absent from it and has a line in ``notes``.
+    """
+
+    root: Path
+    name: str
+    state: dict
+    report: dict | None
+    study_text: str
+    study: dict
+    trials: list[TrialRecord]
+    histories: dict[str, list[EpochRecord]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def phase(self) -> str:
+        return "done" if self.report is not None else str(self.state.get("phase") or "started")
+
+    @property
+    def search_space(self) -> dict:
+        """The study's ``search_space`` section as written in study.yaml (``{name: {type, low, high | values}}``)."""
+        return dict(self.study.get("search_space") or {})
+
+    @property
+    def target_history(self) -> list[EpochRecord]:
+        """The target's evaluations (state.json keeps the target's outcome with its history)."""
+        outcome = self.state.get("target_outcome") or {}
+        return load_history(outcome.get("history") or [])
+
+    @property
+    def verification(self) -> dict | None:
+        return (self.report or {}).get("verification") or self.state.get("verification")
+
+    @property
+    def direct_baseline(self) -> dict | None:
+        return (self.report or {}).get("direct_baseline") or self.state.get("direct_baseline")
+
+
+def resolve_study_dir(study: str, runs_dir: str | None = None) -> Path:
+    """The folder of ``study`` (a folder path, or a name under the runs directory); one-line error if none."""
+    path = Path(study)
+    if (path / "state.json").is_file():
+        return path.absolute()
+    by_name = StudyDir.for_study(study, runs_dir).root
+    if "/" not in study and (by_name / "state.json").is_file():
+        return by_name
+    where = runs_dir or DEFAULT_RUNS_DIR
+    raise UserInputError(
+        f"STUDY {study!r}: no study folder with a state.json at {path} or {by_name}; pass a study folder or the "
+        f"name of a study under {where} (--runs-dir DIR for another runs directory)"
+    )
+
+
+def _read_json(path: Path, what: str):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserInputError(f"{what} {path} is unreadable ({type(exc).__name__}); restore it from a copy") from None
+
+
+def load_study_files(study: str, runs_dir: str | None = None) -> StudyFiles:
+    """Read the study folder named by ``study``: its state, report (if done), study.yaml and trial histories."""
+    root = resolve_study_dir(study, runs_dir)
+    state = _read_json(root / "state.json", "study state")
+    if not isinstance(state, dict):
+        raise UserInputError(f"study state {root / 'state.json'} is not a JSON object; restore it from a copy")
+    report = _read_json(root / "report.json", "study report") if (root / "report.json").is_file() else None
+    study_path = root / "study.yaml"
+    study_text = study_path.read_text() if study_path.is_file() else str(state.get("source_text") or "")
+    try:
+        mapping = yaml.safe_load(study_text) or {}
+    except yaml.YAMLError:
+        mapping = {}
+    trials = [TrialRecord.from_dict(t) for t in state.get("trials") or []]
+    name = str(mapping.get("name") or state.get("study") or root.name) if isinstance(mapping, dict) else root.name
+    files = StudyFiles(root=root, name=name, state=state, report=report, study_text=study_text,
+                       study=mapping if isinstance(mapping, dict) else {}, trials=trials)
+    if not trials:
+        files.notes.append(f"no proxy trial records yet (phase {files.phase}): the proxy phase has not finished")
+    for trial in trials:
+        history, problem = read_history(root / "trials" / trial.trial_id)
+        if problem:
+            files.notes.append(f"trial {trial.index} ({trial.trial_id}): {problem}; its learning curve is left out")
+        else:
+            files.histories[trial.trial_id] = history
+    return files
+
+
+def read_history(trial_dir: Path) -> tuple[list[EpochRecord], str | None]:
+    """A trial's evaluations from its ``history.json``, or ``([], why)`` when the file is missing or corrupt."""
+    path = trial_dir / HISTORY_FILE
+    if not path.is_file():
+        return [], f"{path} is missing"
+    try:
+        return load_history(json.loads(path.read_text())), None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return [], f"{path} is unreadable ({type(exc).__name__})"

@@ -1,0 +1,145 @@
+"""The trained target as a self-contained model directory: an MLflow model of the ``mutransfer`` flavor.
+
+Layout (``<study dir>/model/``, and the same files in MLflow's logged model)::
+
+    MLmodel            MLflow's model file; flavors: {mutransfer: {config: config.json, weights: state_dict.pt}}
+    config.json        everything that rebuilds the model without pickle (see :class:`ModelCard`)
+    state_dict.pt      the model's state dict: tensors only, read with ``torch.load(weights_only=True)``
+
+No pickled Python object is stored (``mlflow.pytorch.log_model`` would pickle the
+whole module): the model is rebuilt from ``config.json`` as
+``MODEL_CLASSES[model_class](**model_config)`` and its weights loaded from tensors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mutransfer.errors import UserInputError
+
+FLAVOR = "mutransfer"
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "state_dict.pt"
+MLMODEL_FILE = "MLmodel"
+FORMAT_VERSION = 1
+
+
+def _model_classes() -> dict:
+    """The model classes a model directory may name (their ``config`` dict rebuilds them)."""
+    from operators.adapters import GridPointSet, PackedPointSet
+    from operators.fno import FNO
+
+    return {cls.__name__: cls for cls in (FNO, GridPointSet, PackedPointSet)}
+
+
+@dataclass
+class ModelCard:
+    """config.json: the facts that rebuild the model and check data for it.
+
+    ``input_shape`` / ``output_shape``: one training sample, (*grid, C) or (P, d + C_in + 1)
+    for packed point sets; ``resolution``: the training grid size (None for point sets).
+    """
+
+    model_class: str
+    model_config: dict
+    problem: str
+    dim: int
+    point_problem: bool
+    operator: str
+    resolution: int | None
+    time_resolution: int | None
+    input_shape: list[int]
+    output_shape: list[int]
+    study: str
+    hyperparameters: dict = field(default_factory=dict)
+    test_error: float | None = None
+    mutransfer_version: str = ""
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def input_channels(self) -> int:
+        return int(self.input_shape[-1])
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ModelCard":
+        from dataclasses import fields
+
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def card_for(study, model_class: str, model_config: dict, data, *, hyperparameters: dict,
+             test_error: float | None) -> ModelCard:
+    """The card of the target (class name, its ``config``) trained by ``study`` on ``data`` (a SplitData)."""
+    import mutransfer
+
+    return ModelCard(
+        model_class=model_class,
+        model_config=_plain(model_config),
+        problem=study.problem.name,
+        dim=int(study.dim),
+        point_problem=bool(study.point_problem),
+        operator=study.operator.type,
+        resolution=None if study.point_problem else int(data.grid_shape[0]),
+        time_resolution=study.problem.time_resolution,
+        input_shape=[int(s) for s in data.test_x.shape[1:]],
+        output_shape=[int(s) for s in data.test_y.shape[1:]],
+        study=study.name,
+        hyperparameters=_plain(hyperparameters),
+        test_error=test_error,
+        mutransfer_version=mutransfer.__version__,
+    )
+
+
+def _plain(value):
+    """Tuples → lists, recursively (JSON round-trips it unchanged)."""
+    return json.loads(json.dumps(value))
+
+
+def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
+    """Write MLmodel, config.json and state_dict.pt into ``directory`` (created); returns it."""
+    import torch
+    from mlflow.models import Model
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / CONFIG_FILE).write_text(json.dumps(asdict(card), indent=2))
+    torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, directory / WEIGHTS_FILE)
+    mlmodel = Model(artifact_path="model")
+    mlmodel.add_flavor(FLAVOR, config=CONFIG_FILE, weights=WEIGHTS_FILE, model_class=card.model_class,
+                       format_version=FORMAT_VERSION)
+    mlmodel.save(directory / MLMODEL_FILE)
+    return directory
+
+
+def read_model_dir(directory: Path):
+    """(model in eval mode on the CPU, ModelCard) from a model directory; one-line errors for anything else."""
+    import torch
+    import yaml
+
+    directory = Path(directory)
+    mlmodel = directory / MLMODEL_FILE
+    if not mlmodel.is_file():
+        raise UserInputError(f"{directory} is not a mutransfer model directory (no MLmodel file); "
+                             "pass a study or a runs:/ or models:/ URI of a sweep's target")
+    flavors = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors") or {}
+    if FLAVOR not in flavors:
+        raise UserInputError(f"model {directory}: flavors {sorted(flavors)} lack {FLAVOR!r}; "
+                             "only models logged by `mutransfer sweep` can be loaded")
+    flavor = flavors[FLAVOR]
+    card = ModelCard.from_dict(json.loads((directory / flavor.get("config", CONFIG_FILE)).read_text()))
+    classes = _model_classes()
+    if card.model_class not in classes:
+        raise UserInputError(f"model {directory}: model_class {card.model_class!r} is unknown; "
+                             f"use one of {', '.join(classes)} (a newer mutransfer wrote it?)")
+    model = classes[card.model_class](**card.model_config)
+    try:
+        state = torch.load(directory / flavor.get("weights", WEIGHTS_FILE), map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError for anything but tensors; never unpickled further
+        raise UserInputError(f"model {directory}: {flavor.get('weights', WEIGHTS_FILE)} is not a plain state dict of "
+                             f"tensors ({type(exc).__name__}); refusing to load it") from None
+    model.load_state_dict(state)
+    model.eval()
+    return model, card

@@ -1,0 +1,95 @@
+"""What the MLflow UI shows of a study: the experiment's tags, the study's saved view and the link to it.
+
+MLflow 3.17 opens an experiment in its GenAI mode (traces, judges, the assistant) unless
+told otherwise, and its runs table shows no metric until columns are picked by hand.
+Three things make the printed link open on the study's runs with its errors visible:
+
+- the experiment tag ``mlflow.experimentKind = custom_model_development`` (MLflow's own
+  value for "Machine learning" experiments, the one its experiment-kind selector writes);
+- a **shared view** per study: the experiment tag ``mlflow.sharedViewState.<key>`` holds
+  the runs table's state as JSON (a filter on the study's tag, the error metrics and the
+  searched hyperparameters as columns, sorted by ``final_test_error``); the runs page
+  loads it when the URL carries ``viewStateShareKey=<key>``;
+- ``workflowType=machine_learning`` in the link: in the 3.17.2 web app this URL parameter
+  (remembered in the browser afterwards) picks the classic runs view; the tag alone does not.
+
+The tags are written when a study starts or resumes (:func:`tag_study`) and again by
+``mutransfer ui`` for the newest study (so stores written before this change get them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from urllib.parse import urlencode
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+WORKFLOW = {"workflowType": "machine_learning"}
+
+#: Metrics shown in every study's view: trial and target runs log test_error per epoch and
+#: final_test_error at the end; the parent run logs the study's summary errors.
+ERROR_METRICS = ("final_test_error", "test_error", "best_proxy_test_error", "target_test_error")
+
+
+def view_key(study_name: str) -> str:
+    """The share key of a study's view: its name where URL- and tag-safe, else a slug plus a short hash."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", study_name).strip("-") or "study"
+    if slug == study_name:
+        return slug
+    return f"{slug}-{hashlib.sha1(study_name.encode()).hexdigest()[:8]}"
+
+
+def _column(kind: str, key: str) -> str:
+    """A runs-table column id as the MLflow web app writes it: ``metrics.`final_test_error```."""
+    return f"{kind}.`{key}`"
+
+
+def study_view_state(study_name: str, searched: Iterable[str]) -> dict:
+    """The runs table of one study: its runs only, error metrics and searched hyperparameters, best first."""
+    name = study_name.replace("'", "\\'")
+    return {
+        "searchFilter": f"tags.`mutransfer.study` = '{name}'",
+        "orderByKey": _column("metrics", "final_test_error"),
+        "orderByAsc": True,
+        "selectedColumns": [_column("metrics", m) for m in ERROR_METRICS]
+        + [_column("params", f"hp.{k}") for k in searched],
+    }
+
+
+def tag_kind(client, experiment_id: str) -> None:
+    """Mark the experiment as a machine-learning one (not GenAI) for MLflow's UI and assistant."""
+    client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+
+
+def tag_study(client, experiment_id: str, study_name: str, searched: Iterable[str]) -> str:
+    """Write the experiment-kind tag and the study's view onto the experiment; returns the view's key."""
+    key = view_key(study_name)
+    state = json.dumps(study_view_state(study_name, searched), separators=(",", ":"))
+    tag_kind(client, experiment_id)
+    client.set_experiment_tag(experiment_id, SHARED_VIEW_PREFIX + key, state)
+    return key
+
+
+def searched_keys(params: dict) -> list[str]:
+    """The searched hyperparameters of a study from its parent run's ``search.space`` parameter (JSON)."""
+    try:
+        space = json.loads(params.get("search.space", "{}"))
+    except ValueError:
+        return []
+    return list(space) if isinstance(space, dict) else []
+
+
+def ui_link(host: str, port: int, experiment_id: str | None = None, key: str | None = None) -> str:
+    """The link ``mutransfer ui`` prints: the study's runs view, or the experiments list without a study."""
+    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+    if ":" in shown and not shown.startswith("["):
+        shown = f"[{shown}]"
+    base = f"http://{shown}:{port}/"
+    if experiment_id is None:
+        return base
+    query = dict(WORKFLOW, **({"viewStateShareKey": key} if key else {}))
+    return f"{base}#/experiments/{experiment_id}/runs?{urlencode(query)}"

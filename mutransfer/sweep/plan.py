@@ -1,0 +1,274 @@
+"""The proxy search's plan: which trial runs next, with which configuration, and when ASHA stops it.
+
+Every proxy trial has a key of ours, ``t0000``, ``t0001``, … in the order its
+configuration was handed out. The key names its directory (``trials/<key>/``), its
+MLflow child run (tag ``mutransfer.trial_id``) and its row in the report. The plan
+keeps two JSON files per trial, written by the driver:
+
+- ``config.json``: the searched hyperparameters, written when the configuration is
+  handed out (before Tune starts the trial);
+- ``outcome.json``: status (completed | pruned | diverged | failed), the last reported
+  metrics, the error of a failed trial and the trial's values at the ASHA rungs it
+  reached, written when the trial ends.
+
+A resumed sweep rebuilds the plan from these files alone (nothing is unpickled):
+trials with an outcome are finished and never run again; trials with a configuration
+but no outcome are handed out first, under their old keys, and continue from their
+own checkpoints; then new trials are sampled up to the study's total.
+
+Reproducibility: with ``window`` = w (the concurrency of the study's first session,
+kept in ``state.json``), trial i is handed out only once trials 0 … i-w have their
+outcome, and its configuration is ``sample_config(study, i, results of trials
+0 … i-w in key order)`` (mutransfer.sweep.sampling). ASHA (:meth:`SearchPlan.should_stop`)
+compares trial i at a rung with trials 0 … i-w only, which all finished before
+trial i started. So the configurations, the stopping decisions and, with deterministic
+training, the results do not depend on the order in which Tune delivers results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mutransfer.study import Study
+
+CONFIG_FILE = "config.json"
+OUTCOME_FILE = "outcome.json"
+#: SearchPlan.next_trial: every trial has been handed out
+DONE = "done"
+#: the last result's metrics an outcome keeps (mutransfer.sweep.trial.TrialReport, and Tune's wall time)
+OUTCOME_METRICS = ("epoch", "test_error", "train_loss", "lr", "trainer_seconds", "spectral_lr0", "diverged", "time_total_s")
+
+
+def trial_key(index: int) -> str:
+    """``t0000`` for index 0: the stable name of a trial (directory, MLflow tag, report)."""
+    return f"t{index:04d}"
+
+
+def key_index(key: str) -> int:
+    """The index of a key made by :func:`trial_key` (ValueError for anything else)."""
+    if not (key.startswith("t") and key[1:].isdigit()):
+        raise ValueError(f"not a trial key: {key!r}")
+    return int(key[1:])
+
+
+def total_trials(study: Study) -> int:
+    """Trials of the study: every grid combination, else ``search.num_trials``."""
+    if study.search.algorithm == "grid":
+        return math.prod(len(d.values) for d in study.search_space.values())
+    return study.search.num_trials
+
+
+def rung_milestones(study: Study) -> list[int]:
+    """ASHA's rungs (epochs) below the budget: grace_period · reduction_factor^k < epochs."""
+    b = study.budget
+    out, m = [], b.grace_period
+    while m < b.epochs:
+        out.append(m)
+        m *= b.reduction_factor
+    return out
+
+
+def trial_number(trial) -> int:
+    """1-based trial number of a Tune trial: its key's index + 1; 0 for a trial without a key."""
+    try:
+        return key_index(str((getattr(trial, "config", None) or {}).get("trial_key"))) + 1
+    except ValueError:
+        return 0
+
+
+def error_text(trial) -> str:
+    """The exception line of a Tune trial's last error, at most 500 characters ("unknown error" if none).
+
+    Read from Tune's text error file in the trial's local folder (written before the
+    scheduler and the callbacks hear of the error), else from ``trial.get_error()``;
+    Tune's pickled copy of the error is never read.
+    """
+    text = None
+    try:
+        path = Path(trial.error_file) if getattr(trial, "error_file", None) else None
+        if path is not None and path.is_file():
+            text = path.read_text(errors="replace")
+    except (OSError, TypeError, ValueError):
+        text = None
+    if text is None:
+        try:
+            err = trial.get_error()
+        except Exception:  # Tune's error file may be missing
+            err = None
+        text = None if err is None else str(err) or type(err).__name__
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip() and not line.startswith("Failure # ")]
+    return lines[-1][:500] if lines else "unknown error"
+
+
+def trial_status(metrics: dict, failed: bool, budget_epochs: int) -> str:
+    """completed | pruned | diverged | failed, from a trial's last reported metrics."""
+    if failed:
+        return "failed"
+    if metrics.get("diverged"):
+        return "diverged"
+    if int(metrics.get("epoch", 0) or 0) < budget_epochs:
+        return "pruned"
+    return "completed"
+
+
+@dataclass
+class Outcome:
+    """How a trial ended (``outcome.json``). ``rungs``: its test error at each ASHA rung it reached (epoch -> value)."""
+
+    status: str
+    metrics: dict = field(default_factory=dict)
+    error: str | None = None
+    rungs: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def value(self) -> float | None:
+        """The result the sampler is told: the last reported test error (None for a failed trial)."""
+        if self.status == "failed" or self.metrics.get("test_error") is None:
+            return None
+        return float(self.metrics["test_error"])
+
+    def as_dict(self) -> dict:
+        return dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Outcome":
+        return cls(status=str(d["status"]), metrics=dict(d.get("metrics") or {}), error=d.get("error"),
+                   rungs={int(k): float(v) for k, v in (d.get("rungs") or {}).items()})
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class SearchPlan:
+    """Hands out trial keys and configurations in a fixed order and decides ASHA stops (see the module docstring).
+
+    ``trials_dir``: ``<study dir>/trials``. ``window``: w >= 1, fixed for the study.
+    """
+
+    def __init__(self, study: Study, trials_dir: str | Path, window: int):
+        self.study = study
+        self.trials_dir = Path(trials_dir)
+        self.window = max(1, int(window))
+        self.total = total_trials(study)
+        self.milestones = rung_milestones(study)
+        self.configs: dict[int, dict] = {}
+        self.outcomes: dict[int, Outcome] = {}
+        #: rung values of trials still running (epoch -> test error), judged once each
+        self._rungs: dict[int, dict[int, float]] = {}
+        self._load()
+        self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
+        self._next = len(self.configs)
+
+    def _load(self) -> None:
+        for i in range(self.total):
+            config = _read_json(self.trials_dir / trial_key(i) / CONFIG_FILE)
+            if not isinstance(config, dict):
+                break  # configurations are handed out in key order: the first gap ends them
+            if set(config) != set(self.study.search_space):
+                from mutransfer.errors import UserInputError
+
+                raise UserInputError(
+                    f"{self.trials_dir / trial_key(i) / CONFIG_FILE}: holds {sorted(config)}, not the study's search space "
+                    f"{sorted(self.study.search_space)}; restore the file or start a new study with --name NEW")
+            self.configs[i] = config
+            outcome = _read_json(self.trials_dir / trial_key(i) / OUTCOME_FILE)
+            if isinstance(outcome, dict) and "status" in outcome:
+                self.outcomes[i] = Outcome.from_dict(outcome)
+
+    # ---- handing out ----------------------------------------------------------------
+    def finished(self) -> bool:
+        return len(self.outcomes) >= self.total
+
+    def remaining(self) -> int:
+        """Trials still to run this session (resumed unfinished ones and new ones)."""
+        return self.total - len(self.outcomes)
+
+    def next_trial(self) -> tuple[str, dict] | str | None:
+        """(key, configuration) of the next trial; None: wait for earlier results; :data:`DONE`: all handed out."""
+        if self._queue:
+            i = self._queue.pop(0)
+            return trial_key(i), dict(self.configs[i])
+        i = self._next
+        if i >= self.total:
+            return DONE
+        known = range(0, i - self.window + 1)
+        if any(j not in self.outcomes for j in known):
+            return None
+        config = self._sample(i, known)
+        directory = self.trials_dir / trial_key(i)
+        directory.mkdir(parents=True, exist_ok=True)
+        from mutransfer.sweep.state import write_atomic
+
+        write_atomic(directory / CONFIG_FILE, json.dumps(config))
+        self.configs[i] = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
+        self._next += 1
+        return trial_key(i), dict(self.configs[i])
+
+    def _sample(self, index: int, known: range) -> dict:
+        from mutransfer.sweep.sampling import sample_config
+
+        return sample_config(self.study, index, [(self.configs[j], self.outcomes[j].value) for j in known])
+
+    # ---- results --------------------------------------------------------------------
+    def record(self, key: str, metrics: dict, *, failed: bool, error: str | None = None) -> Outcome:
+        """Store how trial ``key`` ended (``outcome.json``) from its last reported ``metrics``."""
+        i = key_index(key)
+        last = {k: metrics[k] for k in OUTCOME_METRICS if k in metrics}
+        outcome = Outcome(trial_status(last, failed, self.study.budget.epochs), last,
+                          (error or "unknown error") if failed else None, dict(self._rungs.pop(i, {})))
+        from mutransfer.sweep.state import write_atomic
+
+        directory = self.trials_dir / key
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(directory / OUTCOME_FILE, json.dumps(outcome.as_dict()))
+        self.outcomes[i] = Outcome.from_dict(json.loads(json.dumps(outcome.as_dict())))
+        return self.outcomes[i]
+
+    def should_stop(self, key: str, epoch: int, test_error: float) -> bool:
+        """ASHA: stop trial ``key`` (which just reported ``test_error`` at ``epoch``)?
+
+        Each rung m <= epoch is judged once per trial, with the trial's value at epoch m
+        (this report's, or its ``history.json``'s when it resumed past m): it is stopped
+        if that value is above the 1/reduction_factor quantile of the values at m of
+        trials 0 … i-w (all finished before it started; Ray's ASHA compares with whichever
+        trials happened to reach the rung first).
+        """
+        i = key_index(key)
+        judged = self._rungs.setdefault(i, {})
+        history = None
+        for m in self.milestones:
+            if m > epoch or m in judged:
+                continue
+            if m == epoch:
+                value = float(test_error)
+            else:
+                history = self._history(key) if history is None else history
+                if m not in history:
+                    continue
+                value = history[m]
+            judged[m] = value
+            if self._above_cutoff(i, m, value):
+                return True
+        return False
+
+    def _above_cutoff(self, index: int, milestone: int, value: float) -> bool:
+        import numpy as np
+
+        pool = [self.outcomes[j].rungs[milestone] for j in range(0, index - self.window + 1)
+                if j in self.outcomes and milestone in self.outcomes[j].rungs]
+        if not pool:
+            return False
+        cutoff = float(np.nanpercentile(pool, 100.0 / self.study.budget.reduction_factor))
+        return value > cutoff
+
+    def _history(self, key: str) -> dict[int, float]:
+        from mutransfer.sweep.trial import read_trial_history
+
+        return {int(r.epoch): float(r.test_error) for r in read_trial_history(self.trials_dir / key)}

@@ -1,0 +1,78 @@
+"""The configuration of proxy trial ``i``: a pure function of the study, ``i`` and the results before it.
+
+``sample_config(study, i, told)`` draws trial ``i``'s searched hyperparameters:
+
+- ``grid``: the ``i``-th combination of the ``choice`` lists, in the order the search
+  space declares them (the last name varies fastest); no randomness.
+- ``random``: Optuna's RandomSampler seeded with ``(search.seed, i)``.
+- ``tpe``: Optuna's TPESampler seeded with ``(search.seed, i)`` over a fresh in-memory
+  Optuna study holding ``told`` (earlier trials' configurations and results, in trial
+  order); half the trials, at most 10, are random start-up trials.
+
+Nothing here remembers anything between calls: the same arguments give the same
+configuration on any call, in any process, whatever the order in which results arrived.
+Which results ``told`` holds is decided by :class:`mutransfer.sweep.plan.SearchPlan`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Sequence
+
+from mutransfer.study import Study
+
+
+def trial_seed(seed: int, index: int) -> int:
+    """The sampler seed of trial ``index``: 32 bits derived from (study seed, index), the same on every platform."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1)[0])
+
+
+def startup_trials(study: Study) -> int:
+    """TPE's random start-up trials: half the trials, at most 10 (at least 1)."""
+    return max(1, min(10, study.search.num_trials // 2))
+
+
+def _distributions(study: Study) -> dict:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    out = {}
+    for name, dist in study.search_space.items():
+        if dist.type == "choice":
+            out[name] = CategoricalDistribution(list(dist.values))
+        else:
+            out[name] = FloatDistribution(float(dist.low), float(dist.high), log=dist.type == "loguniform")
+    return out
+
+
+def grid_config(study: Study, index: int) -> dict:
+    """The ``index``-th combination of the grid (every search-space entry is a ``choice``)."""
+    names = list(study.search_space)
+    combos = itertools.product(*(list(study.search_space[n].values) for n in names))
+    values = next(itertools.islice(combos, index, None))
+    return dict(zip(names, values))
+
+
+def sample_config(study: Study, index: int, told: Sequence[tuple[dict, float | None]]) -> dict:
+    """Trial ``index``'s configuration. ``told``: (configuration, test error; None = failed) of earlier trials, by index."""
+    algorithm = study.search.algorithm
+    if algorithm == "grid":
+        return grid_config(study, index)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    seed = trial_seed(study.search.seed, index)
+    if algorithm == "random":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+    else:
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(study))
+    distributions = _distributions(study)
+    ostudy = optuna.create_study(direction="minimize", sampler=sampler)
+    if algorithm == "tpe":
+        for config, value in told:
+            state = optuna.trial.TrialState.FAIL if value is None else optuna.trial.TrialState.COMPLETE
+            ostudy.add_trial(optuna.trial.create_trial(
+                state=state, value=value, params={k: config[k] for k in distributions}, distributions=distributions))
+    trial = ostudy.ask(distributions)
+    return {name: trial.params[name] for name in distributions}

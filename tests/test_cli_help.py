@@ -1,0 +1,64 @@
+"""Every flag of every command has a help text, and a flag with a default shows it in --help."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from mutransfer.cli.main import build_parser
+
+
+def _parsers(parser: argparse.ArgumentParser, prefix: str):
+    """(command path, parser) for the parser and each of its subcommands, recursively."""
+    yield prefix, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{prefix} {name}")
+
+
+def _shows_default(action: argparse.Action) -> bool:
+    text = action.help or ""
+    return "%(default)" in text or "default" in text.lower()
+
+
+def flag_problems(parser: argparse.ArgumentParser) -> list[str]:
+    """The flags of ``parser`` and its subcommands without help, or with a default their help does not show."""
+    problems = []
+    for command, p in _parsers(parser, parser.prog):
+        for action in p._actions:
+            if isinstance(action, (argparse._HelpAction, argparse._VersionAction, argparse._SubParsersAction)):
+                continue
+            name = "/".join(action.option_strings) or action.dest
+            if not action.help or action.help == argparse.SUPPRESS:
+                problems.append(f"{command} {name}: no help")
+            elif (action.default not in (None, False, [], argparse.SUPPRESS) and not isinstance(action, argparse._StoreFalseAction)
+                  and not _shows_default(action)):
+                problems.append(f"{command} {name}: default {action.default!r} not shown")
+    return problems
+
+
+def test_every_flag_has_help_and_shows_its_default():
+    problems = flag_problems(build_parser())
+    assert not problems, "\n".join(problems)
+
+
+def test_the_flag_check_fires_on_a_flag_without_help_or_default():
+    """A check that cannot fail is a defect: a planted flag without help, and one hiding its default, are found."""
+    parser = argparse.ArgumentParser(prog="x")
+    sub = parser.add_subparsers()
+    p = sub.add_parser("cmd")
+    p.add_argument("--quiet-flag")
+    p.add_argument("--hidden", default=3, help="a number")
+    p.add_argument("--shown", default=3, help="a number (default: 3)")
+    p.add_argument("--switch", action="store_true", help="on or off")
+    problems = flag_problems(parser)
+    assert problems == ["x cmd --quiet-flag: no help", "x cmd --hidden: default 3 not shown"]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "predict"])
+def test_new_commands_list_in_help(command, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--help"])
+    assert command in capsys.readouterr().out

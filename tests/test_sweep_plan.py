@@ -1,0 +1,176 @@
+"""The proxy search's plan (mutransfer.sweep.plan) without Ray: keys, order independence, resume from JSON, ASHA."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+import yaml
+
+from mutransfer.study import default_study_text, parse_study
+from mutransfer.sweep.plan import DONE, SearchPlan, rung_milestones, trial_key
+
+
+def _study(algorithm="tpe", trials=8, epochs=8, grace=2, rf=2, seed=0):
+    m = yaml.safe_load(default_study_text())
+    m["search"].update(algorithm=algorithm, num_trials=trials, seed=seed, max_concurrent=2)
+    m["budget"].update(epochs=epochs, grace_period=grace, reduction_factor=rf)
+    return parse_study(m, "test")
+
+
+def _curve(config: dict, epoch: int) -> float:
+    """A made-up learning curve: best near lr = 3e-3, decreasing with the epoch."""
+    return abs(math.log10(config["lr"] / 3e-3)) + 1.0 / epoch + (0.01 if config["batch_size"] == 20 else 0.0)
+
+
+def _run(study, trials_dir, window, *, order, stop_after=None, rng=None):
+    """Drive a plan like Tune would, ``window`` trials at a time, finishing running trials in the given order.
+
+    order: "fifo" (oldest first), "lifo" (newest first) or "random" (``rng``). Each trial reports
+    every epoch (ASHA may stop it) then ends. Stops after ``stop_after`` outcomes (a kill).
+    """
+    plan = SearchPlan(study, trials_dir, window)
+    running: list[tuple[str, dict]] = []
+    finished = 0
+    while True:
+        while len(running) < window:
+            nxt = plan.next_trial()
+            if nxt is None or nxt == DONE:
+                break
+            running.append(nxt)
+        if stop_after is not None and finished >= stop_after:
+            return plan
+        if not running:
+            assert plan.next_trial() == DONE
+            return plan
+        pick = {"fifo": 0, "lifo": len(running) - 1}.get(order)
+        if pick is None:
+            pick = rng.randrange(len(running))
+        key, config = running.pop(pick)
+        epoch = 0
+        for epoch in range(1, study.budget.epochs + 1):
+            if plan.should_stop(key, epoch, _curve(config, epoch)):
+                break
+        plan.record(key, {"epoch": epoch, "test_error": _curve(config, epoch), "diverged": 0}, failed=False)
+        finished += 1
+
+
+def _table(plan):
+    return [(trial_key(i), plan.configs[i], plan.outcomes[i].status, plan.outcomes[i].value) for i in range(plan.total)]
+
+
+@pytest.mark.parametrize("algorithm", ["tpe", "random"])
+def test_results_arriving_in_any_order_give_the_same_trials(tmp_path, algorithm):
+    study = _study(algorithm, trials=10)
+    runs = [_run(study, tmp_path / "fifo", 3, order="fifo"),
+            _run(study, tmp_path / "lifo", 3, order="lifo"),
+            _run(study, tmp_path / "random", 3, order="random", rng=random.Random(7))]
+    tables = [_table(p) for p in runs]
+    assert tables[0] == tables[1] == tables[2]
+    assert len({json.dumps(c, sort_keys=True) for _k, c, _s, _v in tables[0]}) == 10  # ten different configurations
+    assert {s for _k, _c, s, _v in tables[0]} >= {"completed", "pruned"}  # ASHA stopped some, not all
+
+
+def test_a_different_seed_gives_different_configurations(tmp_path):
+    a = _run(_study(seed=0), tmp_path / "a", 2, order="fifo")
+    b = _run(_study(seed=1), tmp_path / "b", 2, order="fifo")
+    assert [a.configs[i] for i in range(8)] != [b.configs[i] for i in range(8)]
+
+
+def test_a_plan_rebuilt_from_its_files_continues_as_if_never_interrupted(tmp_path):
+    study = _study(trials=10)
+    whole = _run(study, tmp_path / "whole", 2, order="fifo")
+    part = _run(study, tmp_path / "part", 2, order="lifo", stop_after=4)
+    handed_out = set(part.configs)
+    assert len(handed_out) > len(part.outcomes) == 4  # some trials were running when it stopped
+    resumed = SearchPlan(study, tmp_path / "part", 2)
+    assert resumed.outcomes.keys() == part.outcomes.keys()
+    unfinished = [i for i in sorted(handed_out) if i not in part.outcomes]
+    firsts = [resumed.next_trial() for _ in unfinished]  # the unfinished ones come first, under their old keys
+    assert [k for k, _c in firsts] == [trial_key(i) for i in unfinished]
+    resumed = _run(study, tmp_path / "part", 2, order="random", rng=random.Random(3))
+    assert _table(resumed) == _table(whole)
+
+
+def test_the_next_trial_waits_for_the_results_the_window_needs(tmp_path):
+    plan = SearchPlan(_study(), tmp_path, 2)
+    k0, c0 = plan.next_trial()
+    k1, _c1 = plan.next_trial()
+    assert (k0, k1) == ("t0000", "t0001")
+    assert plan.next_trial() is None  # t0002 needs t0000's result
+    plan.record("t0001", {"epoch": 8, "test_error": 0.5}, failed=False)
+    assert plan.next_trial() is None  # t0001's is not the one it needs
+    plan.record(k0, {"epoch": 8, "test_error": 0.4}, failed=False)
+    assert plan.next_trial()[0] == "t0002"
+    on_disk = json.loads((tmp_path / "t0000" / "config.json").read_text())
+    assert on_disk == c0 and json.loads((tmp_path / "t0000" / "outcome.json").read_text())["status"] == "completed"
+
+
+def test_asha_stops_a_trial_worse_than_the_finished_ones_at_a_rung(tmp_path):
+    study = _study(epochs=8, grace=2, rf=2)
+    assert rung_milestones(study) == [2, 4]
+    plan = SearchPlan(study, tmp_path, 1)
+    for value in (0.3, 0.2):  # the second is better: not stopped
+        key, _ = plan.next_trial()
+        assert not plan.should_stop(key, 2, value) and not plan.should_stop(key, 4, value)
+        plan.record(key, {"epoch": 8, "test_error": value}, failed=False)
+    key, _ = plan.next_trial()
+    assert not plan.should_stop(key, 2, 0.25)  # at the median of 0.2 and 0.3: continues
+    assert plan.should_stop(key, 4, 0.26)  # above it: stopped
+    plan.record(key, {"epoch": 4, "test_error": 0.26}, failed=False)
+    assert plan.outcomes[2].status == "pruned" and plan.outcomes[2].rungs == {2: 0.25, 4: 0.26}
+
+
+def test_grid_hands_out_every_combination_once(tmp_path):
+    m = yaml.safe_load(default_study_text())
+    m["search_space"] = {"lr": {"type": "choice", "values": [1e-3, 1e-2, 1e-1]}, "batch_size": {"type": "choice", "values": [10, 20]}}
+    m["search"].update(algorithm="grid")
+    plan = _run(parse_study(m, "test"), tmp_path, 2, order="lifo")
+    assert plan.total == 6
+    assert sorted((c["lr"], c["batch_size"]) for c in plan.configs.values()) == sorted(
+        (lr, b) for lr in (1e-3, 1e-2, 1e-1) for b in (10, 20))
+
+
+def test_all_failed_message_names_the_first_error_and_what_to_try(tmp_path):
+    from mutransfer.sweep.proxies import all_failed_message
+
+    study = _study(trials=2)
+    plan = SearchPlan(study, tmp_path, 2)
+    for error in ("RuntimeError: loss is nan at step 3", "ValueError: something else"):
+        key, _ = plan.next_trial()
+        plan.record(key, {}, failed=True, error=error)
+    text = all_failed_message(study, plan)
+    assert "t0000" in text and "loss is nan at step 3" in text and "a lower LR range" in text and "--name NEW" in text
+    plan.outcomes[0].error = "ValueError: shapes do not match"
+    text = all_failed_message(study, plan)
+    assert "mutransfer train" in text and "search_space.lr is 0.0003..0.03" in text
+
+
+def test_resume_hint_repeats_every_override_given():
+    import argparse
+
+    from mutransfer.cli.main import build_parser
+    from mutransfer.cli.sweep_cmd import _resume_hint
+
+    parser = build_parser()
+    args = parser.parse_args(["sweep", "--study", "my study.yaml", "--num-trials", "4", "--epochs", "3", "--verify"])
+    assert isinstance(args, argparse.Namespace)
+    hint = " ".join(_resume_hint(args))
+    assert hint.startswith("mutransfer sweep --resume --study 'my study.yaml'")
+    assert "--num-trials 4" in hint and "--epochs 3" in hint and "--verify --verify-points 5 --verify-seeds 2" in hint
+    plain = " ".join(_resume_hint(parser.parse_args(["sweep"])))
+    assert plain == "mutransfer sweep --resume"
+
+
+def test_a_config_file_that_does_not_fit_the_search_space_is_refused(tmp_path):
+    from mutransfer.errors import UserInputError
+
+    study = _study()
+    plan = SearchPlan(study, tmp_path, 2)
+    key, config = plan.next_trial()
+    assert SearchPlan(study, tmp_path, 2).configs[0] == config  # a fitting one is read back
+    (tmp_path / key / "config.json").write_text(json.dumps({"lr": 0.1, "momentum": 0.9}))
+    with pytest.raises(UserInputError, match="not the study's search space"):
+        SearchPlan(study, tmp_path, 2)

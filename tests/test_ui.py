@@ -1,0 +1,201 @@
+"""`mutransfer ui`: the link opens the study's runs (checked in a real headless Chromium), a taken port is refused.
+
+The browser tests start a real `mutransfer ui` (a real MLflow server) on a store written the way
+the product writes it (Tracker, the parent run's parameters, child runs with hp.* params and
+final_test_error), read the printed link and dump the page's DOM with `chromium --dump-dom`.
+They skip when no Chromium is installed (Debian: `apt-get install chromium`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from types import SimpleNamespace
+
+import pytest
+
+from mutransfer.browser import dump_dom, find_chromium, visible_text
+
+ENV = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
+GENAI_ONLY = "Judges"  # a GenAI-mode navigation entry: absent from the classic runs view
+STUDY = "uistudy"
+WIDE = (1900, 900)  # MLflow's runs table renders only the columns that fit: a wide window holds them all
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
+    """An MLflow store with one study as the sweep writes it: parent run + 3 proxy trials. Returns (uri, experiment id)."""
+    from mutransfer.study import load_study
+    from mutransfer.sweep.parent_run import tag_study_view
+    from mutransfer.sweep.tracking import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, Tracker, log_batch
+
+    study, _ = load_study(None)
+    study.name = STUDY
+    uri = f"sqlite:///{directory / 'mlflow.db'}"
+    tracker = Tracker(uri)
+    experiment_id = tracker.ensure_experiment(study.tracking.experiment)
+    if tagged:
+        tag_study_view(SimpleNamespace(tracker=tracker, experiment_id=experiment_id, study=study))
+    space = json.dumps({k: v.to_dict() for k, v in study.search_space.items()})
+    parent = tracker.create_parent(experiment_id, study, params={"study": STUDY, "search.space": space}, tags={}, files={})
+    client = tracker.client
+    for i in range(3):
+        run = client.create_run(experiment_id, tags={PARENT_TAG: parent, KIND_TAG: "proxy_trial", STUDY_TAG: STUDY,
+                                                     RUN_NAME_TAG: f"trial {i:03d}"})
+        hp = {f"hp.{k}": 10.0 ** -(i + 2) for k in study.search_space}
+        log_batch(client, run.info.run_id, params=hp,
+                  metrics=[("test_error", 0.3 / (e + 1), 0, e) for e in range(3)] + [("final_test_error", 0.05 * (i + 1), 0, 3)])
+        client.set_terminated(run.info.run_id)
+    log_batch(client, parent, metrics=[("best_proxy_test_error", 0.05, 0, 0), ("target_test_error", 0.04, 0, 0)])
+    tracker.set_status(parent, "FINISHED")
+    return uri, experiment_id
+
+
+# --------------------------------------------------------------------------- fast
+
+
+def test_ui_command_binds_localhost_without_a_shell():
+    from mutransfer.cli.ui_cmd import ui_command
+    from mutransfer.sweep.mlflow_view import ui_link
+
+    cmd = ui_command("sqlite:////tmp/x/mlflow.db", port=5123)
+    assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"] and all(isinstance(a, str) for a in cmd)
+    assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "5123"
+    assert cmd[cmd.index("--backend-store-uri") + 1] == "sqlite:////tmp/x/mlflow.db"
+    assert ui_link("127.0.0.1", 5123, "7", "quick") == (
+        "http://127.0.0.1:5123/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=quick")
+    assert ui_link("127.0.0.1", 5123, "7") == "http://127.0.0.1:5123/#/experiments/7/runs?workflowType=machine_learning"
+    assert ui_link("0.0.0.0", 80, None) == "http://127.0.0.1:80/"
+
+
+def test_study_view_names_its_runs_errors_and_searched_hyperparameters():
+    from mutransfer.sweep.mlflow_view import searched_keys, study_view_state, view_key
+
+    state = study_view_state("quick", ["lr", "weight_decay"])
+    assert state["searchFilter"] == "tags.`mutransfer.study` = 'quick'"
+    assert state["orderByKey"] == "metrics.`final_test_error`" and state["orderByAsc"] is True
+    assert "metrics.`final_test_error`" in state["selectedColumns"]
+    assert state["selectedColumns"][-2:] == ["params.`hp.lr`", "params.`hp.weight_decay`"]
+    assert view_key("quick-1.b_c") == "quick-1.b_c"
+    odd = view_key("my study/é")  # not URL- or tag-safe: slug plus a hash, distinct from its slug's own key
+    assert odd.startswith("my-study-") and odd != view_key("my-study") and odd == view_key("my study/é")
+    assert searched_keys({"search.space": json.dumps({"lr": {}, "batch_size": {}})}) == ["lr", "batch_size"]
+    assert searched_keys({}) == [] and searched_keys({"search.space": "not json"}) == []
+
+
+def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, capsys):
+    """A store from before this change (no tags): `mutransfer ui` adds the kind tag and the newest study's view;
+    a store it cannot write to is still served, with a warning and a link without the view."""
+    from mlflow.tracking import MlflowClient
+
+    import mutransfer.sweep.mlflow_view as view
+    from mutransfer.cli.ui_cmd import _tag_study
+    from mutransfer.sweep.mlflow_view import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
+
+    uri, experiment_id = write_store(tmp_path, tagged=False)
+    tags = MlflowClient(uri).get_experiment(experiment_id).tags
+    assert EXPERIMENT_KIND_TAG not in tags and not any(k.startswith(SHARED_VIEW_PREFIX) for k in tags)
+    with monkeypatch.context() as patch:
+        patch.setattr(view, "tag_study", lambda *a: (_ for _ in ()).throw(PermissionError("read-only store")))
+        assert _tag_study(uri, None) == (experiment_id, None)
+    assert "warning: could not tag experiment" in capsys.readouterr().err
+    assert _tag_study(uri, None) == (experiment_id, STUDY)
+    tags = MlflowClient(uri).get_experiment(experiment_id).tags
+    assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    view = json.loads(tags[SHARED_VIEW_PREFIX + STUDY])
+    assert "params.`hp.lr`" in view["selectedColumns"], "the searched hyperparameters come from the parent's search.space"
+
+
+def test_taken_port_is_refused_with_one_line_and_exit_2(tmp_path):
+    """Something listens on the port: one line naming --port, exit 2, no MLflow started (not even imported)."""
+    (tmp_path / "mlflow.db").write_bytes(b"")
+    probe = ("import sys\nfrom mutransfer.cli.main import main\nrc = main(sys.argv[1:])\n"
+             "print('mlflow' in sys.modules)\nsys.exit(rc)\n")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-c", probe, "ui", "--port", str(port)], cwd=tmp_path, env=ENV,
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().count("\n") == 0 and f"--port {port}" in done.stderr and "already in use" in done.stderr
+    assert done.stdout.strip() == "False", "refused before MLflow was imported"
+
+
+def test_free_port_passes_the_check():
+    from mutransfer.cli.ui_cmd import check_port_free
+    from mutransfer.errors import UserInputError
+
+    port = _free_port()
+    check_port_free("127.0.0.1", port)  # nothing listens: no error
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with pytest.raises(UserInputError, match="already in use"):
+            check_port_free("127.0.0.1", port)
+
+
+# --------------------------------------------------------------------------- real server + browser
+
+needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """`mutransfer ui` on a fresh store: (link it printed, experiment id, port); stopped after the tests."""
+    work = tmp_path_factory.mktemp("ui")
+    _, experiment_id = write_store(work, tagged=True)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "mutransfer", "ui", "--port", str(port)], cwd=work, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        line = proc.stdout.readline()  # printed once the server answers; '' if it gave up (--wait)
+        assert line.startswith("MLflow UI: http://127.0.0.1:"), f"no link printed: {line!r}"
+        yield line.split()[2], experiment_id, port
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+def test_link_is_printed_once_the_server_answers_on_localhost_only(served):
+    link, experiment_id, port = served
+    assert link.startswith(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs?")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:  # no wait needed
+        assert reply.status == 200
+    url = f"http://127.0.0.1:{port}/api/2.0/mlflow/experiments/search?max_results=1"
+    with pytest.raises(urllib.error.HTTPError) as refused:  # DNS rebinding: a foreign Host header is refused
+        urllib.request.urlopen(urllib.request.Request(url, headers={"Host": "attacker.example"}), timeout=5)
+    assert refused.value.code == 403
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        assert reply.status == 200
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_the_printed_link_shows_the_study_and_its_errors_in_a_browser(served):
+    link, _, _ = served
+    text = visible_text(dump_dom(link, size=WIDE))
+    assert STUDY in text and "trial 000" in text
+    assert "final_test_error" in text and "best_proxy_test_error" in text and "hp.lr" in text
+    assert "Model registry" in text and GENAI_ONLY not in text
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_without_the_view_the_same_page_is_the_genai_landing(served):
+    """The control: the runs page of the same experiment, tagged, but without the link's parameters."""
+    link, experiment_id, port = served
+    text = visible_text(dump_dom(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs", size=WIDE))
+    assert GENAI_ONLY in text and "final_test_error" not in text
