@@ -125,9 +125,9 @@ def test_unreachable_endpoints_fail_the_sweep_before_anything_exists(tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ep.yaml", "ep2.yaml", "tiny.h5"]  # no runs dir, no store
 
     from mutransfer.sweep.context import SweepOptions
-    from mutransfer.sweep.prepare import prepare
+    from mutransfer.sweep.prepare import prepare, take_lock
 
     monkeypatch.chdir(tmp_path)
     ctx = prepare(SweepOptions(study_path=str(data_ok), overrides={"name": "ep"}, quiet=True))
-    ctx.lock.release()
+    take_lock(ctx).release()
     assert not ctx.study_dir.exists()

@@ -26,7 +26,7 @@ from mutransfer.sweep.state import StudyDir
 
 
 def prepare(options: SweepOptions) -> SweepContext:
-    """Load and validate everything; decide new study vs resume; take the study's lock. Starts nothing."""
+    """Load and validate everything; decide new study vs resume. Starts nothing (the lock: :func:`take_lock`)."""
     from mutransfer.sweep.tracking import resolve_tracking_uri
     from mutransfer.sweep.trial import fail_trials_from_env
 
@@ -86,11 +86,10 @@ def prepare(options: SweepOptions) -> SweepContext:
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
     ctx = SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
                        prior_wall=float(state.get("wall_seconds", 0.0)))
-    ctx.lock = _take_lock(ctx)
     return ctx
 
 
-def _take_lock(ctx: SweepContext) -> StudyLock:
+def take_lock(ctx: SweepContext) -> StudyLock:
     """The study's lock; then what an earlier driver may have written is read again (it could have finished meanwhile)."""
     lock = StudyLock(ctx.study_dir, ctx.tracking_uri, say=ctx.say).acquire()
     try:

@@ -35,7 +35,7 @@ from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.model_log import log_model_phase, register_completed
 from mutransfer.sweep.portable import stored_tracking, write_study_file
 from mutransfer.sweep.holds import hold_if_asked
-from mutransfer.sweep.prepare import check_cluster_fits, prepare
+from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
 from mutransfer.sweep.train_target import train_target
@@ -51,6 +51,9 @@ PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, log_model
 def run_sweep(options: SweepOptions) -> dict:
     """Run (or resume) a study end to end and return the transfer report."""
     ctx = prepare(options)
+    if ctx.state.get("phase") != "done":
+        _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before any lock, folder or run exists
+    ctx.lock = take_lock(ctx)
     with ctx.lock:  # one driver per study (mutransfer.sweep.lock): held until this returns, raises or is interrupted
         return _drive(ctx)
 
@@ -64,7 +67,6 @@ def _drive(ctx: SweepContext) -> dict:
         mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
         return dict(report, already_complete=True, model=ctx.state.get("model"), study_dir=str(ctx.study_dir.root),
                     mlflow=mlflow)
-    _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before the study directory is made
     _start_study_dir(ctx)
     with _session(ctx):
         for phase in PHASES:
