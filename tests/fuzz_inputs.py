@@ -88,7 +88,7 @@ def _typed_texts(command: str, action: argparse.Action):
     texts = st.one_of(
         st.sampled_from(NUMBER_TEXTS),
         st.integers(max_value=0).map(str),
-        st.floats(allow_nan=True, allow_infinity=True).map(repr),
+        st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False).map(repr),
         st.text(max_size=6),
     )
     if action.dest in SIZE_FLAGS.get(command, ()):
@@ -216,7 +216,7 @@ def bad_study_texts(base: dict):
     """Strategy: (description, YAML text) of a study file that must be refused."""
     leaves = sorted(set(study_paths(base)), key=str)
     values = st.one_of(st.sampled_from(WRONG_TYPE), st.integers(-10**9, -1),
-                       st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=True))
+                       st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=True, allow_subnormal=False))
     changed = st.tuples(st.sampled_from(leaves), values).filter(lambda t: _is_bad_mutation(base, *t))
     sections = [()] + [p for p in leaves if isinstance(_leaf(base, p), dict)]
     unknown = st.sampled_from(sections).map(lambda p: (p + ("no_such_key",), 1))

@@ -155,7 +155,7 @@ def _check_data(kind, where, command, files, tmp_path_factory):
 unknown_flags = st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=1, max_size=10).map(
     lambda t: "--zz" + t)
 commands = st.sampled_from([c for c, _ in walk_parsers(__import__("mutransfer.cli.main").cli.main.build_parser())])
-data_cases = (st.sampled_from(DATA_CORRUPTIONS), st.floats(0.0, 1.0), st.sampled_from(["train", "coord-check", "sweep", "landscape"]))
+data_cases = (st.sampled_from(DATA_CORRUPTIONS), st.floats(0.0, 1.0, allow_subnormal=False), st.sampled_from(["train", "coord-check", "sweep", "landscape"]))
 study_texts = st.one_of(st.sampled_from(BAD_YAML).map(lambda t: ("bad yaml", t)), st.deferred(lambda: _STUDIES))
 _STUDIES = bad_study_texts(yaml.safe_load((ROOT / "mutransfer/studies_data/quick.yaml").read_text()))
 
