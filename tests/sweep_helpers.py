@@ -51,3 +51,24 @@ def mlflow_runs(uri: str) -> list:
     client = MlflowClient(uri)
     ids = [e.experiment_id for e in client.search_experiments()]
     return client.search_runs(ids, max_results=1000) if ids else []
+
+
+def galerkin_mesh_study(tmp_path: Path, name: str, mesh: Path, *, n_train: int, n_test: int, target_width: int,
+                        batch_size: int, epochs: int) -> Path:
+    """A two-trial Galerkin study on a Darcy mesh file (proxy width 8, one layer, 2-epoch target), written to study.yaml."""
+    import yaml
+
+    study = {
+        "name": name,
+        "problem": {"name": "darcy_mesh", "data": str(mesh), "n_train": n_train, "n_test": n_test},
+        "operator": {"type": "galerkin", "width": 8, "layers": 1, "heads": 2},
+        "target_width": target_width,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
+        "training": {"batch_size": batch_size},
+        "search": {"num_trials": 2, "max_concurrent": 2},
+        "budget": {"epochs": epochs, "grace_period": 1},
+        "target": {"epochs": 2},
+    }
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(study))
+    return path

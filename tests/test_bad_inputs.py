@@ -179,3 +179,14 @@ def test_non_finite_values_in_point_sets_are_refused_and_the_repaired_file_loads
     with h5py.File(path, "r+") as f:
         f["output"][4, 0] = good
     assert load_point_split(path, n_train=4, n_test=2).train_x.shape[0] == 4
+
+
+def test_the_address_form_check_passes_ray_addresses_and_refuses_the_rest():
+    from mutransfer.errors import UserInputError
+    from mutransfer.sweep.inputs import check_address_form
+
+    for ok in (None, "auto", "127.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"):
+        check_address_form(ok)
+    for bad in ("local", "head", "ray://head", "127.0.0.1:70000", "http://head:8265"):
+        with pytest.raises(UserInputError, match="no --address: a local run"):
+            check_address_form(bad)

@@ -145,3 +145,15 @@ def test_train_without_data_generates_and_caches(tmp_path, monkeypatch, capsys):
     assert cached[0].stat().st_mtime_ns == mtime  # reused, not regenerated
     assert second["result"]["test_error"] == pytest.approx(first["result"]["test_error"])
     assert first["grid"] == [64] and first["n_train"] == 12
+
+
+def test_a_closed_stdout_pipe_is_not_an_error():
+    """`mutransfer … | head`: the reader goes away before the output is written; exit 0, no traceback."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-m", "mutransfer", "transfer", "--dim", "1", "--proxy-K", "4",
+                             "--target-K", "16", "--lr", "1e-3", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=root))
+    proc.stdout.close()  # before the interpreter has even imported torch
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

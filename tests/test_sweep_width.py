@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 
-from sweep_helpers import mlflow_runs
+from sweep_helpers import galerkin_mesh_study, mlflow_runs
 
 pytestmark = pytest.mark.slow
 
@@ -30,19 +29,7 @@ def test_galerkin_width_sweep_on_an_irregular_mesh(mesh_file, tmp_path):
     """Proxies at width 8, the best configuration trained at width 32 under width-muP; all recorded in MLflow."""
     from mutransfer.sweep import SweepOptions, run_sweep
 
-    study = {
-        "name": "galerkin-mesh",
-        "problem": {"name": "darcy_mesh", "data": str(mesh_file), "n_train": 32, "n_test": 8},
-        "operator": {"type": "galerkin", "width": 8, "layers": 1, "heads": 2},
-        "target_width": 32,
-        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
-        "training": {"batch_size": 8},
-        "search": {"num_trials": 2, "max_concurrent": 2},
-        "budget": {"epochs": 2, "grace_period": 1},
-        "target": {"epochs": 2},
-    }
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(study))
+    path = galerkin_mesh_study(tmp_path, "galerkin-mesh", mesh_file, n_train=32, n_test=8, target_width=32, batch_size=8, epochs=2)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     report = run_sweep(SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True))
 

@@ -15,10 +15,9 @@ import math
 
 import numpy as np
 import pytest
-import yaml
 
 from mutransfer.sweep.verify import analyse, lr_grid
-from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
+from sweep_helpers import galerkin_mesh_study, mlflow_runs, write_tiny_data, write_tiny_study
 
 
 def _landscape(transferred: float, optimum: float, seeds: int = 4, points: int = 5, noise: float = 0.0, rng=None):
@@ -241,19 +240,7 @@ def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_pat
 
     mesh = tmp_path / "mesh.h5"
     write_point_dataset(mesh, generate_darcy_mesh(16, 9, seed=0, progress=False, points_min=30, points_max=50))
-    study = {
-        "name": "verify-galerkin",
-        "problem": {"name": "darcy_mesh", "data": str(mesh), "n_train": 12, "n_test": 4},
-        "operator": {"type": "galerkin", "width": 8, "layers": 1, "heads": 2},
-        "target_width": 16,
-        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
-        "training": {"batch_size": 4},
-        "search": {"num_trials": 2, "max_concurrent": 2},
-        "budget": {"epochs": 1, "grace_period": 1},
-        "target": {"epochs": 2},
-    }
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(study))
+    path = galerkin_mesh_study(tmp_path, "verify-galerkin", mesh, n_train=12, n_test=4, target_width=16, batch_size=4, epochs=1)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     report = run_sweep(SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri},
                                     quiet=True, verify=True, verify_points=3, verify_seeds=1, baseline="direct"))

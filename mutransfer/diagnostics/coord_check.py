@@ -96,8 +96,27 @@ def classify_curve(scales, values_per_seed, relative_per_seed, tolerance: float)
     return slopes, verdict, estimate
 
 
+class SeedCurve:
+    """What a per-seed curve shares (mixed into a dataclass with ``values_per_seed``, ``relative_per_seed``,
+    ``tolerance``, ``seed_slopes``, ``verdict``, ``estimate``): its verdict by :func:`classify_curve` over
+    :attr:`scales`, and the means over seeds."""
+
+    @property
+    def scales(self) -> list[int]:
+        raise NotImplementedError
+
+    def __post_init__(self):
+        self.seed_slopes, self.verdict, self.estimate = classify_curve(
+            self.scales, self.values_per_seed, self.relative_per_seed, self.tolerance)
+
+    @property
+    def values(self) -> list[float]:
+        """Mean over seeds per scale."""
+        return [float(np.mean(col)) for col in zip(*self.values_per_seed)]
+
+
 @dataclass
-class Curve:
+class Curve(SeedCurve):
     """One measured size across K for one parametrization: values[seed][k_index] and the verdict."""
 
     parametrization: str
@@ -111,18 +130,13 @@ class Curve:
     estimate: Estimate | None = None
     verdict: str = NO_SIGNAL
 
-    def __post_init__(self):
-        self.seed_slopes, self.verdict, self.estimate = classify_curve(
-            self.modes, self.values_per_seed, self.relative_per_seed, self.tolerance)
+    @property
+    def scales(self) -> list[int]:
+        return self.modes
 
     @property
     def gated(self) -> bool:
         return self.kind in GATED_KINDS
-
-    @property
-    def values(self) -> list[float]:
-        """Mean over seeds per K."""
-        return [float(np.mean(col)) for col in zip(*self.values_per_seed)]
 
     @property
     def relative(self) -> list[float]:

@@ -37,11 +37,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
-from mutransfer.diagnostics.coord_check import MIN_RELATIVE, NO_SIGNAL, classify_curve
+from mutransfer.diagnostics.coord_check import MIN_RELATIVE, NO_SIGNAL, SeedCurve
 from mutransfer.diagnostics.statistics import Estimate
 from mutransfer.errors import UserInputError
 from mutransfer.training.losses import relative_l2
@@ -67,7 +66,7 @@ def grid_point_batch(batch: int = 2, resolution: int = 8, seed: int = 0) -> tupl
 
 
 @dataclass
-class WidthCurve:
+class WidthCurve(SeedCurve):
     """One measured change across widths: values[seed][width_index], per-seed slopes and the verdict."""
 
     name: str
@@ -79,14 +78,9 @@ class WidthCurve:
     estimate: Estimate | None = None
     verdict: str = NO_SIGNAL
 
-    def __post_init__(self):
-        self.seed_slopes, self.verdict, self.estimate = classify_curve(
-            self.widths, self.values_per_seed, self.relative_per_seed, self.tolerance)
-
     @property
-    def values(self) -> list[float]:
-        """Mean over seeds per width."""
-        return [float(np.mean(col)) for col in zip(*self.values_per_seed)]
+    def scales(self) -> list[int]:
+        return self.widths
 
     def describe(self) -> str:
         """``output flat, slope -0.012 [-0.050, +0.020] (3 seeds); RMS change 1.2e-02 … 1.1e-02``."""

@@ -22,7 +22,7 @@ from pathlib import Path
 from mutransfer.errors import UserInputError
 from mutransfer.landscape.analysis import analyze, transform
 from mutransfer.landscape.plot import plot_landscape
-from mutransfer.sweep.inputs import check_folder, check_ray_address
+from mutransfer.sweep.inputs import check_address_form, check_folder
 
 
 @dataclass
@@ -103,7 +103,7 @@ def validate(options: LandscapeOptions):
             check_grid(grid, int(k))
     if options.seeds < 1 or options.cpus_per_task < 1 or (options.epochs is not None and options.epochs < 1):
         raise UserInputError("--seeds, --cpus-per-task and --epochs must be positive integers")
-    check_ray_address(options.address)
+    check_address_form(options.address)
     check_folder("--out", options.out_dir)
     if options.address is None:
         _check_memory(study, options)

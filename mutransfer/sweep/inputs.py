@@ -7,17 +7,18 @@ from pathlib import Path
 
 from mutransfer.errors import UserInputError
 
-#: auto, local, or [ray://]HOST:PORT
-_ADDRESS = re.compile(r"^(auto|local|(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5})$")
+#: auto, or [ray://]HOST:PORT (a local run gives no address)
+_ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d{1,5})$")
 
 
-def check_ray_address(address: str | None, flag: str = "--address") -> None:
-    """Refuse an address Ray could not connect to (Ray's own error would come after a long wait, as a traceback)."""
+def check_address_form(address: str | None, flag: str = "--address") -> None:
+    """Refuse an address that is not one Ray accepts, before anything starts (whether it answers:
+    :func:`mutransfer.sweep.endpoints.check_ray_address`)."""
     if address is None:
         return
     port = address.rsplit(":", 1)[-1]
     if not _ADDRESS.match(address) or (port.isdigit() and not 1 <= int(port) <= 65535):
-        raise UserInputError(f"{flag} {address!r}: use auto, or HOST:PORT / ray://HOST:PORT of a running Ray cluster")
+        raise UserInputError(f"{flag} {address!r}: use auto, or HOST:PORT / ray://HOST:PORT of a running Ray cluster (no --address: a local run)")
 
 
 def check_folder(flag: str, path) -> None:

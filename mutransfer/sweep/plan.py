@@ -71,12 +71,17 @@ def rung_milestones(study: Study) -> list[int]:
     return out
 
 
-def trial_number(trial) -> int:
-    """1-based trial number of a Tune trial: its key's index + 1; 0 for a trial without a key."""
+def key_number(key: str) -> int:
+    """1-based trial number of a key: its index + 1; 0 for a name that is not a key."""
     try:
-        return key_index(str((getattr(trial, "config", None) or {}).get("trial_key"))) + 1
+        return key_index(str(key)) + 1
     except ValueError:
         return 0
+
+
+def trial_number(trial) -> int:
+    """:func:`key_number` of a Tune trial's ``trial_key`` (0 for a trial without one)."""
+    return key_number((getattr(trial, "config", None) or {}).get("trial_key"))
 
 
 def error_text(trial) -> str:

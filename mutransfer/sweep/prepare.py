@@ -21,7 +21,7 @@ from mutransfer.sweep.endpoints import check_endpoints
 from mutransfer.sweep.lock import StudyLock, refuse_if_locked
 from mutransfer.sweep.model_log import check_registry_store
 from mutransfer.sweep.portable import read_study_file, study_tracking_uri
-from mutransfer.sweep.inputs import check_folder, check_ray_address
+from mutransfer.sweep.inputs import check_address_form, check_folder
 from mutransfer.sweep.state import StudyDir
 
 
@@ -45,7 +45,7 @@ def prepare(options: SweepOptions) -> SweepContext:
     if study.problem.data is not None:
         study.problem.data = os.path.normpath(Path(study.problem.data).absolute())
     source_text = _source_text(options.study_path)
-    check_ray_address(options.address)
+    check_address_form(options.address)
     check_folder("--runs-dir", options.runs_dir)
     study_dir = StudyDir.for_study(study.name, options.runs_dir)
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mutransfer.sweep.plan import error_text, trial_status
+from mutransfer.sweep.plan import error_text, key_number, trial_status
 from mutransfer.sweep.tracking import (
     KIND_TAG,
     PARENT_TAG,
@@ -229,18 +229,8 @@ class TrialLogger:
         self._flush(trial, failed=True)
 
     # ---- helpers --------------------------------------------------------------------
-    @staticmethod
-    def _index_of_key(key: str) -> int:
-        """1-based trial number: the key's index + 1 (0 for a name that is not a key)."""
-        from mutransfer.sweep.plan import key_index
-
-        try:
-            return key_index(key) + 1
-        except ValueError:
-            return 0
-
     def _index(self, trial) -> int:
-        return self._index_of_key(self._key(trial))
+        return key_number(self._key(trial))
 
     def _add_trial_history(self, buf: dict, tid: str, tune_path) -> None:
         """Fill ``buf`` with the epochs the trial kept in its directory (those of earlier attempts included).
@@ -288,7 +278,7 @@ class TrialLogger:
             error=outcome.error if failed else None,
             retries=0,
             start=None,
-            index=self._index_of_key(key),
+            index=key_number(key),
         )
 
     def _write_run(self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None) -> None:
