@@ -120,6 +120,8 @@ def test_memory_estimate_against_the_limit_before_building():
     (["plan", "--dim", "1", "--modes", "8", "--width", "8", "--layers", "2", "--device-memory=--"], "not '--'"),
     (["studies", "--zz\r\x1c"], "unrecognized arguments: --zz"),
     (["sweep", "--address", "not an address"], "--address 'not an address': use auto"),
+    (["evaluate", "quick", "--data", "x.h5", "--resolution=--"], "expected a value, not '--'"),  # nargs="+"
+    (["transfer", "--dim=--"], "expected a value, not '--'"),
     (["sweep", "--runs-dir", "{file}"], "is a file, not a folder"),
     (["train", "--checkpoint-dir", "{file}"], "is a file; give a folder"),
 ])

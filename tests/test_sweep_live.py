@@ -23,7 +23,9 @@ from sweep_helpers import write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
-EPOCHS, TARGET_EPOCHS = 60, 40
+# A proxy trial must outlast the logger's 1-second live interval on a fast machine (60 epochs took under a second
+# on an idle 2-core machine, and the run was then only ever seen with its first epoch): 400 epochs, about 5 s.
+EPOCHS, TARGET_EPOCHS = 400, 40
 
 
 def _read_all(fd: int, chunks: list[bytes]) -> None:

@@ -23,8 +23,8 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _get_values(self, action, arg_strings):
-        # argparse drops a lone "--" value (--flag=--), leaving [] where one value belongs: refuse it
-        if arg_strings == ["--"] and action.nargs in (None, argparse.OPTIONAL):
+        # argparse drops a lone "--" value (--flag=--), leaving nothing (or None for nargs="+") where values belong
+        if arg_strings == ["--"]:
             self.error(f"argument {'/'.join(action.option_strings) or action.dest}: expected a value, not '--'")
         return super()._get_values(action, arg_strings)
 

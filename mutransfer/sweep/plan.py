@@ -79,9 +79,19 @@ def key_number(key: str) -> int:
         return 0
 
 
+#: the configuration entry that carries a trial's key through Tune
+KEY = "trial_key"
+
+
+def key_of(trial) -> str | None:
+    """A Tune trial's key (its configuration carries it); None for a trial without one."""
+    key = (getattr(trial, "config", None) or {}).get(KEY)
+    return None if key is None else str(key)
+
+
 def trial_number(trial) -> int:
-    """:func:`key_number` of a Tune trial's ``trial_key`` (0 for a trial without one)."""
-    return key_number((getattr(trial, "config", None) or {}).get("trial_key"))
+    """:func:`key_number` of a Tune trial's key (0 for a trial without one)."""
+    return key_number(key_of(trial))
 
 
 def error_text(trial) -> str:

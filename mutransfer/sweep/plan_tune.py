@@ -16,14 +16,15 @@ from __future__ import annotations
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from mutransfer.sweep.plan import DONE, SearchPlan, error_text
-
-KEY = "trial_key"
+from mutransfer.sweep.plan import DONE, KEY, SearchPlan, error_text, key_of
 
 
 def trial_key_of(trial) -> str:
-    """Our key of a Tune trial (its configuration carries it)."""
-    return str((trial.config or {})[KEY])
+    """Our key of a Tune trial (every trial of a plan has one: a KeyError otherwise)."""
+    key = key_of(trial)
+    if key is None:
+        raise KeyError(f"Tune trial {trial.trial_id} has no {KEY}")
+    return key
 
 
 def trial_dirname(trial) -> str:

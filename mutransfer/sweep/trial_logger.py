@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mutransfer.sweep.plan import error_text, key_number, trial_status
+from mutransfer.sweep.plan import error_text, key_number, key_of, trial_status
 from mutransfer.sweep.tracking import (
     KIND_TAG,
     PARENT_TAG,
@@ -329,8 +329,8 @@ class TrialLogger:
 
 
 def _key(trial) -> str:
-    """A Tune trial's key of ours (its configuration's ``trial_key``; Tune's id for a trial without one)."""
-    return str((getattr(trial, "config", None) or {}).get("trial_key") or trial.trial_id)
+    """A Tune trial's key of ours (Tune's id for a trial without one)."""
+    return key_of(trial) or trial.trial_id
 
 
 def as_tune_callback(logger: TrialLogger):
