@@ -28,7 +28,8 @@ REQUIRED = dataclasses.MISSING
 class Setting:
     """How one field is read, checked and offered on the command line.
 
-    kind: "int", "float", "str", "bool" or "custom" (read by ``read``).
+    kind: "int", "float", "str", "bool", "ints" (a list of positive integers, read by ``read``; a
+    ``nargs="+"`` flag) or "custom" (read by ``read``).
     minimum: the smallest int allowed. check: for floats, returns the problem or None.
     choices: allowed values (a tuple, or a callable returning one, for registries).
     nullable: None is allowed (and means "unset"). flag: the CLI flag ("" for none;

@@ -122,6 +122,8 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         target_K=read("target_K", REQUIRED) if family.spectral else None,
         target_width=read("target_width"),
         width_parametrization=read("width_parametrization"),
+        ladder=read("ladder"),
+        ladder_keep=read("ladder_keep"),
         search_space=read_search_space(r.sub("search_space")),
         training=_read_training(r.sub("training")),
         search=read_section(r.sub("search"), SearchSpec),
@@ -185,6 +187,8 @@ OVERRIDES = {
     "target_epochs": ("target.epochs", "--target-epochs"),
     "tracking_uri": ("tracking.uri", "--tracking-uri"),
     "precision": ("training.precision", "--precision"),
+    "ladder": ("ladder", "--ladder"),
+    "ladder_keep": ("ladder_keep", "--ladder-keep"),
 }
 
 
@@ -245,7 +249,8 @@ def load_study(path: str | os.PathLike | None = None, overrides: dict[str, Any] 
     mapping, source = read_study_mapping(path)
     applied: list[Override] = []
     flags: dict[str, str] = {}
-    for key, value in (overrides or {}).items():
+    overrides = _with_ladder_start(mapping, overrides or {})
+    for key, value in overrides.items():
         if value is None:
             continue
         field_path, flag = OVERRIDES[key]
@@ -255,6 +260,21 @@ def load_study(path: str | os.PathLike | None = None, overrides: dict[str, Any] 
             applied.append(Override(flag, field_path, value, previous))
         _set_path(mapping, field_path, value)
     return parse_study(mapping, source, flags=flags), applied
+
+
+def _with_ladder_start(mapping: dict, overrides: dict) -> dict:
+    """``--ladder 4 8 16`` also sets the proxy's size to its first entry (reported like any override)
+    unless ``--proxy-K`` / ``--proxy-width`` say otherwise."""
+    from mutransfer.study.ladder import first_size_overrides
+    from operators.registry import OPERATORS
+
+    ladder = overrides.get("ladder")
+    if not ladder:
+        return overrides
+    operator = _get_path(mapping, "operator.type")
+    family = OPERATORS.get(operator if isinstance(operator, str) else "fno")
+    implied = first_size_overrides(ladder, family.spectral if family is not None else True)
+    return {**overrides, **{k: v for k, v in implied.items() if overrides.get(k) is None}}
 
 
 def study_from_yaml_text(text: str, source: str) -> Study:

@@ -30,6 +30,9 @@ def resolve_and_check(study: Study, r: Reader) -> None:
             f"use one of: {', '.join(point_set_families())}",
         )
     _resolve_width(study, r)
+    from mutransfer.study.ladder import check_ladder
+
+    check_ladder(study, r)
     if problem.kind == "points":
         _resolve_points_problem(study, problem, r)
         return

@@ -15,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from mutransfer.config.settings import non_negative, positive, setting
+from mutransfer.config.settings import fraction, non_negative, positive, setting
+from mutransfer.study.ladder import LadderSize, ladder_sizes, read_ladder
 from mutransfer.training.hyperparameters import Hyperparameters
 from operators.registry import OPERATORS, OperatorFamily
 
@@ -154,7 +155,7 @@ class TrackingSpec:
 
 #: the order of a study's top-level fields (and of its YAML)
 TOP_ORDER = ("name", "problem", "operator", "parametrization", "proxy_K", "target_K", "target_width",
-             "width_parametrization", "search_space", "training", "search", "budget", "resources", "target", "tracking")
+             "width_parametrization", "ladder", "ladder_keep", "search_space", "training", "search", "budget", "resources", "target", "tracking")
 
 
 def _name_problem(value) -> str | None:
@@ -180,6 +181,12 @@ class Study:
     width_parametrization: str | None = setting(None, "the width rule: mup (Tensor Programs V, base width = "
                                                 "operator.width) or standard (null: mup when the width scales)",
                                                 kind="str", nullable=True, choices=("mup", "standard"))
+    ladder: list | None = setting(None, "model sizes from the proxy up to the target (K for FNO, else the width; or "
+                                  "{K, width}): the best ladder_keep of each rung is rescaled by muP and trained at the "
+                                  "next size (null: no ladder)", kind="ints", nullable=True, read=read_ladder,
+                                  example="[4, 8, 16]")
+    ladder_keep: float = setting(0.5, "fraction of a ladder rung's trials promoted to the next size", kind="float",
+                                 check=fraction, example="0.5")
     training: TrainingSpec = field(default_factory=TrainingSpec)
     search: SearchSpec = field(default_factory=SearchSpec)
     budget: BudgetSpec = field(default_factory=BudgetSpec)
@@ -238,6 +245,10 @@ class Study:
             width_parametrization=self.width_parametrization or "standard",
             attention_scaled=self.family.attention_scaled,
         )
+
+    def ladder_sizes(self) -> list[LadderSize]:
+        """The ladder's model sizes, proxy first ([] without a ladder; mutransfer.study.ladder)."""
+        return ladder_sizes(self)
 
     def model_text(self, target: bool) -> str:
         """e.g. "FNO-2D K=24 width 32" or "galerkin width 64" (the proxy's or the target's)."""

@@ -30,24 +30,10 @@ from mutransfer.sweep.context import SweepContext, TrialRecord
 
 def direct_context(ctx: SweepContext) -> SweepContext:
     """A sweep context whose search trains the target's model, in ``<study dir>/direct``, under its own MLflow run."""
-    from mutransfer.sweep.state import StudyDir
-    from mutransfer.sweep.tracking import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG
+    from mutransfer.sweep.nested import nested_context
 
-    sdir = StudyDir(ctx.study_dir.root / "direct")
-    sdir.root.mkdir(parents=True, exist_ok=True)
-    state = sdir.read_state() or {"phase": "proxies", "study": ctx.study.name}
-    sub = SweepContext(ctx.options, ctx.study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0,
-                       search_at_target=True)
-    sub.data, sub.data_path, sub.tracker, sub.experiment_id = ctx.data, ctx.data_path, ctx.tracker, ctx.experiment_id
-    parent = state.get("parent_run_id")
-    if not (parent and ctx.tracker.run_exists(parent)):
-        parent = ctx.tracker.client.create_run(ctx.experiment_id, tags={
-            PARENT_TAG: ctx.parent_id, KIND_TAG: "direct_baseline", STUDY_TAG: ctx.study.name,
-            RUN_NAME_TAG: f"{ctx.study.name} direct baseline ({ctx.study.model_text(True)})",
-        }).info.run_id
-    sub.parent_id = parent
-    sub.update_state(**{**state, "parent_run_id": parent})
-    return sub
+    return nested_context(ctx, ctx.study_dir.root / "direct", kind="direct_baseline",
+                          run_name=f"{ctx.study.name} direct baseline ({ctx.study.model_text(True)})")
 
 
 def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shape) -> dict:
@@ -123,6 +109,7 @@ def direct_baseline_phase(ctx: SweepContext) -> None:
     direct_error = final["test_error"] if final else best.test_error
     direct = add_costs(*parts)
     mutransfer = add_costs(trials_cost(study, ctx.proxies.trials, at_target=False, input_shape=shape),
+                           *(ctx.ladder.extra_cost() if ctx.ladder is not None else ()),
                            target_cost(study, ctx.target, shape))
     result = {
         "search": {"algorithm": study.search.algorithm, "trials": len(sub.proxies.trials),

@@ -72,11 +72,19 @@ class TrialRecord:
         return {k: getattr(self, k) for k in keys}
 
 
+def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """Trials with an error, best first: those that ran the full budget by final test error, then the others
+    (pruned or diverged) by theirs. Failed trials and trials without an error are left out."""
+    full = sorted((t for t in trials if t.status == "completed" and t.test_error is not None), key=lambda t: t.test_error)
+    rest = sorted((t for t in trials if t.status in ("pruned", "diverged") and t.test_error is not None),
+                  key=lambda t: t.test_error)
+    return full + rest
+
+
 def pick_best(trials: list[TrialRecord]) -> TrialRecord | None:
     """Lowest final test error among trials that ran the full budget; else among any that reported."""
-    full = [t for t in trials if t.status == "completed" and t.test_error is not None]
-    pool = full or [t for t in trials if t.status in ("pruned", "diverged") and t.test_error is not None]
-    return min(pool, key=lambda t: t.test_error) if pool else None
+    order = ranked(trials)
+    return order[0] if order else None
 
 
 @dataclass
@@ -139,8 +147,19 @@ class SweepContext:
     report: dict | None = None
     verification: dict | None = None  # mutransfer.sweep.verify.Verification.as_dict()
     direct_baseline: dict | None = None  # mutransfer.sweep.baseline
-    #: the search trains the target's model (the direct-tuning baseline's sub-context)
+    #: the search trains the target's model (the direct-tuning baseline's and a ladder rung's sub-context)
     search_at_target: bool = False
+    #: the configurations a nested search runs instead of sampling, without ASHA (a ladder rung's promoted trials)
+    preset: list[dict] | None = None
+    #: what the search is called on the console ("proxies", "direct search", "rung 1")
+    label: str | None = None
+    #: tags every trial's MLflow run carries (a ladder: mutransfer.rung)
+    trial_tags: dict = field(default_factory=dict)
+    ladder: Any = None  # mutransfer.sweep.ladder.LadderResults (a study with a ladder)
+
+    @property
+    def search_name(self) -> str:
+        return self.label or ("direct search" if self.search_at_target else "proxies")
 
     def say(self, text: str) -> None:
         """A progress line on stderr (stdout is kept for the report), unless quiet."""

@@ -165,14 +165,17 @@ class SearchPlan:
     """Hands out trial keys and configurations in a fixed order and decides ASHA stops (see the module docstring).
 
     ``trials_dir``: ``<study dir>/trials``. ``window``: w >= 1, fixed for the study.
+    ``preset``: the configurations to run, in key order, instead of sampling, all to the
+    full budget (no ASHA): a ladder rung's promoted trials (mutransfer.sweep.ladder).
     """
 
-    def __init__(self, study: Study, trials_dir: str | Path, window: int):
+    def __init__(self, study: Study, trials_dir: str | Path, window: int, *, preset: list[dict] | None = None):
         self.study = study
         self.trials_dir = Path(trials_dir)
-        self.window = max(1, int(window))
-        self.total = total_trials(study)
-        self.milestones = rung_milestones(study)
+        self.preset = None if preset is None else [dict(c) for c in preset]
+        self.total = total_trials(study) if preset is None else len(preset)
+        self.window = max(1, int(window)) if preset is None else max(1, self.total)  # presets never wait for results
+        self.milestones = rung_milestones(study) if preset is None else []
         self.configs: dict[int, dict] = {}
         self.outcomes: dict[int, Outcome] = {}
         #: rung values of trials still running (epoch -> test error), judged once each
@@ -227,6 +230,8 @@ class SearchPlan:
         return trial_key(i), dict(self.configs[i])
 
     def _sample(self, index: int, known: range) -> dict:
+        if self.preset is not None:
+            return dict(self.preset[index])
         from mutransfer.sweep.sampling import sample_config
 
         return sample_config(self.study, index, [(self.configs[j], self.outcomes[j].value) for j in known])

@@ -85,7 +85,8 @@ def prepare(options: SweepOptions) -> SweepContext:
             _check_target_size_memory(study)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
     ctx = SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
-                       prior_wall=float(state.get("wall_seconds", 0.0)))
+                       prior_wall=float(state.get("wall_seconds", 0.0)),
+                       trial_tags={"mutransfer.rung": "0"} if study.ladder else {})  # mutransfer.sweep.ladder.RUNG_TAG
     return ctx
 
 

@@ -256,7 +256,7 @@ def proxy_callback(ctx, total: int, finished: int = 0):
     study = ctx.study
     return as_tune_callback(ProxyProgress(total, budget_epochs=study.budget.epochs, searched=list(study.search_space),
                                           mode=for_options(ctx.options), finished=finished,
-                                          label="direct search" if ctx.search_at_target else "proxies"))
+                                          label=ctx.search_name))
 
 
 __all__ = ["MODES", "ProxyProgress", "TargetProgress", "as_tune_callback", "display_mode", "for_options", "proxy_callback"]

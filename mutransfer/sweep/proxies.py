@@ -80,7 +80,7 @@ def _plan(ctx: SweepContext, concurrency: int):
     if not isinstance(window, int) or window < 1:
         window = concurrency
         ctx.update_state(search_window=window)
-    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window)
+    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window, preset=ctx.preset)
 
 
 def _logger(ctx: SweepContext, total: int):
@@ -96,20 +96,21 @@ def _logger(ctx: SweepContext, total: int):
         budget_epochs=study.budget.epochs,
         fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu", devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
-        quiet=ctx.options.quiet, trials_dir=str(ctx.study_dir.trials_dir),
+        quiet=ctx.options.quiet, trials_dir=str(ctx.study_dir.trials_dir), tags=ctx.trial_tags,
     )
 
 
 def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
     study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
     total = plan.total
-    if study.budget.grace_period >= study.budget.epochs:
+    if study.budget.grace_period >= study.budget.epochs and ctx.preset is None:
         ctx.say(f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early")
     if study.search.algorithm == "grid" and study.search.num_trials != total:
         ctx.say(f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)")
     gpu = f" + {r.gpus_per_trial} GPU" if r.gpus_per_trial > 0 else ""
     ctx.say(
-        f"{'direct search' if at_target else 'proxies'}: {total} trials, {study.model_text(at_target)} ({study.search.algorithm}, ASHA), "
+        f"{ctx.search_name}: {total} trials, {study.model_text(at_target)} "
+        f"({'promoted, no ASHA' if ctx.preset is not None else study.search.algorithm + ', ASHA'}), "
         f"{study.budget.epochs} epochs each, {concurrency} at a time x {r.cpus_per_trial} CPU{gpu} ...",
     )
     if plan.outcomes or plan.configs:

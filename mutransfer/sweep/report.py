@@ -47,6 +47,7 @@ def build_report(
     phases: dict | None = None,
     verification: dict | None = None,
     direct_baseline: dict | None = None,
+    rungs: list[dict] | None = None,
 ) -> dict:
     """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome."""
     counts = {s: sum(1 for t in trials if t.status == s) for s in ("completed", "pruned", "diverged", "failed")}
@@ -68,6 +69,12 @@ def build_report(
     phases = phases or {}
     shape = phases.get("input_shape")
     compute.update(study_cost(study, trials, target, input_shape=None if shape is None else tuple(shape)))
+    if rungs:  # the rungs above the proxies are part of muTransfer's cost
+        extra = [r["cost"] for r in rungs[1:]]
+        compute["ladder_device_seconds"] = sum(c["device_seconds"] for c in extra)
+        compute["ladder_flops"] = None if any(c.get("flops") is None for c in extra) else sum(c["flops"] for c in extra)
+        if compute.get("mutransfer_vs_direct_flops") is not None and compute["ladder_flops"] is not None:
+            compute["mutransfer_vs_direct_flops"] += compute["ladder_flops"] / compute["direct_sweep_flops"]
     concurrency = max(1, int(phases.get("concurrency", 1)))
     compute["setup_seconds"] = phases.get("setup_seconds")
     compute["proxy_phase_seconds"] = phases.get("proxy_phase_seconds")
@@ -99,6 +106,7 @@ def build_report(
         "proxy_to_target": proxy_to_target(best, target, verification),
         "verification": verification,
         "direct_baseline": None if direct_baseline is None else {k: v for k, v in direct_baseline.items() if k != "trials"},
+        "rungs": rungs,
         "trial_table": [t.as_dict() for t in trials],
     }
 
@@ -149,6 +157,9 @@ def format_report(report: dict) -> str:
     if best:
         cfg = ", ".join(f"{k}={_g(v)}" for k, v in best["config"].items())
         lines.append(f"best proxy: trial {best['trial_id']}  test rel. L2 {_g(best['test_error'])} after {best['epochs']} epochs  ({cfg})")
+    from mutransfer.sweep.ladder import rung_lines
+
+    lines += rung_lines(report.get("rungs"))
     transfer = report.get("transfer")
     if transfer:
         lines.append("")

@@ -36,6 +36,8 @@ def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
 
 
 def transfer_phase(ctx: SweepContext) -> None:
-    """Set ``ctx.transfer`` from ``ctx.proxies.best``."""
-    record, hp = transfer(ctx.study, ctx.proxies.best)
+    """Set ``ctx.transfer`` from ``ctx.proxies.best`` (with a ladder: the last rung's best, from its size)."""
+    from mutransfer.sweep.ladder import transfer_source
+
+    record, hp = transfer(*transfer_source(ctx))
     ctx.transfer = TransferResult(record, hp)

@@ -1,7 +1,7 @@
 """Orchestration of `mutransfer sweep`: the phases in order over one :class:`SweepContext`.
 
     prepare → start (study directory, data, Ray, MLflow parent run)
-            → proxies → transfer → gate (--coord-check) → target → verify (--verify)
+            → proxies → ladder rungs (ladder) → transfer → gate (--coord-check) → target → verify (--verify)
             → direct baseline (--baseline direct) → report
 
 Each phase is a function of the context (mutransfer.sweep.{proxies, rescale, gate,
@@ -35,6 +35,7 @@ from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.model_log import log_model_phase, register_completed
 from mutransfer.sweep.portable import stored_tracking, write_study_file
 from mutransfer.sweep.holds import hold_if_asked
+from mutransfer.sweep.ladder import climb_ladder
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
@@ -44,7 +45,7 @@ from mutransfer.sweep.verify import verify_phase
 __all__ = ["PHASES", "SweepError", "SweepOptions", "check_cluster_fits", "prepare", "run_sweep", "transfer"]
 
 #: the phases after the start, in order
-PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, log_model_phase, verify_phase,
+PHASES = (run_proxies, climb_ladder, transfer_phase, coord_check_gate, train_target, log_model_phase, verify_phase,
           direct_baseline_phase, write_report)
 
 

@@ -86,6 +86,7 @@ class TrialLogger:
         quiet: bool = False,
         trials_dir: str | None = None,
         trial_key=None,
+        tags: dict | None = None,
     ):
         self.uri = uri
         self.experiment_id = experiment_id
@@ -104,6 +105,8 @@ class TrialLogger:
         self.trials_dir = trials_dir
         #: a picklable function trial -> the name of its run (mutransfer.sweep.proxies.trial_dirname)
         self.trial_key = trial_key
+        #: tags every trial's run carries besides the standard ones (a ladder rung: mutransfer.rung)
+        self.tags = dict(tags or {})
         self._reset()
 
     def _reset(self) -> None:
@@ -177,7 +180,7 @@ class TrialLogger:
 
     def _run_tags(self, key: str, index: int) -> dict:
         return {PARENT_TAG: self.parent_run_id, KIND_TAG: "proxy_trial", STUDY_TAG: self.study_name, TRIAL_ID_TAG: key,
-                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index}
+                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index, **self.tags}
 
     def _steps(self, run: OpenRun) -> set[int]:
         if run.steps is None:

@@ -1,0 +1,106 @@
+"""The study's model-size ladder: ``ladder: [4, 8, 16]`` (and ``ladder_keep``), read and checked.
+
+A ladder lists model sizes from the proxy up towards the target. Each entry is one
+integer on the study's scaling axis (Fourier modes K for FNO, the width for the
+attention operators) or a mapping naming both axes, ``{K: 8, width: 48}``. The first
+entry is the proxy (``proxy_K`` / ``operator.width``); every later entry is larger on at
+least one axis, smaller on none, and no larger than the target. The search runs at the
+first size; the best ``ladder_keep`` fraction of each rung is rescaled by μP and
+trained again at the next size (mutransfer.sweep.ladder).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mutransfer.config.reader import Reader, is_plain_int, kind_of
+
+_EXAMPLE = "e.g. ladder: [4, 8, 16] (K) or ladder: [{K: 4, width: 16}, {K: 8, width: 32}]"
+
+
+@dataclass(frozen=True)
+class LadderSize:
+    """One rung's model size: Fourier modes (None for operators without) and width."""
+
+    K: int | None
+    width: int
+
+    def text(self) -> str:
+        return f"K={self.K} width {self.width}" if self.K is not None else f"width {self.width}"
+
+
+def read_ladder(r: Reader, name: str, default):
+    """The raw ladder (a list of positive integers or {K, width} mappings), or None."""
+    value = r.raw(name, default)
+    if value is None:
+        return None
+    where = r.where(name)
+    if not isinstance(value, list) or len(value) < 2:
+        r.fail(where, f"must be a list of at least 2 model sizes, got {kind_of(value) if not isinstance(value, list) else len(value)}; {_EXAMPLE}")
+    out = []
+    for i, entry in enumerate(value):
+        if is_plain_int(entry):
+            if entry < 1:
+                r.fail(f"{where}[{i}]", f"must be a positive integer, got {entry}; {_EXAMPLE}")
+            out.append(entry)
+        elif isinstance(entry, dict) and entry and set(entry) <= {"K", "width"}:
+            for key, v in entry.items():
+                if not is_plain_int(v) or v < 1:
+                    r.fail(f"{where}[{i}].{key}", f"must be a positive integer, got {kind_of(v)}; {_EXAMPLE}")
+            out.append(dict(entry))
+        else:
+            r.fail(f"{where}[{i}]", f"must be a positive integer or a mapping with K and/or width, got {kind_of(entry)}; {_EXAMPLE}")
+    return out
+
+
+def ladder_sizes(study) -> list[LadderSize]:
+    """The ladder's sizes (an integer is K for FNO, the width otherwise; a missing axis is the proxy's)."""
+    out = []
+    for entry in study.ladder or ():
+        if isinstance(entry, dict):
+            K = entry.get("K", study.proxy_K) if study.is_fno else None
+            out.append(LadderSize(K, int(entry.get("width", study.operator.width))))
+        elif study.is_fno:
+            out.append(LadderSize(int(entry), int(study.operator.width)))
+        else:
+            out.append(LadderSize(None, int(entry)))
+    return out
+
+
+def first_size_overrides(raw_ladder, spectral: bool) -> dict:
+    """The proxy fields the first entry of a ``--ladder`` flag sets: {"proxy_K": 4} or {"proxy_width": 16}."""
+    if not raw_ladder:
+        return {}
+    first = raw_ladder[0]
+    if isinstance(first, dict):
+        return {**({"proxy_K": first["K"]} if "K" in first else {}), **({"proxy_width": first["width"]} if "width" in first else {})}
+    return {"proxy_K": first} if spectral else {"proxy_width": first}
+
+
+def check_ladder(study, r: Reader) -> None:
+    """One line naming the entry when the ladder does not climb from the proxy to at most the target."""
+    if not study.ladder:
+        return
+    for i, entry in enumerate(study.ladder):
+        if isinstance(entry, dict) and "K" in entry and not study.is_fno:
+            r.fail(f"ladder[{i}].K", f"{study.operator.type} has no Fourier modes; give widths, e.g. ladder: [16, 32, 64]")
+    sizes = ladder_sizes(study)
+    proxy = LadderSize(study.proxy_K if study.is_fno else None, study.operator.width)
+    if sizes[0] != proxy:
+        r.fail("ladder[0]", f"{sizes[0].text()} must be the proxy ({proxy.text()}): the ladder starts at the proxy; "
+                            f"set proxy_K / operator.width to it, or start the ladder at {proxy.text()}")
+    target = LadderSize(study.target_K if study.is_fno else None, study.target_width or study.operator.width)
+    for i, (a, b) in enumerate(zip(sizes, sizes[1:]), start=1):
+        pairs = [(b.width, a.width)] + ([(b.K, a.K)] if study.is_fno else [])
+        if any(x < y for x, y in pairs) or all(x == y for x, y in pairs):
+            r.fail(f"ladder[{i}]", f"{b.text()} must be larger than ladder[{i - 1}] ({a.text()}) on one axis and smaller on none")
+        if b.width > target.width or (study.is_fno and b.K > target.K):
+            r.fail(f"ladder[{i}]", f"{b.text()} is larger than the target ({target.text()}); a ladder climbs up to the target")
+        if study.is_fno and b.K != a.K:
+            from operators.errors import OperatorConfigError
+            from operators.parametrization import check_modes
+
+            try:
+                check_modes(b.K, study.dim, study.parametrization)
+            except OperatorConfigError as exc:
+                r.fail(f"ladder[{i}]", str(exc))
