@@ -8,10 +8,9 @@ import pytest
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import load_study
-from mutransfer.study.ladder import LadderSize
+from mutransfer.study.ladder import LadderSize, rung_study, step_study, target_size
 from mutransfer.sweep.context import TrialRecord, ranked
-from mutransfer.sweep.ladder import (LadderResults, RungResult, keep_count, rung_lines, rung_metrics, rung_study,
-                                     step_study, target_size)
+from mutransfer.sweep.ladder import LadderResults, RungResult, keep_count, rung_lines, rung_metrics
 
 
 def _study(**overrides):

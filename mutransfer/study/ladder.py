@@ -11,6 +11,7 @@ trained again at the next size (mutransfer.sweep.ladder).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from mutransfer.config.reader import Reader, is_plain_int, kind_of
@@ -104,3 +105,21 @@ def check_ladder(study, r: Reader) -> None:
                 check_modes(b.K, study.dim, study.parametrization)
             except OperatorConfigError as exc:
                 r.fail(f"ladder[{i}]", str(exc))
+
+
+def rung_study(study, size: LadderSize):
+    """The study whose *target* is ``size``: a rung's trials build that model (the width-μP base stays operator.width)."""
+    return dataclasses.replace(study, target_K=size.K if study.is_fno else study.target_K, target_width=size.width)
+
+
+def step_study(study, a: LadderSize, b: LadderSize):
+    """The study whose proxy is ``a`` and target ``b``: its transfer_scaling() is the μP step a → b."""
+    return dataclasses.replace(study, proxy_K=a.K if study.is_fno else study.proxy_K,
+                               operator=dataclasses.replace(study.operator, width=a.width),
+                               target_K=b.K if study.is_fno else study.target_K, target_width=b.width)
+
+
+def target_size(study) -> LadderSize:
+    return LadderSize(study.target_K if study.is_fno else None, int(study.target_width or study.operator.width))
+
+

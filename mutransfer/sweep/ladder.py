@@ -26,8 +26,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from mutransfer.study import Study
-from mutransfer.study.ladder import LadderSize
+from mutransfer.study.ladder import LadderSize, rung_study, step_study, target_size
 from mutransfer.sweep.context import SweepContext, TrialRecord, ranked
 
 RUNG_TAG = "mutransfer.rung"
@@ -36,22 +35,6 @@ RUNG_TAG = "mutransfer.rung"
 def keep_count(n_trials: int, keep: float, available: int) -> int:
     """Trials promoted from a rung of ``n_trials``: ceil(keep · n), at least 1, at most the ``available`` ranked ones."""
     return min(available, max(1, math.ceil(keep * n_trials - 1e-9)))
-
-
-def rung_study(study: Study, size: LadderSize) -> Study:
-    """The study whose *target* is ``size``: a rung's trials build that model (the width-μP base stays operator.width)."""
-    return dataclasses.replace(study, target_K=size.K if study.is_fno else study.target_K, target_width=size.width)
-
-
-def step_study(study: Study, a: LadderSize, b: LadderSize) -> Study:
-    """The study whose proxy is ``a`` and target ``b``: its transfer_scaling() is the μP step a → b."""
-    return dataclasses.replace(study, proxy_K=a.K if study.is_fno else study.proxy_K,
-                               operator=dataclasses.replace(study.operator, width=a.width),
-                               target_K=b.K if study.is_fno else study.target_K, target_width=b.width)
-
-
-def target_size(study: Study) -> LadderSize:
-    return LadderSize(study.target_K if study.is_fno else None, int(study.target_width or study.operator.width))
 
 
 @dataclass
@@ -194,14 +177,6 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
         if value is not None], tags={"mutransfer.status": "done"})
     ctx.tracker.set_status(sub.parent_id, "FINISHED")
     return rung
-
-
-def transfer_source(ctx: SweepContext) -> tuple[Study, TrialRecord]:
-    """(the study whose proxy→target step the transfer takes, the trial it transfers): the last rung's best, else the best proxy."""
-    if ctx.ladder is None:
-        return ctx.study, ctx.proxies.best
-    last = ctx.ladder.last
-    return step_study(ctx.study, last.size, target_size(ctx.study)), last.best
 
 
 def rung_lines(rungs: list[dict] | None) -> list[str]:

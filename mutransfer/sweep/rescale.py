@@ -37,7 +37,16 @@ def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
 
 def transfer_phase(ctx: SweepContext) -> None:
     """Set ``ctx.transfer`` from ``ctx.proxies.best`` (with a ladder: the last rung's best, from its size)."""
-    from mutransfer.sweep.ladder import transfer_source
-
     record, hp = transfer(*transfer_source(ctx))
     ctx.transfer = TransferResult(record, hp)
+
+
+def transfer_source(ctx: SweepContext) -> tuple[Study, TrialRecord]:
+    """(the study whose proxy→target step the transfer takes, the trial it transfers): with a ladder
+    (mutransfer.sweep.ladder) the last rung's best from the last rung's size, else the best proxy."""
+    if ctx.ladder is None:
+        return ctx.study, ctx.proxies.best
+    from mutransfer.study.ladder import step_study, target_size
+
+    last = ctx.ladder.last
+    return step_study(ctx.study, last.size, target_size(ctx.study)), last.best
