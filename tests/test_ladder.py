@@ -168,3 +168,18 @@ def test_report_lines_and_metrics_name_every_rung():
     metrics = dict(rung_metrics(summaries))
     assert metrics["rung1_best_error"] == 0.015 and metrics["rung0_kept"] == 1 and metrics["rung1_device_seconds"] == 20.0
     assert ladder.extra_cost() == [rungs[1].cost]
+
+
+def test_attention_operators_climb_in_width_and_refuse_K():
+    """An attention operator's ladder is in widths (--ladder sets the proxy width); K has no meaning there."""
+    study, applied = load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, 32, 64]})
+    assert study.ladder_sizes() == [LadderSize(None, 16), LadderSize(None, 32), LadderSize(None, 64)]
+    assert not any(o.path == "operator.width" for o in applied)  # 16 is already the proxy width
+    a, b = study.ladder_sizes()[:2]
+    step = step_study(study, a, b).transfer_scaling()
+    assert (step.proxy_width, step.target_width) == (16, 32)
+    assert rung_study(study, b).target_width == 32 and rung_study(study, b).operator.width == 16  # base width kept
+    with pytest.raises(UserInputError, match=r"ladder\[1\]\.K: galerkin has no Fourier modes"):
+        load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, {"K": 8, "width": 32}]})
+    with pytest.raises(UserInputError, match="larger than the target"):
+        load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, 128]})
