@@ -38,6 +38,9 @@ class SweepOptions:
     verify_seeds: int = 2
     baseline: str | None = None  # "direct": the same search run at the target's size (sweep --baseline direct)
     register: str | None = None  # register the target in MLflow's model registry under this name (sweep --register)
+    warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)
+    warm_start_top: int | None = None  # how many (None: max(1, num_trials // 4))
+    warm_start_any: bool = False  # accept a source of another problem or operator
 
 
 @dataclass
@@ -141,6 +144,8 @@ class SweepContext:
     direct_baseline: dict | None = None  # mutransfer.sweep.baseline
     #: the search trains the target's model (the direct-tuning baseline's sub-context)
     search_at_target: bool = False
+    #: the warm start (mutransfer.sweep.warm_plan.WarmStart), set by prepare; None for a cold study
+    warm_start: Any = None
 
     def say(self, text: str) -> None:
         """A progress line on stderr (stdout is kept for the report), unless quiet."""

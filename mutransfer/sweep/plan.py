@@ -36,6 +36,8 @@ from mutransfer.study import Study
 
 CONFIG_FILE = "config.json"
 OUTCOME_FILE = "outcome.json"
+#: a warm-started trial's provenance (mutransfer.sweep.warm_plan), written before its config.json
+WARM_FILE = "warm_start.json"
 #: SearchPlan.next_trial: every trial has been handed out
 DONE = "done"
 #: the last result's metrics an outcome keeps (mutransfer.sweep.trial.TrialReport, and Tune's wall time)
@@ -165,10 +167,13 @@ class SearchPlan:
     """Hands out trial keys and configurations in a fixed order and decides ASHA stops (see the module docstring).
 
     ``trials_dir``: ``<study dir>/trials``. ``window``: w >= 1, fixed for the study.
+    ``warm``: (configuration, provenance) of the first trials, handed out in place of samples
+    (a warm start, mutransfer.sweep.warm_plan; the provenance goes to their ``warm_start.json``).
     """
 
-    def __init__(self, study: Study, trials_dir: str | Path, window: int):
+    def __init__(self, study: Study, trials_dir: str | Path, window: int, warm: list[tuple[dict, dict]] = ()):
         self.study = study
+        self.warm = list(warm)
         self.trials_dir = Path(trials_dir)
         self.window = max(1, int(window))
         self.total = total_trials(study)
@@ -216,10 +221,13 @@ class SearchPlan:
         known = range(0, i - self.window + 1)
         if any(j not in self.outcomes for j in known):
             return None
-        config = self._sample(i, known)
+        config = dict(self.warm[i][0]) if i < len(self.warm) else self._sample(i, known)
         directory = self.trials_dir / trial_key(i)
         directory.mkdir(parents=True, exist_ok=True)
         from mutransfer.sweep.state import write_atomic
+
+        if i < len(self.warm):
+            write_atomic(directory / WARM_FILE, json.dumps(self.warm[i][1]))
 
         write_atomic(directory / CONFIG_FILE, json.dumps(config))
         self.configs[i] = json.loads(json.dumps(config))  # exactly what a resumed plan reads back

@@ -86,6 +86,7 @@ class TrialLogger:
         quiet: bool = False,
         trials_dir: str | None = None,
         trial_key=None,
+        warm_from: dict[str, str] | None = None,
     ):
         self.uri = uri
         self.experiment_id = experiment_id
@@ -104,6 +105,8 @@ class TrialLogger:
         self.trials_dir = trials_dir
         #: a picklable function trial -> the name of its run (mutransfer.sweep.proxies.trial_dirname)
         self.trial_key = trial_key
+        #: key -> the source trial of a warm-started trial (tag mutransfer.warm_start_from, mutransfer.sweep.warm_plan)
+        self.warm_from = dict(warm_from or {})
         self._reset()
 
     def _reset(self) -> None:
@@ -176,8 +179,9 @@ class TrialLogger:
         return {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
 
     def _run_tags(self, key: str, index: int) -> dict:
+        warm = {"mutransfer.warm_start_from": self.warm_from[key]} if key in self.warm_from else {}
         return {PARENT_TAG: self.parent_run_id, KIND_TAG: "proxy_trial", STUDY_TAG: self.study_name, TRIAL_ID_TAG: key,
-                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index}
+                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index, **warm}
 
     def _steps(self, run: OpenRun) -> set[int]:
         if run.steps is None:
