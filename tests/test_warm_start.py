@@ -210,6 +210,24 @@ def test_a_matching_source_passes_prepare_and_each_refusal_fires(tmp_path, monke
     assert "--warm-start-any: the source's problem is darcy, this study's burgers" in ctx.warm_start.notes
 
 
+def test_another_operator_is_refused_unless_any(tmp_path):
+    from mutransfer.sweep.warm_plan import _check_kind
+
+    source = dataclasses.replace(read_folder(write_source(tmp_path / "src")), operator="galerkin")
+    with pytest.raises(UserInputError, match="used operator galerkin, this study operator fno; .* --warm-start-any"):
+        _check_kind("src", _study(name="here"), source, False)
+    assert _check_kind("src", _study(name="here"), source, True) == [
+        "--warm-start-any: the source's operator is galerkin, this study's fno"]
+    assert _check_kind("src", _study(name="here"), dataclasses.replace(source, operator="fno"), False) == []
+
+
+def test_the_cli_refuses_an_unknown_source_in_one_line_before_any_compute(tmp_path):
+    from test_sweep_cli import assert_no_compute, run_probe
+
+    proc = run_probe(tmp_path, "sweep", "--warm-start", "nowhere")
+    assert_no_compute(proc, tmp_path, "--warm-start nowhere: no such study", "mutransfer-runs/nowhere")
+
+
 def test_grid_search_is_refused_and_tpe_random_pass(tmp_path, monkeypatch):
     from mutransfer.sweep.prepare import prepare
 

@@ -228,7 +228,6 @@ class SearchPlan:
 
         if i < len(self.warm):
             write_atomic(directory / WARM_FILE, json.dumps(self.warm[i][1]))
-
         write_atomic(directory / CONFIG_FILE, json.dumps(config))
         self.configs[i] = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
         self._next += 1

@@ -127,7 +127,8 @@ def _check_kind(spec: str, study, source: SourceStudy, any_kind: bool) -> list[s
         if here == there:
             continue
         if not any_kind:
-            raise UserInputError(f"--warm-start {spec}: study {source.name!r} solved {what} {there}, this study {what} "
+            verb = "solved" if what == "problem" else "used"
+            raise UserInputError(f"--warm-start {spec}: study {source.name!r} {verb} {what} {there}, this study {what} "
                                  f"{here}; pick a study of the same {what}, or pass --warm-start-any to seed from it anyway")
         notes.append(f"--warm-start-any: the source's {what} is {there}, this study's {here}")
     return notes
