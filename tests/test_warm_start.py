@@ -118,6 +118,8 @@ def test_a_missing_source_says_where_it_looked_and_creates_no_store(tmp_path):
     text = str(err.value)
     assert "--warm-start nothing: no such study" in text and str(tmp_path / "runs" / "nothing") in text and uri in text
     assert "\n" not in text and not (tmp_path / "none.db").exists()
+    with pytest.raises(UserInputError, match="--warm-start: empty"):
+        load_source(" ", runs_dir=None, tracking_uri=uri)
 
 
 # --------------------------------------------------------------------------- rescaling and fitting

@@ -72,6 +72,8 @@ def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str) -> Source
     """The study named or located by ``spec`` (see the module docstring); UserInputError naming where it looked."""
     from mutransfer.sweep.state import StudyDir
 
+    if not spec.strip():
+        raise UserInputError("--warm-start: empty; give a study folder or a study name")
     path = Path(spec).expanduser()
     if (path / "study.yaml").is_file():
         return read_folder(path)
