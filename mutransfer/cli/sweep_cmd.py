@@ -50,6 +50,14 @@ def _add_sweep(subparsers) -> None:
     p.add_argument("--register", metavar="NAME", type=model_name, default=None,
                    help="register the trained target in MLflow's model registry as a new version of NAME "
                    "(models:/NAME/<version>; needs a database-backed store such as sqlite) (default: not registered)")
+    p.add_argument("--warm-start", metavar="STUDY", default=None,
+                   help="seed the search with the best trials of an earlier study (a study folder, a study name under "
+                   "--runs-dir, or a study name in the tracking store), rescaled by muP to this study's proxy size "
+                   "(default: a cold start)")
+    p.add_argument("--warm-start-top", type=positive_int, default=None, metavar="N",
+                   help="how many of its best completed trials seed the search (default: max(1, num_trials // 4))")
+    p.add_argument("--warm-start-any", action="store_true",
+                   help="accept a --warm-start study of another problem or operator (default: refused)")
     p.add_argument("--json", action="store_true", help="print the transfer report as JSON")
     p.set_defaults(run=run_sweep_cmd)
 
@@ -85,6 +93,9 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         baseline=args.baseline,
         register=args.register,
         json=args.json,
+        warm_start=args.warm_start,
+        warm_start_top=args.warm_start_top,
+        warm_start_any=args.warm_start_any,
     )
     import contextlib
 
@@ -117,7 +128,8 @@ def _resume_hint(args: argparse.Namespace) -> list[str]:
         hint += ["--study", args.study]
     given = [(flag, getattr(args, key, None)) for key, (_path, flag) in OVERRIDES.items()]
     given += [("--runs-dir", args.runs_dir), ("--address", args.address), ("--coord-check", args.coord_check),
-              ("--verify", args.verify), ("--baseline", args.baseline)]
+              ("--verify", args.verify), ("--baseline", args.baseline), ("--warm-start", args.warm_start),
+              ("--warm-start-top", args.warm_start_top), ("--warm-start-any", args.warm_start_any)]
     if args.verify:
         given += [("--verify-points", args.verify_points), ("--verify-seeds", args.verify_seeds)]
     for flag, value in given:

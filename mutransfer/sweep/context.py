@@ -38,6 +38,9 @@ class SweepOptions:
     verify_seeds: int = 2
     baseline: str | None = None  # "direct": the same search run at the target's size (sweep --baseline direct)
     register: str | None = None  # register the target in MLflow's model registry under this name (sweep --register)
+    warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)
+    warm_start_top: int | None = None  # how many (None: max(1, num_trials // 4))
+    warm_start_any: bool = False  # accept a source of another problem or operator
 
 
 @dataclass
@@ -160,6 +163,8 @@ class SweepContext:
     @property
     def search_name(self) -> str:
         return self.label or ("direct search" if self.search_at_target else "proxies")
+    #: the warm start (mutransfer.sweep.warm_plan.WarmStart), set by prepare; None for a cold study
+    warm_start: Any = None
 
     def say(self, text: str) -> None:
         """A progress line on stderr (stdout is kept for the report), unless quiet."""

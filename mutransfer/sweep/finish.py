@@ -41,6 +41,7 @@ def write_report(ctx: SweepContext) -> None:
 
 def _build(ctx: SweepContext, wall: float) -> dict:
     from mutransfer.sweep.report import build_report
+    from mutransfer.sweep.warm_plan import warm_start_section
 
     study, proxies = ctx.study, ctx.proxies
     report = build_report(
@@ -60,6 +61,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         verification=ctx.verification,
         direct_baseline=ctx.direct_baseline,
         rungs=ctx.ladder.summaries() if ctx.ladder is not None else None,
+        warm_start=warm_start_section(ctx.warm_start, proxies.trials),
         phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
                 "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
     )

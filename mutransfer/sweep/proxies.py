@@ -80,7 +80,9 @@ def _plan(ctx: SweepContext, concurrency: int):
     if not isinstance(window, int) or window < 1:
         window = concurrency
         ctx.update_state(search_window=window)
-    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window, preset=ctx.preset)
+    from mutransfer.sweep.warm_plan import start_warm
+
+    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window, warm=start_warm(ctx), preset=ctx.preset)
 
 
 def _logger(ctx: SweepContext, total: int):
@@ -97,6 +99,7 @@ def _logger(ctx: SweepContext, total: int):
         fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu", devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
         quiet=ctx.options.quiet, trials_dir=str(ctx.study_dir.trials_dir), tags=ctx.trial_tags,
+        warm_from=ctx.warm_start.sources() if ctx.warm_start is not None and not at_target else None,
     )
 
 

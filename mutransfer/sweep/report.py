@@ -48,6 +48,7 @@ def build_report(
     verification: dict | None = None,
     direct_baseline: dict | None = None,
     rungs: list[dict] | None = None,
+    warm_start: dict | None = None,
 ) -> dict:
     """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome."""
     counts = {s: sum(1 for t in trials if t.status == s) for s in ("completed", "pruned", "diverged", "failed")}
@@ -108,6 +109,7 @@ def build_report(
         "direct_baseline": None if direct_baseline is None else {k: v for k, v in direct_baseline.items() if k != "trials"},
         "rungs": rungs,
         "trial_table": [t.as_dict() for t in trials],
+        "warm_start": warm_start,  # mutransfer.sweep.warm_plan.warm_start_section
     }
 
 
@@ -183,6 +185,7 @@ def format_report(report: dict) -> str:
             lines.append(text)
     lines += _verification_lines(report.get("verification"))
     lines += _baseline_lines(report.get("direct_baseline"))
+    lines += _warm_start_lines(report.get("warm_start"))
     c = report["compute"]
     lines.append("")
     lines.append(
@@ -261,6 +264,17 @@ def _baseline_lines(b: dict | None) -> list[str]:
         f"+ overhead {d['overhead_device_seconds']:.1f})",
         f"  FLOPs           muTransfer {_g(m.get('flops'), '.3g')}  direct {_g(d.get('flops'), '.3g')}",
     ]
+
+
+def _warm_start_lines(w: dict | None) -> list[str]:
+    """The warm start's provenance (mutransfer.sweep.warm_plan): which trials came from which source trials."""
+    if not w:
+        return []
+    lines = ["", f"warm start from study {w['source']} ({w['location']}): {w['trials']} trial(s)"]
+    for row in w["from_source"]:
+        lines.append(f"  {row['trial_id']} <- {row['source_trial']}: test rel. L2 {_g(row['test_error'])} here "
+                     f"({row['status'] or '-'}), {_g(row['source_error'])} there; effective LR x {row['lr_factor']:.4g}")
+    return lines + [f"  note: {note}" for note in w["notes"]]
 
 
 def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:

@@ -87,6 +87,7 @@ class TrialLogger:
         trials_dir: str | None = None,
         trial_key=None,
         tags: dict | None = None,
+        warm_from: dict[str, str] | None = None,
     ):
         self.uri = uri
         self.experiment_id = experiment_id
@@ -107,6 +108,8 @@ class TrialLogger:
         self.trial_key = trial_key
         #: tags every trial's run carries besides the standard ones (a ladder rung: mutransfer.rung)
         self.tags = dict(tags or {})
+        #: key -> the source trial of a warm-started trial (tag mutransfer.warm_start_from, mutransfer.sweep.warm_plan)
+        self.warm_from = dict(warm_from or {})
         self._reset()
 
     def _reset(self) -> None:
@@ -179,8 +182,9 @@ class TrialLogger:
         return {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
 
     def _run_tags(self, key: str, index: int) -> dict:
+        warm = {"mutransfer.warm_start_from": self.warm_from[key]} if key in self.warm_from else {}
         return {PARENT_TAG: self.parent_run_id, KIND_TAG: "proxy_trial", STUDY_TAG: self.study_name, TRIAL_ID_TAG: key,
-                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index, **self.tags}
+                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index, **self.tags, **warm}
 
     def _steps(self, run: OpenRun) -> set[int]:
         if run.steps is None:
