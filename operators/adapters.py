@@ -205,8 +205,19 @@ def point_set_model(
     d + C_in + 1 when packed. ``operator_options`` are the operator's other
     constructor arguments (width, layers, heads, width_parametrization, …).
     """
-    in_channels = int(input_channels) - (coord_dim + 1 if packed else 0)
-    config = dict(coord_dim=coord_dim, in_channels=in_channels, out_channels=int(output_channels), **operator_options)
+    config = point_set_config(operator, coord_dim=coord_dim, input_channels=input_channels,
+                              output_channels=output_channels, packed=packed, **operator_options)["operator_config"]
     if packed:
         return PackedPointSet(coord_dim, operator, config, normalization)
     return GridPointSet(coord_dim, operator, config, normalization)
+
+
+def point_set_config(operator: str, *, coord_dim: int, input_channels: int, output_channels: int, packed: bool,
+                     **operator_options) -> dict:
+    """The ``{"operator", "operator_config"}`` part of the config :func:`point_set_model` would build (nothing built).
+
+    What mutransfer.training.memory.check_before_building plans before allocating.
+    """
+    in_channels = int(input_channels) - (coord_dim + 1 if packed else 0)
+    config = dict(coord_dim=coord_dim, in_channels=in_channels, out_channels=int(output_channels), **operator_options)
+    return {"operator": operator, "operator_config": config}

@@ -105,6 +105,14 @@ class FNOPlan:
         """Peak memory of one training step: the larger of the backward and the optimizer-step peaks."""
         return max(self.backward_peak_bytes, self.step_peak_bytes)
 
+    @property
+    def label(self) -> str:
+        """The configuration in a few words, for messages."""
+        return f"FNO-{self.dim}D K={self.modes} width {self.width}, batch {self.batch}, {self.precision}"
+
+    #: what to shrink, for messages
+    smaller = "fewer modes or a smaller width (see `mutransfer plan`)"
+
     def fits(self, memory_bytes: int) -> bool:
         """Whether one training step fits in ``memory_bytes``."""
         return self.total_bytes <= memory_bytes
@@ -245,13 +253,14 @@ def plan_fno(
     )
 
 
-def largest_batch(plan: FNOPlan, memory_bytes: int) -> int:
+def largest_batch(plan, memory_bytes: int) -> int:
     """The largest batch at which ``plan``'s configuration fits in ``memory_bytes`` (0 if batch 1 does not).
 
-    Needs a plan with a grid. The peak grows monotonically with the batch, so a
-    doubling-then-bisection search over plan_fno is exact.
+    ``plan``: an FNOPlan with a grid, or an operators.planning_attention.AttentionPlan.
+    The peak grows monotonically with the batch, so a doubling-then-bisection search
+    over the planner is exact.
     """
-    if plan.grid is None:
+    if plan.activations_bytes is None:
         raise OperatorConfigError("largest_batch needs a plan with a grid (activations depend on it)")
 
     def fits(b: int) -> bool:

@@ -3,7 +3,8 @@
 One test per kind of bad data (NaN in inputs, Inf in outputs, empty, input/output shape
 mismatch, wrong dimension for the problem), each with the same file repaired; the size
 checks (K against the grid, the planner against the memory) before anything is built;
-and the peak memory of `mutransfer train --modes 100000` while it is refused.
+and the peak memory of `mutransfer train --modes 100000` (FNO) and `--operator galerkin --width 1000000`
+while they are refused.
 """
 
 from __future__ import annotations
@@ -163,6 +164,25 @@ def test_train_with_modes_100000_is_refused_before_allocating(tmp_path):
     assert code == 2 and err.count("\n") == 1 and "modes 100000 too large for grid size 256" in err, err
     assert peak < 1.5 * 2**30, f"peak RSS {peak / 2**20:.0f} MiB while refusing"
     code, _, err = _peak_rss(argv + ["--modes", "8"], tmp_path, env)  # the same command at a K that fits: trains
+    assert code == 0, err
+
+
+def test_train_galerkin_with_a_huge_width_is_refused_before_allocating(tmp_path):
+    """`train --operator galerkin --width 1000000`: one line, exit 2, the peak RSS of an import, not of a model.
+
+    A width-10^6 Galerkin Transformer of 4 layers holds about 4 x 8 x 10^12 weights;
+    operators.planning_attention plans it from the flags before anything is built.
+    The same command at width 16 trains.
+    """
+    data = write_grid_file(tmp_path / "b64.h5", n=20, resolution=64)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MUTRANSFER_CACHE=str(tmp_path / "cache"))
+    argv = ["train", "--problem", "burgers", "--data", str(data), "--operator", "galerkin", "--layers", "1",
+            "--epochs", "1", "--no-progress"]
+    code, peak, err = _peak_rss(argv + ["--width", "1000000"], tmp_path, env)
+    assert code == 2 and err.count("\n") == 1 and "Galerkin Transformer width 1000000" in err, err
+    assert "but available RAM of this machine is" in err and "use a smaller width" in err, err
+    assert peak < 1.5 * 2**30, f"peak RSS {peak / 2**20:.0f} MiB while refusing"
+    code, _, err = _peak_rss(argv + ["--width", "16"], tmp_path, env)
     assert code == 0, err
 
 

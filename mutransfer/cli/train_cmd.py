@@ -250,6 +250,16 @@ def build_train_model(args: argparse.Namespace, problem, data):
         )
         model.check_input(tuple(data.train_x.shape[1:-1]))
         return model
+    return point_set_model(
+        normalization=normalization_from(data.train_x, data.train_y, problem.dim if points else None),
+        **attention_arguments(args, problem, data),
+    )
+
+
+def attention_arguments(args: argparse.Namespace, problem, data) -> dict:
+    """point_set_model's arguments (but the normalisation) from the train flags; one-line errors for FNO flags."""
+    from mutransfer.errors import UserInputError
+
     for name, flag in _FNO_FLAGS:
         if getattr(args, name) is not None:
             raise UserInputError(f"{flag} applies to fno only, not {args.operator}; drop it")
@@ -258,20 +268,27 @@ def build_train_model(args: argparse.Namespace, problem, data):
     clash = sorted(reserved & set(options))
     if clash:
         raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
-    return point_set_model(
-        args.operator, coord_dim=problem.dim, input_channels=data.train_x.shape[-1],
-        output_channels=data.train_y.shape[-1], packed=points,
-        normalization=normalization_from(data.train_x, data.train_y, problem.dim if points else None),
-        width=args.width, layers=args.layers, heads=4 if args.heads is None else args.heads,
-        width_parametrization=args.width_parametrization, base_width=base_width, **options,
-    )
+    return dict(operator=args.operator, coord_dim=problem.dim, input_channels=int(data.train_x.shape[-1]),
+                output_channels=int(data.train_y.shape[-1]), packed=problem.kind == "points", width=args.width,
+                layers=args.layers, heads=4 if args.heads is None else args.heads,
+                width_parametrization=args.width_parametrization,
+                base_width=args.base_width if args.width_parametrization == "mup" else None, **options)
 
 
 def _check_memory_before_building(args: argparse.Namespace, problem, data, config) -> None:
-    """Check K against the grid and plan the FNO from the flags (nothing built); refuse it, one line, if a step cannot fit."""
+    """Check K against the grid and plan the model from the flags (nothing built); refuse it, one line, if a step cannot fit."""
     from mutransfer.training.memory import check_before_building
     from mutransfer.training.trainer import resolve_device
+    from operators.adapters import point_set_config
+    from operators.registry import OPERATORS
 
+    if not OPERATORS[args.operator].spectral:  # an attention operator: planned by operators.planning_attention
+        arguments = attention_arguments(args, problem, data)
+        model = point_set_config(arguments.pop("operator"), **arguments)
+        check_before_building(model, tuple(data.train_x.shape[1:-1]), min(config.batch_size, int(data.train_x.shape[0])),
+                              resolve_device(config.device), precision=config.precision,
+                              weight_decay=config.weight_decay, limit=config.device_memory)
+        return
     fno = dict(dim=problem.dim, in_channels=int(data.train_x.shape[-1]), out_channels=int(data.train_y.shape[-1]),
                modes=8 if args.modes is None else args.modes, width=args.width, layers=args.layers,
                projection_channels=128 if args.projection_channels is None else args.projection_channels,
@@ -317,8 +334,7 @@ def run(args: argparse.Namespace) -> int:
         data_workers=args.data_workers,
     )
     problem, data, path = resolve_data(args)
-    if OPERATORS[args.operator].spectral:  # the planner covers the spectral (FNO) family
-        _check_memory_before_building(args, problem, data, config)
+    _check_memory_before_building(args, problem, data, config)  # every family is planned before it is built
     import torch
 
     torch.manual_seed(config.seed)  # the init depends on --seed only, as a sweep's trials and target do

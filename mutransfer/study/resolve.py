@@ -101,17 +101,24 @@ def _resolve_width(study: Study, r: Reader) -> None:
 
 
 def _check_operator_options(study: Study, r: Reader) -> None:
-    """Build the proxy operator once (cheap) so a wrong option fails now, with its field path."""
+    """Build a one-layer operator of width ``heads`` once (cheap) so a wrong option fails now, with its field path.
+
+    The widths and depth are checked against the memory later (mutransfer.sweep.memory);
+    options that are sizes (eigenfunctions, experts, ...) are planned first and the
+    model is built only when it holds at most 10**7 parameters.
+    """
     from mutransfer.problems import get_problem
     from operators.errors import OperatorConfigError
+    from operators.planning_attention import plan_attention, planned_families
 
     o = study.operator
     config = dict(
-        coord_dim=get_problem(study.problem.name).dim, in_channels=1, out_channels=1, width=o.width, layers=o.layers,
+        coord_dim=get_problem(study.problem.name).dim, in_channels=1, out_channels=1, width=o.heads, layers=1,
         heads=o.heads, **o.options,
     )
     try:
-        study.family.make(config)
+        if o.type not in planned_families() or plan_attention(o.type, config, points=1).total_params <= 10**7:
+            study.family.make(config)
     except OperatorConfigError as exc:
         r.fail("operator.options", f"{exc}")
 

@@ -1,8 +1,11 @@
 """Refuse a study whose proxy or target cannot fit its device, before Ray starts or data is loaded.
 
 The proxies are planned at the largest batch size the search may pick, the target at its
-per-worker batch (batch_size // num_workers), both at ``training.precision``, with
-:func:`operators.planning.plan_fno`. The memory they are held against, on this machine
+per-worker batch (batch_size // num_workers), both at ``training.precision``: an FNO with
+:func:`operators.planning.plan_fno` (exact), an attention operator (Galerkin, ONO, GNOT)
+on a grid problem with :func:`operators.planning_attention.plan_attention` (exact
+parameters, activations within 20 % of the measured peak; points = the grid's nodes,
+one input channel assumed). The memory they are held against, on this machine
 (no ``--address``):
 
 - a proxy trial on a GPU: the GPU's free memory × ``resources.gpus_per_trial`` (trials
@@ -12,18 +15,23 @@ per-worker batch (batch_size // num_workers), both at ``training.precision``, wi
   ``target.num_workers``.
 
 On a cluster (``--address``) the driver cannot see the workers' devices; each trial and
-the target check themselves in the trainer before moving the model to the device.
-Attention operators are not planned (no exact formula) and are not checked.
+the target check themselves in the trainer before moving the model to the device. A
+point-set problem's point count is known only once its file is read, so its attention
+operators are checked by the trainer too (in each trial, before the optimizer exists).
+:func:`check_study_padding` (FNO padding against the grid) runs with or without
+``--address``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
-from mutransfer.training.memory import available_memory, check_fits
+from mutransfer.training.memory import available_memory, check_fits, check_padding
 from operators.planning import plan_fno
+from operators.planning_attention import plan_attention
 
 
 def _largest_searched(study: Study, name: str, fixed):
@@ -35,8 +43,19 @@ def _largest_searched(study: Study, name: str, fixed):
     return dist.high
 
 
-def _plan(study: Study, modes: int, width: int, batch: int, device: str = "cuda"):
+def _plan(study: Study, modes: int | None, width: int, batch: int, device: str = "cuda"):
+    """The FNO's plan at ``modes`` K, or the attention operator's (``modes`` unused), at ``width``."""
     grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
+    if not study.is_fno:
+        o = study.operator
+        config = dict(coord_dim=study.dim, in_channels=1, out_channels=1, width=int(width), layers=o.layers,
+                      width_parametrization=study.width_parametrization or "standard", **o.options)
+        if o.heads is not None:
+            config["heads"] = o.heads
+        return plan_attention(
+            o.type, config, points=math.prod(grid), batch=int(batch), precision=study.training.precision,
+            weight_decay=float(_largest_searched(study, "weight_decay", study.training.weight_decay)), device=device,
+        )
     return plan_fno(
         study.dim, int(modes), int(width), study.operator.layers, grid=grid, batch=int(batch),
         projection_channels=study.operator.projection_channels, padding=study.padding,
@@ -56,7 +75,7 @@ def _device_limit(gpu: bool, share: float, divide: int, gpu_text: str, cpu_text:
 
 def check_study_memory(study: Study, concurrency: int, *, gpus: int) -> None:
     """Raise a one-line UserInputError if a proxy trial or a target worker cannot fit its device here."""
-    if not study.is_fno or study.point_problem:
+    if study.point_problem:
         return
     r, t = study.resources, study.target
     batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
@@ -81,8 +100,8 @@ def check_study_memory(study: Study, concurrency: int, *, gpus: int) -> None:
 
 
 def check_grid_point_memory(study: Study, *, modes: int, width: int, batch: int, concurrency: int) -> None:
-    """A landscape's largest point (FNO at ``modes``, ``width``, ``batch``) must fit the RAM / ``concurrency``."""
-    if not study.is_fno or study.point_problem:
+    """A landscape's largest point (FNO at ``modes``, or any operator at ``width``, ``batch``) must fit the RAM / ``concurrency``."""
+    if study.point_problem:
         return
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} tasks at once")
     check_fits(_plan(study, modes, width, batch, "cpu"), None, limit=limit, where=where,
@@ -91,9 +110,17 @@ def check_grid_point_memory(study: Study, *, modes: int, width: int, batch: int,
 
 def check_target_size_memory(study: Study, concurrency: int) -> None:
     """``--verify`` / ``--baseline direct`` train target-size models, ``concurrency`` at once: each must fit RAM / concurrency."""
-    if not study.is_fno or study.point_problem:
+    if study.point_problem:
         return
     batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} trainings at once")
     check_fits(_plan(study, study.target_K, study.target_width or study.operator.width, batch, "cpu"), None,
                limit=limit, where=where, what="target-size training of --verify / --baseline direct")
+
+
+def check_study_padding(study: Study) -> None:
+    """An FNO study's padding must not exceed its grid (as for `train`): one-line UserInputError naming operator.padding."""
+    if not study.is_fno or study.point_problem:
+        return
+    grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
+    check_padding(study.padding, grid, "operator.padding")

@@ -78,6 +78,9 @@ def prepare(options: SweepOptions) -> SweepContext:
         source_text = state.get("source_text", source_text)
 
     check_registry_store(tracking_uri, options.register)
+    from mutransfer.sweep.memory import check_study_padding
+
+    check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
     if options.address is None:
         _check_memory(study)

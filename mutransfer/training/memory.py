@@ -1,11 +1,12 @@
-"""Check that one training step of an FNO fits the device *before* anything is allocated.
+"""Check that one training step of a model fits the device *before* anything is allocated.
 
-The estimate is :func:`operators.planning.plan_fno` (counts by arithmetic,
+The estimate is :func:`operators.planning.plan_fno` for an FNO (counts by arithmetic,
 activations exact for operators.fno, the peak of one Adam step at the training
-precision). The device's memory is what is free now: ``torch.cuda.mem_get_info``
+precision) and :func:`operators.planning_attention.plan_attention` for the attention
+operators (Galerkin, ONO, GNOT: exact parameter counts, activations within 20 % of the
+measured peak). The device's memory is what is free now: ``torch.cuda.mem_get_info``
 on a GPU, ``MemAvailable`` of /proc/meminfo on the CPU, or a limit the user sets
-(``--device-memory``). Attention operators are not planned (no exact formula);
-they are not checked.
+(``--device-memory``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 
 from mutransfer.errors import UserInputError
 from operators.planning import FNOPlan, format_bytes, largest_batch, plan_fno
+from operators.planning_attention import AttentionPlan, plan_attention, planned_families
 
 #: FNO config keys (operators.fno.FNO.config) the planner needs
 _FNO_KEYS = ("dim", "modes", "width", "layers", "in_channels", "out_channels", "projection_channels", "padding")
@@ -47,6 +49,21 @@ def is_fno_config(config) -> bool:
     return isinstance(config, dict) and all(k in config for k in _FNO_KEYS)
 
 
+def is_attention_config(config) -> bool:
+    """Whether ``config`` is a point-set adapter's .config (operators.adapters) of a planned attention operator."""
+    return (isinstance(config, dict) and config.get("operator") in planned_families()
+            and isinstance(config.get("operator_config"), dict))
+
+
+def plan_attention_config(config: dict, grid: tuple[int, ...], batch: int, precision: str = "fp32",
+                          weight_decay: float = 0.0, device: str = "cuda") -> AttentionPlan:
+    """The plan of one training step of the adapter ``config`` on samples of shape ``grid`` (grid nodes, or (P,) packed)."""
+    import math
+
+    return plan_attention(config["operator"], config["operator_config"], points=int(math.prod(grid)),
+                          batch=int(batch), precision=precision, weight_decay=weight_decay, device=device)
+
+
 def plan_for_config(config: dict, grid: tuple[int, ...], batch: int, precision: str = "fp32",
                     weight_decay: float = 0.0, device: str = "cuda") -> FNOPlan:
     """The plan of one training step of the FNO described by ``config`` on an unpadded ``grid`` (device "cuda"/"cpu")."""
@@ -58,7 +75,7 @@ def plan_for_config(config: dict, grid: tuple[int, ...], batch: int, precision: 
     )
 
 
-def check_fits(plan: FNOPlan, device: torch.device | str | None, *, limit: int | None = None, what: str = "training",
+def check_fits(plan: FNOPlan | AttentionPlan, device: torch.device | str | None, *, limit: int | None = None, what: str = "training",
                where: str | None = None) -> int:
     """Raise a one-line UserInputError if ``plan`` does not fit; return the memory it was held against.
 
@@ -77,48 +94,65 @@ def check_fits(plan: FNOPlan, device: torch.device | str | None, *, limit: int |
         memory, where = available_memory(device)
     if plan.fits(memory):
         return memory
-    model = f"FNO-{plan.dim}D K={plan.modes} width {plan.width}, batch {plan.batch}, {plan.precision}"
     fixes = []
-    if plan.grid is not None:
+    if plan.activations_bytes is not None:
         best = largest_batch(plan, memory)
         if best:
             fixes.append(f"a batch size of at most {best}")
     if plan.precision == "fp32" and plan.replan(precision="bf16").fits(memory):
         fixes.append("precision bf16")
-    fixes.append("fewer modes or a smaller width")
+    fixes.append(plan.smaller)
     raise UserInputError(
-        f"{what}: one Adam step of {model} needs {format_bytes(plan.total_bytes)} but {where} is "
-        f"{format_bytes(memory)}; use {', or '.join(fixes)} (see `mutransfer plan`)"
+        f"{what}: one Adam step of {plan.label} needs {format_bytes(plan.total_bytes)} but {where} is "
+        f"{format_bytes(memory)}; use {', or '.join(fixes)}"
     )
 
 
 def check_model_fits(model, grid: tuple[int, ...], batch: int, device, *, precision: str = "fp32",
                      weight_decay: float = 0.0, limit: int | None = None, what: str = "training",
-                     where: str | None = None) -> FNOPlan | None:
-    """check_fits for a model object or config dict; None (no check) for models the planner does not cover."""
+                     where: str | None = None) -> FNOPlan | AttentionPlan | None:
+    """check_fits for a model object or config dict; None (no check) for models the planners do not cover.
+
+    An FNO's config (its keys of ``_FNO_KEYS``), or a point-set adapter's
+    (``{"operator": "galerkin", "operator_config": {...}}``, operators.adapters).
+    """
     config = model if isinstance(model, dict) else getattr(model, "config", None)
-    if not is_fno_config(config):
-        return None
     kind = "cpu" if device is not None and torch.device(device).type == "cpu" else "cuda"
-    plan = plan_for_config(config, grid, batch, precision, weight_decay, kind)
+    if is_attention_config(config):
+        plan = plan_attention_config(config, grid, batch, precision, weight_decay, kind)
+    elif is_fno_config(config):
+        plan = plan_for_config(config, grid, batch, precision, weight_decay, kind)
+    else:
+        return None
     check_fits(plan, device, limit=limit, what=what, where=where)
     return plan
 
 
 def check_before_building(config: dict, grid: tuple[int, ...], batch: int, device, *, precision: str = "fp32",
-                          weight_decay: float = 0.0, limit: int | None = None, what: str = "training") -> FNOPlan:
-    """The one check every command that builds an FNO runs first: K against the grid, then memory.
+                          weight_decay: float = 0.0, limit: int | None = None,
+                          what: str = "training") -> FNOPlan | AttentionPlan:
+    """The one check every command that builds a model runs first: padding and K against the grid, then memory.
 
-    ``config``: the FNO's keys of ``_FNO_KEYS`` (plain ints from flags or a study; no
-    model is built, so a size of 10**9 costs nothing); ``grid``: the unpadded grid.
-    Raises a one-line UserInputError naming the size and the limit.
+    ``config``: the FNO's keys of ``_FNO_KEYS``, or a point-set adapter's config
+    (``{"operator": "galerkin", "operator_config": {width, layers, heads, ...}}``,
+    operators.adapters.point_set_config) — plain values from flags or a study; no
+    model is built, so a size of 10**9 costs nothing. ``grid``: the unpadded grid of
+    one sample (or (P,), the points of a packed point set). Raises a one-line
+    UserInputError naming the size and the limit.
     """
     from operators.errors import OperatorConfigError
     from operators.spectral import check_grid
 
+    if is_attention_config(config):
+        try:
+            plan = plan_attention_config(config, grid, batch, precision, weight_decay,
+                                         "cpu" if torch.device(device).type == "cpu" else "cuda")
+        except OperatorConfigError as exc:
+            raise UserInputError(f"{what}: {exc}") from None
+        check_fits(plan, device, limit=limit, what=what)
+        return plan
     padding = int(config["padding"])
-    if padding > min(grid):  # padding only breaks the periodicity: more than the grid itself is never needed
-        raise UserInputError(f"{what}: padding {padding} is more than the grid {tuple(grid)}; use padding <= {min(grid)}")
+    check_padding(padding, grid, what)
     padded = tuple(int(n) + padding for n in grid)
     try:
         check_grid(padded, int(config["modes"]))
@@ -127,3 +161,9 @@ def check_before_building(config: dict, grid: tuple[int, ...], batch: int, devic
     plan = check_model_fits(config, grid, batch, device, precision=precision, weight_decay=weight_decay, limit=limit,
                             what=what)
     return plan
+
+
+def check_padding(padding: int, grid: tuple[int, ...], what: str) -> None:
+    """Padding only breaks the periodicity: more than the grid itself is never needed (one-line UserInputError)."""
+    if padding > min(grid):
+        raise UserInputError(f"{what}: padding {padding} is more than the grid {tuple(grid)}; use padding <= {min(grid)}")
