@@ -185,6 +185,7 @@ OVERRIDES = {
     "target_epochs": ("target.epochs", "--target-epochs"),
     "tracking_uri": ("tracking.uri", "--tracking-uri"),
     "precision": ("training.precision", "--precision"),
+    "top_k": ("search.top_k", "--top-k"),
 }
 
 

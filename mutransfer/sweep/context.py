@@ -136,6 +136,7 @@ class SweepContext:
     transfer: TransferResult | None = None
     target: Any = None  # mutransfer.sweep.target.TargetOutcome
     target_run_id: str | None = None
+    top_k: list | None = None  # mutransfer.sweep.topk.Candidate, best proxy first (search.top_k > 1)
     report: dict | None = None
     verification: dict | None = None  # mutransfer.sweep.verify.Verification.as_dict()
     direct_baseline: dict | None = None  # mutransfer.sweep.baseline

@@ -59,6 +59,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         overrides=[o.describe() for o in ctx.overrides],
         verification=ctx.verification,
         direct_baseline=ctx.direct_baseline,
+        top_k=[c.row() for c in ctx.top_k] if ctx.top_k else None,
         phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
                 "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
     )
@@ -76,6 +77,7 @@ def _write_page(ctx: SweepContext) -> None:
 
 
 def _log(ctx: SweepContext, report: dict, wall: float) -> None:
+    from mutransfer.sweep.topk import topk_metrics
     from mutransfer.sweep.tracking import log_batch
 
     c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
@@ -93,6 +95,7 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
         *[(key, c[key], now, 0) for key in ("proxy_flops", "target_flops", "direct_sweep_flops",
                                             "mutransfer_vs_direct_flops", "mutransfer_vs_direct_training_seconds")
           if c.get(key) is not None],
+        *topk_metrics(report.get("top_k"), now),
     ]
     params = {
         "transfer.lr_factor": record["lr_factor"],
