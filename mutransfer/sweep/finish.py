@@ -108,8 +108,9 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     metrics = [m for m in metrics if m[0] not in logged.metrics]
     params = {k: v for k, v in params.items() if k not in logged.params}
     log_batch(tracker.client, parent, metrics=metrics, params=params, tags={"mutransfer.status": "done"})
-    if best.test_error and ctx.target.test_error is not None and "proxy_to_target_gain" not in logged.metrics:
-        log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", best.test_error / ctx.target.test_error, now, 0)])
+    gain = (report.get("proxy_to_target") or {}).get("gain")  # the target's own proxy (with --top-k: the winner's)
+    if gain is not None and "proxy_to_target_gain" not in logged.metrics:
+        log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", gain, now, 0)])
     for name in ("report.json", "report.txt", "proxy_trials.png"):
         tracker.client.log_artifact(parent, str(ctx.study_dir.root / name), "report")
     tracker.set_status(parent, "FINISHED")

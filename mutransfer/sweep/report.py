@@ -78,10 +78,12 @@ def build_report(
         critical = proxy_trainer / concurrency + (target["trainer_seconds"] if target else 0.0)
         compute["trainer_seconds_critical_path"] = critical
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
-    if top_k:
-        from mutransfer.sweep.topk import count_in_compute
+    gain_from = best
+    if top_k:  # the target is the top-k winner: its own proxy is compared with it
+        from mutransfer.sweep.topk import count_in_compute, winner_proxy
 
         count_in_compute(compute, top_k)
+        gain_from = winner_proxy(trials, top_k, best)
     return {
         "study": study.name,
         "problem": study.problem.name,
@@ -102,7 +104,7 @@ def build_report(
         "compute": compute,
         "mlflow": mlflow,
         "study_dir": study_dir,
-        "proxy_to_target": proxy_to_target(best, target, verification),
+        "proxy_to_target": proxy_to_target(gain_from, target, verification),
         "verification": verification,
         "direct_baseline": None if direct_baseline is None else {k: v for k, v in direct_baseline.items() if k != "trials"},
         "top_k": top_k,

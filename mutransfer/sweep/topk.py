@@ -202,6 +202,12 @@ def count_in_compute(compute: dict, rows: list[dict]) -> None:
             compute["overhead_share"] = max(0.0, 1.0 - compute["trainer_seconds_critical_path"] / wall)
 
 
+def winner_proxy(trials: list[TrialRecord], rows: list[dict], default: TrialRecord | None) -> TrialRecord | None:
+    """The proxy trial whose configuration won at the target (``default`` when no row is marked the winner)."""
+    key = next((r["trial_id"] for r in rows if r["winner"]), None)
+    return next((t for t in trials if t.trial_id == key), default)
+
+
 def topk_metrics(rows: list[dict] | None, timestamp_ms: int) -> list[tuple]:
     """The parent run's top-k metrics: ``topk_<rank>_target_error`` and ``topk_winner_rank``."""
     if not rows:
@@ -219,8 +225,10 @@ def topk_lines(rows: list[dict] | None, compute: dict) -> list[str]:
     def g(v, fmt=".4g"):
         return "-" if v is None else format(v, fmt)
 
+    win = next((r for r in rows if r["winner"]), None)
     lines = ["", f"top-k: the {len(rows)} best proxy configurations trained at the target; the winner has the "
-                 f"lowest target error",
+                 f"lowest target error"
+             + (f": proxy trial {win['trial_id']} (rank {win['rank']}), the target and transfer table above" if win else ""),
              f"  {'rank':>4}  {'proxy trial':<11}  {'proxy error':>11}  {'transferred lr':>14}  {'target error':>12}  "
              f"{'device-s':>8}"]
     for r in rows:
