@@ -179,7 +179,10 @@ def _check_modes(study: Study, r: Reader) -> None:
 
 
 def check_top_k(study: Study, r: Reader) -> None:
-    """At most every trial of the study can be carried to the target."""
+    """At most every trial of the study can be carried to the target (a grid with a non-choice distribution is
+    refused by :func:`check_search_algorithm`)."""
+    if study.search.algorithm == "grid" and any(d.type != "choice" for d in study.search_space.values()):
+        return
     trials = study.trial_count
     if study.search.top_k > trials:
         r.fail("search.top_k", f"{study.search.top_k} is more than the study's {trials} trial(s); carry at most "
