@@ -78,7 +78,7 @@ def test_keep_count(n, keep, available, expected):
 
 
 def _trial(key, status, error):
-    return TrialRecord(trial_id=key, index=int(key[1:]) + 1, status=status, config={"lr": 1e-3}, hp={"lr": 1e-3},
+    return TrialRecord(trial_id=key, index=int(key[1:]) + 1, status=status, config={"lr": 1e-3}, hp={"lr": 1e-3, "init_scale": 1.0},
                        test_error=error, epochs=4)
 
 
@@ -183,3 +183,20 @@ def test_attention_operators_climb_in_width_and_refuse_K():
         load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, {"K": 8, "width": 32}]})
     with pytest.raises(UserInputError, match="larger than the target"):
         load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, 128]})
+
+
+def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_size():
+    from types import SimpleNamespace
+
+    from mutransfer.sweep.topk import candidates, carry
+
+    study = _study(ladder=[4, 8, 16], top_k=2)
+    proxies = [_trial("t0000", "completed", 0.001), _trial("t0001", "completed", 0.002)]
+    last = [_trial("t0000", "completed", 0.03), _trial("t0001", "completed", 0.01), _trial("t0002", "pruned", 0.02)]
+    ladder = LadderResults([_rung(0, 4, proxies, ["t0000"]), _rung(2, 16, last, ["t0001", "t0000"])], 0.5)
+    ctx = SimpleNamespace(study=study, ladder=ladder, proxies=SimpleNamespace(trials=proxies))
+    assert [t.test_error for t in candidates(ctx, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
+    record = carry(ctx, _trial("t0001", "completed", 0.01)).record
+    assert (record["proxy_modes"], record["target_modes"]) == (16, 24)
+    assert record["lr_factor"] == pytest.approx(math.sqrt(math.log(16) / math.log(24)))
+    assert "rung 2's best 2 (t0001, t0000; --top-k)" in "\n".join(rung_lines(ladder.summaries()))

@@ -189,6 +189,7 @@ OVERRIDES = {
     "precision": ("training.precision", "--precision"),
     "ladder": ("ladder", "--ladder"),
     "ladder_keep": ("ladder_keep", "--ladder-keep"),
+    "top_k": ("search.top_k", "--top-k"),
 }
 
 

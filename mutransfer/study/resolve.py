@@ -33,6 +33,7 @@ def resolve_and_check(study: Study, r: Reader) -> None:
     from mutransfer.study.ladder import check_ladder
 
     check_ladder(study, r)
+    check_top_k(study, r)
     if problem.kind == "points":
         _resolve_points_problem(study, problem, r)
         return
@@ -185,6 +186,17 @@ def _check_modes(study: Study, r: Reader) -> None:
             grid = "x".join(str(n) for n in study.grid_shape)
             times = f", time_resolution {p.time_resolution}" if p.time_resolution is not None else ""
             r.fail(key, f"{exc} (training grid {grid} = resolution {p.resolution}{times} + padding {study.padding})")
+
+
+def check_top_k(study: Study, r: Reader) -> None:
+    """At most every trial of the study can be carried to the target (a grid with a non-choice distribution is
+    refused by :func:`check_search_algorithm`)."""
+    if study.search.algorithm == "grid" and any(d.type != "choice" for d in study.search_space.values()):
+        return
+    trials = study.trial_count
+    if study.search.top_k > trials:
+        r.fail("search.top_k", f"{study.search.top_k} is more than the study's {trials} trial(s); carry at most "
+                               f"{trials} to the target, e.g. top_k: {min(2, trials)}")
 
 
 def check_search_algorithm(study: Study, r: Reader) -> None:

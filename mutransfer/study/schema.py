@@ -10,6 +10,7 @@ mutransfer.study.resolve.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,6 +113,8 @@ class SearchSpec:
     seed: int = setting(0, "sampler seed", kind="int", minimum=0, example="0")
     max_concurrent: int | None = setting(None, "trials at once (null: as many as the CPUs/GPUs hold)", kind="int",
                                          minimum=1, nullable=True, example="2")
+    top_k: int = setting(1, "configurations carried to the target (the N best proxies); the winner is chosen by its "
+                            "target error", kind="int", minimum=1, example="2")
 
 
 @dataclass
@@ -265,6 +268,13 @@ class Study:
         if self.scales_width:
             parts.append(f"width {self.operator.width} -> {self.target_width} (width-{self.width_parametrization})")
         return ", ".join(parts)
+
+    @property
+    def trial_count(self) -> int:
+        """Trials of the study: every grid combination, else ``search.num_trials``."""
+        if self.search.algorithm == "grid":
+            return math.prod(len(d.values) for d in self.search_space.values())
+        return self.search.num_trials
 
     @property
     def point_problem(self) -> bool:

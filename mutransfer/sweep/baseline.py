@@ -26,6 +26,7 @@ import math
 import time
 
 from mutransfer.sweep.context import SweepContext, TrialRecord
+from mutransfer.sweep.cost import target_cost
 
 
 def direct_context(ctx: SweepContext) -> SweepContext:
@@ -49,18 +50,6 @@ def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shap
     return {"device_seconds": device, "trainer_device_seconds": trainer,
             "overhead_device_seconds": max(0.0, device - trainer),
             "flops": None if per_epoch is None else epochs * per_epoch, "trials": len(trials), "epochs": epochs}
-
-
-def target_cost(study, outcome, input_shape) -> dict:
-    """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
-    from mutransfer.sweep.cost import epoch_flops, target_devices
-
-    devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)
-    per_epoch = epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
-    trainer = outcome.trainer_seconds * devices
-    return {"device_seconds": outcome.device_seconds, "trainer_device_seconds": trainer,
-            "overhead_device_seconds": max(0.0, outcome.device_seconds - trainer),
-            "flops": None if per_epoch is None else outcome.epochs * per_epoch, "epochs": outcome.epochs}
 
 
 def add_costs(*parts: dict) -> dict:
@@ -108,9 +97,10 @@ def direct_baseline_phase(ctx: SweepContext) -> None:
         parts.append(final["cost"])
     direct_error = final["test_error"] if final else best.test_error
     direct = add_costs(*parts)
+    others = [target_cost(study, c.outcome, shape) for c in ctx.top_k or [] if not c.winner]  # --top-k's other targets
     mutransfer = add_costs(trials_cost(study, ctx.proxies.trials, at_target=False, input_shape=shape),
                            *(ctx.ladder.extra_cost() if ctx.ladder is not None else ()),
-                           target_cost(study, ctx.target, shape))
+                           target_cost(study, ctx.target, shape), *others)
     result = {
         "search": {"algorithm": study.search.algorithm, "trials": len(sub.proxies.trials),
                    "budget_epochs": study.budget.epochs, "seed": study.search.seed},

@@ -78,10 +78,11 @@ class TrialRecord:
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
     """Trials with an error, best first: those that ran the full budget by final test error, then the others
     (pruned or diverged) by theirs. Failed trials and trials without an error are left out."""
-    full = sorted((t for t in trials if t.status == "completed" and t.test_error is not None), key=lambda t: t.test_error)
-    rest = sorted((t for t in trials if t.status in ("pruned", "diverged") and t.test_error is not None),
-                  key=lambda t: t.test_error)
-    return full + rest
+    def by_error(statuses):
+        return sorted((t for t in trials if t.status in statuses and t.test_error is not None),
+                      key=lambda t: (t.test_error, t.index))
+
+    return by_error(("completed",)) + by_error(("pruned", "diverged"))
 
 
 def pick_best(trials: list[TrialRecord]) -> TrialRecord | None:
@@ -147,6 +148,7 @@ class SweepContext:
     transfer: TransferResult | None = None
     target: Any = None  # mutransfer.sweep.target.TargetOutcome
     target_run_id: str | None = None
+    top_k: list | None = None  # mutransfer.sweep.topk.Candidate, best proxy first (search.top_k > 1)
     report: dict | None = None
     verification: dict | None = None  # mutransfer.sweep.verify.Verification.as_dict()
     direct_baseline: dict | None = None  # mutransfer.sweep.baseline

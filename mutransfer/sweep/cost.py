@@ -107,3 +107,13 @@ def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int,
             if direct > 0:
                 out["mutransfer_vs_direct_training_seconds"] = (proxy + target_training) / direct
     return out
+
+
+def target_cost(study, outcome, input_shape) -> dict:
+    """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
+    devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)
+    per_epoch = epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
+    trainer = outcome.trainer_seconds * devices
+    return {"device_seconds": outcome.device_seconds, "trainer_device_seconds": trainer,
+            "overhead_device_seconds": max(0.0, outcome.device_seconds - trainer),
+            "flops": None if per_epoch is None else outcome.epochs * per_epoch, "epochs": outcome.epochs}

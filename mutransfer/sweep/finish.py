@@ -62,6 +62,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         direct_baseline=ctx.direct_baseline,
         rungs=ctx.ladder.summaries() if ctx.ladder is not None else None,
         warm_start=warm_start_section(ctx.warm_start, proxies.trials),
+        top_k=[c.row() for c in ctx.top_k] if ctx.top_k else None,
         phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
                 "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
     )
@@ -80,6 +81,7 @@ def _write_page(ctx: SweepContext) -> None:
 
 def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     from mutransfer.sweep.ladder import rung_metrics
+    from mutransfer.sweep.topk import topk_metrics
     from mutransfer.sweep.tracking import log_batch
 
     c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
@@ -98,6 +100,7 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
                                             "mutransfer_vs_direct_flops", "mutransfer_vs_direct_training_seconds")
           if c.get(key) is not None],
         *[(name, value, now, 0) for name, value in rung_metrics(report.get("rungs"))],
+        *topk_metrics(report.get("top_k"), now),
     ]
     params = {
         "transfer.lr_factor": record["lr_factor"],
@@ -110,8 +113,9 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     metrics = [m for m in metrics if m[0] not in logged.metrics]
     params = {k: v for k, v in params.items() if k not in logged.params}
     log_batch(tracker.client, parent, metrics=metrics, params=params, tags={"mutransfer.status": "done"})
-    if best.test_error and ctx.target.test_error is not None and "proxy_to_target_gain" not in logged.metrics:
-        log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", best.test_error / ctx.target.test_error, now, 0)])
+    gain = (report.get("proxy_to_target") or {}).get("gain")  # the target's own proxy (with --top-k: the winner's)
+    if gain is not None and "proxy_to_target_gain" not in logged.metrics:
+        log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", gain, now, 0)])
     for name in ("report.json", "report.txt", "proxy_trials.png"):
         tracker.client.log_artifact(parent, str(ctx.study_dir.root / name), "report")
     tracker.set_status(parent, "FINISHED")

@@ -6,7 +6,8 @@ until it is killed. The points are the names of the phases in
 ``mutransfer.sweep.runner.PHASES`` (held before the phase starts, e.g.
 ``transfer_phase``, ``train_target``, ``write_report``) and ``report_logged`` (inside
 the report phase, after the report was written and logged to MLflow, before the study
-is marked done). ``tests/test_sweep_resume.py`` kills the driver with SIGKILL at these
+is marked done), and ``topk_next_candidate`` (with ``--top-k``: before each target candidate after
+the first, once the earlier ones finished). ``tests/test_sweep_resume.py`` kills the driver with SIGKILL at these
 points and checks that ``--resume`` finishes the study without repeating work.
 """
 

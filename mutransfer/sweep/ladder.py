@@ -105,9 +105,12 @@ class LadderResults:
         return [r.cost for r in self.rungs[1:]]
 
 
-def _promote(trials: list[TrialRecord], keep: float, last: bool) -> list[str]:
-    order = [t for t in ranked(trials)]
-    return [t.trial_id for t in order[:1 if last else keep_count(len(trials), keep, len(order))]]
+def _promote(trials: list[TrialRecord], study, last: bool) -> list[str]:
+    """The keys a rung passes on: its best ``ladder_keep`` to the next rung; from the last rung, its best
+    ``search.top_k`` to the target."""
+    order = ranked(trials)
+    n = study.search.top_k if last else keep_count(len(trials), study.ladder_keep, len(order))
+    return [t.trial_id for t in order[:n]]
 
 
 def rung_zero(ctx: SweepContext, size: LadderSize, last: bool) -> RungResult:
@@ -116,7 +119,7 @@ def rung_zero(ctx: SweepContext, size: LadderSize, last: bool) -> RungResult:
 
     trials = ctx.proxies.trials
     cost = trials_cost(ctx.study, trials, at_target=False, input_shape=tuple(ctx.data.train_x.shape[1:]))
-    return RungResult(0, size.K, size.width, trials, _promote(trials, ctx.study.ladder_keep, last), cost=cost,
+    return RungResult(0, size.K, size.width, trials, _promote(trials, ctx.study, last), cost=cost,
                       seconds=ctx.proxies.seconds, run_id=ctx.parent_id)
 
 
@@ -167,7 +170,7 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
     run_proxies(sub)
     trials = sub.proxies.trials
     cost = trials_cost(sub.study, trials, at_target=True, input_shape=tuple(ctx.data.train_x.shape[1:]))
-    rung = RungResult(r, size.K, size.width, trials, _promote(trials, study.ladder_keep, last),
+    rung = RungResult(r, size.K, size.width, trials, _promote(trials, study, last),
                       parents={t.trial_id: p.trial_id for t, p in zip(trials, parents)}, lr_factor=record["lr_factor"],
                       cost=cost, seconds=time.perf_counter() - start, run_id=sub.parent_id)
     now = int(time.time() * 1000)
@@ -198,7 +201,8 @@ def rung_lines(rungs: list[dict] | None) -> list[str]:
     last = rungs[-1]
     origin = next((row["from"] for row in last.get("table", []) if row["trial_id"] == last["best_trial_id"]), None)
     came = f", promoted from rung {last['rung'] - 1}'s {origin}" if origin else ""
-    lines.append(f"  the target trains rung {last['rung']}'s best ({last['best_trial_id']}{came})")
+    lines.append(f"  the target trains rung {last['rung']}'s best ({last['best_trial_id']}{came})" if len(last["promoted"]) < 2
+                 else f"  the target trains rung {last['rung']}'s best {len(last['promoted'])} ({', '.join(last['promoted'])}; --top-k)")
     return lines
 
 

@@ -28,7 +28,6 @@ training, the results do not depend on the order in which Tune delivers results.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -58,9 +57,7 @@ def key_index(key: str) -> int:
 
 def total_trials(study: Study) -> int:
     """Trials of the study: every grid combination, else ``search.num_trials``."""
-    if study.search.algorithm == "grid":
-        return math.prod(len(d.values) for d in study.search_space.values())
-    return study.search.num_trials
+    return study.trial_count
 
 
 def rung_milestones(study: Study) -> list[int]:

@@ -49,8 +49,10 @@ def build_report(
     direct_baseline: dict | None = None,
     rungs: list[dict] | None = None,
     warm_start: dict | None = None,
+    top_k: list[dict] | None = None,
 ) -> dict:
-    """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome."""
+    """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome;
+    ``top_k``: the candidates' rows (mutransfer.sweep.topk.Candidate.row) when several were trained at the target."""
     counts = {s: sum(1 for t in trials if t.status == s) for s in ("completed", "pruned", "diverged", "failed")}
     proxy_device_seconds = sum(t.device_seconds for t in trials)
     proxy_trainer = sum(t.trainer_seconds for t in trials)
@@ -84,6 +86,13 @@ def build_report(
         critical = proxy_trainer / concurrency + (target["trainer_seconds"] if target else 0.0)
         compute["trainer_seconds_critical_path"] = critical
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
+    gain_from = best
+    if top_k:  # the target is the top-k winner: its own proxy is compared with it
+        from mutransfer.sweep.topk import count_in_compute, winner_proxy
+
+        count_in_compute(compute, top_k)
+        if not rungs:  # with a ladder the candidates are the last rung's trials: the gain stays the best proxy's
+            gain_from = winner_proxy(trials, top_k, best)
     return {
         "study": study.name,
         "problem": study.problem.name,
@@ -104,10 +113,11 @@ def build_report(
         "compute": compute,
         "mlflow": mlflow,
         "study_dir": study_dir,
-        "proxy_to_target": proxy_to_target(best, target, verification),
+        "proxy_to_target": proxy_to_target(gain_from, target, verification),
         "verification": verification,
         "direct_baseline": None if direct_baseline is None else {k: v for k, v in direct_baseline.items() if k != "trials"},
         "rungs": rungs,
+        "top_k": top_k,
         "trial_table": [t.as_dict() for t in trials],
         "warm_start": warm_start,  # mutransfer.sweep.warm_plan.warm_start_section
     }
@@ -183,6 +193,9 @@ def format_report(report: dict) -> str:
                 text += (f"; the target at the transferred LR over {gain['target_seeds']} seeds (--verify): "
                          f"{_g(gain['target_error_mean'])} ± {_g(gain['target_error_std'], '.2g')}, gain {lo:.2f}-{hi:.2f}x")
             lines.append(text)
+    from mutransfer.sweep.topk import topk_lines
+
+    lines += topk_lines(report.get("top_k"), report["compute"])
     lines += _verification_lines(report.get("verification"))
     lines += _baseline_lines(report.get("direct_baseline"))
     lines += _warm_start_lines(report.get("warm_start"))

@@ -44,9 +44,13 @@ def transfer_phase(ctx: SweepContext) -> None:
 def transfer_source(ctx: SweepContext) -> tuple[Study, TrialRecord]:
     """(the study whose proxy→target step the transfer takes, the trial it transfers): with a ladder
     (mutransfer.sweep.ladder) the last rung's best from the last rung's size, else the best proxy."""
+    return transfer_study(ctx), ctx.proxies.best if ctx.ladder is None else ctx.ladder.last.best
+
+
+def transfer_study(ctx: SweepContext) -> Study:
+    """The study whose proxy→target step a transfer takes: the study's, or with a ladder the last rung's size → the target."""
     if ctx.ladder is None:
-        return ctx.study, ctx.proxies.best
+        return ctx.study
     from mutransfer.study.ladder import step_study, target_size
 
-    last = ctx.ladder.last
-    return step_study(ctx.study, last.size, target_size(ctx.study)), last.best
+    return step_study(ctx.study, ctx.ladder.last.size, target_size(ctx.study))

@@ -1,6 +1,7 @@
 """The target phase: train the target once with Ray Train (mutransfer.sweep.target), logged as an MLflow child run.
 
-Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``. A resumed study
+Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``; with ``search.top_k`` > 1,
+mutransfer.sweep.topk trains the N best proxies through :func:`fit_target` and sets them to the winner. A resumed study
 reuses its target run and Ray Train resumes from the last reported checkpoint; a target
 that had finished (the study was interrupted later, during ``--verify`` or ``--baseline``)
 is read back from ``state.json`` and not trained again. A
@@ -75,22 +76,39 @@ class TargetWatch:
 
 
 def train_target(ctx: SweepContext) -> None:
-    """Train the target with the transferred hyperparameters."""
-    import ray
-
-    from mutransfer.sweep.target import resolve_use_gpu, run_target
-
+    """Train the target with the transferred hyperparameters (``search.top_k`` > 1: mutransfer.sweep.topk)."""
     from mutransfer.sweep.target import TargetOutcome
 
+    if ctx.study.search.top_k > 1:
+        from mutransfer.sweep.topk import train_top_k
+
+        train_top_k(ctx, fit_target)
+        return
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
         ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
         ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
         ctx.target_run_id = ctx.state.get("target_run_id")
         return
+    outcome, run_id = fit_target(ctx, ctx.transfer, ctx.proxies.best.trial_id, storage_dir=ctx.study_dir.root,
+                                 run_id=ctx.state.get("target_run_id"),
+                                 remember_run=lambda new: ctx.update_state(target_run_id=new))
+    ctx.target, ctx.target_run_id = outcome, run_id
+    # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
+    ctx.update_state(target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root)))
+
+
+def fit_target(ctx: SweepContext, transfer, proxy_trial_id: str, *, storage_dir: Path, run_id: str | None,
+               remember_run, tags: dict | None = None, label: str = "target"):
+    """Train the target at ``transfer.hp`` (a TransferResult) with Ray Train in ``storage_dir/target``, logged to
+    MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
+    before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
+    import ray
+
+    from mutransfer.sweep.target import resolve_use_gpu, run_target
+
     study, tracker = ctx.study, ctx.tracker
-    hp, record = ctx.transfer.hp, ctx.transfer.record
+    hp, record = transfer.hp, transfer.record
     use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
-    run_id = ctx.state.get("target_run_id")
     start_ms = int(time.time() * 1000)
     if run_id and tracker.run_exists(run_id):
         tracker.set_status(run_id, "RUNNING")
@@ -104,19 +122,20 @@ def train_target(ctx: SweepContext) -> None:
             "use_gpu": use_gpu,
             "transfer.lr_factor": record.get("lr_factor"),
             "transfer.init_variance_factor": record.get("init_variance_factor"),
-            "proxy_trial_id": ctx.proxies.best.trial_id,
+            "proxy_trial_id": proxy_trial_id,
         }
         run_id = tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, params)
-        ctx.update_state(target_run_id=run_id)
-    ctx.target_run_id = run_id
+        if tags:
+            tracker.set_tags(run_id, tags)
+        remember_run(run_id)
     ctx.say(
-        f"target: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
+        f"{label}: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
         f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train) ...",
     )
-    watch = TargetWatch(ctx, ctx.study_dir.root, run_id=run_id)
+    watch = TargetWatch(ctx, storage_dir, run_id=run_id, label=label)
     try:
         with keep_sigint_handler():
-            outcome = run_target(study, hp, ctx.data, ctx.study_dir.root, use_gpu=use_gpu,
+            outcome = run_target(study, hp, ctx.data, storage_dir, use_gpu=use_gpu,
                                  max_failures=study.budget.max_failures, on_poll=watch)
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
@@ -126,12 +145,10 @@ def train_target(ctx: SweepContext) -> None:
         tracker.set_tags(run_id, {"mutransfer.status": "failed", "mutransfer.error": first_line(exc)})
         tracker.set_status(run_id, "FAILED")
         raise SweepError(
-            f"target training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
+            f"{label} training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
             f"Ray's logs are in /tmp/ray/session_latest/logs; fix the cause and run again with --resume"
         ) from exc
     finally:
         watch.close()
     tracker.finish_target(run_id, outcome, start_ms=start_ms, logged_epochs=watch.logged)
-    ctx.target = outcome
-    # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
-    ctx.update_state(target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root)))
+    return outcome, run_id
