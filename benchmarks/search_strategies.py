@@ -104,6 +104,8 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--arms", nargs="+", default=["single", "ladder", "topk"], choices=["single", "ladder", "topk"])
     parser.add_argument("--warm", action="store_true", help="also warm-start each seed from the next seed's single arm")
+    parser.add_argument("--reports-from", type=Path, nargs="*", default=[],
+                        help="other --out folders whose reports (and single-arm study folders) count as this one's")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     flags = {"single": ["--baseline", "direct"],
@@ -112,13 +114,21 @@ def main() -> None:
     studies = {s: seeded_study(args.study, s, args.out) for s in args.seeds}
     base = yaml.safe_load(args.study.read_text())["name"]
     reports: dict[str, dict[int, dict]] = {}
+    for other in args.reports_from:  # arms run elsewhere (e.g. in parallel, each with its own store)
+        for path in (other / "reports").glob("*.json"):
+            target = args.out / "reports" / path.name
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(path.read_text())
+    runs = [args.out / "runs", *(o / "runs" for o in args.reports_from)]
     for arm in args.arms:
         for s in args.seeds:
             reports.setdefault(arm, {})[s] = run_arm(studies[s], f"{base}-{arm}-s{s}", flags[arm], args.out)
             print(arm, s, json.dumps(arm_row(reports[arm][s])), flush=True)
     if args.warm:
         for i, s in enumerate(args.seeds):
-            source = args.out / "runs" / f"{base}-single-s{args.seeds[(i + 1) % len(args.seeds)]}"
+            name = f"{base}-single-s{args.seeds[(i + 1) % len(args.seeds)]}"
+            source = next((r / name for r in runs if (r / name).is_dir()), runs[0] / name)
             reports.setdefault("warm", {})[s] = run_arm(studies[s], f"{base}-warm-s{s}", ["--warm-start", str(source)],
                                                         args.out)
     rows = {arm: [arm_row(r) for r in by_seed.values()] for arm, by_seed in reports.items()}

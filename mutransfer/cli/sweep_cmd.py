@@ -135,7 +135,7 @@ def _resume_hint(args: argparse.Namespace) -> list[str]:
     for flag, value in given:
         if value is None or value is False:
             continue
-        hint += [flag] if value is True else [flag, str(value)]
+        hint += [flag] if value is True else [flag, *map(str, value)] if isinstance(value, list) else [flag, str(value)]
     return [shlex.quote(h) for h in hint]
 
 
