@@ -200,3 +200,15 @@ def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_si
     assert (record["proxy_modes"], record["target_modes"]) == (16, 24)
     assert record["lr_factor"] == pytest.approx(math.sqrt(math.log(16) / math.log(24)))
     assert "rung 2's best 2 (t0001, t0000; --top-k)" in "\n".join(rung_lines(ladder.summaries()))
+
+
+def test_top_k_beyond_the_last_rung_and_widths_the_heads_do_not_divide_are_refused():
+    from mutransfer.study.ladder import planned_rung_trials
+
+    study = _study(ladder=[4, 8, 16], ladder_keep=0.25, top_k=1)
+    assert planned_rung_trials(study) == [8, 2, 1]
+    with pytest.raises(UserInputError, match=r"search.top_k: 3 is more than the 1 trial\(s\) the ladder's last rung will hold"):
+        _study(ladder=[4, 8, 16], ladder_keep=0.25, top_k=3)
+    assert _study(ladder=[4, 8, 16], top_k=2).search.top_k == 2  # 8 -> 4 -> 2
+    with pytest.raises(UserInputError, match=r"ladder\[1\]: width 18 is not divisible by operator.heads 4"):
+        load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, 18, 64]})

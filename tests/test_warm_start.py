@@ -336,3 +336,18 @@ def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_pat
     text = "\n".join(_warm_start_lines(section))
     assert "warm start from study src" in text and "t0000 <- t0002: test rel. L2 0.07 here (completed), 0.05 there" in text
     assert warm_start_section(None, records) is None and _warm_start_lines(None) == []
+
+
+def test_a_source_value_that_is_not_a_number_is_left_out_with_a_note():
+    """A hand-made folder or a stray MLflow param ("abc", a list, inf) leaves that trial out, without a traceback."""
+    from mutransfer.study import load_study
+    from mutransfer.sweep.warm_plan import _fit
+    from mutransfer.sweep.warm_start import SourceTrial
+
+    study = load_study(None)[0]
+    for bad in ("abc", [1e-3], float("inf")):
+        missing: list = []
+        assert _fit(study, SourceTrial("t0001", {"lr": bad, "batch_size": 10}, 0.1, "completed"), [], [], missing) is None
+        assert missing and "t0001 (lr=" in missing[0] and "is not a finite number" in missing[0]
+    good = _fit(study, SourceTrial("t0002", {"lr": "1e-3", "batch_size": 10}, 0.1, "completed"), [], [], [])
+    assert good == {"lr": 1e-3, "batch_size": 10}

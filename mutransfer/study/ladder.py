@@ -12,6 +12,7 @@ trained again at the next size (mutransfer.sweep.ladder).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from mutransfer.config.reader import Reader, is_plain_int, kind_of
@@ -78,6 +79,19 @@ def first_size_overrides(raw_ladder, spectral: bool) -> dict:
     return {"proxy_K": first} if spectral else {"proxy_width": first}
 
 
+def keep_count(n_trials: int, keep: float, available: int) -> int:
+    """Trials promoted from a rung of ``n_trials``: ceil(keep · n), at least 1, at most the ``available`` ranked ones."""
+    return min(available, max(1, math.ceil(keep * n_trials - 1e-9)))
+
+
+def planned_rung_trials(study) -> list[int]:
+    """Trials per rung when every trial reports an error: the study's trials, then ceil(keep · n) per rung."""
+    counts = [study.trial_count]
+    for _ in study.ladder_sizes()[1:]:
+        counts.append(keep_count(counts[-1], study.ladder_keep, counts[-1]))
+    return counts
+
+
 def check_ladder(study, r: Reader) -> None:
     """One line naming the entry when the ladder does not climb from the proxy to at most the target."""
     if not study.ladder:
@@ -97,6 +111,9 @@ def check_ladder(study, r: Reader) -> None:
             r.fail(f"ladder[{i}]", f"{b.text()} must be larger than ladder[{i - 1}] ({a.text()}) on one axis and smaller on none")
         if b.width > target.width or (study.is_fno and b.K > target.K):
             r.fail(f"ladder[{i}]", f"{b.text()} is larger than the target ({target.text()}); a ladder climbs up to the target")
+        heads = study.operator.heads if "heads" in study.family.fields else None
+        if heads and b.width % heads:
+            r.fail(f"ladder[{i}]", f"width {b.width} is not divisible by operator.heads {heads}; use a multiple of {heads}")
         if study.is_fno and b.K != a.K:
             from operators.errors import OperatorConfigError
             from operators.parametrization import check_modes
@@ -105,6 +122,11 @@ def check_ladder(study, r: Reader) -> None:
                 check_modes(b.K, study.dim, study.parametrization)
             except OperatorConfigError as exc:
                 r.fail(f"ladder[{i}]", str(exc))
+    last = planned_rung_trials(study)[-1]
+    if study.search.top_k > last:
+        r.fail("search.top_k", f"{study.search.top_k} is more than the {last} trial(s) the ladder's last rung will hold "
+                               f"({' -> '.join(map(str, planned_rung_trials(study)))} with ladder_keep {study.ladder_keep:g}); "
+                               f"use top_k <= {last} or a larger ladder_keep")
 
 
 def rung_study(study, size: LadderSize):
@@ -121,5 +143,3 @@ def step_study(study, a: LadderSize, b: LadderSize):
 
 def target_size(study) -> LadderSize:
     return LadderSize(study.target_K if study.is_fno else None, int(study.target_width or study.operator.width))
-
-

@@ -22,19 +22,13 @@ trials' JSON files and checkpoints. Sets ``ctx.ladder`` (:class:`LadderResults`)
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from dataclasses import dataclass, field
 
-from mutransfer.study.ladder import LadderSize, rung_study, step_study, target_size
+from mutransfer.study.ladder import LadderSize, keep_count, rung_study, step_study, target_size
 from mutransfer.sweep.context import SweepContext, TrialRecord, ranked
 
 RUNG_TAG = "mutransfer.rung"
-
-
-def keep_count(n_trials: int, keep: float, available: int) -> int:
-    """Trials promoted from a rung of ``n_trials``: ceil(keep · n), at least 1, at most the ``available`` ranked ones."""
-    return min(available, max(1, math.ceil(keep * n_trials - 1e-9)))
 
 
 @dataclass
@@ -154,7 +148,7 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
     from mutransfer.sweep.rescale import transfer
     from mutransfer.sweep.tracking import log_batch
 
-    study, start = ctx.study, time.perf_counter()
+    study = ctx.study
     by_key = {t.trial_id: t for t in previous.trials}
     parents = [by_key[k] for k in previous.promoted]
     record, _ = transfer(step_study(study, previous.size, size), parents[0])
@@ -172,12 +166,12 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
     cost = trials_cost(sub.study, trials, at_target=True, input_shape=tuple(ctx.data.train_x.shape[1:]))
     rung = RungResult(r, size.K, size.width, trials, _promote(trials, study, last),
                       parents={t.trial_id: p.trial_id for t, p in zip(trials, parents)}, lr_factor=record["lr_factor"],
-                      cost=cost, seconds=time.perf_counter() - start, run_id=sub.parent_id)
-    now = int(time.time() * 1000)
+                      cost=cost, seconds=sub.proxies.seconds, run_id=sub.parent_id)
+    now, logged = int(time.time() * 1000), ctx.tracker.client.get_run(sub.parent_id).data.metrics  # a resumed rung logs once
     log_batch(ctx.tracker.client, sub.parent_id, metrics=[
         (name, value, now, 0) for name, value in (("best_error", rung.best.test_error), ("kept", len(rung.promoted)),
                                                    ("device_seconds", cost["device_seconds"]), ("flops", cost["flops"]))
-        if value is not None], tags={"mutransfer.status": "done"})
+        if value is not None and name not in logged], tags={"mutransfer.status": "done"})
     ctx.tracker.set_status(sub.parent_id, "FINISHED")
     return rung
 

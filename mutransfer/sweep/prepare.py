@@ -84,7 +84,7 @@ def prepare(options: SweepOptions) -> SweepContext:
     _check_resources(study, options.address)
     if options.address is None:
         _check_memory(study)
-        if options.verify or options.baseline:
+        if options.verify or options.baseline or study.ladder:  # a ladder's rungs run trials up to the target's size
             _check_target_size_memory(study)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
     from mutransfer.sweep.warm_plan import resolve_warm_start

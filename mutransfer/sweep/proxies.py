@@ -108,7 +108,7 @@ def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
     total = plan.total
     if study.budget.grace_period >= study.budget.epochs and ctx.preset is None:
         ctx.say(f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early")
-    if study.search.algorithm == "grid" and study.search.num_trials != total:
+    if study.search.algorithm == "grid" and study.search.num_trials != total and ctx.preset is None:
         ctx.say(f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)")
     gpu = f" + {r.gpus_per_trial} GPU" if r.gpus_per_trial > 0 else ""
     ctx.say(

@@ -72,18 +72,13 @@ def build_report(
     phases = phases or {}
     shape = phases.get("input_shape")
     compute.update(study_cost(study, trials, target, input_shape=None if shape is None else tuple(shape)))
-    if rungs:  # the rungs above the proxies are part of muTransfer's cost
-        extra = [r["cost"] for r in rungs[1:]]
-        compute["ladder_device_seconds"] = sum(c["device_seconds"] for c in extra)
-        compute["ladder_flops"] = None if any(c.get("flops") is None for c in extra) else sum(c["flops"] for c in extra)
-        if compute.get("mutransfer_vs_direct_flops") is not None and compute["ladder_flops"] is not None:
-            compute["mutransfer_vs_direct_flops"] += compute["ladder_flops"] / compute["direct_sweep_flops"]
     concurrency = max(1, int(phases.get("concurrency", 1)))
+    ladder_training = _count_ladder(compute, rungs) if rungs else 0.0
     compute["setup_seconds"] = phases.get("setup_seconds")
     compute["proxy_phase_seconds"] = phases.get("proxy_phase_seconds")
     compute["proxy_concurrency"] = concurrency
     if wall_seconds:
-        critical = proxy_trainer / concurrency + (target["trainer_seconds"] if target else 0.0)
+        critical = (proxy_trainer + ladder_training) / concurrency + (target["trainer_seconds"] if target else 0.0)
         compute["trainer_seconds_critical_path"] = critical
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
     gain_from = best
@@ -121,6 +116,21 @@ def build_report(
         "trial_table": [t.as_dict() for t in trials],
         "warm_start": warm_start,  # mutransfer.sweep.warm_plan.warm_start_section
     }
+
+
+def _count_ladder(compute: dict, rungs: list[dict]) -> float:
+    """Add the rungs above the proxies to muTransfer's cost (device-seconds, FLOPs, training time and the
+    ratios to direct tuning); returns their training time (trainer seconds x devices)."""
+    extra = [r["cost"] for r in rungs[1:]]
+    training = sum(c.get("trainer_device_seconds") or 0.0 for c in extra)
+    compute["ladder_device_seconds"] = sum(c["device_seconds"] for c in extra)
+    compute["ladder_trainer_device_seconds"] = training
+    compute["ladder_flops"] = None if any(c.get("flops") is None for c in extra) else sum(c["flops"] for c in extra)
+    if compute.get("mutransfer_vs_direct_flops") is not None and compute["ladder_flops"] is not None:
+        compute["mutransfer_vs_direct_flops"] += compute["ladder_flops"] / compute["direct_sweep_flops"]
+    if compute.get("mutransfer_vs_direct_training_seconds") is not None and compute.get("direct_sweep_training_seconds_estimate"):
+        compute["mutransfer_vs_direct_training_seconds"] += training / compute["direct_sweep_training_seconds_estimate"]
+    return training
 
 
 def proxy_to_target(best, target: dict | None, verification: dict | None) -> dict | None:

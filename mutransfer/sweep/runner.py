@@ -101,6 +101,8 @@ def _start_study_dir(ctx: SweepContext) -> None:
             "overrides": [asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in ctx.overrides],
             "source_text": ctx.source_text,
             "created": time.time(),
+            # kept from the start, so a resume without --warm-start seeds the search alike (mutransfer.sweep.warm_plan)
+            **({"warm_start": ctx.warm_start.as_dict()} if ctx.warm_start is not None else {}),
         }
         ctx.study_dir.write_state(ctx.state)
     for o in ctx.overrides:

@@ -86,6 +86,14 @@ class Candidate:
         return cand
 
 
+def source_key(ctx: SweepContext, trial) -> str:
+    """The name of the trial a target trains: its key, ``r<n>-<key>`` for a trial of ladder rung n ≥ 1 (rung keys
+    restart at t0000, so a bare key would name a proxy trial)."""
+    if ctx.ladder is None or ctx.ladder.last.rung == 0:
+        return trial.trial_id
+    return f"r{ctx.ladder.last.rung}-{trial.trial_id}"
+
+
 def candidates(ctx: SweepContext, n: int) -> list[TrialRecord]:
     """The ``n`` best trials of the last ladder rung, else of the proxies (fewer when fewer reported an error)."""
     pool = ctx.ladder.last.trials if ctx.ladder is not None else ctx.proxies.trials
@@ -123,19 +131,19 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
     root, n = ctx.study_dir.root, ctx.study.search.top_k
     picked = candidates(ctx, n)
     if len(picked) < n:
-        ctx.say(f"top-k: only {len(picked)} proxy trial(s) reported an error; carrying {len(picked)} to the target, not {n}")
+        ctx.say(f"top-k: only {len(picked)} trial(s) reported an error; carrying {len(picked)} to the target, not {n}")
     done = {d["trial_id"]: Candidate.from_dict(d, root) for d in ctx.state.get("topk_targets") or []}
     run_ids = dict(ctx.state.get("topk_run_ids") or {})
     shape = tuple(ctx.data.train_x.shape[1:])
     out: list[Candidate] = []
     for rank, trial in enumerate(picked, 1):
-        if trial.trial_id in done:  # trained in an earlier session: not again
-            out.append(done[trial.trial_id])
+        if source_key(ctx, trial) in done:  # trained in an earlier session: not again
+            out.append(done[source_key(ctx, trial)])
             continue
         if rank > 1:
             hold_if_asked(root, HOLD_POINT)  # fault tests only (MUTRANSFER_HOLD_AT)
         transfer = carry(ctx, trial)
-        key = trial.trial_id
+        key = source_key(ctx, trial)  # r<n>-tNNNN for a ladder's last rung
 
         def remember(run_id: str, key: str = key) -> None:
             run_ids[key] = run_id

@@ -89,7 +89,10 @@ def train_target(ctx: SweepContext) -> None:
         ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
         ctx.target_run_id = ctx.state.get("target_run_id")
         return
-    outcome, run_id = fit_target(ctx, ctx.transfer, ctx.proxies.best.trial_id, storage_dir=ctx.study_dir.root,
+    from mutransfer.sweep.rescale import transfer_source
+    from mutransfer.sweep.topk import source_key
+
+    outcome, run_id = fit_target(ctx, ctx.transfer, source_key(ctx, transfer_source(ctx)[1]), storage_dir=ctx.study_dir.root,
                                  run_id=ctx.state.get("target_run_id"),
                                  remember_run=lambda new: ctx.update_state(target_run_id=new))
     ctx.target, ctx.target_run_id = outcome, run_id

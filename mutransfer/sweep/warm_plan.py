@@ -21,6 +21,8 @@ first session, so a resumed study hands out the same trials without reading the 
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import asdict, dataclass, field
 
 from mutransfer.errors import UserInputError
@@ -181,7 +183,13 @@ def _fit(study, trial, clipped: list, out_of_choice: list, missing: list) -> dic
                 return None
             config[name] = match[0]
             continue
-        value = float(value)
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):  # a hand-made folder or a stray MLflow param: not a value to start from
+            missing.append(f"{trial.key} ({name}={trial.config[name]!r} is not a finite number)")
+            return None
         fitted = min(max(value, float(dist.low)), float(dist.high))
         if fitted != value:
             clipped.append(f"{trial.key} {name} {value:.4g} -> {fitted:.4g}")
