@@ -120,7 +120,12 @@ def _load_data(ctx: SweepContext) -> None:
 @contextlib.contextmanager
 def _session(ctx: SweepContext):
     """Ray and the MLflow parent run around the phases; an interruption or failure is recorded on the parent."""
-    ctx.started_ray = _init_ray(ctx.options.address)
+    try:
+        ctx.started_ray = _init_ray(ctx.options.address)
+    except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        raise SweepError(f"Ray could not start ({type(exc).__name__}: {lines[-1] if lines else ''}); nothing was trained: "
+                         f"run again with --resume (Ray's logs: /tmp/ray/session_latest/logs)") from exc
     try:
         if ctx.options.address is not None:
             import ray
