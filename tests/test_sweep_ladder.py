@@ -65,3 +65,29 @@ def test_ladder_runs_end_to_end_and_resumes_mid_ladder(tmp_path):
         assert all(c.data.tags["mlflow.parentRunId"] == expected for c in children)
     assert len(_rung_runs(runs, "target")) == 1
     assert parent.data.metrics["rung2_trials"] == 1 and "rung1_best_error" in parent.data.metrics
+
+
+def test_a_driver_killed_inside_a_rung_resumes_that_rung_from_its_checkpoints(tmp_path):
+    """SIGKILL while a rung-1 trial trains (its checkpoint exists, it has no outcome): --resume re-runs no proxy
+    trial, continues the rung-1 trial from its own checkpoint, and the study ends with one run per rung."""
+    from mutransfer.training.checkpoint import CHECKPOINT_NAME
+
+    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
+    study = write_tiny_study(tmp_path, data, name="ladin", trials=2, epochs=30, grace=30, target_epochs=2, max_concurrent=1)
+    cmd = _sweep(study) + ["--ladder", "6", "12"]
+    root = tmp_path / "mutransfer-runs" / "ladin"
+    rung = root / "rungs" / "r1" / "trials" / "t0000"
+    env = _env(tmp_path)
+    _kill_when(cmd, tmp_path, env, lambda: (rung / CHECKPOINT_NAME).exists() and not (rung / "outcome.json").exists(),
+               "a rung-1 checkpoint")
+    proxies = _executions(root / "trials")
+    resumed = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _executions(root / "trials") == proxies  # the proxies finished before the kill: none ran again
+    starts = [e for e in _executions(root / "rungs" / "r1" / "trials")["t0000"] if e["kind"] == "train"]
+    assert len(starts) == 2 and (starts[1]["resumed_from_epoch"] or 0) > 0  # continued, not started over
+    report = json.loads(resumed.stdout)
+    assert [(r["rung"], r["trials"]) for r in report["rungs"]] == [(0, 2), (1, 1)]
+    runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert len(_rung_runs(runs)) == 1 and len([r for r in _rung_runs(runs, "proxy_trial")
+                                               if r.data.tags.get("mutransfer.rung") == "1"]) == 1
