@@ -151,7 +151,7 @@ def warm_vs_cold(reports: dict) -> dict:
     out = {"cold_median_best_proxy_error": median}
     for label, threshold in (("median", median), ("1.1x_median", 1.1 * median)):
         out[label] = {f"s{s}": {"cold": trials_to_reach(cold[s], threshold), "warm": trials_to_reach(warm[s], threshold),
-                                "warm_trials": len((warm[s].get("warm_start") or {}).get("trials") or [])}
+                                "warm_trials": (warm[s].get("warm_start") or {}).get("trials")}
                       for s in warm}
     return out
 
