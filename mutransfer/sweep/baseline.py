@@ -42,7 +42,8 @@ def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shap
     from mutransfer.sweep.cost import epoch_flops, trial_devices
 
     device = sum(t.device_seconds for t in trials)
-    trainer = sum(t.trainer_seconds for t in trials) * trial_devices(study)
+    # the trainer's clock and Tune's differ by milliseconds: training cannot outlast the device it held
+    trainer = min(device, sum(t.trainer_seconds for t in trials) * trial_devices(study))
     modes = study.target_K if at_target else study.proxy_K
     width = (study.target_width or study.operator.width) if at_target else study.operator.width
     per_epoch = epoch_flops(study, modes, width, input_shape)

@@ -113,7 +113,7 @@ def target_cost(study, outcome, input_shape) -> dict:
     """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
     devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)
     per_epoch = epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
-    trainer = outcome.trainer_seconds * devices
+    trainer = min(outcome.device_seconds, outcome.trainer_seconds * devices)  # clocks differ by milliseconds
     return {"device_seconds": outcome.device_seconds, "trainer_device_seconds": trainer,
             "overhead_device_seconds": max(0.0, outcome.device_seconds - trainer),
             "flops": None if per_epoch is None else outcome.epochs * per_epoch, "epochs": outcome.epochs}
