@@ -212,3 +212,23 @@ def test_top_k_beyond_the_last_rung_and_widths_the_heads_do_not_divide_are_refus
     assert _study(ladder=[4, 8, 16], top_k=2).search.top_k == 2  # 8 -> 4 -> 2
     with pytest.raises(UserInputError, match=r"ladder\[1\]: width 18 is not divisible by operator.heads 4"):
         load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, 18, 64]})
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--ladder", "4", "30"], "ladder[1]: K=30 width 32 is larger than the target"),
+    (["--ladder", "4", "8", "16", "--ladder-keep", "0.25", "--top-k", "3"], "search.top_k: 3 is more than the 1 trial(s)"),
+    (["--ladder", "4", "x"], "argument --ladder: 'x' is not an integer"),
+    (["--ladder-keep", "1.5"], "--ladder-keep"),
+])
+def test_the_cli_refuses_a_bad_ladder_with_one_line_and_exit_2_before_anything_exists(tmp_path, monkeypatch, capsys, argv,
+                                                                                       fragment):
+    from mutransfer.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(["sweep", *argv])
+    except SystemExit as exc:  # argparse's own refusals
+        code = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and fragment in err[0]
+    assert list(tmp_path.iterdir()) == []  # no study folder, no store

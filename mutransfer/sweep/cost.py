@@ -109,6 +109,17 @@ def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int,
     return out
 
 
+def add_to_mutransfer(compute: dict, flops: float | None, training_seconds: float) -> None:
+    """Count extra trainings (a ladder's rungs, top-k's other candidates) on muTransfer's side of ``study_cost``'s
+    ratios to direct tuning: their FLOPs (None: unknown, the FLOPs ratio is left as is) and training time
+    (trainer seconds x devices)."""
+    if compute.get("mutransfer_vs_direct_flops") is not None and flops is not None:
+        compute["mutransfer_vs_direct_flops"] += flops / compute["direct_sweep_flops"]
+    direct = compute.get("direct_sweep_training_seconds_estimate")
+    if compute.get("mutransfer_vs_direct_training_seconds") is not None and direct:
+        compute["mutransfer_vs_direct_training_seconds"] += training_seconds / direct
+
+
 def target_cost(study, outcome, input_shape) -> dict:
     """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
     devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)

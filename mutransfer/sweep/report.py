@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from mutransfer.sweep.cost import study_cost
+from mutransfer.sweep.cost import add_to_mutransfer, study_cost
 
 
 def target_summary(outcome, run_id: str | None) -> dict | None:
@@ -126,10 +126,7 @@ def _count_ladder(compute: dict, rungs: list[dict]) -> float:
     compute["ladder_device_seconds"] = sum(c["device_seconds"] for c in extra)
     compute["ladder_trainer_device_seconds"] = training
     compute["ladder_flops"] = None if any(c.get("flops") is None for c in extra) else sum(c["flops"] for c in extra)
-    if compute.get("mutransfer_vs_direct_flops") is not None and compute["ladder_flops"] is not None:
-        compute["mutransfer_vs_direct_flops"] += compute["ladder_flops"] / compute["direct_sweep_flops"]
-    if compute.get("mutransfer_vs_direct_training_seconds") is not None and compute.get("direct_sweep_training_seconds_estimate"):
-        compute["mutransfer_vs_direct_training_seconds"] += training / compute["direct_sweep_training_seconds_estimate"]
+    add_to_mutransfer(compute, compute["ladder_flops"], training)
     return training
 
 

@@ -137,13 +137,13 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
     shape = tuple(ctx.data.train_x.shape[1:])
     out: list[Candidate] = []
     for rank, trial in enumerate(picked, 1):
-        if source_key(ctx, trial) in done:  # trained in an earlier session: not again
-            out.append(done[source_key(ctx, trial)])
+        key = source_key(ctx, trial)  # r<n>-tNNNN for a ladder's last rung
+        if key in done:  # trained in an earlier session: not again
+            out.append(done[key])
             continue
         if rank > 1:
             hold_if_asked(root, HOLD_POINT)  # fault tests only (MUTRANSFER_HOLD_AT)
         transfer = carry(ctx, trial)
-        key = source_key(ctx, trial)  # r<n>-tNNNN for a ladder's last rung
 
         def remember(run_id: str, key: str = key) -> None:
             run_ids[key] = run_id
@@ -188,12 +188,10 @@ def count_in_compute(compute: dict, rows: list[dict]) -> None:
     compute["top_k_device_seconds"] = sum(r["device_seconds"] for r in rows)
     compute["top_k_trainer_device_seconds"] = sum(r["trainer_device_seconds"] for r in rows)
     compute["top_k_flops"] = None if None in flops else sum(flops)
+    from mutransfer.sweep.cost import add_to_mutransfer
+
     extra_flops = None if any(r["flops"] is None for r in others) else sum(r["flops"] for r in others)
-    if compute.get("mutransfer_vs_direct_flops") is not None and extra_flops is not None:
-        compute["mutransfer_vs_direct_flops"] += extra_flops / compute["direct_sweep_flops"]
-    direct = compute.get("direct_sweep_training_seconds_estimate")
-    if compute.get("mutransfer_vs_direct_training_seconds") is not None and direct:
-        compute["mutransfer_vs_direct_training_seconds"] += sum(r["trainer_device_seconds"] for r in others) / direct
+    add_to_mutransfer(compute, extra_flops, sum(r["trainer_device_seconds"] for r in others))
     if compute.get("trainer_seconds_critical_path") is not None:  # the candidates train one after another
         compute["trainer_seconds_critical_path"] += sum(r["trainer_seconds"] for r in others)
         wall = compute.get("sweep_wall_seconds")
