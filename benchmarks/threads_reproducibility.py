@@ -16,7 +16,7 @@ import argparse
 import json
 
 from mutransfer.study import load_study
-from mutransfer.sweep.data import load_study_data
+from mutransfer.study.data import load_study_data
 from mutransfer.sweep.verify import train_target_at
 
 

@@ -103,25 +103,67 @@ def test_the_cycle_finder_finds_a_planted_cycle():
     assert find_cycles({"a": {"b", "c"}, "b": {"c"}, "c": set()}) == []
 
 
+#: the packages from the bottom up: a module may import its own package and the packages below it, never one
+#: above (imports inside functions count). docs/architecture.md draws the same picture.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("operators",),
+    ("mutransfer", "mutransfer.errors", "mutransfer.atomic"),
+    ("mutransfer.config",),
+    ("mutransfer.data",),
+    ("mutransfer.problems",),
+    ("mutransfer.training",),
+    ("mutransfer.study",),
+    ("mutransfer.tracking",),
+    ("mutransfer.study_folder",),
+    ("mutransfer.diagnostics",),
+    ("mutransfer.landscape",),
+    ("mutransfer.serving",),
+    ("mutransfer.reporting",),
+    ("mutransfer.sweep",),
+    ("mutransfer.cli", "mutransfer.__main__", "mutransfer.browser"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of the package holding ``module`` (the longest matching prefix)."""
+    best, depth = None, -1
+    for number, packages in enumerate(LAYERS):
+        for package in packages:
+            if (module == package or module.startswith(package + ".")) and package.count(".") > depth:
+                best, depth = number, package.count(".")
+    if best is None:
+        raise AssertionError(f"{module} is in no layer: add its package to LAYERS (and to docs/architecture.md)")
+    return best
+
+
+#: upward imports not yet removed (TEMPORARY: the search strategies will bring their own report sections)
+KNOWN_UPWARD = {"mutransfer.reporting.html -> mutransfer.sweep.baseline", "mutransfer.reporting.html -> mutransfer.sweep.verify"}
+
+
+def upward_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Every import that runs from a package up to a package above it."""
+    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
+                  if layer_of(target) > layer_of(module) and f"{module} -> {target}" not in KNOWN_UPWARD)
+
+
 def test_layers_point_down():
-    """data never imports problems, study, sweep, training or the CLI; operators import nothing of mutransfer."""
-    graph = import_graph()
-    rules = {
-        "operators": ("mutransfer",),
-        "mutransfer.data": ("mutransfer.problems", "mutransfer.study", "mutransfer.sweep", "mutransfer.training",
-                            "mutransfer.cli", "mutransfer.landscape"),
-        "mutransfer.training": ("mutransfer.study", "mutransfer.sweep", "mutransfer.cli", "mutransfer.landscape"),
-        "mutransfer.study": ("mutransfer.sweep", "mutransfer.cli", "mutransfer.landscape"),
-        "mutransfer.config": ("mutransfer.",),
-    }
-    bad = []
-    for module, targets in graph.items():
-        for layer, forbidden in rules.items():
-            if module == layer or module.startswith(layer + "."):
-                bad += [f"{module} -> {t}" for t in targets for f in forbidden
-                        if (t == f or t.startswith(f)) and not t.startswith("mutransfer.errors")
-                        and not (layer == "mutransfer.config" and t.startswith("mutransfer.config"))]
-    assert not bad, bad
+    """No package imports a package above it (docs/architecture.md, "The layers")."""
+    bad = upward_edges(import_graph())
+    assert not bad, "imports running up the layers:\n" + "\n".join(bad)
+
+
+def test_the_layering_check_finds_a_planted_upward_import():
+    """A check that cannot fail is a defect: data importing the sweep, or operators importing the service, is found."""
+    graph = {"mutransfer.data.loading": {"mutransfer.sweep.context"}, "operators.fno": {"mutransfer.errors"},
+             "mutransfer.sweep.proxies": {"mutransfer.data.loading", "operators.fno"}}
+    assert upward_edges(graph) == ["mutransfer.data.loading -> mutransfer.sweep.context",
+                                   "operators.fno -> mutransfer.errors"]
+
+
+def test_every_package_has_a_layer():
+    """A new package must be placed in LAYERS, so the layering covers it."""
+    for name in _modules():
+        layer_of(name)
 
 
 @pytest.mark.parametrize("name", sorted(_modules()))

@@ -109,7 +109,7 @@ def _attention_study(tmp_path, width: int, target_width: int):
 
 def test_a_sweep_study_with_an_attention_operator_is_planned(tmp_path, monkeypatch):
     """The proxy and the target of a Galerkin study against the memory; a width of 10**5 is loaded without building it."""
-    from mutransfer.sweep.memory import check_study_memory
+    from mutransfer.study.memory import check_study_memory
 
     monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", "1GiB")
     check_study_memory(_attention_study(tmp_path, 16, 64), 2, gpus=0)  # a few MiB each
@@ -132,7 +132,7 @@ def _quick_study_file(tmp_path, padding: int):
 
 def test_sweep_padding_is_checked_against_the_grid(tmp_path):
     from mutransfer.study import load_study
-    from mutransfer.sweep.memory import check_study_padding
+    from mutransfer.study.memory import check_study_padding
 
     study = load_study(_quick_study_file(tmp_path, 128))[0]
     assert study.problem.resolution == 128

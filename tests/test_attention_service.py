@@ -151,7 +151,7 @@ def _fake_data(study, n=3):
 def test_study_models_rebuild_from_config_and_apply_width_mup(operator, problem):
     from operators import optimizer_param_groups
     from operators.adapters import GridPointSet, PackedPointSet
-    from mutransfer.sweep.hparams import model_for
+    from mutransfer.study.models import model_for
 
     study = study_of(attention_mapping(operator, problem))
     data = _fake_data(study)
@@ -342,7 +342,7 @@ def test_sweep_and_landscape_refuse_what_attention_studies_cannot_do(args, fragm
 def test_attention_operators_learn_darcy_on_random_point_sets(operator, tmp_path):
     """30 epochs on 120 irregular-mesh samples (150-250 nodes of a 29x29 grid): relative L2 below 0.2 (from ~1)."""
     from mutransfer.data.pointclouds import generate_darcy_mesh, load_point_split, write_point_dataset
-    from mutransfer.sweep.hparams import model_for
+    from mutransfer.study.models import model_for
     from mutransfer.training import TrainConfig, train
 
     path = write_point_dataset(tmp_path / "mesh.h5", generate_darcy_mesh(150, 29, seed=0, progress=False,

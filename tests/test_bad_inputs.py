@@ -205,7 +205,7 @@ def test_non_finite_values_in_point_sets_are_refused_and_the_repaired_file_loads
 
 def test_the_address_form_check_passes_ray_addresses_and_refuses_the_rest():
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep.inputs import check_address_form
+    from mutransfer.study.inputs import check_address_form
 
     for ok in (None, "auto", "127.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"):
         check_address_form(ok)

@@ -3,7 +3,7 @@
 import pytest
 
 from mutransfer.study import load_study
-from mutransfer.sweep.context import TrialRecord
+from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.cost import epoch_flops, study_cost
 
 

@@ -9,7 +9,8 @@ import pytest
 from mutransfer.errors import UserInputError
 from mutransfer.study import load_study
 from mutransfer.study.ladder import LadderSize, rung_study, step_study, target_size
-from mutransfer.sweep.context import TrialRecord, ranked
+from mutransfer.sweep.context import ranked
+from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.ladder import LadderResults, RungResult, keep_count, rung_lines, rung_metrics
 
 
@@ -89,7 +90,7 @@ def test_promotion_ranks_full_budget_trials_first():
 
 
 def _fno_model_lr(study, size: LadderSize, lr: float) -> float:
-    from mutransfer.sweep.hparams import build_model, effective_spectral_lr
+    from mutransfer.study.models import build_model, effective_spectral_lr
 
     model = build_model(rung_study(study, size), modes=size.K, width=size.width, init_scale=1.0, input_channels=2,
                         output_channels=1)

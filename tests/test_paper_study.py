@@ -87,7 +87,7 @@ def test_paper_study_has_the_papers_numbers():
 
 
 def test_paper_target_is_the_906M_model_and_fits_an_80GiB_gpu_per_worker():
-    from mutransfer.sweep.memory import _plan
+    from mutransfer.study.memory import _plan
 
     study, _ = load_study(PAPER)
     per_worker = study.training.batch_size // study.target.num_workers

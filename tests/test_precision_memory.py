@@ -256,7 +256,7 @@ def test_sweep_refuses_a_study_that_cannot_fit_before_starting(tmp_path, monkeyp
 
 def test_sweep_memory_check_passes_a_study_that_fits(monkeypatch):
     from mutransfer.study import load_study
-    from mutransfer.sweep.memory import check_study_memory
+    from mutransfer.study.memory import check_study_memory
 
     study, _ = load_study(None)
     monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", "1GiB")

@@ -32,11 +32,11 @@ def served(tmp_path_factory):
     from mutransfer.data.loading import load_split
     from mutransfer.serving.artifact import card_for, write_model_dir
     from mutransfer.study import load_study
-    from mutransfer.sweep.hparams import model_for
+    from mutransfer.study.models import model_for
     from mutransfer.sweep.model_log import log_logged_model, register_model
-    from mutransfer.sweep.portable import stored_tracking, write_study_file
-    from mutransfer.sweep.state import StudyDir
-    from mutransfer.sweep.tracking import Tracker
+    from mutransfer.study_folder.portable import stored_tracking, write_study_file
+    from mutransfer.study_folder.state import StudyDir
+    from mutransfer.tracking.runs import Tracker
 
     home = tmp_path_factory.mktemp("A")
     data = write_tiny_data(home / "data.h5")

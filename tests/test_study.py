@@ -239,7 +239,7 @@ def test_override_creates_missing_sections(tmp_path):
 
 
 def test_hyperparameter_merge_and_transfer_of_the_best():
-    from mutransfer.sweep.hparams import merge_hyperparameters
+    from mutransfer.study.models import merge_hyperparameters
     from mutransfer.sweep.runner import transfer
 
     study, _ = load_study(None)
@@ -274,7 +274,7 @@ def test_pino_loss_is_selectable_in_studies_for_darcy_only(tmp_path):
 
     from mutransfer.errors import UserInputError
     from mutransfer.study import load_study
-    from mutransfer.sweep.hparams import fixed_hyperparameters, train_config
+    from mutransfer.study.models import fixed_hyperparameters, train_config
 
     base = {"name": "pino", "problem": {"name": "darcy", "resolution": 31}, "proxy_K": 3, "target_K": 6,
             "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},

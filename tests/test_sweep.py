@@ -266,7 +266,7 @@ def test_target_trains_with_two_ddp_workers(ray_local, tiny_data, tmp_path):
     """Ray Train TorchTrainer with 2 gloo workers: complex spectral grads all-reduced by DDP, full-test evaluation."""
     from mutransfer.data.loading import load_split
     from mutransfer.study import load_study
-    from mutransfer.sweep.hparams import merge_hyperparameters
+    from mutransfer.study.models import merge_hyperparameters
     from mutransfer.sweep.target import run_target
 
     path = write_tiny_study(tmp_path, tiny_data, target_epochs=3, target={"num_workers": 2, "cpus_per_worker": 1})

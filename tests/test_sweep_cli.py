@@ -107,7 +107,7 @@ def test_resume_without_a_study(tmp_path, monkeypatch, capsys):
 
 def test_resume_with_a_conflicting_flag(tmp_path, monkeypatch, capsys):
     from mutransfer.study import load_study
-    from mutransfer.sweep.state import StudyDir
+    from mutransfer.study_folder.state import StudyDir
 
     monkeypatch.chdir(tmp_path)
     study, _ = load_study(None)
@@ -133,7 +133,7 @@ def test_studies_without_a_store(tmp_path, monkeypatch, capsys):
 
 
 def test_studies_table_format():
-    from mutransfer.sweep.studies import format_studies
+    from mutransfer.tracking.listings import format_studies
 
     rows = [
         {"study": "quick", "status": "done", "problem": "burgers", "proxy_K": 6, "target_K": 24, "best_proxy_error": 0.0249,

@@ -88,7 +88,7 @@ def test_attention_target_trains_with_two_ddp_workers(operator, ray_local, mesh_
     from operators.adapters import PackedPointSet
     from mutransfer.data.pointclouds import load_point_split
     from mutransfer.study import parse_study
-    from mutransfer.sweep.hparams import merge_hyperparameters
+    from mutransfer.study.models import merge_hyperparameters
     from mutransfer.sweep.target import run_target
 
     study = parse_study({

@@ -21,7 +21,8 @@ import yaml
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import default_study_text, load_study, parse_study
-from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions, TrialRecord, pick_best, ranked
+from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions, pick_best, ranked
+from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.topk import (Candidate, candidates, carry, choose_winner, count_in_compute,
                                    topk_metrics, train_top_k)
 
@@ -88,7 +89,7 @@ def _outcome(error: float, checkpoint: Path):
 def _context(tmp_path: Path, study, tracker, state: dict) -> SweepContext:
     import torch
 
-    from mutransfer.sweep.state import StudyDir
+    from mutransfer.study_folder.state import StudyDir
 
     sdir = StudyDir(tmp_path / "study")
     sdir.root.mkdir(parents=True, exist_ok=True)
@@ -103,7 +104,7 @@ def _context(tmp_path: Path, study, tracker, state: dict) -> SweepContext:
 
 def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruption(tmp_path):
     """Session 1 stops during candidate 2 (after its run was created); session 2 trains 2 and 3 only, reusing 2's run."""
-    from mutransfer.sweep.tracking import Tracker
+    from mutransfer.tracking.runs import Tracker
 
     study, _ = load_study(None, {"top_k": 3})
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutransfer.sweep.tracking import Tracker
+from mutransfer.tracking.runs import Tracker
 from mutransfer.sweep.trial_logger import TrialLogger
 
 

@@ -38,7 +38,7 @@ def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
     """An MLflow store with one study as the sweep writes it: parent run + 3 proxy trials. Returns (uri, experiment id)."""
     from mutransfer.study import load_study
     from mutransfer.sweep.parent_run import tag_study_view
-    from mutransfer.sweep.tracking import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, Tracker, log_batch
+    from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, Tracker, log_batch
 
     study, _ = load_study(None)
     study.name = STUDY
@@ -67,7 +67,7 @@ def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
 
 def test_ui_command_binds_localhost_without_a_shell():
     from mutransfer.cli.ui_cmd import ui_command
-    from mutransfer.sweep.mlflow_view import ui_link
+    from mutransfer.tracking.views import ui_link
 
     cmd = ui_command("sqlite:////tmp/x/mlflow.db", port=5123)
     assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"] and all(isinstance(a, str) for a in cmd)
@@ -80,7 +80,7 @@ def test_ui_command_binds_localhost_without_a_shell():
 
 
 def test_study_view_names_its_runs_errors_and_searched_hyperparameters():
-    from mutransfer.sweep.mlflow_view import searched_keys, study_view_state, view_key
+    from mutransfer.tracking.views import searched_keys, study_view_state, view_key
 
     state = study_view_state("quick", ["lr", "weight_decay"])
     assert state["searchFilter"] == "tags.`mutransfer.study` = 'quick'"
@@ -99,9 +99,9 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
     a store it cannot write to is still served, with a warning and a link without the view."""
     from mlflow.tracking import MlflowClient
 
-    import mutransfer.sweep.mlflow_view as view
+    import mutransfer.tracking.views as view
     from mutransfer.cli.ui_cmd import _tag_study
-    from mutransfer.sweep.mlflow_view import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
+    from mutransfer.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
 
     uri, experiment_id = write_store(tmp_path, tagged=False)
     tags = MlflowClient(uri).get_experiment(experiment_id).tags

@@ -73,9 +73,9 @@ def test_a_study_folder_reads_back_as_typed_records(tmp_path):
 def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str:
     """A real sqlite MLflow store holding ``study``'s parent run and proxy_trial child runs, written by the sweep's own
     Tracker and TrialLogger (the path a driver takes for a trial that finished while it was down)."""
-    from mutransfer.sweep.hparams import fixed_hyperparameters
+    from mutransfer.study.models import fixed_hyperparameters
     from mutransfer.sweep.plan import Outcome
-    from mutransfer.sweep.tracking import Tracker
+    from mutransfer.tracking.runs import Tracker
     from mutransfer.sweep.trial_logger import TrialLogger
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -126,7 +126,7 @@ def test_a_missing_source_says_where_it_looked_and_creates_no_store(tmp_path):
 
 
 def test_the_rescale_is_the_transfer_function_and_the_effective_spectral_lr_moves_by_its_factor(tmp_path):
-    from mutransfer.sweep.hparams import build_model, effective_spectral_lr
+    from mutransfer.study.models import build_model, effective_spectral_lr
     from mutransfer.sweep.warm_plan import build_warm_start
     from operators.transfer import Scaling, transfer
 
@@ -321,7 +321,7 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
 
 
 def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_path):
-    from mutransfer.sweep.context import TrialRecord
+    from mutransfer.study_folder.records import TrialRecord
     from mutransfer.sweep.report import _warm_start_lines
     from mutransfer.sweep.warm_plan import build_warm_start, warm_start_section
 

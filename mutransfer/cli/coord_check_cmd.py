@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from mutransfer.cli.train_cmd import resolve_data
     from mutransfer.diagnostics.coord_check import check_coord_check_inputs, coord_check
     from mutransfer.diagnostics.coord_plot import plot_coord_check
-    from mutransfer.sweep.inputs import check_folder
+    from mutransfer.study.inputs import check_folder
 
     if args.data is None:  # the problem's own dataset: a small slice is enough for a few steps
         args.n_train, args.n_test = args.n_train or 50, args.n_test or 10

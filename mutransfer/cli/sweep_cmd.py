@@ -154,8 +154,8 @@ def _add_studies(subparsers) -> None:
 
 
 def run_studies_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.sweep.studies import format_studies, list_studies
-    from mutransfer.sweep.tracking import resolve_tracking_uri
+    from mutransfer.tracking.listings import format_studies, list_studies
+    from mutransfer.tracking.runs import resolve_tracking_uri
 
     rows = list_studies(resolve_tracking_uri(args.tracking_uri))
     if args.json:

@@ -2,7 +2,7 @@
 
 The link is printed once the server answers (``/health``), so it opens a page, not an
 error; a port already taken is refused before anything starts (one line, exit 2). The
-experiment is tagged on the way (mutransfer.sweep.mlflow_view) so that stores written
+experiment is tagged on the way (mutransfer.tracking.views) so that stores written
 before those tags existed open on the study's runs too.
 """
 
@@ -94,9 +94,9 @@ def wait_until_serving(proc: subprocess.Popen, host: str, port: int, seconds: fl
 
 def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None]:
     """(experiment id, view key) of the study to show; the experiment gets the tags of mlflow_view."""
-    from mutransfer.sweep.mlflow_view import searched_keys, tag_kind, tag_study
-    from mutransfer.sweep.studies import study_to_show
-    from mutransfer.sweep.tracking import _client
+    from mutransfer.tracking.views import searched_keys, tag_kind, tag_study
+    from mutransfer.tracking.listings import study_to_show
+    from mutransfer.tracking.runs import _client
 
     experiment_id, row = study_to_show(uri, experiment)
     if experiment_id is None:
@@ -128,8 +128,8 @@ def _interrupt(signum, frame):
 
 
 def run_ui_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.sweep.mlflow_view import ui_link
-    from mutransfer.sweep.tracking import resolve_tracking_uri, sqlite_path
+    from mutransfer.tracking.views import ui_link
+    from mutransfer.tracking.runs import resolve_tracking_uri, sqlite_path
 
     uri = resolve_tracking_uri(args.tracking_uri)
     path = sqlite_path(uri)

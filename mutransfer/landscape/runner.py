@@ -22,7 +22,7 @@ from pathlib import Path
 from mutransfer.errors import UserInputError
 from mutransfer.landscape.analysis import analyze, transform
 from mutransfer.landscape.plot import plot_landscape
-from mutransfer.sweep.inputs import check_address_form, check_folder
+from mutransfer.study.inputs import check_address_form, check_folder
 
 
 @dataclass
@@ -114,7 +114,7 @@ def _check_memory(study, options: LandscapeOptions) -> None:
     """The largest model of the grid must fit this machine's RAM shared by the tasks that run at once."""
     import os
 
-    from mutransfer.sweep.memory import check_grid_point_memory
+    from mutransfer.study.memory import check_grid_point_memory
 
     largest_batch = max(options.values) if options.hyperparameter == "batch_size" else study.training.batch_size
     concurrency = max(1, (os.cpu_count() or 1) // options.cpus_per_task)
@@ -132,7 +132,7 @@ def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
     """
     import torch
 
-    from mutransfer.sweep.hparams import merge_hyperparameters, model_for, train_config
+    from mutransfer.study.models import merge_hyperparameters, model_for, train_config
     from mutransfer.training import train
 
     torch.set_num_threads(threads)
@@ -164,8 +164,8 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
     """Run the grid on Ray, log to MLflow, write landscape.png and landscape.json into ``out_dir``."""
     import ray
 
-    from mutransfer.sweep.data import load_study_data
-    from mutransfer.sweep.tracking import RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
+    from mutransfer.study.data import load_study_data
+    from mutransfer.tracking.runs import RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
 
     study = validate(options)
     epochs = int(options.epochs or study.budget.epochs)
@@ -270,7 +270,7 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
 def _log_point(
     tracker, experiment_id: str, parent: str, study_name: str, hyperparameter: str, record: dict, axis: str = "K"
 ) -> None:
-    from mutransfer.sweep.tracking import PARENT_TAG, RUN_NAME_TAG, log_batch
+    from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
 
     name = f"{record['parametrization']} {axis}={record['scale']} {hyperparameter}={record['value']:.4g} seed={record['seed']}"
     run = tracker.client.create_run(experiment_id, tags={

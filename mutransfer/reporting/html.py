@@ -18,7 +18,7 @@ import pandas as pd
 from mutransfer.reporting import figures
 from mutransfer.reporting.study_files import StudyFiles
 from mutransfer.reporting.trials_table import trials_frame
-from mutransfer.sweep.state import write_atomic
+from mutransfer.study_folder.state import write_atomic
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; padding: 0 1em; }

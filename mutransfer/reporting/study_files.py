@@ -14,9 +14,9 @@ from pathlib import Path
 import yaml
 
 from mutransfer.errors import UserInputError
-from mutransfer.sweep.context import TrialRecord
-from mutransfer.sweep.state import DEFAULT_RUNS_DIR, StudyDir
-from mutransfer.sweep.trial import HISTORY_FILE
+from mutransfer.study_folder.records import TrialRecord
+from mutransfer.study_folder.state import DEFAULT_RUNS_DIR, StudyDir
+from mutransfer.study_folder.records import HISTORY_FILE
 from mutransfer.training.records import EpochRecord, load_history
 
 

@@ -11,7 +11,7 @@ Accepted sources:
 MLflow URIs are resolved in the tracking store ``--tracking-uri`` (default
 ``sqlite:///mlflow.db`` here). A store that was moved or copied still works: an
 artifact missing at the absolute path MLflow recorded is looked up beside the store
-(mutransfer.sweep.portable), with a note on stderr.
+(mutransfer.study_folder.portable), with a note on stderr.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def load_model(source: str, *, runs_dir: str | None = None, tracking_uri: str | 
 
 
 def _study_model_dir(source: str, runs_dir: str | None) -> Path:
-    from mutransfer.sweep.model_log import MODEL_DIR
-    from mutransfer.sweep.state import StudyDir
+    from mutransfer.study_folder.records import MODEL_DIR
+    from mutransfer.study_folder.state import StudyDir
 
     given = Path(source)
     study_dir = StudyDir(given) if (given / "study.yaml").is_file() else StudyDir.for_study(source, runs_dir)
@@ -67,7 +67,7 @@ def _study_model_dir(source: str, runs_dir: str | None) -> Path:
 def _mlflow_model_dir(uri: str, tracking_uri: str | None) -> Path:
     from mlflow.exceptions import MlflowException
 
-    from mutransfer.sweep.tracking import _client, resolve_tracking_uri, sqlite_path
+    from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
 
     store = resolve_tracking_uri(tracking_uri)
     if sqlite_path(store) is not None and not sqlite_path(store).is_file():
@@ -114,7 +114,7 @@ def _logged_model(client, uri: str):
 
 def _local_artifacts(client, store: str, logged, uri: str) -> Path:
     """A local directory holding the logged model's files (moved stores and remote artifacts handled)."""
-    from mutransfer.sweep.portable import relocated_artifact_path
+    from mutransfer.study_folder.portable import relocated_artifact_path
 
     location = logged.artifact_location
     local = Path(location[len("file://"):] if location.startswith("file://") else location)

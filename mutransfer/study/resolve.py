@@ -104,7 +104,7 @@ def _resolve_width(study: Study, r: Reader) -> None:
 def _check_operator_options(study: Study, r: Reader) -> None:
     """Build a one-layer operator of width ``heads`` once (cheap) so a wrong option fails now, with its field path.
 
-    The widths and depth are checked against the memory later (mutransfer.sweep.memory);
+    The widths and depth are checked against the memory later (mutransfer.study.memory);
     options that are sizes (eigenfunctions, experts, ...) are planned first and the
     model is built only when it holds at most 10**7 parameters.
     """

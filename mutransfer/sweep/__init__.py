@@ -10,8 +10,8 @@
 - :mod:`~mutransfer.sweep.runner`       the orchestrator (:func:`run_sweep`)
 - :mod:`~mutransfer.sweep.trial`        the proxy trial (Tune function trainable) and the fault-injection hook
 - :mod:`~mutransfer.sweep.search`       Tune search space, searcher, scheduler
-- :mod:`~mutransfer.sweep.tracking`     MLflow: parent / trial / target runs, `studies` table, `ui`
-- :mod:`~mutransfer.sweep.state`        the per-study directory and resume state
+- :mod:`~mutransfer.tracking.runs`     MLflow: parent / trial / target runs, `studies` table, `ui`
+- :mod:`~mutransfer.study_folder.state`        the per-study directory and resume state
 
 Ray, MLflow and torch are imported lazily, so loading a study stays cheap.
 """

@@ -25,7 +25,8 @@ from __future__ import annotations
 import math
 import time
 
-from mutransfer.sweep.context import SweepContext, TrialRecord
+from mutransfer.sweep.context import SweepContext
+from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.cost import target_cost
 
 
@@ -163,7 +164,7 @@ def summary_line(result: dict) -> str:
 
 
 def _log(ctx: SweepContext, sub: SweepContext, result: dict) -> None:
-    from mutransfer.sweep.tracking import log_batch
+    from mutransfer.tracking.runs import log_batch
 
     now = int(time.time() * 1000)
     c, r = result["cost"], result["mutransfer_vs_direct"]

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mutransfer.study import Override, Study
-from mutransfer.sweep.state import StudyDir
+from mutransfer.study_folder.records import TrialRecord
+from mutransfer.study_folder.state import StudyDir
 
 
 class SweepError(RuntimeError):
@@ -41,38 +42,6 @@ class SweepOptions:
     warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)
     warm_start_top: int | None = None  # how many (None: max(1, num_trials // 4))
     warm_start_any: bool = False  # accept a source of another problem or operator
-
-
-@dataclass
-class TrialRecord:
-    """One proxy trial as the sweep reports it (from Tune's result and the trial's MLflow child run)."""
-
-    trial_id: str
-    index: int
-    status: str  # completed | pruned | diverged | failed
-    config: dict  # the searched hyperparameters
-    hp: dict  # every hyperparameter of the trial (fixed ones included)
-    test_error: float | None
-    epochs: int
-    trainer_seconds: float = 0.0
-    wall_seconds: float = 0.0
-    device_seconds: float = 0.0
-    spectral_lr: float | None = None
-    mlflow_run_id: str | None = None
-    best: bool = False
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrialRecord":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
-
-    def summary(self) -> dict:
-        """The best trial as the report and state show it (no timings)."""
-        keys = ("trial_id", "index", "status", "config", "hp", "test_error", "epochs", "spectral_lr", "mlflow_run_id")
-        return {k: getattr(self, k) for k in keys}
 
 
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
@@ -134,7 +103,7 @@ class SweepContext:
     wall_start: float = field(default_factory=time.perf_counter)
     #: wall time of earlier sessions of this study (read once, when the context is made)
     prior_wall: float = 0.0
-    #: the study's lock (mutransfer.sweep.lock.StudyLock), taken by prepare, released when run_sweep ends
+    #: the study's lock (mutransfer.study_folder.lock.StudyLock), taken by prepare, released when run_sweep ends
     lock: Any = None
     # set by the phases, in order
     data: Any = None

@@ -66,7 +66,7 @@ def epoch_flops(study, modes: int | None, width: int | None = None, input_shape:
         input_shape = (int(study.problem.resolution),) * study.dim + (1,)
     import torch
 
-    from mutransfer.sweep.hparams import build_model
+    from mutransfer.study.models import build_model
 
     with torch.random.fork_rng():
         model = build_model(study, width=width, input_channels=int(input_shape[-1]), output_channels=1)

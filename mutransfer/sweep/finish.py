@@ -13,7 +13,7 @@ import json
 import time
 
 from mutransfer.sweep.context import SweepContext
-from mutransfer.sweep.state import write_atomic
+from mutransfer.study_folder.state import write_atomic
 
 
 def write_report(ctx: SweepContext) -> None:
@@ -82,7 +82,7 @@ def _write_page(ctx: SweepContext) -> None:
 def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     from mutransfer.sweep.ladder import rung_metrics
     from mutransfer.sweep.topk import topk_metrics
-    from mutransfer.sweep.tracking import log_batch
+    from mutransfer.tracking.runs import log_batch
 
     c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
     now = int(time.time() * 1000)

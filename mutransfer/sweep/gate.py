@@ -14,7 +14,7 @@ import json
 import math
 
 from mutransfer.sweep.context import SweepContext, SweepError
-from mutransfer.sweep.state import write_atomic
+from mutransfer.study_folder.state import write_atomic
 
 
 def coord_check_gate(ctx: SweepContext) -> None:

@@ -26,7 +26,8 @@ import time
 from dataclasses import dataclass, field
 
 from mutransfer.study.ladder import LadderSize, keep_count, rung_study, step_study, target_size
-from mutransfer.sweep.context import SweepContext, TrialRecord, ranked
+from mutransfer.sweep.context import SweepContext, ranked
+from mutransfer.study_folder.records import TrialRecord
 
 RUNG_TAG = "mutransfer.rung"
 
@@ -146,7 +147,7 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
     from mutransfer.sweep.nested import nested_context
     from mutransfer.sweep.proxies import run_proxies
     from mutransfer.sweep.rescale import transfer
-    from mutransfer.sweep.tracking import log_batch
+    from mutransfer.tracking.runs import log_batch
 
     study = ctx.study
     by_key = {t.trial_id: t for t in previous.trials}

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
+from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.sweep.context import SweepContext
 
-MODEL_DIR = "model"
 #: the logged model's name: ``runs:/<target run>/model`` resolves to it
 LOGGED_NAME = "model"
 
@@ -53,7 +53,7 @@ def register_completed(ctx: SweepContext) -> None:
     if not ctx.state.get("model"):
         raise UserInputError(f"--register {ctx.options.register}: study {ctx.study.name!r} logged no model "
                              "(it ran before models were logged); run the study again with --name NEW")
-    from mutransfer.sweep.tracking import Tracker
+    from mutransfer.tracking.runs import Tracker
 
     ctx.tracker, ctx.target_run_id = Tracker(ctx.tracking_uri), ctx.state.get("target_run_id")
     register_if_asked(ctx, ctx.state["model"])
@@ -86,7 +86,7 @@ def write_study_model(ctx: SweepContext) -> Path:
 
 def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *, study: str) -> str:
     """An MLflow logged model named ``model`` (source: the target run) holding ``directory``; returns its id."""
-    from mutransfer.sweep.tracking import STUDY_TAG
+    from mutransfer.tracking.runs import STUDY_TAG
 
     logged = client.create_logged_model(experiment_id, name=LOGGED_NAME, source_run_id=run_id,
                                         tags={STUDY_TAG: study}, model_type="mutransfer")

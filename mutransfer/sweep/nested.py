@@ -21,8 +21,8 @@ def nested_context(ctx: SweepContext, folder: Path, *, kind: str, run_name: str,
     ``fields`` are further SweepContext fields (preset, label, trial_tags). ``params`` are logged on the
     nested run when it is created.
     """
-    from mutransfer.sweep.state import StudyDir
-    from mutransfer.sweep.tracking import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, log_batch
+    from mutransfer.study_folder.state import StudyDir
+    from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, log_batch
 
     study = study or ctx.study
     sdir = StudyDir(folder)

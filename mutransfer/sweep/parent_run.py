@@ -55,7 +55,7 @@ def create_parent(ctx: SweepContext) -> str:
 
 
 def tag_study_view(ctx: SweepContext) -> None:
-    """Tag the experiment so the MLflow UI opens on this study's runs (see mutransfer.sweep.mlflow_view)."""
-    from mutransfer.sweep.mlflow_view import tag_study
+    """Tag the experiment so the MLflow UI opens on this study's runs (see mutransfer.tracking.views)."""
+    from mutransfer.tracking.views import tag_study
 
     tag_study(ctx.tracker.client, ctx.experiment_id, ctx.study.name, list(ctx.study.search_space))

@@ -225,7 +225,7 @@ class SearchPlan:
         config = dict(self.warm[i][0]) if i < len(self.warm) else self._sample(i, known)
         directory = self.trials_dir / trial_key(i)
         directory.mkdir(parents=True, exist_ok=True)
-        from mutransfer.sweep.state import write_atomic
+        from mutransfer.study_folder.state import write_atomic
 
         if i < len(self.warm):
             write_atomic(directory / WARM_FILE, json.dumps(self.warm[i][1]))
@@ -248,7 +248,7 @@ class SearchPlan:
         last = {k: metrics[k] for k in OUTCOME_METRICS if k in metrics}
         outcome = Outcome(trial_status(last, failed, self.study.budget.epochs), last,
                           (error or "unknown error") if failed else None, dict(self._rungs.pop(i, {})))
-        from mutransfer.sweep.state import write_atomic
+        from mutransfer.study_folder.state import write_atomic
 
         directory = self.trials_dir / key
         directory.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,7 @@ is loaded and validated, a resume is checked against the stored study, the resou
 and memory it asks for are checked against this machine (or, after Ray starts,
 against the cluster: :func:`check_cluster_fits`), and the tracking store, the Ray
 address and the data file are checked to answer (mutransfer.sweep.endpoints). Last,
-the study's lock is taken (mutransfer.sweep.lock: one driver per study). Returns the
+the study's lock is taken (mutransfer.study_folder.lock: one driver per study). Returns the
 :class:`SweepContext`, whose ``lock`` the caller releases.
 """
 
@@ -18,16 +18,16 @@ from mutransfer.errors import UserInputError
 from mutransfer.study import OVERRIDES, Override, Study, load_study
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
-from mutransfer.sweep.lock import StudyLock, refuse_if_locked
+from mutransfer.study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer.sweep.model_log import check_registry_store
-from mutransfer.sweep.portable import read_study_file, study_tracking_uri
-from mutransfer.sweep.inputs import check_address_form, check_folder
-from mutransfer.sweep.state import StudyDir
+from mutransfer.study_folder.portable import read_study_file, study_tracking_uri
+from mutransfer.study.inputs import check_address_form, check_folder
+from mutransfer.study_folder.state import StudyDir
 
 
 def prepare(options: SweepOptions) -> SweepContext:
     """Load and validate everything; decide new study vs resume. Starts nothing (the lock: :func:`take_lock`)."""
-    from mutransfer.sweep.tracking import resolve_tracking_uri
+    from mutransfer.tracking.runs import resolve_tracking_uri
     from mutransfer.sweep.trial import fail_trials_from_env
 
     fail_trials = fail_trials_from_env()
@@ -78,7 +78,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         source_text = state.get("source_text", source_text)
 
     check_registry_store(tracking_uri, options.register)
-    from mutransfer.sweep.memory import check_study_padding
+    from mutransfer.study.memory import check_study_padding
 
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
@@ -184,10 +184,10 @@ def _check_resources(study: Study, address: str | None) -> None:
 
 
 def _check_memory(study: Study) -> None:
-    """Proxy and target must fit this machine's devices (mutransfer.sweep.memory), before anything starts."""
+    """Proxy and target must fit this machine's devices (mutransfer.study.memory), before anything starts."""
     import torch
 
-    from mutransfer.sweep.memory import check_study_memory
+    from mutransfer.study.memory import check_study_memory
     from mutransfer.sweep.search import max_concurrent
 
     gpus = torch.cuda.device_count()
@@ -204,7 +204,7 @@ def _check_verification_options(options: SweepOptions) -> None:
 
 
 def _check_target_size_memory(study: Study) -> None:
-    from mutransfer.sweep.memory import check_target_size_memory
+    from mutransfer.study.memory import check_target_size_memory
     from mutransfer.sweep.search import max_concurrent
 
     check_target_size_memory(study, max_concurrent(study, os.cpu_count() or 1, 0))

@@ -24,7 +24,8 @@ import os
 import re
 import time
 
-from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, TrialRecord, pick_best
+from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, pick_best
+from mutransfer.study_folder.records import TrialRecord
 
 
 @contextlib.contextmanager
@@ -86,7 +87,7 @@ def _plan(ctx: SweepContext, concurrency: int):
 
 
 def _logger(ctx: SweepContext, total: int):
-    from mutransfer.sweep.hparams import fixed_hyperparameters
+    from mutransfer.study.models import fixed_hyperparameters
     from mutransfer.sweep.trial_logger import TrialLogger
 
     study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
@@ -172,7 +173,7 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
     keys that are not this study's trials (left by an older version) are tagged superseded.
     """
     from mutransfer.sweep.plan import trial_key
-    from mutransfer.sweep.tracking import TRIAL_ID_TAG, Tracker
+    from mutransfer.tracking.runs import TRIAL_ID_TAG, Tracker
 
     tracker = Tracker(logger.uri)
     keys = [trial_key(i) for i in range(plan.total)]

@@ -9,7 +9,8 @@ effective values each rule produces. Sets ``ctx.transfer`` (:class:`TransferResu
 from __future__ import annotations
 
 from mutransfer.study import Study
-from mutransfer.sweep.context import SweepContext, TransferResult, TrialRecord
+from mutransfer.sweep.context import SweepContext, TransferResult
+from mutransfer.study_folder.records import TrialRecord
 
 
 def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:

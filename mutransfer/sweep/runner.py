@@ -33,7 +33,7 @@ from mutransfer.sweep.baseline import direct_baseline_phase
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.model_log import log_model_phase, register_completed
-from mutransfer.sweep.portable import stored_tracking, write_study_file
+from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep.holds import hold_if_asked
 from mutransfer.sweep.ladder import climb_ladder
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
@@ -55,7 +55,7 @@ def run_sweep(options: SweepOptions) -> dict:
     if ctx.state.get("phase") != "done":
         _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before any lock, folder or run exists
     ctx.lock = take_lock(ctx)
-    with ctx.lock:  # one driver per study (mutransfer.sweep.lock): held until this returns, raises or is interrupted
+    with ctx.lock:  # one driver per study (mutransfer.study_folder.lock): held until this returns, raises or is interrupted
         return _drive(ctx)
 
 
@@ -110,7 +110,7 @@ def _start_study_dir(ctx: SweepContext) -> None:
 
 
 def _load_data(ctx: SweepContext) -> None:
-    from mutransfer.sweep.data import load_study_data
+    from mutransfer.study.data import load_study_data
 
     if ctx.study.problem.data is None:  # a data file loads without a word: its errors stay one line
         ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
@@ -150,7 +150,7 @@ def _session(ctx: SweepContext):
 
 def _open_parent_run(ctx: SweepContext) -> None:
     from mutransfer.sweep.parent_run import create_parent, tag_study_view
-    from mutransfer.sweep.tracking import Tracker
+    from mutransfer.tracking.runs import Tracker
 
     ctx.tracker = Tracker(ctx.tracking_uri)
     ctx.experiment_id = ctx.state.get("experiment_id") or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)

@@ -165,7 +165,7 @@ def target_loop(cfg: dict) -> dict:
     import ray.train.torch
     import torch
 
-    from mutransfer.sweep.hparams import effective_spectral_lr, eval_metrics, model_for, train_config
+    from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
     from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
 
     torch.set_num_threads(max(1, int(cfg["threads"])))

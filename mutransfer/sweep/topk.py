@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from mutransfer.sweep.context import SweepContext, TransferResult, TrialRecord, ranked
+from mutransfer.sweep.context import SweepContext, TransferResult, ranked
+from mutransfer.study_folder.records import TrialRecord
 
 #: the candidates' storage folders, under the study directory (top-1 keeps ``target/``)
 TARGETS_DIR = "targets"
@@ -69,14 +70,14 @@ class Candidate:
 
     def as_dict(self, root: Path) -> dict:
         """For state.json: the row, the transfer record and the outcome (its checkpoint relative to ``root``)."""
-        from mutransfer.sweep.portable import stored_path
+        from mutransfer.study_folder.portable import stored_path
 
         outcome = dict(self.outcome.as_dict(), checkpoint_dir=stored_path(self.outcome.checkpoint_dir, root))
         return dict(self.row(), record=self.record, outcome=outcome)
 
     @classmethod
     def from_dict(cls, d: dict, root: Path) -> "Candidate":
-        from mutransfer.sweep.portable import resolved_path
+        from mutransfer.study_folder.portable import resolved_path
         from mutransfer.sweep.target import TargetOutcome
 
         names = {f.name for f in dataclasses.fields(cls)}

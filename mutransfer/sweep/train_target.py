@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from mutransfer.sweep.context import SweepContext, SweepError
-from mutransfer.sweep.portable import resolved_path, stored_path
+from mutransfer.study_folder.portable import resolved_path, stored_path
 from mutransfer.sweep.proxies import keep_sigint_handler
 
 
@@ -39,7 +39,7 @@ class TargetWatch:
     def __init__(self, ctx: SweepContext, storage_dir, *, run_id: str | None = None, label: str = "target"):
         from mutransfer.sweep.progress import TargetProgress, for_options
         from mutransfer.sweep.target import PROGRESS_FILE
-        from mutransfer.sweep.tracking import logged_steps
+        from mutransfer.tracking.runs import logged_steps
 
         self.ctx, self.run_id = ctx, run_id
         self.path = Path(storage_dir) / "target" / PROGRESS_FILE

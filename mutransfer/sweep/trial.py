@@ -47,11 +47,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
+from mutransfer.study_folder.records import HISTORY_FILE
+
 if TYPE_CHECKING:  # the driver imports this module without torch
     from mutransfer.training.records import EpochRecord
 
 FAIL_ENV = "MUTRANSFER_FAIL_TRIALS"
-HISTORY_FILE = "history.json"
 DONE_FILE = "done.json"
 
 
@@ -128,7 +129,7 @@ class TrialReport:
 
 
 def _write_done(trial_dir: Path, status: str, report: TrialReport) -> None:
-    from mutransfer.sweep.state import write_atomic
+    from mutransfer.study_folder.state import write_atomic
 
     write_atomic(trial_dir / DONE_FILE, json.dumps({"status": status, "report": report.metrics()}))
 
@@ -139,7 +140,7 @@ def _read_done(trial_dir: Path) -> TrialReport:
 
 def write_trial_history(trial_dir: str | os.PathLike, records: Iterable[EpochRecord]) -> None:
     """Replace ``history.json`` in ``trial_dir`` with ``records``, atomically."""
-    from mutransfer.sweep.state import write_atomic
+    from mutransfer.study_folder.state import write_atomic
     from mutransfer.training.records import dump_history
 
     write_atomic(Path(trial_dir) / HISTORY_FILE, json.dumps(dump_history(records)))
@@ -181,7 +182,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     from ray import tune
 
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep.hparams import effective_spectral_lr, eval_metrics, merge_hyperparameters, model_for, train_config
+    from mutransfer.study.models import effective_spectral_lr, eval_metrics, merge_hyperparameters, model_for, train_config
     from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
     from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mutransfer.sweep.plan import error_text, key_number, key_of, trial_status
-from mutransfer.sweep.tracking import (
+from mutransfer.tracking.runs import (
     KIND_TAG,
     PARENT_TAG,
     RUN_NAME_TAG,

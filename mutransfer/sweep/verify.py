@@ -165,7 +165,7 @@ def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int, d
     """Train the target model once at master LR ``lr`` and training seed ``seed`` (a Ray task; also callable directly)."""
     import torch
 
-    from mutransfer.sweep.hparams import model_for, train_config
+    from mutransfer.study.models import model_for, train_config
     from mutransfer.training import train
 
     torch.set_num_threads(max(1, int(threads)))
@@ -223,7 +223,7 @@ def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -
 
 
 def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
-    from mutransfer.sweep.tracking import PARENT_TAG, RUN_NAME_TAG, log_batch
+    from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
 
     client = ctx.tracker.client
     run = client.create_run(ctx.experiment_id, tags={
@@ -287,8 +287,8 @@ def verify_phase(ctx: SweepContext) -> None:
 
 
 def _log_verification(ctx: SweepContext, result: Verification) -> None:
-    from mutransfer.sweep.state import write_atomic
-    from mutransfer.sweep.tracking import log_batch
+    from mutransfer.study_folder.state import write_atomic
+    from mutransfer.tracking.runs import log_batch
 
     now = int(time.time() * 1000)
     metrics = [("verify_error_at_transferred", result.error_at_transferred, now, 0),

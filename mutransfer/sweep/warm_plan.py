@@ -209,7 +209,7 @@ def source_scaling(study, source: SourceStudy):
 
 def rescale_record(study, source: SourceStudy, config: dict) -> dict:
     """operators.transfer.transfer of one warm configuration from the source's proxy size to this study's."""
-    from mutransfer.sweep.hparams import merge_hyperparameters
+    from mutransfer.study.models import merge_hyperparameters
     from operators.transfer import transfer
 
     hp = merge_hyperparameters(study, config)
@@ -247,7 +247,7 @@ def start_warm(ctx) -> list[tuple[dict, dict]]:
     if ctx.tracker is not None and ctx.parent_id:
         import time
 
-        from mutransfer.sweep.tracking import log_batch
+        from mutransfer.tracking.runs import log_batch
 
         logged = ctx.tracker.client.get_run(ctx.parent_id).data.metrics
         metrics = [] if "warm_start_trials" in logged else [("warm_start_trials", len(warm.trials), int(time.time() * 1000), 0)]

@@ -70,7 +70,7 @@ class SourceStudy:
 
 def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str) -> SourceStudy:
     """The study named or located by ``spec`` (see the module docstring); UserInputError naming where it looked."""
-    from mutransfer.sweep.state import StudyDir
+    from mutransfer.study_folder.state import StudyDir
 
     if not spec.strip():
         raise UserInputError("--warm-start: empty; give a study folder or a study name")
@@ -104,8 +104,8 @@ def _plain_name(spec: str) -> bool:
 def read_folder(root: Path) -> SourceStudy:
     """A study folder's study (study.yaml) and its trials (trials/<key>/config.json + outcome.json)."""
     from mutransfer.sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome
-    from mutransfer.sweep.portable import read_study_file
-    from mutransfer.sweep.state import StudyDir
+    from mutransfer.study_folder.portable import read_study_file
+    from mutransfer.study_folder.state import StudyDir
 
     sdir = StudyDir(root)
     try:
@@ -139,7 +139,7 @@ def _json(path: Path):
 
 def read_tracking(name: str, uri: str) -> SourceStudy | None:
     """The study ``name`` from its MLflow parent run and proxy_trial child runs; None when the store has none."""
-    from mutransfer.sweep.tracking import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker, sqlite_path
+    from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker, sqlite_path
 
     path = sqlite_path(uri)
     if path is not None and not path.is_file():

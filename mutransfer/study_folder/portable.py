@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mutransfer.sweep.tracking import ARTIFACT_TAG, sqlite_path
+from mutransfer.tracking.runs import ARTIFACT_TAG, sqlite_path
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -1,14 +1,14 @@
 """The study's lease in the MLflow tracking store: one driver per study, across machines.
 
 The lease of study ``S`` is an MLflow experiment named ``mutransfer-lease/S`` (tag
-``mutransfer.kind = lease``) whose tags hold the :class:`~mutransfer.sweep.holder.Holder`
+``mutransfer.kind = lease``) whose tags hold the :class:`~mutransfer.study_folder.holder.Holder`
 (``mutransfer.lease.holder``, JSON) and its heartbeat (``mutransfer.lease.heartbeat``,
 unix seconds). Experiment names are unique in every MLflow store (a database
 constraint), so **creating** that experiment is the atomic step: of two drivers that
 try at once, one gets ``RESOURCE_ALREADY_EXISTS`` and reads who holds it.
 
 - acquire: create the experiment; if it exists and its holder is alive, refuse
-  (:class:`~mutransfer.sweep.holder.StudyLocked`); if its holder is gone
+  (:class:`~mutransfer.study_folder.holder.StudyLocked`); if its holder is gone
   (``Holder.is_gone``: process gone on this host, or heartbeat older than
   :data:`STALE_SECONDS` from another host), rename the old one out of the way and
   create again (a racing taker loses at that create).
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 
-from mutransfer.sweep.holder import HEARTBEAT_SECONDS, STALE_SECONDS, Holder, StudyLocked
+from mutransfer.study_folder.holder import HEARTBEAT_SECONDS, STALE_SECONDS, Holder, StudyLocked
 
 __all__ = ["HEARTBEAT_SECONDS", "STALE_SECONDS", "MlflowLease", "lease_name"]
 
@@ -39,7 +39,7 @@ class MlflowLease:
     """The lease of one study in the store at ``uri``; :meth:`acquire` it, :meth:`beat` it, :meth:`release` it."""
 
     def __init__(self, uri: str, study: str, holder: Holder, *, stale_after: float = STALE_SECONDS):
-        from mutransfer.sweep.tracking import _client
+        from mutransfer.tracking.runs import _client
 
         self.uri, self.study, self.holder, self.stale_after = uri, study, holder, stale_after
         self.client = _client(uri)

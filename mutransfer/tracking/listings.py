@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mutransfer.errors import UserInputError
-from mutransfer.sweep.tracking import KIND_TAG, STATUS_TAG, STUDY_TAG, _client, sqlite_path
+from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, _client, sqlite_path
 
 
 def list_studies(uri: str) -> list[dict]:

@@ -25,7 +25,7 @@ diverged | failed; MLflow status FINISHED, or FAILED for failed trials.
 
 This module holds the run lifecycle (tags, URIs, :func:`log_batch`, :class:`Tracker`);
 the trial logger is mutransfer.sweep.trial_logger, and the ``studies`` table and the
-``ui`` helpers are mutransfer.sweep.studies.
+``ui`` helpers are mutransfer.tracking.listings.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
-#: experiment tag: its artifact location relative to the sqlite store's folder (mutransfer.sweep.portable)
+#: experiment tag: its artifact location relative to the sqlite store's folder (mutransfer.study_folder.portable)
 ARTIFACT_TAG = "mutransfer.artifact_location"
 
 

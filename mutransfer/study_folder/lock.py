@@ -8,11 +8,11 @@ raises or is interrupted (Ctrl-C): ``with ctx.lock: ...``.
   kernel frees it when the holder dies, even by SIGKILL), with the holder written
   beside it in ``<study>.holder.json``. A holder record found under a free lock was
   left by a driver that died: it is taken over, with a line saying so.
-- **MLflow lease** (:class:`mutransfer.sweep.lease.MlflowLease`): drivers on other
+- **MLflow lease** (:class:`mutransfer.study_folder.lease.MlflowLease`): drivers on other
   machines that log to the same tracking store see it; a heartbeat thread refreshes it.
 
 A driver that finds either held by a live driver raises
-:class:`~mutransfer.sweep.holder.StudyLocked` (exit 2, one line naming host, pid and
+:class:`~mutransfer.study_folder.holder.StudyLocked` (exit 2, one line naming host, pid and
 since when) and changes nothing.
 """
 
@@ -25,9 +25,9 @@ from typing import Callable
 
 from filelock import FileLock, Timeout
 
-from mutransfer.sweep.holder import Holder, StudyLocked
-from mutransfer.sweep.lease import HEARTBEAT_SECONDS, STALE_SECONDS, MlflowLease
-from mutransfer.sweep.state import StudyDir, write_atomic
+from mutransfer.study_folder.holder import Holder, StudyLocked
+from mutransfer.study_folder.lease import HEARTBEAT_SECONDS, STALE_SECONDS, MlflowLease
+from mutransfer.study_folder.state import StudyDir, write_atomic
 
 
 def lock_paths(study_dir: StudyDir) -> tuple[Path, Path]:
