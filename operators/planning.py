@@ -40,12 +40,13 @@ from dataclasses import asdict, dataclass
 
 from operators.errors import OperatorConfigError
 from operators.parametrization import FNO_DIMS
+from operators.precision import Precision, check_precision
 from operators.spectral import check_grid
 
 FLOAT_BYTES = 4
 COMPLEX_BYTES = 8
 #: training precisions and the bytes per element of the activations autograd saves under each
-PRECISION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+PRECISION_BYTES: dict[Precision, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
 @dataclass(frozen=True)
@@ -139,13 +140,6 @@ def other_params(
     pointwise = layers * (width * width + width)
     project = width * projection_channels + projection_channels + projection_channels * out_channels + out_channels
     return lift + pointwise + project
-
-
-def check_precision(precision: str) -> str:
-    """Return ``precision`` if known, else raise OperatorConfigError."""
-    if precision not in PRECISION_BYTES:
-        raise OperatorConfigError(f"precision {precision!r} is unknown; use one of: {', '.join(PRECISION_BYTES)}")
-    return precision
 
 
 def activation_bytes(

@@ -65,11 +65,12 @@ import math
 from dataclasses import dataclass
 
 from operators.errors import OperatorConfigError
-from operators.planning import FLOAT_BYTES, check_precision
+from operators.planning import FLOAT_BYTES
+from operators.precision import Precision, check_precision
 from operators.registry import get_family
 
 #: bytes per activation element: fp32, or mixed precision (an average of the bf16/fp16 and float32 ops)
-_ACTIVATION_BYTES = {"fp32": 4, "bf16": 3, "fp16": 3}
+_ACTIVATION_BYTES: dict[Precision, int] = {"fp32": 4, "bf16": 3, "fp16": 3}
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from mutransfer.cli.common import positive_float, positive_int, print_json
+from operators.precision import PRECISIONS
 
 
 def add_parser(subparsers) -> None:
@@ -42,7 +43,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds per point (default 3)")
     p.add_argument("--epochs", type=positive_int, help="epochs per training (default: the study's budget.epochs)")
     p.add_argument("--cpus-per-task", type=positive_int, default=1, help="CPU threads per training (default 1)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"),
+    p.add_argument("--precision", choices=PRECISIONS,
                    help="training precision (default: the study's training.precision, fp32 unless set)")
     p.add_argument("--address", help="Ray cluster address (auto or ray://host:port); default: a local Ray")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the study's, else sqlite:///mlflow.db)")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from mutransfer.cli.common import memory_size, non_negative_float, non_negative_int, positive_int, print_json
+from operators.precision import PRECISIONS
 
-PRECISION_CHOICES = ("fp32", "bf16", "fp16")
 
 
 def add_parser(subparsers) -> None:
@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out-channels", type=positive_int, default=1, help="output channels of the model (default: 1)")
     p.add_argument("--projection-channels", type=positive_int, default=128,
                    help="FNO: hidden size of the projection MLP (default: 128)")
-    p.add_argument("--precision", choices=PRECISION_CHOICES, default="fp32",
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="training precision: fp32, or bf16/fp16 mixed precision (default fp32)")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="where the step runs: Adam's temporaries differ (multi-tensor on GPUs, per tensor on CPUs; "

@@ -6,8 +6,9 @@ learning-problem records (generator, default sizes, padding, ...) on top of it,
 so each fact is stated here once. This module imports nothing from the project:
 it is the bottom of the data layer.
 
-To add a problem: one ``ProblemFacts(...)`` line in ``FACTS`` below, then its
-record in ``mutransfer.problems``.
+The built-in problems are listed in ``FACTS`` below. A new problem states its facts in
+its own module in ``mutransfer.problems`` (``problem_from_facts(name, facts=ProblemFacts(...))``),
+which adds them here with :func:`register_facts` (docs/architecture.md, "Add a PDE problem").
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ __all__ = [
     "ProblemFacts",
     "FACTS",
     "get_facts",
+    "register_facts",
+    "unregister_facts",
     "grid_problems",
     "space_dims",
     "periodic_grids",
@@ -67,6 +70,23 @@ def get_facts(name: str) -> ProblemFacts:
         return FACTS[name]
     except KeyError:
         raise UserInputError(f"problem {name!r} is unknown; use one of: {', '.join(FACTS)}") from None
+
+
+def register_facts(facts: ProblemFacts) -> ProblemFacts:
+    """Add a problem's facts to the table (a problem module does this when it declares new facts).
+
+    Registering the same facts twice is harmless; other facts under a known name are refused.
+    """
+    known = FACTS.get(facts.name)
+    if known is not None and known != facts:
+        raise UserInputError(f"problem {facts.name!r} is already registered with other facts; choose another name")
+    FACTS[facts.name] = facts
+    return facts
+
+
+def unregister_facts(name: str) -> None:
+    """Remove a registered problem's facts (tests that register a toy problem clean up with this)."""
+    FACTS.pop(name, None)
 
 
 def grid_problems() -> list[str]:

@@ -55,7 +55,6 @@ from operators.fno import FNO
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
 FLAT, GROWS, SHRINKS, UNRESOLVED, NO_SIGNAL = "flat", "grows", "shrinks", "unresolved", "no-signal"
-VERDICTS = (FLAT, GROWS, SHRINKS, UNRESOLVED, NO_SIGNAL)
 #: smallest relative change that counts as a measured update
 MIN_RELATIVE = 1e-6
 KINDS = ("output", "fourier", "spectral", "probe_arithmetic")

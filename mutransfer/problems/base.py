@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from mutransfer.data.problem_facts import get_facts
+from mutransfer.data.problem_facts import ProblemFacts, get_facts, register_facts
 
 __all__ = ["Problem", "problem_from_facts"]
 
@@ -42,7 +42,15 @@ class Problem:
         return self.n_train + self.n_test
 
 
-def problem_from_facts(name: str, **fields) -> Problem:
-    """The Problem ``name`` with dim, periodic and kind taken from ``mutransfer.data.problem_facts``."""
+def problem_from_facts(name: str, *, facts: ProblemFacts | None = None, **fields) -> Problem:
+    """The Problem ``name`` with dim, periodic and kind taken from ``mutransfer.data.problem_facts``.
+
+    ``facts``: a new problem's facts, registered with the data layer here (built-in problems have theirs
+    in ``mutransfer.data.problem_facts.FACTS`` already).
+    """
+    if facts is not None:
+        if facts.name != name:
+            raise ValueError(f"facts for {facts.name!r} given to problem {name!r}")
+        register_facts(facts)
     facts = get_facts(name)
     return Problem(name=name, dim=facts.dim, periodic=facts.periodic, kind=facts.kind, **fields)

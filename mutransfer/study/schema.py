@@ -161,13 +161,6 @@ TOP_ORDER = ("name", "problem", "operator", "parametrization", "proxy_K", "targe
              "width_parametrization", "ladder", "ladder_keep", "search_space", "training", "search", "budget", "resources", "target", "tracking")
 
 
-def _name_problem(value) -> str | None:
-    import re
-
-    ok = isinstance(value, str) and re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", value)
-    return None if ok else f"{value!r} must be letters, digits, '.', '_' or '-' (it names a directory), e.g. burgers-k6"
-
-
 @dataclass
 class Study:
     name: str = setting(help="the study's name (names the study directory and the MLflow parent run)", kind="str",

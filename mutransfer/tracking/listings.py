@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 from mutransfer.errors import UserInputError
 from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, _client, sqlite_path
@@ -111,8 +110,3 @@ def study_to_show(uri: str, experiment: str | None = None) -> tuple[str | None, 
         raise UserInputError(f"--experiment {experiment!r}: no such MLflow experiment in {uri}; check the name")
     mine = [r for r in rows if r["experiment_id"] == exp.experiment_id]
     return exp.experiment_id, (mine[0] if mine else None)
-
-
-def parent_summary(uri: str, run_id: str) -> dict[str, Any]:
-    run = _client(uri).get_run(run_id)
-    return {"status": run.info.status, "params": run.data.params, "metrics": run.data.metrics, "tags": run.data.tags}

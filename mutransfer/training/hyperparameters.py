@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mutransfer.config.reader import kind_of
 from mutransfer.config.settings import fraction, non_negative, positive, setting
 from mutransfer.training.pino import LOSSES
-from mutransfer.training.precision import PRECISIONS
+from operators.precision import PRECISIONS
 from mutransfer.training.schedules import SCHEDULES
 
 

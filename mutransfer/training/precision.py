@@ -30,20 +30,11 @@ import contextlib
 
 import torch
 
-from mutransfer.errors import UserInputError
+from operators.precision import Precision as PrecisionName
+from operators.precision import check_precision
 
-#: name -> autocast dtype (None: no autocast)
-PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-#: bytes per element of the activations autograd saves, by precision (the planner's view)
-ACTIVATION_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-
-
-def check_precision(name) -> str:
-    """Return ``name`` if it is a known precision, else raise a one-line UserInputError."""
-    if name not in PRECISIONS:
-        raise UserInputError(f"precision {name!r} is unknown; use one of: {', '.join(PRECISIONS)}")
-    return name
+#: precision -> autocast dtype (None: no autocast)
+AUTOCAST_DTYPES: dict[PrecisionName, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Precision:
@@ -52,7 +43,7 @@ class Precision:
     def __init__(self, name: str, device: torch.device):
         self.name = check_precision(name)
         self.device = torch.device(device)
-        self.dtype = PRECISIONS[name]
+        self.dtype = AUTOCAST_DTYPES[self.name]
         self.scaler = LossScaler() if name == "fp16" else None
 
     def autocast(self):
