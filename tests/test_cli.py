@@ -157,3 +157,62 @@ def test_a_closed_stdout_pipe_is_not_an_error():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+# --------------------------------------------------------------------------- suggestions and overwrite refusals
+
+
+def test_a_mistyped_flag_gets_the_closest_flag_of_its_own_command(capsys):
+    from mutransfer.cli.main import main
+
+    with pytest.raises(SystemExit) as excinfo:
+        main(["sweep", "--taget-K", "24"])
+    err = capsys.readouterr().err.strip()
+    assert excinfo.value.code == 2 and "\n" not in err
+    assert "did you mean --target-K (not --taget-K)?" in err and "(see mutransfer sweep --help)" in err
+
+
+def test_a_flag_nothing_resembles_gets_no_guess(capsys):
+    from mutransfer.cli.main import main
+
+    with pytest.raises(SystemExit) as excinfo:
+        main(["sweep", "--zzzzzz"])
+    err = capsys.readouterr().err
+    assert excinfo.value.code == 2 and "unrecognized arguments: --zzzzzz" in err and "did you mean" not in err
+
+
+def test_a_mistyped_subcommand_gets_the_closest_one(capsys):
+    from mutransfer.cli.main import main
+
+    with pytest.raises(SystemExit) as excinfo:
+        main(["sweeep"])
+    err = capsys.readouterr().err
+    assert excinfo.value.code == 2 and "did you mean 'sweep'?" in err
+
+
+def test_report_of_an_unknown_study_lists_the_studies_there(tmp_path, capsys):
+    from mutransfer.cli.main import main
+
+    for name in ("quick", "darcy-big"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "state.json").write_text("{}")
+    (tmp_path / "not-a-study").mkdir()
+    assert main(["report", "quik", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "did you mean 'quick'?" in err
+    assert "darcy-big, quick" in err and "not-a-study" not in err
+
+
+def test_data_generate_keeps_an_existing_file_unless_forced(tmp_path, capsys):
+    from mutransfer.cli.main import main
+
+    out = tmp_path / "b.h5"
+    out.write_bytes(b"precious")
+    args = ["data", "generate", "burgers", "--n", "2", "--resolution", "16", "--out", str(out), "--no-progress"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "the file exists and is kept; pass --force" in err
+    assert out.read_bytes() == b"precious"
+    assert main([*args, "--force"]) == 0 and out.read_bytes() != b"precious"
+    assert main(["data", "generate", "burgers", "--n", "2", "--resolution", "16", "--out", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
 
@@ -22,7 +23,8 @@ def add_parser(subparsers) -> None:
     gen.add_argument("problem", choices=sorted(PROBLEMS), help="which PDE")
     gen.add_argument("--n", type=positive_int, required=True, help="number of samples")
     gen.add_argument("--resolution", type=positive_int, required=True, help="grid points per axis")
-    gen.add_argument("--out", required=True, help="output HDF5 file")
+    gen.add_argument("--out", required=True, help="output HDF5 file (an existing file is kept unless --force)")
+    gen.add_argument("--force", action="store_true", help="replace --out if it exists")
     gen.add_argument("--seed", type=non_negative_int, default=0, help="generator seed: the same seed gives the same file (default: 0)")
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
     gen.add_argument("--nu", type=positive_float, help="viscosity, burgers and navier_stokes (default: burgers 0.1; "
@@ -92,6 +94,12 @@ def run_generate(args: argparse.Namespace) -> int:
             raise UserInputError(
                 f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no problem'} only, not {problem.name}; drop it"
             )
+    out = Path(args.out)
+    if out.is_dir():
+        raise UserInputError(f"--out {args.out}: is a directory; name a file, e.g. {out / (problem.name + '.h5')}")
+    if out.exists() and not args.force:
+        raise UserInputError(f"--out {args.out}: the file exists and is kept; pass --force to replace it, or "
+                             f"choose another --out")
     _check_generation_fits(problem, args.n, args.resolution, options)
     start = time.perf_counter()
     data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress, **options)

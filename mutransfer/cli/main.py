@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 
 from mutransfer import __version__
@@ -20,6 +22,27 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D401 - argparse API
         message = " ".join(message.split())  # a value holding a line break (\r, \x1c, ...) stays on the one line
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message}{self.suggestion(message)} (see {self.prog} --help)\n")
+
+    def suggestion(self, message: str) -> str:
+        """"; did you mean X?" for a mistyped subcommand or choice (difflib), else ""."""
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if not match:
+            return ""
+        choices = [c.strip().strip("'") for c in match[2].split(",")]
+        close = difflib.get_close_matches(match[1], choices, n=1, cutoff=0.6)
+        return f"; did you mean {close[0]!r}?" if close else ""
+
+    def unrecognized(self, extras: list[str]) -> None:
+        """Refuse arguments this (sub)command does not take, suggesting the closest flag of its own."""
+        flags = [s for action in self._actions for s in action.option_strings if s.startswith("--")]
+        hints = []
+        for extra in extras:
+            name = extra.split("=", 1)[0]
+            close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6) if name.startswith("-") else []
+            if close:
+                hints.append(f"did you mean {close[0]} (not {name})?")
+        message = " ".join(f"unrecognized arguments: {' '.join(extras)}{'; ' if hints else ''}{' '.join(hints)}".split())
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _get_values(self, action, arg_strings):
@@ -44,9 +67,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``args`` ran: ``mutransfer data generate``'s for ``data generate``."""
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(args, subs[0].dest, None) if subs else None
+        if name is None:
+            return parser
+        parser = subs[0].choices[name]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        command = _command_parser(parser, args)
+        if isinstance(command, OneLineParser):
+            command.unrecognized(extras)
+        parser.error(f"unrecognized arguments: {' '.join(extras)}")
     try:
         return args.run(args)
     except USER_ERRORS as exc:

@@ -7,6 +7,7 @@ in the runs directory (``./mutransfer-runs/<name>`` unless ``--runs-dir`` says o
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,10 +72,21 @@ def resolve_study_dir(study: str, runs_dir: str | None = None) -> Path:
     if "/" not in study and (by_name / "state.json").is_file():
         return by_name
     where = runs_dir or DEFAULT_RUNS_DIR
+    known = study_names(by_name.parent)
+    close = difflib.get_close_matches(study, known, n=1, cutoff=0.6)
+    listing = (f"; did you mean {close[0]!r}?" if close else "") + (
+        f" The studies under {where}: {', '.join(known)}" if known else f" There is no study under {where} yet.")
     raise UserInputError(
         f"STUDY {study!r}: no study folder with a state.json at {path} or {by_name}; pass a study folder or the "
-        f"name of a study under {where} (--runs-dir DIR for another runs directory)"
+        f"name of a study under {where} (--runs-dir DIR for another runs directory){listing}"
     )
+
+
+def study_names(runs_root: Path, limit: int = 20) -> list[str]:
+    """Names of the study folders (those with a state.json) under ``runs_root``, sorted; at most ``limit``."""
+    if not runs_root.is_dir():
+        return []
+    return sorted(p.name for p in runs_root.iterdir() if (p / "state.json").is_file())[:limit]
 
 
 def _read_json(path: Path, what: str):
