@@ -19,15 +19,28 @@ Both rebuild from ``.config`` (``type(m)(**m.config)``) like every operator.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import TypedDict, cast
+
 import torch
 from torch import nn
 
 from operators.errors import OperatorConfigError
 from operators.fno import grid_coordinates
 from operators.registry import OPERATORS, point_set_families
+from operators.width_mup import WidthSpec
 
 
-def build_point_operator(operator: str, operator_config: dict) -> nn.Module:
+class Normalization(TypedDict):
+    """Per-channel standardisation: means and stds of the input features and of the outputs."""
+
+    in_mean: list[float]
+    in_std: list[float]
+    out_mean: list[float]
+    out_std: list[float]
+
+
+def build_point_operator(operator: str, operator_config: dict[str, object]) -> nn.Module:
     """The registered point-set operator ``operator`` built from ``operator_config``, with one-line errors."""
     family = OPERATORS.get(operator)
     if family is None or not family.takes("points"):
@@ -69,7 +82,9 @@ def channel_statistics(values: torch.Tensor, mask: torch.Tensor | None = None) -
     return [float(v) for v in mean], [float(v) for v in std]
 
 
-def normalization_from(train_x: torch.Tensor, train_y: torch.Tensor, packed_coord_dim: int | None = None) -> dict:
+def normalization_from(
+    train_x: torch.Tensor, train_y: torch.Tensor, packed_coord_dim: int | None = None
+) -> Normalization:
     """Per-channel standardisation of a training set: grid tensors (n, *grid, C), or packed point sets.
 
     With ``packed_coord_dim`` d the inputs are packed (n, P, d + C_in + 1) and
@@ -85,19 +100,26 @@ def normalization_from(train_x: torch.Tensor, train_y: torch.Tensor, packed_coor
     return {"in_mean": in_mean, "in_std": in_std, "out_mean": out_mean, "out_std": out_std}
 
 
-def _check_normalization(normalization: dict | None, in_channels: int, out_channels: int) -> dict | None:
+def _check_normalization(
+    normalization: Mapping[str, object] | None, in_channels: object, out_channels: object
+) -> Normalization | None:
+    """``normalization`` (a :class:`Normalization`, or a mapping from a stored config) checked against the channels.
+
+    The channel counts come from an operator's untyped ``config`` (an int, or GNOT's list of them).
+    """
     if normalization is None:
         return None
-    sizes = {"in_mean": in_channels, "in_std": in_channels, "out_mean": out_channels, "out_std": out_channels}
+    sizes: dict[str, object] = {"in_mean": in_channels, "in_std": in_channels, "out_mean": out_channels, "out_std": out_channels}
     if set(normalization) != set(sizes):
         raise OperatorConfigError(f"normalization keys {sorted(normalization)}: expected {sorted(sizes)}")
-    out = {}
+    out: dict[str, list[float]] = {}
     for key, size in sizes.items():
-        values = [float(v) for v in normalization[key]]
+        # a sequence of numbers; float() rejects anything else
+        values = [float(v) for v in cast(Iterable[float], normalization[key])]
         if len(values) != size or (key.endswith("std") and not all(v > 0 for v in values)):
             raise OperatorConfigError(f"normalization {key} {values}: expected {size} values (stds > 0)")
         out[key] = values
-    return out
+    return Normalization(in_mean=out["in_mean"], in_std=out["in_std"], out_mean=out["out_mean"], out_std=out["out_std"])
 
 
 class _Wrapped(nn.Module):
@@ -110,7 +132,13 @@ class _Wrapped(nn.Module):
     standardise the same way).
     """
 
-    def __init__(self, coord_dim: int, operator: str, operator_config: dict, normalization: dict | None):
+    def __init__(
+        self,
+        coord_dim: int,
+        operator: str,
+        operator_config: Mapping[str, object],
+        normalization: Mapping[str, object] | None,
+    ):
         if not isinstance(coord_dim, int) or coord_dim < 1:
             raise OperatorConfigError(f"coord_dim {coord_dim!r}: must be a positive integer")
         if operator_config.get("coord_dim") != coord_dim:
@@ -121,12 +149,15 @@ class _Wrapped(nn.Module):
         super().__init__()
         self.coord_dim = coord_dim
         self.operator = build_point_operator(operator, dict(operator_config))
-        self.width_spec = self.operator.width_spec
-        config = self.operator.config
+        # Every point-set operator has ``width_spec`` and ``config`` (nn.Module's stubs type attributes as Tensor | Module).
+        self.width_spec = cast(WidthSpec, self.operator.width_spec)
+        config = cast(dict[str, object], self.operator.config)
         in_channels = config["in_channels"]
         in_channels = in_channels[0] if isinstance(in_channels, list) and len(in_channels) == 1 else in_channels
         self.normalization = _check_normalization(normalization, in_channels, config["out_channels"])
-        self.config = dict(operator=operator, operator_config=dict(config), normalization=self.normalization)
+        self.config: dict[str, object] = dict(
+            operator=operator, operator_config=dict(config), normalization=self.normalization
+        )
 
     def _encode(self, features: torch.Tensor) -> torch.Tensor:
         if self.normalization is None:
@@ -151,7 +182,13 @@ class GridPointSet(_Wrapped):
         normalization: per-channel standardisation (see :class:`_Wrapped`), or None.
     """
 
-    def __init__(self, dim: int, operator: str, operator_config: dict, normalization: dict | None = None):
+    def __init__(
+        self,
+        dim: int,
+        operator: str,
+        operator_config: Mapping[str, object],
+        normalization: Mapping[str, object] | None = None,
+    ):
         super().__init__(dim, operator, operator_config, normalization)
         self.dim = dim
         self.config = dict(dim=dim, **self.config)
@@ -179,7 +216,13 @@ class PackedPointSet(_Wrapped):
     See :func:`pack_points` for the layout; the output is zero at padded points.
     """
 
-    def __init__(self, coord_dim: int, operator: str, operator_config: dict, normalization: dict | None = None):
+    def __init__(
+        self,
+        coord_dim: int,
+        operator: str,
+        operator_config: Mapping[str, object],
+        normalization: Mapping[str, object] | None = None,
+    ):
         super().__init__(coord_dim, operator, operator_config, normalization)
         self.config = dict(coord_dim=coord_dim, **self.config)
 
@@ -196,8 +239,8 @@ def point_set_model(
     input_channels: int,
     output_channels: int,
     packed: bool,
-    normalization: dict | None = None,
-    **operator_options,
+    normalization: Mapping[str, object] | None = None,
+    **operator_options: object,
 ) -> GridPointSet | PackedPointSet:
     """The adapter for ``operator`` on a grid (``packed=False``) or on packed point sets.
 
@@ -205,19 +248,26 @@ def point_set_model(
     d + C_in + 1 when packed. ``operator_options`` are the operator's other
     constructor arguments (width, layers, heads, width_parametrization, …).
     """
-    config = point_set_config(operator, coord_dim=coord_dim, input_channels=input_channels,
-                              output_channels=output_channels, packed=packed, **operator_options)["operator_config"]
+    config = _operator_config(coord_dim=coord_dim, input_channels=input_channels,
+                              output_channels=output_channels, packed=packed, **operator_options)
     if packed:
         return PackedPointSet(coord_dim, operator, config, normalization)
     return GridPointSet(coord_dim, operator, config, normalization)
 
 
 def point_set_config(operator: str, *, coord_dim: int, input_channels: int, output_channels: int, packed: bool,
-                     **operator_options) -> dict:
+                     **operator_options: object) -> dict[str, object]:
     """The ``{"operator", "operator_config"}`` part of the config :func:`point_set_model` would build (nothing built).
 
     What mutransfer.training.memory.check_before_building plans before allocating.
     """
-    in_channels = int(input_channels) - (coord_dim + 1 if packed else 0)
-    config = dict(coord_dim=coord_dim, in_channels=in_channels, out_channels=int(output_channels), **operator_options)
+    config = _operator_config(coord_dim=coord_dim, input_channels=input_channels, output_channels=output_channels,
+                              packed=packed, **operator_options)
     return {"operator": operator, "operator_config": config}
+
+
+def _operator_config(*, coord_dim: int, input_channels: int, output_channels: int, packed: bool,
+                     **operator_options: object) -> dict[str, object]:
+    """The operator's constructor arguments (the ``operator_config`` of :func:`point_set_config`)."""
+    in_channels = int(input_channels) - (coord_dim + 1 if packed else 0)
+    return dict(coord_dim=coord_dim, in_channels=in_channels, out_channels=int(output_channels), **operator_options)

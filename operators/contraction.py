@@ -48,9 +48,38 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, cast
 
 import torch
-from torch.autograd.function import once_differentiable
+from torch.autograd.function import FunctionCtx, once_differentiable
+
+#: the real matrices of one axis step (one per input plane)
+AxisMats = tuple[torch.Tensor, ...]
+
+
+class _TransformCtx(FunctionCtx):
+    """Static type of the ``ctx`` torch passes to the transforms (attributes set in forward, read in backward)."""
+
+    grid: tuple[int, ...]
+    mats: list[AxisMats]
+
+
+class _ContractionCtx(FunctionCtx):
+    """Static type of the ``ctx`` torch passes to :class:`SpectralContraction`.
+
+    ``saved_tensors`` and ``needs_input_grad`` are declared here because torch's stubs type
+    them as one-element tuples (``tuple[Tensor]``, ``tuple[bool]``) on ``_C._FunctionBase``.
+    """
+
+    dim: int
+    modes: int
+    saved_tensors: tuple[torch.Tensor, ...]
+    needs_input_grad: tuple[bool, ...]
+
+
+class _ContractionApply(Protocol):
+    def __call__(self, x: torch.Tensor, /, *weights: torch.Tensor) -> torch.Tensor: ...
 
 # ----------------------------------------------------------------------------------------------
 # Truncated DFT as GEMMs
@@ -62,7 +91,7 @@ def packed_frequencies(n: int, modes: int, last: bool) -> list[int]:
 
 
 @functools.lru_cache(maxsize=64)
-def _dft_mats(n: int, modes: int, last: bool, synthesis: bool, dtype: torch.dtype, device: torch.device):
+def _dft_mats(n: int, modes: int, last: bool, synthesis: bool, dtype: torch.dtype, device: torch.device) -> AxisMats:
     """The real matrices of one axis step (see ``_analysis_step`` and ``_synthesis_step``).
 
     Analysis (forward DFT, e^{−2πi f t/n}): complex axis [[Re F ; Im F], [−Im F ; Re F]], real
@@ -90,7 +119,7 @@ def _dft_mats(n: int, modes: int, last: bool, synthesis: bool, dtype: torch.dtyp
     return tuple(m.to(dtype=dtype, device=device).contiguous() for m in mats)
 
 
-def _analysis_step(mats, x: torch.Tensor) -> torch.Tensor:
+def _analysis_step(mats: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """(p, L, n) → (n_out, L): Σ_j mats[j] @ x[j]ᵀ (p = len(mats) GEMMs, transposed views only)."""
     out = torch.mm(mats[0], x[0].t())
     for j in range(1, len(mats)):
@@ -98,7 +127,7 @@ def _analysis_step(mats, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _synthesis_step(mats, z: torch.Tensor) -> torch.Tensor:
+def _synthesis_step(mats: Sequence[torch.Tensor], z: torch.Tensor) -> torch.Tensor:
     """(n_in, L) → (p, L, n): out[j] = zᵀ @ mats[j]; the adjoint of ``_analysis_step``."""
     out = z.new_empty((len(mats), z.shape[1], mats[0].shape[1]))
     for j, m in enumerate(mats):
@@ -106,7 +135,9 @@ def _synthesis_step(mats, z: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _axis_mats(grid: tuple[int, ...], modes: int, synthesis: bool, dtype, device):
+def _axis_mats(
+    grid: tuple[int, ...], modes: int, synthesis: bool, dtype: torch.dtype, device: torch.device
+) -> list[AxisMats]:
     """Matrices of every axis, last axis first (the order of the analysis chain)."""
     dim = len(grid)
     return [
@@ -114,7 +145,7 @@ def _axis_mats(grid: tuple[int, ...], modes: int, synthesis: bool, dtype, device
     ]
 
 
-def _analysis_chain(x: torch.Tensor, mats_last_first, grid: tuple[int, ...]) -> torch.Tensor:
+def _analysis_chain(x: torch.Tensor, mats_last_first: Sequence[AxisMats], grid: tuple[int, ...]) -> torch.Tensor:
     """(…, N_1, …, N_d) → planar (2, M, …): transform the last axis, rotate it to the front, repeat."""
     lead = x.shape[: x.dim() - len(grid)]
     z = x.reshape(len(mats_last_first[0]), -1, grid[-1])
@@ -123,7 +154,7 @@ def _analysis_chain(x: torch.Tensor, mats_last_first, grid: tuple[int, ...]) -> 
     return z.view((2, -1) + tuple(lead))
 
 
-def _synthesis_chain(z: torch.Tensor, mats_last_first, grid: tuple[int, ...]) -> torch.Tensor:
+def _synthesis_chain(z: torch.Tensor, mats_last_first: Sequence[AxisMats], grid: tuple[int, ...]) -> torch.Tensor:
     """Planar (2, M, …) → real (…, N_1, …, N_d): the adjoint of ``_analysis_chain`` (axes in reverse order)."""
     lead = z.shape[2:]
     for mats in reversed(mats_last_first):
@@ -135,7 +166,7 @@ class TruncatedDFT(torch.autograd.Function):
     """Real (B, m, N_1, …, N_d) → planar kept spectrum (2, M, B, m): equal to slicing rfftn."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, modes: int, dim: int) -> torch.Tensor:
+    def forward(ctx: _TransformCtx, x: torch.Tensor, modes: int, dim: int) -> torch.Tensor:
         grid = tuple(x.shape[-dim:])
         mats = _axis_mats(grid, modes, False, x.dtype, x.device)
         ctx.grid, ctx.mats = grid, mats
@@ -143,7 +174,7 @@ class TruncatedDFT(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: _TransformCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         return _synthesis_chain(grad.contiguous(), ctx.mats, ctx.grid), None, None
 
 
@@ -151,25 +182,28 @@ class TruncatedIDFT(torch.autograd.Function):
     """Planar kept spectrum (2, M, B, m) → real (B, m, N_1, …, N_d): irfftn of the zero-padded modes."""
 
     @staticmethod
-    def forward(ctx, z: torch.Tensor, modes: int, grid: tuple[int, ...]) -> torch.Tensor:
+    def forward(ctx: _TransformCtx, z: torch.Tensor, modes: int, grid: tuple[int, ...]) -> torch.Tensor:
         mats = _axis_mats(tuple(grid), modes, True, z.dtype, z.device)
         ctx.grid, ctx.mats = tuple(grid), mats
         return _synthesis_chain(z.contiguous(), mats, tuple(grid))
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: _TransformCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         return _analysis_chain(grad.contiguous(), ctx.mats, ctx.grid), None, None
 
 
 def truncated_dft(x: torch.Tensor, modes: int, dim: int) -> torch.Tensor:
     """Kept modes of rfftn(x) over the last ``dim`` axes, planar mode-major (2, M, *x.shape[:-dim])."""
-    return TruncatedDFT.apply(x, modes, dim)
+    # Function.apply is unannotated in torch; its result is forward's.
+    apply = cast("Callable[[torch.Tensor, int, int], torch.Tensor]", TruncatedDFT.apply)
+    return apply(x, modes, dim)
 
 
 def truncated_idft(z: torch.Tensor, modes: int, grid: tuple[int, ...]) -> torch.Tensor:
     """irfftn over ``grid`` of the planar kept modes ``z`` (2, M, …) zero-padded: (…, *grid)."""
-    return TruncatedIDFT.apply(z, modes, tuple(grid))
+    apply = cast("Callable[[torch.Tensor, int, tuple[int, ...]], torch.Tensor]", TruncatedIDFT.apply)
+    return apply(z, modes, tuple(grid))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,7 +211,8 @@ def truncated_idft(z: torch.Tensor, modes: int, grid: tuple[int, ...]) -> torch.
 
 
 def _mode_count(dim: int, modes: int) -> int:
-    return 2 ** (dim - 1) * modes**dim
+    count: int = 2 ** (dim - 1) * modes**dim
+    return count
 
 
 def _corner_major(t: torch.Tensor, dim: int, modes: int) -> torch.Tensor:
@@ -202,7 +237,7 @@ def _block(x: torch.Tensor, dim: int, modes: int) -> torch.Tensor:
     return out.view(_mode_count(dim, modes), 2 * p, 2 * q)
 
 
-def _weights_stacked(weights, dim: int, modes: int) -> torch.Tensor:
+def _weights_stacked(weights: Sequence[torch.Tensor], dim: int, modes: int) -> torch.Tensor:
     """Corner weights (Q, R, K, …, K) complex → real (M, 2Q, R) = [Re W ; Im W] per mode, corner-major."""
     q, r = weights[0].shape[:2]
     per_corner = modes**dim
@@ -223,7 +258,7 @@ class SpectralContraction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+    def forward(ctx: _ContractionCtx, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         dim, modes = weights[0].dim() - 2, weights[0].shape[-1]
         x = x.contiguous()
         b, r = x.shape[2], weights[0].shape[1]
@@ -236,7 +271,7 @@ class SpectralContraction(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad_out: torch.Tensor):
+    def backward(ctx: _ContractionCtx, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, *weights = ctx.saved_tensors
         dim, modes = ctx.dim, ctx.modes
         grad_out = grad_out.contiguous()
@@ -244,8 +279,8 @@ class SpectralContraction(torch.autograd.Function):
         r = weights[0].shape[1]
         m = x.shape[1]
         g = _corner_major(grad_out, dim, modes).reshape(m, 2 * b, r)  # [Re G ; Im G] per mode, corner-major
-        grad_x = None
-        grad_w = [None] * len(weights)
+        grad_x: torch.Tensor | None = None
+        grad_w: list[torch.Tensor | None] = [None] * len(weights)
         if ctx.needs_input_grad[0]:
             # Y = [Re G ; Im G] @ [Re W ; Im W]ᵀ (M, 2B, 2m_in); Re grad_x = Y₀₀ + Y₁₁, Im = Y₁₀ − Y₀₁.
             y = torch.bmm(g, _weights_stacked(weights, dim, modes).transpose(1, 2))
@@ -266,7 +301,7 @@ class SpectralContraction(torch.autograd.Function):
         return (grad_x, *grad_w)
 
 
-def spectral_contraction(x: torch.Tensor, weights) -> torch.Tensor:
+def spectral_contraction(x: torch.Tensor, weights: Iterable[torch.Tensor]) -> torch.Tensor:
     """Contract the planar kept spectrum ``x`` (2, M, B, m_in) with the corner weights → (2, M, B, m_out)."""
     weights = list(weights)
     dim = weights[0].dim() - 2
@@ -277,7 +312,8 @@ def spectral_contraction(x: torch.Tensor, weights) -> torch.Tensor:
         raise ValueError(
             f"planar spectrum of shape {tuple(x.shape)}; expected (2, {_mode_count(dim, modes)}, B, {weights[0].shape[0]})"
         )
-    return SpectralContraction.apply(x, *weights)
+    apply = cast(_ContractionApply, SpectralContraction.apply)
+    return apply(x, *weights)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,7 +333,7 @@ def planar_to_packed(z: torch.Tensor, modes: int, dim: int) -> torch.Tensor:
     return torch.view_as_complex(out.view((b, m) + (2 * modes,) * (dim - 1) + (modes, 2)))
 
 
-def einsum_contraction(x: torch.Tensor, weights) -> torch.Tensor:
+def einsum_contraction(x: torch.Tensor, weights: Iterable[torch.Tensor]) -> torch.Tensor:
     """Reference on the packed complex layout (B, m_in, 2K, …, 2K, K): one complex einsum per corner."""
     weights = list(weights)
     dim, modes = weights[0].dim() - 2, weights[0].shape[-1]

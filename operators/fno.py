@@ -14,6 +14,9 @@ multiplied by m0/m. Biases and the second layer of Q are untouched.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,10 +29,20 @@ from operators.width_mup import MuLinear, WidthSpec
 _POINTWISE = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
 
-def grid_coordinates(grid_shape: tuple[int, ...], device=None, dtype=None) -> torch.Tensor:
+def grid_coordinates(
+    grid_shape: tuple[int, ...], device: torch.device | None = None, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """Uniform node coordinates in [0, 1] per axis, shape (*grid_shape, d) (what FNO's lifting sees)."""
     axes = [torch.linspace(0.0, 1.0, n, device=device, dtype=dtype) for n in grid_shape]
     return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+
+
+def _conv_weight(conv: nn.Module) -> nn.Parameter:
+    """The weight of a pointwise convolution (an element of ``FNO.pointwise``).
+
+    torch's stubs type ``_ConvNd.weight`` as a Tensor; it is a Parameter.
+    """
+    return cast(nn.Parameter, cast("nn.Conv1d | nn.Conv2d | nn.Conv3d", conv).weight)
 
 
 class FNO(nn.Module):
@@ -112,21 +125,21 @@ class FNO(nn.Module):
             for _ in range(layers)
         )
 
-    def mutransfer_lr_multipliers(self):
+    def mutransfer_lr_multipliers(self) -> Iterator[tuple[nn.Parameter, str, float]]:
         """Width-muP: the pointwise W_l are hidden weights (LR × m0/m); spectral LRs live on SpectralConv."""
         if self.width_spec.is_mup:
             mult = self.width_spec.lr_multiplier("hidden")
             for conv in self.pointwise:
-                yield conv.weight, "hidden", mult
+                yield _conv_weight(conv), "hidden", mult
 
-    def mutransfer_width_roles(self):
+    def mutransfer_width_roles(self) -> Iterator[tuple[torch.Tensor, str]]:
         """Width roles of the parameters that are not MuLinear weights (see operators.width_mup.width_roles)."""
         yield self.lift.weight, "input"
         for conv in self.pointwise:
-            yield conv.weight, "hidden"
+            yield _conv_weight(conv), "hidden"
         for p in self.spectral.parameters():
             yield p, "hidden"
-        yield self.project[2].weight, "fixed"
+        yield cast(nn.Linear, self.project[2]).weight, "fixed"
 
     def check_input(self, grid_shape: tuple[int, ...]) -> None:
         """Raise a one-line error if K does not fit this grid (padding included)."""
@@ -152,4 +165,5 @@ class FNO(nn.Module):
                 h = F.gelu(h)
         if self.padding:
             h = h[(slice(None), slice(None)) + (slice(0, -self.padding),) * self.dim]
-        return self.project(h.movedim(1, -1))
+        out: torch.Tensor = self.project(h.movedim(1, -1))
+        return out

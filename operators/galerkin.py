@@ -101,18 +101,23 @@ class GalerkinAttention(nn.Module):
                 layer.bias.zero_()
             self.out.bias.zero_()
 
-    def _qkv(self, x, coords):
+    def _qkv(
+        self, x: torch.Tensor, coords: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = (split_heads(layer(x), self.heads) for layer in (self.query, self.key, self.value))
         parts = {"query": q, "key": k, "value": v}
         for name in self.normalized:
             parts[name] = self.norms[name](parts[name])
         q, k, v = parts["query"], parts["key"], parts["value"]
         if self.coord_dim:
+            assert coords is not None, "an attention with coord_dim > 0 needs coords"
             c = coords.unsqueeze(1).expand(-1, self.heads, -1, -1)
             q, k, v = (torch.cat([t, c], dim=-1) for t in (q, k, v))
         return q, k, v
 
-    def forward(self, x: torch.Tensor, coords: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         q, k, v = self._qkv(x, coords)
@@ -125,9 +130,12 @@ class GalerkinAttention(nn.Module):
             z = (q @ k.transpose(-1, -2) / n) @ v
         if self.scale != 1.0:
             z = z * self.scale
-        return self.out(merge_heads(z))
+        out: torch.Tensor = self.out(merge_heads(z))
+        return out
 
-    def attention_matrix(self, x, coords=None, mask=None) -> torch.Tensor:
+    def attention_matrix(
+        self, x: torch.Tensor, coords: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The (B, heads, n, n) kernel matrix Q Kᵀ/n (LN'd as the type says; quadratic, for diagnostics)."""
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
@@ -139,16 +147,28 @@ class GalerkinAttention(nn.Module):
 class GalerkinEncoderLayer(nn.Module):
     """y ← y + Attn(y); y ← y + FFN(y) (no LayerNorm outside the attention)."""
 
-    def __init__(self, width, heads, coord_dim, attention_type, ffn_ratio, spec, attention_impl, init_gain, init_diagonal):
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        coord_dim: int,
+        attention_type: str,
+        ffn_ratio: int,
+        spec: WidthSpec,
+        attention_impl: str,
+        init_gain: float,
+        init_diagonal: float,
+    ):
         super().__init__()
         self.attention = GalerkinAttention(
             width, heads, coord_dim, attention_type, spec, attention_impl, init_gain, init_diagonal
         )
         self.ffn = PointMLP(width, ffn_ratio * width, width, ("hidden", "hidden"), spec, nn.SiLU)
 
-    def forward(self, y, coords, mask):
+    def forward(self, y: torch.Tensor, coords: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         y = y + self.attention(y, coords, mask)
-        return y + self.ffn(y)
+        ffn: torch.Tensor = self.ffn(y)
+        return y + ffn
 
 
 class GalerkinTransformer(nn.Module):

@@ -51,6 +51,8 @@ nothing to act on; LayerNorms and biases are untouched.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -69,6 +71,9 @@ from operators.pointset import (
 )
 from operators.width_mup import MuLinear, WidthSpec
 
+#: one input function: coords (B, M, d), features (B, M, C) or None, mask (B, M) or None
+PointSet = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
 THETA_MODES = ("token", "query")
 INPUT_REDUCTIONS = ("mean", "sum")
 
@@ -80,7 +85,16 @@ class NormalizedAttention(nn.Module):
     With one key set equal to x it is GNOT's self-attention.
     """
 
-    def __init__(self, width, heads, key_sets, spec, query_residual, reduction="mean", attention_impl="linear"):
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        key_sets: int,
+        spec: WidthSpec,
+        query_residual: bool,
+        reduction: str = "mean",
+        attention_impl: str = "linear",
+    ):
         super().__init__()
         self.heads, self.query_residual, self.reduction, self.attention_impl = heads, query_residual, reduction, attention_impl
         self.query = MuLinear(width, width, "hidden", spec)
@@ -88,12 +102,12 @@ class NormalizedAttention(nn.Module):
         self.values = nn.ModuleList(MuLinear(width, width, "hidden", spec) for _ in range(key_sets))
         self.out = MuLinear(width, width, "hidden", spec)
 
-    def feature_softmax_query(self, x):
+    def feature_softmax_query(self, x: torch.Tensor) -> torch.Tensor:
         return split_heads(self.query(x), self.heads).softmax(dim=-1)
 
-    def forward(self, x, key_sets, key_masks):
+    def forward(self, x: torch.Tensor, key_sets: Sequence[torch.Tensor], key_masks: Sequence[torch.Tensor]) -> torch.Tensor:
         q = self.feature_softmax_query(x)
-        total = 0.0
+        total: torch.Tensor | float = 0.0
         for y, mask, key, value in zip(key_sets, key_masks, self.keys, self.values):
             k = split_heads(key(y), self.heads).softmax(dim=-1)
             v = split_heads(value(y), self.heads)
@@ -102,27 +116,42 @@ class NormalizedAttention(nn.Module):
             total = total / len(self.keys)
         if self.query_residual:
             total = total + q
-        return self.out(merge_heads(total))
+        assert isinstance(total, torch.Tensor), "at least one key set"
+        out: torch.Tensor = self.out(merge_heads(total))
+        return out
 
 
 class GatedMixture(nn.Module):
     """Σ_i g_i(x_t) E_i(z_t) with gate weights g (B, N, K) computed from coordinates."""
 
-    def __init__(self, width, experts, ffn_ratio, spec):
+    def __init__(self, width: int, experts: int, ffn_ratio: int, spec: WidthSpec):
         super().__init__()
         self.experts = nn.ModuleList(
             PointMLP(width, ffn_ratio * width, width, ("hidden", "hidden"), spec) for _ in range(experts)
         )
 
-    def forward(self, z, gate):
-        out = 0.0
+    def forward(self, z: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor | float = 0.0
         for i, expert in enumerate(self.experts):
             out = out + gate[..., i : i + 1] * expert(z)
+        assert isinstance(out, torch.Tensor), "at least one expert"
         return out
 
 
 class GNOTBlock(nn.Module):
-    def __init__(self, width, heads, key_sets, experts, ffn_ratio, coord_dim, spec, reduction, self_residual, attention_impl):
+    def __init__(
+        self,
+        width: int,
+        heads: int,
+        key_sets: int,
+        experts: int,
+        ffn_ratio: int,
+        coord_dim: int,
+        spec: WidthSpec,
+        reduction: str,
+        self_residual: bool,
+        attention_impl: str,
+    ):
         super().__init__()
         self.gate = nn.Sequential(
             MuLinear(coord_dim, 4 * width, "input", spec),
@@ -143,15 +172,24 @@ class GNOTBlock(nn.Module):
 
     def gate_weights(self, coords: torch.Tensor) -> torch.Tensor:
         """p(x_t) = softmax(G(x_t)), (B, N, K): a function of the query coordinates only."""
-        return self.gate(coords).softmax(dim=-1)
+        logits: torch.Tensor = self.gate(coords)
+        return logits.softmax(dim=-1)
 
-    def forward(self, x, coords, mask, inputs, input_masks):
+    def forward(
+        self,
+        x: torch.Tensor,
+        coords: torch.Tensor,
+        mask: torch.Tensor,
+        inputs: Sequence[torch.Tensor],
+        input_masks: Sequence[torch.Tensor],
+    ) -> torch.Tensor:
         gate = self.gate_weights(coords)
         x = x + self.cross(self.norm_query(x), [norm(y) for norm, y in zip(self.norm_inputs, inputs)], input_masks)
         x = x + self.norm_mixture1(self.mixture1(x, gate))
         xn = self.norm_self(x)
         x = x + self.self_attention(xn, [xn], [mask])
-        return x + self.norm_mixture2(self.mixture2(x, gate))
+        mixed: torch.Tensor = self.norm_mixture2(self.mixture2(x, gate))
+        return x + mixed
 
 
 class GNOT(nn.Module):
@@ -249,7 +287,7 @@ class GNOT(nn.Module):
         coords: torch.Tensor,
         features: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
-        inputs: list | None = None,
+        inputs: Sequence[PointSet] | None = None,
         theta: torch.Tensor | None = None,
     ) -> torch.Tensor:
         if inputs is None:
@@ -269,7 +307,8 @@ class GNOT(nn.Module):
                     f"inputs: got {len(inputs)} input functions, this GNOT was built for {len(self.channels)} (in_channels)"
                 )
         batch = coords.shape[0]
-        encoded, masks = [], []
+        encoded: list[torch.Tensor] = []
+        masks: list[torch.Tensor] = []
         for i, ((c, f, m), encoder, channels) in enumerate(zip(inputs, self.input_encoders, self.channels)):
             c, f, m = prepare_points(c, f, m, self.coord_dim, channels, f"input function {i}")
             if c.shape[0] != batch:
@@ -282,6 +321,7 @@ class GNOT(nn.Module):
                 got = None if theta is None else tuple(theta.shape)
                 raise OperatorConfigError(f"theta {got}: this GNOT needs a parameter vector of shape ({batch}, {self.theta_dim})")
             if self.theta_mode == "token":
+                assert self.theta_encoder is not None, "built with theta_dim > 0 and theta_mode 'token'"
                 encoded.append(self.theta_encoder(theta).unsqueeze(1))
                 masks.append(torch.ones(batch, 1, dtype=torch.bool, device=coords.device))
             else:

@@ -64,6 +64,8 @@ no attention-scale rule applies to it; the Galerkin NN block applies its own.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -93,6 +95,8 @@ QUADRATURES = ("mean", "sum")
 
 def safe_cholesky(matrix: torch.Tensor, max_tries: int = 10) -> torch.Tensor:
     """Lower Cholesky factor of a symmetric PSD matrix; jitter 1e-6·10^i·mean(diag) only if needed."""
+    factor: torch.Tensor
+    info: torch.Tensor
     factor, info = torch.linalg.cholesky_ex(matrix)
     if int(info) == 0:
         return factor
@@ -109,6 +113,10 @@ def safe_cholesky(matrix: torch.Tensor, max_tries: int = 10) -> torch.Tensor:
 
 class OrthogonalAttention(nn.Module):
     """ψ diag(μ) ψᵀ (h W_V) / n with ψ = ĝ L^{-T} whitened over the batch (see the module docstring)."""
+
+    # buffers (registered in __init__)
+    running_second_moment: torch.Tensor
+    num_batches_tracked: torch.Tensor
 
     def __init__(
         self,
@@ -153,6 +161,7 @@ class OrthogonalAttention(nn.Module):
         if self.orthogonalization == "none":
             return g
         if self.orthogonalization == "layernorm":
+            assert self.norm is not None, "built with orthogonalization 'layernorm'"
             return zero_padded(self.norm(g), mask)
         if self.training:
             c = self.second_moment(g, mask)
@@ -166,7 +175,8 @@ class OrthogonalAttention(nn.Module):
             c = self.running_second_moment.to(g.dtype)
         factor = safe_cholesky(c)
         # ψ Lᵀ = ĝ  ⇔  ψ = ĝ L^{-T}; padded rows stay zero.
-        return torch.linalg.solve_triangular(factor.transpose(-1, -2), g, upper=True, left=False)
+        psi: torch.Tensor = torch.linalg.solve_triangular(factor.transpose(-1, -2), g, upper=True, left=False)
+        return psi
 
     def forward(self, x: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         psi = self.eigenfunctions_of(x, mask)
@@ -194,22 +204,39 @@ class LinearAttention(nn.Module):
         self.value = MuLinear(width, width, "hidden", spec)
         self.out = MuLinear(width, width, "hidden", spec)
 
-    def forward(self, x, coords=None, mask=None):
+    def forward(
+        self, x: torch.Tensor, coords: torch.Tensor | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         q = F.elu(split_heads(self.query(x), self.heads)) + 1.0
         k = F.elu(split_heads(self.key(x), self.heads)) + 1.0
         v = split_heads(self.value(x), self.heads)
-        return self.out(merge_heads(normalized_attention(q, k, v, mask, self.attention_impl)))
+        out: torch.Tensor = self.out(merge_heads(normalized_attention(q, k, v, mask, self.attention_impl)))
+        return out
 
 
 class ONOBlock(nn.Module):
     """NN block on the eigenfunction flow, then orthogonal attention and FFN(LN(h̃ + h)) on the solution flow."""
 
-    def __init__(self, width, eigenfunctions, heads, ffn_ratio, nn_block, spec, momentum, orthogonalization,
-                 quadrature, value_projection, attention_impl, out_channels=None):
+    def __init__(
+        self,
+        width: int,
+        eigenfunctions: int,
+        heads: int,
+        ffn_ratio: int,
+        nn_block: str,
+        spec: WidthSpec,
+        momentum: float,
+        orthogonalization: str,
+        quadrature: str,
+        value_projection: bool,
+        attention_impl: str,
+        out_channels: int | None = None,
+    ):
         super().__init__()
         self.norm1 = nn.LayerNorm(width)
+        self.attention: GalerkinAttention | LinearAttention
         if nn_block == "galerkin":
             self.attention = GalerkinAttention(width, heads, 0, "galerkin", spec, attention_impl)
         else:
@@ -222,10 +249,10 @@ class ONOBlock(nn.Module):
         self.norm3 = nn.LayerNorm(width)
         last = out_channels is not None
         self.out_ffn = PointMLP(
-            width, ffn_ratio * width, out_channels if last else width, ("hidden", "output" if last else "hidden"), spec
+            width, ffn_ratio * width, out_channels if out_channels is not None else width, ("hidden", "output" if last else "hidden"), spec
         )
 
-    def forward(self, x, h, mask):
+    def forward(self, x: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         x = x + self.attention(self.norm1(x), None, mask)
         x = x + self.ffn(self.norm2(x))
         h = self.out_ffn(self.norm3(self.orthogonal(x, h, mask) + h))
@@ -319,4 +346,4 @@ class ONO(nn.Module):
         return zero_padded(h, mask)
 
     def orthogonal_attentions(self) -> list[OrthogonalAttention]:
-        return [block.orthogonal for block in self.blocks]
+        return [cast(ONOBlock, block).orthogonal for block in self.blocks]

@@ -19,7 +19,8 @@ own multiplier — how width-muP, :mod:`operators.width_mup`, plugs in) and
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -125,13 +126,25 @@ def init_spectral_weight_(
     return weight
 
 
-def spectral_modules(model: nn.Module) -> list[nn.Module]:
+class SpectralModule(Protocol):
+    """What a spectral layer provides (operators.spectral.SpectralConv): its complex weights and c(K)."""
+
+    lr_multiplier: float
+
+    def spectral_weights(self) -> list[nn.Parameter]: ...
+
+
+def spectral_modules(model: nn.Module) -> list[SpectralModule]:
     """All spectral layers inside ``model`` (works through wrappers such as DDP).
 
     Protocol (what operators.spectral.SpectralConv provides): a module with
     ``spectral_weights()`` (its complex weights R) and ``lr_multiplier`` (c(K)).
     """
-    return [m for m in model.modules() if callable(getattr(m, "spectral_weights", None)) and hasattr(m, "lr_multiplier")]
+    return [
+        cast(SpectralModule, m)  # the filter below is the protocol check
+        for m in model.modules()
+        if callable(getattr(m, "spectral_weights", None)) and hasattr(m, "lr_multiplier")
+    ]
 
 
 def spectral_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -166,7 +179,7 @@ def declared_lr_multipliers(model: nn.Module) -> dict[int, tuple[nn.Parameter, s
     return declared
 
 
-def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict]:
+def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict[str, object]]:
     """Adam parameter groups: spectral weights at c(K)·lr, declared parameters at their multiplier·lr, the rest at lr.
 
     Each group has "params", "lr", "weight_decay", "name" and "lr_multiplier".
@@ -194,7 +207,8 @@ def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.
         declared.setdefault((name, mult), []).append(p)
     declared_ids = {id(p) for params in declared.values() for p in params}
     others = [p for p in model.parameters() if id(p) not in spectral_ids and id(p) not in declared_ids and p.requires_grad]
-    groups = [
+    # dict[str, object], not a TypedDict: torch.optim takes groups as dict[str, Any].
+    groups: list[dict[str, object]] = [
         {"params": params, "lr": lr * mult, "weight_decay": weight_decay, "name": "spectral", "lr_multiplier": mult}
         for mult, params in by_multiplier.items()
     ]

@@ -18,20 +18,20 @@ from operators.width_mup import MuLinear, WidthSpec
 ATTENTION_IMPLS = ("linear", "quadratic")
 
 
-def check_positive_int(name: str, value) -> int:
+def check_positive_int(name: str, value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
     return value
 
 
-def check_in_channels(in_channels) -> int:
+def check_in_channels(in_channels: object) -> int:
     """Input channels per point: 0 (a shape given by its coordinates only) or more."""
     if not isinstance(in_channels, int) or isinstance(in_channels, bool) or in_channels < 0:
         raise OperatorConfigError(f"in_channels {in_channels!r}: must be a non-negative integer (0: coordinates only)")
     return in_channels
 
 
-def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise OperatorConfigError(f"{name} {value!r} is unknown; use one of: {', '.join(choices)}")
     return value
@@ -42,8 +42,10 @@ def check_heads(width: int, heads: int, base_width: int | None, is_mup: bool) ->
     check_positive_int("heads", heads)
     if width % heads:
         raise OperatorConfigError(f"width {width} is not divisible by heads {heads}; use a width that is a multiple of heads")
-    if is_mup and base_width % heads:
-        raise OperatorConfigError(f"base_width {base_width} is not divisible by heads {heads}; use a multiple of heads")
+    if is_mup:
+        assert base_width is not None, "width-muP has a base width (checked by WidthSpec)"
+        if base_width % heads:
+            raise OperatorConfigError(f"base_width {base_width} is not divisible by heads {heads}; use a multiple of heads")
 
 
 def prepare_points(
@@ -170,4 +172,5 @@ class PointMLP(nn.Module):
         self.fc2 = MuLinear(hidden, out_features, roles[1], spec)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        out: torch.Tensor = self.fc2(self.act(self.fc1(x)))
+        return out

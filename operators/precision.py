@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, cast, get_args
+from typing import Literal, get_args
 
 from operators.errors import OperatorConfigError
 
@@ -22,4 +22,4 @@ def check_precision(name: object) -> Precision:
     """``name`` as a :data:`Precision`, or a one-line OperatorConfigError naming the known ones."""
     if name not in PRECISIONS:
         raise OperatorConfigError(f"precision {name!r} is unknown; use one of: {', '.join(PRECISIONS)}")
-    return cast(Precision, name)
+    return name

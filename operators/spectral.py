@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from typing import cast
 
 import torch
 from torch import nn
+from torch.autograd.function import FunctionCtx
 
 from operators.contraction import (
     packed_to_planar,
@@ -34,6 +37,12 @@ _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 #   (``_auto_transform``: "dft" on CPU when few modes are kept per FFT length, else "fft").
 _CONTRACTION = "bmm"
 _TRANSFORM = "auto"
+
+
+class _KeptRfftCtx(FunctionCtx):
+    """Static type of the ``ctx`` torch passes to :class:`_KeptRfft`."""
+
+    n: int
 
 
 def _auto_transform(grid: tuple[int, ...], modes: int, device: torch.device) -> str:
@@ -64,18 +73,20 @@ class _KeptRfft(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, modes: int) -> torch.Tensor:
+    def forward(ctx: _KeptRfftCtx, x: torch.Tensor, modes: int) -> torch.Tensor:
         ctx.n = x.shape[-1]
-        return torch.fft.rfft(x, dim=-1).narrow(-1, 0, modes)
+        spectrum: torch.Tensor = torch.fft.rfft(x, dim=-1)  # torch.fft is unannotated
+        return spectrum.narrow(-1, 0, modes)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor):
+    def backward(ctx: _KeptRfftCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         n, kept = ctx.n, grad.shape[-1]
         scale = torch.full((kept,), 0.5, dtype=grad.real.dtype, device=grad.device)
         scale[0] = 1.0
         if n % 2 == 0 and kept == n // 2 + 1:
             scale[-1] = 1.0
-        return torch.fft.irfft(grad * scale, n=n, dim=-1) * n, None
+        grad_x: torch.Tensor = torch.fft.irfft(grad * scale, n=n, dim=-1)
+        return grad_x * n, None
 
 
 def truncated_rfftn(x: torch.Tensor, modes: int, dim: int) -> torch.Tensor:
@@ -86,7 +97,8 @@ def truncated_rfftn(x: torch.Tensor, modes: int, dim: int) -> torch.Tensor:
     axis, truncating after each transform (later transforms run on fewer lines).
     Saves no copy of ``x`` for backward (_KeptRfft).
     """
-    z = _KeptRfft.apply(x, modes)
+    # Function.apply is unannotated in torch; its result is forward's.
+    z = cast("Callable[[torch.Tensor, int], torch.Tensor]", _KeptRfft.apply)(x, modes)
     for axis in range(-2, -dim - 1, -1):
         n = z.shape[axis]
         z = torch.fft.fft(z, dim=axis)
@@ -105,7 +117,8 @@ def padded_irfftn(z: torch.Tensor, grid: tuple[int, ...]) -> torch.Tensor:
             gap[axis] = n - 2 * modes
             z = torch.cat([z.narrow(axis, 0, modes), z.new_zeros(gap), z.narrow(axis, modes, modes)], dim=axis)
         z = torch.fft.ifft(z, dim=axis)
-    return torch.fft.irfft(z, n=grid[-1], dim=-1)
+    out: torch.Tensor = torch.fft.irfft(z, n=grid[-1], dim=-1)
+    return out
 
 
 def check_grid(grid_shape: tuple[int, ...], modes: int) -> None:
@@ -221,7 +234,8 @@ class SpectralConv(nn.Module):
             index = self._corner_slices(flags)
             # A contiguous corner: autograd then saves K^d modes, not the whole spectrum.
             out_ft[index] = torch.einsum(equation, x_ft[index].contiguous(), weight.to(x_ft.dtype))
-        return torch.fft.irfftn(out_ft, s=grid, dim=axes)
+        out: torch.Tensor = torch.fft.irfftn(out_ft, s=grid, dim=axes)
+        return out
 
     def extra_repr(self) -> str:
         return (

@@ -39,8 +39,9 @@ Integration: a module declares per-parameter LR multipliers through the
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -165,6 +166,7 @@ def lr_multiplier(role: str, width: int, base_width: int | None, width_parametri
     check_width_parametrization(width_parametrization, width, base_width)
     if width_parametrization == "standard" or role != "hidden":
         return 1.0
+    assert base_width is not None, "check_width_parametrization: 'mup' needs a base width"
     return hidden_lr_multiplier(width, base_width)
 
 
@@ -174,6 +176,7 @@ def forward_multiplier(role: str, width: int, base_width: int | None, width_para
     check_width_parametrization(width_parametrization, width, base_width)
     if width_parametrization == "standard" or role != "output":
         return 1.0
+    assert base_width is not None, "check_width_parametrization: 'mup' needs a base width"
     return output_multiplier(width, base_width)
 
 
@@ -212,7 +215,7 @@ class WidthSpec:
     width: int = 1
     base_width: int | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         check_width_parametrization(self.width_parametrization, self.width, self.base_width)
 
     @property
@@ -229,6 +232,7 @@ class WidthSpec:
         """muP correction √(d0_h/d_h) for an attention with ``heads`` heads (1 under standard)."""
         if not self.is_mup:
             return 1.0
+        assert self.base_width is not None, "__post_init__: 'mup' needs a base width"
         return relative_attention_scale(self.width // heads, self.base_width // heads, "mup")
 
 
@@ -257,7 +261,8 @@ class MuLinear(nn.Linear):
     def mutransfer_lr_multipliers(self) -> Iterator[tuple[nn.Parameter, str, float]]:
         """(parameter, group name, LR multiplier) for each width-scaled parameter of this layer."""
         if self.spec.is_mup and self.role == "hidden":
-            yield self.weight, "hidden", self.spec.lr_multiplier("hidden")
+            # torch's stubs type nn.Linear.weight as a Tensor; it is a Parameter.
+            yield cast(nn.Parameter, self.weight), "hidden", self.spec.lr_multiplier("hidden")
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, role={self.role}, multiplier={self.multiplier:.4g}"
