@@ -173,3 +173,15 @@ def test_cluster_fit_check_rejects_requests_no_single_node_can_hold():
         check_cluster_fits(study, [{"CPU": 1.0}, {"CPU": 1.0}])
     with pytest.raises(UserInputError, match="resources.cpus_per_trial"):
         check_cluster_fits(study, [{"CPU": 0.5}])
+
+
+def test_a_name_or_address_ending_in_a_newline_is_refused_before_anything_is_created(tmp_path, monkeypatch, capsys):
+    """Issue "A team deployment", edge case 3: the patterns are matched whole (a final newline is not ignored)."""
+    from mutransfer.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--name", "abc\n"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "must be letters, digits" in err
+    assert main(["sweep", "--address", "127.0.0.1:6379\n"]) == 2
+    assert list(tmp_path.iterdir()) == []

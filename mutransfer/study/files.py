@@ -96,7 +96,7 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
     """
     r = Reader(source, "", mapping, flags or {})
     name = r.string("name", example="my-study")
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         r.fail("name", f"{name!r} must be letters, digits, '.', '_' or '-' (it names a directory), e.g. burgers-k6")
     problem = read_section(r.sub("problem"), ProblemSpec)
     if not r.has("search_space"):

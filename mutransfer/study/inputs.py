@@ -17,7 +17,7 @@ def check_address_form(address: str | None, flag: str = "--address") -> None:
     if address is None:
         return
     port = address.rsplit(":", 1)[-1]
-    if not _ADDRESS.match(address) or (port.isdigit() and not 1 <= int(port) <= 65535):
+    if not _ADDRESS.fullmatch(address) or (port.isdigit() and not 1 <= int(port) <= 65535):
         raise UserInputError(f"{flag} {address!r}: use auto, or HOST:PORT / ray://HOST:PORT of a running Ray cluster (no --address: a local run)")
 
 
