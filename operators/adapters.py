@@ -23,8 +23,8 @@ import torch
 from torch import nn
 
 from operators.errors import OperatorConfigError
+from operators.family import OPERATORS, point_set_families
 from operators.fno import grid_coordinates
-from operators.registry import OPERATORS, point_set_families
 
 
 def build_point_operator(operator: str, operator_config: dict) -> nn.Module:
