@@ -217,11 +217,12 @@ def family_branches(source: str) -> list[int]:
         return any(isinstance(i, ast.Constant) and i.value in FAMILY_NAMES for i in items)
 
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and node.attr == "is_fno") or (isinstance(node, ast.Name) and node.id == "is_fno"):
-            lines.add(node.lineno)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("is_fno"):
-            lines.add(node.lineno)
-        elif isinstance(node, ast.Compare) and any(names(side) for side in (node.left, *node.comparators)):
+        named_is_fno = (
+            (isinstance(node, ast.Attribute) and node.attr == "is_fno")
+            or (isinstance(node, ast.Name) and node.id == "is_fno")
+            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("is_fno"))
+        )
+        if named_is_fno or (isinstance(node, ast.Compare) and any(names(side) for side in (node.left, *node.comparators))):
             lines.add(node.lineno)
     return sorted(lines)
 

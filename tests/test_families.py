@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ class PointwiseMLP(nn.Module):
     def __init__(self, in_channels: int, out_channels: int, width: int, layers: int):
         super().__init__()
         sizes = [in_channels] + [width] * layers + [out_channels]
-        self.net = nn.Sequential(*[m for a, b in zip(sizes, sizes[1:]) for m in (nn.Linear(a, b), nn.GELU())][:-1])
+        self.net = nn.Sequential(*[m for a, b in pairwise(sizes) for m in (nn.Linear(a, b), nn.GELU())][:-1])
         self.config = {"operator": "toy", "in_channels": in_channels, "out_channels": out_channels, "width": width,
                        "layers": layers}
 
@@ -50,7 +51,7 @@ class ToyPlan:
     def total_params(self) -> int:
         c = self.config
         sizes = [c["in_channels"]] + [c["width"]] * c["layers"] + [c["out_channels"]]
-        return sum(a * b + b for a, b in zip(sizes, sizes[1:]))
+        return sum(a * b + b for a, b in pairwise(sizes))
 
     @property
     def activations_bytes(self) -> int:
