@@ -35,6 +35,7 @@ Point-set interface (GalerkinTransformer, ONO, GNOT; docs/operators.md):
   their multiplier, the rest ("other") at lr.
 """
 
+from operators import registry as _registry  # noqa: F401  (registers the built-in families)
 from operators.errors import OperatorConfigError
 from operators.fno import FNO
 from operators.galerkin import GalerkinAttention, GalerkinTransformer

@@ -26,8 +26,8 @@ import torch
 from torch import nn
 
 from operators.errors import OperatorConfigError
+from operators.family import OPERATORS, point_set_families
 from operators.fno import grid_coordinates
-from operators.registry import OPERATORS, point_set_families
 from operators.width_mup import WidthSpec
 
 

@@ -221,6 +221,19 @@ def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.
     return groups
 
 
+def effective_spectral_lr(lr: float, modes: int, dim: int, parametrization: str, width_factor: float = 1.0) -> float:
+    """The spectral weights' effective Adam LR: c(K)·lr, times the width-muP factor m0/m when the width scales."""
+    return lr * spectral_lr_multiplier(modes, dim, parametrization) * width_factor
+
+
+def model_spectral_lr(model: nn.Module, lr: float) -> float:
+    """The spectral weights' Adam LR at step 0 in ``model``'s optimizer param groups (``lr`` without spectral weights)."""
+    for group in optimizer_param_groups(model, lr):
+        if group["name"] == "spectral":
+            return float(group["lr"])
+    return float(lr)
+
+
 def clip_spectral_gradients(model: nn.Module, clip_value: float | None) -> None:
     """Clamp every spectral gradient entry to [-clip, clip] (real and imaginary parts separately).
 

@@ -336,3 +336,21 @@ def step_flops(
     parts = {name: 3.0 * value for name, value in forward.items()}
     parts["total"] = sum(parts.values())
     return parts
+
+
+def plan_fno_config(config: dict, *, grid: tuple[int, ...], batch: int = 1, precision: str = "fp32",
+                    weight_decay: float = 0.0, device: str = "cuda") -> FNOPlan:
+    """:func:`plan_fno` for the FNO whose ``.config`` is ``config``, on an unpadded ``grid`` (the FNO family's plan)."""
+    return plan_fno(
+        int(config["dim"]), int(config["modes"]), int(config["width"]), int(config["layers"]), grid=tuple(grid),
+        batch=int(batch), in_channels=int(config["in_channels"]), out_channels=int(config["out_channels"]),
+        projection_channels=int(config["projection_channels"]), padding=int(config["padding"]),
+        precision=precision, weight_decay=weight_decay, device=device,
+    )
+
+
+def fno_step_flops(config: dict, grid: tuple[int, ...]) -> float:
+    """:func:`step_flops` per sample (batch 1) of the FNO whose ``.config`` is ``config`` (the FNO family's FLOPs)."""
+    return step_flops(int(config["dim"]), int(config["modes"]), int(config["width"]), int(config["layers"]), grid,
+                      batch=1, in_channels=int(config["in_channels"]), out_channels=int(config["out_channels"]),
+                      projection_channels=int(config["projection_channels"]), padding=int(config["padding"]))["total"]

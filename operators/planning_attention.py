@@ -65,83 +65,22 @@ import math
 from dataclasses import dataclass
 
 from operators.errors import OperatorConfigError
+from operators.family import OPERATORS, get_family
 from operators.planning import FLOAT_BYTES
 from operators.precision import Precision, check_precision
-from operators.registry import get_family
 
 #: bytes per activation element: fp32, or mixed precision (an average of the bf16/fp16 and float32 ops)
 _ACTIVATION_BYTES: dict[Precision, int] = {"fp32": 4, "bf16": 3, "fp16": 3}
 
 
-@dataclass(frozen=True)
-class _Shape:
-    """What a family's formula gives: exact parameters, the activation constants, its largest weight."""
-
-    params: int
-    c_layer: float
-    c_out: float
-    quadratic_matrices: int  # (n × n) matrices kept per layer with attention_impl="quadratic"
-    quadratic_transient: int  # and those alive at once in one layer's backward
-    largest_tensor: int
-
-
-def _linear(n_in: int, n_out: int, bias: bool = True) -> int:
-    return n_in * n_out + (n_out if bias else 0)
-
-
-def _mlp(n_in: int, hidden: int, n_out: int) -> int:
-    return _linear(n_in, hidden) + _linear(hidden, n_out)
-
-
-def _galerkin_attention(w: int, h: int, coord: int) -> int:
-    return 3 * _linear(w, w) + 4 * w + _linear(w + h * coord, w)
-
-
-def _galerkin(c: dict) -> _Shape:
-    w, h, r, d = c["width"], c["heads"], c["ffn_ratio"], c["coord_dim"]
-    coord = d if c["coord_in_heads"] else 0
-    layer = _galerkin_attention(w, h, coord) + _mlp(w, r * w, w)
-    params = _linear(c["in_channels"] + d, w) + c["layers"] * layer + _mlp(w, w, c["out_channels"])
-    return _Shape(params, 9 + 2 * r + 12 * h * coord / w, 5, h, h, max(r * w * w, (w + h * coord) * w))
-
-
-def _ono(c: dict) -> _Shape:
-    w, h, r, k, d = c["width"], c["heads"], c["ffn_ratio"], c["eigenfunctions"], c["coord_dim"]
-    nn_block = _galerkin_attention(w, h, 0) if c["nn_block"] == "galerkin" else 4 * _linear(w, w)
-    orthogonal = _linear(w, k) + k + (w * w if c["value_projection"] else 0)
-    orthogonal += 2 * k if c["orthogonalization"] == "layernorm" else 0
-    block = 6 * w + nn_block + _mlp(w, r * w, w) + orthogonal
-    params = _mlp(c["in_channels"] + d, 2 * w, 2 * w) + c["layers"] * (block + _mlp(w, r * w, w))
-    params += _linear(r * w, c["out_channels"]) - _linear(r * w, w)  # the last out FFN maps to C_out
-    return _Shape(params, 13 + 4 * r + 8 * k / w, 7, h + 1, 1, max(r * w * w, 4 * w * w))
-
-
-def _gnot(c: dict) -> _Shape:
-    w, h, r, e, d, p = c["width"], c["heads"], c["ffn_ratio"], c["experts"], c["coord_dim"], c["theta_dim"]
-    channels = c["in_channels"] if isinstance(c["in_channels"], (list, tuple)) else [c["in_channels"]]
-    token = p > 0 and c["theta_mode"] == "token"
-    sets = len(channels) + int(token)
-    query_in = d + (p if c["theta_mode"] == "query" else 0)
-    encoders = _mlp(query_in, w, w) + sum(_mlp(d + ch, w, w) for ch in channels) + (_mlp(p, w, w) if token else 0)
-    gate = _linear(d, 4 * w) + _linear(4 * w, 4 * w) + _linear(4 * w, e)
-    attention = (2 + 2 * sets) * _linear(w, w) + 4 * _linear(w, w)
-    block = gate + attention + 2 * e * _mlp(w, r * w, w) + 2 * (4 + sets) * w
-    params = encoders + c["layers"] * block + _mlp(w, w, c["out_channels"])
-    return _Shape(params, 36 + e * (4 * r + 1.5), 9, 2 * (sets + 1) * h, 2 * (sets + 1) * h, max(16 * w * w, r * w * w))
-
-
-#: the planned families and their formulas (names as in operators.registry)
-_FORMULAS = {"galerkin": _galerkin, "ono": _ono, "gnot": _gnot}
-
-
 def planned_families() -> tuple[str, ...]:
-    """Names of the attention families :func:`plan_attention` covers."""
-    return tuple(_FORMULAS)
+    """Names of the registered families that carry an attention formula (those :func:`plan_attention` covers)."""
+    return tuple(name for name, family in OPERATORS.items() if family.attention_formula is not None)
 
 
 def full_config(operator: str, config: dict) -> dict:
     """``config`` with the constructor's defaults filled in (nothing is built); one-line error for unknown keys."""
-    build = get_family(operator).build
+    build = get_family(operator).build_class
     defaults = {name: p.default for name, p in inspect.signature(build).parameters.items()
                 if p.default is not inspect.Parameter.empty}
     unknown = sorted(set(config) - set(inspect.signature(build).parameters))
@@ -204,7 +143,7 @@ class AttentionPlan:
     def fits(self, memory_bytes: int) -> bool:
         return self.total_bytes <= memory_bytes
 
-    def replan(self, **changes) -> "AttentionPlan":
+    def replan(self, **changes) -> AttentionPlan:
         """The same plan with some of plan_attention's keyword arguments changed, e.g. ``replan(batch=4)``."""
         options = dict(points=self.points, batch=self.batch, precision=self.precision, device=self.device,
                        weight_decay=self.weight_decay)
@@ -218,16 +157,17 @@ def plan_attention(operator: str, config: dict, *, points: int, batch: int = 1, 
     ``points``: n, the points per sample (the grid's nodes, or the padded point count
     of a packed point set). ``device`` "cuda" (multi-tensor Adam) or "cpu" (per-tensor).
     """
-    if operator not in _FORMULAS:
+    formula = OPERATORS[operator].attention_formula if operator in OPERATORS else None
+    if formula is None:
         raise OperatorConfigError(f"operator {operator!r} is not an attention operator; plan one of: "
-                                  f"{', '.join(_FORMULAS)} (an FNO: operators.planning.plan_fno)")
+                                  f"{', '.join(planned_families())} (an FNO: operators.planning.plan_fno)")
     for name, value in (("points", points), ("batch", batch)):
         if not isinstance(value, int) or value < 1:
             raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
     check_precision(precision)
     config = full_config(operator, config)
     _check_counts(config)
-    shape = _FORMULAS[operator](config)
+    shape = formula(config)
     b = _ACTIVATION_BYTES[precision]
     w, layers = config["width"], config["layers"]
     activations = b * batch * points * w * (shape.c_out + layers * shape.c_layer)
@@ -240,3 +180,10 @@ def plan_attention(operator: str, config: dict, *, points: int, batch: int = 1, 
     return AttentionPlan(operator=operator, config=config, points=points, batch=batch, precision=precision,
                          device=device, weight_decay=float(weight_decay), total_params=shape.params,
                          activations_bytes=int(math.ceil(activations)), optimizer_workspace_bytes=int(workspace))
+
+
+def plan_attention_config(config: dict, *, grid: tuple[int, ...], batch: int = 1, precision: str = "fp32",
+                          weight_decay: float = 0.0, device: str = "cuda") -> AttentionPlan:
+    """The plan of a point-set adapter's ``config`` (operators.adapters) on samples of shape ``grid`` (nodes, or (P,))."""
+    return plan_attention(config["operator"], config["operator_config"], points=int(math.prod(grid)), batch=int(batch),
+                          precision=precision, weight_decay=weight_decay, device=device)

@@ -1,99 +1,102 @@
-"""The operator families the service knows, each registered once with what the service needs to know.
+"""The operator families the service knows, each registered once with its behaviour (operators.family).
 
-A family answers, for studies, the trainer, the sweep and the CLI:
+A family answers, for studies, the trainer, the sweep and the CLI, through its record:
+``build`` (a :class:`~operators.family.ModelSpec` or a config → the model), ``plan``
+(one Adam step's parameters, memory and FLOPs: operators.planning for the FNO,
+operators.planning_attention with the family's own ``attention_formula`` for the
+attention operators), ``axes`` (what a transfer scales: ``("K", "width")`` for FNO,
+``("width",)`` for the attention operators; hence the K rule, the hyperparameters that
+apply and the coordinate check), ``inputs`` ("grid" and/or "points"), ``fields`` (study/CLI
+fields only this family has), ``attention_scaled`` (the 1/d_h attention scale in its
+width rule) and ``defaults`` (its options' values when none are given).
 
-- ``build(**config)``: the model class (its ``config`` dict rebuilds it);
-- ``axes``: what a proxy-to-target transfer may scale: ``("K", "width")`` for FNO
-  (Fourier modes and width), ``("width",)`` for the attention operators;
-- ``inputs``: the data it takes: ``"grid"`` (arrays on a regular grid) and/or
-  ``"points"`` (irregular point sets, packed; grids are presented as point sets);
-- ``fields``: study/CLI fields that only this family has (e.g. FNO's padding, the
-  attention operators' heads), refused for the others with one line;
-- ``attention_scaled``: its width-muP rule includes the 1/d_h attention scale
-  (Galerkin, ONO), a row of the transfer table;
-- ``spectral``: it has spectral weights (the K-parametrization, element-wise
-  clipping, ``init_scale``, the coordinate check and the exact memory plan apply).
-
-Adding a fifth operator: write its module, then add one ``OperatorFamily(...)`` line
-to ``FAMILIES`` below (docs/architecture.md).
+Adding a fifth operator: write its module, then one ``register_family(OperatorFamily(...))``
+(below, or from anywhere: tests/test_families.py registers a toy family).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-from torch import nn
-
-from operators.errors import OperatorConfigError
+from operators.adapters import GridPointSet, PackedPointSet, point_set_config
+from operators.attention_formulas import galerkin_formula, gnot_formula, ono_formula
+from operators.family import (
+    OPERATORS,
+    SPECTRAL_HYPERPARAMETERS,
+    ModelSpec,
+    OperatorFamily,
+    family_of,
+    family_of_config,
+    get_family,
+    point_set_families,
+    register_family,
+    unregister_family,
+)
 from operators.fno import FNO
 from operators.galerkin import GalerkinTransformer
 from operators.gnot import GNOT
 from operators.ono import ONO
+from operators.planning import fno_step_flops, plan_fno_config
+from operators.planning_attention import plan_attention_config
 
-#: hyperparameters that act on spectral weights (searchable only for spectral families)
-SPECTRAL_HYPERPARAMETERS = ("clip_value", "init_scale")
+__all__ = ["FAMILIES", "OPERATORS", "SPECTRAL_HYPERPARAMETERS", "ModelSpec", "OperatorFamily", "family_of",
+           "family_of_config", "get_family", "point_set_families", "register_family", "unregister_family"]
+
+#: the FNO's own options and their values when none are given
+FNO_DEFAULTS = {"modes": 8, "projection_channels": 128, "parametrization": "mup"}
+#: the attention operators' own options and their values when none are given
+ATTENTION_DEFAULTS = {"heads": 4}
+#: FNO config keys (operators.fno.FNO.config) its planner reads
+_FNO_KEYS = ("dim", "modes", "width", "layers", "in_channels", "out_channels", "projection_channels", "padding")
 
 
-@dataclass(frozen=True)
-class OperatorFamily:
-    """What the service needs to know about one operator family."""
+def fno_config(spec: ModelSpec) -> dict:
+    """The FNO's constructor arguments (its ``.config``) for ``spec``; options: padding, projection_channels."""
+    o = spec.options
+    return {"dim": spec.dim, "in_channels": int(spec.input_channels), "out_channels": int(spec.output_channels),
+            "modes": int(FNO_DEFAULTS["modes"] if spec.modes is None else spec.modes), "width": int(spec.width),
+            "layers": int(spec.layers), "parametrization": spec.parametrization or FNO_DEFAULTS["parametrization"],
+            "projection_channels": int(o.get("projection_channels") or FNO_DEFAULTS["projection_channels"]),
+            "padding": int(o.get("padding") or 0), "init_scale": float(spec.init_scale),
+            "width_parametrization": spec.width_parametrization, "base_width": spec.base_width}
 
-    name: str
-    label: str
-    build: Callable[..., nn.Module]
-    axes: tuple[str, ...]
-    inputs: tuple[str, ...]
-    fields: tuple[str, ...] = ()
-    attention_scaled: bool = False
+def _owns_fno(config) -> bool:
+    return isinstance(config, dict) and all(k in config for k in _FNO_KEYS) and "operator" not in config
 
-    @property
-    def spectral(self) -> bool:
-        """Has spectral weights with K modes (K-parametrization, clipping, init_scale, coord-check, plan)."""
-        return "K" in self.axes
 
-    def takes(self, kind: str) -> bool:
-        """Whether it can learn data of this kind ("grid" or "points")."""
-        return kind in self.inputs
+def _attention_family(name: str, label: str, cls, formula, *, attention_scaled: bool) -> OperatorFamily:
+    """An attention operator on grids and point sets through the point-set adapters (operators.adapters)."""
 
-    def make(self, config: dict) -> nn.Module:
-        """``build(**config)`` with a one-line error for unknown options."""
-        try:
-            return self.build(**config)
-        except TypeError as exc:
-            name = getattr(self.build, "__name__", self.name)
-            raise OperatorConfigError(f"{self.name} options: {exc}; see the {name} docstring for its arguments") from None
+    def configure(spec: ModelSpec) -> dict:
+        o = spec.options
+        heads = o.get("heads")
+        config = point_set_config(
+            name, coord_dim=spec.dim, input_channels=spec.input_channels, output_channels=spec.output_channels,
+            packed=spec.packed, width=int(spec.width), layers=int(spec.layers),
+            heads=ATTENTION_DEFAULTS["heads"] if heads is None else int(heads),
+            width_parametrization=spec.width_parametrization, base_width=spec.base_width, **dict(o.get("options") or {}))
+        return {**config, "coord_dim": spec.dim, "packed": bool(spec.packed), "normalization": spec.normalization}
+
+    def construct(config: dict):
+        adapter = PackedPointSet if config.get("packed") else GridPointSet
+        coord_dim = config.get("coord_dim", config["operator_config"]["coord_dim"])
+        return adapter(coord_dim, config["operator"], dict(config["operator_config"]), config.get("normalization"))
+
+    def owns(config) -> bool:
+        return isinstance(config, dict) and config.get("operator") == name and isinstance(config.get("operator_config"), dict)
+
+    return OperatorFamily(name, label, cls, axes=("width",), inputs=("grid", "points"), configure=configure,
+                          construct=construct, planner=plan_attention_config, owns=owns, fields=("heads", "options"),
+                          attention_scaled=attention_scaled, attention_formula=formula, standardizes=True,
+                          defaults=dict(ATTENTION_DEFAULTS))
 
 
 FAMILIES = (
-    OperatorFamily("fno", "FNO", FNO, axes=("K", "width"), inputs=("grid",), fields=("padding", "projection_channels")),
-    OperatorFamily("galerkin", "Galerkin Transformer", GalerkinTransformer, axes=("width",), inputs=("grid", "points"),
-                   fields=("heads", "options"), attention_scaled=True),
-    OperatorFamily("ono", "ONO", ONO, axes=("width",), inputs=("grid", "points"), fields=("heads", "options"),
-                   attention_scaled=True),
-    OperatorFamily("gnot", "GNOT", GNOT, axes=("width",), inputs=("grid", "points"), fields=("heads", "options")),
+    OperatorFamily("fno", "FNO", FNO, axes=("K", "width"), inputs=("grid",), configure=fno_config,
+                   construct=lambda config: FNO(**config), planner=plan_fno_config, owns=_owns_fno, flops=fno_step_flops,
+                   fields=("padding", "projection_channels"), defaults=dict(FNO_DEFAULTS)),
+    _attention_family("galerkin", "Galerkin Transformer", GalerkinTransformer, galerkin_formula, attention_scaled=True),
+    _attention_family("ono", "ONO", ONO, ono_formula, attention_scaled=True),
+    _attention_family("gnot", "GNOT", GNOT, gnot_formula, attention_scaled=False),
 )
-
-#: family by the name studies and the CLI use
-OPERATORS: dict[str, OperatorFamily] = {family.name: family for family in FAMILIES}
-
-
-def get_family(name: str) -> OperatorFamily:
-    """The registered family ``name``, with a one-line error listing the known ones."""
-    try:
-        return OPERATORS[name]
-    except KeyError:
-        raise OperatorConfigError(f"operator {name!r} is unknown; use one of: {', '.join(OPERATORS)}") from None
-
-
-def point_set_families() -> tuple[str, ...]:
-    """Names of the families that take point sets (irregular meshes)."""
-    return tuple(f.name for f in FAMILIES if f.takes("points"))
-
-
-def family_of(model: nn.Module) -> OperatorFamily | None:
-    """The family whose class built ``model`` (None for other models)."""
-    for family in FAMILIES:
-        if isinstance(model, family.build):
-            return family
-    return None
+for _family in FAMILIES:
+    if _family.name not in OPERATORS:
+        register_family(_family)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from operators.errors import OperatorConfigError
-from operators.parametrization import spectral_lr_multiplier
+from operators.parametrization import effective_spectral_lr
 
 
 @dataclass(frozen=True)
@@ -196,13 +196,14 @@ def _spectral_rows(s: Scaling, lr: float, width_factor: float, width_mup: bool, 
             raise OperatorConfigError(f"{which} modes {k}: muP needs K >= 2 (log 1 = 0); use K >= 2")
         check_modes(k, s.dim, s.parametrization)
     kp, kt = s.proxy_modes, s.target_modes
-    c0, c1 = spectral_lr_multiplier(kp, s.dim, s.parametrization), spectral_lr_multiplier(kt, s.dim, s.parametrization)
+    proxy_lr = effective_spectral_lr(lr, kp, s.dim, s.parametrization)
+    target_lr = effective_spectral_lr(lr, kt, s.dim, s.parametrization, width_factor)
     k_factor = transfer_lr_factor(kp, kt) if s.parametrization == "mup" else 1.0
     k_rule = "x sqrt(log Kp / log Kt)" if s.parametrization == "mup" and kp != kt else "unchanged in K"
     if s.parametrization == "standard":
         k_rule = "standard parametrization: unchanged in K"
     w_rule = " x m0/m" if width_mup else ""
-    rows = [RescaledQuantity("spectral_lr", c0 * lr, c1 * lr * width_factor, k_factor * width_factor, k_rule + w_rule)]
+    rows = [RescaledQuantity("spectral_lr", proxy_lr, target_lr, k_factor * width_factor, k_rule + w_rule)]
     if init_scale is None and init_std is None:
         return rows
     w0 = s.proxy_width or 64

@@ -184,3 +184,71 @@ def test_operator_kind_is_decided_by_the_registry():
             if pattern.search(code) and not any(word in code for word in ("attention_type", "nn_block", "preset")):
                 hits.append(f"{name}:{number}: {line.strip()}")
     assert len(hits) <= 3, "\n".join(hits)
+
+
+#: the operator families' names, as a branch on one would spell them
+FAMILY_NAMES = ("fno", "galerkin", "ono", "gnot")
+#: the most branches on an operator's kind allowed outside operators/ (issue 23: families own their behaviour)
+MAX_FAMILY_BRANCHES = 5
+
+
+def family_branches(source: str) -> list[int]:
+    """Lines that branch on which family a model is: any ``is_fno``, ``.spectral`` in a condition, a name comparison.
+
+    A condition is the test of an ``if``/``while``/``assert``/conditional expression, a
+    comprehension's ``if`` or an operand of ``and``/``or``; a name comparison is ``==``,
+    ``!=``, ``in`` with one of FAMILY_NAMES as a literal (alone or in a tuple/list/set).
+    """
+    tree = ast.parse(source)
+    conditions = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.IfExp, ast.While, ast.Assert)):
+            conditions.append(node.test)
+        elif isinstance(node, ast.comprehension):
+            conditions.extend(node.ifs)
+        elif isinstance(node, ast.BoolOp):
+            conditions.extend(node.values)
+    lines = set()
+    for condition in conditions:
+        lines.update(n.lineno for n in ast.walk(condition) if isinstance(n, ast.Attribute) and n.attr == "spectral")
+
+    def names(node) -> bool:
+        items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+        return any(isinstance(i, ast.Constant) and i.value in FAMILY_NAMES for i in items)
+
+    for node in ast.walk(tree):
+        named_is_fno = (
+            (isinstance(node, ast.Attribute) and node.attr == "is_fno")
+            or (isinstance(node, ast.Name) and node.id == "is_fno")
+            or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("is_fno"))
+        )
+        if named_is_fno or (isinstance(node, ast.Compare) and any(names(side) for side in (node.left, *node.comparators))):
+            lines.add(node.lineno)
+    return sorted(lines)
+
+
+def test_operator_families_own_their_behaviour():
+    """Outside operators/, at most MAX_FAMILY_BRANCHES lines ask which family a model is (is_fno, .spectral, names)."""
+    hits = []
+    for name, path in _modules().items():
+        if name.split(".")[0] == "operators":
+            continue
+        source = path.read_text(encoding="utf-8")
+        hits += [f"{name}:{n}: {source.splitlines()[n - 1].strip()}" for n in family_branches(source)]
+    assert len(hits) <= MAX_FAMILY_BRANCHES, "\n".join(hits)
+
+
+def test_the_family_branch_counter_finds_planted_branches():
+    planted = '''
+def f(study, family, model, op):
+    if study.is_fno:
+        pass
+    width = 1 if family.spectral else 2
+    names = [f for f in families if f.spectral]
+    if op == "gnot" or op in ("galerkin", "ono"):
+        pass
+    layers = model.spectral  # a model's attribute, not a branch
+    return family.scales("K")
+'''
+    assert family_branches(planted) == [3, 5, 6, 7]
+    assert family_branches("x = model.spectral\ny = {'fno': 1}\n") == []

@@ -11,6 +11,9 @@ from mutransfer.cli.common import (
     print_json,
     unit_interval,
 )
+from mutransfer.study.models import HPARAM_KEYS
+from operators.adapters import normalization_from
+from operators.registry import OPERATORS, ModelSpec, get_family, point_set_families
 
 
 def pino_ratio(text: str) -> tuple[float, float]:
@@ -33,7 +36,6 @@ def add_parser(subparsers) -> None:
     from operators.parametrization import PARAMETRIZATIONS
     from operators.width_mup import WIDTH_PARAMETRIZATIONS
     from mutransfer.problems import PROBLEMS
-    from operators.registry import OPERATORS
 
     p = subparsers.add_parser(
         "train",
@@ -189,10 +191,22 @@ def _resolve_point_data(args: argparse.Namespace, problem, options: dict):
     return load_point_split(path, n_train=n_train, n_test=n_test), str(path)
 
 
-#: flags that apply to FNO only (None when not given)
-_FNO_FLAGS = (("modes", "--modes"), ("projection_channels", "--projection-channels"),
-              ("parametrization", "--parametrization"), ("padding", "--padding"),
-              ("init_scale", "--init-scale"), ("clip_value", "--clip-value"))
+#: flags that only some families take: (args name, flag, what the family must have: an axis, a field or a hyperparameter)
+_FAMILY_FLAGS = (("modes", "--modes", "K"), ("parametrization", "--parametrization", "K"),
+                 ("projection_channels", "--projection-channels", "projection_channels"), ("padding", "--padding", "padding"),
+                 ("init_scale", "--init-scale", "init_scale"), ("clip_value", "--clip-value", "clip_value"),
+                 ("heads", "--heads", "heads"), ("options", "--option", "options"))
+
+
+def _takes(family, need: str) -> bool:
+    """Whether ``family`` has the axis, field or hyperparameter ``need``."""
+    return family.scales(need) if need == "K" else need in family.fields or (need in HPARAM_KEYS and family.applies(need))
+
+
+def _owners(need: str) -> str:
+    """Who takes ``need``: "fno only" or "the attention operators (galerkin, ono, gnot)"."""
+    owners = [f.name for f in OPERATORS.values() if _takes(f, need)]
+    return f"{owners[0]} only" if len(owners) == 1 else f"the attention operators ({', '.join(owners)})"
 
 
 def _parse_options(items: list[str]) -> dict:
@@ -213,94 +227,59 @@ def _parse_options(items: list[str]) -> dict:
     return out
 
 
-def build_train_model(args: argparse.Namespace, problem, data):
-    """The operator the train flags describe, with one-line errors for flags that do not apply to it."""
-    from operators.adapters import normalization_from, point_set_model
-    from operators.fno import FNO
-    from operators.registry import OPERATORS, point_set_families
+def train_model_spec(args: argparse.Namespace, problem, data):
+    """(family, ModelSpec) the train flags describe; one-line errors for flags that do not apply to the family.
+
+    The family's ``defaults`` fill what is not given (operators.registry); the model is
+    built by ``family.build`` — the builder studies use too (mutransfer.study.models).
+    """
     from mutransfer.errors import UserInputError
 
-    points = problem.kind == "points"
     if args.width_parametrization == "mup" and args.base_width is None:
         raise UserInputError("--width-parametrization mup needs --base-width (the width the hyperparameters were tuned at)")
     if args.width_parametrization == "standard" and args.base_width is not None:
         raise UserInputError("--base-width applies to --width-parametrization mup only; drop it or add that flag")
-    base_width = args.base_width if args.width_parametrization == "mup" else None
-    family = OPERATORS[args.operator]
+    family = get_family(args.operator)
     if not family.takes(problem.kind):
+        names = point_set_families()
         raise UserInputError(f"--operator {args.operator} needs a grid; {problem.name} is a point-set problem: use "
-                             f"{', '.join(point_set_families()[:-1])} or {point_set_families()[-1]}")
-    if family.spectral:
-        for flag, value in (("--heads", args.heads), ("--option", args.options or None)):
-            if value is not None:
-                raise UserInputError(f"{flag} applies to the attention operators (galerkin, ono, gnot), not fno; drop it")
-        model = FNO(
-            problem.dim,
-            data.train_x.shape[-1],
-            data.train_y.shape[-1],
-            modes=8 if args.modes is None else args.modes,
-            width=args.width,
-            layers=args.layers,
-            projection_channels=128 if args.projection_channels is None else args.projection_channels,
-            parametrization=args.parametrization or "mup",
-            padding=problem.padding if args.padding is None else args.padding,
-            init_scale=1.0 if args.init_scale is None else args.init_scale,
-            width_parametrization=args.width_parametrization,
-            base_width=base_width,
-        )
-        model.check_input(tuple(data.train_x.shape[1:-1]))
-        return model
-    return point_set_model(
-        normalization=normalization_from(data.train_x, data.train_y, problem.dim if points else None),
-        **attention_arguments(args, problem, data),
-    )
-
-
-def attention_arguments(args: argparse.Namespace, problem, data) -> dict:
-    """point_set_model's arguments (but the normalisation) from the train flags; one-line errors for FNO flags."""
-    from mutransfer.errors import UserInputError
-
-    for name, flag in _FNO_FLAGS:
-        if getattr(args, name) is not None:
-            raise UserInputError(f"{flag} applies to fno only, not {args.operator}; drop it")
+                             f"{', '.join(names[:-1])} or {names[-1]}")
+    for name, flag, need in _FAMILY_FLAGS:
+        if getattr(args, name) not in (None, []) and not _takes(family, need):
+            raise UserInputError(f"{flag} applies to {_owners(need)}, not {args.operator}; drop it")
     options = _parse_options(args.options)
     reserved = {"coord_dim", "in_channels", "out_channels", "width", "layers", "heads", "width_parametrization", "base_width"}
     clash = sorted(reserved & set(options))
     if clash:
         raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
-    return dict(operator=args.operator, coord_dim=problem.dim, input_channels=int(data.train_x.shape[-1]),
-                output_channels=int(data.train_y.shape[-1]), packed=problem.kind == "points", width=args.width,
-                layers=args.layers, heads=4 if args.heads is None else args.heads,
-                width_parametrization=args.width_parametrization,
-                base_width=args.base_width if args.width_parametrization == "mup" else None, **options)
+    points = problem.kind == "points"
+    spec = ModelSpec(
+        dim=problem.dim, input_channels=int(data.train_x.shape[-1]), output_channels=int(data.train_y.shape[-1]),
+        width=args.width, layers=args.layers, modes=args.modes, parametrization=args.parametrization,
+        width_parametrization=args.width_parametrization,
+        base_width=args.base_width if args.width_parametrization == "mup" else None,
+        init_scale=1.0 if args.init_scale is None else args.init_scale, packed=points,
+        normalization=(normalization_from(data.train_x, data.train_y, problem.dim if points else None)
+                       if family.standardizes else None),
+        options={"padding": problem.padding if args.padding is None else args.padding,
+                 "projection_channels": args.projection_channels, "heads": args.heads, "options": options},
+    )
+    return family, spec
 
 
-def _check_memory_before_building(args: argparse.Namespace, problem, data, config) -> None:
-    """Check K against the grid and plan the model from the flags (nothing built); refuse it, one line, if a step cannot fit."""
+def _plan_before_building(family, config: dict, data, train_config):
+    """Check K against the grid and plan the model config (nothing built); refuse it, one line, if a step cannot fit."""
     from mutransfer.training.memory import check_before_building
     from mutransfer.training.trainer import resolve_device
-    from operators.adapters import point_set_config
-    from operators.registry import OPERATORS
 
-    if not OPERATORS[args.operator].spectral:  # an attention operator: planned by operators.planning_attention
-        arguments = attention_arguments(args, problem, data)
-        model = point_set_config(arguments.pop("operator"), **arguments)
-        check_before_building(model, tuple(data.train_x.shape[1:-1]), min(config.batch_size, int(data.train_x.shape[0])),
-                              resolve_device(config.device), precision=config.precision,
-                              weight_decay=config.weight_decay, limit=config.device_memory)
-        return
-    fno = dict(dim=problem.dim, in_channels=int(data.train_x.shape[-1]), out_channels=int(data.train_y.shape[-1]),
-               modes=8 if args.modes is None else args.modes, width=args.width, layers=args.layers,
-               projection_channels=128 if args.projection_channels is None else args.projection_channels,
-               padding=problem.padding if args.padding is None else args.padding)
-    check_before_building(fno, tuple(data.train_x.shape[1:-1]), min(config.batch_size, int(data.train_x.shape[0])),
-                          resolve_device(config.device), precision=config.precision,
-                          weight_decay=config.weight_decay, limit=config.device_memory)
+    return check_before_building(config, tuple(data.train_x.shape[1:-1]),
+                                 min(train_config.batch_size, int(data.train_x.shape[0])),
+                                 resolve_device(train_config.device), precision=train_config.precision,
+                                 weight_decay=train_config.weight_decay, limit=train_config.device_memory)
 
 
 def run(args: argparse.Namespace) -> int:
     from mutransfer.errors import UserInputError
-    from operators.registry import OPERATORS
     from mutransfer.training import TrainConfig, train
 
     epochs, iterations = args.epochs, args.iterations
@@ -334,12 +313,14 @@ def run(args: argparse.Namespace) -> int:
         data_workers=args.data_workers,
     )
     problem, data, path = resolve_data(args)
-    _check_memory_before_building(args, problem, data, config)  # every family is planned before it is built
+    family, spec = train_model_spec(args, problem, data)
+    model_config = family.configure(spec)
+    plan = _plan_before_building(family, model_config, data, config)  # every family is planned before it is built
     import torch
 
     torch.manual_seed(config.seed)  # the init depends on --seed only, as a sweep's trials and target do
-    model = build_train_model(args, problem, data)
-    result = train(model, data, config, resume=args.resume)
+    model = family.build(model_config)
+    result = train(model, data, config, resume=args.resume, plan=plan)
     summary = {
         "problem": problem.name,
         "data": path,
@@ -356,11 +337,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     grid = "x".join(str(n) for n in summary["grid"])
-    if OPERATORS[args.operator].spectral:
-        what = (f"FNO-{problem.dim}D K={model.modes} width={args.width} layers={args.layers} "
-                f"({model.config['parametrization']})")
-    else:
-        what = f"{args.operator} width={args.width} layers={args.layers} heads={model.operator.config['heads']}"
+    what = f"{family.describe(problem.dim, model.config.get('modes'), args.width)}, {args.layers} layers"
     if args.width_parametrization == "mup":
         what += f", width-muP from base width {args.base_width}"
     where = f"{grid} points per sample (padded)" if problem.kind == "points" else f"grid {grid}"

@@ -74,7 +74,7 @@ def validate(options: LandscapeOptions):
     study, _ = load_study(options.study_path, options.study_overrides)
     if (options.modes is None) == (options.widths is None):
         raise UserInputError("--modes/--widths: give exactly one of them (the scale the landscape varies)")
-    if options.modes is not None and not study.is_fno:
+    if options.modes is not None and not study.family.scales("K"):
         raise UserInputError(f"--modes: {study.operator.type} has no Fourier modes; vary the width with --widths")
     scales = options.widths if options.widths else options.modes
     if len(set(scales)) < 2:

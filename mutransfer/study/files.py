@@ -61,7 +61,7 @@ def _owners(key: str) -> str:
 
 
 def _spectral_names() -> str:
-    return "/".join(f.name for f in OPERATORS.values() if f.spectral)
+    return "/".join(f.name for f in OPERATORS.values() if f.scales("K"))
 
 
 def _read_operator(r: Reader) -> OperatorSpec:
@@ -103,7 +103,7 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         r.fail("search_space", "is required; e.g. search_space: {lr: {type: loguniform, low: 1e-4, high: 1e-2}}")
     operator = _read_operator(r.sub("operator"))
     family = OPERATORS[operator.type]
-    if not family.spectral:
+    if not family.scales("K"):
         for key in ("proxy_K", "target_K", "parametrization"):
             if r.has(key):
                 fix = "use target_width to scale the width" if key != "parametrization" else "use width_parametrization"
@@ -118,8 +118,8 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         problem=problem,
         operator=operator,
         parametrization=read("parametrization"),
-        proxy_K=read("proxy_K", REQUIRED) if family.spectral else None,
-        target_K=read("target_K", REQUIRED) if family.spectral else None,
+        proxy_K=read("proxy_K", REQUIRED) if family.scales("K") else None,
+        target_K=read("target_K", REQUIRED) if family.scales("K") else None,
         target_width=read("target_width"),
         width_parametrization=read("width_parametrization"),
         ladder=read("ladder"),
@@ -133,12 +133,11 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         tracking=read_section(r.sub("tracking"), TrackingSpec),
         source=source,
     )
-    if not family.spectral:
-        fixed = {"clip_value": study.training.clip_value is not None, "init_scale": study.training.init_scale != 1.0}
-        for key in SPECTRAL_HYPERPARAMETERS:
-            where = f"search_space.{key}" if key in study.search_space else f"training.{key}" if fixed[key] else None
-            if where:
-                r.fail(where, f"acts on FNO's spectral weights only, not {operator.type}; remove it")
+    fixed = {"clip_value": study.training.clip_value is not None, "init_scale": study.training.init_scale != 1.0}
+    for key in (k for k in SPECTRAL_HYPERPARAMETERS if not family.applies(k)):
+        where = f"search_space.{key}" if key in study.search_space else f"training.{key}" if fixed[key] else None
+        if where:
+            r.fail(where, f"acts on FNO's spectral weights only, not {operator.type}; remove it")
     r.finish(TOP_ORDER)
     resolve_and_check(study, r)
     return study
@@ -274,7 +273,7 @@ def _with_ladder_start(mapping: dict, overrides: dict) -> dict:
         return overrides
     operator = _get_path(mapping, "operator.type")
     family = OPERATORS.get(operator if isinstance(operator, str) else "fno")
-    implied = first_size_overrides(ladder, family.spectral if family is not None else True)
+    implied = first_size_overrides(ladder, family.scales("K") if family is not None else True)
     return {**overrides, **{k: v for k, v in implied.items() if overrides.get(k) is None}}
 
 

@@ -58,11 +58,12 @@ def read_ladder(r: Reader, name: str, default):
 def ladder_sizes(study) -> list[LadderSize]:
     """The ladder's sizes (an integer is K for FNO, the width otherwise; a missing axis is the proxy's)."""
     out = []
+    k_axis = study.family.scales("K")
     for entry in study.ladder or ():
         if isinstance(entry, dict):
-            K = entry.get("K", study.proxy_K) if study.is_fno else None
+            K = study.family.sized(entry.get("K", study.proxy_K))
             out.append(LadderSize(K, int(entry.get("width", study.operator.width))))
-        elif study.is_fno:
+        elif k_axis:
             out.append(LadderSize(int(entry), int(study.operator.width)))
         else:
             out.append(LadderSize(None, int(entry)))
@@ -96,25 +97,26 @@ def check_ladder(study, r: Reader) -> None:
     """One line naming the entry when the ladder does not climb from the proxy to at most the target."""
     if not study.ladder:
         return
+    k_axis = study.family.scales("K")
     for i, entry in enumerate(study.ladder):
-        if isinstance(entry, dict) and "K" in entry and not study.is_fno:
+        if isinstance(entry, dict) and "K" in entry and not k_axis:
             r.fail(f"ladder[{i}].K", f"{study.operator.type} has no Fourier modes; give widths, e.g. ladder: [16, 32, 64]")
     sizes = ladder_sizes(study)
-    proxy = LadderSize(study.proxy_K if study.is_fno else None, study.operator.width)
+    proxy = LadderSize(study.proxy_modes, study.operator.width)
     if sizes[0] != proxy:
         r.fail("ladder[0]", f"{sizes[0].text()} must be the proxy ({proxy.text()}): the ladder starts at the proxy; "
                             f"set proxy_K / operator.width to it, or start the ladder at {proxy.text()}")
-    target = LadderSize(study.target_K if study.is_fno else None, study.target_width or study.operator.width)
+    target = LadderSize(study.target_modes, study.target_width or study.operator.width)
     for i, (a, b) in enumerate(zip(sizes, sizes[1:]), start=1):
-        pairs = [(b.width, a.width)] + ([(b.K, a.K)] if study.is_fno else [])
+        pairs = [(b.width, a.width)] + ([(b.K, a.K)] if k_axis else [])
         if any(x < y for x, y in pairs) or all(x == y for x, y in pairs):
             r.fail(f"ladder[{i}]", f"{b.text()} must be larger than ladder[{i - 1}] ({a.text()}) on one axis and smaller on none")
-        if b.width > target.width or (study.is_fno and b.K > target.K):
+        if b.width > target.width or (k_axis and b.K > target.K):
             r.fail(f"ladder[{i}]", f"{b.text()} is larger than the target ({target.text()}); a ladder climbs up to the target")
         heads = study.operator.heads if "heads" in study.family.fields else None
         if heads and b.width % heads:
             r.fail(f"ladder[{i}]", f"width {b.width} is not divisible by operator.heads {heads}; use a multiple of {heads}")
-        if study.is_fno and b.K != a.K:
+        if k_axis and b.K != a.K:
             from operators.errors import OperatorConfigError
             from operators.parametrization import check_modes
 
@@ -131,15 +133,16 @@ def check_ladder(study, r: Reader) -> None:
 
 def rung_study(study, size: LadderSize):
     """The study whose *target* is ``size``: a rung's trials build that model (the width-μP base stays operator.width)."""
-    return dataclasses.replace(study, target_K=size.K if study.is_fno else study.target_K, target_width=size.width)
+    return dataclasses.replace(study, target_K=study.target_K if size.K is None else size.K, target_width=size.width)
 
 
 def step_study(study, a: LadderSize, b: LadderSize):
     """The study whose proxy is ``a`` and target ``b``: its transfer_scaling() is the μP step a → b."""
-    return dataclasses.replace(study, proxy_K=a.K if study.is_fno else study.proxy_K,
+    return dataclasses.replace(study, proxy_K=study.proxy_K if a.K is None else a.K,
                                operator=dataclasses.replace(study.operator, width=a.width),
-                               target_K=b.K if study.is_fno else study.target_K, target_width=b.width)
+                               target_K=study.target_K if b.K is None else b.K, target_width=b.width)
 
 
 def target_size(study) -> LadderSize:
-    return LadderSize(study.target_K if study.is_fno else None, int(study.target_width or study.operator.width))
+    """The target's size (K for families with the K axis, and the width)."""
+    return LadderSize(study.target_modes, int(study.target_width or study.operator.width))

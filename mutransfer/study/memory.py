@@ -24,14 +24,12 @@ operators are checked by the trainer too (in each trial, before the optimizer ex
 
 from __future__ import annotations
 
-import math
 import os
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
+from mutransfer.study.models import model_spec
 from mutransfer.training.memory import available_memory, check_fits, check_padding
-from operators.planning import plan_fno
-from operators.planning_attention import plan_attention
 
 
 def _largest_searched(study: Study, name: str, fixed):
@@ -44,22 +42,10 @@ def _largest_searched(study: Study, name: str, fixed):
 
 
 def _plan(study: Study, modes: int | None, width: int, batch: int, device: str = "cuda"):
-    """The FNO's plan at ``modes`` K, or the attention operator's (``modes`` unused), at ``width``."""
+    """The family's plan of one training step at ``modes`` K (families with the K axis) and ``width``."""
     grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
-    if not study.is_fno:
-        o = study.operator
-        config = dict(coord_dim=study.dim, in_channels=1, out_channels=1, width=int(width), layers=o.layers,
-                      width_parametrization=study.width_parametrization or "standard", **o.options)
-        if o.heads is not None:
-            config["heads"] = o.heads
-        return plan_attention(
-            o.type, config, points=math.prod(grid), batch=int(batch), precision=study.training.precision,
-            weight_decay=float(_largest_searched(study, "weight_decay", study.training.weight_decay)), device=device,
-        )
-    return plan_fno(
-        study.dim, int(modes), int(width), study.operator.layers, grid=grid, batch=int(batch),
-        projection_channels=study.operator.projection_channels, padding=study.padding,
-        precision=study.training.precision,
+    return study.family.plan(
+        model_spec(study, modes=modes, width=width), grid=grid, batch=int(batch), precision=study.training.precision,
         weight_decay=float(_largest_searched(study, "weight_decay", study.training.weight_decay)), device=device,
     )
 
@@ -80,7 +66,7 @@ def check_study_memory(study: Study, concurrency: int, *, gpus: int) -> None:
     r, t = study.resources, study.target
     batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     proxy_gpu = r.gpus_per_trial > 0 and gpus > 0
-    proxy = _plan(study, study.proxy_K, study.operator.width, batch, "cuda" if proxy_gpu else "cpu")
+    proxy = _plan(study, study.proxy_modes, study.operator.width, batch, "cuda" if proxy_gpu else "cpu")
     limit, where = _device_limit(
         proxy_gpu, r.gpus_per_trial, concurrency,
         f"a {r.gpus_per_trial:g}-GPU share of cuda:0's free memory", f"the available RAM / {concurrency} trials at once",
@@ -89,7 +75,7 @@ def check_study_memory(study: Study, concurrency: int, *, gpus: int) -> None:
 
     use_gpu = t.use_gpu is True or (t.use_gpu == "auto" and gpus >= 1)
     per_worker = max(1, batch // t.num_workers)
-    target = _plan(study, study.target_K, study.target_width or study.operator.width, per_worker,
+    target = _plan(study, study.target_modes, study.target_width or study.operator.width, per_worker,
                    "cuda" if use_gpu else "cpu")
     limit, where = _device_limit(use_gpu, 1.0, t.num_workers, "cuda:0's free memory",
                                  f"the available RAM / {t.num_workers} target workers")
@@ -114,13 +100,13 @@ def check_target_size_memory(study: Study, concurrency: int) -> None:
         return
     batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} trainings at once")
-    check_fits(_plan(study, study.target_K, study.target_width or study.operator.width, batch, "cpu"), None,
+    check_fits(_plan(study, study.target_modes, study.target_width or study.operator.width, batch, "cpu"), None,
                limit=limit, where=where, what="target-size training of --verify / --baseline direct")
 
 
 def check_study_padding(study: Study) -> None:
     """An FNO study's padding must not exceed its grid (as for `train`): one-line UserInputError naming operator.padding."""
-    if not study.is_fno or study.point_problem:
+    if "padding" not in study.family.fields or study.point_problem:
         return
     grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
     check_padding(study.padding, grid, "operator.padding")

@@ -8,36 +8,58 @@ multipliers the model derives from K and the width itself).
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
+
+from torch import nn
 
 from mutransfer.study import Study
+from operators.adapters import normalization_from
+from operators.family import ModelSpec
+from operators.parametrization import model_spectral_lr
 
 #: the hyperparameter keys a trial / the target is described by
 HPARAM_KEYS = ("lr", "batch_size", "beta1", "beta2", "weight_decay", "clip_value", "init_scale")
 
 
+@dataclass(frozen=True)
+class Hyperparameters:
+    """The hyperparameters of one trial or the target: the study's fixed ones with the sampled ones over them."""
+
+    lr: float
+    batch_size: int
+    beta1: float
+    beta2: float
+    weight_decay: float
+    clip_value: float | None
+    init_scale: float
+
+    @classmethod
+    def merged(cls, study: Study, config: dict | None = None) -> Hyperparameters:
+        """The one merge: ``study.training``'s values, overridden by the sampled ``config`` (keys of HPARAM_KEYS)."""
+        t = study.training
+        values = {"lr": t.lr, "batch_size": t.batch_size, "beta1": t.betas[0], "beta2": t.betas[1],
+                  "weight_decay": t.weight_decay, "clip_value": t.clip_value, "init_scale": t.init_scale}
+        values.update({key: value for key, value in (config or {}).items() if key in values})
+        return cls(lr=float(values["lr"]), batch_size=int(values["batch_size"]), beta1=float(values["beta1"]),
+                   beta2=float(values["beta2"]), weight_decay=float(values["weight_decay"]),
+                   clip_value=None if values["clip_value"] is None else float(values["clip_value"]),
+                   init_scale=float(values["init_scale"]))
+
+    def as_dict(self) -> dict:
+        """The flat mapping trials, the target and the report use (keys of HPARAM_KEYS)."""
+        return dataclasses.asdict(self)
+
+
 def fixed_hyperparameters(study: Study) -> dict:
     """The study's fixed hyperparameters (``training``) as a flat dict."""
-    t = study.training
-    return {
-        "lr": float(t.lr),
-        "batch_size": int(t.batch_size),
-        "beta1": float(t.betas[0]),
-        "beta2": float(t.betas[1]),
-        "weight_decay": float(t.weight_decay),
-        "clip_value": None if t.clip_value is None else float(t.clip_value),
-        "init_scale": float(t.init_scale),
-    }
+    return Hyperparameters.merged(study).as_dict()
 
 
 def merge_hyperparameters(study: Study, config: dict) -> dict:
     """Fixed hyperparameters overridden by the sampled ``config`` (keys of the search space)."""
-    hp = fixed_hyperparameters(study)
-    for key, value in config.items():
-        if key not in hp:
-            continue
-        hp[key] = int(value) if key == "batch_size" else float(value)
-    return hp
+    return Hyperparameters.merged(study, config).as_dict()
 
 
 def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None = None, **options):
@@ -66,7 +88,7 @@ def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None 
     )
 
 
-def build_model(
+def model_spec(
     study: Study,
     *,
     modes: int | None = None,
@@ -75,43 +97,34 @@ def build_model(
     input_channels: int = 1,
     output_channels: int = 1,
     normalization: dict | None = None,
-):
-    """The study's operator at ``modes`` K (FNO) and ``width`` (default: the proxy's operator.width).
+) -> ModelSpec:
+    """The study's operator at ``modes`` K (families with the K axis) and ``width``, as the family's ModelSpec.
+
+    Under width-muP the base width is the proxy's ``operator.width``, so the proxy is the
+    standard model and wider models get the Tensor Programs V multipliers.
+    """
+    o = study.operator
+    family = study.family
+    wp = study.width_parametrization or "standard"
+    options = {name: getattr(o, name) for name in family.fields}
+    options["padding"] = study.padding
+    return ModelSpec(
+        dim=study.dim, input_channels=int(input_channels), output_channels=int(output_channels),
+        width=int(o.width if width is None else width), layers=int(o.layers),
+        modes=family.sized(study.proxy_K if modes is None else int(modes)), parametrization=study.parametrization,
+        width_parametrization=wp, base_width=int(o.width) if wp == "mup" else None, init_scale=float(init_scale),
+        packed=study.point_problem, normalization=normalization, options=options,
+    )
+
+
+def build_model(study: Study, **spec) -> nn.Module:
+    """The study's operator (the one model builder of train, sweep, landscape and evaluate): ``model_spec``'s arguments.
 
     ``input_channels`` is the last-axis size of the input tensor (for point-set
-    problems the packed [coords | features | mask] layout, see
-    operators.adapters). Under width-muP the base width is the proxy's
-    ``operator.width``, so the proxy is the standard model and wider models
-    get the Tensor Programs V multipliers. ``normalization`` (attention operators
-    only): per-channel standardisation from operators.adapters.normalization_from.
+    problems the packed [coords | features | mask] layout, see operators.adapters);
+    ``normalization`` (families that standardise): from operators.adapters.normalization_from.
     """
-    from operators import FNO
-    from operators.adapters import point_set_model
-
-    o = study.operator
-    width = int(o.width if width is None else width)
-    wp = study.width_parametrization or "standard"
-    base_width = int(o.width) if wp == "mup" else None
-    if study.is_fno:
-        return FNO(
-            study.dim,
-            int(input_channels),
-            int(output_channels),
-            modes=int(modes if modes is not None else study.proxy_K),
-            width=width,
-            layers=o.layers,
-            parametrization=study.parametrization,
-            projection_channels=o.projection_channels,
-            padding=study.padding,
-            init_scale=float(init_scale),
-            width_parametrization=wp,
-            base_width=base_width,
-        )
-    return point_set_model(
-        o.type, coord_dim=study.dim, input_channels=input_channels, output_channels=output_channels,
-        packed=study.point_problem, normalization=normalization, width=width, layers=o.layers, heads=o.heads,
-        width_parametrization=wp, base_width=base_width, **o.options,
-    )
+    return study.family.build(model_spec(study, **spec))
 
 
 def model_for(
@@ -121,8 +134,8 @@ def model_for(
 
     ``modes`` / ``width`` override the proxy's or target's (landscapes vary them).
     """
-    if modes is None and study.is_fno:
-        modes = study.target_K if target else study.proxy_K
+    if modes is None:
+        modes = study.target_modes if target else study.proxy_modes
     if width is None:
         width = study.target_width if target else study.operator.width
     return build_model(
@@ -133,11 +146,9 @@ def model_for(
 
 
 def data_normalization(study: Study, data) -> dict | None:
-    """The attention operators' per-channel standardisation from the training split (None for FNO)."""
-    if study.is_fno:
+    """The per-channel standardisation from the training split, for families that standardise (None otherwise)."""
+    if not study.family.standardizes:
         return None
-    from operators.adapters import normalization_from
-
     return normalization_from(data.train_x, data.train_y, study.dim if study.point_problem else None)
 
 
@@ -154,16 +165,12 @@ def eval_metrics(record, spectral_lr0: float) -> dict:
 
 
 def effective_spectral_lr(model, lr: float) -> float:
-    """The spectral weights' Adam LR at step 0, read from the optimizer param groups (c(K)·lr)."""
-    from operators import optimizer_param_groups
-
-    for group in optimizer_param_groups(model, lr):
-        if group["name"] == "spectral":
-            return float(group["lr"])
-    return float(lr)
+    """The spectral weights' Adam LR at step 0 (c(K)·lr), by the rule in operators.parametrization."""
+    return model_spectral_lr(model, lr)
 
 
 def is_finite(value) -> bool:
+    """Whether ``value`` reads as a finite float."""
     try:
         return math.isfinite(float(value))
     except (TypeError, ValueError):

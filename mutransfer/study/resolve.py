@@ -38,7 +38,7 @@ def resolve_and_check(study: Study, r: Reader) -> None:
         _resolve_points_problem(study, problem, r)
         return
     _resolve_grid_problem(study, problem, r)
-    if study.is_fno:
+    if study.family.scales("K"):
         _check_modes(study, r)
     check_search_algorithm(study, r)
 
@@ -110,7 +110,7 @@ def _check_operator_options(study: Study, r: Reader) -> None:
     """
     from mutransfer.problems import get_problem
     from operators.errors import OperatorConfigError
-    from operators.planning_attention import plan_attention, planned_families
+    from operators.planning_attention import plan_attention
 
     o = study.operator
     config = dict(
@@ -118,7 +118,7 @@ def _check_operator_options(study: Study, r: Reader) -> None:
         heads=o.heads, **o.options,
     )
     try:
-        if o.type not in planned_families() or plan_attention(o.type, config, points=1).total_params <= 10**7:
+        if study.family.attention_formula is None or plan_attention(o.type, config, points=1).total_params <= 10**7:
             study.family.make(config)
     except OperatorConfigError as exc:
         r.fail("operator.options", f"{exc}")

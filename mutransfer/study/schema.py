@@ -199,9 +199,14 @@ class Study:
         return OPERATORS[self.operator.type]
 
     @property
-    def is_fno(self) -> bool:
-        """The operator has Fourier modes (the K axis): K-parametrization, clipping, coord-check, exact plan."""
-        return self.family.spectral
+    def proxy_modes(self) -> int | None:
+        """The proxy's K for a family with the K axis, else None."""
+        return self.family.sized(self.proxy_K)
+
+    @property
+    def target_modes(self) -> int | None:
+        """The target's K for a family with the K axis, else None."""
+        return self.family.sized(self.target_K)
 
     @property
     def proxy_width(self) -> int:
@@ -209,7 +214,7 @@ class Study:
 
     @property
     def scales_K(self) -> bool:
-        return self.is_fno and self.proxy_K != self.target_K
+        return self.proxy_modes != self.target_modes
 
     @property
     def scales_width(self) -> bool:
@@ -219,7 +224,7 @@ class Study:
         """The operator and what scales from proxy to target, as flat fields (report, MLflow parent params)."""
         return {
             "operator": self.operator.type,
-            "parametrization": self.parametrization if self.is_fno else None,
+            "parametrization": self.parametrization if self.family.scales("K") else None,
             "proxy_K": self.proxy_K,
             "target_K": self.target_K,
             "proxy_width": self.operator.width,
@@ -233,8 +238,8 @@ class Study:
 
         return Scaling(
             dim=self.dim,
-            proxy_modes=self.proxy_K if self.is_fno else None,
-            target_modes=self.target_K if self.is_fno else None,
+            proxy_modes=self.proxy_modes,
+            target_modes=self.target_modes,
             parametrization=self.parametrization,
             proxy_width=self.operator.width,
             target_width=self.target_width,
@@ -249,14 +254,12 @@ class Study:
     def model_text(self, target: bool) -> str:
         """e.g. "FNO-2D K=24 width 32" or "galerkin width 64" (the proxy's or the target's)."""
         width = self.target_width if target else self.operator.width
-        if self.is_fno:
-            return f"FNO-{self.dim}D K={self.target_K if target else self.proxy_K} width {width}"
-        return f"{self.operator.type} width {width}"
+        return self.family.describe(self.dim, self.target_modes if target else self.proxy_modes, width)
 
     def scale_text(self) -> str:
         """What scales from proxy to target, e.g. "K 6 -> 24" or "width 16 -> 64 (width-muP)"."""
         parts = []
-        if self.is_fno:
+        if self.family.scales("K"):
             parts.append(f"K {self.proxy_K} -> {self.target_K}")
         if self.scales_width:
             parts.append(f"width {self.operator.width} -> {self.target_width} (width-{self.width_parametrization})")
@@ -308,7 +311,7 @@ class Study:
         for key in family_only_fields():
             if key not in self.family.fields:
                 ordered["operator"].pop(key)
-        if not self.is_fno:
+        if not self.family.scales("K"):
             for key in ("proxy_K", "target_K", "parametrization"):
                 ordered.pop(key)
         return ordered

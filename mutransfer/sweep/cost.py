@@ -17,7 +17,7 @@ the analytic count's dominant terms), at the data's input shape.
 
 from __future__ import annotations
 
-from operators.planning import step_flops
+from mutransfer.study.models import model_spec
 
 
 def trial_devices(study) -> float:
@@ -53,12 +53,10 @@ def epoch_flops(study, modes: int | None, width: int | None = None, input_shape:
     (31, 31, 1) or packed (P, d + C + 1)); None when no shape is known.
     """
     width = int(study.operator.width if width is None else width)
-    if study.is_fno:
+    family = study.family
+    if family.flops is not None:
         grid = (int(study.problem.resolution),) * study.dim
-        per_sample = step_flops(
-            study.dim, int(modes), width, study.operator.layers, grid,
-            batch=1, projection_channels=study.operator.projection_channels, padding=study.padding,
-        )["total"]
+        per_sample = family.flops(family.configure(model_spec(study, modes=modes, width=width)), grid)
         return per_sample * int(study.problem.n_train)
     if input_shape is None:
         if study.point_problem:
@@ -82,7 +80,7 @@ def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int,
     proxy_flops = None if proxy_epoch is None else epochs * proxy_epoch
     direct_flops = None if target_epoch is None else epochs * target_epoch
     out = {
-        "flops_method": "analytic" if study.is_fno else "counted",
+        "flops_method": "analytic" if study.family.flops is not None else "counted",
         "proxy_flops": proxy_flops,
         "direct_sweep_flops": direct_flops,
         "target_flops": None,

@@ -32,7 +32,7 @@ def prepare(options: SweepOptions) -> SweepContext:
 
     fail_trials = fail_trials_from_env()
     study, applied = load_study(options.study_path, options.overrides)
-    if options.coord_check and not study.is_fno:
+    if options.coord_check and not study.family.coord_checkable:
         raise UserInputError(
             f"--coord-check measures FNO's spectral layers across K; operator.type {study.operator.type} has none, drop the flag"
         )

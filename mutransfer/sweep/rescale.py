@@ -15,14 +15,12 @@ from mutransfer.study_folder.records import TrialRecord
 
 def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
     """(the transfer record as a dict, the target's hyperparameters) for the best proxy."""
-    from operators.registry import SPECTRAL_HYPERPARAMETERS
     from operators.transfer import transfer as rescale
 
     hp = dict(best.hp if isinstance(best, TrialRecord) else best["hp"])
-    skip = ("lr",) if study.is_fno else ("lr", *SPECTRAL_HYPERPARAMETERS)
-    unchanged = {k: v for k, v in hp.items() if k not in skip and v is not None}
-    record = rescale(study.transfer_scaling(), hp["lr"], init_scale=hp["init_scale"] if study.is_fno else None,
-                     unchanged=unchanged)
+    own = study.family.own_hyperparameters(hp)  # clip_value, init_scale only where they act
+    unchanged = {k: v for k, v in own.items() if k != "lr" and v is not None}
+    record = rescale(study.transfer_scaling(), hp["lr"], init_scale=own.get("init_scale"), unchanged=unchanged)
     stds = {q.name: q for q in record.quantities}.get("spectral_init_std")
     out = record.as_dict()
     out.update(

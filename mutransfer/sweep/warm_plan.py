@@ -147,7 +147,7 @@ def build_warm_start(spec: str, study, source: SourceStudy, top: int | None, not
                              "a finite error; finish it (--resume) or pick another study")
     clipped, out_of_choice, missing = [], [], []
     trials: list[WarmTrial] = []
-    size = {"K": study.proxy_K if study.is_fno else None, "width": int(study.operator.width)}
+    size = {"K": study.proxy_modes, "width": int(study.operator.width)}
     for t in best:
         config = _fit(study, t, clipped, out_of_choice, missing)
         if config is None:
@@ -201,7 +201,7 @@ def source_scaling(study, source: SourceStudy):
     """The ``Scaling`` from the source's proxy size to this study's proxy size (width copied: standard rule)."""
     from operators.transfer import Scaling
 
-    modes = study.is_fno and source.proxy_K is not None
+    modes = study.proxy_modes is not None and source.proxy_K is not None
     return Scaling(dim=study.dim, proxy_modes=source.proxy_K if modes else None, target_modes=study.proxy_K if modes else None,
                    parametrization=study.parametrization, proxy_width=source.proxy_width, target_width=int(study.operator.width),
                    width_parametrization="standard", attention_scaled=study.family.attention_scaled)
@@ -214,8 +214,8 @@ def rescale_record(study, source: SourceStudy, config: dict) -> dict:
 
     hp = merge_hyperparameters(study, config)
     unchanged = {k: v for k, v in config.items() if k not in ("lr", "init_scale")}
-    record = transfer(source_scaling(study, source), hp["lr"], init_scale=hp["init_scale"] if study.is_fno else None,
-                      unchanged=unchanged)
+    record = transfer(source_scaling(study, source), hp["lr"],
+                      init_scale=study.family.own_hyperparameters(hp).get("init_scale"), unchanged=unchanged)
     return {"lr_factor": record.lr_factor, "init_variance_factor": record.init_variance_factor,
             "quantities": record.as_dict()["quantities"], "notes": list(record.notes)}
 

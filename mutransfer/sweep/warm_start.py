@@ -122,8 +122,8 @@ def read_folder(root: Path) -> SourceStudy:
         trials.append(SourceTrial(directory.name, config, result.value, result.status))
     return SourceStudy(
         name=study.name, problem=study.problem.name, operator=study.operator.type,
-        parametrization=study.parametrization if study.is_fno else None,
-        proxy_K=study.proxy_K if study.is_fno else None, proxy_width=int(study.operator.width),
+        parametrization=study.scaling()["parametrization"],
+        proxy_K=study.proxy_modes, proxy_width=int(study.operator.width),
         location=str(sdir.root), kind="folder", trials=tuple(trials))
 
 

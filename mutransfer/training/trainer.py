@@ -42,7 +42,7 @@ from mutransfer.training.config import TrainConfig, resolve_device
 from mutransfer.training.evaluation import all_finite as _all_finite
 from mutransfer.training.evaluation import base_lr as _base_lr
 from mutransfer.training.evaluation import evaluate
-from mutransfer.training.memory import check_model_fits
+from mutransfer.training.memory import check_fits, check_model_fits
 from mutransfer.training.pino import build_loss
 from mutransfer.training.precision import Precision
 from mutransfer.training.records import DIVERGED_METRIC, EpochRecord, TrainEnd, TrainResult
@@ -116,8 +116,12 @@ def _notify(callbacks: Iterable[Callback], event: EpochRecord | TrainEnd) -> boo
     return stop
 
 
-def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.device) -> None:
-    """Refuse (one line) an FNO whose training step does not fit the device, before moving it there."""
+def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.device, plan=None) -> None:
+    """Refuse (one line) a model whose training step does not fit the device, before moving it there.
+
+    ``plan``: the model's plan when the caller already made it (``mutransfer train``), held
+    against the device as it is; else the model's family plans it here.
+    """
     limit, where = config.device_memory, None
     if limit is None and device.type == "cpu" and not os.environ.get("MUTRANSFER_DEVICE_MEMORY"):
         # the model's weights already sit in RAM, so they are not part of what is still available
@@ -125,6 +129,9 @@ def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.
 
         limit = available_memory("cpu")[0] + sum(p.numel() * p.element_size() for p in model.parameters())
         where = "the available RAM (with the model's weights)"
+    if plan is not None:
+        check_fits(plan, device, limit=limit, where=where)
+        return
     check_model_fits(model, tuple(train_x.shape[1:-1]), config.batch_size, device, precision=config.precision,
                      weight_decay=config.weight_decay, limit=limit, where=where)
 
@@ -139,7 +146,7 @@ def _finite_or_sentinel(value: float) -> float:
 class _Run:
     """One call of :func:`train`: what setup builds, the loop's state, and the loop's steps."""
 
-    def __init__(self, model: nn.Module, data, config: TrainConfig, callbacks: Iterable[Callback]):
+    def __init__(self, model: nn.Module, data, config: TrainConfig, callbacks: Iterable[Callback], plan=None):
         config.validate()
         self.call_start = time.perf_counter()
         self.config = config
@@ -156,7 +163,7 @@ class _Run:
         self.total_iterations = config.epochs * self.iters_per_epoch if config.epochs is not None else config.iterations
         self.eval_interval = config.eval_every * unit
 
-        _check_memory(model, self.train_x, config, device)
+        _check_memory(model, self.train_x, config, device, plan)
         torch.manual_seed(config.seed)
         self.model = model
         model.to(device)
@@ -366,6 +373,7 @@ def train(
     *,
     callbacks: Iterable[Callback] = (),
     resume: bool = True,
+    plan=None,
 ) -> TrainResult:
     """Train ``model`` on ``data`` and return a :class:`TrainResult`.
 
@@ -377,9 +385,10 @@ def train(
     and a final :class:`TrainEnd` (``event`` "end", with the status); raising
     :class:`StopTraining` ends the run with status "stopped". Divergence
     (non-finite loss or parameters) ends the run with status "diverged" and
-    ``test_error = DIVERGED_METRIC``; no exception.
+    ``test_error = DIVERGED_METRIC``; no exception. ``plan``: the model's memory plan when the
+    caller made it already (its family's ``plan``), so it is not planned twice.
     """
-    run = _Run(model, data, config, callbacks)
+    run = _Run(model, data, config, callbacks, plan)
     if resume:
         run.resume()
     run.loop()

@@ -1,0 +1,189 @@
+"""What an operator family is, and the table of registered families (operators.registry fills it).
+
+A family owns its behaviour: the service asks the record, never which family it holds.
+
+- ``configure(spec)``: the model's ``config`` from a neutral :class:`ModelSpec`
+  (sizes, channels, the width rule, the family's own fields); ``construct(config)``
+  builds the model from it (``build(config)`` does both steps);
+- ``planner(config, grid=, batch=, precision=, weight_decay=, device=)``: parameters,
+  peak memory and FLOPs of one Adam step, without allocating (``plan``);
+- ``axes``: what a proxy-to-target transfer scales (``"K"`` and/or ``"width"``), hence which
+  hyperparameters apply (``clip_value``/``init_scale`` act on spectral weights, K only),
+  the coordinate check and the K rule of the transfer;
+- ``standardizes``: its models take per-channel input/output standardisation from the
+  training split; ``flops(config, grid)``: analytic training FLOPs per sample (None: counted);
+- ``owns(config)``: whether a model's ``config`` was built by this family (memory checks);
+- ``defaults``: the values of its own options when a user gives none (``mutransfer train``).
+
+:func:`register_family` adds one (a new operator, or a test's toy), :func:`unregister_family`
+removes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from operators.errors import OperatorConfigError
+from operators.parametrization import model_spectral_lr
+
+#: hyperparameters that act on spectral weights (searchable only for families with the K axis)
+SPECTRAL_HYPERPARAMETERS = ("clip_value", "init_scale")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model described without naming its class: what every family's ``configure`` reads.
+
+    ``input_channels`` is the last-axis size of the input tensor (for packed point sets
+    d + C_in + 1). ``modes`` is K (families with the K axis). ``options`` holds the
+    family's own fields (``padding``, ``projection_channels``, ``heads``, free ``options``).
+    """
+
+    dim: int
+    input_channels: int
+    output_channels: int
+    width: int
+    layers: int
+    modes: int | None = None
+    parametrization: str = "mup"
+    width_parametrization: str = "standard"
+    base_width: int | None = None
+    init_scale: float = 1.0
+    packed: bool = False
+    normalization: dict | None = None
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OperatorFamily:
+    """One operator family: its data and its behaviour (see the module docstring)."""
+
+    name: str
+    label: str
+    build_class: Callable[..., nn.Module]
+    axes: tuple[str, ...]
+    inputs: tuple[str, ...]
+    configure: Callable[[ModelSpec], dict]
+    construct: Callable[[dict], nn.Module]
+    planner: Callable[..., Any]
+    owns: Callable[[Any], bool]
+    fields: tuple[str, ...] = ()
+    attention_scaled: bool = False
+    attention_formula: Callable[[dict], Any] | None = None
+    standardizes: bool = False
+    flops: Callable[[dict, tuple], float] | None = None
+    defaults: dict = field(default_factory=dict)
+
+    @property
+    def spectral(self) -> bool:
+        """Has spectral weights with K modes (K-parametrization, clipping, init_scale, coord-check)."""
+        return "K" in self.axes
+
+    def scales(self, axis: str) -> bool:
+        """Whether a proxy-to-target transfer may scale ``axis`` ("K" or "width") for this family."""
+        return axis in self.axes
+
+    def sized(self, modes):
+        """``modes`` for a family with the K axis, else None (what a Scaling, a ladder size, a plan reads)."""
+        return modes if self.spectral else None
+
+    def applies(self, hyperparameter: str) -> bool:
+        """Whether ``hyperparameter`` acts on this family's models (clip_value, init_scale: spectral weights only)."""
+        return self.spectral or hyperparameter not in SPECTRAL_HYPERPARAMETERS
+
+    def own_hyperparameters(self, hp: dict) -> dict:
+        """``hp`` without the hyperparameters that do not act on this family's models."""
+        return {key: value for key, value in hp.items() if self.applies(key)}
+
+    @property
+    def coord_checkable(self) -> bool:
+        """Whether the coordinate check (per-layer activations against K) applies to its models."""
+        return self.spectral
+
+    def takes(self, kind: str) -> bool:
+        """Whether it can learn data of this kind ("grid" or "points")."""
+        return kind in self.inputs
+
+    def describe(self, dim: int, modes, width: int) -> str:
+        """The model's label in reports, e.g. "FNO-2D K=24 width 32" or "galerkin width 64"."""
+        if self.spectral:
+            return f"{self.label}-{dim}D K={modes} width {width}"
+        return f"{self.name} width {width}"
+
+    def build(self, config_or_spec) -> nn.Module:
+        """The model for a :class:`ModelSpec` or for a ``config`` from :meth:`configure`; one-line errors."""
+        config = self.configure(config_or_spec) if isinstance(config_or_spec, ModelSpec) else config_or_spec
+        try:
+            return self.construct(config)
+        except TypeError as exc:
+            name = getattr(self.build_class, "__name__", self.name)
+            raise OperatorConfigError(f"{self.name} options: {exc}; see the {name} docstring for its arguments") from None
+
+    def make(self, config: dict) -> nn.Module:
+        """The bare operator class built from its constructor arguments ``config`` (one-line errors)."""
+        try:
+            return self.build_class(**config)
+        except TypeError as exc:
+            name = getattr(self.build_class, "__name__", self.name)
+            raise OperatorConfigError(f"{self.name} options: {exc}; see the {name} docstring for its arguments") from None
+
+    def plan(self, config_or_spec, *, grid: tuple[int, ...], batch: int = 1, precision: str = "fp32",
+             weight_decay: float = 0.0, device: str = "cuda"):
+        """The plan of one Adam step (parameters, peak memory, FLOPs) on samples of unpadded shape ``grid``."""
+        config = self.configure(config_or_spec) if isinstance(config_or_spec, ModelSpec) else config_or_spec
+        return self.planner(config, grid=tuple(grid), batch=int(batch), precision=precision,
+                            weight_decay=float(weight_decay), device=device)
+
+    def spectral_lr(self, model: nn.Module, lr: float) -> float:
+        """The spectral weights' Adam LR at step 0 (c(K)·lr; ``lr`` for families without spectral weights)."""
+        return model_spectral_lr(model, lr)
+
+
+#: family by the name studies and the CLI use (built-ins registered by operators.registry)
+OPERATORS: dict[str, OperatorFamily] = {}
+
+
+def register_family(family: OperatorFamily) -> OperatorFamily:
+    """Add ``family`` to the table (studies, the CLI, the sweep and the planners then know it)."""
+    if family.name in OPERATORS:
+        raise OperatorConfigError(f"operator {family.name!r} is already registered")
+    OPERATORS[family.name] = family
+    return family
+
+
+def unregister_family(name: str) -> None:
+    """Remove the family ``name`` (a test's toy family, after the test)."""
+    OPERATORS.pop(name, None)
+
+
+def get_family(name: str) -> OperatorFamily:
+    """The registered family ``name``, with a one-line error listing the known ones."""
+    try:
+        return OPERATORS[name]
+    except KeyError:
+        raise OperatorConfigError(f"operator {name!r} is unknown; use one of: {', '.join(OPERATORS)}") from None
+
+
+def point_set_families() -> tuple[str, ...]:
+    """Names of the families that take point sets (irregular meshes)."""
+    return tuple(f.name for f in OPERATORS.values() if f.takes("points"))
+
+
+def family_of(model: nn.Module) -> OperatorFamily | None:
+    """The family whose class built ``model`` (None for other models)."""
+    for family in OPERATORS.values():
+        if isinstance(model, family.build_class):
+            return family
+    return None
+
+
+def family_of_config(config) -> OperatorFamily | None:
+    """The family that built a model with this ``config`` (None: no registered family owns it)."""
+    for family in OPERATORS.values():
+        if family.owns(config):
+            return family
+    return None

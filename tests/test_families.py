@@ -1,0 +1,136 @@
+"""A new operator family is one ``register_family`` call: studies, the one model builder, the plan and `train` follow.
+
+The toy family (a pointwise MLP on grids, width axis only) is registered from inside
+the test through operators.family's public API and removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, replace
+from itertools import pairwise
+
+import pytest
+import torch
+from torch import nn
+
+from mutransfer.cli.main import main
+from mutransfer.study import parse_study
+from mutransfer.study.memory import check_study_memory
+from mutransfer.study.models import build_model, model_spec
+from operators.family import OPERATORS, ModelSpec, OperatorFamily, register_family, unregister_family
+from operators.planning import FLOAT_BYTES
+from operators.transfer import transfer
+
+
+class PointwiseMLP(nn.Module):
+    """(B, *grid, C_in) -> (B, *grid, C_out): the same MLP at every grid point."""
+
+    def __init__(self, in_channels: int, out_channels: int, width: int, layers: int):
+        super().__init__()
+        sizes = [in_channels] + [width] * layers + [out_channels]
+        self.net = nn.Sequential(*[m for a, b in pairwise(sizes) for m in (nn.Linear(a, b), nn.GELU())][:-1])
+        self.config = {"operator": "toy", "in_channels": in_channels, "out_channels": out_channels, "width": width,
+                       "layers": layers}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+@dataclass(frozen=True)
+class ToyPlan:
+    """What mutransfer.training.memory.check_fits reads from a plan."""
+
+    config: dict
+    batch: int
+    points: int
+    precision: str = "fp32"
+
+    @property
+    def total_params(self) -> int:
+        c = self.config
+        sizes = [c["in_channels"]] + [c["width"]] * c["layers"] + [c["out_channels"]]
+        return sum(a * b + b for a, b in pairwise(sizes))
+
+    @property
+    def activations_bytes(self) -> int:
+        return 2 * self.batch * self.points * self.config["width"] * (self.config["layers"] + 1) * FLOAT_BYTES
+
+    @property
+    def total_bytes(self) -> int:
+        return 4 * self.total_params * FLOAT_BYTES + self.activations_bytes
+
+    label = "toy MLP"
+    smaller = "a smaller width"
+
+    def fits(self, memory: int) -> bool:
+        return self.total_bytes <= memory
+
+    def replan(self, **changes) -> ToyPlan:
+        return replace(self, **changes)
+
+
+def _configure(spec: ModelSpec) -> dict:
+    return {"operator": "toy", "in_channels": spec.input_channels, "out_channels": spec.output_channels,
+            "width": spec.width, "layers": spec.layers}
+
+
+TOY = OperatorFamily(
+    "toy", "Toy MLP", PointwiseMLP, axes=("width",), inputs=("grid",), configure=_configure,
+    construct=lambda c: PointwiseMLP(c["in_channels"], c["out_channels"], c["width"], c["layers"]),
+    planner=lambda c, *, grid, batch, precision, weight_decay, device: ToyPlan(c, batch, math.prod(grid), precision),
+    owns=lambda c: isinstance(c, dict) and c.get("operator") == "toy",
+)
+
+
+@pytest.fixture
+def toy():
+    register_family(TOY)
+    yield TOY
+    unregister_family("toy")
+
+
+def _study(**top):
+    mapping = {
+        "name": "toy-width",
+        "problem": {"name": "darcy", "n_train": 8, "n_test": 4, "resolution": 16, "generated_resolution": 31},
+        "operator": {"type": "toy", "width": 8, "layers": 2},
+        "target_width": 32,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+        **top,
+    }
+    return parse_study(mapping, "test")
+
+
+def test_a_registered_family_resolves_builds_plans_and_transfers(toy, monkeypatch):
+    study = _study()
+    assert study.family is toy and study.proxy_modes is None and study.scales_width and not study.scales_K
+    assert study.model_text(True) == "toy width 32"
+    model = build_model(study, input_channels=1, output_channels=1)
+    assert isinstance(model, PointwiseMLP) and model.config["width"] == 8
+    plan = study.family.plan(model_spec(study), grid=(16, 16), batch=2)
+    assert plan.total_params == sum(p.numel() for p in model.parameters())
+    monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", "1GiB")
+    check_study_memory(study, 1, gpus=0)  # the driver's memory check plans it through the family
+    record = transfer(study.transfer_scaling(), 1e-3)
+    assert record.lr_factor == pytest.approx(8 / 32)  # width-muP's hidden LR rule, from the family's axes
+    with pytest.raises(Exception, match="acts on FNO's spectral weights only"):
+        _study(training={"clip_value": 0.1})  # clip_value does not apply: no K axis
+
+
+def test_train_runs_a_registered_family_one_epoch(toy, tmp_path, capsys):
+    data = tmp_path / "darcy.h5"
+    assert main(["data", "generate", "darcy", "--n", "12", "--resolution", "13", "--out", str(data), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--operator", "toy", "--problem", "darcy", "--data", str(data), "--width", "8",
+                 "--layers", "2", "--epochs", "1", "--batch-size", "4", "--n-train", "8", "--n-test", "4",
+                 "--device", "cpu", "--no-progress", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["model"]["operator"] == "toy" and summary["result"]["epochs_completed"] == 1
+    assert main(["train", "--operator", "toy", "--problem", "darcy", "--data", str(data), "--heads", "2"]) == 2
+    assert "--heads applies to the attention operators" in capsys.readouterr().err
+
+
+def test_unregistered_after_the_test():
+    assert "toy" not in OPERATORS
