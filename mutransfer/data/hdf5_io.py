@@ -43,7 +43,6 @@ from mutransfer.errors import UserInputError
 __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
-    "PROBLEMS",
     "write_dataset",
     "read_dataset",
     "inspect_dataset",
@@ -57,17 +56,16 @@ __all__ = [
 
 SCHEMA = GRID_SCHEMA
 SCHEMA_VERSION = 1
-#: grid problem -> number of spatial axes of `input` (from ``problem_facts``)
-PROBLEMS = space_dims()
 _GRID_NAMES = ("x", "y", "z")
 _BLOCK_BYTES = 32 * 2**20
 
 
 def generate_hint(path, problem=None) -> str:
     """The `mutransfer data generate` command that would make ``path`` (for errors about missing data)."""
-    if problem not in PROBLEMS:
-        guesses = [name for name in PROBLEMS if name in Path(path).name.lower()]
-        problem = guesses[0] if len(guesses) == 1 else "{" + "|".join(PROBLEMS) + "}"
+    problems = space_dims()  # read at call time: a registered problem counts
+    if problem not in problems:
+        guesses = [name for name in problems if name in Path(path).name.lower()]
+        problem = guesses[0] if len(guesses) == 1 else "{" + "|".join(problems) + "}"
     return f"generate one with `mutransfer data generate {problem} --out {path}`"
 
 
@@ -86,14 +84,15 @@ def _check_data(data: dict) -> tuple[str, np.ndarray, np.ndarray, dict, dict]:
         )
     attrs = dict(data.get("attrs") or {})
     problem = attrs.get("problem", data.get("problem"))
-    if problem not in PROBLEMS:
-        raise UserInputError(f"problem {problem!r}: use one of {', '.join(PROBLEMS)}")
+    problems = space_dims()  # grid problem -> spatial axes of `input`, read at call time
+    if problem not in problems:
+        raise UserInputError(f"problem {problem!r}: use one of {', '.join(problems)}")
     for key in ("input", "output"):
         if key not in data:
             raise UserInputError(f"data: missing {key!r} array; pass the dict from generate_{problem}")
     x = np.asarray(data["input"])
     y = np.asarray(data["output"])
-    ndim = PROBLEMS[problem]
+    ndim = problems[problem]
     # the output may carry a trailing time axis (Navier-Stokes: (n, S, S, T)) described by grid/t
     timed = y.ndim == x.ndim + 1 and y.shape[:-1] == x.shape
     if x.ndim != ndim + 1 or not (y.shape == x.shape or timed) or len(set(x.shape[1:])) != 1 or x.shape[0] < 1:

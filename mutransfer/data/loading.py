@@ -34,12 +34,11 @@ from mutransfer.data.streaming import (
 from mutransfer.errors import UserInputError
 
 __all__ = [
-    "downsample", "valid_resolutions", "load_split", "SplitData", "StreamingSplit", "PERIODIC",
+    "downsample", "valid_resolutions", "load_split", "SplitData", "StreamingSplit",
     "STREAM_MEMORY_FRACTION", "should_stream",
 ]
 
 #: grid problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
-PERIODIC = periodic_grids()
 _BLOCK_BYTES = 64 * 2**20
 _SCAN_BYTES = 4 * 2**20
 
@@ -247,7 +246,7 @@ def load_split(
             _check_problem_dims(path, problem, out.grid_shape)
         space = out.space_shape
         native = space[0]
-        grid_problem = file_problem if file_problem in PERIODIC else problem
+        grid_problem = file_problem if file_problem in periodic_grids() else problem
         if resolution is not None:
             res = _positive_int("resolution", resolution, native)
             if any(n != res for n in space):
@@ -256,7 +255,7 @@ def load_split(
                         f"resolution {res}: data file {path} has a non-square grid {space}, which is only "
                         "loaded as stored; drop the resolution"
                     )
-                periodic = PERIODIC.get(grid_problem)
+                periodic = periodic_grids().get(grid_problem)
                 if periodic is None:
                     raise UserInputError(
                         f"data file {path} has problem {file_problem or grid_problem!r}, so its grid type is unknown and it cannot "

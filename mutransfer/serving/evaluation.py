@@ -171,13 +171,13 @@ def write_predictions(loaded: LoadedModel, path: str, out: str, resolution: int 
 
 def _grid(samples: Samples, inputs: np.ndarray, pred: np.ndarray, timed: bool) -> dict:
     """Coordinates per axis: the file's, else j/N (periodic) or i/(N-1) (node grids); times 1..T if unknown."""
-    from mutransfer.data.loading import PERIODIC
+    from mutransfer.data.problem_facts import periodic_grids
 
     problem = samples.attrs.get("problem")
     grid = {}
     for i, name in enumerate(("x", "y", "z")[: inputs.ndim - 1]):
         size = inputs.shape[i + 1]
-        default = np.arange(size) / size if PERIODIC.get(problem, True) else np.linspace(0.0, 1.0, size)
+        default = np.arange(size) / size if periodic_grids().get(problem, True) else np.linspace(0.0, 1.0, size)
         grid[name] = samples.grid.get(name, default)
     if timed:
         grid["t"] = samples.grid.get("t", np.arange(1, pred.shape[-2] + 1, dtype=np.float64))
