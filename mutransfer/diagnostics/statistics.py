@@ -8,7 +8,7 @@
 
 Why t and not a bootstrap: the samples are a handful of seeds. A percentile bootstrap
 over n = 2 seeds returns the two values themselves, over n = 3 their min and max, and a
-nominal 95 % interval then covers the true mean about 52 % (n = 2), 73 % (n = 3) and
+nominal 95 % interval then covers the true mean about 50 % (n = 2), 75 % (n = 3) and
 84 % (n = 5) of the time for normal data. The t interval has its nominal coverage at
 every n ≥ 2 for normal data (``python benchmarks/interval_coverage.py`` simulates both;
 ``tests/test_statistics.py`` checks it).
