@@ -5,7 +5,7 @@ generality"). For m×m blocks the spectral norm of one block is ≈ 2√(2m)·σ
 over the N = 2^(d−1)K^d blocks adds only O(σ√(2 ln N)): at m = 16 the growth with K nearly vanishes.
 This script builds the spectral layer at init (SP and μP) for each K and width, takes
 max_k ‖R_k‖₂ (the largest singular value of each complex m×m block), and fits its log-log slope in K
-per seed (mean and bootstrap CI over seeds).
+per seed (mean and 95 % Student-t CI over seeds).
 
     python benchmarks/spectral_norm_vs_k.py --dim 1 --widths 1 16 --modes 4 8 16 32 64 --seeds 5
 """

@@ -159,7 +159,7 @@ def test_resume_hint_repeats_every_override_given():
     assert isinstance(args, argparse.Namespace)
     hint = " ".join(_resume_hint(args))
     assert hint.startswith("mutransfer sweep --resume --study 'my study.yaml'")
-    assert "--num-trials 4" in hint and "--epochs 3" in hint and "--verify --verify-points 5 --verify-seeds 2" in hint
+    assert "--num-trials 4" in hint and "--epochs 3" in hint and "--verify --verify-points 5 --verify-seeds 3" in hint
     ladder = " ".join(_resume_hint(parser.parse_args(["sweep", "--ladder", "4", "8", "16", "--top-k", "2"])))
     assert "--ladder 4 8 16" in ladder and "--top-k 2" in ladder  # a list flag repeats its values, not "[4, 8, 16]"
     plain = " ".join(_resume_hint(parser.parse_args(["sweep"])))

@@ -33,10 +33,10 @@ def _ono(width_parametrization="mup", proj_role="hidden"):
     return build
 
 
-def _psi_check(build):
+def _psi_check(build, **overrides):
     torch.set_num_threads(1)
     return width_coord_check(build, WIDTHS, grid_point_batch(4, 12), probes=eigenfunction_probes(build(BASE)),
-                             **SETTINGS)
+                             **(SETTINGS | overrides))
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,9 @@ def test_proj_is_hidden_under_mup():
 
 
 def test_ono_eigenfunction_update_is_flat_under_mup(previous_num_threads):
-    result = _psi_check(_ono())
+    # 16 seeds: psi_0's per-seed slopes spread by ~0.3, so over 5 seeds the t CI is +0.04 [-0.35, +0.43], wider
+    # than +-0.3 (the old percentile bootstrap gave [-0.20, +0.28], under-covering); over 16, +0.03 [-0.11, +0.18]
+    result = _psi_check(_ono(), seeds=16)
     for name in ("psi_0", "psi_1"):
         curve = result.curve(name)
         assert curve.verdict == "flat", curve.describe()

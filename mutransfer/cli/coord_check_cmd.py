@@ -19,7 +19,8 @@ def add_parser(subparsers) -> None:
         help="check that the update after a few Adam steps at a fixed LR stays flat as K grows",
         description="For each K, parametrization and seed: take a few Adam steps at --lr on the training data and "
         "measure the RMS change of the network's output and of every Fourier layer's output on its own fixed input. "
-        "Per seed the log-log slope in K is fitted; the mean slope with a bootstrap CI over seeds gives the verdict "
+        "Per seed the log-log slope in K is fitted; the mean slope with a 95% Student-t CI over seeds (no CI with "
+        "one seed) gives the verdict "
         "flat / grows / shrinks / unresolved / no-signal. A parametrization passes when the output and every "
         "fourier_l curve are flat.",
     )

@@ -22,9 +22,9 @@ def add_parser(subparsers) -> None:
         "shaded, diverged points as red x, optima starred), a table of the optimum per scale and the drift. "
         "Optimum: per seed, a parabola in log10(value) through the best grid point and its neighbours (a best "
         "point at the grid's edge is flagged and not used); the star is the mean over seeds. Drift: per seed, the "
-        "slope of log10(optimum) against ln K (ln width) over all scales; mean and bootstrap 95% CI over seeds, "
-        "also in decades over the span, 'not resolved at this scale' when the CI covers 0; and the SP - muP "
-        "difference. --modes varies FNO's K under the "
+        "slope of log10(optimum) against ln K (ln width) over all scales; mean and 95% Student-t CI over seeds, "
+        "also in decades over the span, 'not resolved at this scale' when the CI covers 0 or rests on one seed; "
+        "and the SP - muP difference (Welch's t CI). --modes varies FNO's K under the "
         "K-parametrization; --widths varies the width of any operator under the width parametrization (muP base "
         "width: the smallest width).",
     )

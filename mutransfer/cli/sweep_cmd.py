@@ -42,8 +42,8 @@ def _add_sweep(subparsers) -> None:
                    "and report how far the target's own optimum is (distance in decades, regret)")
     p.add_argument("--verify-points", type=positive_int, default=5, metavar="N",
                    help="LRs of the --verify grid, the transferred one among them (default 5: +-0.5 decades; >= 3)")
-    p.add_argument("--verify-seeds", type=positive_int, default=2, metavar="S",
-                   help="seeds per --verify LR (default 2; the CI of the distance needs >= 2)")
+    p.add_argument("--verify-seeds", type=positive_int, default=3, metavar="S",
+                   help="seeds per --verify LR (default 3; the t CI of the distance needs >= 2)")
     p.add_argument("--baseline", choices=("direct",),
                    help="direct: run the same search (searcher, ASHA, trials, epochs) at the target's size and report "
                    "muTransfer vs direct tuning: error and cost (the paper's Table 1)")

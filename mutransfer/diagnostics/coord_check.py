@@ -24,14 +24,14 @@ Each value is also kept relative to the size of what changed (RMS(f_0), RMS of t
 layer's or spectral part's init output; 1 for the probe).
 
 Verdict per curve (``tolerance`` τ on the log-log slope, default 0.1): per seed the
-least-squares slope of ln(value) against ln K; their mean with a percentile-bootstrap
+least-squares slope of ln(value) against ln K; their mean with a 95 % Student-t
 CI [lo, hi] over seeds (:func:`mutransfer.diagnostics.statistics.mean_ci`):
 
 - ``no-signal``: some (K, seed) value has relative change < ``MIN_RELATIVE`` (1e-6),
   is exactly zero or not finite (``lr`` 0, frozen weights): nothing was measured;
 - ``flat``: −τ ≤ lo and hi ≤ τ (the whole CI inside ±τ);
 - ``grows``: mean > τ and lo > 0;  ``shrinks``: mean < −τ and hi < 0;
-- ``unresolved``: one seed (no spread measured: ``--seeds`` ≥ 2 for any other verdict), or
+- ``unresolved``: one seed (no interval: ``--seeds`` ≥ 2 for any other verdict), or
   anything else (the CI is wider than ±τ allows and reaches across
   a bound, e.g. it covers 0 but also slopes beyond τ: more seeds are needed).
 
@@ -62,14 +62,14 @@ GATED_KINDS = ("output", "fourier")
 
 
 def classify_slopes(slopes, tolerance: float, smallest_relative: float = 1.0) -> tuple[str, Estimate | None]:
-    """(verdict, mean slope with bootstrap CI) for per-seed log-log slopes; the rule of the module docstring.
+    """(verdict, mean slope with its t CI) for per-seed log-log slopes; the rule of the module docstring.
 
     ``smallest_relative``: the smallest relative change over all (K, seed) of the curve.
     """
     if not smallest_relative >= MIN_RELATIVE or slopes is None or not all(math.isfinite(s) for s in slopes):
         return NO_SIGNAL, None
     est = mean_ci(slopes)
-    if est.n < 2:  # one seed: a zero-width CI would read as certain; no verdict beyond "unresolved"
+    if not est.bounded:  # one seed: no interval, no verdict beyond "unresolved"
         return UNRESOLVED, est
     if -tolerance <= est.lo and est.hi <= tolerance:
         return FLAT, est
@@ -146,8 +146,9 @@ class Curve(SeedCurve):
         return None if self.estimate is None else self.estimate.mean
 
     @property
-    def slope_ci(self) -> list[float] | None:
-        return None if self.estimate is None else [self.estimate.lo, self.estimate.hi]
+    def slope_ci(self) -> list[float | None] | None:
+        """[lo, hi] of the mean slope (a bound None with one seed: no interval), None without a slope."""
+        return None if self.estimate is None else self.estimate.ci
 
     def describe(self) -> str:
         """``fourier_2 grows, slope +0.310 [+0.270, +0.350] (3 seeds)``, or the smallest relative change when no-signal."""
@@ -155,8 +156,8 @@ class Curve(SeedCurve):
             smallest = min((r for seed in self.relative_per_seed for r in seed), default=0.0)
             return (f"{self.name} no-signal (smallest relative change {smallest:.1e} < {MIN_RELATIVE:.0e}: "
                     "the update is too small to measure)")
-        lo, hi = self.slope_ci
-        return f"{self.name} {self.verdict}, slope {self.slope:+.3f} [{lo:+.3f}, {hi:+.3f}] ({len(self.seed_slopes)} seeds)"
+        return (f"{self.name} {self.verdict}, slope {self.slope:+.3f} {self.estimate.interval('+.3f')} "
+                f"({len(self.seed_slopes)} seeds)")
 
     def as_dict(self) -> dict:
         return {

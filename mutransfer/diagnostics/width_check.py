@@ -24,7 +24,7 @@ Each value is also kept relative to RMS(f_0) or RMS(a_0). The model stays in
 training mode throughout (ONO whitens with the batch's second moment).
 
 Verdict per curve: per seed the least-squares slope of ln(value) against ln(m), the
-mean with a bootstrap CI over seeds, and the rule of
+mean with a 95 % Student-t CI over seeds (none with one seed), and the rule of
 :func:`mutransfer.diagnostics.coord_check.classify_slopes` (``flat`` when the whole
 CI lies within ±``tolerance``; ``grows``/``shrinks``/``unresolved``/``no-signal``).
 Under correct width-muP the output curve is flat; under the standard
@@ -87,13 +87,13 @@ class WidthCurve(SeedCurve):
         if self.estimate is None:
             return f"{self.name} {self.verdict}"
         e = self.estimate
-        return (f"{self.name} {self.verdict}, slope {e.mean:+.3f} [{e.lo:+.3f}, {e.hi:+.3f}] ({e.n} seeds); "
+        return (f"{self.name} {self.verdict}, slope {e.mean:+.3f} {e.interval('+.3f')} ({e.n} seeds); "
                 f"RMS change " + " ".join(f"{v:.2e}" for v in self.values))
 
     def as_dict(self) -> dict:
         e = self.estimate
         return {"curve": self.name, "verdict": self.verdict, "widths": self.widths,
-                "slope": None if e is None else e.mean, "slope_ci": None if e is None else [e.lo, e.hi],
+                "slope": None if e is None else e.mean, "slope_ci": None if e is None else e.ci,
                 "seed_slopes": self.seed_slopes, "values": self.values, "values_per_seed": self.values_per_seed,
                 "relative_per_seed": self.relative_per_seed}
 

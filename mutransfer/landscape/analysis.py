@@ -24,16 +24,17 @@ grid point with the lowest test error among the points that did not diverge; the
 A curve whose points all diverged has no optimum (``value`` None).
 
 **Star per scale**: the mean over seeds of the usable per-seed optimum coordinates,
-with a bootstrap CI over those seeds (:func:`mutransfer.diagnostics.statistics.mean_ci`).
+with a 95 % Student-t CI over those seeds (:func:`mutransfer.diagnostics.statistics.mean_ci`;
+no CI when one seed is usable).
 
 **Drift** (:func:`drift`): per seed, the least-squares slope of the optimum's
 coordinate against ln(scale) over every scale at which that seed's optimum is usable
-(a seed needs at least two such scales); then the mean over seeds with a bootstrap CI.
+(a seed needs at least two such scales); then the mean over seeds with a 95 % Student-t CI.
 Units: decades per unit of ln K (or ln width). The drift over the landscape's span,
 slope × ln(scale_max / scale_min), is in decades. A drift whose CI covers 0, or that
-rests on a single seed, is "not resolved at this scale". :func:`drift_difference`
-compares SP and muP: mean(SP slopes) − mean(muP slopes), bootstrap CI over the two
-independent seed sets.
+rests on a single seed (no CI), is "not resolved at this scale". :func:`drift_difference`
+compares SP and muP: mean(SP slopes) − mean(muP slopes), Welch's t CI over the two
+independent seed sets (no CI when either side has one seed).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class CurveSummary:
     """One (parametrization, scale) curve: seed-mean errors per value (drawn only), per-seed optima, the star.
 
     ``star`` is the mean over seeds of the usable per-seed optimum coordinates with its
-    bootstrap CI (None when no seed is usable); ``star_value`` is its mean in the
+    Student-t CI (None when no seed is usable; unbounded when one is); ``star_value`` is its mean in the
     hyperparameter's own units.
     """
 
@@ -221,7 +222,7 @@ class Drift:
 
 @dataclass
 class DriftDifference:
-    """mean(SP slopes) − mean(muP slopes), same units as :class:`Drift`, with its bootstrap CI."""
+    """mean(SP slopes) − mean(muP slopes), same units as :class:`Drift`, with its Welch's t CI."""
 
     coordinate: str
     axis: str
@@ -237,12 +238,8 @@ class DriftDifference:
 
 
 def _resolved(estimate: Estimate | None) -> bool:
-    return estimate is not None and estimate.n >= 2 and not estimate.covers_zero
-
-
-def _scaled(estimate: Estimate, factor: float) -> Estimate:
-    """The same estimate in other units (factor > 0: the percentile CI scales with it)."""
-    return Estimate(estimate.mean * factor, estimate.lo * factor, estimate.hi * factor, estimate.n, estimate.level)
+    """A CI was measured (two or more seeds) and it excludes 0."""
+    return estimate is not None and estimate.n >= 2 and estimate.resolved
 
 
 def drift(curves: list[CurveSummary], hyperparameter: str, axis: str = "K") -> list[Drift]:
@@ -275,7 +272,7 @@ def drift(curves: list[CurveSummary], hyperparameter: str, axis: str = "K") -> l
         out.append(Drift(
             parametrization=parametrization, coordinate=OPTIMUM_LABELS[hyperparameter], axis=axis, span=span,
             scales=sorted(used), seeds=seeds, per_seed=per_seed, slope=slope,
-            decades=None if slope is None else _scaled(slope, math.log(span[1] / span[0])),
+            decades=None if slope is None else slope.scaled(math.log(span[1] / span[0])),
             excluded=excluded, diverged=diverged, resolved=_resolved(slope),
         ))
     return out
@@ -290,17 +287,18 @@ def drift_difference(drifts: list[Drift], a: str = "standard", b: str = "mup") -
     slope = difference_ci(first.per_seed, second.per_seed)
     span = first.span
     return DriftDifference(first.coordinate, first.axis, span, slope,
-                           _scaled(slope, math.log(span[1] / span[0])), _resolved(slope))
+                           slope.scaled(math.log(span[1] / span[0])), _resolved(slope))
 
 
 def _ci(e: Estimate, digits: int = 2) -> str:
-    return f"{e.mean:+.{digits}f} [{e.lo:+.{digits}f}, {e.hi:+.{digits}f}]"
+    """``+0.12 [+0.05, +0.19]``, or ``+0.12 [no interval: 1 seed]``."""
+    return f"{e.mean:+.{digits}f} {e.interval(f'+.{digits}f')}"
 
 
 def _verdict(resolved: bool, estimate: Estimate) -> str:
     if resolved:
         return "resolved (CI excludes 0)"
-    return NOT_RESOLVED + (" (one seed: no spread measured)" if estimate.n < 2 else "")
+    return NOT_RESOLVED + (" (one seed: no interval)" if not estimate.bounded else "")
 
 
 def describe_drift(d: Drift) -> str:

@@ -57,9 +57,10 @@ def plot_landscape(
             log_mean = np.log(np.asarray(curve.mean_error)[ok])
             if curve.star is not None and ok.any():
                 x_star = _x([inverse(curve.star.mean)], hyperparameter)[0]
-                bar = sorted(_x([inverse(curve.star.lo), inverse(curve.star.hi)], hyperparameter))
                 y_star = _on_curve(curve.star.mean, xs, log_mean)
-                ax.plot(bar, [y_star, y_star], "-", color=color, lw=1.5, alpha=0.9)
+                if curve.star.bounded:  # one usable seed: a star without a bar
+                    bar = sorted(_x([inverse(curve.star.lo), inverse(curve.star.hi)], hyperparameter))
+                    ax.plot(bar, [y_star, y_star], "-", color=color, lw=1.5, alpha=0.9)
                 ax.plot([x_star], [y_star], "*", ms=14, color=color, mec="black", mew=0.6)
             for optimum in curve.seed_optima:
                 if optimum.at_edge and ok.any():
@@ -71,8 +72,8 @@ def plot_landscape(
         heading = parametrization
         if drift_row is not None and drift_row.slope is not None:
             slope = drift_row.slope
-            heading += (f": drift of {drift_row.coordinate} per ln {axis} {slope.mean:+.2f} [{slope.lo:+.2f}, "
-                        f"{slope.hi:+.2f}] ({slope.n} seed{'s' if slope.n != 1 else ''})\n= {drift_row.decades.mean:+.2f} decades over {axis} "
+            heading += (f": drift of {drift_row.coordinate} per ln {axis} {slope.mean:+.2f} {slope.interval('+.2f')} "
+                        f"({slope.n} seed{'s' if slope.n != 1 else ''})\n= {drift_row.decades.mean:+.2f} decades over {axis} "
                         f"{drift_row.span[0]}->{drift_row.span[1]}" + ("" if drift_row.resolved else ", not resolved"))
         ax.set_title(heading, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
@@ -87,7 +88,7 @@ def plot_landscape(
     axes[0][-1].legend(handles, labels, fontsize=7, loc="best")
     if difference is not None:
         title = (title + "\n" if title else "") + (
-            f"SP - muP drift {difference.slope.mean:+.2f} [{difference.slope.lo:+.2f}, {difference.slope.hi:+.2f}] per ln {axis}"
+            f"SP - muP drift {difference.slope.mean:+.2f} {difference.slope.interval('+.2f')} per ln {axis}"
             + ("" if difference.resolved else ", not resolved at this scale"))
     if title:
         fig.suptitle(title, fontsize=10)

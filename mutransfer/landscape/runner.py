@@ -256,15 +256,20 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
     now = int(time.time() * 1000)
     metrics = []
     for d in drifts:
-        if d.slope is not None:  # slope per ln(scale); the CI ends and the move in decades over the span
+        if d.slope is not None:  # slope per ln(scale); the CI ends (none with one seed) and the move over the span
             metrics += [(f"drift_{d.parametrization}{suffix}", value, now, 0) for suffix, value in
-                        (("", d.slope.mean), ("_lo", d.slope.lo), ("_hi", d.slope.hi), ("_decades", d.decades.mean))]
+                        (("", d.slope.mean), ("_decades", d.decades.mean)) + _ci_ends(d.slope)]
     if difference is not None:
-        metrics += [("drift_difference", difference.slope.mean, now, 0), ("drift_difference_lo", difference.slope.lo, now, 0),
-                    ("drift_difference_hi", difference.slope.hi, now, 0)]
+        metrics += [(f"drift_difference{suffix}", value, now, 0)
+                    for suffix, value in (("", difference.slope.mean),) + _ci_ends(difference.slope)]
     log_batch(tracker.client, parent, metrics=metrics)
     tracker.set_status(parent, "FINISHED")
     return payload
+
+
+def _ci_ends(estimate) -> tuple:
+    """(("_lo", lo), ("_hi", hi)) of an estimate with an interval; () without one (one seed)."""
+    return (("_lo", estimate.lo), ("_hi", estimate.hi)) if estimate.bounded else ()
 
 
 def _log_point(
@@ -288,6 +293,13 @@ def _log_point(
     tracker.set_status(run.info.run_id, "FINISHED")
 
 
+def _star_ci(ci: list, inverse) -> str:
+    """The star's CI in the hyperparameter's units, ``[lo, hi]``; ``[no CI]`` when a bound is missing (one seed)."""
+    if any(t is None for t in ci):
+        return "[no CI: 1 seed]"
+    return "[{:.3g}, {:.3g}]".format(*sorted(inverse(t) for t in ci))
+
+
 def format_table(payload: dict) -> str:
     """Plain-text table: the star per scale (mean of usable per-seed optima, CI), per-seed optima, the drift lines."""
     hyperparameter = payload["hyperparameter"]
@@ -302,7 +314,7 @@ def format_table(payload: dict) -> str:
                              for o in c["seed_optima"])
         star = c["star"]
         opt = "none" if star is None else f"{inverse(star['mean']):.3g}"
-        ci = "" if star is None else "[{:.3g}, {:.3g}]".format(*sorted(inverse(t) for t in star["ci"]))
+        ci = "" if star is None else _star_ci(star["ci"], inverse)
         edge = f"{c['edge']}/{len(c['seed_optima'])} seeds"
         lines.append(f"{c['parametrization']:<16}{c['scale']:>6}  {opt:>9} {ci:<21} {edge:<12} {per_seed:<40} "
                      f"{min(c['mean_error']):>15.4g}")

@@ -36,7 +36,7 @@ class SweepOptions:
     coord_check: bool = False  # run the coordinate check as a gate before the target
     verify: bool = False  # train the target on an LR grid around the transferred LR (sweep --verify)
     verify_points: int = 5
-    verify_seeds: int = 2
+    verify_seeds: int = 3
     baseline: str | None = None  # "direct": the same search run at the target's size (sweep --baseline direct)
     register: str | None = None  # register the target in MLflow's model registry under this name (sweep --register)
     warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)

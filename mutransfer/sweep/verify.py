@@ -13,9 +13,10 @@ through the best grid point and its neighbours; a best point at the grid's edge 
 flagged and not used). Reported (``verification`` in the report):
 
 - ``distance_decades``: log10(optimum) − log10(transferred), mean over the seeds
-  whose optimum is inside the grid, with a bootstrap CI over those seeds;
+  whose optimum is inside the grid, with a 95 % Student-t CI over those seeds
+  (:func:`mutransfer.diagnostics.statistics.mean_ci`; ``ci`` [null, null] with one seed: no CI);
 - ``regret``: per seed, error at the transferred LR / error at that seed's best
-  grid point − 1 (0 when the transferred LR is the best grid point), mean and CI;
+  grid point − 1 (0 when the transferred LR is the best grid point), mean and t CI;
 - ``at_edge``: seeds whose optimum lay at the grid's edge (then the optimum is
   outside the grid: widen it with ``--verify-points``);
 - the extra cost: device-seconds (the phase's wall × the CPUs its tasks held), the trainers' share of
@@ -72,12 +73,11 @@ class Verification:
         d = self.distance_decades
         if d is None:
             return f"verification ({len(self.seeds)} seed(s), {span}): {self.verdict}"
-        ci = d["ci"]
         text = (f"verification ({len(self.seeds)} seed(s), {span}): target optimum lr {self.optimum_lr:.3g} vs "
-                f"transferred {self.transferred_lr:.3g}: {d['mean']:+.2f} decades [{ci[0]:+.2f}, {ci[1]:+.2f}] (n={d['n']})")
+                f"transferred {self.transferred_lr:.3g}: {d['mean']:+.2f} decades {_bounds(d['ci'], 1, '+.2f')} (n={d['n']})")
         r = self.regret
         if r is not None:
-            text += f"; regret {100 * r['mean']:.1f}% [{100 * r['ci'][0]:.1f}, {100 * r['ci'][1]:.1f}]"
+            text += f"; regret {100 * r['mean']:.1f}% {_bounds(r['ci'], 100, '.1f')}"
         if self.diverged_at_transferred:
             text += f"; DIVERGED at the transferred LR for seed(s) {', '.join(map(str, self.diverged_at_transferred))}"
         return f"{text}; {self.verdict}"
@@ -150,6 +150,13 @@ def _verdict(distance, seed_optima: list[dict], spacing: float) -> str:
     if not distance.covers_zero:
         return f"the target's optimum is {'above' if distance.mean > 0 else 'below'} the transferred LR"
     return f"{NOT_RESOLVED}: the CI covers 0 but reaches beyond half a grid step"
+
+
+def _bounds(ci: list, factor: float, spec: str) -> str:
+    """``[lo, hi]`` of a stored CI times ``factor``; ``[no CI: 1 seed]`` when a bound is missing."""
+    if ci[0] is None or ci[1] is None:
+        return "[no CI: 1 seed]"
+    return f"[{factor * ci[0]:{spec}}, {factor * ci[1]:{spec}}]"
 
 
 def _ok(record: dict) -> bool:
