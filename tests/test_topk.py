@@ -45,8 +45,8 @@ def test_ranking_is_pick_bests_ranking_completed_first_then_pruned_or_diverged()
 
 
 def test_candidates_are_the_n_best_and_fewer_when_fewer_reported():
-    ctx = SimpleNamespace(final_search=None, study=None, proxies=ProxyResults([_trial(0, "completed", 0.4), _trial(1, "failed", None),
-                                                _trial(2, "completed", 0.2)], None, 1))
+    proxies = ProxyResults([_trial(0, "completed", 0.4), _trial(1, "failed", None), _trial(2, "completed", 0.2)], None, 1)
+    ctx = SimpleNamespace(final_search=None, study=None, proxies=proxies)
     assert [t.trial_id for t in candidates(ctx, 1)] == ["t0002"]
     assert [t.trial_id for t in candidates(ctx, 3)] == ["t0002", "t0000"]  # t0001 has no error: only 2 carried
 

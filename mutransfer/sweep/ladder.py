@@ -132,7 +132,7 @@ def rung_zero(ctx: SweepContext, size: LadderSize, last: bool) -> RungResult:
 
 
 def climb_ladder(ctx: SweepContext) -> None:
-    """With ``ladder``: run (or continue) the rungs above the proxies; set the ladder's record and ``ctx.final_search``."""
+    """With ``ladder``: run (or continue) the rungs above the proxies; set its record and ``ctx.final_search``."""
     study = ctx.study
     sizes = study.ladder_sizes()
     if not sizes:

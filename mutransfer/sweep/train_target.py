@@ -1,7 +1,7 @@
 """The target phase: train the target once with Ray Train (mutransfer.sweep.target), logged as an MLflow child run.
 
 Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``; with ``search.top_k`` > 1,
-mutransfer.sweep.topk trains the N best proxies through :func:`fit_target` instead and sets them to the winner. A resumed study
+mutransfer.sweep.topk trains the N best proxies through :func:`fit_target` instead, the winner kept. A resumed study
 reuses its target run and Ray Train resumes from the last reported checkpoint; a target
 that had finished (the study was interrupted later, during ``--verify`` or ``--baseline``)
 is read back from ``state.json`` and not trained again. A

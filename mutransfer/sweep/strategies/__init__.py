@@ -10,10 +10,23 @@ HTML), the cost accounting and the MLflow records loop over :data:`STRATEGIES` i
 from mutransfer.sweep.strategies.base import CostShare, ExtraCosts, Placement, Strategy
 from mutransfer.sweep.strategies.baseline import Baseline
 from mutransfer.sweep.strategies.ladder import Ladder
-from mutransfer.sweep.strategies.registry import (STRATEGIES, asked_but_missing, by_name, count_costs, extra_costs,
-                                                  gain_source, html_sections, metrics, ordered_phases,
-                                                  prepare_strategies, refine_gain, register, sections, text_lines,
-                                                  unregister)
+from mutransfer.sweep.strategies.registry import (
+    STRATEGIES,
+    asked_but_missing,
+    by_name,
+    count_costs,
+    extra_costs,
+    gain_source,
+    html_sections,
+    metrics,
+    ordered_phases,
+    prepare_strategies,
+    refine_gain,
+    register,
+    sections,
+    text_lines,
+    unregister,
+)
 from mutransfer.sweep.strategies.top_k import TopKStrategy
 from mutransfer.sweep.strategies.verify import Verify
 from mutransfer.sweep.strategies.warm_start import WarmStartStrategy

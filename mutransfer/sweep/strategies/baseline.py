@@ -35,9 +35,9 @@ def baseline_lines(b: dict | None) -> list[str]:
         + ("its error after the search" if not b.get("final_training") else "winner retrained for the target's epochs")
         + ("; the SAME configuration as muTransfer's: the errors differ by run-to-run noise only"
            if b.get("same_configuration") else ""),
-        f"  device-seconds  muTransfer {m['device_seconds']:.1f} (training {m['trainer_device_seconds']:.1f} + overhead "
-        f"{m['overhead_device_seconds']:.1f})  direct {d['device_seconds']:.1f} (training {d['trainer_device_seconds']:.1f} "
-        f"+ overhead {d['overhead_device_seconds']:.1f})",
+        f"  device-seconds  muTransfer {m['device_seconds']:.1f} (training {m['trainer_device_seconds']:.1f} "
+        f"+ overhead {m['overhead_device_seconds']:.1f})  direct {d['device_seconds']:.1f} "
+        f"(training {d['trainer_device_seconds']:.1f} + overhead {d['overhead_device_seconds']:.1f})",
         f"  FLOPs           muTransfer {number(m.get('flops'), '.3g')}  direct {number(d.get('flops'), '.3g')}",
     ]
 

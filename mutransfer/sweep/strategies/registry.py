@@ -93,7 +93,8 @@ def refine_gain(gain: dict, values: dict[str, Any], best: TrialRecord) -> None:
 
 def text_lines(report: dict, place: str) -> list[str]:
     """The strategies' lines of the text report at ``place`` ("search" or "result")."""
-    return [line for s in STRATEGIES if s.text_place == place for line in s.text_lines(report.get(s.report_key), report)]
+    return [line for s in STRATEGIES if s.text_place == place
+            for line in s.text_lines(report.get(s.report_key), report)]
 
 
 def html_sections(report: dict | None, state: dict) -> list[str]:
