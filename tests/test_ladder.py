@@ -195,7 +195,8 @@ def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_si
     proxies = [_trial("t0000", "completed", 0.001), _trial("t0001", "completed", 0.002)]
     last = [_trial("t0000", "completed", 0.03), _trial("t0001", "completed", 0.01), _trial("t0002", "pruned", 0.02)]
     ladder = LadderResults([_rung(0, 4, proxies, ["t0000"]), _rung(2, 16, last, ["t0001", "t0000"])], 0.5)
-    ctx = SimpleNamespace(study=study, ladder=ladder, proxies=SimpleNamespace(trials=proxies))
+    ctx = SimpleNamespace(study=study, final_search=ladder.final_search(study), transfer=None,
+                          proxies=SimpleNamespace(trials=proxies))
     assert [t.test_error for t in candidates(ctx, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
     record = carry(ctx, _trial("t0001", "completed", 0.01)).record
     assert (record["proxy_modes"], record["target_modes"]) == (16, 24)

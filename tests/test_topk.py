@@ -21,7 +21,7 @@ import yaml
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import default_study_text, load_study, parse_study
-from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions, pick_best, ranked
+from mutransfer.sweep.context import FinalSearch, ProxyResults, SweepContext, SweepOptions, pick_best, ranked
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.topk import (Candidate, candidates, carry, choose_winner, count_in_compute,
                                    topk_metrics, train_top_k)
@@ -45,8 +45,8 @@ def test_ranking_is_pick_bests_ranking_completed_first_then_pruned_or_diverged()
 
 
 def test_candidates_are_the_n_best_and_fewer_when_fewer_reported():
-    ctx = SimpleNamespace(ladder=None, proxies=ProxyResults([_trial(0, "completed", 0.4), _trial(1, "failed", None),
-                                                _trial(2, "completed", 0.2)], None, 1))
+    proxies = ProxyResults([_trial(0, "completed", 0.4), _trial(1, "failed", None), _trial(2, "completed", 0.2)], None, 1)
+    ctx = SimpleNamespace(final_search=None, study=None, proxies=proxies)
     assert [t.trial_id for t in candidates(ctx, 1)] == ["t0002"]
     assert [t.trial_id for t in candidates(ctx, 3)] == ["t0002", "t0000"]  # t0001 has no error: only 2 carried
 
@@ -66,7 +66,7 @@ def test_carry_is_the_mup_transfer_of_the_candidate():
     """K 6 -> 24 (the quick study, 1-D): the spectral LR and init std scale by sqrt(log 6 / log 24); master LR unchanged."""
     study, _ = load_study(None)
     trial = _trial(7, "completed", 0.1, lr=3e-3)
-    result = carry(SimpleNamespace(study=study, ladder=None), trial)
+    result = carry(SimpleNamespace(study=study, final_search=FinalSearch([trial], trial, study), transfer=None), trial)
     factor = math.sqrt(math.log(study.proxy_K) / math.log(study.target_K))
     assert study.dim == 1 and math.isclose(result.record["lr_factor"], factor, rel_tol=1e-12)
     assert math.isclose(result.record["target_spectral_init_std"], result.record["proxy_spectral_init_std"] * factor,
@@ -134,13 +134,14 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
     train_top_k(ctx, fit)
     assert [c[0] for c in calls] == ["t0000", "t0002"]  # candidate 1 is not trained again
     assert calls[0][1] == first_session[1][1]  # candidate 2 continues under its own MLflow run
-    assert [c.rank for c in ctx.top_k] == [1, 2, 3] and [c.winner for c in ctx.top_k] == [False, True, False]
+    top = ctx.records["top_k"].candidates
+    assert [c.rank for c in top] == [1, 2, 3] and [c.winner for c in top] == [False, True, False]
     assert ctx.target.test_error == 0.25 and ctx.target_run_id == stored["topk_run_ids"]["t0000"]
     assert ctx.transfer.hp == carry(ctx, ctx.proxies.trials[0]).hp
     assert ctx.target.checkpoint_dir == str(ctx.study_dir.root / "targets" / "t0000" / "target" / "final")
     state = json.loads((ctx.study_dir.root / "state.json").read_text())
     assert state["target_run_id"] == ctx.target_run_id and state["target_outcome"]["test_error"] == 0.25
-    tags = {c.trial_id: tracker.client.get_run(c.mlflow_run_id).data.tags for c in ctx.top_k}
+    tags = {c.trial_id: tracker.client.get_run(c.mlflow_run_id).data.tags for c in ctx.records["top_k"].candidates}
     assert tags["t0000"]["mutransfer.topk_winner"] == "true" and tags["t0001"]["mutransfer.topk_winner"] == "false"
     assert tags["t0002"]["mutransfer.topk_rank"] == "3" and tags["t0002"]["mutransfer.proxy_trial"] == "t0002"
 

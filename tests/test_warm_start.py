@@ -193,9 +193,10 @@ def test_a_matching_source_passes_prepare_and_each_refusal_fires(tmp_path, monke
     write_source(tmp_path / "darcy-src", study=darcy)
 
     ctx = prepare(_options(tmp_path, "src", warm_start_top=2))
-    assert [t.source_trial for t in ctx.warm_start.trials] == ["t0002", "t0000"] and ctx.warm_start.location.endswith("src")
+    warm = ctx.records["warm_start"]
+    assert [t.source_trial for t in warm.trials] == ["t0002", "t0000"] and warm.location.endswith("src")
     assert _nothing_created(tmp_path)
-    assert prepare(_options(tmp_path)).warm_start is None  # cold
+    assert "warm_start" not in prepare(_options(tmp_path)).records  # cold
 
     cases = [
         (_options(tmp_path, "nowhere"), "--warm-start nowhere: no such study"),
@@ -209,7 +210,7 @@ def test_a_matching_source_passes_prepare_and_each_refusal_fires(tmp_path, monke
         assert _nothing_created(tmp_path)
     # --warm-start-any: the same source passes, with a note
     ctx = prepare(_options(tmp_path, str(tmp_path / "darcy-src"), warm_start_any=True))
-    assert "--warm-start-any: the source's problem is darcy, this study's burgers" in ctx.warm_start.notes
+    assert "--warm-start-any: the source's problem is darcy, this study's burgers" in ctx.records["warm_start"].notes
 
 
 def test_another_operator_is_refused_unless_any(tmp_path):
@@ -246,7 +247,7 @@ def test_grid_search_is_refused_and_tpe_random_pass(tmp_path, monkeypatch):
             with pytest.raises(UserInputError, match="search.algorithm grid .* use search.algorithm tpe or random"):
                 prepare(options)
         else:
-            assert prepare(options).warm_start.trials
+            assert prepare(options).records["warm_start"].trials
 
 
 def _resumable(tmp_path, state: dict) -> None:
@@ -268,12 +269,12 @@ def test_resume_keeps_the_stored_warm_start_and_refuses_a_new_or_different_one(t
     monkeypatch.chdir(tmp_path)
     write_source(tmp_path / "runs" / "src")
     write_source(tmp_path / "runs" / "other")
-    stored = prepare(_options(tmp_path, "src")).warm_start
+    stored = prepare(_options(tmp_path, "src")).records["warm_start"]
 
     _resumable(tmp_path, {"search_window": 2})  # started cold, its search has begun
     with pytest.raises(UserInputError, match="started without a warm start"):
         prepare(_options(tmp_path, "src", resume=True))
-    assert prepare(_options(tmp_path, resume=True)).warm_start is None
+    assert "warm_start" not in prepare(_options(tmp_path, resume=True)).records
     shutil.rmtree(tmp_path / "runs" / "here")
 
     _resumable(tmp_path, {"search_window": 2, "warm_start": stored.as_dict()})
@@ -283,7 +284,7 @@ def test_resume_keeps_the_stored_warm_start_and_refuses_a_new_or_different_one(t
         prepare(_options(tmp_path, "src", resume=True, warm_start_top=5))
     shutil.rmtree(tmp_path / "runs" / "src")  # the resume never reads the source again
     for options in (_options(tmp_path, "src", resume=True), _options(tmp_path, resume=True)):
-        assert prepare(options).warm_start == stored
+        assert prepare(options).records["warm_start"] == stored
 
 
 # --------------------------------------------------------------------------- the plan
@@ -322,7 +323,7 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
 
 def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_path):
     from mutransfer.study_folder.records import TrialRecord
-    from mutransfer.sweep.report import _warm_start_lines
+    from mutransfer.sweep.strategies.warm_start import warm_start_lines as _warm_start_lines
     from mutransfer.sweep.warm_plan import build_warm_start, warm_start_section
 
     here = _study(name="here", proxy_K=8)

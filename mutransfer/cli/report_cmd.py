@@ -36,9 +36,10 @@ def run_report_cmd(args: argparse.Namespace) -> int:
     if out.is_dir() or not out.parent.is_dir():
         raise UserInputError(f"--out {out}: not a file in an existing folder; pass --out FOLDER/report.html")
     from mutransfer.reporting.html import write_report_page
+    from mutransfer.sweep.strategies import html_sections
 
     try:
-        write_report_page(files, out)
+        write_report_page(files, out, html_sections(files.report, files.state))
     except OSError as exc:
         raise UserInputError(f"--out {out}: cannot write there ({exc.strerror}); pass --out with a writable path") from None
     print(out)

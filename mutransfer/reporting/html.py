@@ -2,8 +2,9 @@
 
 Sections, in order: the study's settings, the muP transfer table, the result (target vs best proxy),
 the proxy trials (table, optimization history, learning curves with ASHA's stops, importances, slice
-plots), the target's learning curve, the verification and the direct-tuning baseline (only when the
-study ran them: ``--verify``, ``--baseline direct``), the compute spent, and notes on anything missing.
+plots), the target's learning curve, the sections its caller passes in (the sweep's search strategies: the
+verification and the direct-tuning baseline when the study ran them, mutransfer.sweep.strategies), the compute
+spent, and notes on anything missing. This package sits below the sweep and imports none of it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import base64
 import html
 import math
 from pathlib import Path
+from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -127,30 +129,6 @@ def _result(report: dict | None) -> str:
     return key_table(rows, "result")
 
 
-def _verification(v: dict) -> str:
-    from mutransfer.sweep.verify import Verification
-
-    known = {k: v[k] for k in Verification.__dataclass_fields__ if k in v}
-    frame = pd.DataFrame(v.get("records") or [])
-    return (f'<section id="verification"><h2>Verification (--verify)</h2><p>{_e(Verification(**known).summary_line())}</p>'
-            + figure_html(figures.verification_curve(v), "Dashed: the transferred LR.")
-            + (frame_table(frame, "verification-records") if not frame.empty else "") + "</section>")
-
-
-def _baseline(b: dict) -> str:
-    from mutransfer.sweep.baseline import summary_line
-
-    m, d = b["mutransfer"], b["cost"]
-    frame = pd.DataFrame([
-        {"": "muTransfer", "test_error": m.get("test_error"), "device_seconds": m["device_seconds"],
-         "trainer_device_seconds": m["trainer_device_seconds"], "flops": m.get("flops")},
-        {"": "direct tuning", "test_error": b.get("test_error"), "device_seconds": d["device_seconds"],
-         "trainer_device_seconds": d["trainer_device_seconds"], "flops": d.get("flops")},
-    ])
-    return (f'<section id="baseline"><h2>Direct-tuning baseline (--baseline direct)</h2><p>{_e(summary_line(b))}</p>'
-            + frame_table(frame, "baseline-table") + "</section>")
-
-
 def _compute(report: dict | None) -> str:
     c = (report or {}).get("compute") or {}
     keys = ("proxy_device_seconds", "target_device_seconds", "proxy_to_target_cost", "proxy_flops", "target_flops",
@@ -159,8 +137,9 @@ def _compute(report: dict | None) -> str:
     return key_table(rows, "compute") if rows else "<p>Not known until the study is done.</p>"
 
 
-def render_report(files: StudyFiles) -> str:
-    """The whole page for the study in ``files``."""
+def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
+    """The whole page for the study in ``files``; ``sections``: HTML the caller adds before the compute (the sweep's
+    search strategies: the verification, the direct baseline; mutransfer.sweep.strategies.html_sections)."""
     report = files.report
     search, notes = figures.search_figures(files)
     frame = trials_frame(files)
@@ -180,10 +159,7 @@ def render_report(files: StudyFiles) -> str:
         *[figure_html(f, c) for f, c in zip(search, captions)],
         "<h2>Target</h2>", figure_html(figures.target_curve(files)),
     ]
-    if files.verification:
-        parts.append(_verification(files.verification))
-    if files.direct_baseline:
-        parts.append(_baseline(files.direct_baseline))
+    parts += list(sections)
     parts += ["<h2>Compute</h2>", _compute(report)]
     all_notes = files.notes + notes
     if all_notes:
@@ -193,20 +169,22 @@ def render_report(files: StudyFiles) -> str:
             f"</title><style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
 
 
-def write_report_page(files: StudyFiles, out: Path) -> Path:
-    """Render the page and write it to ``out`` atomically; returns ``out``."""
-    write_atomic(Path(out), render_report(files))
+def write_report_page(files: StudyFiles, out: Path, sections: Sequence[str] = ()) -> Path:
+    """Render the page (with the caller's ``sections``) and write it to ``out`` atomically; returns ``out``."""
+    write_atomic(Path(out), render_report(files, sections))
     return Path(out)
 
 
-def write_study_page(root: Path, say) -> Path | None:
-    """The sweep's last step: ``<study folder>/report.html``. A page that cannot be drawn costs the sweep
-    nothing: ``say`` gets one line (with the command that retries it) and None is returned."""
+def write_study_page(root: Path, say, sections: Callable[[StudyFiles], Sequence[str]] | None = None) -> Path | None:
+    """The sweep's last step: ``<study folder>/report.html``, with ``sections(files)`` added (the sweep's
+    strategies'). A page that cannot be drawn costs the sweep nothing: ``say`` gets one line (with the command
+    that retries it) and None is returned."""
     from mutransfer.reporting.study_files import load_study_files
 
     out = Path(root) / "report.html"
     try:
-        return write_report_page(load_study_files(str(root)), out)
+        files = load_study_files(str(root))
+        return write_report_page(files, out, sections(files) if sections is not None else ())
     except Exception as exc:  # noqa: BLE001 - the study's results are already saved; the page is a view of them
         say(f"report page not written ({type(exc).__name__}: {exc}); retry with `mutransfer report {root}`")
         return None

@@ -24,10 +24,18 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mutransfer.sweep.context import SweepContext
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.cost import target_cost
+
+if TYPE_CHECKING:
+    from mutransfer.sweep.strategies.base import ExtraCosts
+
+#: the baseline's slot in ``SweepContext.records``, its ``state.json`` and report key
+NAME = "direct_baseline"
 
 
 def direct_context(ctx: SweepContext) -> SweepContext:
@@ -76,13 +84,30 @@ def same_configuration(a: dict, b: dict, searched) -> bool:
     return all(math.isclose(float(a[k]), float(b[k]), rel_tol=1e-9) for k in searched if k in a and k in b)
 
 
-def direct_baseline_phase(ctx: SweepContext) -> None:
-    """With ``--baseline direct``: run the study's search at the target's size and set ``ctx.direct_baseline``."""
-    if ctx.options.baseline != "direct":
-        return
-    if ctx.state.get("direct_baseline"):
-        ctx.direct_baseline = ctx.state["direct_baseline"]
-        return
+@dataclass
+class DirectBaseline:
+    """The direct baseline's record (``SweepContext.records["direct_baseline"]``): the result as ``state.json`` keeps
+    it (the report's ``direct_baseline`` leaves out the direct trials)."""
+
+    result: dict
+
+    def as_dict(self) -> dict:
+        return self.result
+
+    @classmethod
+    def from_state(cls, state: dict) -> "DirectBaseline | None":
+        stored = state.get(NAME)
+        return cls(stored) if stored else None
+
+    def section(self) -> dict:
+        """The report's ``direct_baseline``."""
+        return {k: v for k, v in self.result.items() if k != "trials"}
+
+
+def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) -> None:
+    """With ``--baseline direct`` (mutransfer.sweep.strategies.baseline runs it, once): run the study's search at the
+    target's size and set the baseline's record. ``extra``: the other strategies' trainings on muTransfer's side
+    (a ladder's rungs beside the proxies, --top-k's other targets after the target)."""
     from mutransfer.sweep.proxies import run_proxies
 
     study, shape = ctx.study, tuple(ctx.data.train_x.shape[1:])
@@ -99,10 +124,9 @@ def direct_baseline_phase(ctx: SweepContext) -> None:
         parts.append(final["cost"])
     direct_error = final["test_error"] if final else best.test_error
     direct = add_costs(*parts)
-    others = [target_cost(study, c.outcome, shape) for c in ctx.top_k or [] if not c.winner]  # --top-k's other targets
+    search_extra, target_extra = (extra.search, extra.target) if extra is not None else ((), ())
     mutransfer = add_costs(trials_cost(study, ctx.proxies.trials, at_target=False, input_shape=shape),
-                           *(ctx.ladder.extra_cost() if ctx.ladder is not None else ()),
-                           target_cost(study, ctx.target, shape), *others)
+                           *search_extra, target_cost(study, ctx.target, shape), *target_extra)
     result = {
         "search": {"algorithm": study.search.algorithm, "trials": len(sub.proxies.trials),
                    "budget_epochs": study.budget.epochs, "seed": study.search.seed},
@@ -122,8 +146,8 @@ def direct_baseline_phase(ctx: SweepContext) -> None:
     }
     ctx.say(summary_line(result))
     _log(ctx, sub, result)
-    ctx.direct_baseline = result
-    ctx.update_state(direct_baseline=result)
+    ctx.records[NAME] = DirectBaseline(result)
+    ctx.update_state(**{NAME: result})
 
 
 def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> dict:

@@ -3,21 +3,30 @@
 A sweep is a short list of phases over one :class:`SweepContext`
 (mutransfer.sweep.runner): each phase reads what earlier phases left on the
 context and sets its own typed record (``proxies``, ``transfer``, ``target``,
-``report``). The study directory's ``state.json`` keeps those records (as their
+``report``); the search strategies (mutransfer.sweep.strategies: a ladder, top-k,
+a warm start, the verification, the direct baseline) keep theirs in ``records``, one
+slot per strategy. The study directory's ``state.json`` keeps those records (as their
 ``as_dict()``), so a resumed sweep skips the phases already done.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from mutransfer.study import Override, Study
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.study_folder.state import StudyDir
+
+if TYPE_CHECKING:
+    from mutransfer.data.loading import SplitData
+    from mutransfer.data.streaming import StreamingSplit
+    from mutransfer.study_folder.lock import StudyLock
+    from mutransfer.sweep.target import TargetOutcome
+    from mutransfer.tracking.runs import Tracker
 
 
 class SweepError(RuntimeError):
@@ -82,10 +91,50 @@ class ProxyResults:
 
 @dataclass
 class TransferResult:
-    """The transfer phase's outcome: the record (operators.transfer, as a dict) and the target's hyperparameters."""
+    """The transfer phase's outcome: the record (operators.transfer, as a dict) and the target's hyperparameters.
+
+    ``source``: the trial it transferred (the best proxy, or the last ladder rung's best), ``source_key`` its name
+    (``r<n>-<key>`` for a rung's trial): computed once by the transfer phase and carried to the target and top-k.
+    """
 
     record: dict
     hp: dict
+    source: TrialRecord | None = None
+    source_key: str | None = None
+
+
+@dataclass
+class FinalSearch:
+    """The search whose best trials go to the target: the proxies, or a model-size ladder's last rung.
+
+    ``study``: the study whose proxy→target step a transfer of these trials takes (with a ladder: the last
+    rung's size → the target); ``prefix`` names the trials apart from the proxies' (``r2-``: rung keys restart).
+    """
+
+    trials: list[TrialRecord]
+    best: TrialRecord
+    study: Study
+    prefix: str = ""
+
+    def key(self, trial: TrialRecord) -> str:
+        """The name of ``trial`` as the target's runs and top-k's candidates carry it."""
+        return f"{self.prefix}{trial.trial_id}"
+
+
+def final_search(ctx: "SweepContext") -> FinalSearch:
+    """The search the target draws from: ``ctx.final_search`` (set by a ladder), else the proxies."""
+    if ctx.final_search is not None:
+        return ctx.final_search
+    return FinalSearch(ctx.proxies.trials, ctx.proxies.best, ctx.study)
+
+
+class StrategyRecord(Protocol):
+    """What a search strategy (mutransfer.sweep.strategies) keeps on the context: a record ``state.json`` can hold."""
+
+    def as_dict(self) -> dict: ...
+
+
+R = TypeVar("R")
 
 
 @dataclass
@@ -103,24 +152,26 @@ class SweepContext:
     wall_start: float = field(default_factory=time.perf_counter)
     #: wall time of earlier sessions of this study (read once, when the context is made)
     prior_wall: float = 0.0
-    #: the study's lock (mutransfer.study_folder.lock.StudyLock), taken by prepare, released when run_sweep ends
-    lock: Any = None
+    #: the study's lock, taken by prepare, released when run_sweep ends
+    lock: StudyLock | None = None
     # set by the phases, in order
-    data: Any = None
-    data_path: Any = None
+    data: SplitData | StreamingSplit | None = None
+    data_path: Path | None = None
     started_ray: bool = False
-    tracker: Any = None
+    tracker: Tracker | None = None
     experiment_id: str | None = None
     parent_id: str | None = None
     setup_seconds: float = 0.0
     proxies: ProxyResults | None = None
+    #: the search the target draws from when it is not the proxies (a ladder's last rung, mutransfer.sweep.ladder)
+    final_search: FinalSearch | None = None
     transfer: TransferResult | None = None
-    target: Any = None  # mutransfer.sweep.target.TargetOutcome
+    target: TargetOutcome | None = None
     target_run_id: str | None = None
-    top_k: list | None = None  # mutransfer.sweep.topk.Candidate, best proxy first (search.top_k > 1)
     report: dict | None = None
-    verification: dict | None = None  # mutransfer.sweep.verify.Verification.as_dict()
-    direct_baseline: dict | None = None  # mutransfer.sweep.baseline
+    #: the search strategies' records (mutransfer.sweep.strategies), by strategy name: "ladder", "top_k", "warm_start",
+    #: "verification", "direct_baseline"; a strategy that is not active has none
+    records: dict[str, StrategyRecord] = field(default_factory=dict)
     #: the search trains the target's model (the direct-tuning baseline's and a ladder rung's sub-context)
     search_at_target: bool = False
     #: the configurations a nested search runs instead of sampling, without ASHA (a ladder rung's promoted trials)
@@ -129,13 +180,15 @@ class SweepContext:
     label: str | None = None
     #: tags every trial's MLflow run carries (a ladder: mutransfer.rung)
     trial_tags: dict = field(default_factory=dict)
-    ladder: Any = None  # mutransfer.sweep.ladder.LadderResults (a study with a ladder)
 
     @property
     def search_name(self) -> str:
         return self.label or ("direct search" if self.search_at_target else "proxies")
-    #: the warm start (mutransfer.sweep.warm_plan.WarmStart), set by prepare; None for a cold study
-    warm_start: Any = None
+
+    def record(self, name: str, kind: type[R]) -> R | None:
+        """The record of strategy ``name`` if it has one of type ``kind`` (None when the strategy is not active)."""
+        found = self.records.get(name)
+        return found if isinstance(found, kind) else None
 
     def say(self, text: str) -> None:
         """A progress line on stderr (stdout is kept for the report), unless quiet."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 
+from mutransfer.sweep import strategies
 from mutransfer.sweep.context import SweepContext
 from mutransfer.study_folder.state import write_atomic
 
@@ -41,7 +42,6 @@ def write_report(ctx: SweepContext) -> None:
 
 def _build(ctx: SweepContext, wall: float) -> dict:
     from mutransfer.sweep.report import build_report
-    from mutransfer.sweep.warm_plan import warm_start_section
 
     study, proxies = ctx.study, ctx.proxies
     report = build_report(
@@ -58,11 +58,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
                 "target_run_id": ctx.target_run_id},
         study_dir=str(ctx.study_dir.root),
         overrides=[o.describe() for o in ctx.overrides],
-        verification=ctx.verification,
-        direct_baseline=ctx.direct_baseline,
-        rungs=ctx.ladder.summaries() if ctx.ladder is not None else None,
-        warm_start=warm_start_section(ctx.warm_start, proxies.trials),
-        top_k=[c.row() for c in ctx.top_k] if ctx.top_k else None,
+        **strategies.sections(ctx),  # each search strategy's section (mutransfer.sweep.strategies)
         phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
                 "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
     )
@@ -74,14 +70,13 @@ def _write_page(ctx: SweepContext) -> None:
     """The HTML report (mutransfer.reporting.html) in the study folder, logged on the parent run."""
     from mutransfer.reporting.html import write_study_page
 
-    page = write_study_page(ctx.study_dir.root, ctx.say)
+    page = write_study_page(ctx.study_dir.root, ctx.say, sections=lambda files: strategies.html_sections(files.report,
+                                                                                                         files.state))
     if page is not None:
         ctx.tracker.client.log_artifact(ctx.parent_id, str(page), "report")
 
 
 def _log(ctx: SweepContext, report: dict, wall: float) -> None:
-    from mutransfer.sweep.ladder import rung_metrics
-    from mutransfer.sweep.topk import topk_metrics
     from mutransfer.tracking.runs import log_batch
 
     c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
@@ -99,8 +94,7 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
         *[(key, c[key], now, 0) for key in ("proxy_flops", "target_flops", "direct_sweep_flops",
                                             "mutransfer_vs_direct_flops", "mutransfer_vs_direct_training_seconds")
           if c.get(key) is not None],
-        *[(name, value, now, 0) for name, value in rung_metrics(report.get("rungs"))],
-        *topk_metrics(report.get("top_k"), now),
+        *strategies.metrics(report, now),  # e.g. the ladder's rungs, top-k's candidates
     ]
     params = {
         "transfer.lr_factor": record["lr_factor"],

@@ -16,7 +16,8 @@ on Ray Tune, its trials child runs of an MLflow run of kind ``ladder_rung`` (tag
 ``mutransfer.rung``), itself a child of the study's parent run; rung 0's trials carry
 ``mutransfer.rung = 0``. A finished rung is kept in ``state.json`` (``ladder``), so a
 resumed study re-runs no finished rung, and the rung in progress continues from its own
-trials' JSON files and checkpoints. Sets ``ctx.ladder`` (:class:`LadderResults`).
+trials' JSON files and checkpoints. Sets ``ctx.records["ladder"]`` (:class:`LadderResults`) and
+``ctx.final_search`` (the last rung, which the transfer and top-k draw from).
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ import time
 from dataclasses import dataclass, field
 
 from mutransfer.study.ladder import LadderSize, keep_count, rung_study, step_study, target_size
-from mutransfer.sweep.context import SweepContext, ranked
+from mutransfer.sweep.context import FinalSearch, SweepContext, ranked
 from mutransfer.study_folder.records import TrialRecord
 
 RUNG_TAG = "mutransfer.rung"
+#: the ladder's slot in ``SweepContext.records`` (mutransfer.sweep.strategies.ladder)
+NAME = "ladder"
 
 
 @dataclass
@@ -99,6 +102,16 @@ class LadderResults:
         """The cost of the rungs above the proxies (rung 0's is the proxy search's, counted as such)."""
         return [r.cost for r in self.rungs[1:]]
 
+    def as_dict(self) -> dict:
+        """The rungs above the proxies as ``state.json`` keeps them (key ``ladder``; rung 0 is the proxy search)."""
+        return {"ladder": [r.as_dict() for r in self.rungs[1:]], "keep": self.keep}
+
+    def final_search(self, study) -> FinalSearch:
+        """The last rung as the search the target draws from: its trials, transferred from its size to the target."""
+        last = self.last
+        prefix = "" if last.rung == 0 else f"r{last.rung}-"  # rung keys restart at t0000
+        return FinalSearch(last.trials, last.best, step_study(study, last.size, target_size(study)), prefix)
+
 
 def _promote(trials: list[TrialRecord], study, last: bool) -> list[str]:
     """The keys a rung passes on: its best ``ladder_keep`` to the next rung; from the last rung, its best
@@ -119,7 +132,7 @@ def rung_zero(ctx: SweepContext, size: LadderSize, last: bool) -> RungResult:
 
 
 def climb_ladder(ctx: SweepContext) -> None:
-    """With ``ladder``: run (or continue) the rungs above the proxies and set ``ctx.ladder``."""
+    """With ``ladder``: run (or continue) the rungs above the proxies; set its record and ``ctx.final_search``."""
     study = ctx.study
     sizes = study.ladder_sizes()
     if not sizes:
@@ -138,7 +151,9 @@ def climb_ladder(ctx: SweepContext) -> None:
             rung = run_rung(ctx, r, size, rungs[-1], last=r == len(sizes) - 1)
             ctx.update_state(ladder=[x.as_dict() for x in rungs[1:]] + [rung.as_dict()])
         rungs.append(rung)
-    ctx.ladder = LadderResults(rungs, study.ladder_keep)
+    ladder = LadderResults(rungs, study.ladder_keep)
+    ctx.records[NAME] = ladder
+    ctx.final_search = ladder.final_search(study)
 
 
 def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, last: bool) -> RungResult:

@@ -87,12 +87,12 @@ def prepare(options: SweepOptions) -> SweepContext:
         if options.verify or options.baseline or study.ladder:  # a ladder's rungs run trials up to the target's size
             _check_target_size_memory(study)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
-    from mutransfer.sweep.warm_plan import resolve_warm_start
-
-    warm = resolve_warm_start(options, study, tracking_uri, state)  # the source is read (or the stored one taken) now
     ctx = SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
-                       prior_wall=float(state.get("wall_seconds", 0.0)), warm_start=warm,
+                       prior_wall=float(state.get("wall_seconds", 0.0)),
                        trial_tags={"mutransfer.rung": "0"} if study.ladder else {})  # mutransfer.sweep.ladder.RUNG_TAG
+    from mutransfer.sweep.strategies import prepare_strategies
+
+    prepare_strategies(ctx)  # e.g. a warm start's source is read (or the stored one taken) now
     return ctx
 
 

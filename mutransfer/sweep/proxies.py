@@ -89,9 +89,11 @@ def _plan(ctx: SweepContext, concurrency: int):
 def _logger(ctx: SweepContext, total: int):
     from mutransfer.study.models import fixed_hyperparameters
     from mutransfer.sweep.trial_logger import TrialLogger
+    from mutransfer.sweep.warm_plan import NAME, WarmStart
 
     study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
     uses_gpu = r.gpus_per_trial > 0
+    warm = ctx.record(NAME, WarmStart)
     return TrialLogger(
         uri=ctx.tracking_uri, experiment_id=ctx.experiment_id, parent_run_id=ctx.parent_id, study_name=study.name,
         proxy_K=study.target_K if at_target else study.proxy_K,
@@ -100,7 +102,7 @@ def _logger(ctx: SweepContext, total: int):
         fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu", devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
         quiet=ctx.options.quiet, trials_dir=str(ctx.study_dir.trials_dir), tags=ctx.trial_tags,
-        warm_from=ctx.warm_start.sources() if ctx.warm_start is not None and not at_target else None,
+        warm_from=warm.sources() if warm is not None and not at_target else None,
     )
 
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from mutransfer.sweep.cost import add_to_mutransfer, study_cost
+from mutransfer.sweep import strategies
+from mutransfer.sweep.cost import study_cost
+from mutransfer.sweep.strategies.base import number as _g
 
 
 def target_summary(outcome, run_id: str | None) -> dict | None:
@@ -45,14 +47,12 @@ def build_report(
     study_dir: str,
     overrides: list[str],
     phases: dict | None = None,
-    verification: dict | None = None,
-    direct_baseline: dict | None = None,
-    rungs: list[dict] | None = None,
-    warm_start: dict | None = None,
-    top_k: list[dict] | None = None,
+    **sections,
 ) -> dict:
     """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome;
-    ``top_k``: the candidates' rows (mutransfer.sweep.topk.Candidate.row) when several were trained at the target."""
+    ``sections``: the search strategies' report values by report key (mutransfer.sweep.strategies.sections; a
+    registered strategy not given has None), which also count in the cost and the gain."""
+    values = {s.report_key: sections.get(s.report_key) for s in strategies.STRATEGIES}
     counts = {s: sum(1 for t in trials if t.status == s) for s in ("completed", "pruned", "diverged", "failed")}
     proxy_device_seconds = sum(t.device_seconds for t in trials)
     proxy_trainer = sum(t.trainer_seconds for t in trials)
@@ -73,22 +73,21 @@ def build_report(
     shape = phases.get("input_shape")
     compute.update(study_cost(study, trials, target, input_shape=None if shape is None else tuple(shape)))
     concurrency = max(1, int(phases.get("concurrency", 1)))
-    ladder_training = _count_ladder(compute, rungs) if rungs else 0.0
+    extra = strategies.count_costs(compute, values)  # e.g. a ladder's rungs, top-k's other targets
     compute["setup_seconds"] = phases.get("setup_seconds")
     compute["proxy_phase_seconds"] = phases.get("proxy_phase_seconds")
     compute["proxy_concurrency"] = concurrency
     if wall_seconds:
-        critical = (proxy_trainer + ladder_training) / concurrency + (target["trainer_seconds"] if target else 0.0)
+        critical = (proxy_trainer + extra.search) / concurrency + (target["trainer_seconds"] if target else 0.0)
+        if extra.target:  # trained one after another, after the target
+            critical += extra.target
         compute["trainer_seconds_critical_path"] = critical
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
-    gain_from = best
-    if top_k:  # the target is the top-k winner: its own proxy is compared with it
-        from mutransfer.sweep.topk import count_in_compute, winner_proxy
-
-        count_in_compute(compute, top_k)
-        if not rungs:  # with a ladder the candidates are the last rung's trials: the gain stays the best proxy's
-            gain_from = winner_proxy(trials, top_k, best)
-    return {
+    gain_from = strategies.gain_source(values, trials, best)  # e.g. top-k's winner is compared with its own proxy
+    gain = proxy_to_target(gain_from, target)
+    if gain is not None:
+        strategies.refine_gain(gain, values, gain_from)
+    out = {
         "study": study.name,
         "problem": study.problem.name,
         "dim": study.dim,
@@ -108,53 +107,20 @@ def build_report(
         "compute": compute,
         "mlflow": mlflow,
         "study_dir": study_dir,
-        "proxy_to_target": proxy_to_target(gain_from, target, verification),
-        "verification": verification,
-        "direct_baseline": None if direct_baseline is None else {k: v for k, v in direct_baseline.items() if k != "trials"},
-        "rungs": rungs,
-        "top_k": top_k,
+        "proxy_to_target": gain,
+        **values,  # the strategies' sections (verification, direct_baseline, rungs, top_k, warm_start, ...)
         "trial_table": [t.as_dict() for t in trials],
-        "warm_start": warm_start,  # mutransfer.sweep.warm_plan.warm_start_section
     }
-
-
-def _count_ladder(compute: dict, rungs: list[dict]) -> float:
-    """Add the rungs above the proxies to muTransfer's cost (device-seconds, FLOPs, training time and the
-    ratios to direct tuning); returns their training time (trainer seconds x devices)."""
-    extra = [r["cost"] for r in rungs[1:]]
-    training = sum(c.get("trainer_device_seconds") or 0.0 for c in extra)
-    compute["ladder_device_seconds"] = sum(c["device_seconds"] for c in extra)
-    compute["ladder_trainer_device_seconds"] = training
-    compute["ladder_flops"] = None if any(c.get("flops") is None for c in extra) else sum(c["flops"] for c in extra)
-    add_to_mutransfer(compute, compute["ladder_flops"], training)
-    return training
-
-
-def proxy_to_target(best, target: dict | None, verification: dict | None) -> dict | None:
-    """Best proxy error / target error (the gain of training the larger model), with the target's seed spread
-    when ``--verify`` trained it at the transferred LR with more than one seed (the proxy's spread is not measured)."""
-    if best is None or target is None or best.test_error is None or not target.get("test_error"):
-        return None
-    out = {"proxy_test_error": best.test_error, "target_test_error": target["test_error"],
-           "gain": best.test_error / target["test_error"]}
-    if verification:
-        lr = verification["transferred_lr"]
-        errors = [r["test_error"] for r in verification["records"] if math.isclose(r["lr"], lr, rel_tol=1e-9)
-                  and r["status"] != "diverged" and math.isfinite(r["test_error"]) and r["test_error"] > 0]
-        if len(errors) > 1:
-            mean = sum(errors) / len(errors)
-            std = math.sqrt(sum((e - mean) ** 2 for e in errors) / (len(errors) - 1))
-            out.update(target_seeds=len(errors), target_error_mean=mean, target_error_std=std,
-                       gain_range=[best.test_error / max(errors), best.test_error / min(errors)])
     return out
 
 
-def _g(value, fmt=".4g") -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan"
-    return format(value, fmt) if isinstance(value, (int, float)) else str(value)
+def proxy_to_target(best, target: dict | None) -> dict | None:
+    """Best proxy error / target error (the gain of training the larger model); a strategy may add to it
+    (``--verify``: the target's seed spread at the transferred LR, mutransfer.sweep.strategies.verify)."""
+    if best is None or target is None or best.test_error is None or not target.get("test_error"):
+        return None
+    return {"proxy_test_error": best.test_error, "target_test_error": target["test_error"],
+            "gain": best.test_error / target["test_error"]}
 
 
 def format_report(report: dict) -> str:
@@ -176,9 +142,7 @@ def format_report(report: dict) -> str:
     if best:
         cfg = ", ".join(f"{k}={_g(v)}" for k, v in best["config"].items())
         lines.append(f"best proxy: trial {best['trial_id']}  test rel. L2 {_g(best['test_error'])} after {best['epochs']} epochs  ({cfg})")
-    from mutransfer.sweep.ladder import rung_lines
-
-    lines += rung_lines(report.get("rungs"))
+    lines += strategies.text_lines(report, "search")  # e.g. the ladder's rungs
     transfer = report.get("transfer")
     if transfer:
         lines.append("")
@@ -200,12 +164,7 @@ def format_report(report: dict) -> str:
                 text += (f"; the target at the transferred LR over {gain['target_seeds']} seeds (--verify): "
                          f"{_g(gain['target_error_mean'])} ± {_g(gain['target_error_std'], '.2g')}, gain {lo:.2f}-{hi:.2f}x")
             lines.append(text)
-    from mutransfer.sweep.topk import topk_lines
-
-    lines += topk_lines(report.get("top_k"), report["compute"])
-    lines += _verification_lines(report.get("verification"))
-    lines += _baseline_lines(report.get("direct_baseline"))
-    lines += _warm_start_lines(report.get("warm_start"))
+    lines += strategies.text_lines(report, "result")  # e.g. top-k, the verification, the baseline, the warm start
     c = report["compute"]
     lines.append("")
     lines.append(
@@ -245,56 +204,6 @@ def format_report(report: dict) -> str:
         lines.append(f"MLflow: {m.get('tracking_uri')}  experiment {m.get('experiment_id')}  parent run {m.get('parent_run_id')}")
     lines.append(f"study directory: {report['study_dir']}")
     return "\n".join(lines)
-
-
-def _verification_lines(v: dict | None) -> list[str]:
-    if not v:
-        return []
-    from mutransfer.sweep.verify import Verification
-
-    known = {k: v[k] for k in Verification.__dataclass_fields__ if k in v}
-    lines = ["", Verification(**known).summary_line()]
-    edge = [s for s in v["seed_optima"] if s["at_edge"]]
-    if edge:
-        lines.append(f"  optimum at the grid's edge for seed(s) {', '.join(str(s['seed']) for s in edge)}: not used")
-    c = v.get("cost") or {}
-    if c:
-        lines.append(f"  extra cost: {c['trainings']} target trainings, {c['device_seconds']:.1f} device-s "
-                     f"(training {c['trainer_device_seconds']:.1f}, overhead {c['overhead_device_seconds']:.1f}), "
-                     f"FLOPs {_g(c.get('flops'), '.3g')}")
-    return lines
-
-
-def _baseline_lines(b: dict | None) -> list[str]:
-    if not b:
-        return []
-    from mutransfer.sweep.baseline import summary_line
-
-    m, d = b["mutransfer"], b["cost"]
-    cfg = ", ".join(f"{k}={_g(v)}" for k, v in b["best_config"].items())
-    return [
-        "",
-        summary_line(b),
-        f"  direct: {b['search']['trials']} trials at the target's size, best ({cfg}); "
-        + ("its error after the search" if not b.get("final_training") else "winner retrained for the target's epochs")
-        + ("; the SAME configuration as muTransfer's: the errors differ by run-to-run noise only"
-           if b.get("same_configuration") else ""),
-        f"  device-seconds  muTransfer {m['device_seconds']:.1f} (training {m['trainer_device_seconds']:.1f} + overhead "
-        f"{m['overhead_device_seconds']:.1f})  direct {d['device_seconds']:.1f} (training {d['trainer_device_seconds']:.1f} "
-        f"+ overhead {d['overhead_device_seconds']:.1f})",
-        f"  FLOPs           muTransfer {_g(m.get('flops'), '.3g')}  direct {_g(d.get('flops'), '.3g')}",
-    ]
-
-
-def _warm_start_lines(w: dict | None) -> list[str]:
-    """The warm start's provenance (mutransfer.sweep.warm_plan): which trials came from which source trials."""
-    if not w:
-        return []
-    lines = ["", f"warm start from study {w['source']} ({w['location']}): {w['trials']} trial(s)"]
-    for row in w["from_source"]:
-        lines.append(f"  {row['trial_id']} <- {row['source_trial']}: test rel. L2 {_g(row['test_error'])} here "
-                     f"({row['status'] or '-'}), {_g(row['source_error'])} there; effective LR x {row['lr_factor']:.4g}")
-    return lines + [f"  note: {note}" for note in w["notes"]]
 
 
 def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:

@@ -3,13 +3,14 @@
 operators.transfer.transfer does the arithmetic (K, width or both); the models apply
 every multiplier themselves (c(K) on spectral weights, m0/m on hidden weights under
 width-muP), so the target's hyperparameters are the proxy's and the record states the
-effective values each rule produces. Sets ``ctx.transfer`` (:class:`TransferResult`).
+effective values each rule produces. Sets ``ctx.transfer`` (:class:`TransferResult`), computed once
+here and carried: the target trains it, top-k reuses it for the candidate it was computed from.
 """
 
 from __future__ import annotations
 
 from mutransfer.study import Study
-from mutransfer.sweep.context import SweepContext, TransferResult
+from mutransfer.sweep.context import SweepContext, TransferResult, final_search
 from mutransfer.study_folder.records import TrialRecord
 
 
@@ -35,21 +36,8 @@ def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
 
 
 def transfer_phase(ctx: SweepContext) -> None:
-    """Set ``ctx.transfer`` from ``ctx.proxies.best`` (with a ladder: the last rung's best, from its size)."""
-    record, hp = transfer(*transfer_source(ctx))
-    ctx.transfer = TransferResult(record, hp)
-
-
-def transfer_source(ctx: SweepContext) -> tuple[Study, TrialRecord]:
-    """(the study whose proxy→target step the transfer takes, the trial it transfers): with a ladder
-    (mutransfer.sweep.ladder) the last rung's best from the last rung's size, else the best proxy."""
-    return transfer_study(ctx), ctx.proxies.best if ctx.ladder is None else ctx.ladder.last.best
-
-
-def transfer_study(ctx: SweepContext) -> Study:
-    """The study whose proxy→target step a transfer takes: the study's, or with a ladder the last rung's size → the target."""
-    if ctx.ladder is None:
-        return ctx.study
-    from mutransfer.study.ladder import step_study, target_size
-
-    return step_study(ctx.study, ctx.ladder.last.size, target_size(ctx.study))
+    """Set ``ctx.transfer`` from the best of the search the target draws from (the proxies, or with a ladder the
+    last rung's best, from its size); the source trial and its name are carried with the record."""
+    search = final_search(ctx)
+    record, hp = transfer(search.study, search.best)
+    ctx.transfer = TransferResult(record, hp, source=search.best, source_key=search.key(search.best))

@@ -6,7 +6,9 @@
 
 Each phase is a function of the context (mutransfer.sweep.{proxies, rescale, gate,
 train_target, finish}); it reads what earlier phases left there and sets its own
-typed record. Adding a phase is one function and one line in :data:`PHASES`.
+typed record. Adding a phase is one function and one line in :data:`PHASES`; the search
+strategies (a ladder, top-k, --verify, --baseline direct, --warm-start) bring their own phases
+and place them (mutransfer.sweep.strategies).
 
 Everything that can be wrong with the input is checked in :func:`prepare`, before
 any compute. Resume: the study directory (``<runs dir>/<study name>/``) holds the
@@ -28,25 +30,24 @@ import time
 from dataclasses import asdict
 
 from mutransfer.study import _UNSET
+from mutransfer.sweep import strategies
 from mutransfer.sweep.context import SweepContext, SweepError, SweepOptions
-from mutransfer.sweep.baseline import direct_baseline_phase
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.model_log import log_model_phase, register_completed
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep.holds import hold_if_asked
-from mutransfer.sweep.ladder import climb_ladder
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
 from mutransfer.sweep.train_target import train_target
-from mutransfer.sweep.verify import verify_phase
 
 __all__ = ["PHASES", "SweepError", "SweepOptions", "check_cluster_fits", "prepare", "run_sweep", "transfer"]
 
-#: the phases after the start, in order
-PHASES = (run_proxies, climb_ladder, transfer_phase, coord_check_gate, train_target, log_model_phase, verify_phase,
-          direct_baseline_phase, write_report)
+#: the core phases after the start, in order; the search strategies (mutransfer.sweep.strategies) place theirs
+#: after one of them (a ladder after run_proxies, --verify and --baseline direct after log_model_phase) or instead
+#: of one (top-k instead of train_target)
+PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, log_model_phase, write_report)
 
 
 def run_sweep(options: SweepOptions) -> dict:
@@ -70,21 +71,19 @@ def _drive(ctx: SweepContext) -> dict:
                     mlflow=mlflow)
     _start_study_dir(ctx)
     with _session(ctx):
-        for phase in PHASES:
-            hold_if_asked(ctx.study_dir.root, phase.__name__)  # fault tests only (MUTRANSFER_HOLD_AT)
+        for name, phase in strategies.ordered_phases(PHASES, ctx):
+            hold_if_asked(ctx.study_dir.root, name)  # fault tests only (MUTRANSFER_HOLD_AT)
             phase(ctx)
     return ctx.report
 
 
 def _check_nothing_new_asked(ctx: SweepContext) -> None:
-    """A completed study cannot grow a verification or a baseline: those are asked for when it starts."""
+    """A completed study cannot grow a strategy asked for by a flag (a verification, a baseline): those are asked for
+    when it starts."""
     from mutransfer.errors import UserInputError
 
-    report = ctx.state["report"]
-    for asked, key, flag in ((ctx.options.verify, "verification", "--verify"),
-                             (ctx.options.baseline, "direct_baseline", "--baseline direct")):
-        if asked and not report.get(key):
-            raise UserInputError(
+    for flag in strategies.asked_but_missing(ctx, ctx.state["report"]):
+        raise UserInputError(
                 f"{flag}: study {ctx.study.name!r} is already complete without it; run a new study with {flag} and --name NEW"
             )
 
@@ -101,8 +100,8 @@ def _start_study_dir(ctx: SweepContext) -> None:
             "overrides": [asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in ctx.overrides],
             "source_text": ctx.source_text,
             "created": time.time(),
-            # kept from the start, so a resume without --warm-start seeds the search alike (mutransfer.sweep.warm_plan)
-            **({"warm_start": ctx.warm_start.as_dict()} if ctx.warm_start is not None else {}),
+            # the strategies' records known from the start (a warm start), kept so a resume without the flag runs alike
+            **{name: record.as_dict() for name, record in ctx.records.items()},
         }
         ctx.study_dir.write_state(ctx.state)
     for o in ctx.overrides:

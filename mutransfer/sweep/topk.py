@@ -8,7 +8,8 @@ candidate is transferred) and trained at the target with Ray Train, one after an
 each in ``<study dir>/targets/<trial key>/`` and under its own MLflow target run
 (tags ``mutransfer.topk_rank``, ``mutransfer.proxy_trial``; the winner
 ``mutransfer.topk_winner = true``). The winner is the lowest target test error; it
-becomes ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer``, so the model, the
+becomes ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer`` (the candidates:
+``ctx.records["top_k"]``, :class:`TopK`), so the model, the
 verification, the direct baseline and the report work on it as on a top-1 target.
 
 Resume: each finished candidate is kept in ``state.json`` (``topk_targets``) as soon as
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from mutransfer.sweep.context import SweepContext, TransferResult, ranked
+from mutransfer.sweep.context import SweepContext, TransferResult, final_search, ranked
 from mutransfer.study_folder.records import TrialRecord
 
 #: the candidates' storage folders, under the study directory (top-1 keeps ``target/``)
@@ -36,6 +37,8 @@ PROXY_TRIAL_TAG = "mutransfer.proxy_trial"
 WINNER_TAG = "mutransfer.topk_winner"
 #: hold point (mutransfer.sweep.holds) before each candidate after the first that is still to train
 HOLD_POINT = "topk_next_candidate"
+#: top-k's slot in ``SweepContext.records`` (mutransfer.sweep.strategies.top_k)
+NAME = "top_k"
 
 
 @dataclass
@@ -90,23 +93,49 @@ class Candidate:
 def source_key(ctx: SweepContext, trial) -> str:
     """The name of the trial a target trains: its key, ``r<n>-<key>`` for a trial of ladder rung n ≥ 1 (rung keys
     restart at t0000, so a bare key would name a proxy trial)."""
-    if ctx.ladder is None or ctx.ladder.last.rung == 0:
-        return trial.trial_id
-    return f"r{ctx.ladder.last.rung}-{trial.trial_id}"
+    return final_search(ctx).key(trial)
 
 
 def candidates(ctx: SweepContext, n: int) -> list[TrialRecord]:
     """The ``n`` best trials of the last ladder rung, else of the proxies (fewer when fewer reported an error)."""
-    pool = ctx.ladder.last.trials if ctx.ladder is not None else ctx.proxies.trials
-    return ranked(pool)[:n]
+    return ranked(final_search(ctx).trials)[:n]
 
 
 def carry(ctx: SweepContext, trial: TrialRecord) -> TransferResult:
-    """A candidate's hyperparameters rescaled to the target by the μP rules (the one place top-k transfers)."""
-    from mutransfer.sweep.rescale import transfer, transfer_study
+    """A candidate's hyperparameters rescaled to the target by the μP rules (the one place top-k transfers); the
+    transfer phase's result is reused for the trial it was computed from, not computed again."""
+    from mutransfer.sweep.rescale import transfer
 
-    record, hp = transfer(transfer_study(ctx), trial)  # from the last rung's size with a ladder
-    return TransferResult(record, hp)
+    search = final_search(ctx)
+    done = ctx.transfer
+    if done is not None and done.source_key is not None and done.source_key == search.key(trial):
+        return done
+    record, hp = transfer(search.study, trial)  # from the last rung's size with a ladder
+    return TransferResult(record, hp, source=trial, source_key=search.key(trial))
+
+
+@dataclass
+class TopK:
+    """Top-k's record (``SweepContext.records["top_k"]``): the candidates, best proxy first, the winner marked."""
+
+    candidates: list[Candidate]
+    root: Path  # the study directory: candidates' checkpoints are kept relative to it
+
+    def as_dict(self) -> dict:
+        """As ``state.json`` keeps it (key ``topk_targets``)."""
+        return {"topk_targets": [c.as_dict(self.root) for c in self.candidates]}
+
+    @classmethod
+    def from_state(cls, state: dict, root: Path) -> "TopK":
+        return cls([Candidate.from_dict(d, root) for d in state.get("topk_targets") or []], root)
+
+    def rows(self) -> list[dict]:
+        """The report's table (``top_k``)."""
+        return [c.row() for c in self.candidates]
+
+    def others(self) -> list[Candidate]:
+        """The candidates other than the winner (the winner is the report's target)."""
+        return [c for c in self.candidates if not c.winner]
 
 
 def choose_winner(cands: list[Candidate]) -> Candidate:
@@ -125,7 +154,7 @@ Fit = Callable[..., tuple]
 
 def train_top_k(ctx: SweepContext, fit: Fit) -> None:
     """Train each candidate at the target (``fit``: mutransfer.sweep.train_target.fit_target), pick the winner,
-    set ``ctx.top_k``, ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer`` to it."""
+    set top-k's record, ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer`` to it."""
     from mutransfer.sweep.cost import target_cost
     from mutransfer.sweep.holds import hold_if_asked
 
@@ -171,8 +200,9 @@ def _crown(ctx: SweepContext, cands: list[Candidate]) -> None:
         c.winner = c is winner
         ctx.tracker.set_tags(c.mlflow_run_id, {WINNER_TAG: "true" if c.winner else "false"})
     root = ctx.study_dir.root
-    ctx.top_k, ctx.target, ctx.target_run_id = cands, winner.outcome, winner.mlflow_run_id
-    ctx.transfer = TransferResult(winner.record, winner.hp)
+    ctx.records[NAME] = TopK(cands, root)
+    ctx.target, ctx.target_run_id = winner.outcome, winner.mlflow_run_id
+    ctx.transfer = TransferResult(winner.record, winner.hp, source_key=winner.trial_id)
     stored = winner.as_dict(root)["outcome"]
     ctx.update_state(topk_targets=[c.as_dict(root) for c in cands], target_run_id=winner.mlflow_run_id,
                      target_outcome=stored)
@@ -183,21 +213,28 @@ def _crown(ctx: SweepContext, cands: list[Candidate]) -> None:
 def count_in_compute(compute: dict, rows: list[dict]) -> None:
     """Add the top-k totals to the report's ``compute`` and count the candidates other than the winner (the
     winner is the report's target, already counted) on μTransfer's side of the cost ratios and the critical path."""
+    sequential = count_top_k(compute, rows)
+    if compute.get("trainer_seconds_critical_path") is not None:  # the candidates train one after another
+        compute["trainer_seconds_critical_path"] += sequential
+        wall = compute.get("sweep_wall_seconds")
+        if wall:
+            compute["overhead_share"] = max(0.0, 1.0 - compute["trainer_seconds_critical_path"] / wall)
+
+
+def count_top_k(compute: dict, rows: list[dict]) -> float:
+    """:func:`count_in_compute` but the critical path: returns the other candidates' trainer seconds, which run
+    one after another after the target (the report adds them to its critical path)."""
+    from mutransfer.sweep.cost import add_to_mutransfer
+
     others = [r for r in rows if not r["winner"]]
     flops = [r["flops"] for r in rows]
     compute["top_k_targets"] = len(rows)
     compute["top_k_device_seconds"] = sum(r["device_seconds"] for r in rows)
     compute["top_k_trainer_device_seconds"] = sum(r["trainer_device_seconds"] for r in rows)
     compute["top_k_flops"] = None if None in flops else sum(flops)
-    from mutransfer.sweep.cost import add_to_mutransfer
-
     extra_flops = None if any(r["flops"] is None for r in others) else sum(r["flops"] for r in others)
     add_to_mutransfer(compute, extra_flops, sum(r["trainer_device_seconds"] for r in others))
-    if compute.get("trainer_seconds_critical_path") is not None:  # the candidates train one after another
-        compute["trainer_seconds_critical_path"] += sum(r["trainer_seconds"] for r in others)
-        wall = compute.get("sweep_wall_seconds")
-        if wall:
-            compute["overhead_share"] = max(0.0, 1.0 - compute["trainer_seconds_critical_path"] / wall)
+    return sum(r["trainer_seconds"] for r in others)
 
 
 def winner_proxy(trials: list[TrialRecord], rows: list[dict], default: TrialRecord | None) -> TrialRecord | None:

@@ -1,7 +1,7 @@
 """The target phase: train the target once with Ray Train (mutransfer.sweep.target), logged as an MLflow child run.
 
 Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``; with ``search.top_k`` > 1,
-mutransfer.sweep.topk trains the N best proxies through :func:`fit_target` and sets them to the winner. A resumed study
+mutransfer.sweep.topk trains the N best proxies through :func:`fit_target` instead, the winner kept. A resumed study
 reuses its target run and Ray Train resumes from the last reported checkpoint; a target
 that had finished (the study was interrupted later, during ``--verify`` or ``--baseline``)
 is read back from ``state.json`` and not trained again. A
@@ -76,23 +76,16 @@ class TargetWatch:
 
 
 def train_target(ctx: SweepContext) -> None:
-    """Train the target with the transferred hyperparameters (``search.top_k`` > 1: mutransfer.sweep.topk)."""
+    """Train the target with the transferred hyperparameters (with ``search.top_k`` > 1 the top-k strategy's
+    phase runs instead, mutransfer.sweep.strategies.top_k)."""
     from mutransfer.sweep.target import TargetOutcome
 
-    if ctx.study.search.top_k > 1:
-        from mutransfer.sweep.topk import train_top_k
-
-        train_top_k(ctx, fit_target)
-        return
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
         ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
         ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
         ctx.target_run_id = ctx.state.get("target_run_id")
         return
-    from mutransfer.sweep.rescale import transfer_source
-    from mutransfer.sweep.topk import source_key
-
-    outcome, run_id = fit_target(ctx, ctx.transfer, source_key(ctx, transfer_source(ctx)[1]), storage_dir=ctx.study_dir.root,
+    outcome, run_id = fit_target(ctx, ctx.transfer, ctx.transfer.source_key, storage_dir=ctx.study_dir.root,
                                  run_id=ctx.state.get("target_run_id"),
                                  remember_run=lambda new: ctx.update_state(target_run_id=new))
     ctx.target, ctx.target_run_id = outcome, run_id

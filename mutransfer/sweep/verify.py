@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 
 from mutransfer.sweep.context import SweepContext
 
+#: the verification's slot in ``SweepContext.records``, its ``state.json`` and report key
+NAME = "verification"
 #: grid spacing of the verification in decades (the issue asks for <= 0.25)
 SPACING_DECADES = 0.25
 
@@ -67,6 +69,11 @@ class Verification:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Verification":
+        """Back from :meth:`as_dict` (``state.json``'s ``verification``, the report's); unknown keys are ignored."""
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
     def summary_line(self) -> str:
         span = f"{len(self.grid)} LRs {self.grid[0]:.3g}..{self.grid[-1]:.3g}"
@@ -271,13 +278,9 @@ def grid_cost(ctx: SweepContext, records: list[dict], wall: float) -> dict:
 
 
 def verify_phase(ctx: SweepContext) -> None:
-    """With ``--verify``: train the target on the LR grid, fit its optimum and set ``ctx.verification``."""
+    """With ``--verify`` (mutransfer.sweep.strategies.verify runs it, once): train the target on the LR grid, fit
+    its optimum and set the verification's record."""
     options = ctx.options
-    if not options.verify:
-        return
-    if ctx.state.get("verification"):
-        ctx.verification = ctx.state["verification"]
-        return
     lr = float(ctx.transfer.hp["lr"])
     grid = lr_grid(lr, options.verify_points)
     seeds = [int(ctx.study.training.seed) + s for s in range(options.verify_seeds)]
@@ -289,8 +292,8 @@ def verify_phase(ctx: SweepContext) -> None:
     result.cost = grid_cost(ctx, records, time.perf_counter() - start)
     ctx.say(result.summary_line())
     _log_verification(ctx, result)
-    ctx.verification = result.as_dict()
-    ctx.update_state(verification=ctx.verification)
+    ctx.records[NAME] = result
+    ctx.update_state(**{NAME: result.as_dict()})
 
 
 def _log_verification(ctx: SweepContext, result: Verification) -> None:

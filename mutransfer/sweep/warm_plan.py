@@ -31,6 +31,8 @@ from mutransfer.sweep.warm_start import SourceStudy, load_source
 #: the parent run's tag (the source study) and each warm trial's child-run tag (its source trial)
 WARM_TAG = "mutransfer.warm_start"
 WARM_FROM_TAG = "mutransfer.warm_start_from"
+#: the warm start's slot in ``SweepContext.records``, its ``state.json`` and report key
+NAME = "warm_start"
 
 
 @dataclass
@@ -67,6 +69,12 @@ class WarmStart:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "WarmStart | None":
+        """The warm start ``state.json`` keeps (key ``warm_start``), or None for a cold study."""
+        stored = state.get(NAME)
+        return cls.from_dict(stored) if stored else None
 
     @classmethod
     def from_dict(cls, d: dict) -> "WarmStart":
@@ -239,7 +247,7 @@ def start_warm(ctx) -> list[tuple[dict, dict]]:
 
     Returns the plan's warm entries (none for a cold study or the direct baseline's search at the target).
     """
-    warm = ctx.warm_start
+    warm = ctx.record(NAME, WarmStart)
     if warm is None or ctx.search_at_target:
         return []
     if not ctx.state.get("warm_start"):

@@ -1,0 +1,84 @@
+"""The direct-tuning baseline as a strategy (``sweep --baseline direct``; mutransfer.sweep.baseline).
+
+Its phase runs after the verification: the same search at the target's size, its costs measured against
+μTransfer's, which include the other strategies' trainings (:func:`registry.extra_costs`). Report key
+``direct_baseline`` (after the target, and a section of the HTML page). It logs its own metrics when it finishes.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from mutransfer.sweep.baseline import NAME, DirectBaseline, summary_line
+from mutransfer.sweep.baseline import direct_baseline_phase as run_baseline
+from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.strategies.base import Placement, Strategy, number
+from mutransfer.sweep.strategies.registry import extra_costs
+
+
+def direct_baseline_phase(ctx: SweepContext) -> None:
+    """Run the baseline with the other strategies' trainings on μTransfer's side (a ladder's rungs, top-k's targets)."""
+    run_baseline(ctx, extra_costs(ctx))
+
+
+def baseline_lines(b: dict | None) -> list[str]:
+    """The text report's baseline: the summary, the direct search, device-seconds and FLOPs of both sides."""
+    if not b:
+        return []
+    m, d = b["mutransfer"], b["cost"]
+    cfg = ", ".join(f"{k}={number(v)}" for k, v in b["best_config"].items())
+    return [
+        "",
+        summary_line(b),
+        f"  direct: {b['search']['trials']} trials at the target's size, best ({cfg}); "
+        + ("its error after the search" if not b.get("final_training") else "winner retrained for the target's epochs")
+        + ("; the SAME configuration as muTransfer's: the errors differ by run-to-run noise only"
+           if b.get("same_configuration") else ""),
+        f"  device-seconds  muTransfer {m['device_seconds']:.1f} (training {m['trainer_device_seconds']:.1f} "
+        f"+ overhead {m['overhead_device_seconds']:.1f})  direct {d['device_seconds']:.1f} "
+        f"(training {d['trainer_device_seconds']:.1f} + overhead {d['overhead_device_seconds']:.1f})",
+        f"  FLOPs           muTransfer {number(m.get('flops'), '.3g')}  direct {number(d.get('flops'), '.3g')}",
+    ]
+
+
+def baseline_html(b: dict) -> str:
+    """The HTML page's baseline section: the summary and a muTransfer-vs-direct table."""
+    import pandas as pd  # the page's helpers (pandas) load only when a page is drawn
+
+    from mutransfer.reporting.html import frame_table
+
+    m, d = b["mutransfer"], b["cost"]
+    frame = pd.DataFrame([
+        {"": "muTransfer", "test_error": m.get("test_error"), "device_seconds": m["device_seconds"],
+         "trainer_device_seconds": m["trainer_device_seconds"], "flops": m.get("flops")},
+        {"": "direct tuning", "test_error": b.get("test_error"), "device_seconds": d["device_seconds"],
+         "trainer_device_seconds": d["trainer_device_seconds"], "flops": d.get("flops")},
+    ])
+    return (f'<section id="baseline"><h2>Direct-tuning baseline (--baseline direct)</h2>'
+            f"<p>{html.escape(summary_line(b))}</p>" + frame_table(frame, "baseline-table") + "</section>")
+
+
+class Baseline(Strategy):
+    name = NAME
+    report_key = "direct_baseline"
+    flag = "--baseline direct"
+
+    def active(self, ctx: SweepContext) -> bool:
+        return ctx.options.baseline == "direct"
+
+    def phases(self) -> tuple[Placement, ...]:
+        return (Placement("log_model_phase", direct_baseline_phase),)
+
+    def restore(self, ctx: SweepContext) -> DirectBaseline | None:
+        return DirectBaseline.from_state(ctx.state)
+
+    def section(self, ctx: SweepContext) -> dict | None:
+        record = ctx.record(NAME, DirectBaseline)
+        return record.section() if record is not None else None
+
+    def text_lines(self, section: Any, report: dict) -> list[str]:
+        return baseline_lines(section)
+
+    def html_section(self, section: Any) -> str:
+        return baseline_html(section)

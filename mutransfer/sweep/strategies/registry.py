@@ -1,0 +1,119 @@
+"""The registered strategies and the loops the sweep runs over them.
+
+``STRATEGIES`` is filled, in order, by mutransfer.sweep.strategies (its ``__init__``); the order is the order of
+their phases after one anchor, of their report sections, text lines, costs and metrics. This module imports no
+strategy, so a strategy's own module may use these loops (the direct baseline counts the others' trainings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.strategies.base import CostShare, ExtraCosts, Phase, Strategy, run_phase
+
+#: every strategy the sweep knows, in order
+STRATEGIES: list[Strategy] = []
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Add ``strategy`` (last); a strategy of the same name is replaced in its place."""
+    for i, known in enumerate(STRATEGIES):
+        if known.name == strategy.name:
+            STRATEGIES[i] = strategy
+            return strategy
+    STRATEGIES.append(strategy)
+    return strategy
+
+
+def unregister(name: str) -> None:
+    """Remove the strategy called ``name`` (nothing when none is)."""
+    STRATEGIES[:] = [s for s in STRATEGIES if s.name != name]
+
+
+def by_name(name: str) -> Strategy | None:
+    return next((s for s in STRATEGIES if s.name == name), None)
+
+
+def prepare_strategies(ctx: SweepContext) -> None:
+    """Every strategy's ``prepare`` (mutransfer.sweep.prepare, before any compute)."""
+    for s in STRATEGIES:
+        s.prepare(ctx)
+
+
+def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext) -> list[tuple[str, Phase]]:
+    """(hold-point name, phase) in the order the sweep runs them: each core phase (or the active strategy's phase
+    that replaces it), then the strategies' phases placed after it."""
+    out: list[tuple[str, Phase]] = []
+    for phase in core:
+        anchor = phase.__name__
+        instead = [(s, p) for s in STRATEGIES for p in s.phases()
+                   if p.anchor == anchor and p.where == "instead" and s.active(ctx)]
+        if instead:
+            strategy, placement = instead[0]
+            phase = run_phase(strategy, placement.phase)
+        out.append((anchor, phase))
+        out += [(p.phase.__name__, run_phase(s, p.phase)) for s in STRATEGIES for p in s.phases()
+                if p.anchor == anchor and p.where == "after"]
+    return out
+
+
+def sections(ctx: SweepContext) -> dict[str, Any]:
+    """Every strategy's report value, by its report key (None for one that did not run)."""
+    return {s.report_key: s.section(ctx) for s in STRATEGIES}
+
+
+def count_costs(compute: dict, values: dict[str, Any]) -> CostShare:
+    """Every strategy's trainings added to the report's ``compute``; the sum of what they add to the critical path."""
+    search = target = 0.0
+    for s in STRATEGIES:
+        share = s.count_cost(compute, values.get(s.report_key))
+        search, target = search + share.search, target + share.target
+    return CostShare(search, target)
+
+
+def extra_costs(ctx: SweepContext) -> ExtraCosts:
+    """Every strategy's trainings as measured cost records, before and after the target."""
+    parts = [s.extra_costs(ctx) for s in STRATEGIES]
+    return ExtraCosts(tuple(c for p in parts for c in p.search), tuple(c for p in parts for c in p.target))
+
+
+def gain_source(values: dict[str, Any], trials: list[TrialRecord], best: TrialRecord | None) -> TrialRecord | None:
+    """The proxy trial the target is compared with, after every strategy had its say."""
+    for s in STRATEGIES:
+        best = s.gain_source(values.get(s.report_key), values, trials, best)
+    return best
+
+
+def refine_gain(gain: dict, values: dict[str, Any], best: TrialRecord) -> None:
+    for s in STRATEGIES:
+        s.refine_gain(gain, values.get(s.report_key), best)
+
+
+def text_lines(report: dict, place: str) -> list[str]:
+    """The strategies' lines of the text report at ``place`` ("search" or "result")."""
+    return [line for s in STRATEGIES if s.text_place == place
+            for line in s.text_lines(report.get(s.report_key), report)]
+
+
+def html_sections(report: dict | None, state: dict) -> list[str]:
+    """The strategies' sections of the HTML page, from the report (or ``state.json`` while the study runs)."""
+    out = []
+    for s in STRATEGIES:
+        value = (report or {}).get(s.report_key) or state.get(s.name)
+        if value:
+            html = s.html_section(value)
+            if html:
+                out.append(html)
+    return out
+
+
+def metrics(report: dict, timestamp_ms: int) -> list[tuple]:
+    """The strategies' metrics for the MLflow parent run."""
+    return [m for s in STRATEGIES for m in s.metrics(report.get(s.report_key), timestamp_ms)]
+
+
+def asked_but_missing(ctx: SweepContext, report: dict) -> list[str]:
+    """The flags asking for a strategy that a completed study's report does not have."""
+    return [s.flag for s in STRATEGIES if s.flag and s.active(ctx) and not report.get(s.report_key)]

@@ -1,0 +1,89 @@
+"""The verification as a strategy (``sweep --verify``; mutransfer.sweep.verify).
+
+Its phase runs after the target (and its model's logging): the target trained on an LR grid around the transferred
+LR. Report key ``verification`` (after the target, and a section of the HTML page); with more than one seed the
+gain reports the target's seed spread at the transferred LR. It logs its own metrics when it finishes.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.strategies.base import Placement, Strategy, number
+from mutransfer.sweep.verify import NAME, Verification, verify_phase
+
+
+def verification_lines(v: dict | None) -> list[str]:
+    """The text report's verification: the summary line, seeds whose optimum lay at the grid's edge, the cost."""
+    if not v:
+        return []
+    lines = ["", Verification.from_dict(v).summary_line()]
+    edge = [s for s in v["seed_optima"] if s["at_edge"]]
+    if edge:
+        lines.append(f"  optimum at the grid's edge for seed(s) {', '.join(str(s['seed']) for s in edge)}: not used")
+    c = v.get("cost") or {}
+    if c:
+        lines.append(f"  extra cost: {c['trainings']} target trainings, {c['device_seconds']:.1f} device-s "
+                     f"(training {c['trainer_device_seconds']:.1f}, overhead {c['overhead_device_seconds']:.1f}), "
+                     f"FLOPs {number(c.get('flops'), '.3g')}")
+    return lines
+
+
+def seed_spread(gain: dict, verification: dict, best: TrialRecord) -> None:
+    """The target's seed spread at the transferred LR (--verify with more than one seed) added to the gain."""
+    lr = verification["transferred_lr"]
+    errors = [r["test_error"] for r in verification["records"] if math.isclose(r["lr"], lr, rel_tol=1e-9)
+              and r["status"] != "diverged" and math.isfinite(r["test_error"]) and r["test_error"] > 0]
+    if len(errors) > 1:
+        mean = sum(errors) / len(errors)
+        std = math.sqrt(sum((e - mean) ** 2 for e in errors) / (len(errors) - 1))
+        gain.update(target_seeds=len(errors), target_error_mean=mean, target_error_std=std,
+                    gain_range=[best.test_error / max(errors), best.test_error / min(errors)])
+
+
+def verification_html(v: dict) -> str:
+    """The HTML page's verification section: the summary, the error-vs-LR curve, the trainings."""
+    import pandas as pd  # the page's helpers (pandas, matplotlib) load only when a page is drawn
+
+    from mutransfer.reporting import figures
+    from mutransfer.reporting.html import figure_html, frame_table
+
+    frame = pd.DataFrame(v.get("records") or [])
+    return (f'<section id="verification"><h2>Verification (--verify)</h2>'
+            f"<p>{html.escape(Verification.from_dict(v).summary_line())}</p>"
+            + figure_html(figures.verification_curve(v), "Dashed: the transferred LR.")
+            + (frame_table(frame, "verification-records") if not frame.empty else "") + "</section>")
+
+
+class Verify(Strategy):
+    name = NAME
+    report_key = "verification"
+    flag = "--verify"
+
+    def active(self, ctx: SweepContext) -> bool:
+        return bool(ctx.options.verify)
+
+    def phases(self) -> tuple[Placement, ...]:
+        return (Placement("log_model_phase", verify_phase),)
+
+    def restore(self, ctx: SweepContext) -> Verification | None:
+        stored = ctx.state.get(NAME)
+        return Verification.from_dict(stored) if stored else None
+
+    def section(self, ctx: SweepContext) -> dict | None:
+        record = ctx.record(NAME, Verification)
+        return record.as_dict() if record is not None else None
+
+    def refine_gain(self, gain: dict, section: Any, best: TrialRecord) -> None:
+        if section:
+            seed_spread(gain, section, best)
+
+    def text_lines(self, section: Any, report: dict) -> list[str]:
+        return verification_lines(section)
+
+    def html_section(self, section: Any) -> str:
+        return verification_html(section)

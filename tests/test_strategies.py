@@ -1,0 +1,169 @@
+"""Search strategies as plug-ins (mutransfer.sweep.strategies): a toy strategy registered from a test reaches the
+sweep's phase order, its resume, the report (JSON, text, cost), the HTML page's sections and the parent run's
+metrics, without a line of the sweep naming it; it is unregistered afterwards.
+
+No Ray and no training: the context is made by hand, as the phases would have left it before the report.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mutransfer.study import load_study
+from mutransfer.study_folder.records import TrialRecord
+from mutransfer.study_folder.state import StudyDir
+from mutransfer.sweep import strategies
+from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions, TransferResult, pick_best
+from mutransfer.sweep.finish import _build
+from mutransfer.sweep.report import format_report
+from mutransfer.sweep.runner import PHASES
+from mutransfer.sweep.strategies import CostShare, Placement, Strategy
+from mutransfer.sweep.target import TargetOutcome
+
+
+@dataclass
+class AuditRecord:
+    """The toy's record: the transferred LR it saw."""
+
+    lr: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_state(cls, state: dict) -> "AuditRecord | None":
+        stored = state.get("audit")
+        return cls(**stored) if stored else None
+
+
+class Audit(Strategy):
+    """A toy strategy: a phase after the transfer, a record kept in state.json, a report section, one extra
+    training of 2 s after the target, a page section and a metric."""
+
+    name = "audit"
+    report_key = "audit"
+
+    def __init__(self):
+        self.calls = 0
+
+    def active(self, ctx: SweepContext) -> bool:
+        return True
+
+    def phases(self) -> tuple[Placement, ...]:
+        def audit_phase(ctx: SweepContext) -> None:
+            self.calls += 1
+            record = AuditRecord(float(ctx.transfer.hp["lr"]))
+            ctx.records[self.name] = record
+            ctx.update_state(audit=record.as_dict())
+
+        return (Placement("transfer_phase", audit_phase),)
+
+    def restore(self, ctx: SweepContext) -> AuditRecord | None:
+        return AuditRecord.from_state(ctx.state)
+
+    def section(self, ctx: SweepContext) -> dict | None:
+        record = ctx.record(self.name, AuditRecord)
+        return record.as_dict() if record is not None else None
+
+    def count_cost(self, compute: dict, section) -> CostShare:
+        if not section:
+            return CostShare()
+        compute["audit_trainings"] = 1
+        return CostShare(target=2.0)
+
+    def text_lines(self, section, report: dict) -> list[str]:
+        return ["", f"audit: the transferred lr {section['lr']:.3g}"] if section else []
+
+    def html_section(self, section) -> str:
+        return f'<section id="audit"><h2>Audit</h2><p>lr {section["lr"]}</p></section>'
+
+    def metrics(self, section, timestamp_ms: int) -> list[tuple]:
+        return [("audit_lr", section["lr"], timestamp_ms, 0)] if section else []
+
+
+@pytest.fixture
+def audit():
+    toy = strategies.register(Audit())
+    try:
+        yield toy
+    finally:
+        strategies.unregister(toy.name)
+    assert strategies.by_name("audit") is None
+
+
+def _trial(i: int, error: float) -> TrialRecord:
+    hp = {"lr": 1e-3 * (i + 1), "batch_size": 20, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0, "init_scale": 1.0}
+    return TrialRecord(f"t{i:04d}", i, "completed", {"lr": hp["lr"]}, hp, error, 2, trainer_seconds=1.0,
+                       device_seconds=2.0)
+
+
+def _context(root, state: dict) -> SweepContext:
+    """A context as the phases leave it before the report: proxies, transfer, target, data."""
+    from mutransfer.sweep.rescale import transfer
+
+    study, _ = load_study(None)
+    sdir = StudyDir(root)
+    sdir.root.mkdir(parents=True, exist_ok=True)
+    ctx = SweepContext(SweepOptions(quiet=True), study, sdir, [], "sqlite:///x.db", "", state, 0)
+    trials = [_trial(0, 0.3), _trial(1, 0.2)]
+    ctx.proxies = ProxyResults(trials, pick_best(trials), 1, seconds=4.0)
+    record, hp = transfer(study, ctx.proxies.best)
+    ctx.transfer = TransferResult(record, hp, ctx.proxies.best, ctx.proxies.best.trial_id)
+    ctx.target = TargetOutcome("completed", 0.1, 2, trainer_seconds=1.5, wall_seconds=4.0, device_seconds=4.0)
+    ctx.data = SimpleNamespace(train_x=torch.zeros(4, 64, 1))
+    return ctx
+
+
+def test_the_registry_holds_the_five_strategies_in_order():
+    assert [s.name for s in strategies.STRATEGIES] == ["ladder", "top_k", "verification", "direct_baseline",
+                                                       "warm_start"]
+
+
+def test_a_registered_strategy_runs_after_its_anchor_and_resumes_from_its_record(tmp_path, audit):
+    ctx = _context(tmp_path / "study", {})
+    order = strategies.ordered_phases(PHASES, ctx)
+    names = [name for name, _ in order]
+    assert names.index("audit_phase") == names.index("transfer_phase") + 1
+    assert names[:3] == ["run_proxies", "climb_ladder", "transfer_phase"] and names[-1] == "write_report"
+    dict(order)["audit_phase"](ctx)
+    assert audit.calls == 1 and ctx.records["audit"] == AuditRecord(ctx.transfer.hp["lr"])
+    state = json.loads((tmp_path / "study" / "state.json").read_text())
+    assert state["audit"] == {"lr": ctx.transfer.hp["lr"]}
+
+    resumed = _context(tmp_path / "study", StudyDir(tmp_path / "study").read_state())  # a new driver, --resume
+    dict(strategies.ordered_phases(PHASES, resumed))["audit_phase"](resumed)
+    assert audit.calls == 1 and resumed.records["audit"] == ctx.records["audit"]  # restored, not run again
+
+
+def test_a_registered_strategy_reaches_the_report_text_cost_page_and_metrics(tmp_path, audit):
+    plain = _build(_context(tmp_path / "plain", {}), 20.0)
+    ctx = _context(tmp_path / "study", {})
+    ctx.records["audit"] = AuditRecord(0.002)
+    report = _build(ctx, 20.0)
+    assert report["audit"] == {"lr": 0.002} and plain["audit"] is None
+    for key in ("rungs", "top_k", "verification", "direct_baseline", "warm_start"):  # the others did not run
+        assert report[key] is None
+    c = report["compute"]
+    assert c["audit_trainings"] == 1
+    assert c["trainer_seconds_critical_path"] == pytest.approx(plain["compute"]["trainer_seconds_critical_path"] + 2.0)
+    text = format_report(json.loads(json.dumps(report)))
+    assert "audit: the transferred lr 0.002" in text and "audit:" not in format_report(plain)
+    assert text.index("audit:") > text.index("target (")  # a "result" section: after the target
+    assert strategies.html_sections(report, {}) == ['<section id="audit"><h2>Audit</h2><p>lr 0.002</p></section>']
+    assert strategies.html_sections(None, {"audit": {"lr": 0.5}})[0].endswith("<p>lr 0.5</p></section>")  # mid-study
+    assert ("audit_lr", 0.002, 7, 0) in strategies.metrics(report, 7) and strategies.metrics(plain, 7) == []
+
+
+def test_the_page_gets_the_sections_from_its_caller(tmp_path, audit):
+    """mutransfer.reporting.html draws what its caller passes in (it imports nothing of the sweep)."""
+    from mutransfer.reporting.html import render_report
+
+    files = SimpleNamespace(report=None, state={}, name="toy", phase="proxies", root=tmp_path, notes=[], study={},
+                            search_space={}, study_text="", trials={}, target_history=[])
+    page = render_report(files, strategies.html_sections(None, {"audit": {"lr": 0.5}}))
+    assert '<section id="audit">' in page and page.index('id="audit"') < page.index("<h2>Compute</h2>")
