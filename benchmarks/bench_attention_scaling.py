@@ -126,8 +126,13 @@ def main(argv=None) -> None:
             times = time_steps(model, coords, features, args.repeats, args.warmup)
             peak = peak_bytes(model, coords, features)
             q1, _, q3 = statistics.quantiles(times, n=4) if len(times) > 1 else (times[0],) * 3
-            row = dict(model=name, n=n, median_ms=1e3 * statistics.median(times), iqr_ms=1e3 * (q3 - q1),
-                       peak_mb=None if peak is None else peak / 2**20)
+            row = dict(
+                model=name,
+                n=n,
+                median_ms=1e3 * statistics.median(times),
+                iqr_ms=1e3 * (q3 - q1),
+                peak_mb=None if peak is None else peak / 2**20,
+            )
             first = first or row
             rows.append(row)
             peak_text = "n/a" if peak is None else f"{row['peak_mb']:.1f}"

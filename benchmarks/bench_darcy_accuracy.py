@@ -22,14 +22,78 @@ import time
 PAPER = {"fno": 1.08e-2, "galerkin": 8.4e-3, "gnot": 1.05e-2, "ono": 7.6e-3}
 
 RUNS = {
-    "fno": ["--operator", "fno", "--modes", "12", "--width", "32", "--layers", "4", "--lr", "3e-3",
-            "--batch-size", "20", "--schedule", "step", "--epochs", "100"],
-    "galerkin": ["--operator", "galerkin", "--width", "64", "--layers", "4", "--heads", "4", "--lr", "1e-3",
-                 "--batch-size", "10", "--schedule", "onecycle", "--epochs", "60"],
-    "ono": ["--operator", "ono", "--width", "64", "--layers", "4", "--heads", "4", "--lr", "1e-3",
-            "--batch-size", "10", "--schedule", "onecycle", "--epochs", "40"],
-    "gnot": ["--operator", "gnot", "--width", "32", "--layers", "3", "--heads", "4", "--lr", "1e-3",
-             "--batch-size", "10", "--schedule", "onecycle", "--epochs", "40"],
+    "fno": [
+        "--operator",
+        "fno",
+        "--modes",
+        "12",
+        "--width",
+        "32",
+        "--layers",
+        "4",
+        "--lr",
+        "3e-3",
+        "--batch-size",
+        "20",
+        "--schedule",
+        "step",
+        "--epochs",
+        "100",
+    ],
+    "galerkin": [
+        "--operator",
+        "galerkin",
+        "--width",
+        "64",
+        "--layers",
+        "4",
+        "--heads",
+        "4",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "10",
+        "--schedule",
+        "onecycle",
+        "--epochs",
+        "60",
+    ],
+    "ono": [
+        "--operator",
+        "ono",
+        "--width",
+        "64",
+        "--layers",
+        "4",
+        "--heads",
+        "4",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "10",
+        "--schedule",
+        "onecycle",
+        "--epochs",
+        "40",
+    ],
+    "gnot": [
+        "--operator",
+        "gnot",
+        "--width",
+        "32",
+        "--layers",
+        "3",
+        "--heads",
+        "4",
+        "--lr",
+        "1e-3",
+        "--batch-size",
+        "10",
+        "--schedule",
+        "onecycle",
+        "--epochs",
+        "40",
+    ],
 }
 
 
@@ -73,8 +137,10 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         grid = "x".join(map(str, r["grid"]))
-        print(f"| {r['operator']} | {r['test_error']:.4f} | {r['paper']:.2e} | {r['epochs']} | {r['train_seconds']:.0f} | "
-              f"{grid} | {r['n_train']}/{r['n_test']} |")
+        print(
+            f"| {r['operator']} | {r['test_error']:.4f} | {r['paper']:.2e} | {r['epochs']} | {r['train_seconds']:.0f} | "
+            f"{grid} | {r['n_train']}/{r['n_test']} |"
+        )
     return 0
 
 

@@ -143,8 +143,14 @@ def matmul_throughput(device: torch.device, repeats: int, n: int = 2048, dtype=t
     times = [time_call(run, device) / inner for _ in range(repeats)]
     flops = 2.0 * n**3
     median = statistics.median(times)
-    return {"n": n, "dtype": str(dtype).replace("torch.", ""), "median_s": median,
-            "flops_per_s": flops / median, "max_flops_per_s": flops / min(times), "repeats": repeats}
+    return {
+        "n": n,
+        "dtype": str(dtype).replace("torch.", ""),
+        "median_s": median,
+        "flops_per_s": flops / median,
+        "max_flops_per_s": flops / min(times),
+        "repeats": repeats,
+    }
 
 
 def measure_matmul(device: torch.device, repeats: int, precision: str) -> dict:
@@ -190,9 +196,13 @@ def profile_steps(step, n_steps: int, device: torch.device, rows: int = 15) -> d
         "table": table,
         "self_cpu_total_ms_per_step": total_cpu / 1e3 / n_steps,
         "top": [
-            {"op": e.key, "calls_per_step": e.count / n_steps, "self_cpu_ms_per_step": e.self_cpu_time_total / 1e3 / n_steps,
-             "self_cpu_percent": 100.0 * e.self_cpu_time_total / max(total_cpu, 1e-9),
-             **({"self_cuda_ms_per_step": key_time(e) / 1e3 / n_steps} if device.type == "cuda" else {})}
+            {
+                "op": e.key,
+                "calls_per_step": e.count / n_steps,
+                "self_cpu_ms_per_step": e.self_cpu_time_total / 1e3 / n_steps,
+                "self_cpu_percent": 100.0 * e.self_cpu_time_total / max(total_cpu, 1e-9),
+                **({"self_cuda_ms_per_step": key_time(e) / 1e3 / n_steps} if device.type == "cuda" else {}),
+            }
             for e in top
         ],
         "copy_calls_per_step": calls.get("aten::copy_", 0) / n_steps,
@@ -204,7 +214,12 @@ def summarize(times_s: list[float]) -> dict:
     ms = [t * 1e3 for t in times_s]
     q1, q2, q3 = statistics.quantiles(ms, n=4, method="inclusive")
     return {
-        "median_ms": q2, "iqr_ms": q3 - q1, "q1_ms": q1, "q3_ms": q3, "min_ms": min(ms), "n": len(ms),
+        "median_ms": q2,
+        "iqr_ms": q3 - q1,
+        "q1_ms": q1,
+        "q3_ms": q3,
+        "min_ms": min(ms),
+        "n": len(ms),
         "times_ms": [round(t, 3) for t in ms],
     }
 
@@ -234,8 +249,15 @@ def build_models(args):
     dim, width = args.dim, args.width
     torch.manual_seed(0)
     ours = FNO(
-        dim, 1, 1, args.modes, width=width, layers=args.layers,
-        parametrization=args.parametrization, projection_channels=args.projection_channels, padding=0,
+        dim,
+        1,
+        1,
+        args.modes,
+        width=width,
+        layers=args.layers,
+        parametrization=args.parametrization,
+        projection_channels=args.projection_channels,
+        padding=0,
     ).to(args.device)
     ours_opt = torch.optim.Adam(optimizer_param_groups(ours, args.lr))
     theirs = theirs_opt = None
@@ -333,13 +355,25 @@ def main(argv=None) -> dict:
     p.add_argument("--batch", type=int, default=20)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads on CPU (ignored on CUDA)")
-    p.add_argument("--precision", choices=tuple(AUTOCAST_DTYPES), default="fp32",
-                   help="fp32, or the forward under autocast in bf16/fp16 (fp16 with loss scaling)")
-    p.add_argument("--contraction", choices=("new", "einsum"), default="new",
-                   help="our spectral layer: the one-bmm contraction (new) or the former einsum formulation")
-    p.add_argument("--transform", choices=("auto", "dft", "fft"), default="auto",
-                   help="truncated transform of the new path: GEMMs (dft) or torch.fft (fft); auto = "
-                        "operators.spectral._auto_transform (GEMMs on CPU when few modes are kept per FFT length)")
+    p.add_argument(
+        "--precision",
+        choices=tuple(AUTOCAST_DTYPES),
+        default="fp32",
+        help="fp32, or the forward under autocast in bf16/fp16 (fp16 with loss scaling)",
+    )
+    p.add_argument(
+        "--contraction",
+        choices=("new", "einsum"),
+        default="new",
+        help="our spectral layer: the one-bmm contraction (new) or the former einsum formulation",
+    )
+    p.add_argument(
+        "--transform",
+        choices=("auto", "dft", "fft"),
+        default="auto",
+        help="truncated transform of the new path: GEMMs (dft) or torch.fft (fft); auto = "
+        "operators.spectral._auto_transform (GEMMs on CPU when few modes are kept per FFT length)",
+    )
     p.add_argument("--repeats", type=int, default=20, help="timed steps per model")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     p.add_argument("--matmul-repeats", type=int, default=10, help="timed 2048^2 matmuls for the MFU (0: skip)")
@@ -348,13 +382,17 @@ def main(argv=None) -> dict:
     p.add_argument("--parametrization", choices=("standard", "mup"), default="standard")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument(
-        "--keep-denormals", action="store_true",
+        "--keep-denormals",
+        action="store_true",
         help="do not flush denormal floats to zero (by default flushed: as a step on random data trains on, "
         "subnormal values appear and slow CPU kernels by up to orders of magnitude, which times the "
         "training trajectory rather than the implementation)",
     )
-    p.add_argument("--malloc-no-mmap", action="store_true",
-                   help="glibc: serve all allocations from the heap and never trim it (fewer page faults per step)")
+    p.add_argument(
+        "--malloc-no-mmap",
+        action="store_true",
+        help="glibc: serve all allocations from the heap and never trim it (fewer page faults per step)",
+    )
     p.add_argument("--no-neuralop", action="store_true", help="time ours only")
     p.add_argument("--no-check", dest="check", action="store_false", help="skip the spectral-layer equivalence check")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON ('-' for stdout)")
@@ -386,23 +424,41 @@ def main(argv=None) -> dict:
         )
         models["neuralop"] = theirs
 
-    flops = step_flops(args.dim, args.modes, args.width, args.layers, grid, batch=args.batch,
-                       projection_channels=args.projection_channels)
+    flops = step_flops(
+        args.dim,
+        args.modes,
+        args.width,
+        args.layers,
+        grid,
+        batch=args.batch,
+        projection_channels=args.projection_channels,
+    )
     result = {
         "config": {
-            "dim": args.dim, "modes_K": args.modes, "width": args.width, "layers": args.layers,
-            "grid": list(grid), "batch": args.batch, "device": args.device,
-            "threads": args.threads if device.type == "cpu" else None, "repeats": args.repeats,
-            "warmup": args.warmup, "projection_channels": args.projection_channels,
-            "parametrization": args.parametrization, "precision": args.precision,
+            "dim": args.dim,
+            "modes_K": args.modes,
+            "width": args.width,
+            "layers": args.layers,
+            "grid": list(grid),
+            "batch": args.batch,
+            "device": args.device,
+            "threads": args.threads if device.type == "cpu" else None,
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "projection_channels": args.projection_channels,
+            "parametrization": args.parametrization,
+            "precision": args.precision,
             "dtype": "float32" if args.precision == "fp32" else f"autocast {AUTOCAST_DTYPES[args.precision]}",
-            "flush_denormal": flush_denormal, "implementation": implementation,
+            "flush_denormal": flush_denormal,
+            "implementation": implementation,
             "malloc_no_mmap": malloc_tuned,
             "malloc_env": {k: os.environ.get(k) for k in MALLOC_ENV},
         },
         "machine": {
-            "torch": torch.__version__, "neuralop": getattr(neuralop, "__version__", None),
-            "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "torch": torch.__version__,
+            "neuralop": getattr(neuralop, "__version__", None),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
             "load_average_before": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
             "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
@@ -452,7 +508,9 @@ def main(argv=None) -> dict:
         if faults[name]:
             result["models"][name]["minor_page_faults_per_step"] = statistics.median(faults[name])
     if "neuralop" in times:
-        result["ratio_ours_over_neuralop"] = result["models"]["ours"]["median_ms"] / result["models"]["neuralop"]["median_ms"]
+        result["ratio_ours_over_neuralop"] = (
+            result["models"]["ours"]["median_ms"] / result["models"]["neuralop"]["median_ms"]
+        )
         result["speedup_ours_over_neuralop"] = 1.0 / result["ratio_ours_over_neuralop"]
     if matmul is not None:
         # Repeat the matmul after the steps too: the spread tells how much the machine moved.
@@ -497,8 +555,10 @@ def print_report(result: dict) -> None:
         f"grid={grid} batch={c['batch']} {where} precision={c['precision']} flush_denormal={c['flush_denormal']}  "
         f"(torch {result['machine']['torch']}, neuralop {result['machine']['neuralop']})"
     )
-    print(f"  ours: contraction={impl['contraction']} transform={impl['transform']}  "
-          f"malloc_no_mmap={c['malloc_no_mmap']}  load average before {result['machine']['load_average_before']}")
+    print(
+        f"  ours: contraction={impl['contraction']} transform={impl['transform']}  "
+        f"malloc_no_mmap={c['malloc_no_mmap']}  load average before {result['machine']['load_average_before']}"
+    )
     if "neuralop_n_modes" in c:
         print(f"  neuralop n_modes={tuple(c['neuralop_n_modes'])}")
     if "spectral_check_max_abs_diff" in result:
@@ -522,21 +582,27 @@ def print_report(result: dict) -> None:
     if "matmul" in result:
         mm = result["matmul"]
         parts = [f"{k} {v['flops_per_s'] / 1e9:,.1f} GFLOP/s" for k, v in mm.items()]
-        print(f"  2048^2 matmul (median): {', '.join(parts)}; step FLOPs (operators.planning.step_flops) "
-              f"{result['step_flops']['total'] / 1e9:.3f} G")
+        print(
+            f"  2048^2 matmul (median): {', '.join(parts)}; step FLOPs (operators.planning.step_flops) "
+            f"{result['step_flops']['total'] / 1e9:.3f} G"
+        )
     counted = result["models"]["ours"].get("counted_matmul_flops_per_step")
     if counted:
         print(f"  ours: matmul FLOPs actually executed per step (FlopCounterMode) {counted / 1e9:.3f} G")
     if "ratio_ours_over_neuralop" in result:
-        print(f"  ratio ours/neuralop (median) = {result['ratio_ours_over_neuralop']:.3f}  "
-              f"(ours {result['speedup_ours_over_neuralop']:.2f}x faster)")
+        print(
+            f"  ratio ours/neuralop (median) = {result['ratio_ours_over_neuralop']:.3f}  "
+            f"(ours {result['speedup_ours_over_neuralop']:.2f}x faster)"
+        )
     else:
         print(f"  neuralop not timed: {result.get('neuralop_missing')}")
     for name, m in result["models"].items():
         if "profile" in m:
             prof = m["profile"]
-            print(f"  profile of {name} over {prof['steps']} steps: aten::copy_ {prof['copy_calls_per_step']:.0f} "
-                  f"and aten::select {prof['select_calls_per_step']:.0f} calls per step")
+            print(
+                f"  profile of {name} over {prof['steps']} steps: aten::copy_ {prof['copy_calls_per_step']:.0f} "
+                f"and aten::select {prof['select_calls_per_step']:.0f} calls per step"
+            )
             print(prof["table"])
     sys.stdout.flush()
 

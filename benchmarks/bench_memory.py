@@ -57,16 +57,29 @@ def measure(case, precision: str, device: torch.device) -> dict:
     measured = measure_training_peak(model, batch, grid, precision=precision)["peak_bytes"]
     seconds = time.perf_counter() - start
     del model
-    plan = plan_fno(dim, modes, width, 4, grid=grid, batch=batch, padding=padding, precision=precision,
-                    device=device.type)
+    plan = plan_fno(
+        dim, modes, width, 4, grid=grid, batch=batch, padding=padding, precision=precision, device=device.type
+    )
     return {
-        "dim": dim, "grid": list(grid), "modes": modes, "width": width, "batch": batch, "padding": padding,
-        "precision": precision, "device": str(device),
-        "measured_bytes": measured, "plan_bytes": plan.total_bytes, "ratio": plan.total_bytes / measured,
-        "plan_backward_peak": plan.backward_peak_bytes, "plan_step_peak": plan.step_peak_bytes,
-        "plan_activations": plan.activations_bytes, "plan_workspace": plan.workspace_bytes,
-        "plan_layer_gradient": plan.layer_gradient_bytes, "plan_optimizer_workspace": plan.optimizer_workspace_bytes,
-        "plan_weights": plan.weights_bytes, "seconds": seconds,
+        "dim": dim,
+        "grid": list(grid),
+        "modes": modes,
+        "width": width,
+        "batch": batch,
+        "padding": padding,
+        "precision": precision,
+        "device": str(device),
+        "measured_bytes": measured,
+        "plan_bytes": plan.total_bytes,
+        "ratio": plan.total_bytes / measured,
+        "plan_backward_peak": plan.backward_peak_bytes,
+        "plan_step_peak": plan.step_peak_bytes,
+        "plan_activations": plan.activations_bytes,
+        "plan_workspace": plan.workspace_bytes,
+        "plan_layer_gradient": plan.layer_gradient_bytes,
+        "plan_optimizer_workspace": plan.optimizer_workspace_bytes,
+        "plan_weights": plan.weights_bytes,
+        "seconds": seconds,
     }
 
 
@@ -92,13 +105,24 @@ def main(argv=None) -> int:
             if "error" in row:
                 print(f"{case} {precision}: {row['error']}", flush=True)
                 continue
-            print(f"FNO-{row['dim']}D grid {'x'.join(map(str, row['grid']))} K={row['modes']} m={row['width']} "
-                  f"B={row['batch']} pad={row['padding']} {precision}: plan {format_bytes(row['plan_bytes'])}  "
-                  f"measured {format_bytes(row['measured_bytes'])}  plan/measured {row['ratio']:.3f}", flush=True)
+            print(
+                f"FNO-{row['dim']}D grid {'x'.join(map(str, row['grid']))} K={row['modes']} m={row['width']} "
+                f"B={row['batch']} pad={row['padding']} {precision}: plan {format_bytes(row['plan_bytes'])}  "
+                f"measured {format_bytes(row['measured_bytes'])}  plan/measured {row['ratio']:.3f}",
+                flush=True,
+            )
     if args.json:
-        Path(args.json).write_text(json.dumps({"device": str(device), "torch": torch.__version__,
-                                               "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-                                               "rows": rows}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "device": str(device),
+                    "torch": torch.__version__,
+                    "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
+                    "rows": rows,
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

@@ -23,8 +23,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mutransfer.problems import default_dataset, get_problem  # noqa: E402
 from mutransfer.data.loading import load_split  # noqa: E402
+from mutransfer.problems import default_dataset, get_problem  # noqa: E402
 from mutransfer.training import TrainConfig, train  # noqa: E402
 from operators import FNO  # noqa: E402
 
@@ -53,24 +53,43 @@ def forward_errors(device: torch.device) -> list[dict]:
 
 def training_errors(device: torch.device, epochs: int, seeds: int) -> dict:
     problem = get_problem("darcy")
-    data = load_split(default_dataset(problem, progress=False), n_train=problem.n_train, n_test=problem.n_test,
-                      resolution=problem.resolution, problem="darcy")
+    data = load_split(
+        default_dataset(problem, progress=False),
+        n_train=problem.n_train,
+        n_test=problem.n_test,
+        resolution=problem.resolution,
+        problem="darcy",
+    )
     out = {}
     for precision in ("fp32", "bf16", "fp16"):
         errors, seconds = [], []
         for seed in range(seeds):
             torch.manual_seed(seed)
             model = FNO(2, 1, 1, modes=8, width=32, layers=4, parametrization="mup", padding=problem.padding)
-            config = TrainConfig(lr=3e-3, batch_size=20, epochs=epochs, schedule="cosine", seed=seed,
-                                 device=str(device), precision=precision, progress=False)
+            config = TrainConfig(
+                lr=3e-3,
+                batch_size=20,
+                epochs=epochs,
+                schedule="cosine",
+                seed=seed,
+                device=str(device),
+                precision=precision,
+                progress=False,
+            )
             result = train(model, data, config)
             errors.append(result.test_error)
             seconds.append(result.seconds)
-        out[precision] = {"test_errors": errors, "mean": statistics.mean(errors),
-                          "std": statistics.stdev(errors) if len(errors) > 1 else 0.0,
-                          "seconds_per_run": statistics.mean(seconds)}
-        print(f"train Darcy {precision}: test rel. L2 {out[precision]['mean']:.4f} ± {out[precision]['std']:.4f} "
-              f"({seeds} seeds, {statistics.mean(seconds):.1f} s/run)", flush=True)
+        out[precision] = {
+            "test_errors": errors,
+            "mean": statistics.mean(errors),
+            "std": statistics.stdev(errors) if len(errors) > 1 else 0.0,
+            "seconds_per_run": statistics.mean(seconds),
+        }
+        print(
+            f"train Darcy {precision}: test rel. L2 {out[precision]['mean']:.4f} ± {out[precision]['std']:.4f} "
+            f"({seeds} seeds, {statistics.mean(seconds):.1f} s/run)",
+            flush=True,
+        )
     return out
 
 
@@ -86,13 +105,25 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     start = time.perf_counter()
-    result = {"device": str(device), "torch": torch.__version__,
-              "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
-              "forward": forward_errors(device)}
+    result = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if device.type == "cuda" else None,
+        "forward": forward_errors(device),
+    }
     if args.training:
         result["training"] = training_errors(device, args.epochs, args.seeds)
-        result["training_setup"] = {"problem": "darcy", "resolution": 31, "n_train": 400, "n_test": 100, "modes": 8,
-                                    "width": 32, "epochs": args.epochs, "lr": 3e-3, "schedule": "cosine"}
+        result["training_setup"] = {
+            "problem": "darcy",
+            "resolution": 31,
+            "n_train": 400,
+            "n_test": 100,
+            "modes": 8,
+            "width": 32,
+            "epochs": args.epochs,
+            "lr": 3e-3,
+            "schedule": "cosine",
+        }
     result["seconds"] = time.perf_counter() - start
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

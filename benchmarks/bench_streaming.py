@@ -39,8 +39,12 @@ def write_file(path: Path, n: int, s: int) -> None:
     from mutransfer.data.hdf5_io import write_dataset
 
     rng = np.random.default_rng(0)
-    small = {"input": rng.random((2, s, s)), "output": rng.random((2, s, s)),
-             "grid": {"x": np.linspace(0, 1, s), "y": np.linspace(0, 1, s)}, "attrs": {"problem": "darcy"}}
+    small = {
+        "input": rng.random((2, s, s)),
+        "output": rng.random((2, s, s)),
+        "grid": {"x": np.linspace(0, 1, s), "y": np.linspace(0, 1, s)},
+        "attrs": {"problem": "darcy"},
+    }
     write_dataset(path, small)  # the schema's attributes and grid, then grow the arrays in place
     with h5py.File(path, "r+") as f:
         for key in ("input", "output"):
@@ -98,11 +102,14 @@ def main(argv=None) -> int:
     result["read_batches_per_s"] = {"memory": batches_per_second(loaded.train_x, loaded.train_y, args.batch, 0)}
     for workers in (0, 2, 4):
         result["read_batches_per_s"][f"stream_{workers}_workers"] = batches_per_second(
-            streamed.train_x, streamed.train_y, args.batch, workers)
+            streamed.train_x, streamed.train_y, args.batch, workers
+        )
     if args.training:
-        result["train_samples_per_s"] = {"memory": train_samples_per_second(loaded, args.batch, None),
-                                         "stream_0_workers": train_samples_per_second(streamed, args.batch, 0),
-                                         "stream_2_workers": train_samples_per_second(streamed, args.batch, 2)}
+        result["train_samples_per_s"] = {
+            "memory": train_samples_per_second(loaded, args.batch, None),
+            "stream_0_workers": train_samples_per_second(streamed, args.batch, 0),
+            "stream_2_workers": train_samples_per_second(streamed, args.batch, 2),
+        }
     print(json.dumps(result, indent=1))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

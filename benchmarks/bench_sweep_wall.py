@@ -37,11 +37,22 @@ def keys_of(value, prefix: str = "") -> set[str]:
 
 def run_once(tree: Path, cache: Path, extra: list[str]) -> tuple[float, dict]:
     work = Path(tempfile.mkdtemp(prefix="sweep-wall-"))
-    env = dict(os.environ, PYTHONPATH=str(tree), MUTRANSFER_CACHE=str(cache), MLFLOW_DISABLE_TELEMETRY="true",
-               RAY_USAGE_STATS_ENABLED="0")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(tree),
+        MUTRANSFER_CACHE=str(cache),
+        MLFLOW_DISABLE_TELEMETRY="true",
+        RAY_USAGE_STATS_ENABLED="0",
+    )
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "mutransfer.cli.main", "sweep", "--proxy-K", "6", "--target-K", "24",
-                           "--json", *extra], cwd=work, env=env, capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--proxy-K", "6", "--target-K", "24", "--json", *extra],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{tree}: exit {proc.returncode}\n{proc.stderr[-2000:]}")
@@ -63,7 +74,7 @@ def main(argv=None) -> int:
     times: dict[str, list[float]] = {"before": [], "after": []}
     reports = {}
     for r in range(args.rounds):
-        for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+        for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
             wall, report = run_once(trees[name], cache, args.extra)
             times[name].append(wall)
             reports[name] = report

@@ -1,8 +1,8 @@
 """Helpers of benchmarks/gpu_session.sh: print the software found, or summarise a study report.
 
-    python benchmarks/gpu_env.py                      # versions of python, torch, CUDA, the GPU, and the stack
-    python benchmarks/gpu_env.py --report report.json # one line: best proxy, target, wall time
-    python benchmarks/gpu_env.py --data-args STUDY     # "PATH N RESOLUTION" of the dataset the study reads
+python benchmarks/gpu_env.py                      # versions of python, torch, CUDA, the GPU, and the stack
+python benchmarks/gpu_env.py --report report.json # one line: best proxy, target, wall time
+python benchmarks/gpu_env.py --data-args STUDY     # "PATH N RESOLUTION" of the dataset the study reads
 """
 
 from __future__ import annotations
@@ -32,9 +32,17 @@ def summarise(path: str) -> None:
         print(f"study: no report ({type(exc).__name__})")
         return
     best, target, compute = report["best_proxy"], report["target"], report["compute"]
-    print("study: best proxy", {k: best.get(k) for k in ("test_error", "lr", "spectral_lr")},
-          "| target", target.get("status"), target.get("test_error"),
-          "| wall", compute.get("sweep_wall_seconds"), "| overrides", report.get("overrides"))
+    print(
+        "study: best proxy",
+        {k: best.get(k) for k in ("test_error", "lr", "spectral_lr")},
+        "| target",
+        target.get("status"),
+        target.get("test_error"),
+        "| wall",
+        compute.get("sweep_wall_seconds"),
+        "| overrides",
+        report.get("overrides"),
+    )
 
 
 def data_args(study_path: str) -> None:

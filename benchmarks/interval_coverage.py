@@ -68,9 +68,17 @@ def bootstrap_coverage(n: int, reps: int = REPS, seed: int = 0, resamples: int =
     """Coverage of the old percentile bootstrap of the mean (all replications in one vectorised call)."""
     from scipy.stats import bootstrap
 
-    ci = bootstrap((one_sample_draws(n, reps, seed),), np.mean, axis=-1, vectorized=True, method="percentile",
-                   confidence_level=LEVEL, n_resamples=resamples, batch=100,
-                   random_state=np.random.default_rng(seed)).confidence_interval
+    ci = bootstrap(
+        (one_sample_draws(n, reps, seed),),
+        np.mean,
+        axis=-1,
+        vectorized=True,
+        method="percentile",
+        confidence_level=LEVEL,
+        n_resamples=resamples,
+        batch=100,
+        random_state=np.random.default_rng(seed),
+    ).confidence_interval
     return covered(ci.low, ci.high, MEAN)
 
 
@@ -78,18 +86,32 @@ def bootstrap_difference_coverage(n: int, reps: int = REPS, seed: int = 0, resam
     """Coverage of the old two-sample percentile bootstrap of mean(a) − mean(b) (vectorised)."""
     from scipy.stats import bootstrap
 
-    ci = bootstrap(two_sample_draws(n, reps, seed), _mean_difference, axis=-1, vectorized=True, method="percentile",
-                   confidence_level=LEVEL, n_resamples=resamples, batch=100,
-                   random_state=np.random.default_rng(seed)).confidence_interval
+    ci = bootstrap(
+        two_sample_draws(n, reps, seed),
+        _mean_difference,
+        axis=-1,
+        vectorized=True,
+        method="percentile",
+        confidence_level=LEVEL,
+        n_resamples=resamples,
+        batch=100,
+        random_state=np.random.default_rng(seed),
+    ).confidence_interval
     return covered(ci.low, ci.high, A_MEAN - B_MEAN)
 
 
 def coverage_table(reps: int = REPS, seed: int = 0) -> list[dict]:
     """One row per n: the four coverages."""
-    return [{"n": n,
-             "bootstrap_mean": bootstrap_coverage(n, reps, seed), "t_mean": t_coverage(n, reps, seed),
-             "bootstrap_difference": bootstrap_difference_coverage(n, reps, seed),
-             "welch_difference": welch_coverage(n, reps, seed)} for n in SIZES]
+    return [
+        {
+            "n": n,
+            "bootstrap_mean": bootstrap_coverage(n, reps, seed),
+            "t_mean": t_coverage(n, reps, seed),
+            "bootstrap_difference": bootstrap_difference_coverage(n, reps, seed),
+            "welch_difference": welch_coverage(n, reps, seed),
+        }
+        for n in SIZES
+    ]
 
 
 def main() -> None:
@@ -98,10 +120,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     print(f"coverage of a nominal {LEVEL:.0%} interval, {args.reps} normal replications per n (seed {args.seed})")
-    print(f"{'n':>3}  {'mean: bootstrap':>15}  {'mean: t':>8}  {'difference: bootstrap':>21}  {'difference: Welch':>17}")
+    print(
+        f"{'n':>3}  {'mean: bootstrap':>15}  {'mean: t':>8}  {'difference: bootstrap':>21}  {'difference: Welch':>17}"
+    )
     for row in coverage_table(args.reps, args.seed):
-        print(f"{row['n']:>3}  {row['bootstrap_mean']:>15.3f}  {row['t_mean']:>8.3f}  "
-              f"{row['bootstrap_difference']:>21.3f}  {row['welch_difference']:>17.3f}")
+        print(
+            f"{row['n']:>3}  {row['bootstrap_mean']:>15.3f}  {row['t_mean']:>8.3f}  "
+            f"{row['bootstrap_difference']:>21.3f}  {row['welch_difference']:>17.3f}"
+        )
 
 
 if __name__ == "__main__":

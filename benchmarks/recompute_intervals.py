@@ -31,8 +31,12 @@ from mutransfer.diagnostics.statistics import Estimate, mean_ci
 from mutransfer.landscape.analysis import analyze, transform
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
-LANDSCAPES = ("burgers_k_landscape_5seeds.json", "darcy_k_landscape_5seeds.json",
-              "burgers_rough_k_landscape_5seeds.json", "burgers_rough_k_landscape_3seeds_narrow_grid.json")
+LANDSCAPES = (
+    "burgers_k_landscape_5seeds.json",
+    "darcy_k_landscape_5seeds.json",
+    "burgers_rough_k_landscape_5seeds.json",
+    "burgers_rough_k_landscape_3seeds_narrow_grid.json",
+)
 HALF_STEP = 0.125  # --verify: half of its 0.25-decade grid step
 
 #: ``sweep --verify`` rows of docs/results.md as printed: (what, mean, lo, hi), each over 2 seeds
@@ -50,17 +54,28 @@ VERIFY_STUDIES = (-0.07, 0.21, 0.27)
 
 #: coordinate-check rows of docs/results.md as printed: (data, curve, parametrization, mean, lo, hi), 3 seeds
 COORD_ROWS = (
-    ("smooth", "output", "SP", 0.000, -0.000, 0.000), ("smooth", "output", "muP", -0.012, -0.015, -0.010),
-    ("smooth", "fourier_1", "SP", -0.000, -0.002, 0.001), ("smooth", "fourier_1", "muP", -0.077, -0.102, -0.050),
-    ("smooth", "fourier_2", "SP", 0.000, -0.000, 0.000), ("smooth", "fourier_2", "muP", -0.136, -0.142, -0.133),
-    ("smooth", "fourier_3", "SP", 0.000, 0.000, 0.000), ("smooth", "fourier_3", "muP", -0.091, -0.116, -0.068),
-    ("smooth", "fourier_4", "SP", -0.000, -0.000, 0.000), ("smooth", "fourier_4", "muP", -0.066, -0.073, -0.060),
-    ("rough", "output", "SP", -0.009, -0.016, 0.001), ("rough", "output", "muP", 0.005, -0.014, 0.021),
-    ("rough", "fourier_1", "SP", 0.144, 0.141, 0.149), ("rough", "fourier_1", "muP", 0.014, -0.028, 0.035),
-    ("rough", "fourier_2", "SP", 0.058, 0.048, 0.065), ("rough", "fourier_2", "muP", -0.068, -0.109, -0.042),
-    ("rough", "fourier_3", "SP", 0.017, 0.007, 0.033), ("rough", "fourier_3", "muP", -0.093, -0.136, -0.051),
-    ("rough", "fourier_4", "SP", 0.021, 0.004, 0.057), ("rough", "fourier_4", "muP", -0.077, -0.092, -0.067),
-    ("rough", "spectral_1", "SP", 0.216, 0.185, 0.235), ("rough", "spectral_1", "muP", -0.016, -0.041, -0.000),
+    ("smooth", "output", "SP", 0.000, -0.000, 0.000),
+    ("smooth", "output", "muP", -0.012, -0.015, -0.010),
+    ("smooth", "fourier_1", "SP", -0.000, -0.002, 0.001),
+    ("smooth", "fourier_1", "muP", -0.077, -0.102, -0.050),
+    ("smooth", "fourier_2", "SP", 0.000, -0.000, 0.000),
+    ("smooth", "fourier_2", "muP", -0.136, -0.142, -0.133),
+    ("smooth", "fourier_3", "SP", 0.000, 0.000, 0.000),
+    ("smooth", "fourier_3", "muP", -0.091, -0.116, -0.068),
+    ("smooth", "fourier_4", "SP", -0.000, -0.000, 0.000),
+    ("smooth", "fourier_4", "muP", -0.066, -0.073, -0.060),
+    ("rough", "output", "SP", -0.009, -0.016, 0.001),
+    ("rough", "output", "muP", 0.005, -0.014, 0.021),
+    ("rough", "fourier_1", "SP", 0.144, 0.141, 0.149),
+    ("rough", "fourier_1", "muP", 0.014, -0.028, 0.035),
+    ("rough", "fourier_2", "SP", 0.058, 0.048, 0.065),
+    ("rough", "fourier_2", "muP", -0.068, -0.109, -0.042),
+    ("rough", "fourier_3", "SP", 0.017, 0.007, 0.033),
+    ("rough", "fourier_3", "muP", -0.093, -0.136, -0.051),
+    ("rough", "fourier_4", "SP", 0.021, 0.004, 0.057),
+    ("rough", "fourier_4", "muP", -0.077, -0.092, -0.067),
+    ("rough", "spectral_1", "SP", 0.216, 0.185, 0.235),
+    ("rough", "spectral_1", "muP", -0.016, -0.041, -0.000),
 )
 TOLERANCE = 0.1  # coord-check's default
 
@@ -111,23 +126,31 @@ def landscape_lines(path: Path) -> list[str]:
     inverse = transform(hyperparameter)[2]
     lines = [f"## {path.name} ({stored['seeds']} seeds)", "star per curve, 1e-3: old bootstrap -> new t"]
     for old, new in zip(stored["curves"], curves):
-        lines.append(f"  {new.parametrization:<9} {axis}={new.scale:<3} {_star(old['star'], inverse):<32} -> "
-                     f"{_star(new.as_dict()['star'], inverse)}")
-    lines.append(f"drift of log10(lr*) per ln {axis}; over the span in decades: old bootstrap -> new t (Welch for SP - muP)")
+        lines.append(
+            f"  {new.parametrization:<9} {axis}={new.scale:<3} {_star(old['star'], inverse):<32} -> "
+            f"{_star(new.as_dict()['star'], inverse)}"
+        )
+    lines.append(
+        f"drift of log10(lr*) per ln {axis}; over the span in decades: old bootstrap -> new t (Welch for SP - muP)"
+    )
     for old, new in zip(stored["drift"], drifts):
         if not np.allclose(old["per_seed"], new.per_seed):
             raise RuntimeError(f"{path.name}: the per-seed slopes of {new.parametrization} differ from the stored ones")
-        lines.append(f"  {new.parametrization:<9} per ln {axis} {_ci(old['slope']['mean'], old['slope']['ci'])} -> "
-                     f"{_ci(new.slope.mean, new.slope.ci)}; decades {_ci(old['decades']['mean'], old['decades']['ci'])}"
-                     f" -> {_ci(new.decades.mean, new.decades.ci)} ({len(new.per_seed)} seeds; "
-                     f"{'resolved' if new.resolved else 'not resolved'})")
+        lines.append(
+            f"  {new.parametrization:<9} per ln {axis} {_ci(old['slope']['mean'], old['slope']['ci'])} -> "
+            f"{_ci(new.slope.mean, new.slope.ci)}; decades {_ci(old['decades']['mean'], old['decades']['ci'])}"
+            f" -> {_ci(new.decades.mean, new.decades.ci)} ({len(new.per_seed)} seeds; "
+            f"{'resolved' if new.resolved else 'not resolved'})"
+        )
     if difference is not None:
         old = stored["drift_difference"]
-        lines.append(f"  SP - muP  per ln {axis} {_ci(old['slope']['mean'], old['slope']['ci'])} -> "
-                     f"{_ci(difference.slope.mean, difference.slope.ci)}; decades "
-                     f"{_ci(old['decades']['mean'], old['decades']['ci'])} -> "
-                     f"{_ci(difference.decades.mean, difference.decades.ci)} "
-                     f"({'resolved' if difference.resolved else 'not resolved'})")
+        lines.append(
+            f"  SP - muP  per ln {axis} {_ci(old['slope']['mean'], old['slope']['ci'])} -> "
+            f"{_ci(difference.slope.mean, difference.slope.ci)}; decades "
+            f"{_ci(old['decades']['mean'], old['decades']['ci'])} -> "
+            f"{_ci(difference.decades.mean, difference.decades.ci)} "
+            f"({'resolved' if difference.resolved else 'not resolved'})"
+        )
     return lines
 
 
@@ -139,18 +162,23 @@ def verify_lines() -> list[str]:
         verdict = f"; verdict: {verify_verdict(e)}" if "distance" in what else ""
         lines.append(f"  {what:<40} {_ci(mean, (lo, hi), 3)} -> {_ci(e.mean, e.ci, 3)}{verdict}")
     e = mean_ci(VERIFY_STUDIES)
-    lines.append(f"  mean over the 3 quick-study verifications: {VERIFY_STUDIES} -> {_ci(e.mean, e.ci)} "
-                 f"(std {np.std(VERIFY_STUDIES, ddof=1):.2f})")
+    lines.append(
+        f"  mean over the 3 quick-study verifications: {VERIFY_STUDIES} -> {_ci(e.mean, e.ci)} "
+        f"(std {np.std(VERIFY_STUDIES, ddof=1):.2f})"
+    )
     return lines
 
 
 def coord_lines() -> list[str]:
     """The coordinate checks' slopes over 3 seeds, recomputed from the seeds their bounds are, with the verdict."""
-    lines = [f"## coordinate checks, 3 seeds (seeds recovered from the printed bootstrap bounds), tolerance {TOLERANCE}"]
+    lines = [
+        f"## coordinate checks, 3 seeds (seeds recovered from the printed bootstrap bounds), tolerance {TOLERANCE}"
+    ]
     for data, curve, parametrization, mean, lo, hi in COORD_ROWS:
         verdict, e = classify_slopes(seeds_from_bootstrap(mean, lo, hi, 3), TOLERANCE)
-        lines.append(f"  {data:<7} {curve:<11} {parametrization:<4} {_ci(mean, (lo, hi), 3)} -> "
-                     f"{_ci(e.mean, e.ci, 3)} {verdict}")
+        lines.append(
+            f"  {data:<7} {curve:<11} {parametrization:<4} {_ci(mean, (lo, hi), 3)} -> {_ci(e.mean, e.ci, 3)} {verdict}"
+        )
     return lines
 
 

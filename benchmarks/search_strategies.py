@@ -43,8 +43,22 @@ def run_arm(study: Path, name: str, flags: list[str], out: Path) -> dict:
     path = out / "reports" / f"{name}.json"
     if path.exists():  # re-running continues where it stopped
         return json.loads(path.read_text())
-    command = [sys.executable, "-m", "mutransfer", "sweep", "--study", str(study), "--name", name, *flags,
-               "--runs-dir", str(out / "runs"), "--tracking-uri", f"sqlite:///{(out / 'mlflow.db').absolute()}", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "mutransfer",
+        "sweep",
+        "--study",
+        str(study),
+        "--name",
+        name,
+        *flags,
+        "--runs-dir",
+        str(out / "runs"),
+        "--tracking-uri",
+        f"sqlite:///{(out / 'mlflow.db').absolute()}",
+        "--json",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{name}: sweep failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
@@ -66,10 +80,16 @@ def mutransfer_cost(report: dict) -> dict:
     c = report["compute"]
     targets = _targets(report)
     per_target = (c.get("target_flops") or 0.0) / max(1, int(report["target"]["epochs"]))
-    device = c["proxy_device_seconds"] + (c.get("ladder_device_seconds") or 0.0) + sum(
-        float(t.get("device_seconds") or 0.0) for t in targets)
-    flops = (c.get("proxy_flops") or 0.0) + (c.get("ladder_flops") or 0.0) + sum(
-        per_target * int(t.get("epochs") or report["target"]["epochs"]) for t in targets)
+    device = (
+        c["proxy_device_seconds"]
+        + (c.get("ladder_device_seconds") or 0.0)
+        + sum(float(t.get("device_seconds") or 0.0) for t in targets)
+    )
+    flops = (
+        (c.get("proxy_flops") or 0.0)
+        + (c.get("ladder_flops") or 0.0)
+        + sum(per_target * int(t.get("epochs") or report["target"]["epochs"]) for t in targets)
+    )
     return {"device_seconds": device, "flops": flops, "target_trainings": len(targets)}
 
 
@@ -83,15 +103,23 @@ def trials_to_reach(report: dict, threshold: float) -> int | None:
 
 def arm_row(report: dict) -> dict:
     cost = mutransfer_cost(report)
-    return {"study": report["study"], "target_error": report["target"]["test_error"],
-            "best_proxy_error": report["best_proxy"]["test_error"], "transferred_lr": report["target_hyperparameters"]["lr"],
-            **cost}
+    return {
+        "study": report["study"],
+        "target_error": report["target"]["test_error"],
+        "best_proxy_error": report["best_proxy"]["test_error"],
+        "transferred_lr": report["target_hyperparameters"]["lr"],
+        **cost,
+    }
 
 
 def direct_row(report: dict) -> dict:
     d = report["direct_baseline"]
-    return {"study": report["study"] + " (direct)", "target_error": d["test_error"],
-            "device_seconds": d["cost"]["device_seconds"], "flops": d["cost"]["flops"]}
+    return {
+        "study": report["study"] + " (direct)",
+        "target_error": d["test_error"],
+        "device_seconds": d["cost"]["device_seconds"],
+        "flops": d["cost"]["flops"],
+    }
 
 
 def main() -> None:
@@ -104,13 +132,20 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=3)
     parser.add_argument("--arms", nargs="+", default=["single", "ladder", "topk"], choices=["single", "ladder", "topk"])
     parser.add_argument("--warm", action="store_true", help="also warm-start each seed from the next seed's single arm")
-    parser.add_argument("--reports-from", type=Path, nargs="*", default=[],
-                        help="other --out folders whose reports (and single-arm study folders) count as this one's")
+    parser.add_argument(
+        "--reports-from",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="other --out folders whose reports (and single-arm study folders) count as this one's",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    flags = {"single": ["--baseline", "direct"],
-             "ladder": ["--ladder", *map(str, args.ladder), "--ladder-keep", str(args.ladder_keep)],
-             "topk": ["--top-k", str(args.top_k)]}
+    flags = {
+        "single": ["--baseline", "direct"],
+        "ladder": ["--ladder", *map(str, args.ladder), "--ladder-keep", str(args.ladder_keep)],
+        "topk": ["--top-k", str(args.top_k)],
+    }
     studies = {s: seeded_study(args.study, s, args.out) for s in args.seeds}
     base = yaml.safe_load(args.study.read_text())["name"]
     reports: dict[str, dict[int, dict]] = {}
@@ -129,16 +164,29 @@ def main() -> None:
         for i, s in enumerate(args.seeds):
             name = f"{base}-single-s{args.seeds[(i + 1) % len(args.seeds)]}"
             source = next((r / name for r in runs if (r / name).is_dir()), runs[0] / name)
-            reports.setdefault("warm", {})[s] = run_arm(studies[s], f"{base}-warm-s{s}", ["--warm-start", str(source)],
-                                                        args.out)
+            reports.setdefault("warm", {})[s] = run_arm(
+                studies[s], f"{base}-warm-s{s}", ["--warm-start", str(source)], args.out
+            )
     rows = {arm: [arm_row(r) for r in by_seed.values()] for arm, by_seed in reports.items()}
     if "single" in reports:
         rows["direct"] = [direct_row(r) for r in reports["single"].values()]
     summary = {arm: summarize(r) for arm, r in rows.items()}
     warm = warm_vs_cold(reports) if args.warm else None
-    (args.out / "strategies.json").write_text(json.dumps(
-        {"study": str(args.study), "seeds": args.seeds, "ladder": args.ladder, "ladder_keep": args.ladder_keep,
-         "top_k": args.top_k, "rows": rows, "summary": summary, "warm_vs_cold": warm}, indent=2))
+    (args.out / "strategies.json").write_text(
+        json.dumps(
+            {
+                "study": str(args.study),
+                "seeds": args.seeds,
+                "ladder": args.ladder,
+                "ladder_keep": args.ladder_keep,
+                "top_k": args.top_k,
+                "rows": rows,
+                "summary": summary,
+                "warm_vs_cold": warm,
+            },
+            indent=2,
+        )
+    )
     print(markdown(summary, rows))
     if warm:
         print(json.dumps(warm, indent=2))
@@ -150,9 +198,14 @@ def warm_vs_cold(reports: dict) -> dict:
     median = float(np.median([r["best_proxy"]["test_error"] for r in cold.values()]))
     out = {"cold_median_best_proxy_error": median}
     for label, threshold in (("median", median), ("1.1x_median", 1.1 * median)):
-        out[label] = {f"s{s}": {"cold": trials_to_reach(cold[s], threshold), "warm": trials_to_reach(warm[s], threshold),
-                                "warm_trials": (warm[s].get("warm_start") or {}).get("trials")}
-                      for s in warm}
+        out[label] = {
+            f"s{s}": {
+                "cold": trials_to_reach(cold[s], threshold),
+                "warm": trials_to_reach(warm[s], threshold),
+                "warm_trials": (warm[s].get("warm_start") or {}).get("trials"),
+            }
+            for s in warm
+        }
     return out
 
 
@@ -161,11 +214,16 @@ def markdown(summary: dict, rows: dict) -> str:
         s = summary.get(arm, {}).get(k)
         return "-" if s is None else f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
 
-    lines = ["| arm | target test error | cost, device-seconds | cost, FLOPs | per seed (error) |", "|---|---|---|---|---|"]
+    lines = [
+        "| arm | target test error | cost, device-seconds | cost, FLOPs | per seed (error) |",
+        "|---|---|---|---|---|",
+    ]
     for arm in rows:
         per_seed = ", ".join(f"{r['target_error']:.4g}" for r in rows[arm])
-        lines.append(f"| {arm} | {f(arm, 'target_error', '.4g')} | {f(arm, 'device_seconds', '.0f')} | "
-                     f"{f(arm, 'flops')} | {per_seed} |")
+        lines.append(
+            f"| {arm} | {f(arm, 'target_error', '.4g')} | {f(arm, 'device_seconds', '.0f')} | "
+            f"{f(arm, 'flops')} | {per_seed} |"
+        )
     return "\n".join(lines)
 
 

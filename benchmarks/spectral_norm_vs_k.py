@@ -37,9 +37,11 @@ def main() -> None:
     parser.add_argument("--modes", type=int, nargs="+", default=[4, 8, 16, 32, 64])
     parser.add_argument("--seeds", type=int, default=5)
     args = parser.parse_args()
-    print(f"d = {args.dim}, K = {args.modes}; slope of ln max_k ||R_k||_2 against ln K, mean [95% CI] over "
-          f"{args.seeds} seeds; the paper's m = 1 rule predicts d(ln sqrt(d ln K))/d ln K = "
-          f"{fit_slope([math.log(k) for k in args.modes], [0.5 * math.log(args.dim * math.log(k)) for k in args.modes]):+.3f} under SP")
+    print(
+        f"d = {args.dim}, K = {args.modes}; slope of ln max_k ||R_k||_2 against ln K, mean [95% CI] over "
+        f"{args.seeds} seeds; the paper's m = 1 rule predicts d(ln sqrt(d ln K))/d ln K = "
+        f"{fit_slope([math.log(k) for k in args.modes], [0.5 * math.log(args.dim * math.log(k)) for k in args.modes]):+.3f} under SP"
+    )
     for width in args.widths:
         for parametrization in ("standard", "mup"):
             slopes = []

@@ -36,9 +36,17 @@ def step_seconds(study, modes: int, width: int, device: torch.device, steps: int
     """Median seconds of one Adam training step of the study's FNO at ``modes`` on random data."""
     grid = tuple(n - study.padding for n in study.grid_shape)
     with device:
-        model = FNO(study.dim, 1, 1, modes=modes, width=width, layers=study.operator.layers,
-                    parametrization=study.parametrization, projection_channels=study.operator.projection_channels,
-                    padding=study.padding)
+        model = FNO(
+            study.dim,
+            1,
+            1,
+            modes=modes,
+            width=width,
+            layers=study.operator.layers,
+            parametrization=study.parametrization,
+            projection_channels=study.operator.projection_channels,
+            padding=study.padding,
+        )
     optimizer = torch.optim.Adam(optimizer_param_groups(model, 1e-4))
     amp = Precision(study.training.precision, device)
     x = torch.randn(study.training.batch_size, *grid, 1, device=device)
@@ -61,8 +69,14 @@ def estimate(study, t_proxy: float, t_target: float, trials: int, epochs: int, t
     concurrency = study.search.max_concurrent or 1
     proxies = trials * epochs * iters * t_proxy / concurrency
     target = target_epochs * iters * t_target
-    return {"proxy_seconds": proxies, "target_seconds": target, "total_seconds": proxies + target,
-            "trials": trials, "epochs": epochs, "target_epochs": target_epochs}
+    return {
+        "proxy_seconds": proxies,
+        "target_seconds": target,
+        "total_seconds": proxies + target,
+        "trials": trials,
+        "epochs": epochs,
+        "target_epochs": target_epochs,
+    }
 
 
 def fit(study, t_proxy: float, t_target: float, seconds: float) -> dict:
@@ -92,11 +106,19 @@ def main(argv=None) -> int:
     t_proxy = step_seconds(study, study.proxy_K, study.operator.width, device, args.steps)
     t_target = step_seconds(study, study.target_K, study.target_width or study.operator.width, device, args.steps)
     full = estimate(study, t_proxy, t_target, study.search.num_trials, study.budget.epochs, study.target.epochs)
-    out = {"study": study.name, "device": str(device), "proxy_step_seconds": t_proxy, "target_step_seconds": t_target,
-           "as_written": full}
-    print(f"{study.name} on {device}: proxy step {t_proxy * 1e3:.1f} ms, target step {t_target * 1e3:.1f} ms; "
-          f"as written ~{full['total_seconds']:.0f} s of training ({full['proxy_seconds']:.0f} proxies + "
-          f"{full['target_seconds']:.0f} target)", file=sys.stderr)
+    out = {
+        "study": study.name,
+        "device": str(device),
+        "proxy_step_seconds": t_proxy,
+        "target_step_seconds": t_target,
+        "as_written": full,
+    }
+    print(
+        f"{study.name} on {device}: proxy step {t_proxy * 1e3:.1f} ms, target step {t_target * 1e3:.1f} ms; "
+        f"as written ~{full['total_seconds']:.0f} s of training ({full['proxy_seconds']:.0f} proxies + "
+        f"{full['target_seconds']:.0f} target)",
+        file=sys.stderr,
+    )
     if args.seconds:
         fitted = fit(study, t_proxy, t_target, args.seconds)
         flags = []

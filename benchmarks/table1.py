@@ -43,8 +43,21 @@ def seeded_study(path: Path, seed: int, out: Path) -> Path:
 
 
 def run_one(study: Path, out: Path, verify: bool, verify_points: int, verify_seeds: int) -> dict:
-    command = [sys.executable, "-m", "mutransfer", "sweep", "--study", str(study), "--baseline", "direct",
-               "--runs-dir", str(out / "runs"), "--tracking-uri", f"sqlite:///{(out / 'mlflow.db').absolute()}", "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "mutransfer",
+        "sweep",
+        "--study",
+        str(study),
+        "--baseline",
+        "direct",
+        "--runs-dir",
+        str(out / "runs"),
+        "--tracking-uri",
+        f"sqlite:///{(out / 'mlflow.db').absolute()}",
+        "--json",
+    ]
     if verify:
         command += ["--verify", "--verify-points", str(verify_points), "--verify-seeds", str(verify_seeds)]
     done = subprocess.run(command, capture_output=True, text=True)
@@ -72,8 +85,10 @@ def row(report: dict) -> dict:
         "direct_flops": d["cost"]["flops"],
         "transferred_lr": report["target_hyperparameters"]["lr"],
         "direct_best_config": d["best_config"],
-        "same_configuration": all(abs(float(d["best_config"][k]) - float(v)) <= 1e-9 * abs(float(v))
-                                  for k, v in report["best_proxy"]["config"].items()),
+        "same_configuration": all(
+            abs(float(d["best_config"][k]) - float(v)) <= 1e-9 * abs(float(v))
+            for k, v in report["best_proxy"]["config"].items()
+        ),
     }
     v = report.get("verification")
     if v:
@@ -89,8 +104,11 @@ def summarize(rows: list[dict]) -> dict:
     for k in keys:
         values = np.array([r[k] for r in rows if r.get(k) is not None], float)
         if values.size:
-            out[k] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
-                      "n": int(values.size)}
+            out[k] = {
+                "mean": float(values.mean()),
+                "std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
+                "n": int(values.size),
+            }
     return out
 
 
@@ -99,16 +117,23 @@ def markdown(summary: dict, n: int) -> str:
         s = summary.get(k)
         return "-" if s is None else f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
 
-    lines = [f"| quantity ({n} study seeds, mean ± std) | value |", "|---|---|",
-             f"| direct tuning chose μTransfer's configuration | {summary.get('same_configuration_count', 0)} of {n} seeds |"]
-    for k, label in (("proxy_error", "best proxy test error"), ("mutransfer_error", "μTransfer target test error"),
-                     ("direct_error", "direct tuning test error"), ("error_ratio", "error μTransfer / direct"),
-                     ("gain", "proxy → target gain (proxy error / target error)"),
-                     ("device_seconds_ratio", "cost μTransfer / direct, device-seconds"),
-                     ("training_seconds_ratio", "cost μTransfer / direct, training time"),
-                     ("flops_ratio", "cost μTransfer / direct, FLOPs"),
-                     ("verify_distance_decades", "--verify: target optimum − transferred LR, decades"),
-                     ("verify_regret", "--verify: regret at the transferred LR")):
+    lines = [
+        f"| quantity ({n} study seeds, mean ± std) | value |",
+        "|---|---|",
+        f"| direct tuning chose μTransfer's configuration | {summary.get('same_configuration_count', 0)} of {n} seeds |",
+    ]
+    for k, label in (
+        ("proxy_error", "best proxy test error"),
+        ("mutransfer_error", "μTransfer target test error"),
+        ("direct_error", "direct tuning test error"),
+        ("error_ratio", "error μTransfer / direct"),
+        ("gain", "proxy → target gain (proxy error / target error)"),
+        ("device_seconds_ratio", "cost μTransfer / direct, device-seconds"),
+        ("training_seconds_ratio", "cost μTransfer / direct, training time"),
+        ("flops_ratio", "cost μTransfer / direct, FLOPs"),
+        ("verify_distance_decades", "--verify: target optimum − transferred LR, decades"),
+        ("verify_regret", "--verify: regret at the transferred LR"),
+    ):
         lines.append(f"| {label} | {f(k, '.3g')} |")
     return "\n".join(lines)
 
@@ -130,15 +155,17 @@ def main() -> None:
         if path.exists():  # re-running continues where it stopped
             report = json.loads(path.read_text())
         else:
-            report = run_one(seeded_study(args.study, seed, args.out), args.out, args.verify, args.verify_points,
-                             args.verify_seeds)
+            report = run_one(
+                seeded_study(args.study, seed, args.out), args.out, args.verify, args.verify_points, args.verify_seeds
+            )
             path.write_text(json.dumps(report, indent=2))
         rows.append(row(report))
         print(json.dumps(rows[-1]), flush=True)
     summary = summarize(rows)
     summary["same_configuration_count"] = sum(bool(r["same_configuration"]) for r in rows)
-    (args.out / "table1.json").write_text(json.dumps({"study": str(args.study), "seeds": args.seeds, "rows": rows,
-                                                      "summary": summary}, indent=2))
+    (args.out / "table1.json").write_text(
+        json.dumps({"study": str(args.study), "seeds": args.seeds, "rows": rows, "summary": summary}, indent=2)
+    )
     print(markdown(summary, len(rows)))
 
 

@@ -32,10 +32,14 @@ def main() -> None:
     hp = report["target_hyperparameters"]
     data, _ = load_study_data(study, progress=False)
     for threads in args.threads:
-        errors = [train_target_at(study, hp, data, hp["lr"], int(study.training.seed), threads)["test_error"]
-                  for _ in range(args.repeats)]
+        errors = [
+            train_target_at(study, hp, data, hp["lr"], int(study.training.seed), threads)["test_error"]
+            for _ in range(args.repeats)
+        ]
         print(f"{threads} thread(s): test errors {', '.join(f'{e:.6g}' for e in errors)}")
-    print(f"the sweep's target (Ray Train, {report['target']['cpus_per_worker']} threads): {report['target']['test_error']:.6g}")
+    print(
+        f"the sweep's target (Ray Train, {report['target']['cpus_per_worker']} threads): {report['target']['test_error']:.6g}"
+    )
     if report.get("direct_baseline"):
         print(f"the direct baseline's winner (Tune trial): {report['direct_baseline']['test_error']:.6g}")
 

@@ -46,19 +46,29 @@ def _run(args: list[str], *, timeout: float) -> subprocess.CompletedProcess:
     if binary is None:
         raise FileNotFoundError("no Chromium found: install it (Debian: apt-get install chromium) or set $CHROMIUM")
     with tempfile.TemporaryDirectory(prefix="mutransfer-chromium-") as profile:  # a fresh profile: no stored state
-        command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
-                   f"--user-data-dir={profile}", *args]
+        command = [
+            binary,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--hide-scrollbars",
+            f"--user-data-dir={profile}",
+            *args,
+        ]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def dump_dom(url: str, *, size: tuple[int, int] = DEFAULT_SIZE, budget_ms: int = DEFAULT_BUDGET_MS,
-             timeout: float = 180) -> str:
+def dump_dom(
+    url: str, *, size: tuple[int, int] = DEFAULT_SIZE, budget_ms: int = DEFAULT_BUDGET_MS, timeout: float = 180
+) -> str:
     """The page's DOM (HTML text) after ``budget_ms`` of virtual time, in a window of ``size`` (width, height).
 
     Tables that render only their visible columns (MLflow's runs table) hold more columns in a wider window.
     """
-    done = _run([f"--virtual-time-budget={budget_ms}", f"--window-size={size[0]},{size[1]}", "--dump-dom", url],
-                timeout=timeout)
+    done = _run(
+        [f"--virtual-time-budget={budget_ms}", f"--window-size={size[0]},{size[1]}", "--dump-dom", url], timeout=timeout
+    )
     if done.returncode != 0:
         raise RuntimeError(f"chromium --dump-dom {url} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     return done.stdout
@@ -70,13 +80,21 @@ def visible_text(page_html: str) -> str:
     return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", text)).split())
 
 
-def screenshot(url: str, out: str | os.PathLike, *, size: tuple[int, int] = DEFAULT_SIZE,
-               budget_ms: int = DEFAULT_BUDGET_MS, timeout: float = 180) -> Path:
+def screenshot(
+    url: str,
+    out: str | os.PathLike,
+    *,
+    size: tuple[int, int] = DEFAULT_SIZE,
+    budget_ms: int = DEFAULT_BUDGET_MS,
+    timeout: float = 180,
+) -> Path:
     """Save a PNG of the page (``size`` = width, height in CSS pixels) to ``out``; returns its path."""
     out = Path(out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = _run([f"--virtual-time-budget={budget_ms}", f"--window-size={size[0]},{size[1]}",
-                 f"--screenshot={out}", url], timeout=timeout)
+    done = _run(
+        [f"--virtual-time-budget={budget_ms}", f"--window-size={size[0]},{size[1]}", f"--screenshot={out}", url],
+        timeout=timeout,
+    )
     if done.returncode != 0 or not out.is_file():
         raise RuntimeError(f"chromium --screenshot {url} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
     return out
@@ -101,11 +119,17 @@ def main(argv: list[str] | None = None) -> int:
     text.add_argument("url")
     text.add_argument("--size", type=_size, default=DEFAULT_SIZE, help="WIDTHxHEIGHT (default 1400x800)")
     for p in (shot, text):
-        p.add_argument("--budget-ms", type=int, default=DEFAULT_BUDGET_MS,
-                       help="virtual time the page runs before the capture (default 15000)")
+        p.add_argument(
+            "--budget-ms",
+            type=int,
+            default=DEFAULT_BUDGET_MS,
+            help="virtual time the page runs before the capture (default 15000)",
+        )
     args = parser.parse_args(argv)
     if find_chromium() is None:
-        print("error: no Chromium found: install it (Debian: apt-get install chromium) or set $CHROMIUM", file=sys.stderr)
+        print(
+            "error: no Chromium found: install it (Debian: apt-get install chromium) or set $CHROMIUM", file=sys.stderr
+        )
         return 2
     if args.action == "screenshot":
         print(screenshot(args.url, args.out, size=args.size, budget_ms=args.budget_ms))

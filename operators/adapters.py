@@ -109,7 +109,12 @@ def _check_normalization(
     """
     if normalization is None:
         return None
-    sizes: dict[str, object] = {"in_mean": in_channels, "in_std": in_channels, "out_mean": out_channels, "out_std": out_channels}
+    sizes: dict[str, object] = {
+        "in_mean": in_channels,
+        "in_std": in_channels,
+        "out_mean": out_channels,
+        "out_std": out_channels,
+    }
     if set(normalization) != set(sizes):
         raise OperatorConfigError(f"normalization keys {sorted(normalization)}: expected {sorted(sizes)}")
     out: dict[str, list[float]] = {}
@@ -248,26 +253,44 @@ def point_set_model(
     d + C_in + 1 when packed. ``operator_options`` are the operator's other
     constructor arguments (width, layers, heads, width_parametrization, …).
     """
-    config = _operator_config(coord_dim=coord_dim, input_channels=input_channels,
-                              output_channels=output_channels, packed=packed, **operator_options)
+    config = _operator_config(
+        coord_dim=coord_dim,
+        input_channels=input_channels,
+        output_channels=output_channels,
+        packed=packed,
+        **operator_options,
+    )
     if packed:
         return PackedPointSet(coord_dim, operator, config, normalization)
     return GridPointSet(coord_dim, operator, config, normalization)
 
 
-def point_set_config(operator: str, *, coord_dim: int, input_channels: int, output_channels: int, packed: bool,
-                     **operator_options: object) -> dict[str, object]:
+def point_set_config(
+    operator: str,
+    *,
+    coord_dim: int,
+    input_channels: int,
+    output_channels: int,
+    packed: bool,
+    **operator_options: object,
+) -> dict[str, object]:
     """The ``{"operator", "operator_config"}`` part of the config :func:`point_set_model` would build (nothing built).
 
     What mutransfer.training.memory.check_before_building plans before allocating.
     """
-    config = _operator_config(coord_dim=coord_dim, input_channels=input_channels, output_channels=output_channels,
-                              packed=packed, **operator_options)
+    config = _operator_config(
+        coord_dim=coord_dim,
+        input_channels=input_channels,
+        output_channels=output_channels,
+        packed=packed,
+        **operator_options,
+    )
     return {"operator": operator, "operator_config": config}
 
 
-def _operator_config(*, coord_dim: int, input_channels: int, output_channels: int, packed: bool,
-                     **operator_options: object) -> dict[str, object]:
+def _operator_config(
+    *, coord_dim: int, input_channels: int, output_channels: int, packed: bool, **operator_options: object
+) -> dict[str, object]:
     """The operator's constructor arguments (the ``operator_config`` of :func:`point_set_config`)."""
     in_channels = int(input_channels) - (coord_dim + 1 if packed else 0)
     return dict(coord_dim=coord_dim, in_channels=in_channels, out_channels=int(output_channels), **operator_options)

@@ -81,6 +81,7 @@ class _ContractionCtx(FunctionCtx):
 class _ContractionApply(Protocol):
     def __call__(self, x: torch.Tensor, /, *weights: torch.Tensor) -> torch.Tensor: ...
 
+
 # ----------------------------------------------------------------------------------------------
 # Truncated DFT as GEMMs
 
@@ -140,9 +141,7 @@ def _axis_mats(
 ) -> list[AxisMats]:
     """Matrices of every axis, last axis first (the order of the analysis chain)."""
     dim = len(grid)
-    return [
-        _dft_mats(grid[axis], modes, axis == dim - 1, synthesis, dtype, device) for axis in range(dim - 1, -1, -1)
-    ]
+    return [_dft_mats(grid[axis], modes, axis == dim - 1, synthesis, dtype, device) for axis in range(dim - 1, -1, -1)]
 
 
 def _analysis_chain(x: torch.Tensor, mats_last_first: Sequence[AxisMats], grid: tuple[int, ...]) -> torch.Tensor:

@@ -121,7 +121,9 @@ class OperatorFamily:
             return self.construct(config)
         except TypeError as exc:
             name = getattr(self.build_class, "__name__", self.name)
-            raise OperatorConfigError(f"{self.name} options: {exc}; see the {name} docstring for its arguments") from None
+            raise OperatorConfigError(
+                f"{self.name} options: {exc}; see the {name} docstring for its arguments"
+            ) from None
 
     def make(self, config: dict) -> nn.Module:
         """The bare operator class built from its constructor arguments ``config`` (one-line errors)."""
@@ -129,14 +131,30 @@ class OperatorFamily:
             return self.build_class(**config)
         except TypeError as exc:
             name = getattr(self.build_class, "__name__", self.name)
-            raise OperatorConfigError(f"{self.name} options: {exc}; see the {name} docstring for its arguments") from None
+            raise OperatorConfigError(
+                f"{self.name} options: {exc}; see the {name} docstring for its arguments"
+            ) from None
 
-    def plan(self, config_or_spec, *, grid: tuple[int, ...], batch: int = 1, precision: str = "fp32",
-             weight_decay: float = 0.0, device: str = "cuda"):
+    def plan(
+        self,
+        config_or_spec,
+        *,
+        grid: tuple[int, ...],
+        batch: int = 1,
+        precision: str = "fp32",
+        weight_decay: float = 0.0,
+        device: str = "cuda",
+    ):
         """The plan of one Adam step (parameters, peak memory, FLOPs) on samples of unpadded shape ``grid``."""
         config = self.configure(config_or_spec) if isinstance(config_or_spec, ModelSpec) else config_or_spec
-        return self.planner(config, grid=tuple(grid), batch=int(batch), precision=precision,
-                            weight_decay=float(weight_decay), device=device)
+        return self.planner(
+            config,
+            grid=tuple(grid),
+            batch=int(batch),
+            precision=precision,
+            weight_decay=float(weight_decay),
+            device=device,
+        )
 
     def spectral_lr(self, model: nn.Module, lr: float) -> float:
         """The spectral weights' Adam LR at step 0 (c(K)·lr; ``lr`` for families without spectral weights)."""
@@ -171,14 +189,6 @@ def get_family(name: str) -> OperatorFamily:
 def point_set_families() -> tuple[str, ...]:
     """Names of the families that take point sets (irregular meshes)."""
     return tuple(f.name for f in OPERATORS.values() if f.takes("points"))
-
-
-def family_of(model: nn.Module) -> OperatorFamily | None:
-    """The family whose class built ``model`` (None for other models)."""
-    for family in OPERATORS.values():
-        if isinstance(model, family.build_class):
-            return family
-    return None
 
 
 def family_of_config(config) -> OperatorFamily | None:

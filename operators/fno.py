@@ -116,12 +116,16 @@ class FNO(nn.Module):
         self.lift = nn.Linear(in_channels + dim, width)
         self.pointwise = nn.ModuleList(_POINTWISE[dim](width, width, kernel_size=1) for _ in range(layers))
         self.project = nn.Sequential(
-            MuLinear(width, projection_channels, "output", spec), nn.GELU(), nn.Linear(projection_channels, out_channels)
+            MuLinear(width, projection_channels, "output", spec),
+            nn.GELU(),
+            nn.Linear(projection_channels, out_channels),
         )
         # Spectral weights are drawn last, so every other parameter is identical for a
         # given seed whatever K and the parametrization are.
         self.spectral = nn.ModuleList(
-            SpectralConv(width, width, modes, dim, parametrization, init_scale, base_width=base_width if spec.is_mup else None)
+            SpectralConv(
+                width, width, modes, dim, parametrization, init_scale, base_width=base_width if spec.is_mup else None
+            )
             for _ in range(layers)
         )
 
@@ -144,7 +148,6 @@ class FNO(nn.Module):
     def check_input(self, grid_shape: tuple[int, ...]) -> None:
         """Raise a one-line error if K does not fit this grid (padding included)."""
         check_grid(tuple(n + self.padding for n in grid_shape), self.modes)
-
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != self.dim + 2:

@@ -91,7 +91,9 @@ class GalerkinAttention(nn.Module):
         self.value = MuLinear(width, width, "hidden", spec)
         first, second = ("key", "value") if attention_type == "galerkin" else ("query", "key")
         self.normalized = (first, second)
-        self.norms = nn.ModuleDict({first: HeadLayerNorm(heads, self.head_dim), second: HeadLayerNorm(heads, self.head_dim)})
+        self.norms = nn.ModuleDict(
+            {first: HeadLayerNorm(heads, self.head_dim), second: HeadLayerNorm(heads, self.head_dim)}
+        )
         self.out = MuLinear(heads * (self.head_dim + coord_dim), width, "hidden", spec)
         self.scale = spec.relative_attention_scale(heads)
         with torch.no_grad():
@@ -101,9 +103,7 @@ class GalerkinAttention(nn.Module):
                 layer.bias.zero_()
             self.out.bias.zero_()
 
-    def _qkv(
-        self, x: torch.Tensor, coords: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _qkv(self, x: torch.Tensor, coords: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         q, k, v = (split_heads(layer(x), self.heads) for layer in (self.query, self.key, self.value))
         parts = {"query": q, "key": k, "value": v}
         for name in self.normalized:
@@ -210,7 +210,10 @@ class GalerkinTransformer(nn.Module):
     ):
         super().__init__()
         for name, value in (
-            ("coord_dim", coord_dim), ("out_channels", out_channels), ("layers", layers), ("ffn_ratio", ffn_ratio)
+            ("coord_dim", coord_dim),
+            ("out_channels", out_channels),
+            ("layers", layers),
+            ("ffn_ratio", ffn_ratio),
         ):
             check_positive_int(name, value)
         check_in_channels(in_channels)
@@ -250,10 +253,11 @@ class GalerkinTransformer(nn.Module):
         )
         self.decoder = PointMLP(width, width, out_channels, ("hidden", "output"), spec, nn.SiLU)
 
-    def forward(self, coords: torch.Tensor, features: torch.Tensor | None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, coords: torch.Tensor, features: torch.Tensor | None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         coords, features, mask = prepare_points(coords, features, mask, self.coord_dim, self.in_channels)
         y = self.embed(torch.cat([features, coords], dim=-1))
         for layer in self.layers:
             y = layer(y, coords, mask)
         return zero_padded(self.decoder(y), mask)
-

@@ -96,7 +96,12 @@ class NormalizedAttention(nn.Module):
         attention_impl: str = "linear",
     ):
         super().__init__()
-        self.heads, self.query_residual, self.reduction, self.attention_impl = heads, query_residual, reduction, attention_impl
+        self.heads, self.query_residual, self.reduction, self.attention_impl = (
+            heads,
+            query_residual,
+            reduction,
+            attention_impl,
+        )
         self.query = MuLinear(width, width, "hidden", spec)
         self.keys = nn.ModuleList(MuLinear(width, width, "hidden", spec) for _ in range(key_sets))
         self.values = nn.ModuleList(MuLinear(width, width, "hidden", spec) for _ in range(key_sets))
@@ -105,7 +110,9 @@ class NormalizedAttention(nn.Module):
     def feature_softmax_query(self, x: torch.Tensor) -> torch.Tensor:
         return split_heads(self.query(x), self.heads).softmax(dim=-1)
 
-    def forward(self, x: torch.Tensor, key_sets: Sequence[torch.Tensor], key_masks: Sequence[torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, key_sets: Sequence[torch.Tensor], key_masks: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
         q = self.feature_softmax_query(x)
         total: torch.Tensor | float = 0.0
         for y, mask, key, value in zip(key_sets, key_masks, self.keys, self.values):
@@ -233,8 +240,13 @@ class GNOT(nn.Module):
         attention_impl: str = "linear",
     ):
         super().__init__()
-        for name, value in (("coord_dim", coord_dim), ("out_channels", out_channels), ("layers", layers),
-                            ("experts", experts), ("ffn_ratio", ffn_ratio)):
+        for name, value in (
+            ("coord_dim", coord_dim),
+            ("out_channels", out_channels),
+            ("layers", layers),
+            ("experts", experts),
+            ("ffn_ratio", ffn_ratio),
+        ):
             check_positive_int(name, value)
         channels = [in_channels] if isinstance(in_channels, int) else list(in_channels)
         if not channels or any(not isinstance(c, int) or isinstance(c, bool) or c < 0 for c in channels):
@@ -242,7 +254,9 @@ class GNOT(nn.Module):
                 f"in_channels {in_channels!r}: give a non-negative int or a non-empty list of them (one per input function)"
             )
         if not isinstance(theta_dim, int) or theta_dim < 0:
-            raise OperatorConfigError(f"theta_dim {theta_dim!r}: must be a non-negative integer (0: no parameter vector)")
+            raise OperatorConfigError(
+                f"theta_dim {theta_dim!r}: must be a non-negative integer (0: no parameter vector)"
+            )
         spec = WidthSpec(width_parametrization, width, base_width)
         check_heads(width, heads, base_width, spec.is_mup)
         check_choice("theta_mode", theta_mode, THETA_MODES)
@@ -276,8 +290,18 @@ class GNOT(nn.Module):
         self.theta_encoder = PointMLP(theta_dim, width, width, ("input", "hidden"), spec) if theta_token else None
         key_sets = len(channels) + int(theta_token)
         self.blocks = nn.ModuleList(
-            GNOTBlock(width, heads, key_sets, experts, ffn_ratio, coord_dim, spec, input_reduction,
-                      self_attention_query_residual, attention_impl)
+            GNOTBlock(
+                width,
+                heads,
+                key_sets,
+                experts,
+                ffn_ratio,
+                coord_dim,
+                spec,
+                input_reduction,
+                self_attention_query_residual,
+                attention_impl,
+            )
             for _ in range(layers)
         )
         self.decoder = PointMLP(width, width, out_channels, ("hidden", "output"), spec)
@@ -300,7 +324,9 @@ class GNOT(nn.Module):
             inputs = [(coords, features, mask)]
         else:
             if features is not None and features.shape[-1] != 0:
-                raise OperatorConfigError("features: with inputs given, the query points carry no features; pass features=None")
+                raise OperatorConfigError(
+                    "features: with inputs given, the query points carry no features; pass features=None"
+                )
             coords, _, mask = prepare_points(coords, None, mask, self.coord_dim, 0, "query")
             if len(inputs) != len(self.channels):
                 raise OperatorConfigError(
@@ -312,14 +338,18 @@ class GNOT(nn.Module):
         for i, ((c, f, m), encoder, channels) in enumerate(zip(inputs, self.input_encoders, self.channels)):
             c, f, m = prepare_points(c, f, m, self.coord_dim, channels, f"input function {i}")
             if c.shape[0] != batch:
-                raise OperatorConfigError(f"input function {i}: batch {c.shape[0]} differs from the query batch {batch}")
+                raise OperatorConfigError(
+                    f"input function {i}: batch {c.shape[0]} differs from the query batch {batch}"
+                )
             encoded.append(encoder(torch.cat([c, f], dim=-1)))
             masks.append(m)
         query_in = coords
         if self.theta_dim:
             if theta is None or theta.shape != (batch, self.theta_dim):
                 got = None if theta is None else tuple(theta.shape)
-                raise OperatorConfigError(f"theta {got}: this GNOT needs a parameter vector of shape ({batch}, {self.theta_dim})")
+                raise OperatorConfigError(
+                    f"theta {got}: this GNOT needs a parameter vector of shape ({batch}, {self.theta_dim})"
+                )
             if self.theta_mode == "token":
                 assert self.theta_encoder is not None, "built with theta_dim > 0 and theta_mode 'token'"
                 encoded.append(self.theta_encoder(theta).unsqueeze(1))
@@ -327,7 +357,9 @@ class GNOT(nn.Module):
             else:
                 query_in = torch.cat([coords, theta.unsqueeze(1).expand(-1, coords.shape[1], -1)], dim=-1)
         elif theta is not None:
-            raise OperatorConfigError("theta: this GNOT was built with theta_dim=0; pass theta=None or rebuild with theta_dim=p")
+            raise OperatorConfigError(
+                "theta: this GNOT was built with theta_dim=0; pass theta=None or rebuild with theta_dim=p"
+            )
         x = self.query_encoder(query_in)
         for block in self.blocks:
             x = block(x, coords, mask, encoded, masks)

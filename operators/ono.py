@@ -136,7 +136,9 @@ class OrthogonalAttention(nn.Module):
         check_choice("quadrature", quadrature, QUADRATURES)
         check_choice("attention_impl", attention_impl, ATTENTION_IMPLS)
         if not 0.0 < momentum <= 1.0:
-            raise OperatorConfigError(f"momentum {momentum!r}: must be in (0, 1] (weight of the new batch, BatchNorm convention)")
+            raise OperatorConfigError(
+                f"momentum {momentum!r}: must be in (0, 1] (weight of the new batch, BatchNorm convention)"
+            )
         self.eigenfunctions, self.momentum = eigenfunctions, float(momentum)
         self.orthogonalization, self.quadrature, self.attention_impl = orthogonalization, quadrature, attention_impl
         # width → k, but followed by the scale-invariant whitening: a hidden layer for width-muP (see the module doc)
@@ -249,7 +251,11 @@ class ONOBlock(nn.Module):
         self.norm3 = nn.LayerNorm(width)
         last = out_channels is not None
         self.out_ffn = PointMLP(
-            width, ffn_ratio * width, out_channels if out_channels is not None else width, ("hidden", "output" if last else "hidden"), spec
+            width,
+            ffn_ratio * width,
+            out_channels if out_channels is not None else width,
+            ("hidden", "output" if last else "hidden"),
+            spec,
         )
 
     def forward(self, x: torch.Tensor, h: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -301,8 +307,13 @@ class ONO(nn.Module):
         attention_impl: str = "linear",
     ):
         super().__init__()
-        for name, value in (("coord_dim", coord_dim), ("out_channels", out_channels), ("layers", layers),
-                            ("eigenfunctions", eigenfunctions), ("ffn_ratio", ffn_ratio)):
+        for name, value in (
+            ("coord_dim", coord_dim),
+            ("out_channels", out_channels),
+            ("layers", layers),
+            ("eigenfunctions", eigenfunctions),
+            ("ffn_ratio", ffn_ratio),
+        ):
             check_positive_int(name, value)
         check_in_channels(in_channels)
         spec = WidthSpec(width_parametrization, width, base_width)
@@ -333,12 +344,26 @@ class ONO(nn.Module):
         self.coord_dim, self.in_channels, self.width = coord_dim, in_channels, width
         self.encoder = PointMLP(in_channels + coord_dim, 2 * width, 2 * width, ("input", "hidden"), spec)
         self.blocks = nn.ModuleList(
-            ONOBlock(width, eigenfunctions, heads, ffn_ratio, nn_block, spec, momentum, orthogonalization, quadrature,
-                     value_projection, attention_impl, out_channels if i == layers - 1 else None)
+            ONOBlock(
+                width,
+                eigenfunctions,
+                heads,
+                ffn_ratio,
+                nn_block,
+                spec,
+                momentum,
+                orthogonalization,
+                quadrature,
+                value_projection,
+                attention_impl,
+                out_channels if i == layers - 1 else None,
+            )
             for i in range(layers)
         )
 
-    def forward(self, coords: torch.Tensor, features: torch.Tensor | None, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, coords: torch.Tensor, features: torch.Tensor | None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         coords, features, mask = prepare_points(coords, features, mask, self.coord_dim, self.in_channels)
         x, h = self.encoder(torch.cat([features, coords], dim=-1)).split(self.width, dim=-1)
         for block in self.blocks:

@@ -206,7 +206,9 @@ def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.
             continue
         declared.setdefault((name, mult), []).append(p)
     declared_ids = {id(p) for params in declared.values() for p in params}
-    others = [p for p in model.parameters() if id(p) not in spectral_ids and id(p) not in declared_ids and p.requires_grad]
+    others = [
+        p for p in model.parameters() if id(p) not in spectral_ids and id(p) not in declared_ids and p.requires_grad
+    ]
     # dict[str, object], not a TypedDict: torch.optim takes groups as dict[str, Any].
     groups: list[dict[str, object]] = [
         {"params": params, "lr": lr * mult, "weight_decay": weight_decay, "name": "spectral", "lr_multiplier": mult}

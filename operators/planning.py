@@ -81,11 +81,19 @@ class FNOPlan:
 
     def options(self) -> dict:
         """plan_fno keyword arguments that reproduce this plan (with ``grid`` and ``batch``)."""
-        return dict(grid=self.grid, batch=self.batch, in_channels=self.in_channels, out_channels=self.out_channels,
-                    projection_channels=self.projection_channels, padding=self.padding, precision=self.precision,
-                    weight_decay=self.weight_decay, device=self.device)
+        return dict(
+            grid=self.grid,
+            batch=self.batch,
+            in_channels=self.in_channels,
+            out_channels=self.out_channels,
+            projection_channels=self.projection_channels,
+            padding=self.padding,
+            precision=self.precision,
+            weight_decay=self.weight_decay,
+            device=self.device,
+        )
 
-    def replan(self, **changes) -> "FNOPlan":
+    def replan(self, **changes) -> FNOPlan:
         """The same configuration with some of plan_fno's arguments changed, e.g. ``replan(batch=4)``."""
         return plan_fno(self.dim, self.modes, self.width, self.layers, **{**self.options(), **changes})
 
@@ -143,8 +151,18 @@ def other_params(
 
 
 def activation_bytes(
-    dim: int, modes: int, width: int, layers: int, grid: tuple[int, ...], batch: int, *,
-    in_channels: int, out_channels: int, projection_channels: int, padding: int, precision: str,
+    dim: int,
+    modes: int,
+    width: int,
+    layers: int,
+    grid: tuple[int, ...],
+    batch: int,
+    *,
+    in_channels: int,
+    out_channels: int,
+    projection_channels: int,
+    padding: int,
+    precision: str,
 ) -> int:
     """Bytes autograd saves for backward in one forward pass (module docstring; exact for operators.fno)."""
     b = PRECISION_BYTES[precision]
@@ -206,8 +224,17 @@ def plan_fno(
         check_grid(padded, modes)
         gp = math.prod(padded)
         activations = activation_bytes(
-            dim, modes, width, layers, grid, batch, in_channels=in_channels, out_channels=out_channels,
-            projection_channels=projection_channels, padding=padding, precision=precision,
+            dim,
+            modes,
+            width,
+            layers,
+            grid,
+            batch,
+            in_channels=in_channels,
+            out_channels=out_channels,
+            projection_channels=projection_channels,
+            padding=padding,
+            precision=precision,
         )
         b = PRECISION_BYTES[precision]
         workspace = batch * math.prod(grid) * (projection_channels + out_channels) * b
@@ -273,8 +300,22 @@ def largest_batch(plan, memory_bytes: int) -> int:
     return low
 
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+}
 
 
 def parse_bytes(text: str) -> int:
@@ -330,27 +371,54 @@ def step_flops(
         "spectral": layers * 8.0 * 2 ** (dim - 1) * modes**dim * batch * width * width,
         "fft": layers * 2 * 2.5 * batch * width * gp * math.log2(max(gp, 2)),
         "pointwise": layers * 2.0 * batch * gp * width * width,
-        "lift_projection": 2.0 * batch * g * ((in_channels + dim) * width + width * projection_channels
-                                              + projection_channels * out_channels),
+        "lift_projection": 2.0
+        * batch
+        * g
+        * ((in_channels + dim) * width + width * projection_channels + projection_channels * out_channels),
     }
     parts = {name: 3.0 * value for name, value in forward.items()}
     parts["total"] = sum(parts.values())
     return parts
 
 
-def plan_fno_config(config: dict, *, grid: tuple[int, ...], batch: int = 1, precision: str = "fp32",
-                    weight_decay: float = 0.0, device: str = "cuda") -> FNOPlan:
+def plan_fno_config(
+    config: dict,
+    *,
+    grid: tuple[int, ...],
+    batch: int = 1,
+    precision: str = "fp32",
+    weight_decay: float = 0.0,
+    device: str = "cuda",
+) -> FNOPlan:
     """:func:`plan_fno` for the FNO whose ``.config`` is ``config``, on an unpadded ``grid`` (the FNO family's plan)."""
     return plan_fno(
-        int(config["dim"]), int(config["modes"]), int(config["width"]), int(config["layers"]), grid=tuple(grid),
-        batch=int(batch), in_channels=int(config["in_channels"]), out_channels=int(config["out_channels"]),
-        projection_channels=int(config["projection_channels"]), padding=int(config["padding"]),
-        precision=precision, weight_decay=weight_decay, device=device,
+        int(config["dim"]),
+        int(config["modes"]),
+        int(config["width"]),
+        int(config["layers"]),
+        grid=tuple(grid),
+        batch=int(batch),
+        in_channels=int(config["in_channels"]),
+        out_channels=int(config["out_channels"]),
+        projection_channels=int(config["projection_channels"]),
+        padding=int(config["padding"]),
+        precision=precision,
+        weight_decay=weight_decay,
+        device=device,
     )
 
 
 def fno_step_flops(config: dict, grid: tuple[int, ...]) -> float:
     """:func:`step_flops` per sample (batch 1) of the FNO whose ``.config`` is ``config`` (the FNO family's FLOPs)."""
-    return step_flops(int(config["dim"]), int(config["modes"]), int(config["width"]), int(config["layers"]), grid,
-                      batch=1, in_channels=int(config["in_channels"]), out_channels=int(config["out_channels"]),
-                      projection_channels=int(config["projection_channels"]), padding=int(config["padding"]))["total"]
+    return step_flops(
+        int(config["dim"]),
+        int(config["modes"]),
+        int(config["width"]),
+        int(config["layers"]),
+        grid,
+        batch=1,
+        in_channels=int(config["in_channels"]),
+        out_channels=int(config["out_channels"]),
+        projection_channels=int(config["projection_channels"]),
+        padding=int(config["padding"]),
+    )["total"]

@@ -81,17 +81,31 @@ def planned_families() -> tuple[str, ...]:
 def full_config(operator: str, config: dict) -> dict:
     """``config`` with the constructor's defaults filled in (nothing is built); one-line error for unknown keys."""
     build = get_family(operator).build_class
-    defaults = {name: p.default for name, p in inspect.signature(build).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = {
+        name: p.default
+        for name, p in inspect.signature(build).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
     unknown = sorted(set(config) - set(inspect.signature(build).parameters))
     if unknown:
-        raise OperatorConfigError(f"{operator} options: unknown argument {unknown[0]!r}; see the {build.__name__} docstring")
+        raise OperatorConfigError(
+            f"{operator} options: unknown argument {unknown[0]!r}; see the {build.__name__} docstring"
+        )
     return {**defaults, **config}
 
 
 #: the counts a formula reads, and the least each may be
-_COUNTS = {"coord_dim": 1, "out_channels": 1, "width": 1, "layers": 1, "heads": 1, "ffn_ratio": 1,
-           "eigenfunctions": 1, "experts": 1, "theta_dim": 0}
+_COUNTS = {
+    "coord_dim": 1,
+    "out_channels": 1,
+    "width": 1,
+    "layers": 1,
+    "heads": 1,
+    "ffn_ratio": 1,
+    "eigenfunctions": 1,
+    "experts": 1,
+    "theta_dim": 0,
+}
 
 
 def _check_counts(config: dict) -> None:
@@ -126,8 +140,10 @@ class AttentionPlan:
     @property
     def label(self) -> str:
         c = self.config
-        return (f"{get_family(self.operator).label} width {c['width']}, {c['layers']} layers, {c['heads']} heads, "
-                f"{self.points} points, batch {self.batch}, {self.precision}")
+        return (
+            f"{get_family(self.operator).label} width {c['width']}, {c['layers']} layers, {c['heads']} heads, "
+            f"{self.points} points, batch {self.batch}, {self.precision}"
+        )
 
     @property
     def smaller(self) -> str:
@@ -145,13 +161,26 @@ class AttentionPlan:
 
     def replan(self, **changes) -> AttentionPlan:
         """The same plan with some of plan_attention's keyword arguments changed, e.g. ``replan(batch=4)``."""
-        options = dict(points=self.points, batch=self.batch, precision=self.precision, device=self.device,
-                       weight_decay=self.weight_decay)
+        options = dict(
+            points=self.points,
+            batch=self.batch,
+            precision=self.precision,
+            device=self.device,
+            weight_decay=self.weight_decay,
+        )
         return plan_attention(self.operator, self.config, **{**options, **changes})
 
 
-def plan_attention(operator: str, config: dict, *, points: int, batch: int = 1, precision: str = "fp32",
-                   device: str = "cuda", weight_decay: float = 0.0) -> AttentionPlan:
+def plan_attention(
+    operator: str,
+    config: dict,
+    *,
+    points: int,
+    batch: int = 1,
+    precision: str = "fp32",
+    device: str = "cuda",
+    weight_decay: float = 0.0,
+) -> AttentionPlan:
     """Plan one Adam step of the attention operator ``operator`` built from ``config`` (its constructor arguments).
 
     ``points``: n, the points per sample (the grid's nodes, or the padded point count
@@ -159,8 +188,10 @@ def plan_attention(operator: str, config: dict, *, points: int, batch: int = 1, 
     """
     formula = OPERATORS[operator].attention_formula if operator in OPERATORS else None
     if formula is None:
-        raise OperatorConfigError(f"operator {operator!r} is not an attention operator; plan one of: "
-                                  f"{', '.join(planned_families())} (an FNO: operators.planning.plan_fno)")
+        raise OperatorConfigError(
+            f"operator {operator!r} is not an attention operator; plan one of: "
+            f"{', '.join(planned_families())} (an FNO: operators.planning.plan_fno)"
+        )
     for name, value in (("points", points), ("batch", batch)):
         if not isinstance(value, int) or value < 1:
             raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
@@ -177,13 +208,36 @@ def plan_attention(operator: str, config: dict, *, points: int, batch: int = 1, 
         workspace = shape.params * FLOAT_BYTES * (2 if weight_decay else 1)
     else:
         workspace = shape.largest_tensor * FLOAT_BYTES * (4 if weight_decay else 3)
-    return AttentionPlan(operator=operator, config=config, points=points, batch=batch, precision=precision,
-                         device=device, weight_decay=float(weight_decay), total_params=shape.params,
-                         activations_bytes=int(math.ceil(activations)), optimizer_workspace_bytes=int(workspace))
+    return AttentionPlan(
+        operator=operator,
+        config=config,
+        points=points,
+        batch=batch,
+        precision=precision,
+        device=device,
+        weight_decay=float(weight_decay),
+        total_params=shape.params,
+        activations_bytes=int(math.ceil(activations)),
+        optimizer_workspace_bytes=int(workspace),
+    )
 
 
-def plan_attention_config(config: dict, *, grid: tuple[int, ...], batch: int = 1, precision: str = "fp32",
-                          weight_decay: float = 0.0, device: str = "cuda") -> AttentionPlan:
+def plan_attention_config(
+    config: dict,
+    *,
+    grid: tuple[int, ...],
+    batch: int = 1,
+    precision: str = "fp32",
+    weight_decay: float = 0.0,
+    device: str = "cuda",
+) -> AttentionPlan:
     """The plan of a point-set adapter's ``config`` (operators.adapters) on samples of shape ``grid`` (nodes, or (P,))."""
-    return plan_attention(config["operator"], config["operator_config"], points=int(math.prod(grid)), batch=int(batch),
-                          precision=precision, weight_decay=weight_decay, device=device)
+    return plan_attention(
+        config["operator"],
+        config["operator_config"],
+        points=int(math.prod(grid)),
+        batch=int(batch),
+        precision=precision,
+        weight_decay=weight_decay,
+        device=device,
+    )

@@ -41,11 +41,15 @@ def check_heads(width: int, heads: int, base_width: int | None, is_mup: bool) ->
     """width (and base width under muP) must split evenly into heads."""
     check_positive_int("heads", heads)
     if width % heads:
-        raise OperatorConfigError(f"width {width} is not divisible by heads {heads}; use a width that is a multiple of heads")
+        raise OperatorConfigError(
+            f"width {width} is not divisible by heads {heads}; use a width that is a multiple of heads"
+        )
     if is_mup:
         assert base_width is not None, "width-muP has a base width (checked by WidthSpec)"
         if base_width % heads:
-            raise OperatorConfigError(f"base_width {base_width} is not divisible by heads {heads}; use a multiple of heads")
+            raise OperatorConfigError(
+                f"base_width {base_width} is not divisible by heads {heads}; use a multiple of heads"
+            )
 
 
 def prepare_points(
@@ -82,7 +86,9 @@ def prepare_points(
                 f"{what} mask has shape {tuple(mask.shape)} and dtype {mask.dtype}; expected bool ({b}, {n}), True at real points"
             )
         if not bool(mask.any(dim=1).all()):
-            raise OperatorConfigError(f"{what} mask: every sample needs at least one real point (a row of the mask is all False)")
+            raise OperatorConfigError(
+                f"{what} mask: every sample needs at least one real point (a row of the mask is all False)"
+            )
     keep = mask.unsqueeze(-1)
     coords = torch.where(keep, coords, torch.zeros((), dtype=coords.dtype, device=coords.device))
     features = torch.where(keep, features, torch.zeros((), dtype=features.dtype, device=features.device))

@@ -23,7 +23,6 @@ from operators.family import (
     SPECTRAL_HYPERPARAMETERS,
     ModelSpec,
     OperatorFamily,
-    family_of,
     family_of_config,
     get_family,
     point_set_families,
@@ -37,8 +36,18 @@ from operators.ono import ONO
 from operators.planning import fno_step_flops, plan_fno_config
 from operators.planning_attention import plan_attention_config
 
-__all__ = ["FAMILIES", "OPERATORS", "SPECTRAL_HYPERPARAMETERS", "ModelSpec", "OperatorFamily", "family_of",
-           "family_of_config", "get_family", "point_set_families", "register_family", "unregister_family"]
+__all__ = [
+    "FAMILIES",
+    "OPERATORS",
+    "SPECTRAL_HYPERPARAMETERS",
+    "ModelSpec",
+    "OperatorFamily",
+    "family_of_config",
+    "get_family",
+    "point_set_families",
+    "register_family",
+    "unregister_family",
+]
 
 #: the FNO's own options and their values when none are given
 FNO_DEFAULTS = {"modes": 8, "projection_channels": 128, "parametrization": "mup"}
@@ -51,12 +60,21 @@ _FNO_KEYS = ("dim", "modes", "width", "layers", "in_channels", "out_channels", "
 def fno_config(spec: ModelSpec) -> dict:
     """The FNO's constructor arguments (its ``.config``) for ``spec``; options: padding, projection_channels."""
     o = spec.options
-    return {"dim": spec.dim, "in_channels": int(spec.input_channels), "out_channels": int(spec.output_channels),
-            "modes": int(FNO_DEFAULTS["modes"] if spec.modes is None else spec.modes), "width": int(spec.width),
-            "layers": int(spec.layers), "parametrization": spec.parametrization or FNO_DEFAULTS["parametrization"],
-            "projection_channels": int(o.get("projection_channels") or FNO_DEFAULTS["projection_channels"]),
-            "padding": int(o.get("padding") or 0), "init_scale": float(spec.init_scale),
-            "width_parametrization": spec.width_parametrization, "base_width": spec.base_width}
+    return {
+        "dim": spec.dim,
+        "in_channels": int(spec.input_channels),
+        "out_channels": int(spec.output_channels),
+        "modes": int(FNO_DEFAULTS["modes"] if spec.modes is None else spec.modes),
+        "width": int(spec.width),
+        "layers": int(spec.layers),
+        "parametrization": spec.parametrization or FNO_DEFAULTS["parametrization"],
+        "projection_channels": int(o.get("projection_channels") or FNO_DEFAULTS["projection_channels"]),
+        "padding": int(o.get("padding") or 0),
+        "init_scale": float(spec.init_scale),
+        "width_parametrization": spec.width_parametrization,
+        "base_width": spec.base_width,
+    }
+
 
 def _owns_fno(config) -> bool:
     return isinstance(config, dict) and all(k in config for k in _FNO_KEYS) and "operator" not in config
@@ -69,10 +87,18 @@ def _attention_family(name: str, label: str, cls, formula, *, attention_scaled: 
         o = spec.options
         heads = o.get("heads")
         config = point_set_config(
-            name, coord_dim=spec.dim, input_channels=spec.input_channels, output_channels=spec.output_channels,
-            packed=spec.packed, width=int(spec.width), layers=int(spec.layers),
+            name,
+            coord_dim=spec.dim,
+            input_channels=spec.input_channels,
+            output_channels=spec.output_channels,
+            packed=spec.packed,
+            width=int(spec.width),
+            layers=int(spec.layers),
             heads=ATTENTION_DEFAULTS["heads"] if heads is None else int(heads),
-            width_parametrization=spec.width_parametrization, base_width=spec.base_width, **dict(o.get("options") or {}))
+            width_parametrization=spec.width_parametrization,
+            base_width=spec.base_width,
+            **dict(o.get("options") or {}),
+        )
         return {**config, "coord_dim": spec.dim, "packed": bool(spec.packed), "normalization": spec.normalization}
 
     def construct(config: dict):
@@ -81,18 +107,45 @@ def _attention_family(name: str, label: str, cls, formula, *, attention_scaled: 
         return adapter(coord_dim, config["operator"], dict(config["operator_config"]), config.get("normalization"))
 
     def owns(config) -> bool:
-        return isinstance(config, dict) and config.get("operator") == name and isinstance(config.get("operator_config"), dict)
+        return (
+            isinstance(config, dict)
+            and config.get("operator") == name
+            and isinstance(config.get("operator_config"), dict)
+        )
 
-    return OperatorFamily(name, label, cls, axes=("width",), inputs=("grid", "points"), configure=configure,
-                          construct=construct, planner=plan_attention_config, owns=owns, fields=("heads", "options"),
-                          attention_scaled=attention_scaled, attention_formula=formula, standardizes=True,
-                          defaults=dict(ATTENTION_DEFAULTS))
+    return OperatorFamily(
+        name,
+        label,
+        cls,
+        axes=("width",),
+        inputs=("grid", "points"),
+        configure=configure,
+        construct=construct,
+        planner=plan_attention_config,
+        owns=owns,
+        fields=("heads", "options"),
+        attention_scaled=attention_scaled,
+        attention_formula=formula,
+        standardizes=True,
+        defaults=dict(ATTENTION_DEFAULTS),
+    )
 
 
 FAMILIES = (
-    OperatorFamily("fno", "FNO", FNO, axes=("K", "width"), inputs=("grid",), configure=fno_config,
-                   construct=lambda config: FNO(**config), planner=plan_fno_config, owns=_owns_fno, flops=fno_step_flops,
-                   fields=("padding", "projection_channels"), defaults=dict(FNO_DEFAULTS)),
+    OperatorFamily(
+        "fno",
+        "FNO",
+        FNO,
+        axes=("K", "width"),
+        inputs=("grid",),
+        configure=fno_config,
+        construct=lambda config: FNO(**config),
+        planner=plan_fno_config,
+        owns=_owns_fno,
+        flops=fno_step_flops,
+        fields=("padding", "projection_channels"),
+        defaults=dict(FNO_DEFAULTS),
+    ),
     _attention_family("galerkin", "Galerkin Transformer", GalerkinTransformer, galerkin_formula, attention_scaled=True),
     _attention_family("ono", "ONO", ONO, ono_formula, attention_scaled=True),
     _attention_family("gnot", "GNOT", GNOT, gnot_formula, attention_scaled=False),

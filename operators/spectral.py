@@ -171,7 +171,9 @@ class SpectralConv(nn.Module):
             self.lr_multiplier = spectral_lr_multiplier(modes, dim, parametrization)
 
             def init(w: torch.Tensor) -> torch.Tensor:
-                return init_spectral_weight_(w, modes=modes, dim=dim, parametrization=parametrization, init_scale=init_scale)
+                return init_spectral_weight_(
+                    w, modes=modes, dim=dim, parametrization=parametrization, init_scale=init_scale
+                )
 
         else:
             # width-muP (operators.width_mup): the fan-in m_in is the width m.

@@ -137,7 +137,11 @@ def effective_spectral_init_std(
 
     if base_width is not None:
         return spectral_width_init_std(width, base_width, modes, dim, parametrization, init_scale)
-    return init_scale * base_spectral_init_std(width, width, parametrization) * spectral_init_multiplier(modes, dim, parametrization)
+    return (
+        init_scale
+        * base_spectral_init_std(width, width, parametrization)
+        * spectral_init_multiplier(modes, dim, parametrization)
+    )
 
 
 def transfer(
@@ -170,19 +174,25 @@ def transfer(
         if s.proxy_modes != s.target_modes:
             notes.append(
                 "muP in K: the master LR carries over; the model applies c(K) = 1/sqrt(d log K) to the spectral weights"
-                if s.parametrization == "mup" else "standard parametrization in K: copied unchanged; the optimum may drift with K"
+                if s.parametrization == "mup"
+                else "standard parametrization in K: copied unchanged; the optimum may drift with K"
             )
     if s.scales_width:
         rows += width_transfer_rows(s.proxy_width, s.target_width, lr, s.width_parametrization, s.attention_scaled)
         notes.append(
             f"width-muP (base width {s.proxy_width}): hidden weights train at LR x m0/m, readouts are scaled by m0/m"
-            if width_mup else "standard width parametrization: copied unchanged; the optimum may drift with width"
+            if width_mup
+            else "standard width parametrization: copied unchanged; the optimum may drift with width"
         )
     rule = _UNCHANGED_RULE if s.parametrization == "mup" else "unchanged"
     rows += [RescaledQuantity(name, value, value, 1.0, rule) for name, value in (unchanged or {}).items()]
     return TransferRecord(
-        s.dim, s.proxy_modes, s.target_modes, tuple(rows),
-        proxy_width=s.proxy_width if s.scales_width else None, target_width=s.target_width if s.scales_width else None,
+        s.dim,
+        s.proxy_modes,
+        s.target_modes,
+        tuple(rows),
+        proxy_width=s.proxy_width if s.scales_width else None,
+        target_width=s.target_width if s.scales_width else None,
         notes=tuple(notes),
     )
 
@@ -209,14 +219,22 @@ def _spectral_rows(s: Scaling, lr: float, width_factor: float, width_mup: bool, 
     w0 = s.proxy_width or 64
     w1 = s.target_width or w0
     base = w0 if width_mup else None
-    proxy_std = effective_spectral_init_std(s.dim, kp, w0, s.parametrization, base_width=base, init_scale=init_scale or 1.0)
-    target_std = effective_spectral_init_std(s.dim, kt, w1, s.parametrization, base_width=base, init_scale=init_scale or 1.0)
+    proxy_std = effective_spectral_init_std(
+        s.dim, kp, w0, s.parametrization, base_width=base, init_scale=init_scale or 1.0
+    )
+    target_std = effective_spectral_init_std(
+        s.dim, kt, w1, s.parametrization, base_width=base, init_scale=init_scale or 1.0
+    )
     if init_std is not None:  # the proxy's effective std given directly: apply the same ratio
         proxy_std, target_std = init_std, init_std * target_std / proxy_std
     factor = target_std / proxy_std
     rows += [
-        RescaledQuantity("spectral_init_std", proxy_std, target_std, factor, k_rule + (" x sqrt(m0/m)" if w_rule else "")),
-        RescaledQuantity("spectral_init_variance", proxy_std**2, target_std**2, factor**2, "the square of the std's factor"),
+        RescaledQuantity(
+            "spectral_init_std", proxy_std, target_std, factor, k_rule + (" x sqrt(m0/m)" if w_rule else "")
+        ),
+        RescaledQuantity(
+            "spectral_init_variance", proxy_std**2, target_std**2, factor**2, "the square of the std's factor"
+        ),
     ]
     return rows
 
@@ -251,7 +269,9 @@ def width_transfer_rows(
     factor = hidden_lr_multiplier(target_width, proxy_width)
     rows = [
         RescaledQuantity("hidden_lr", lr, lr * factor, factor, "x m0/m (width-muP hidden weights)"),
-        RescaledQuantity("output_multiplier", 1.0, output_multiplier(target_width, proxy_width), factor, "x m0/m (readout)"),
+        RescaledQuantity(
+            "output_multiplier", 1.0, output_multiplier(target_width, proxy_width), factor, "x m0/m (readout)"
+        ),
     ]
     if attention_scaled:
         root = factor**0.5

@@ -48,8 +48,10 @@ class Outcome:
     kind: str = ""
 
     def describe(self) -> str:
-        return (f"argv={self.argv!r}\n  outcome={self.kind} code={self.code!r} changed={self.changed}\n"
-                f"  stderr={self.stderr[-3000:]!r}")
+        return (
+            f"argv={self.argv!r}\n  outcome={self.kind} code={self.code!r} changed={self.changed}\n"
+            f"  stderr={self.stderr[-3000:]!r}"
+        )
 
 
 def snapshot(*roots: Path) -> dict:
@@ -99,8 +101,13 @@ def run_cli(argv: list[str], *, watch: tuple = ()) -> Outcome:
         cache = cwd / ".cache"
         before = snapshot(cwd, *watch)
         out, err = io.StringIO(), io.StringIO()
-        with contextlib.chdir(cwd), mock.patch.dict(os.environ, {"MUTRANSFER_CACHE": str(cache)}), \
-                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), compute_guard():
+        with (
+            contextlib.chdir(cwd),
+            mock.patch.dict(os.environ, {"MUTRANSFER_CACHE": str(cache)}),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            compute_guard(),
+        ):
             try:
                 code = main([str(a) for a in argv])
             except SystemExit as exc:
@@ -148,8 +155,9 @@ def assert_refused(outcome: Outcome) -> None:
 # ----------------------------------------------------------------------------- data files
 
 
-def write_grid_file(path: Path, *, problem: str = "burgers", n: int = 12, resolution: int = 64, seed: int = 0,
-                    times: int = 0) -> Path:
+def write_grid_file(
+    path: Path, *, problem: str = "burgers", n: int = 12, resolution: int = 64, seed: int = 0, times: int = 0
+) -> Path:
     """A valid file of the project's HDF5 schema (``mutransfer.data.hdf5_io``), random smooth-enough fields."""
     from mutransfer.data.hdf5_io import write_dataset
     from mutransfer.data.problem_facts import get_facts
@@ -163,5 +171,4 @@ def write_grid_file(path: Path, *, problem: str = "burgers", n: int = 12, resolu
     if times:
         y = np.repeat(y[..., None], times, axis=-1)
         grid["t"] = np.linspace(0.1, 1.0, times)
-    return write_dataset(path, {"input": x, "output": y, "grid": grid,
-                                "attrs": {"problem": problem, "seed": seed}})
+    return write_dataset(path, {"input": x, "output": y, "grid": grid, "attrs": {"problem": problem, "seed": seed}})

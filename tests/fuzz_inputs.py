@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 #: flags whose huge values (>= HUGE) must be refused before anything is allocated, per command
 SIZE_FLAGS = {
     # (not --projection-channels: a projection MLP of 1e6 channels fits a few GiB; the memory check decides)
-    "train": {"modes", "width", "layers", "n_train", "n_test", "resolution",
-              "time_resolution", "padding", "heads"},
+    "train": {"modes", "width", "layers", "n_train", "n_test", "resolution", "time_resolution", "padding", "heads"},
     "coord-check": {"modes", "width", "layers", "padding", "n_train", "n_test", "resolution"},
     "sweep": {"proxy_K", "target_K", "proxy_width", "target_width"},
     "landscape": {"modes", "widths"},
@@ -34,8 +33,28 @@ HUGE_FOR = {"data generate": 10**12}
 #: flags where a negative number is a meaningful value (a time index counted from the end)
 NEGATIVE_OK = {"input_time"}
 
-NUMBER_TEXTS = ["nan", "NaN", "inf", "-inf", "Infinity", "1e999", "-1e999", "", " ", "abc", "1.5", "-1", "0",
-                "-0", "0x10", "1,2", "--", "1e-400", "2**8", "١"]
+NUMBER_TEXTS = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "Infinity",
+    "1e999",
+    "-1e999",
+    "",
+    " ",
+    "abc",
+    "1.5",
+    "-1",
+    "0",
+    "-0",
+    "0x10",
+    "1,2",
+    "--",
+    "1e-400",
+    "2**8",
+    "١",
+]
 HUGE_INTS = [10**6, 2**31, 2**63, 10**12, 10**30, 10**100]
 
 
@@ -51,8 +70,11 @@ def walk_parsers(parser: argparse.ArgumentParser, path: tuple = ()):
 
 def value_actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """The actions of ``parser`` that take a value (flags and positionals; not --help, not store_true)."""
-    return [a for a in parser._actions if a.nargs != 0 and not isinstance(a, argparse._SubParsersAction)
-            and a.dest != "help"]
+    return [
+        a
+        for a in parser._actions
+        if a.nargs != 0 and not isinstance(a, argparse._SubParsersAction) and a.dest != "help"
+    ]
 
 
 def _parse(action: argparse.Action, text: str):
@@ -93,8 +115,9 @@ def _typed_texts(command: str, action: argparse.Action):
     )
     if action.dest in SIZE_FLAGS.get(command, ()):
         low = HUGE_FOR.get(command, HUGE)
-        texts = st.one_of(texts, st.sampled_from([v for v in HUGE_INTS if v >= low]).map(str),
-                          st.integers(low, 10**15).map(str))
+        texts = st.one_of(
+            texts, st.sampled_from([v for v in HUGE_INTS if v >= low]).map(str), st.integers(low, 10**15).map(str)
+        )
     return texts
 
 
@@ -110,7 +133,9 @@ def free_text_values(command: str, dest: str, files: dict):
     missing = str(Path(files["dir"]) / "no-such-file.h5")
     paths = st.sampled_from([missing, files["dir"], files["empty"], files["text"], files["truncated"], ""])
     table = {
-        "data": paths, "study": paths, "file": paths,
+        "data": paths,
+        "study": paths,
+        "file": paths,
         "device": st.sampled_from(["gpu", "tpu", "cuda:x", "cuda:99", "cpu:0:1", "", "auto "]),
         "output_time": st.sampled_from(["abc", "1:2:0", "99999", "-99999", "::-1", ""]),
         "input_key": st.sampled_from(["no_such_key", ""]),
@@ -215,19 +240,38 @@ def _is_bad_mutation(base: dict, path: tuple, value) -> bool:
 def bad_study_texts(base: dict):
     """Strategy: (description, YAML text) of a study file that must be refused."""
     leaves = sorted(set(study_paths(base)), key=str)
-    values = st.one_of(st.sampled_from(WRONG_TYPE), st.integers(-10**9, -1),
-                       st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=True, allow_subnormal=False))
+    values = st.one_of(
+        st.sampled_from(WRONG_TYPE),
+        st.integers(-(10**9), -1),
+        st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=True, allow_subnormal=False),
+    )
     changed = st.tuples(st.sampled_from(leaves), values).filter(lambda t: _is_bad_mutation(base, *t))
     sections = [()] + [p for p in leaves if isinstance(_leaf(base, p), dict)]
     unknown = st.sampled_from(sections).map(lambda p: (p + ("no_such_key",), 1))
     missing = st.sampled_from([("problem",), ("problem", "name")]).map(lambda p: (p, _DELETE))
     return st.one_of(changed, unknown, missing).map(
-        lambda t: (f"{'.'.join(t[0])} = {'<deleted>' if t[1] is _DELETE else repr(t[1])}",
-                   yaml.safe_dump(set_path(base, *t), sort_keys=False)))
+        lambda t: (
+            f"{'.'.join(t[0])} = {'<deleted>' if t[1] is _DELETE else repr(t[1])}",
+            yaml.safe_dump(set_path(base, *t), sort_keys=False),
+        )
+    )
 
 
-BAD_YAML = ["name: [unclosed", "\tname: tab", "a: b: c", "- just\n- a list", "", "null", "42", "name: x\nname: y",
-            "!!python/object:os.system {}", "{{{", "name: *undefined", "problem: {name: burgers", "\x00\x01"]
+BAD_YAML = [
+    "name: [unclosed",
+    "\tname: tab",
+    "a: b: c",
+    "- just\n- a list",
+    "",
+    "null",
+    "42",
+    "name: x\nname: y",
+    "!!python/object:os.system {}",
+    "{{{",
+    "name: *undefined",
+    "problem: {name: burgers",
+    "\x00\x01",
+]
 
 
 # ----------------------------------------------------------------------------- data files
@@ -292,6 +336,21 @@ def corrupt(path: Path, kind: str, where: float) -> None:
         raise ValueError(kind)
 
 
-DATA_CORRUPTIONS = ("nan-input", "inf-input", "nan-output", "inf-output", "empty", "fewer-outputs",
-                    "output-grid-mismatch", "wrong-ndim", "scalar-samples", "complex-dtype", "string-dtype",
-                    "missing-input", "missing-output", "unknown-problem", "truncated", "garbage")
+DATA_CORRUPTIONS = (
+    "nan-input",
+    "inf-input",
+    "nan-output",
+    "inf-output",
+    "empty",
+    "fewer-outputs",
+    "output-grid-mismatch",
+    "wrong-ndim",
+    "scalar-samples",
+    "complex-dtype",
+    "string-dtype",
+    "missing-input",
+    "missing-output",
+    "unknown-problem",
+    "truncated",
+    "garbage",
+)

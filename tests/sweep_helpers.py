@@ -53,8 +53,9 @@ def mlflow_runs(uri: str) -> list:
     return client.search_runs(ids, max_results=1000) if ids else []
 
 
-def galerkin_mesh_study(tmp_path: Path, name: str, mesh: Path, *, n_train: int, n_test: int, target_width: int,
-                        batch_size: int, epochs: int) -> Path:
+def galerkin_mesh_study(
+    tmp_path: Path, name: str, mesh: Path, *, n_train: int, n_test: int, target_width: int, batch_size: int, epochs: int
+) -> Path:
     """A two-trial Galerkin study on a Darcy mesh file (proxy width 8, one layer, 2-epoch target), written to study.yaml."""
     import yaml
 

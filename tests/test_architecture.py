@@ -138,8 +138,12 @@ def layer_of(module: str) -> int:
 
 def upward_edges(graph: dict[str, set[str]]) -> list[str]:
     """Every import that runs from a package up to a package above it."""
-    return sorted(f"{module} -> {target}" for module, targets in graph.items() for target in targets
-                  if layer_of(target) > layer_of(module))
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer_of(target) > layer_of(module)
+    )
 
 
 def test_layers_point_down():
@@ -150,10 +154,15 @@ def test_layers_point_down():
 
 def test_the_layering_check_finds_a_planted_upward_import():
     """A check that cannot fail is a defect: data importing the sweep, or operators importing the service, is found."""
-    graph = {"mutransfer.data.loading": {"mutransfer.sweep.context"}, "operators.fno": {"mutransfer.errors"},
-             "mutransfer.sweep.proxies": {"mutransfer.data.loading", "operators.fno"}}
-    assert upward_edges(graph) == ["mutransfer.data.loading -> mutransfer.sweep.context",
-                                   "operators.fno -> mutransfer.errors"]
+    graph = {
+        "mutransfer.data.loading": {"mutransfer.sweep.context"},
+        "operators.fno": {"mutransfer.errors"},
+        "mutransfer.sweep.proxies": {"mutransfer.data.loading", "operators.fno"},
+    }
+    assert upward_edges(graph) == [
+        "mutransfer.data.loading -> mutransfer.sweep.context",
+        "operators.fno -> mutransfer.errors",
+    ]
 
 
 def test_every_package_has_a_layer():
@@ -218,7 +227,9 @@ def family_branches(source: str) -> list[int]:
             or (isinstance(node, ast.Name) and node.id == "is_fno")
             or (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("is_fno"))
         )
-        if named_is_fno or (isinstance(node, ast.Compare) and any(names(side) for side in (node.left, *node.comparators))):
+        if named_is_fno or (
+            isinstance(node, ast.Compare) and any(names(side) for side in (node.left, *node.comparators))
+        ):
             lines.add(node.lineno)
     return sorted(lines)
 
@@ -235,7 +246,7 @@ def test_operator_families_own_their_behaviour():
 
 
 def test_the_family_branch_counter_finds_planted_branches():
-    planted = '''
+    planted = """
 def f(study, family, model, op):
     if study.is_fno:
         pass
@@ -245,6 +256,6 @@ def f(study, family, model, op):
         pass
     layers = model.spectral  # a model's attribute, not a branch
     return family.scales("K")
-'''
+"""
     assert family_branches(planted) == [3, 5, 6, 7]
     assert family_branches("x = model.spectral\ny = {'fno': 1}\n") == []

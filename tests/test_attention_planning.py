@@ -20,8 +20,11 @@ from operators.registry import get_family
 #: per family, option sets that change the parameter formula
 OPTIONS = {
     "galerkin": [{}, {"coord_in_heads": False}, {"ffn_ratio": 3, "attention_type": "fourier"}],
-    "ono": [{}, {"nn_block": "linear", "value_projection": False},
-            {"orthogonalization": "layernorm", "eigenfunctions": 5, "ffn_ratio": 3}],
+    "ono": [
+        {},
+        {"nn_block": "linear", "value_projection": False},
+        {"orthogonalization": "layernorm", "eigenfunctions": 5, "ffn_ratio": 3},
+    ],
     "gnot": [{}, {"experts": 3, "theta_dim": 2}, {"theta_dim": 3, "theta_mode": "query"}, {"in_channels": [1, 2]}],
 }
 SIZES = [(8, 1, 2, 1, 1), (16, 3, 4, 2, 3), (24, 2, 3, 1, 0)]  # width, layers, heads, coord_dim, in_channels
@@ -30,8 +33,12 @@ SIZES = [(8, 1, 2, 1, 1), (16, 3, 4, 2, 3), (24, 2, 3, 1, 0)]  # width, layers, 
 @pytest.mark.parametrize("operator, options", [(f, o) for f, opts in OPTIONS.items() for o in opts])
 def test_parameter_counts_are_exact(operator, options):
     for width, layers, heads, coord_dim, in_channels in SIZES:
-        config = {**dict(coord_dim=coord_dim, in_channels=in_channels, out_channels=2, width=width, layers=layers,
-                         heads=heads), **options}
+        config = {
+            **dict(
+                coord_dim=coord_dim, in_channels=in_channels, out_channels=2, width=width, layers=layers, heads=heads
+            ),
+            **options,
+        }
         built = sum(p.numel() for p in get_family(operator).make(config).parameters())
         assert plan_attention(operator, config, points=10).total_params == built, (width, layers, heads)
 
@@ -41,7 +48,9 @@ PEAK_CASES = [(16, 2, 512, 4, {}), (64, 1, 64, 1, {}), (32, 2, 256, 2, {"attenti
 
 
 @pytest.mark.parametrize("operator", ["galerkin", "ono", "gnot"])
-@pytest.mark.parametrize("case", PEAK_CASES, ids=lambda c: f"w{c[0]}-L{c[1]}-n{c[2]}-{c[4].get('attention_impl', 'linear')}")
+@pytest.mark.parametrize(
+    "case", PEAK_CASES, ids=lambda c: f"w{c[0]}-L{c[1]}-n{c[2]}-{c[4].get('attention_impl', 'linear')}"
+)
 def test_estimate_is_within_20_percent_of_the_measured_peak(operator, case):
     """One real Adam step on the CPU, its peak of live tensors (mutransfer.diagnostics.peak_memory) against the plan."""
     from mutransfer.diagnostics.peak_memory import measure_training_peak
@@ -77,13 +86,19 @@ def test_bad_sizes_are_one_line_errors():
 def test_check_before_building_refuses_an_attention_model_over_the_limit_and_passes_one_under_it():
     from mutransfer.training.memory import check_before_building
 
-    config = point_set_config("galerkin", coord_dim=1, input_channels=1, output_channels=1, packed=False,
-                              width=64, layers=2, heads=4)
+    config = point_set_config(
+        "galerkin", coord_dim=1, input_channels=1, output_channels=1, packed=False, width=64, layers=2, heads=4
+    )
     plan = check_before_building(config, (256,), 8, "cpu", limit=2**30)
-    assert plan.total_params == sum(p.numel() for p in GridPointSet(1, "galerkin", config["operator_config"]).parameters())
-    with pytest.raises(UserInputError, match=r"Galerkin Transformer width 64, 2 layers, 4 heads, 256 points, batch 8, "
-                                             r"fp32 needs .* but the memory limit set \(--device-memory\) is .*; use a "
-                                             r"batch size of at most \d+, .*a smaller width or fewer layers"):
+    assert plan.total_params == sum(
+        p.numel() for p in GridPointSet(1, "galerkin", config["operator_config"]).parameters()
+    )
+    with pytest.raises(
+        UserInputError,
+        match=r"Galerkin Transformer width 64, 2 layers, 4 heads, 256 points, batch 8, "
+        r"fp32 needs .* but the memory limit set \(--device-memory\) is .*; use a "
+        r"batch size of at most \d+, .*a smaller width or fewer layers",
+    ):
         check_before_building(config, (256,), 8, "cpu", limit=plan.total_bytes - 1)
 
 
@@ -99,9 +114,13 @@ def test_the_trainer_checks_a_built_attention_model_too(monkeypatch):
 def _attention_study(tmp_path, width: int, target_width: int):
     from mutransfer.study import load_study
 
-    study = {"name": "attn", "problem": {"name": "burgers", "resolution": 64, "n_train": 16, "n_test": 4},
-             "operator": {"type": "galerkin", "width": width, "layers": 2, "heads": 4}, "target_width": target_width,
-             "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}}}
+    study = {
+        "name": "attn",
+        "problem": {"name": "burgers", "resolution": 64, "n_train": 16, "n_test": 4},
+        "operator": {"type": "galerkin", "width": width, "layers": 2, "heads": 4},
+        "target_width": target_width,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
+    }
     path = tmp_path / "attn.yaml"
     path.write_text(yaml.safe_dump(study))
     return load_study(path)[0]
@@ -137,7 +156,9 @@ def test_sweep_padding_is_checked_against_the_grid(tmp_path):
     study = load_study(_quick_study_file(tmp_path, 128))[0]
     assert study.problem.resolution == 128
     check_study_padding(study)  # padding up to the grid itself is accepted
-    with pytest.raises(UserInputError, match=r"operator.padding: padding 129 is more than the grid \(128,\); use padding <= 128"):
+    with pytest.raises(
+        UserInputError, match=r"operator.padding: padding 129 is more than the grid \(128,\); use padding <= 128"
+    ):
         check_study_padding(load_study(_quick_study_file(tmp_path, 129))[0])
 
 

@@ -60,8 +60,12 @@ def test_attention_study_resolves_width_transfer_and_round_trips(operator, probl
 
 def test_fno_study_may_scale_width_and_K_or_width_alone():
     base = {
-        "name": "fno-both", "problem": {"name": "burgers", "resolution": 64, "generated_resolution": 128},
-        "operator": {"type": "fno", "width": 16}, "proxy_K": 4, "target_K": 8, "target_width": 64,
+        "name": "fno-both",
+        "problem": {"name": "burgers", "resolution": 64, "generated_resolution": 128},
+        "operator": {"type": "fno", "width": 16},
+        "proxy_K": 4,
+        "target_K": 8,
+        "target_width": 64,
         "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
     }
     both = study_of(base)
@@ -82,11 +86,22 @@ def test_fno_study_may_scale_width_and_K_or_width_alone():
         (lambda m: m.update(target_width=33), ["target_width: 33 is not divisible by operator.heads 2"]),
         (lambda m: m["operator"].update(padding=2), ["operator.padding: applies to fno only"]),
         (lambda m: m["operator"].update(options={"bogus": 1}), ["operator.options", "bogus"]),
-        (lambda m: m["operator"].update(options={"attention_type": "nope"}), ["operator.options", "attention_type 'nope'"]),
-        (lambda m: m["operator"].update(options={"width": 64}), ["operator.options.width", "set operator.width instead"]),
-        (lambda m: m["search_space"].update(init_scale={"type": "loguniform", "low": 0.1, "high": 1}),
-         ["search_space.init_scale: acts on FNO's spectral weights only"]),
-        (lambda m: m.update(training={"clip_value": 0.1}), ["training.clip_value: acts on FNO's spectral weights only"]),
+        (
+            lambda m: m["operator"].update(options={"attention_type": "nope"}),
+            ["operator.options", "attention_type 'nope'"],
+        ),
+        (
+            lambda m: m["operator"].update(options={"width": 64}),
+            ["operator.options.width", "set operator.width instead"],
+        ),
+        (
+            lambda m: m["search_space"].update(init_scale={"type": "loguniform", "low": 0.1, "high": 1}),
+            ["search_space.init_scale: acts on FNO's spectral weights only"],
+        ),
+        (
+            lambda m: m.update(training={"clip_value": 0.1}),
+            ["training.clip_value: acts on FNO's spectral weights only"],
+        ),
         (lambda m: m.update(width_parametrization="muP"), ["width_parametrization: 'muP' is unknown"]),
     ],
 )
@@ -100,7 +115,11 @@ def test_bad_attention_study_fields_give_one_line_errors(change, fragments):
 
 def test_fno_on_a_point_set_problem_is_refused():
     m = {
-        "name": "x", "problem": {"name": "darcy_mesh"}, "operator": {"type": "fno"}, "proxy_K": 4, "target_K": 8,
+        "name": "x",
+        "problem": {"name": "darcy_mesh"},
+        "operator": {"type": "fno"},
+        "proxy_K": 4,
+        "target_K": 8,
         "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
     }
     assert "operator.type: fno needs a grid" in error_of(m)
@@ -149,9 +168,9 @@ def _fake_data(study, n=3):
 @pytest.mark.parametrize("operator", ATTENTION)
 @pytest.mark.parametrize("problem", ["darcy", "darcy_mesh"])
 def test_study_models_rebuild_from_config_and_apply_width_mup(operator, problem):
+    from mutransfer.study.models import model_for
     from operators import optimizer_param_groups
     from operators.adapters import GridPointSet, PackedPointSet
-    from mutransfer.study.models import model_for
 
     study = study_of(attention_mapping(operator, problem))
     data = _fake_data(study)
@@ -203,7 +222,9 @@ def test_packed_padding_gives_each_sample_its_own_result(operator):
     data = _fake_data(study)
     norm = normalization_from(data.train_x, data.train_y, packed_coord_dim=2)
     torch.manual_seed(0)
-    model = PackedPointSet(2, operator, dict(coord_dim=2, in_channels=1, out_channels=1, width=8, layers=2, heads=2), norm)
+    model = PackedPointSet(
+        2, operator, dict(coord_dim=2, in_channels=1, out_channels=1, width=8, layers=2, heads=2), norm
+    )
     model.eval()
     batch = model(data.train_x)
     for i in range(3):
@@ -219,28 +240,64 @@ def test_width_transfer_rows_follow_tensor_programs_v():
     from mutransfer.sweep.runner import transfer
 
     study = study_of(attention_mapping("galerkin"))
-    record, hp = transfer(study, {"hp": {"lr": 2e-3, "batch_size": 20, "beta1": 0.9, "beta2": 0.999,
-                                         "weight_decay": 0.0, "clip_value": None, "init_scale": 1.0}})
+    record, hp = transfer(
+        study,
+        {
+            "hp": {
+                "lr": 2e-3,
+                "batch_size": 20,
+                "beta1": 0.9,
+                "beta2": 0.999,
+                "weight_decay": 0.0,
+                "clip_value": None,
+                "init_scale": 1.0,
+            }
+        },
+    )
     rows = {q["name"]: q for q in record["quantities"]}
     assert rows["master_lr"]["target"] == 2e-3 and hp["lr"] == 2e-3
-    assert rows["hidden_lr"]["target"] == pytest.approx(2e-3 * 8 / 32) and rows["hidden_lr"]["factor"] == pytest.approx(0.25)
+    assert rows["hidden_lr"]["target"] == pytest.approx(2e-3 * 8 / 32) and rows["hidden_lr"]["factor"] == pytest.approx(
+        0.25
+    )
     assert rows["output_multiplier"]["target"] == pytest.approx(0.25)
     assert rows["attention_scale"]["factor"] == pytest.approx(0.5)
     assert "init_scale" not in rows and "spectral_lr" not in rows  # FNO-only quantities are left out
-    assert record["proxy_width"] == 8 and record["target_width"] == 32 and "width_proxy=8 -> width_target=32" in record["table"]
+    assert (
+        record["proxy_width"] == 8
+        and record["target_width"] == 32
+        and "width_proxy=8 -> width_target=32" in record["table"]
+    )
 
 
 def test_fno_k_and_width_transfer_compose():
-    from operators.parametrization import transfer_lr_factor
     from mutransfer.sweep.runner import transfer
+    from operators.parametrization import transfer_lr_factor
 
-    study = study_of({
-        "name": "fno-both", "problem": {"name": "burgers", "resolution": 64, "generated_resolution": 128},
-        "operator": {"type": "fno", "width": 16}, "proxy_K": 4, "target_K": 16, "target_width": 64,
-        "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
-    })
-    record, _ = transfer(study, {"hp": {"lr": 1e-3, "batch_size": 20, "beta1": 0.9, "beta2": 0.999,
-                                        "weight_decay": 0.0, "clip_value": None, "init_scale": 1.0}})
+    study = study_of(
+        {
+            "name": "fno-both",
+            "problem": {"name": "burgers", "resolution": 64, "generated_resolution": 128},
+            "operator": {"type": "fno", "width": 16},
+            "proxy_K": 4,
+            "target_K": 16,
+            "target_width": 64,
+            "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+        }
+    )
+    record, _ = transfer(
+        study,
+        {
+            "hp": {
+                "lr": 1e-3,
+                "batch_size": 20,
+                "beta1": 0.9,
+                "beta2": 0.999,
+                "weight_decay": 0.0,
+                "clip_value": None,
+                "init_scale": 1.0,
+            }
+        },
+    )
     rows = {q["name"]: q for q in record["quantities"]}
     assert rows["spectral_lr"]["factor"] == pytest.approx(transfer_lr_factor(4, 16) * 16 / 64)
     assert rows["spectral_init_variance"]["factor"] == pytest.approx(math.log(4) / math.log(16) * 16 / 64)
@@ -254,8 +311,14 @@ def _cli(*args, cwd, env_cache):
     import os
 
     env = {**os.environ, "MUTRANSFER_CACHE": str(env_cache)}
-    return subprocess.run([sys.executable, "-m", "mutransfer.cli.main", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "mutransfer.cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -269,10 +332,35 @@ def mesh_file(tmp_path_factory):
 
 @pytest.mark.parametrize("operator", ATTENTION)
 def test_train_cli_runs_attention_operators_on_an_irregular_mesh(operator, mesh_file, tmp_path):
-    proc = _cli("train", "--problem", "darcy_mesh", "--data", str(mesh_file), "--operator", operator, "--width", "8",
-                "--layers", "1", "--heads", "2", "--epochs", "2", "--batch-size", "4", "--json", "--no-progress",
-                "--width-parametrization", "mup", "--base-width", "4", "--checkpoint-dir", str(tmp_path / "ck"),
-                cwd=tmp_path, env_cache=tmp_path / "cache")
+    proc = _cli(
+        "train",
+        "--problem",
+        "darcy_mesh",
+        "--data",
+        str(mesh_file),
+        "--operator",
+        operator,
+        "--width",
+        "8",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--json",
+        "--no-progress",
+        "--width-parametrization",
+        "mup",
+        "--base-width",
+        "4",
+        "--checkpoint-dir",
+        str(tmp_path / "ck"),
+        cwd=tmp_path,
+        env_cache=tmp_path / "cache",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout)
     assert summary["result"]["status"] == "completed" and math.isfinite(summary["result"]["test_error"])
@@ -290,9 +378,14 @@ def test_train_cli_runs_attention_operators_on_an_irregular_mesh(operator, mesh_
     "args, fragment",
     [
         (["--problem", "darcy_mesh", "--data", "MESH", "--operator", "fno"], "--operator fno needs a grid"),
-        (["--problem", "darcy_mesh", "--data", "MESH", "--operator", "ono", "--resolution", "16"],
-         "--resolution: darcy_mesh is a point-set problem"),
-        (["--problem", "darcy", "--data", "MESH", "--operator", "ono"], "holds point sets (an irregular mesh); pass --problem darcy_mesh"),
+        (
+            ["--problem", "darcy_mesh", "--data", "MESH", "--operator", "ono", "--resolution", "16"],
+            "--resolution: darcy_mesh is a point-set problem",
+        ),
+        (
+            ["--problem", "darcy", "--data", "MESH", "--operator", "ono"],
+            "holds point sets (an irregular mesh); pass --problem darcy_mesh",
+        ),
         (["--operator", "galerkin", "--modes", "8"], "--modes applies to fno only"),
         (["--operator", "ono", "--clip-value", "0.1"], "--clip-value applies to fno only"),
         (["--operator", "fno", "--heads", "2"], "--heads applies to the attention operators"),
@@ -321,8 +414,14 @@ def _attention_study_file(tmp_path, operator="ono"):
 @pytest.mark.parametrize(
     "args, fragment",
     [
-        (["landscape", "--modes", "4", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "has no Fourier modes; vary the width with --widths"),
-        (["landscape", "--widths", "8", "9", "--lrs", "1e-3", "1e-2", "1e-1"], "--widths: 9 is not divisible by operator.heads 2"),
+        (
+            ["landscape", "--modes", "4", "8", "--lrs", "1e-3", "1e-2", "1e-1"],
+            "has no Fourier modes; vary the width with --widths",
+        ),
+        (
+            ["landscape", "--widths", "8", "9", "--lrs", "1e-3", "1e-2", "1e-1"],
+            "--widths: 9 is not divisible by operator.heads 2",
+        ),
         (["landscape", "--widths", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "give at least two values of widths"),
         (["sweep", "--coord-check"], "--coord-check measures FNO's spectral layers across K"),
         (["sweep", "--proxy-K", "4"], "proxy_K: applies to fno only"),
@@ -345,8 +444,9 @@ def test_attention_operators_learn_darcy_on_random_point_sets(operator, tmp_path
     from mutransfer.study.models import model_for
     from mutransfer.training import TrainConfig, train
 
-    path = write_point_dataset(tmp_path / "mesh.h5", generate_darcy_mesh(150, 29, seed=0, progress=False,
-                                                                        points_min=150, points_max=250))
+    path = write_point_dataset(
+        tmp_path / "mesh.h5", generate_darcy_mesh(150, 29, seed=0, progress=False, points_min=150, points_max=250)
+    )
     data = load_point_split(path, n_train=120, n_test=30)
     m = attention_mapping(operator, "darcy_mesh")
     m["problem"] = {"name": "darcy_mesh", "data": str(path), "n_train": 120, "n_test": 30}

@@ -36,10 +36,13 @@ def _repair_non_finite(path):
             f[name][...] = np.nan_to_num(f[name][...], nan=0.0, posinf=0.0, neginf=0.0)
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("nan-input", r"array 'input' holds NaN values in sample 5"),
-    ("inf-output", r"array 'output' holds Inf values in sample 5"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("nan-input", r"array 'input' holds NaN values in sample 5"),
+        ("inf-output", r"array 'output' holds Inf values in sample 5"),
+    ],
+)
 def test_non_finite_values_are_refused_at_load_and_the_repaired_file_loads(tmp_path, kind, message):
     path = write_grid_file(tmp_path / "d.h5", n=12, resolution=64)
     corrupt(path, kind, 0.45)  # sample 5 of 12
@@ -58,12 +61,15 @@ def test_non_finite_values_are_refused_when_streamed_too(tmp_path):
     assert load_split(path, n_train=8, n_test=4, problem="burgers", stream=True).streaming
 
 
-@pytest.mark.parametrize("kind, message", [
-    ("empty", r"input shape \(0, 64\) and output shape \(0, 64\) must be equal \(n, \*grid\) with n >= 1"),
-    ("fewer-outputs", r"input shape \(12, 64\) and output shape \(5, 64\) must be equal"),
-    ("output-grid-mismatch", r"input shape \(12, 64\) and output shape \(12, 31\) must be equal"),
-    ("wrong-ndim", r"2-dimensional grid .* problem 'burgers' trains an FNO-1D"),
-])
+@pytest.mark.parametrize(
+    "kind, message",
+    [
+        ("empty", r"input shape \(0, 64\) and output shape \(0, 64\) must be equal \(n, \*grid\) with n >= 1"),
+        ("fewer-outputs", r"input shape \(12, 64\) and output shape \(5, 64\) must be equal"),
+        ("output-grid-mismatch", r"input shape \(12, 64\) and output shape \(12, 31\) must be equal"),
+        ("wrong-ndim", r"2-dimensional grid .* problem 'burgers' trains an FNO-1D"),
+    ],
+)
 def test_structural_problems_are_refused_and_a_well_formed_file_loads(tmp_path, kind, message):
     path = write_grid_file(tmp_path / "d.h5", n=12, resolution=64)
     assert _load(path).train_y.shape == (8, 64, 1)  # the file before it is broken
@@ -78,9 +84,26 @@ def test_bad_data_is_one_line_from_the_real_command_and_nothing_is_written(tmp_p
     work = tmp_path / "work"
     work.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUTRANSFER_CACHE=str(work / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "mutransfer", "train", "--problem", "burgers", "--data", str(path),
-                           "--epochs", "1", "--no-progress"], cwd=work, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mutransfer",
+            "train",
+            "--problem",
+            "burgers",
+            "--data",
+            str(path),
+            "--epochs",
+            "1",
+            "--no-progress",
+        ],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "holds NaN values in sample 0" in proc.stderr
     assert list(work.iterdir()) == []
@@ -110,22 +133,25 @@ def test_memory_estimate_against_the_limit_before_building():
         check_before_building(fno, (64, 64), 8, "cpu", limit=plan.total_bytes - 1)
 
 
-@pytest.mark.parametrize("argv, refused", [
-    (["transfer", "--dim", "4", "--proxy-K", "4", "--target-K", "8", "--lr", "1e-3"], "use --dim 1, 2 or 3"),
-    (["transfer", "--dim", "3", "--proxy-K", "4", "--target-K", "8", "--lr", "1e-3"], None),
-    (["plan", "--dim", "4", "--modes", "8", "--width", "8", "--layers", "2"], "use --dim 1, 2 or 3"),
-    (["plan", "--dim", "1", "--modes", "130", "--width", "8", "--layers", "2", "--grid", "256"], "use K <= 129"),
-    (["plan", "--dim", "1", "--modes", "129", "--width", "8", "--layers", "2", "--grid", "256"], None),
-    (["data", "generate", "burgers", "--n", "2", "--resolution", str(10**12), "--out", "x.h5"], "available RAM"),
-    (["studies", "--tracking-uri", "bogus-scheme://x"], "tracking URI 'bogus-scheme://x'"),
-    (["plan", "--dim", "1", "--modes", "8", "--width", "8", "--layers", "2", "--device-memory=--"], "not '--'"),
-    (["studies", "--zz\r\x1c"], "unrecognized arguments: --zz"),
-    (["sweep", "--address", "not an address"], "--address 'not an address': use auto"),
-    (["evaluate", "quick", "--data", "x.h5", "--resolution=--"], "expected a value, not '--'"),  # nargs="+"
-    (["transfer", "--dim=--"], "expected a value, not '--'"),
-    (["sweep", "--runs-dir", "{file}"], "is a file, not a folder"),
-    (["train", "--checkpoint-dir", "{file}"], "is a file; give a folder"),
-])
+@pytest.mark.parametrize(
+    "argv, refused",
+    [
+        (["transfer", "--dim", "4", "--proxy-K", "4", "--target-K", "8", "--lr", "1e-3"], "use --dim 1, 2 or 3"),
+        (["transfer", "--dim", "3", "--proxy-K", "4", "--target-K", "8", "--lr", "1e-3"], None),
+        (["plan", "--dim", "4", "--modes", "8", "--width", "8", "--layers", "2"], "use --dim 1, 2 or 3"),
+        (["plan", "--dim", "1", "--modes", "130", "--width", "8", "--layers", "2", "--grid", "256"], "use K <= 129"),
+        (["plan", "--dim", "1", "--modes", "129", "--width", "8", "--layers", "2", "--grid", "256"], None),
+        (["data", "generate", "burgers", "--n", "2", "--resolution", str(10**12), "--out", "x.h5"], "available RAM"),
+        (["studies", "--tracking-uri", "bogus-scheme://x"], "tracking URI 'bogus-scheme://x'"),
+        (["plan", "--dim", "1", "--modes", "8", "--width", "8", "--layers", "2", "--device-memory=--"], "not '--'"),
+        (["studies", "--zz\r\x1c"], "unrecognized arguments: --zz"),
+        (["sweep", "--address", "not an address"], "--address 'not an address': use auto"),
+        (["evaluate", "quick", "--data", "x.h5", "--resolution=--"], "expected a value, not '--'"),  # nargs="+"
+        (["transfer", "--dim=--"], "expected a value, not '--'"),
+        (["sweep", "--runs-dir", "{file}"], "is a file, not a folder"),
+        (["train", "--checkpoint-dir", "{file}"], "is a file; give a folder"),
+    ],
+)
 def test_out_of_domain_values_are_refused(tmp_path, argv, refused):
     (tmp_path / "file").write_text("a file\n")
     outcome = run_cli([a.format(file=tmp_path / "file") for a in argv])
@@ -145,8 +171,14 @@ print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
 
 def _peak_rss(argv, cwd, env) -> tuple[int, int, str]:
     """(exit code, peak RSS in bytes, stderr) of ``python -m mutransfer argv``, the only child of a fresh process."""
-    proc = subprocess.run([sys.executable, "-c", _PEAK, sys.executable, "-m", "mutransfer", *argv], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PEAK, sys.executable, "-m", "mutransfer", *argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     code, kib = proc.stdout.split()
     return int(code), int(kib) * 1024, proc.stderr
 
@@ -176,8 +208,20 @@ def test_train_galerkin_with_a_huge_width_is_refused_before_allocating(tmp_path)
     """
     data = write_grid_file(tmp_path / "b64.h5", n=20, resolution=64)
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUTRANSFER_CACHE=str(tmp_path / "cache"))
-    argv = ["train", "--problem", "burgers", "--data", str(data), "--operator", "galerkin", "--layers", "1",
-            "--epochs", "1", "--no-progress"]
+    argv = [
+        "train",
+        "--problem",
+        "burgers",
+        "--data",
+        str(data),
+        "--operator",
+        "galerkin",
+        "--layers",
+        "1",
+        "--epochs",
+        "1",
+        "--no-progress",
+    ]
     code, peak, err = _peak_rss(argv + ["--width", "1000000"], tmp_path, env)
     assert code == 2 and err.count("\n") == 1 and "Galerkin Transformer width 1000000" in err, err
     assert "but available RAM of this machine is" in err and "use a smaller width" in err, err
@@ -191,8 +235,27 @@ def test_non_finite_values_in_point_sets_are_refused_and_the_repaired_file_loads
     from mutransfer.data.pointclouds import load_point_split
 
     path = tmp_path / "mesh.h5"
-    assert main(["data", "generate", "darcy_mesh", "--n", "6", "--resolution", "16", "--points-min", "20",
-                 "--points-max", "30", "--out", str(path), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "generate",
+                "darcy_mesh",
+                "--n",
+                "6",
+                "--resolution",
+                "16",
+                "--points-min",
+                "20",
+                "--points-max",
+                "30",
+                "--out",
+                str(path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     with h5py.File(path, "r+") as f:
         good = f["output"][4, 0].copy()
         f["output"][4, 0] = np.inf  # the first point of sample 4 is always a real one

@@ -51,13 +51,36 @@ def test_transfer_json(capsys):
 
 
 def test_transfer_table(capsys):
-    assert main(["transfer", "--dim", "1", "--proxy-K", "6", "--target-K", "6", "--lr", "2e-3", "--init-scale", "0.5"]) == 0
+    assert (
+        main(["transfer", "--dim", "1", "--proxy-K", "6", "--target-K", "6", "--lr", "2e-3", "--init-scale", "0.5"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "spectral_init_variance" in out and "K_proxy=6 -> K_target=6" in out
 
 
 def test_plan_paper_scale_json(capsys):
-    assert main(["plan", "--dim", "3", "--modes", "24", "--width", "64", "--layers", "4", "--grid", "64", "--batch", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--dim",
+                "3",
+                "--modes",
+                "24",
+                "--width",
+                "64",
+                "--layers",
+                "4",
+                "--grid",
+                "64",
+                "--batch",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert plan["spectral_params"] == 905_969_664
     assert plan["grid"] == [64, 64, 64]
@@ -70,7 +93,10 @@ def test_plan_paper_scale_json(capsys):
         (["transfer", "--dim", "1", "--proxy-K", "1", "--target-K", "8", "--lr", "1e-3"], ["proxy modes 1", ">= 2"]),
         (["transfer", "--dim", "1", "--proxy-K", "4", "--target-K", "8", "--lr", "-1"], ["--lr", "must be > 0"]),
         (["plan", "--dim", "2", "--modes", "-3", "--width", "8", "--layers", "2"], ["--modes", "positive integer"]),
-        (["plan", "--dim", "2", "--modes", "20", "--width", "8", "--layers", "2", "--grid", "32"], ["modes 20 too large"]),
+        (
+            ["plan", "--dim", "2", "--modes", "20", "--width", "8", "--layers", "2", "--grid", "32"],
+            ["modes 20 too large"],
+        ),
         (["plan", "--dim", "4", "--modes", "2", "--width", "8", "--layers", "2"], ["dim 4"]),
         (["train", "--parametrization", "ntk"], ["--parametrization", "invalid choice"]),
         (["train", "--batch-size", "-5"], ["--batch-size", "positive integer"]),
@@ -84,7 +110,9 @@ def test_bad_input_is_one_line_and_exit_2(args, fragments):
 
 def test_generate_inspect_and_train_end_to_end(tmp_path):
     data = tmp_path / "darcy.h5"
-    proc = run_cli("data", "generate", "darcy", "--n", "24", "--resolution", "13", "--out", data, "--seed", "3", "--no-progress")
+    proc = run_cli(
+        "data", "generate", "darcy", "--n", "24", "--resolution", "13", "--out", data, "--seed", "3", "--no-progress"
+    )
     assert proc.returncode == 0, proc.stderr
     with h5py.File(data, "r") as f:
         assert f["input"].shape == (24, 13, 13) and f.attrs["problem"] == "darcy" and f.attrs["seed"] == 3
@@ -94,9 +122,33 @@ def test_generate_inspect_and_train_end_to_end(tmp_path):
     assert json.loads(proc.stdout)["n_samples"] == 24
 
     ckpt = tmp_path / "run"
-    args = ["train", "--problem", "darcy", "--data", data, "--modes", "3", "--width", "8", "--layers", "2",
-            "--epochs", "2", "--batch-size", "4", "--n-train", "16", "--n-test", "8", "--padding", "2",
-            "--checkpoint-dir", ckpt, "--no-progress", "--json"]
+    args = [
+        "train",
+        "--problem",
+        "darcy",
+        "--data",
+        data,
+        "--modes",
+        "3",
+        "--width",
+        "8",
+        "--layers",
+        "2",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--n-train",
+        "16",
+        "--n-test",
+        "8",
+        "--padding",
+        "2",
+        "--checkpoint-dir",
+        ckpt,
+        "--no-progress",
+        "--json",
+    ]
     proc = run_cli(*args)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
@@ -130,11 +182,33 @@ def test_train_rejects_missing_and_malformed_data(tmp_path):
 def test_train_without_data_generates_and_caches(tmp_path, monkeypatch, capsys):
     """No --data: a default dataset is generated once into the cache, then reused."""
     monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path))
-    small = problems.Problem(**{**problems.PROBLEMS["burgers"].__dict__, "n_train": 12, "n_test": 4,
-                                "generated_resolution": 128, "resolution": 64})
+    small = problems.Problem(
+        **{
+            **problems.PROBLEMS["burgers"].__dict__,
+            "n_train": 12,
+            "n_test": 4,
+            "generated_resolution": 128,
+            "resolution": 64,
+        }
+    )
     monkeypatch.setitem(problems.PROBLEMS, "burgers", small)
-    args = ["train", "--problem", "burgers", "--modes", "4", "--width", "8", "--layers", "2", "--epochs", "1",
-            "--batch-size", "4", "--no-progress", "--json"]
+    args = [
+        "train",
+        "--problem",
+        "burgers",
+        "--modes",
+        "4",
+        "--width",
+        "8",
+        "--layers",
+        "2",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "4",
+        "--no-progress",
+        "--json",
+    ]
     assert main(args) == 0
     first = json.loads(capsys.readouterr().out)
     cached = list((tmp_path / "data").glob("burgers_*.h5"))
@@ -150,9 +224,26 @@ def test_train_without_data_generates_and_caches(tmp_path, monkeypatch, capsys):
 def test_a_closed_stdout_pipe_is_not_an_error():
     """`mutransfer … | head`: the reader goes away before the output is written; exit 0, no traceback."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, "-m", "mutransfer", "transfer", "--dim", "1", "--proxy-K", "4",
-                             "--target-K", "16", "--lr", "1e-3", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=root))
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mutransfer",
+            "transfer",
+            "--dim",
+            "1",
+            "--proxy-K",
+            "4",
+            "--target-K",
+            "16",
+            "--lr",
+            "1e-3",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=root),
+    )
     proc.stdout.close()  # before the interpreter has even imported torch
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err

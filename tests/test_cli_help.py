@@ -33,8 +33,11 @@ def flag_problems(parser: argparse.ArgumentParser) -> list[str]:
             name = "/".join(action.option_strings) or action.dest
             if not action.help or action.help == argparse.SUPPRESS:
                 problems.append(f"{command} {name}: no help")
-            elif (action.default not in (None, False, [], argparse.SUPPRESS) and not isinstance(action, argparse._StoreFalseAction)
-                  and not _shows_default(action)):
+            elif (
+                action.default not in (None, False, [], argparse.SUPPRESS)
+                and not isinstance(action, argparse._StoreFalseAction)
+                and not _shows_default(action)
+            ):
                 problems.append(f"{command} {name}: default {action.default!r} not shown")
     return problems
 

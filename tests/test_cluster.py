@@ -34,7 +34,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
@@ -133,10 +132,18 @@ class LocalCluster:
 
     def run(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            list(args), env=self.env, cwd=self.root, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            list(args),
+            env=self.env,
+            cwd=self.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
         )
         if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}\n{self.logs()}")
+            raise AssertionError(
+                f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}\n{self.logs()}"
+            )
         return proc
 
     def state(self, what: str) -> list[dict]:
@@ -238,8 +245,9 @@ def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     # Trials long enough (40 epochs, no ASHA stop) that the two overlap: with 2-epoch trials the first could end
     # before the second's actor had started on the worker node, and Tune then ran both on the head node.
-    study = write_tiny_study(tmp_path, data, name="cluster-test", trials=2, epochs=40, grace=40, target_epochs=1,
-                             max_concurrent=2)
+    study = write_tiny_study(
+        tmp_path, data, name="cluster-test", trials=2, epochs=40, grace=40, target_epochs=1, max_concurrent=2
+    )
     runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
     sweep = [
         "mutransfer", "sweep",
@@ -287,7 +295,9 @@ def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
         time.sleep(3)
     else:
         cluster.run(RAY, "job", "stop", "--address", cluster.dashboard, job_id, timeout=60, check=False)
-        pytest.fail(f"job {job_id} did not finish in {JOB_TIMEOUT_S} s; last status:\n{status}\njob logs:\n{job_logs()}")
+        pytest.fail(
+            f"job {job_id} did not finish in {JOB_TIMEOUT_S} s; last status:\n{status}\njob logs:\n{job_logs()}"
+        )
     logs = job_logs()
     assert "' succeeded" in status.lower(), f"job {job_id} did not succeed:\n{status}\njob logs:\n{logs}"
 

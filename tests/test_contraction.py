@@ -4,7 +4,6 @@ import itertools
 
 import pytest
 import torch
-
 from operator_helpers import saved_activation_bytes
 
 import operators.spectral as spectral_module
@@ -98,7 +97,9 @@ def test_truncated_transforms_equal_sliced_rfftn_and_padded_irfftn(dim, grid, mo
     planar = truncated_dft(x, modes, dim)
     assert planar.shape == (2, 2 ** (dim - 1) * modes**dim, 2, 3)
     expected = reference_truncated_spectrum(x, modes, dim)
-    assert torch.allclose(planar_to_packed(planar, modes, dim), expected, rtol=0, atol=1e-12 * expected.abs().max().item())
+    assert torch.allclose(
+        planar_to_packed(planar, modes, dim), expected, rtol=0, atol=1e-12 * expected.abs().max().item()
+    )
     z = torch.randn(planar.shape, dtype=torch.float64)
     expected = reference_padded_inverse(planar_to_packed(z, modes, dim), grid)
     assert torch.allclose(truncated_idft(z, modes, grid), expected, rtol=0, atol=1e-12 * expected.abs().max().item())
@@ -148,8 +149,6 @@ def test_fno_outputs_and_gradients_equal_einsum_formulation(dim, padding, transf
     assert torch.allclose(got, expected, rtol=0, atol=1e-5 * expected.abs().max().item())
     for g_new, g_ref in zip(grads(got, params), expected_grads):
         assert torch.allclose(g_new, g_ref, rtol=0, atol=1e-5 * g_ref.abs().max().item())
-
-
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3])

@@ -14,7 +14,14 @@ from mutransfer.data.burgers import generate_burgers
 from mutransfer.data.hdf5_io import write_dataset
 from mutransfer.data.loading import load_split
 from mutransfer.diagnostics.coord_check import (
-    FLAT, GROWS, NO_SIGNAL, SHRINKS, UNRESOLVED, classify_slopes, coord_check, scale_invariant_probe,
+    FLAT,
+    GROWS,
+    NO_SIGNAL,
+    SHRINKS,
+    UNRESOLVED,
+    classify_slopes,
+    coord_check,
+    scale_invariant_probe,
 )
 from mutransfer.diagnostics.statistics import difference_ci
 from operators.spectral import SpectralConv
@@ -58,22 +65,27 @@ def wrong_spectral_lr(monkeypatch):
 
 
 def curves(result, parametrization, kind=None):
-    return {c.name: c for c in result.curves if c.parametrization == parametrization and (kind is None or c.kind == kind)}
+    return {
+        c.name: c for c in result.curves if c.parametrization == parametrization and (kind is None or c.kind == kind)
+    }
 
 
 # --------------------------------------------------------------------------- the verdict rule
 
 
-@pytest.mark.parametrize("slopes, expected", [
-    ([0.01, -0.02, 0.03], FLAT),
-    ([0.30, 0.35, 0.40], GROWS),
-    ([-0.30, -0.25, -0.20], SHRINKS),
-    ([-0.30, 0.00, 0.30], UNRESOLVED),  # covers 0 but the CI reaches beyond ±0.1
-    ([0.30, 0.33, 0.40], GROWS),  # mean 0.34 > 0.1 and the t CI's lo (+0.22) > 0
-    ([0.02, 0.20, 0.40], UNRESOLVED),  # mean 0.21, but the t CI [-0.26, +0.68] reaches 0 (the old bootstrap's
-    #                                    [0.02, 0.40], the seeds' min-max, read "grows")
-    ([0.15], UNRESOLVED),  # one seed: no spread measured, so no verdict beyond unresolved
-])
+@pytest.mark.parametrize(
+    "slopes, expected",
+    [
+        ([0.01, -0.02, 0.03], FLAT),
+        ([0.30, 0.35, 0.40], GROWS),
+        ([-0.30, -0.25, -0.20], SHRINKS),
+        ([-0.30, 0.00, 0.30], UNRESOLVED),  # covers 0 but the CI reaches beyond ±0.1
+        ([0.30, 0.33, 0.40], GROWS),  # mean 0.34 > 0.1 and the t CI's lo (+0.22) > 0
+        ([0.02, 0.20, 0.40], UNRESOLVED),  # mean 0.21, but the t CI [-0.26, +0.68] reaches 0 (the old bootstrap's
+        #                                    [0.02, 0.40], the seeds' min-max, read "grows")
+        ([0.15], UNRESOLVED),  # one seed: no spread measured, so no verdict beyond unresolved
+    ],
+)
 def test_verdict_rule_on_synthetic_slopes(slopes, expected):
     verdict, est = classify_slopes(slopes, tolerance=0.1)
     assert verdict == expected
@@ -85,13 +97,16 @@ def test_verdict_unresolved_when_mean_beyond_tolerance_but_ci_reaches_zero():
     assert est.mean > 0.1 and est.lo <= 0 and verdict == UNRESOLVED
 
 
-@pytest.mark.parametrize("slopes, smallest_relative", [
-    ([0.0, 0.0, 0.0], 0.0),  # lr 0: exactly no change (a slope of 0 would otherwise read flat)
-    ([0.01, 0.0, -0.01], 1e-9),  # below the 1e-6 floor somewhere
-    ([0.01, 0.0, -0.01], math.nan),
-    (None, 1.0),  # a zero value somewhere: no slope can be fitted
-    ([0.01, math.inf, 0.0], 1.0),
-])
+@pytest.mark.parametrize(
+    "slopes, smallest_relative",
+    [
+        ([0.0, 0.0, 0.0], 0.0),  # lr 0: exactly no change (a slope of 0 would otherwise read flat)
+        ([0.01, 0.0, -0.01], 1e-9),  # below the 1e-6 floor somewhere
+        ([0.01, 0.0, -0.01], math.nan),
+        (None, 1.0),  # a zero value somewhere: no slope can be fitted
+        ([0.01, math.inf, 0.0], 1.0),
+    ],
+)
 def test_no_signal_is_never_flat(slopes, smallest_relative):
     assert classify_slopes(slopes, 0.1, smallest_relative) == (NO_SIGNAL, None)
 
@@ -137,8 +152,11 @@ def test_zero_lr_reads_no_signal_for_every_update_curve(smooth):
         assert all(v == 0.0 for c in updates for seed in c.values_per_seed for v in seed)
         assert result.verdict(parametrization) == NO_SIGNAL and not result.passed(parametrization)
     payload = result.as_dict()
-    assert payload["parametrizations"]["mup"] == {"verdict": NO_SIGNAL, "passed": False,
-                                                  "flagged": ["output", "fourier_1", "fourier_2"]}
+    assert payload["parametrizations"]["mup"] == {
+        "verdict": NO_SIGNAL,
+        "passed": False,
+        "flagged": ["output", "fourier_1", "fourier_2"],
+    }
 
 
 def test_wrong_spectral_lr_multiplier_grows(smooth, wrong_spectral_lr):
@@ -191,9 +209,9 @@ def test_rough_burgers_sp_first_layer_update_grows_and_mup_holds_it_flat(rough):
 def _gate_context(tmp_path, tiny_file, parametrization):
     """A SweepContext stand-in with what coord_check_gate reads: the tiny study (K 6 → 24, width 16, 2 layers)."""
     import yaml
+    from sweep_helpers import write_tiny_study
 
     from mutransfer.study import load_study
-    from sweep_helpers import write_tiny_study
 
     path = write_tiny_study(tmp_path, tiny_file, name=f"gate-{parametrization}")
     mapping = yaml.safe_load(path.read_text())
@@ -202,12 +220,18 @@ def _gate_context(tmp_path, tiny_file, parametrization):
     study, _ = load_study(path)
     logged, said, state = [], [], {}
     return SimpleNamespace(
-        options=SimpleNamespace(coord_check=True), state=state, study=study,
+        options=SimpleNamespace(coord_check=True),
+        state=state,
+        study=study,
         transfer=SimpleNamespace(hp={"lr": 3e-3, "clip_value": None, "init_scale": 1.0}),
         data=load_split(tiny_file, n_train=32, n_test=16, resolution=64),
-        say=said.append, study_dir=SimpleNamespace(root=tmp_path),
+        say=said.append,
+        study_dir=SimpleNamespace(root=tmp_path),
         tracker=SimpleNamespace(client=SimpleNamespace(log_artifact=lambda *a: logged.append(a[1]))),
-        parent_id="parent", update_state=lambda **kw: state.update(kw), logged=logged, said=said,
+        parent_id="parent",
+        update_state=lambda **kw: state.update(kw),
+        logged=logged,
+        said=said,
     )
 
 
@@ -268,8 +292,25 @@ def test_cli_on_a_file_written_by_mutransfer_data(tmp_path):
     gen = _cli("data", "generate", "burgers", "--n", "24", "--resolution", "64", "--out", str(data), "--no-progress")
     assert gen.returncode == 0, gen.stderr
     out = tmp_path / "cc"
-    common = ["coord-check", "--problem", "burgers", "--data", str(data), "--modes", "4", "8", "16", "--width", "8",
-              "--layers", "2", "--n-train", "20", "--n-test", "4"]
+    common = [
+        "coord-check",
+        "--problem",
+        "burgers",
+        "--data",
+        str(data),
+        "--modes",
+        "4",
+        "8",
+        "16",
+        "--width",
+        "8",
+        "--layers",
+        "2",
+        "--n-train",
+        "20",
+        "--n-test",
+        "4",
+    ]
     proc = _cli(*common, "--out", str(out), "--json")
     assert proc.returncode == 0, proc.stderr
     payload = json.loads(proc.stdout)
@@ -283,7 +324,9 @@ def test_cli_on_a_file_written_by_mutransfer_data(tmp_path):
     zero = _cli(*common, "--lr", "0", "--seeds", "2", "--out", str(tmp_path / "zero"))
     assert zero.returncode == 0, zero.stderr
     assert "standard: NO-SIGNAL" in zero.stdout and "mup: NO-SIGNAL" in zero.stdout
-    update_lines = [line for line in zero.stdout.splitlines() if line.strip().startswith(("output", "fourier", "spectral"))]
+    update_lines = [
+        line for line in zero.stdout.splitlines() if line.strip().startswith(("output", "fourier", "spectral"))
+    ]
     assert len(update_lines) == 10 and all(" no-signal (" in line for line in update_lines)
     stored = json.loads((tmp_path / "zero" / "coord_check.json").read_text())
     assert {p["verdict"] for p in stored["parametrizations"].values()} == {NO_SIGNAL}

@@ -5,19 +5,27 @@ import pytest
 from mutransfer.study import load_study
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.cost import epoch_flops, study_cost
+from operators.planning import step_flops
 
 
 def _trial(epochs: int, device_seconds: float, trainer_seconds: float = 0.0) -> TrialRecord:
-    return TrialRecord("t", 0, "completed", {}, {}, 0.1, epochs, device_seconds=device_seconds,
-                       trainer_seconds=trainer_seconds)
-from operators.planning import step_flops
+    return TrialRecord(
+        "t", 0, "completed", {}, {}, 0.1, epochs, device_seconds=device_seconds, trainer_seconds=trainer_seconds
+    )
 
 
 def test_epoch_flops_is_per_sample_step_flops_times_samples():
     study, _ = load_study(None)
-    per_sample = step_flops(study.dim, study.target_K, study.operator.width, study.operator.layers,
-                            (study.problem.resolution,), batch=1,
-                            projection_channels=study.operator.projection_channels, padding=study.padding)["total"]
+    per_sample = step_flops(
+        study.dim,
+        study.target_K,
+        study.operator.width,
+        study.operator.layers,
+        (study.problem.resolution,),
+        batch=1,
+        projection_channels=study.operator.projection_channels,
+        padding=study.padding,
+    )["total"]
     assert epoch_flops(study, study.target_K) == pytest.approx(per_sample * study.problem.n_train)
     assert epoch_flops(study, study.proxy_K) < epoch_flops(study, study.target_K)
 
@@ -30,8 +38,14 @@ def test_ratio_counts_proxies_plus_target_against_a_direct_sweep():
         _trial(8, 4.0, 3.0),
     ]
     # the target held 2 CPUs for 15 s of Ray Train wall time, of which its trainer ran 6 s
-    target = {"epochs": 20, "device_seconds": 30.0, "trainer_seconds": 6.0, "num_workers": 1, "use_gpu": False,
-              "cpus_per_worker": 2}
+    target = {
+        "epochs": 20,
+        "device_seconds": 30.0,
+        "trainer_seconds": 6.0,
+        "num_workers": 1,
+        "use_gpu": False,
+        "cpus_per_worker": 2,
+    }
     cost = study_cost(study, trials, target)
     fp, ft = epoch_flops(study, study.proxy_K), epoch_flops(study, study.target_K)
     assert cost["proxy_flops"] == pytest.approx(32 * fp)

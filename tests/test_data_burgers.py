@@ -121,15 +121,50 @@ def test_cli_generates_rough_burgers_with_its_own_viscosity_and_smoothness(tmp_p
     spectra = {}
     for alpha in (2.0, 0.6):
         out = tmp_path / f"b{alpha}.h5"
-        assert main(["data", "generate", "burgers", "--n", "4", "--resolution", "128", "--nu", "0.05",
-                     "--alpha", str(alpha), "--out", str(out), "--no-progress"]) == 0
+        assert (
+            main(
+                [
+                    "data",
+                    "generate",
+                    "burgers",
+                    "--n",
+                    "4",
+                    "--resolution",
+                    "128",
+                    "--nu",
+                    "0.05",
+                    "--alpha",
+                    str(alpha),
+                    "--out",
+                    str(out),
+                    "--no-progress",
+                ]
+            )
+            == 0
+        )
         with h5py.File(out, "r") as f:
             assert f.attrs["pde.nu"] == pytest.approx(0.05) and f.attrs["grf.alpha"] == pytest.approx(alpha)
             power = (np.abs(np.fft.rfft(f["input"][()], axis=-1)) ** 2).mean(0)
         spectra[alpha] = power[17:].sum() / power[1:].sum()  # share of the energy above mode 16
     assert spectra[0.6] > 10 * spectra[2.0]
     capsys.readouterr()
-    assert main(["data", "generate", "darcy", "--alpha", "0.6", "--n", "2", "--resolution", "9",
-                 "--out", str(tmp_path / "d.h5")]) == 2
+    assert (
+        main(
+            [
+                "data",
+                "generate",
+                "darcy",
+                "--alpha",
+                "0.6",
+                "--n",
+                "2",
+                "--resolution",
+                "9",
+                "--out",
+                str(tmp_path / "d.h5"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--alpha applies to burgers only" in err

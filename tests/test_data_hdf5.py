@@ -149,9 +149,7 @@ def test_missing_dataset_error(tmp_path):
         f.attrs["problem"] = "burgers"
     with pytest.raises(UserInputError) as excinfo:
         read_dataset(path)
-    _one_line_error(
-        excinfo, str(path), "no 'output' dataset", "found: a, input", f"generate burgers --out {path}"
-    )
+    _one_line_error(excinfo, str(path), "no 'output' dataset", "found: a, input", f"generate burgers --out {path}")
 
 
 def test_write_validation(tmp_path, burgers):

@@ -9,6 +9,7 @@ import sys
 import h5py
 import numpy as np
 import pytest
+
 from mutransfer.data.hdf5_io import read_dataset, write_dataset
 from mutransfer.data.loading import load_split
 from mutransfer.data.navier_stokes import (
@@ -121,7 +122,11 @@ def test_generate_mutransfer_preset_schema_and_round_trip(tmp_path):
     w0 = periodic_grf_2d(3, 32, np.random.default_rng(5), length=2 * np.pi)
     np.testing.assert_allclose(data["input"], w0[:, ::2, ::2], atol=1e-12)
     direct = solve_navier_stokes(
-        w0, nu=1 / 500, dt=1 / 1024, record_interval=1 / 512, time_steps=8,
+        w0,
+        nu=1 / 500,
+        dt=1 / 1024,
+        record_interval=1 / 512,
+        time_steps=8,
         forcing=_forcing_field("mutransfer", 32, 2 * np.pi),
     )
     np.testing.assert_allclose(data["output"], direct["w"][:, ::2, ::2], atol=1e-6)
@@ -206,7 +211,10 @@ def test_unstable_step_is_a_one_line_error():
 def _cli(*args, env=None):
     return subprocess.run(
         [sys.executable, "-m", "mutransfer.cli.main", *map(str, args)],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ, **(env or {})),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, **(env or {})),
     )
 
 
@@ -214,14 +222,45 @@ def test_cli_generate_flags(tmp_path, capsys):
     from mutransfer.cli.main import main
 
     out = tmp_path / "ns.h5"
-    args = ["data", "generate", "navier_stokes", "--preset", "fno", "--nu", "1e-3", "--n", "2", "--resolution", "8",
-            "--time-steps", "1", "--dt", "0.05", "--out", str(out), "--no-progress"]
+    args = [
+        "data",
+        "generate",
+        "navier_stokes",
+        "--preset",
+        "fno",
+        "--nu",
+        "1e-3",
+        "--n",
+        "2",
+        "--resolution",
+        "8",
+        "--time-steps",
+        "1",
+        "--dt",
+        "0.05",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(args) == 0
     with h5py.File(out, "r") as f:
         assert f["output"].shape == (2, 8, 8, 1) and f.attrs["preset"] == "fno"
     capsys.readouterr()
-    code = main(["data", "generate", "darcy", "--preset", "fno", "--n", "2", "--resolution", "9",
-                 "--out", str(tmp_path / "d.h5")])
+    code = main(
+        [
+            "data",
+            "generate",
+            "darcy",
+            "--preset",
+            "fno",
+            "--n",
+            "2",
+            "--resolution",
+            "9",
+            "--out",
+            str(tmp_path / "d.h5"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "--preset applies to navier_stokes only" in err and not (tmp_path / "d.h5").exists()
@@ -230,10 +269,38 @@ def test_cli_generate_flags(tmp_path, capsys):
 def test_fno3d_trains_on_generated_navier_stokes_under_mup(tmp_path):
     """`mutransfer train --problem navier_stokes` end to end (a subprocess): FNO-3D, muP, loss decreases."""
     data = write_dataset(tmp_path / "ns.h5", generate_navier_stokes(10, 16, seed=1, time_steps=8, progress=False))
-    proc = _cli("train", "--problem", "navier_stokes", "--data", data, "--modes", "3", "--width", "8",
-                "--layers", "2", "--iterations", "8", "--batch-size", "2", "--lr", "1e-2", "--schedule", "constant",
-                "--resolution", "8", "--n-train", "8", "--n-test", "2", "--clip-value", "0.01",
-                "--no-progress", "--json", env={"OMP_NUM_THREADS": "1"})  # tiny tensors: one thread is fastest
+    proc = _cli(
+        "train",
+        "--problem",
+        "navier_stokes",
+        "--data",
+        data,
+        "--modes",
+        "3",
+        "--width",
+        "8",
+        "--layers",
+        "2",
+        "--iterations",
+        "8",
+        "--batch-size",
+        "2",
+        "--lr",
+        "1e-2",
+        "--schedule",
+        "constant",
+        "--resolution",
+        "8",
+        "--n-train",
+        "8",
+        "--n-test",
+        "2",
+        "--clip-value",
+        "0.01",
+        "--no-progress",
+        "--json",
+        env={"OMP_NUM_THREADS": "1"},
+    )  # tiny tensors: one thread is fastest
     assert proc.returncode == 0, proc.stderr
     summary = json.loads(proc.stdout)
     result = summary["result"]
@@ -251,11 +318,34 @@ def test_train_without_data_uses_the_registry(tmp_path, monkeypatch, capsys):
     from mutransfer.cli.main import main
 
     monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path))
-    small = problems.Problem(**{**problems.PROBLEMS["navier_stokes"].__dict__, "n_train": 4, "n_test": 2,
-                                "generated_resolution": 16, "resolution": 8, "time_resolution": 4})
+    small = problems.Problem(
+        **{
+            **problems.PROBLEMS["navier_stokes"].__dict__,
+            "n_train": 4,
+            "n_test": 2,
+            "generated_resolution": 16,
+            "resolution": 8,
+            "time_resolution": 4,
+        }
+    )
     monkeypatch.setitem(problems.PROBLEMS, "navier_stokes", small)
-    args = ["train", "--problem", "navier_stokes", "--modes", "2", "--width", "4", "--layers", "1",
-            "--iterations", "2", "--batch-size", "2", "--no-progress", "--json"]
+    args = [
+        "train",
+        "--problem",
+        "navier_stokes",
+        "--modes",
+        "2",
+        "--width",
+        "4",
+        "--layers",
+        "1",
+        "--iterations",
+        "2",
+        "--batch-size",
+        "2",
+        "--no-progress",
+        "--json",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["grid"] == [8, 8, 4] and summary["result"]["status"] == "completed"

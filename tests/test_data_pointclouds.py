@@ -141,7 +141,9 @@ def test_generate_darcy_mesh_attrs_and_determinism():
     # the values match a Darcy solve with the same seed
     grid = generate_darcy(3, 13, seed=4, progress=False)
     ix, iy = _node_indices(data["coords"][1][data["mask"][1]], 13)
-    np.testing.assert_array_equal(data["output"][1][data["mask"][1]][:, 0], grid["output"][1, ix, iy].astype(np.float32))
+    np.testing.assert_array_equal(
+        data["output"][1][data["mask"][1]][:, 0], grid["output"][1, ix, iy].astype(np.float32)
+    )
 
 
 def test_defaults_fit_resolution_61():
@@ -175,7 +177,9 @@ def test_bad_grid_data(grid):
         sample_point_sets({"input": grid["input"]}, points_min=1, points_max=2, seed=0)
     _one_line(excinfo, "grid_data", "output")
     with pytest.raises(UserInputError) as excinfo:
-        sample_point_sets({"input": grid["input"], "output": grid["output"][:, :-1]}, points_min=1, points_max=2, seed=0)
+        sample_point_sets(
+            {"input": grid["input"], "output": grid["output"][:, :-1]}, points_min=1, points_max=2, seed=0
+        )
     _one_line(excinfo, "grid_data", "shapes")
 
 
@@ -283,8 +287,10 @@ def _damaged(src, dst, edit):
     return dst
 
 
-@pytest.mark.parametrize("reader", [read_point_dataset, point_file_header, inspect_point_dataset,
-                                    lambda p: load_point_split(p, n_train=1, n_test=1)])
+@pytest.mark.parametrize(
+    "reader",
+    [read_point_dataset, point_file_header, inspect_point_dataset, lambda p: load_point_split(p, n_train=1, n_test=1)],
+)
 def test_file_errors(tmp_path, point_file, grid, reader):
     missing = tmp_path / "missing.h5"
     with pytest.raises(UserInputError) as excinfo:
@@ -363,8 +369,13 @@ def test_load_point_split(point_file, points):
     assert split.train_y.shape == (5, p, 1) and split.test_y.shape == (2, p, 1)
     assert split.train_x.dtype == torch.float32 and split.train_y.dtype == torch.float32
     assert split.grid_shape == (p,) and split.problem == "darcy_mesh"
-    assert split.source == {"format": "mutransfer-points", "coord_dim": 2, "in_channels": 1, "out_channels": 1,
-                            "max_points": p}
+    assert split.source == {
+        "format": "mutransfer-points",
+        "coord_dim": 2,
+        "in_channels": 1,
+        "out_channels": 1,
+        "max_points": p,
+    }
     assert split.attrs["points_max"] == PMAX
     for x, y, rows in ((split.train_x, split.train_y, range(0, 5)), (split.test_x, split.test_y, range(6, 8))):
         coords, features, mask = unpack_points(x, 2)
@@ -435,14 +446,33 @@ def test_default_dataset_writes_point_files(tmp_path, monkeypatch):
 def _cli(*args):
     return subprocess.run(
         [sys.executable, "-m", "mutransfer.cli.main", *map(str, args)],
-        capture_output=True, text=True, timeout=300, env=dict(os.environ, TQDM_DISABLE="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TQDM_DISABLE="1"),
     )
 
 
 def test_cli_generate_and_inspect(tmp_path):
     out = tmp_path / "mesh.h5"
-    proc = _cli("data", "generate", "darcy_mesh", "--n", 4, "--resolution", 13, "--points-min", 10,
-                "--points-max", 40, "--seed", 2, "--out", out, "--no-progress")
+    proc = _cli(
+        "data",
+        "generate",
+        "darcy_mesh",
+        "--n",
+        4,
+        "--resolution",
+        13,
+        "--points-min",
+        10,
+        "--points-max",
+        40,
+        "--seed",
+        2,
+        "--out",
+        out,
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr
     assert "wrote 4 darcy_mesh samples" in proc.stdout
     data = read_point_dataset(out)
@@ -466,8 +496,9 @@ def test_cli_inspect_text(point_file, capsys):
 
 
 def test_cli_bad_flag_is_one_line_exit_2(tmp_path):
-    proc = _cli("data", "generate", "darcy_mesh", "--n", 2, "--resolution", 13, "--points-min", 0,
-                "--out", tmp_path / "x.h5")
+    proc = _cli(
+        "data", "generate", "darcy_mesh", "--n", 2, "--resolution", 13, "--points-min", 0, "--out", tmp_path / "x.h5"
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--points-min" in lines[0] and "Traceback" not in proc.stderr

@@ -64,9 +64,13 @@ def test_compose_config_validates_with_a_real_client():
     if client is None:
         pytest.skip("no docker compose client on this machine (CI validates structure above)")
     env = dict(os.environ, RAY_AUTH_TOKEN="test-token")
-    ok = subprocess.run([*client, "-f", str(DOCKER / "compose.yaml"), "config"], capture_output=True, text=True, env=env)
+    ok = subprocess.run(
+        [*client, "-f", str(DOCKER / "compose.yaml"), "config"], capture_output=True, text=True, env=env
+    )
     assert ok.returncode == 0, ok.stderr
     assert "ray-worker" in ok.stdout and "127.0.0.1:5000:5000" in ok.stdout
     env.pop("RAY_AUTH_TOKEN")
-    missing = subprocess.run([*client, "-f", str(DOCKER / "compose.yaml"), "config"], capture_output=True, text=True, env=env)
+    missing = subprocess.run(
+        [*client, "-f", str(DOCKER / "compose.yaml"), "config"], capture_output=True, text=True, env=env
+    )
     assert missing.returncode != 0 and "RAY_AUTH_TOKEN" in missing.stderr

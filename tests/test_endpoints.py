@@ -11,11 +11,10 @@ import sys
 import threading
 
 import pytest
+from sweep_helpers import write_tiny_data, write_tiny_study
 
 from mutransfer.errors import UserInputError
 from mutransfer.sweep.endpoints import check_data_file, check_ray_address, check_tracking_uri
-
-from sweep_helpers import write_tiny_data, write_tiny_study
 
 
 def closed_port() -> int:
@@ -89,7 +88,9 @@ def test_ray_address(monkeypatch):
         monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{s.getsockname()[1]}")  # `auto` takes it from the environment
         check_ray_address("auto")
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed_port()}")
-    with pytest.raises(UserInputError, match=r"--address auto \(found 127.0.0.1:\d+\): 127.0.0.1:\d+ connection refused"):
+    with pytest.raises(
+        UserInputError, match=r"--address auto \(found 127.0.0.1:\d+\): 127.0.0.1:\d+ connection refused"
+    ):
         check_ray_address("auto")
 
 
@@ -111,13 +112,16 @@ def test_unreachable_endpoints_fail_the_sweep_before_anything_exists(tmp_path, m
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", RAY_USAGE_STATS_ENABLED="0")
     base = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--name", "ep"]
     cases = {
-        "tracking URI http://127.0.0.1": base + ["--study", str(data_ok), "--tracking-uri", f"http://127.0.0.1:{closed_port()}"],
+        "tracking URI http://127.0.0.1": base
+        + ["--study", str(data_ok), "--tracking-uri", f"http://127.0.0.1:{closed_port()}"],
         "but is not an MLflow tracking server": base + ["--study", str(data_ok), "--tracking-uri", http_server[0]],
         "--address 127.0.0.1": base + ["--study", str(data_ok), "--address", f"127.0.0.1:{closed_port()}"],
         "problem.data": base + ["--study", str(study)],
     }
-    procs = {k: subprocess.Popen(c, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for k, c in cases.items()}
+    procs = {
+        k: subprocess.Popen(c, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k, c in cases.items()
+    }
     for expected, proc in procs.items():
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, err

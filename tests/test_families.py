@@ -31,8 +31,13 @@ class PointwiseMLP(nn.Module):
         super().__init__()
         sizes = [in_channels] + [width] * layers + [out_channels]
         self.net = nn.Sequential(*[m for a, b in pairwise(sizes) for m in (nn.Linear(a, b), nn.GELU())][:-1])
-        self.config = {"operator": "toy", "in_channels": in_channels, "out_channels": out_channels, "width": width,
-                       "layers": layers}
+        self.config = {
+            "operator": "toy",
+            "in_channels": in_channels,
+            "out_channels": out_channels,
+            "width": width,
+            "layers": layers,
+        }
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -72,12 +77,22 @@ class ToyPlan:
 
 
 def _configure(spec: ModelSpec) -> dict:
-    return {"operator": "toy", "in_channels": spec.input_channels, "out_channels": spec.output_channels,
-            "width": spec.width, "layers": spec.layers}
+    return {
+        "operator": "toy",
+        "in_channels": spec.input_channels,
+        "out_channels": spec.output_channels,
+        "width": spec.width,
+        "layers": spec.layers,
+    }
 
 
 TOY = OperatorFamily(
-    "toy", "Toy MLP", PointwiseMLP, axes=("width",), inputs=("grid",), configure=_configure,
+    "toy",
+    "Toy MLP",
+    PointwiseMLP,
+    axes=("width",),
+    inputs=("grid",),
+    configure=_configure,
     construct=lambda c: PointwiseMLP(c["in_channels"], c["out_channels"], c["width"], c["layers"]),
     planner=lambda c, *, grid, batch, precision, weight_decay, device: ToyPlan(c, batch, math.prod(grid), precision),
     owns=lambda c: isinstance(c, dict) and c.get("operator") == "toy",
@@ -121,11 +136,40 @@ def test_a_registered_family_resolves_builds_plans_and_transfers(toy, monkeypatc
 
 def test_train_runs_a_registered_family_one_epoch(toy, tmp_path, capsys):
     data = tmp_path / "darcy.h5"
-    assert main(["data", "generate", "darcy", "--n", "12", "--resolution", "13", "--out", str(data), "--no-progress"]) == 0
+    assert (
+        main(["data", "generate", "darcy", "--n", "12", "--resolution", "13", "--out", str(data), "--no-progress"]) == 0
+    )
     capsys.readouterr()
-    assert main(["train", "--operator", "toy", "--problem", "darcy", "--data", str(data), "--width", "8",
-                 "--layers", "2", "--epochs", "1", "--batch-size", "4", "--n-train", "8", "--n-test", "4",
-                 "--device", "cpu", "--no-progress", "--json"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--operator",
+                "toy",
+                "--problem",
+                "darcy",
+                "--data",
+                str(data),
+                "--width",
+                "8",
+                "--layers",
+                "2",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "4",
+                "--n-train",
+                "8",
+                "--n-test",
+                "4",
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["model"]["operator"] == "toy" and summary["result"]["epochs_completed"] == 1
     assert main(["train", "--operator", "toy", "--problem", "darcy", "--data", str(data), "--heads", "2"]) == 2

@@ -34,14 +34,18 @@ from tests.fuzz_inputs import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-_COMMON = dict(deadline=None, database=None,
-               suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                      HealthCheck.function_scoped_fixture])
+_COMMON = dict(
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
+)
 # both draw the same inputs on every run (CI stays reproducible); MUTRANSFER_FUZZ_RANDOM=1 makes the long one draw new ones
 FAST = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 100)), derandomize=True, **_COMMON)
-SLOW = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 4000)),
-                derandomize=os.environ.get("MUTRANSFER_FUZZ_RANDOM", "") not in ("1", "true"),
-                **_COMMON)
+SLOW = settings(
+    max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 4000)),
+    derandomize=os.environ.get("MUTRANSFER_FUZZ_RANDOM", "") not in ("1", "true"),
+    **_COMMON,
+)
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +68,15 @@ def make_files(d: Path) -> dict:
     study["budget"].update(epochs=1, grace_period=1)
     study["target"]["epochs"] = 1
     (d / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
-    return {"dir": str(d), "burgers": str(burgers), "empty": str(d / "empty.h5"), "text": str(d / "text.txt"),
-            "truncated": str(d / "truncated.h5"), "study": str(d / "study.yaml"), "study_dict": study}
+    return {
+        "dir": str(d),
+        "burgers": str(burgers),
+        "empty": str(d / "empty.h5"),
+        "text": str(d / "text.txt"),
+        "truncated": str(d / "truncated.h5"),
+        "study": str(d / "study.yaml"),
+        "study_dict": study,
+    }
 
 
 def base_argv(command: tuple, files: dict) -> list:
@@ -73,16 +84,45 @@ def base_argv(command: tuple, files: dict) -> list:
     data = files["burgers"]
     bases = {
         ("train",): ["train", ["--problem", "burgers"], ["--data", data], ["--epochs", "1"], ["--no-progress"]],
-        ("coord-check",): ["coord-check", ["--problem", "burgers"], ["--data", data], ["--modes", "2", "4"],
-                           ["--seeds", "1"], ["--steps", "1"], ["--out", "cc"], ["--no-progress"]],
+        ("coord-check",): [
+            "coord-check",
+            ["--problem", "burgers"],
+            ["--data", data],
+            ["--modes", "2", "4"],
+            ["--seeds", "1"],
+            ["--steps", "1"],
+            ["--out", "cc"],
+            ["--no-progress"],
+        ],
         ("sweep",): ["sweep", ["--study", files["study"]]],
-        ("landscape",): ["landscape", ["--study", files["study"]], ["--modes", "2", "4"], ["--lrs", "1e-3", "1e-2"],
-                         ["--seeds", "1"], ["--epochs", "1"], ["--out", "ls"]],
+        ("landscape",): [
+            "landscape",
+            ["--study", files["study"]],
+            ["--modes", "2", "4"],
+            ["--lrs", "1e-3", "1e-2"],
+            ["--seeds", "1"],
+            ["--epochs", "1"],
+            ["--out", "ls"],
+        ],
         ("transfer",): ["transfer", ["--dim", "1"], ["--proxy-K", "4"], ["--target-K", "8"], ["--lr", "1e-3"]],
-        ("plan",): ["plan", ["--dim", "1"], ["--modes", "8"], ["--width", "16"], ["--layers", "2"], ["--grid", "64"],
-                    ["--device", "cpu"]],
-        ("data", "generate"): ["data", "generate", ("POSITIONAL", "problem"), ["--n", "2"], ["--resolution", "16"],
-                               ["--out", "g.h5"], ["--no-progress"]],
+        ("plan",): [
+            "plan",
+            ["--dim", "1"],
+            ["--modes", "8"],
+            ["--width", "16"],
+            ["--layers", "2"],
+            ["--grid", "64"],
+            ["--device", "cpu"],
+        ],
+        ("data", "generate"): [
+            "data",
+            "generate",
+            ("POSITIONAL", "problem"),
+            ["--n", "2"],
+            ["--resolution", "16"],
+            ["--out", "g.h5"],
+            ["--no-progress"],
+        ],
         ("data", "inspect"): ["data", "inspect", ("POSITIONAL", "file")],
     }
     defaults = {("data", "generate"): {"problem": ["burgers"]}, ("data", "inspect"): {"file": [data]}}
@@ -145,17 +185,24 @@ def _check_data(kind, where, command, files, tmp_path_factory):
         study = dict(files["study_dict"], problem=dict(files["study_dict"]["problem"], data=str(path)))
         (d / "study.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
         argv = [command, "--study", str(d / "study.yaml")] + (
-            ["--modes", "2", "4", "--lrs", "1e-3", "1e-2", "--out", "ls"] if command == "landscape" else [])
+            ["--modes", "2", "4", "--lrs", "1e-3", "1e-2", "--out", "ls"] if command == "landscape" else []
+        )
     else:
         argv = [command, "--problem", "burgers", "--data", str(path), "--no-progress"] + (
-            ["--epochs", "1"] if command == "train" else ["--modes", "2", "4", "--out", "cc"])
+            ["--epochs", "1"] if command == "train" else ["--modes", "2", "4", "--out", "cc"]
+        )
     assert_refused(record("data-files", run_cli(argv, watch=(files["dir"], str(d))), kind))
 
 
 unknown_flags = st.text(st.characters(codec="ascii", exclude_characters="\x00"), min_size=1, max_size=10).map(
-    lambda t: "--zz" + t)
+    lambda t: "--zz" + t
+)
 commands = st.sampled_from([c for c, _ in walk_parsers(__import__("mutransfer.cli.main").cli.main.build_parser())])
-data_cases = (st.sampled_from(DATA_CORRUPTIONS), st.floats(0.0, 1.0, allow_subnormal=False), st.sampled_from(["train", "coord-check", "sweep", "landscape"]))
+data_cases = (
+    st.sampled_from(DATA_CORRUPTIONS),
+    st.floats(0.0, 1.0, allow_subnormal=False),
+    st.sampled_from(["train", "coord-check", "sweep", "landscape"]),
+)
 study_texts = st.one_of(st.sampled_from(BAD_YAML).map(lambda t: ("bad yaml", t)), st.deferred(lambda: _STUDIES))
 _STUDIES = bad_study_texts(yaml.safe_load((ROOT / "mutransfer/studies_data/quick.yaml").read_text()))
 
@@ -229,18 +276,22 @@ def _write_counts():
 # ----------------------------------------------------------------------------- real subprocesses
 
 
-@pytest.mark.parametrize("argv", [
-    ["transfer", "--dim", "4", "--proxy-K", "4", "--target-K", "8", "--lr", "1e-3"],
-    ["plan", "--dim", "1", "--modes", "100", "--width", "8", "--layers", "2", "--grid", "64"],
-    ["train", "--problem", "burgers", "--data", "{text}", "--epochs", "1"],
-    ["sweep", "--study", "{truncated}"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["transfer", "--dim", "4", "--proxy-K", "4", "--target-K", "8", "--lr", "1e-3"],
+        ["plan", "--dim", "1", "--modes", "100", "--width", "8", "--layers", "2", "--grid", "64"],
+        ["train", "--problem", "burgers", "--data", "{text}", "--epochs", "1"],
+        ["sweep", "--study", "{truncated}"],
+    ],
+)
 def test_bad_inputs_refused_by_the_real_command(files, tmp_path, argv):
     """The in-process property holds for the installed command too: exit 2, one line, nothing written."""
     argv = [a.format(**files) for a in argv]
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUTRANSFER_CACHE=str(tmp_path / "cache"))
-    proc = subprocess.run([sys.executable, "-m", "mutransfer", *argv], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mutransfer", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert list(tmp_path.iterdir()) == []

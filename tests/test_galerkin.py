@@ -4,9 +4,9 @@ import json
 
 import pytest
 import torch
+from operator_helpers import adam_loss_drop, large_square_tensors, pad_batch, smooth_regression
 
 from operators import GalerkinAttention, GalerkinTransformer, OperatorConfigError, WidthSpec
-from operator_helpers import adam_loss_drop, large_square_tensors, pad_batch, smooth_regression
 
 TYPES = ["galerkin", "fourier"]
 WIDTH_PARAMS = [("standard", None), ("mup", 8)]
@@ -51,7 +51,10 @@ def test_attention_is_the_explicit_kernel_product(attention_type):
 def test_layer_norm_placement():
     """Galerkin normalises K and V (rescaling W_K, W_V changes nothing), Fourier normalises Q and K."""
     x = torch.randn(2, 20, 8, dtype=torch.float64)
-    for attention_type, invariant, linear in (("galerkin", ("key", "value"), "query"), ("fourier", ("query", "key"), "value")):
+    for attention_type, invariant, linear in (
+        ("galerkin", ("key", "value"), "query"),
+        ("fourier", ("query", "key"), "value"),
+    ):
         attn = GalerkinAttention(8, 2, coord_dim=0, attention_type=attention_type).double()
         assert set(attn.norms.keys()) == set(invariant)
         for norm in attn.norms.values():

@@ -4,11 +4,11 @@ import json
 
 import pytest
 import torch
+from operator_helpers import adam_loss_drop, large_square_tensors, pad_batch, smooth_regression
 
 from operators import GNOT, OperatorConfigError, WidthSpec
 from operators.gnot import GatedMixture
 from operators.pointset import normalized_attention, normalized_attention_weights
-from operator_helpers import adam_loss_drop, large_square_tensors, pad_batch, smooth_regression
 
 WIDTH_PARAMS = [("standard", None), ("mup", 8)]
 
@@ -61,7 +61,9 @@ def test_linear_path_equals_quadratic_reference(theta_mode, width_parametrizatio
     reference = GNOT(**dict(model.config, attention_impl="quadratic")).double()
     reference.load_state_dict(model.state_dict())
     query, inputs, theta = _inputs()
-    torch.testing.assert_close(_call(model, query, inputs, theta), _call(reference, query, inputs, theta), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(
+        _call(model, query, inputs, theta), _call(reference, query, inputs, theta), rtol=1e-10, atol=1e-10
+    )
 
 
 def test_one_query_projection_and_separate_key_value_projections_per_input():
@@ -160,7 +162,15 @@ def test_linear_path_allocates_no_n_by_m_tensor():
 def test_learns_a_smooth_map(width_parametrization, base_width):
     coords, a, u = smooth_regression(4, 48)
     model = GNOT(
-        2, 1, 1, width=16, layers=2, heads=2, experts=2, width_parametrization=width_parametrization, base_width=base_width
+        2,
+        1,
+        1,
+        width=16,
+        layers=2,
+        heads=2,
+        experts=2,
+        width_parametrization=width_parametrization,
+        base_width=base_width,
     )
     first, last = adam_loss_drop(model, lambda: model(coords, a), u, steps=30)
     assert last < 0.5 * first
@@ -181,7 +191,9 @@ def test_config_round_trip_and_errors():
     with pytest.raises(OperatorConfigError, match="input function 0 features missing"):
         _call(model, query, [(inputs[0][0], None, None), inputs[1]], theta)
     for kwargs, match in (
-        (dict(theta_mode="concat"), "theta_mode"), (dict(in_channels=[]), "in_channels"), (dict(experts=0), "experts 0")
+        (dict(theta_mode="concat"), "theta_mode"),
+        (dict(in_channels=[]), "in_channels"),
+        (dict(experts=0), "experts 0"),
     ):
         with pytest.raises(OperatorConfigError, match=match) as err:
             GNOT(**dict(dict(coord_dim=2, in_channels=1, out_channels=1), **kwargs))

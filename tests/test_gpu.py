@@ -21,7 +21,9 @@ pytestmark = [
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.linalg.vector_norm((a.float() - b.float()).flatten()) / torch.linalg.vector_norm(b.float().flatten()))
+    return float(
+        torch.linalg.vector_norm((a.float() - b.float()).flatten()) / torch.linalg.vector_norm(b.float().flatten())
+    )
 
 
 @pytest.mark.parametrize("dim,grid,modes", [(1, (1024,), 16), (2, (64, 64), 12), (3, (32, 32, 32), 8)])
@@ -64,8 +66,25 @@ def test_train_cli_learns_on_cuda_in_each_precision(precision, tmp_path, monkeyp
     monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
-        rc = main(["train", "--problem", "burgers", "--device", "cuda", "--precision", precision, "--epochs", "10",
-                   "--modes", "12", "--lr", "3e-3", "--no-progress", "--json"])
+        rc = main(
+            [
+                "train",
+                "--problem",
+                "burgers",
+                "--device",
+                "cuda",
+                "--precision",
+                precision,
+                "--epochs",
+                "10",
+                "--modes",
+                "12",
+                "--lr",
+                "3e-3",
+                "--no-progress",
+                "--json",
+            ]
+        )
     assert rc == 0
     result = json.loads(buffer.getvalue())["result"]
     history = result["history"]
@@ -104,8 +123,16 @@ def test_planner_matches_cuda_peak_within_10_percent(dim, grid, modes, width, ba
     measured = _measured_peak(dim, grid, modes, width, batch, precision, padding)
     plan = plan_fno(dim, modes, width, 4, grid=grid, batch=batch, padding=padding, precision=precision)
     ratio = plan.total_bytes / measured
-    print(json.dumps({"case": [dim, list(grid), modes, width, batch, precision, padding], "plan": plan.total_bytes,
-                      "measured": measured, "ratio": ratio}))
+    print(
+        json.dumps(
+            {
+                "case": [dim, list(grid), modes, width, batch, precision, padding],
+                "plan": plan.total_bytes,
+                "measured": measured,
+                "ratio": ratio,
+            }
+        )
+    )
     assert abs(ratio - 1) < 0.10
 
 
@@ -117,8 +144,11 @@ def test_planner_matches_cuda_peak_of_the_papers_906M_target():
     if plan.total_bytes > 0.9 * free:
         pytest.skip(f"needs {plan.total_bytes / 2**30:.1f} GiB free on the GPU")
     measured = _measured_peak(3, (64, 64, 64), 24, 64, 1, "fp32", 4)
-    print(json.dumps({"case": "paper-906M", "plan": plan.total_bytes, "measured": measured,
-                      "ratio": plan.total_bytes / measured}))
+    print(
+        json.dumps(
+            {"case": "paper-906M", "plan": plan.total_bytes, "measured": measured, "ratio": plan.total_bytes / measured}
+        )
+    )
     assert abs(plan.total_bytes / measured - 1) < 0.10
 
 
@@ -129,8 +159,22 @@ def test_a_model_too_large_for_the_gpu_is_refused_before_allocation(tmp_path, mo
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
     # K = 16 at width 1024 in 2D: 4 layers x 2 x 1024^2 x 256 complex entries = 17 GB of weights, ~86 GB per step
-    rc = main(["train", "--problem", "darcy", "--device", "cuda", "--modes", "12", "--width", "1024", "--epochs", "1",
-               "--no-progress"])
+    rc = main(
+        [
+            "train",
+            "--problem",
+            "darcy",
+            "--device",
+            "cuda",
+            "--modes",
+            "12",
+            "--width",
+            "1024",
+            "--epochs",
+            "1",
+            "--no-progress",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "needs" in err[0] and "cuda:" in err[0]
     assert torch.cuda.memory_allocated() == before
@@ -150,7 +194,9 @@ def test_contraction_matches_einsum_on_cuda(monkeypatch):
     ref_grads = torch.autograd.grad(ref.square().sum(), [x, *conv.weights])
     assert _rel(out, ref) < 1e-5
     for g, r in zip(grads, ref_grads):
-        assert _rel(torch.view_as_real(g) if g.is_complex() else g, torch.view_as_real(r) if r.is_complex() else r) < 1e-5
+        assert (
+            _rel(torch.view_as_real(g) if g.is_complex() else g, torch.view_as_real(r) if r.is_complex() else r) < 1e-5
+        )
 
 
 def test_streamed_batches_reach_the_gpu_pinned(tmp_path):
@@ -162,16 +208,21 @@ def test_streamed_batches_reach_the_gpu_pinned(tmp_path):
 
     rng = np.random.default_rng(0)
     n, s = 64, 32
-    data = {"input": rng.standard_normal((n, s, s)), "output": rng.standard_normal((n, s, s)).astype(np.float32),
-            "grid": {"x": np.linspace(0, 1, s), "y": np.linspace(0, 1, s)},
-            "attrs": {"problem": "darcy", "n_samples": n, "resolution": s}}
+    data = {
+        "input": rng.standard_normal((n, s, s)),
+        "output": rng.standard_normal((n, s, s)).astype(np.float32),
+        "grid": {"x": np.linspace(0, 1, s), "y": np.linspace(0, 1, s)},
+        "attrs": {"problem": "darcy", "n_samples": n, "resolution": s},
+    }
     path = write_dataset(tmp_path / "d.h5", data)
     loaded = load_split(path, n_train=48, n_test=16, stream=False)
     lazy = load_split(path, n_train=48, n_test=16, stream=True)
     order = torch.randperm(48, generator=torch.Generator().manual_seed(0))
-    pairs = zip(iterate_batches(lazy.train_x, lazy.train_y, order, 8, num_workers=2, pin_memory=True),
-                iterate_batches(loaded.train_x, loaded.train_y, order, 8))
-    for (xb, yb), (xr, yr) in pairs:
+    pairs = zip(
+        iterate_batches(lazy.train_x, lazy.train_y, order, 8, num_workers=2, pin_memory=True),
+        iterate_batches(loaded.train_x, loaded.train_y, order, 8),
+    )
+    for (xb, _yb), (xr, _yr) in pairs:
         assert xb.is_pinned() and torch.equal(xb.cuda(non_blocking=True).cpu(), xr)
 
 
@@ -180,14 +231,19 @@ def test_sweep_runs_its_trials_and_target_on_the_gpu(tmp_path, monkeypatch):
     pytest.importorskip("ray")
     pytest.importorskip("mlflow")
     import ray
+    from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
     from mutransfer.cli.main import main
-    from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
     monkeypatch.chdir(tmp_path)
     data = write_tiny_data(tmp_path / "burgers.h5")
-    study = write_tiny_study(tmp_path, data, name="gpu-tiny", resources={"cpus_per_trial": 1, "gpus_per_trial": 0.5},
-                             target={"use_gpu": True, "num_workers": 1, "cpus_per_worker": 1})
+    study = write_tiny_study(
+        tmp_path,
+        data,
+        name="gpu-tiny",
+        resources={"cpus_per_trial": 1, "gpus_per_trial": 0.5},
+        target={"use_gpu": True, "num_workers": 1, "cpus_per_worker": 1},
+    )
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False)

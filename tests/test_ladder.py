@@ -9,8 +9,8 @@ import pytest
 from mutransfer.errors import UserInputError
 from mutransfer.study import load_study
 from mutransfer.study.ladder import LadderSize, rung_study, step_study, target_size
-from mutransfer.sweep.context import ranked
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import ranked
 from mutransfer.sweep.ladder import LadderResults, RungResult, keep_count, rung_lines, rung_metrics
 
 
@@ -33,15 +33,18 @@ def test_no_ladder_by_default():
     assert _study().ladder is None and _study().ladder_sizes() == []
 
 
-@pytest.mark.parametrize("ladder, fragment", [
-    ([4, 8, 30], "ladder[2]: K=30 width 32 is larger than the target (K=24 width 32)"),
-    ([4, 4], "ladder[1]: K=4 width 32 must be larger than ladder[0]"),
-    ([4, 8, 6], "ladder[2]: K=6 width 32 must be larger than ladder[1]"),
-    ([4, "a"], "ladder[1]: must be a positive integer or a mapping with K and/or width"),
-    ([4], "must be a list of at least 2 model sizes"),
-    ([4, {"K": 8, "depth": 3}], "ladder[1]: must be a positive integer or a mapping"),
-    ([4, {"K": 8, "width": 64}], "ladder[1]: K=8 width 64 is larger than the target"),
-])
+@pytest.mark.parametrize(
+    "ladder, fragment",
+    [
+        ([4, 8, 30], "ladder[2]: K=30 width 32 is larger than the target (K=24 width 32)"),
+        ([4, 4], "ladder[1]: K=4 width 32 must be larger than ladder[0]"),
+        ([4, 8, 6], "ladder[2]: K=6 width 32 must be larger than ladder[1]"),
+        ([4, "a"], "ladder[1]: must be a positive integer or a mapping with K and/or width"),
+        ([4], "must be a list of at least 2 model sizes"),
+        ([4, {"K": 8, "depth": 3}], "ladder[1]: must be a positive integer or a mapping"),
+        ([4, {"K": 8, "width": 64}], "ladder[1]: K=8 width 64 is larger than the target"),
+    ],
+)
 def test_a_ladder_that_does_not_climb_to_the_target_is_refused(ladder, fragment):
     with pytest.raises(UserInputError) as err:
         _study(ladder=ladder)
@@ -72,36 +75,60 @@ def test_ladder_flag_parses_a_list_and_refuses_a_bad_entry(capsys):
         parser.parse_args(["sweep", "--ladder-keep", "1.5"])
 
 
-@pytest.mark.parametrize("n, keep, available, expected", [(8, 0.5, 8, 4), (4, 0.5, 4, 2), (3, 0.5, 3, 2), (2, 0.5, 2, 1),
-                                                          (1, 0.5, 1, 1), (8, 0.25, 8, 2), (8, 1.0, 5, 5), (8, 0.5, 0, 0)])
+@pytest.mark.parametrize(
+    "n, keep, available, expected",
+    [
+        (8, 0.5, 8, 4),
+        (4, 0.5, 4, 2),
+        (3, 0.5, 3, 2),
+        (2, 0.5, 2, 1),
+        (1, 0.5, 1, 1),
+        (8, 0.25, 8, 2),
+        (8, 1.0, 5, 5),
+        (8, 0.5, 0, 0),
+    ],
+)
 def test_keep_count(n, keep, available, expected):
     assert keep_count(n, keep, available) == expected
 
 
 def _trial(key, status, error):
-    return TrialRecord(trial_id=key, index=int(key[1:]) + 1, status=status, config={"lr": 1e-3}, hp={"lr": 1e-3, "init_scale": 1.0},
-                       test_error=error, epochs=4)
+    return TrialRecord(
+        trial_id=key,
+        index=int(key[1:]) + 1,
+        status=status,
+        config={"lr": 1e-3},
+        hp={"lr": 1e-3, "init_scale": 1.0},
+        test_error=error,
+        epochs=4,
+    )
 
 
 def test_promotion_ranks_full_budget_trials_first():
-    trials = [_trial("t0000", "pruned", 0.01), _trial("t0001", "completed", 0.05), _trial("t0002", "failed", None),
-              _trial("t0003", "completed", 0.02), _trial("t0004", "diverged", 0.5)]
+    trials = [
+        _trial("t0000", "pruned", 0.01),
+        _trial("t0001", "completed", 0.05),
+        _trial("t0002", "failed", None),
+        _trial("t0003", "completed", 0.02),
+        _trial("t0004", "diverged", 0.5),
+    ]
     assert [t.trial_id for t in ranked(trials)] == ["t0003", "t0001", "t0000", "t0004"]
 
 
 def _fno_model_lr(study, size: LadderSize, lr: float) -> float:
     from mutransfer.study.models import build_model, effective_spectral_lr
 
-    model = build_model(rung_study(study, size), modes=size.K, width=size.width, init_scale=1.0, input_channels=2,
-                        output_channels=1)
+    model = build_model(
+        rung_study(study, size), modes=size.K, width=size.width, init_scale=1.0, input_channels=2, output_channels=1
+    )
     return effective_spectral_lr(model, lr)
 
 
 def test_a_rung_step_is_the_transfer_function_and_the_models_apply_it():
     """The μP step 4 → 8 → 16: the record's factor is operators.transfer's, and the built models' effective
     spectral LR at the same master LR changes by exactly that factor (chained steps = the direct step)."""
-    from operators.transfer import transfer
     from mutransfer.sweep.rescale import transfer as sweep_transfer
+    from operators.transfer import transfer
 
     study = _study(ladder=[4, 8, 16])
     sizes = study.ladder_sizes()
@@ -123,9 +150,9 @@ def test_a_rung_step_is_the_transfer_function_and_the_models_apply_it():
 def test_a_standard_parametrization_step_changes_nothing_and_the_model_agrees():
     """The failing side of the check above: under the standard parametrization the rule's factor is 1, and so is
     the models' ratio, which μP's √(log K) factor would not match."""
-    from mutransfer.sweep.rescale import transfer as sweep_transfer
-
     import dataclasses
+
+    from mutransfer.sweep.rescale import transfer as sweep_transfer
 
     study = dataclasses.replace(_study(ladder=[4, 8]), parametrization="standard")
     a, b = study.ladder_sizes()
@@ -153,13 +180,23 @@ def test_preset_plan_hands_out_its_configurations_without_asha(tmp_path):
 
 
 def _rung(r, K, trials, promoted, parents=None):
-    return RungResult(r, K, 32, trials, promoted, parents or {}, lr_factor=None if r == 0 else 0.9,
-                      cost={"device_seconds": 10.0 * (r + 1), "flops": 1e9})
+    return RungResult(
+        r,
+        K,
+        32,
+        trials,
+        promoted,
+        parents or {},
+        lr_factor=None if r == 0 else 0.9,
+        cost={"device_seconds": 10.0 * (r + 1), "flops": 1e9},
+    )
 
 
 def test_report_lines_and_metrics_name_every_rung():
-    rungs = [_rung(0, 4, [_trial("t0000", "completed", 0.02), _trial("t0001", "completed", 0.03)], ["t0000"]),
-             _rung(1, 8, [_trial("t0000", "completed", 0.015)], ["t0000"], {"t0000": "t0000"})]
+    rungs = [
+        _rung(0, 4, [_trial("t0000", "completed", 0.02), _trial("t0001", "completed", 0.03)], ["t0000"]),
+        _rung(1, 8, [_trial("t0000", "completed", 0.015)], ["t0000"], {"t0000": "t0000"}),
+    ]
     ladder = LadderResults(rungs, 0.5)
     summaries = ladder.summaries()
     assert [s["trials"] for s in summaries] == [2, 1] and summaries[1]["table"][0]["from"] == "t0000"
@@ -167,7 +204,9 @@ def test_report_lines_and_metrics_name_every_rung():
     text = "\n".join(rung_lines(summaries))
     assert "K=4 width 32" in text and "K=8 width 32" in text and "promoted from rung 0's t0000" in text
     metrics = dict(rung_metrics(summaries))
-    assert metrics["rung1_best_error"] == 0.015 and metrics["rung0_kept"] == 1 and metrics["rung1_device_seconds"] == 20.0
+    assert (
+        metrics["rung1_best_error"] == 0.015 and metrics["rung0_kept"] == 1 and metrics["rung1_device_seconds"] == 20.0
+    )
     assert ladder.extra_cost() == [rungs[1].cost]
 
 
@@ -195,8 +234,9 @@ def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_si
     proxies = [_trial("t0000", "completed", 0.001), _trial("t0001", "completed", 0.002)]
     last = [_trial("t0000", "completed", 0.03), _trial("t0001", "completed", 0.01), _trial("t0002", "pruned", 0.02)]
     ladder = LadderResults([_rung(0, 4, proxies, ["t0000"]), _rung(2, 16, last, ["t0001", "t0000"])], 0.5)
-    ctx = SimpleNamespace(study=study, final_search=ladder.final_search(study), transfer=None,
-                          proxies=SimpleNamespace(trials=proxies))
+    ctx = SimpleNamespace(
+        study=study, final_search=ladder.final_search(study), transfer=None, proxies=SimpleNamespace(trials=proxies)
+    )
     assert [t.test_error for t in candidates(ctx, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
     record = carry(ctx, _trial("t0001", "completed", 0.01)).record
     assert (record["proxy_modes"], record["target_modes"]) == (16, 24)
@@ -209,21 +249,30 @@ def test_top_k_beyond_the_last_rung_and_widths_the_heads_do_not_divide_are_refus
 
     study = _study(ladder=[4, 8, 16], ladder_keep=0.25, top_k=1)
     assert planned_rung_trials(study) == [8, 2, 1]
-    with pytest.raises(UserInputError, match=r"search.top_k: 3 is more than the 1 trial\(s\) the ladder's last rung will hold"):
+    with pytest.raises(
+        UserInputError, match=r"search.top_k: 3 is more than the 1 trial\(s\) the ladder's last rung will hold"
+    ):
         _study(ladder=[4, 8, 16], ladder_keep=0.25, top_k=3)
     assert _study(ladder=[4, 8, 16], top_k=2).search.top_k == 2  # 8 -> 4 -> 2
     with pytest.raises(UserInputError, match=r"ladder\[1\]: width 18 is not divisible by operator.heads 4"):
         load_study("studies/galerkin_darcy_width.yaml", {"ladder": [16, 18, 64]})
 
 
-@pytest.mark.parametrize("argv, fragment", [
-    (["--ladder", "4", "30"], "ladder[1]: K=30 width 32 is larger than the target"),
-    (["--ladder", "4", "8", "16", "--ladder-keep", "0.25", "--top-k", "3"], "search.top_k: 3 is more than the 1 trial(s)"),
-    (["--ladder", "4", "x"], "argument --ladder: 'x' is not an integer"),
-    (["--ladder-keep", "1.5"], "--ladder-keep"),
-])
-def test_the_cli_refuses_a_bad_ladder_with_one_line_and_exit_2_before_anything_exists(tmp_path, monkeypatch, capsys, argv,
-                                                                                       fragment):
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--ladder", "4", "30"], "ladder[1]: K=30 width 32 is larger than the target"),
+        (
+            ["--ladder", "4", "8", "16", "--ladder-keep", "0.25", "--top-k", "3"],
+            "search.top_k: 3 is more than the 1 trial(s)",
+        ),
+        (["--ladder", "4", "x"], "argument --ladder: 'x' is not an integer"),
+        (["--ladder-keep", "1.5"], "--ladder-keep"),
+    ],
+)
+def test_the_cli_refuses_a_bad_ladder_with_one_line_and_exit_2_before_anything_exists(
+    tmp_path, monkeypatch, capsys, argv, fragment
+):
     from mutransfer.cli.main import main
 
     monkeypatch.chdir(tmp_path)

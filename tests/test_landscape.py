@@ -43,8 +43,16 @@ def _landscape(centre_of, parametrizations=("standard",), seeds=5, noise=0.0, rn
         for k in KS:
             for seed in range(seeds):
                 for lr, err in zip(LRS, _curve(centre_of(p, k, seed), rng, noise)):
-                    records.append(dict(parametrization=p, scale=k, value=float(lr), seed=seed, test_error=float(err),
-                                        status="completed"))
+                    records.append(
+                        dict(
+                            parametrization=p,
+                            scale=k,
+                            value=float(lr),
+                            seed=seed,
+                            test_error=float(err),
+                            status="completed",
+                        )
+                    )
     return records
 
 
@@ -122,8 +130,11 @@ def test_edge_optimum_and_all_diverged_seed_are_excluded():
 
 def test_sp_minus_mup_difference_is_detected():
     offsets = [-0.03, -0.01, 0.0, 0.01, 0.03]
-    records = _landscape(lambda p, k, s: -2.0 + ((-0.3 if p == "standard" else 0.0) + offsets[s]) * np.log(k / 4),
-                         parametrizations=("standard", "mup"), noise=0.02)
+    records = _landscape(
+        lambda p, k, s: -2.0 + ((-0.3 if p == "standard" else 0.0) + offsets[s]) * np.log(k / 4),
+        parametrizations=("standard", "mup"),
+        noise=0.02,
+    )
     _, drifts, difference = analyze(records, "lr")
     by = {d.parametrization: d for d in drifts}
     assert by["standard"].resolved and not by["mup"].resolved and by["mup"].slope.covers_zero
@@ -131,22 +142,36 @@ def test_sp_minus_mup_difference_is_detected():
     assert difference.slope.lo <= -0.3 <= difference.slope.hi and difference.slope.hi < 0 and difference.resolved
     assert "SP - muP" in describe_difference(difference) and "not resolved" not in describe_difference(difference)
     # the same landscape with muP drifting like SP: the difference is not resolved
-    same = _landscape(lambda p, k, s: -2.0 + (-0.3 + offsets[s] * (1 if p == "mup" else -1)) * np.log(k / 4),
-                      parametrizations=("standard", "mup"), noise=0.02)
+    same = _landscape(
+        lambda p, k, s: -2.0 + (-0.3 + offsets[s] * (1 if p == "mup" else -1)) * np.log(k / 4),
+        parametrizations=("standard", "mup"),
+        noise=0.02,
+    )
     diff = analyze(same, "lr")[2]
     assert diff.slope.covers_zero and "not resolved at this scale" in describe_difference(diff)
 
 
 def test_table_json_and_figure_use_the_one_estimator(tmp_path):
     offsets = [-0.06, -0.03, 0.0, 0.03, 0.06]  # the same spread of slopes under both: no difference
-    records = _landscape(lambda p, k, s: 0.0 if (s == 0 and k == 32) else -2.0 + (-0.2 + offsets[s]) * np.log(k / 4),
-                         parametrizations=("standard", "mup"), noise=0.01)
+    records = _landscape(
+        lambda p, k, s: 0.0 if (s == 0 and k == 32) else -2.0 + (-0.2 + offsets[s]) * np.log(k / 4),
+        parametrizations=("standard", "mup"),
+        noise=0.01,
+    )
     curves, drifts, difference = analyze(records, "lr")
-    payload = json.loads(json.dumps({
-        "study": "synthetic", "epochs": 1, "hyperparameter": "lr", "axis": "K",
-        "curves": [c.as_dict() for c in curves], "drift": [d.as_dict() for d in drifts],
-        "drift_difference": difference.as_dict(),
-    }))
+    payload = json.loads(
+        json.dumps(
+            {
+                "study": "synthetic",
+                "epochs": 1,
+                "hyperparameter": "lr",
+                "axis": "K",
+                "curves": [c.as_dict() for c in curves],
+                "drift": [d.as_dict() for d in drifts],
+                "drift_difference": difference.as_dict(),
+            }
+        )
+    )
     text = format_table(payload)
     assert "1/5 seeds" in text and "(edge)" in text
     assert "standard: drift of log10(lr*) per ln K: -0.20 [" in text and "decades over K 4->32" in text
@@ -165,14 +190,45 @@ def test_tiny_landscape_end_to_end(tmp_path, monkeypatch):
     study.write_text(TINY_STUDY)
     db = tmp_path / "mlflow.db"
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "mutransfer.cli.main", "landscape", "--study", str(study), "--modes", "4", "8",
-           "--lrs", "1e-2", "1e-1", "30", "--seeds", "1", "--tracking-uri", f"sqlite:///{db}", "--out", str(out), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**__import__("os").environ, "MUTRANSFER_CACHE": str(tmp_path / "cache")})
+    cmd = [
+        sys.executable,
+        "-m",
+        "mutransfer.cli.main",
+        "landscape",
+        "--study",
+        str(study),
+        "--modes",
+        "4",
+        "8",
+        "--lrs",
+        "1e-2",
+        "1e-1",
+        "30",
+        "--seeds",
+        "1",
+        "--tracking-uri",
+        f"sqlite:///{db}",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**__import__("os").environ, "MUTRANSFER_CACHE": str(tmp_path / "cache")},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     payload = json.loads(proc.stdout)
     assert len(payload["records"]) == 2 * 2 * 3
-    assert {(c["parametrization"], c["scale"]) for c in payload["curves"]} == {("standard", 4), ("standard", 8), ("mup", 4), ("mup", 8)}
+    assert {(c["parametrization"], c["scale"]) for c in payload["curves"]} == {
+        ("standard", 4),
+        ("standard", 8),
+        ("mup", 4),
+        ("mup", 8),
+    }
     assert {d["parametrization"] for d in payload["drift"]} == {"standard", "mup"}
     assert all(d["span"] == [4, 8] and "drift of log10(lr*) per ln K" in d["text"] for d in payload["drift"])
     # lr = 30 diverges, and is recorded (and plotted) as diverged rather than crashing the landscape
@@ -192,16 +248,24 @@ def test_tiny_landscape_end_to_end(tmp_path, monkeypatch):
     assert "landscape.png" in [a.path for a in client.list_artifacts(parents[0].info.run_id)]
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    (["--modes", "4", "--lrs", "1e-3", "1e-2", "1e-1"], "at least two values of K"),
-    (["--modes", "4", "40", "--lrs", "1e-3", "1e-2", "1e-1"], "modes 40 too large"),
-    (["--modes", "4", "8", "--lrs", "1e-3", "1e-2"], "at least three values"),
-    (["--modes", "1", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "K = 1"),
-])
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        (["--modes", "4", "--lrs", "1e-3", "1e-2", "1e-1"], "at least two values of K"),
+        (["--modes", "4", "40", "--lrs", "1e-3", "1e-2", "1e-1"], "modes 40 too large"),
+        (["--modes", "4", "8", "--lrs", "1e-3", "1e-2"], "at least three values"),
+        (["--modes", "1", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "K = 1"),
+    ],
+)
 def test_bad_landscape_input_fails_before_compute(tmp_path, extra, fragment):
     study = tmp_path / "tiny.yaml"
     study.write_text(TINY_STUDY)
-    proc = subprocess.run([sys.executable, "-m", "mutransfer.cli.main", "landscape", "--study", str(study), *extra],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mutransfer.cli.main", "landscape", "--study", str(study), *extra],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "mlflow.db").exists()

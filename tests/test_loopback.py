@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from net_helpers import exposed, listeners
 
 TESTS = Path(__file__).parent
@@ -22,8 +21,12 @@ TESTS = Path(__file__).parent
 def test_the_classifier_finds_a_listener_on_all_interfaces():
     """The check below fires on a socket bound to 0.0.0.0 or ::, not on one bound to 127.0.0.1."""
     opened = []
-    for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::"),
-                            (socket.AF_INET6, "::1")):
+    for family, address in (
+        (socket.AF_INET, "0.0.0.0"),
+        (socket.AF_INET, "127.0.0.1"),
+        (socket.AF_INET6, "::"),
+        (socket.AF_INET6, "::1"),
+    ):
         s = socket.socket(family, socket.SOCK_STREAM)
         s.bind((address, 0))
         s.listen()
@@ -62,8 +65,11 @@ ray.shutdown()
 
 
 def _ray_listeners(how: str) -> dict:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
-               RAY_USAGE_STATS_ENABLED="0")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
+        RAY_USAGE_STATS_ENABLED="0",
+    )
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     out = subprocess.run([sys.executable, "-c", _RAY_SCRIPT, how], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -98,12 +104,17 @@ def _get(url: str, host: str | None = None) -> int:
 
 @pytest.mark.slow  # starts the MLflow UI server
 def test_the_mlflow_ui_binds_loopback_and_refuses_foreign_host_headers(tmp_path):
-    from mutransfer.sweep.endpoints import check_tracking_uri
     from mutransfer.cli.ui_cmd import ui_command
+    from mutransfer.sweep.endpoints import check_tracking_uri
 
     port = _free_port()
-    proc = subprocess.Popen(ui_command(f"sqlite:///{tmp_path / 'mlflow.db'}", port=port), cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        ui_command(f"sqlite:///{tmp_path / 'mlflow.db'}", port=port),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         url = f"http://127.0.0.1:{port}/health"
         deadline = time.time() + 240

@@ -4,10 +4,10 @@ import json
 
 import pytest
 import torch
+from operator_helpers import adam_loss_drop, large_square_tensors, pad_batch, smooth_regression
 
 from operators import ONO, OperatorConfigError, OrthogonalAttention
 from operators.ono import safe_cholesky
-from operator_helpers import adam_loss_drop, large_square_tensors, pad_batch, smooth_regression
 
 BLOCKS = ["galerkin", "linear"]
 WIDTH_PARAMS = [("standard", None), ("mup", 8)]
@@ -101,9 +101,11 @@ def test_evaluation_is_deterministic_and_independent_of_batch_composition(nn_blo
         torch.testing.assert_close(out[i, : c.shape[1]], model(c, f)[0], rtol=1e-10, atol=1e-10)
     assert torch.isfinite(out).all() and (out[~mask] == 0).all()
     # other companions in the batch change nothing
-    other = model(torch.cat([coords[:1], torch.rand(2, 30, 2, dtype=torch.float64)]),
-                  torch.cat([features[:1], torch.randn(2, 30, 1, dtype=torch.float64)]),
-                  torch.cat([mask[:1], torch.ones(2, 30, dtype=torch.bool)]))
+    other = model(
+        torch.cat([coords[:1], torch.rand(2, 30, 2, dtype=torch.float64)]),
+        torch.cat([features[:1], torch.randn(2, 30, 1, dtype=torch.float64)]),
+        torch.cat([mask[:1], torch.ones(2, 30, dtype=torch.bool)]),
+    )
     torch.testing.assert_close(other[0], out[0], rtol=1e-10, atol=1e-10)
 
 
@@ -135,7 +137,9 @@ def test_linear_path_equals_explicit_kernel(nn_block, width_parametrization, bas
     _, coords, features, mask = _ragged_batch((20, 14))
     for mode in ("train", "eval"):
         model.train(mode == "train"), reference.train(mode == "train")
-        torch.testing.assert_close(model(coords, features, mask), reference(coords, features, mask), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(
+            model(coords, features, mask), reference(coords, features, mask), rtol=1e-10, atol=1e-10
+        )
 
 
 @pytest.mark.parametrize("nn_block", BLOCKS)

@@ -4,10 +4,10 @@ import math
 
 import pytest
 import torch
+from operator_helpers import saved_activation_bytes
 
 from operators import FNO, OperatorConfigError, plan_fno, spectral_parameters
 from operators.spectral import SpectralConv
-from operator_helpers import saved_activation_bytes
 
 DIMS = [1, 2, 3]
 PARAMETRIZATIONS = ["standard", "mup"]
@@ -33,7 +33,9 @@ def test_planner_counts_match_model(dim, parametrization):
     spectral = sum(p.numel() for p in spectral_parameters(model))
     assert plan.spectral_params == spectral
     assert plan.total_params == sum(p.numel() for p in model.parameters())
-    assert plan.real_scalars == sum(torch.view_as_real(p).numel() if p.is_complex() else p.numel() for p in model.parameters())
+    assert plan.real_scalars == sum(
+        torch.view_as_real(p).numel() if p.is_complex() else p.numel() for p in model.parameters()
+    )
 
 
 def test_planner_matches_meta_device_model_at_paper_scale():
@@ -64,8 +66,10 @@ def test_forward_shape_and_backward(dim, parametrization):
     y = model(x)
     assert y.shape == (2, *GRIDS[dim], 3)
     y.square().mean().backward()
-    assert all(p.grad is not None and torch.isfinite(torch.view_as_real(p.grad) if p.is_complex() else p.grad).all()
-               for p in model.parameters())
+    assert all(
+        p.grad is not None and torch.isfinite(torch.view_as_real(p.grad) if p.is_complex() else p.grad).all()
+        for p in model.parameters()
+    )
 
 
 def test_same_weights_run_at_other_resolutions():

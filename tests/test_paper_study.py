@@ -27,13 +27,27 @@ SMOKE = ROOT / "studies" / "navier_stokes_paper_smoke.yaml"
 #: fields a reduced version may change: how big and how long, never what is trained or how
 SIZE_FIELDS = {
     "name",
-    "problem.generated_resolution", "problem.resolution", "problem.time_resolution", "problem.n_train", "problem.n_test",
-    "operator.width", "operator.projection_channels", "proxy_K", "target_K",
+    "problem.generated_resolution",
+    "problem.resolution",
+    "problem.time_resolution",
+    "problem.n_train",
+    "problem.n_test",
+    "operator.width",
+    "operator.projection_channels",
+    "proxy_K",
+    "target_K",
     "training.milestones",
-    "search.num_trials", "search.max_concurrent",
-    "budget.epochs", "budget.grace_period", "budget.max_failures",
-    "resources.cpus_per_trial", "resources.gpus_per_trial",
-    "target.epochs", "target.num_workers", "target.use_gpu", "target.cpus_per_worker",
+    "search.num_trials",
+    "search.max_concurrent",
+    "budget.epochs",
+    "budget.grace_period",
+    "budget.max_failures",
+    "resources.cpus_per_trial",
+    "resources.gpus_per_trial",
+    "target.epochs",
+    "target.num_workers",
+    "target.use_gpu",
+    "target.cpus_per_worker",
 }
 
 
@@ -101,8 +115,9 @@ def test_paper_target_is_the_906M_model_and_fits_an_80GiB_gpu_per_worker():
 @pytest.mark.slow
 def test_smoke_study_runs_end_to_end(ray_local, tmp_path):
     """The smoke version through `mutransfer sweep`: proxies, muP transfer K 2 -> 4, target, MLflow, checkpoints per epoch."""
-    from mutransfer.cli.main import main
     from sweep_helpers import mlflow_runs
+
+    from mutransfer.cli.main import main
 
     old_cwd, old_cache = os.getcwd(), os.environ.get("MUTRANSFER_CACHE")
     os.environ["MUTRANSFER_CACHE"] = str(tmp_path / "cache")

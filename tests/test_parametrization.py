@@ -116,4 +116,6 @@ def test_checkpoint_round_trip_keeps_mup_metadata():
     model = FNO(3, 1, 1, modes=5, width=4, layers=1, parametrization="mup")
     clone = FNO(**model.config)
     clone.load_state_dict(model.state_dict())
-    assert [g["lr"] for g in optimizer_param_groups(clone, 1.0)] == [g["lr"] for g in optimizer_param_groups(model, 1.0)]
+    assert [g["lr"] for g in optimizer_param_groups(clone, 1.0)] == [
+        g["lr"] for g in optimizer_param_groups(model, 1.0)
+    ]

@@ -63,8 +63,11 @@ def test_pino_loss_combines_at_the_ratio_and_has_gradients(darcy):
     u = torch.tensor(darcy["output"], dtype=torch.float32)[..., None]
     a = torch.tensor(darcy["input"], dtype=torch.float32)[..., None]
     pred = (0.9 * u).requires_grad_()
-    data = float(torch.linalg.vector_norm(0.1 * u.reshape(4, -1), dim=1).div(
-        torch.linalg.vector_norm(u.reshape(4, -1), dim=1)).mean())
+    data = float(
+        torch.linalg.vector_norm(0.1 * u.reshape(4, -1), dim=1)
+        .div(torch.linalg.vector_norm(u.reshape(4, -1), dim=1))
+        .mean()
+    )
     phys = float(darcy_physics_loss(pred.detach(), a))
     total = pino_darcy_loss(pred, u, a)
     assert float(total.detach()) == pytest.approx(5 * data + phys, rel=1e-5)
@@ -98,8 +101,17 @@ def test_train_with_pino_loss_and_resume(tmp_path, darcy):
     path = write_dataset(tmp_path / "d.h5", generate_darcy(12, 15, seed=0, progress=False))
     data = load_split(path, n_train=8, n_test=4)
     ckpt = tmp_path / "ckpt"
-    cfg = TrainConfig(lr=3e-3, iterations=6, batch_size=4, loss="pino", data_weight=5.0, physics_weight=1.0,
-                      schedule="constant", progress=False, checkpoint_dir=str(ckpt))
+    cfg = TrainConfig(
+        lr=3e-3,
+        iterations=6,
+        batch_size=4,
+        loss="pino",
+        data_weight=5.0,
+        physics_weight=1.0,
+        schedule="constant",
+        progress=False,
+        checkpoint_dir=str(ckpt),
+    )
     model = FNO(2, 1, 1, modes=3, width=8, layers=2, parametrization="mup", padding=2)
     result = train(model, data, cfg)
     assert result.status == "completed" and 0 < result.test_error < 10
@@ -117,9 +129,31 @@ def test_train_with_pino_loss_and_resume(tmp_path, darcy):
 
 def test_cli_pino(tmp_path, capsys):
     path = write_dataset(tmp_path / "d.h5", generate_darcy(10, 13, seed=0, progress=False))
-    args = ["train", "--problem", "darcy", "--data", str(path), "--modes", "3", "--width", "8", "--layers", "2",
-            "--iterations", "3", "--batch-size", "4", "--padding", "2", "--loss", "pino", "--pino-ratio", "5:1",
-            "--no-progress", "--json"]
+    args = [
+        "train",
+        "--problem",
+        "darcy",
+        "--data",
+        str(path),
+        "--modes",
+        "3",
+        "--width",
+        "8",
+        "--layers",
+        "2",
+        "--iterations",
+        "3",
+        "--batch-size",
+        "4",
+        "--padding",
+        "2",
+        "--loss",
+        "pino",
+        "--pino-ratio",
+        "5:1",
+        "--no-progress",
+        "--json",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["train"]["loss"] == "pino" and summary["train"]["data_weight"] == 5.0
@@ -134,8 +168,27 @@ def test_cli_pino(tmp_path, capsys):
     from mutransfer.data.burgers import generate_burgers
 
     write_dataset(burgers, generate_burgers(6, 32, seed=0, progress=False))
-    assert main(["train", "--problem", "burgers", "--data", str(burgers), "--loss", "pino", "--modes", "2",
-                 "--width", "4", "--iterations", "1", "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--problem",
+                "burgers",
+                "--data",
+                str(burgers),
+                "--loss",
+                "pino",
+                "--modes",
+                "2",
+                "--width",
+                "4",
+                "--iterations",
+                "1",
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "use it with --problem darcy" in err[0]
 
@@ -144,8 +197,9 @@ def test_large_initial_residual_is_not_divergence(tmp_path, monkeypatch):
     """The divergence check looks at the relative L2 part, not the (legitimately large) initial residual."""
     import mutransfer.training.trainer as trainer
 
-    data = load_split(write_dataset(tmp_path / "d.h5", generate_darcy(6, 31, seed=0, progress=False)),
-                      n_train=4, n_test=2)
+    data = load_split(
+        write_dataset(tmp_path / "d.h5", generate_darcy(6, 31, seed=0, progress=False)), n_train=4, n_test=2
+    )
     model = FNO(2, 1, 1, modes=3, width=8, layers=2, parametrization="mup", padding=2)
     with torch.no_grad():
         initial = float(darcy_physics_loss(model(data.train_x), data.train_x))

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from sweep_helpers import write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
@@ -22,10 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _run(cwd: Path, *argv: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", RAY_USAGE_STATS_ENABLED="0", TQDM_DISABLE="1",
-               PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "mutransfer", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=540)
+    env = dict(
+        os.environ, MLFLOW_DISABLE_TELEMETRY="true", RAY_USAGE_STATS_ENABLED="0", TQDM_DISABLE="1", PYTHONPATH=str(ROOT)
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "mutransfer", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=540
+    )
 
 
 def test_a_moved_study_folder_lists_evaluates_and_resumes(tmp_path):

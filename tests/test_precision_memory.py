@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from operator_helpers import saved_activation_bytes
 
 from mutransfer.data.hdf5_io import write_dataset
-from operator_helpers import saved_activation_bytes
 from mutransfer.data.loading import load_split
 from mutransfer.errors import UserInputError
 from mutransfer.training import TrainConfig, train
@@ -28,7 +28,9 @@ def burgers_file(tmp_path_factory) -> Path:
     """A small real Burgers data file (the project's solver): 48 samples at 128 points."""
     from mutransfer.data.burgers import generate_burgers
 
-    return write_dataset(tmp_path_factory.mktemp("data") / "burgers.h5", generate_burgers(48, 128, seed=0, progress=False))
+    return write_dataset(
+        tmp_path_factory.mktemp("data") / "burgers.h5", generate_burgers(48, 128, seed=0, progress=False)
+    )
 
 
 def _config(**changes) -> TrainConfig:
@@ -78,8 +80,9 @@ def test_fp16_clips_the_unscaled_gradients(burgers_file, monkeypatch):
     seen = {}
 
     def record(model, clip_value):
-        seen.setdefault(clip_value, []).append(max(float(torch.view_as_real(p.grad).abs().max())
-                                                   for p in model.spectral[0].spectral_weights()))
+        seen.setdefault(clip_value, []).append(
+            max(float(torch.view_as_real(p.grad).abs().max()) for p in model.spectral[0].spectral_weights())
+        )
 
     monkeypatch.setattr(trainer, "clip_spectral_gradients", record)
     data = load_split(burgers_file, n_train=8, n_test=8)
@@ -92,8 +95,9 @@ def test_fp16_clips_the_unscaled_gradients(burgers_file, monkeypatch):
 def test_fp16_resume_restores_the_loss_scaler(burgers_file, tmp_path):
     data = load_split(burgers_file, n_train=40, n_test=8)
     whole = train(_model(), data, _config(epochs=4, precision="fp16"))
-    first = train(_model(), data, _config(epochs=4, precision="fp16", checkpoint_dir=str(tmp_path)),
-                  callbacks=[_stop_after(2)])
+    first = train(
+        _model(), data, _config(epochs=4, precision="fp16", checkpoint_dir=str(tmp_path)), callbacks=[_stop_after(2)]
+    )
     assert first.status == "stopped"
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert state["grad_scaler"]["scale"] > 0
@@ -152,8 +156,13 @@ def test_bf16_activation_bytes_equal_saved_tensors(dim, padding, transform, monk
 
 #: (dim, grid, K, width, batch, padding, projection): activation-bound (the peak at the start of backward)
 #: and weight-bound (the end of backward, the optimizer step) configurations
-PEAK_CASES = [(1, (256,), 8, 16, 4, 0, 32), (2, (32, 32), 6, 16, 4, 3, 32), (3, (12, 12, 10), 3, 8, 2, 2, 32),
-              (2, (20, 20), 8, 64, 2, 2, 32), (3, (16, 16, 16), 6, 32, 1, 0, 32)]
+PEAK_CASES = [
+    (1, (256,), 8, 16, 4, 0, 32),
+    (2, (32, 32), 6, 16, 4, 3, 32),
+    (3, (12, 12, 10), 3, 8, 2, 2, 32),
+    (2, (20, 20), 8, 64, 2, 2, 32),
+    (3, (16, 16, 16), 6, 32, 1, 0, 32),
+]
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -166,8 +175,18 @@ def test_plan_predicts_the_measured_cpu_peak(case, precision):
     torch.manual_seed(0)
     model = FNO(dim, 1, 1, modes=modes, width=width, layers=4, padding=padding, projection_channels=projection)
     measured = measure_training_peak(model, batch, grid, precision=precision)["peak_bytes"]
-    plan = plan_fno(dim, modes, width, 4, grid=grid, batch=batch, padding=padding, precision=precision,
-                    projection_channels=projection, device="cpu")
+    plan = plan_fno(
+        dim,
+        modes,
+        width,
+        4,
+        grid=grid,
+        batch=batch,
+        padding=padding,
+        precision=precision,
+        projection_channels=projection,
+        device="cpu",
+    )
     assert plan.total_bytes == pytest.approx(measured, rel=0.03)
 
 
@@ -200,8 +219,30 @@ def test_plan_cli_reports_fit_and_precision():
     def plan(*extra):
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            assert main(["plan", "--dim", "3", "--modes", "24", "--width", "64", "--layers", "4", "--grid", "64",
-                         "--padding", "4", "--batch", "2", "--json", *extra]) == 0
+            assert (
+                main(
+                    [
+                        "plan",
+                        "--dim",
+                        "3",
+                        "--modes",
+                        "24",
+                        "--width",
+                        "64",
+                        "--layers",
+                        "4",
+                        "--grid",
+                        "64",
+                        "--padding",
+                        "4",
+                        "--batch",
+                        "2",
+                        "--json",
+                        *extra,
+                    ]
+                )
+                == 0
+            )
         return json.loads(buffer.getvalue())
 
     fp32 = plan("--device-memory", "80GiB")
@@ -234,8 +275,24 @@ def test_train_cli_refuses_a_model_too_large_with_one_line(tmp_path, monkeypatch
 
     write_dataset(burgers, generate_burgers(10, 128, seed=0, progress=False))
     # width 4096 at K 64: 4 x 4096^2 x 64 complex = 34 GB of weights (never built: planned on the meta device)
-    rc = main(["train", "--problem", "burgers", "--data", str(burgers), "--modes", "64", "--width", "4096",
-               "--epochs", "1", "--no-progress", "--checkpoint-dir", str(tmp_path / "ckpt")])
+    rc = main(
+        [
+            "train",
+            "--problem",
+            "burgers",
+            "--data",
+            str(burgers),
+            "--modes",
+            "64",
+            "--width",
+            "4096",
+            "--epochs",
+            "1",
+            "--no-progress",
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "FNO-1D K=64 width 4096" in err[0] and "use" in err[0]
     assert not (tmp_path / "ckpt").exists()

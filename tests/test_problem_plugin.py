@@ -39,17 +39,30 @@ def generate_heat(n: int, resolution: int, *, seed: int, progress: bool = True) 
     k = np.arange(1, 9)
     a, b = rng.normal(size=(2, n, k.size)) / k
     u0 = a @ np.sin(2 * math.pi * np.outer(k, x)) + b @ np.cos(2 * math.pi * np.outer(k, x))
-    attrs = {"problem": "heat_toy", "seed": int(seed), "n_samples": int(n), "resolution": int(resolution),
-             "pde.nu": NU, "pde.t_final": 1.0}
+    attrs = {
+        "problem": "heat_toy",
+        "seed": int(seed),
+        "n_samples": int(n),
+        "resolution": int(resolution),
+        "pde.nu": NU,
+        "pde.t_final": 1.0,
+    }
     return {"input": u0, "output": solve_heat(u0, NU, 1.0), "grid": {"x": x}, "attrs": attrs}
 
 
 @pytest.fixture
 def heat_problem():
     problem = problem_from_facts(
-        "heat_toy", facts=ProblemFacts("heat_toy", dim=1, space_dim=1, periodic=True, name_hints=("heat_toy",)),
-        description="1D heat equation, nu=0.01, periodic; map u0 -> u(., 1)", generator=generate_heat,
-        generated_resolution=64, resolution=64, n_train=24, n_test=8, padding=0)
+        "heat_toy",
+        facts=ProblemFacts("heat_toy", dim=1, space_dim=1, periodic=True, name_hints=("heat_toy",)),
+        description="1D heat equation, nu=0.01, periodic; map u0 -> u(., 1)",
+        generator=generate_heat,
+        generated_resolution=64,
+        resolution=64,
+        n_train=24,
+        n_test=8,
+        padding=0,
+    )
     register_problem(problem)
     yield problem
     unregister_problem("heat_toy")
@@ -69,9 +82,17 @@ def test_a_registered_problem_is_found_by_the_data_layer_and_the_service(heat_pr
 
 def test_other_facts_under_a_known_name_are_refused():
     with pytest.raises(UserInputError, match="already registered with other facts"):
-        problem_from_facts("burgers", facts=ProblemFacts("burgers", dim=2, space_dim=2, periodic=False),
-                           description="x", generator=generate_heat, generated_resolution=8, resolution=8,
-                           n_train=1, n_test=1, padding=0)
+        problem_from_facts(
+            "burgers",
+            facts=ProblemFacts("burgers", dim=2, space_dim=2, periodic=False),
+            description="x",
+            generator=generate_heat,
+            generated_resolution=8,
+            resolution=8,
+            n_train=1,
+            n_test=1,
+            padding=0,
+        )
 
 
 def test_unregistering_leaves_no_trace(heat_problem):
@@ -84,14 +105,43 @@ def test_unregistering_leaves_no_trace(heat_problem):
 
 def test_generate_and_train_a_registered_problem_through_the_cli(heat_problem, tmp_path, capsys):
     out = tmp_path / "heat.h5"
-    assert main(["data", "generate", "heat_toy", "--n", "32", "--resolution", "64", "--out", str(out),
-                 "--no-progress"]) == 0
+    assert (
+        main(["data", "generate", "heat_toy", "--n", "32", "--resolution", "64", "--out", str(out), "--no-progress"])
+        == 0
+    )
     with h5py.File(out, "r") as f:
         assert f["input"].shape == (32, 64)
     capsys.readouterr()
-    assert main(["train", "--problem", "heat_toy", "--data", str(out), "--operator", "fno", "--modes", "4",
-                 "--width", "8", "--layers", "2", "--epochs", "2", "--n-train", "24", "--n-test", "8",
-                 "--device", "cpu", "--no-progress", "--json"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--problem",
+                "heat_toy",
+                "--data",
+                str(out),
+                "--operator",
+                "fno",
+                "--modes",
+                "4",
+                "--width",
+                "8",
+                "--layers",
+                "2",
+                "--epochs",
+                "2",
+                "--n-train",
+                "24",
+                "--n-test",
+                "8",
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["problem"] == "heat_toy" and summary["grid"] == [64]
     errors = [v for k, v in summary["result"].items() if "test" in k and isinstance(v, float)]

@@ -17,8 +17,13 @@ class Terminal(io.StringIO):
 
 
 def _trial(number: int, lr: float, **last):
-    return SimpleNamespace(trial_id=f"id{number}", config={"lr": lr, "seed": 0, "trial_key": f"t{number - 1:04d}"},
-                           last_result=dict(last), status="RUNNING", get_error=lambda: None)
+    return SimpleNamespace(
+        trial_id=f"id{number}",
+        config={"lr": lr, "seed": 0, "trial_key": f"t{number - 1:04d}"},
+        last_result=dict(last),
+        status="RUNNING",
+        get_error=lambda: None,
+    )
 
 
 def _drive(progress: ProxyProgress) -> None:
@@ -34,19 +39,27 @@ def _drive(progress: ProxyProgress) -> None:
     progress.on_trial_complete(b)  # ASHA stopped it at epoch 2 of 4
     progress.on_trial_start(c)
     for epoch in (3, 4):
-        a.last_result = {"epoch": epoch, "test_error": 0.3 - 0.1 * (epoch - 2), "diverged": 0, "time_total_s": 1.5 * epoch}
+        a.last_result = {
+            "epoch": epoch,
+            "test_error": 0.3 - 0.1 * (epoch - 2),
+            "diverged": 0,
+            "time_total_s": 1.5 * epoch,
+        }
         progress.on_trial_result(a, a.last_result)
     a.status = "TERMINATED"
     progress.on_trial_complete(a)
 
 
-@pytest.mark.parametrize(("quiet", "json", "stream", "mode"), [
-    (False, False, Terminal(), "bar"),
-    (False, True, Terminal(), "lines"),
-    (False, False, io.StringIO(), "lines"),
-    (True, False, Terminal(), "off"),
-    (True, True, io.StringIO(), "off"),
-])
+@pytest.mark.parametrize(
+    ("quiet", "json", "stream", "mode"),
+    [
+        (False, False, Terminal(), "bar"),
+        (False, True, Terminal(), "lines"),
+        (False, False, io.StringIO(), "lines"),
+        (True, False, Terminal(), "off"),
+        (True, True, io.StringIO(), "off"),
+    ],
+)
 def test_display_mode_follows_the_terminal_and_the_flags(quiet, json, stream, mode):
     assert display_mode(quiet=quiet, json=json, stream=stream) == mode
 
@@ -72,8 +85,10 @@ def test_not_a_terminal_gets_one_line_per_finished_trial():
     progress = ProxyProgress(4, budget_epochs=4, searched=["lr"], mode="lines", file=out)
     _drive(progress)
     lines = out.getvalue().splitlines()
-    assert lines == ["[trial 2/4] pruned    test 0.8 at epoch 2/4  lr=0.1  (3.0 s)",
-                     "[trial 1/4] completed test 0.1 at epoch 4/4  lr=0.01  (6.0 s)"]
+    assert lines == [
+        "[trial 2/4] pruned    test 0.8 at epoch 2/4  lr=0.1  (3.0 s)",
+        "[trial 1/4] completed test 0.1 at epoch 4/4  lr=0.01  (6.0 s)",
+    ]
 
 
 def test_a_failed_attempt_and_a_failed_trial_are_one_line_each():

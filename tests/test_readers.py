@@ -273,8 +273,16 @@ def test_the_well_layout(tmp_path):
     np.testing.assert_allclose(x[..., 0], fields["density"][:, 0], rtol=1e-6)
     np.testing.assert_allclose(y[..., 0], fields["density"][:, -1], rtol=1e-6)
     # a vector field becomes channels; input and output fields may differ
-    split = load_split(path, n_train=2, n_test=1, input_key="velocity", output_key="pressure",
-                       input_time=1, output_time=3, problem="darcy")
+    split = load_split(
+        path,
+        n_train=2,
+        n_test=1,
+        input_key="velocity",
+        output_key="pressure",
+        input_time=1,
+        output_time=3,
+        problem="darcy",
+    )
     assert split.train_x.shape == (2, 8, 6, 2) and split.train_y.shape == (2, 8, 6, 1)
     np.testing.assert_allclose(split.train_x.numpy(), fields["velocity"][:2, 1], rtol=1e-6)
     np.testing.assert_allclose(split.test_y[..., 0].numpy(), fields["pressure"][2:, 3], rtol=1e-6)
@@ -387,8 +395,27 @@ def test_cli_inspect_and_train_on_a_mat_file(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no array 'coef' (found: coeff, sol); pass --input-key coeff" in err[0]
 
-    args = ["train", "--problem", "darcy", "--data", str(path), "--modes", "2", "--width", "4", "--layers", "1",
-            "--iterations", "2", "--batch-size", "4", "--resolution", "5", "--no-progress", "--json"]
+    args = [
+        "train",
+        "--problem",
+        "darcy",
+        "--data",
+        str(path),
+        "--modes",
+        "2",
+        "--width",
+        "4",
+        "--layers",
+        "1",
+        "--iterations",
+        "2",
+        "--batch-size",
+        "4",
+        "--resolution",
+        "5",
+        "--no-progress",
+        "--json",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["grid"] == [5, 5] and summary["n_train"] == 8 and summary["n_test"] == 2

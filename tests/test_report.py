@@ -15,18 +15,32 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
 ROOT = Path(__file__).resolve().parents[1]
-TRIAL_COLUMNS = ["number", "trial_id", "status", "lr", "batch_size", "epochs", "best_error", "final_error",
-                 "device_seconds"]
+TRIAL_COLUMNS = [
+    "number",
+    "trial_id",
+    "status",
+    "lr",
+    "batch_size",
+    "epochs",
+    "best_error",
+    "final_error",
+    "device_seconds",
+]
 
 
 def cli(*args, cwd=None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "mutransfer", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mutransfer", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 class Result:
@@ -104,8 +118,24 @@ def studies(ray_local, tmp_path_factory):
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
-        assert main(["sweep", "--study", str(full), *common, "--verify", "--verify-points", "3",
-                     "--verify-seeds", "1", "--baseline", "direct"]) == 0
+        assert (
+            main(
+                [
+                    "sweep",
+                    "--study",
+                    str(full),
+                    *common,
+                    "--verify",
+                    "--verify-points",
+                    "3",
+                    "--verify-seeds",
+                    "1",
+                    "--baseline",
+                    "direct",
+                ]
+            )
+            == 0
+        )
         assert main(["sweep", "--study", str(plain), *common]) == 0
     return work, runs, uri
 
@@ -195,7 +225,8 @@ def test_learning_curves_draw_one_line_per_trial_and_mark_asha_stops(studies):
     assert len(marks) == (1 if stopped else 0)
     if stopped:  # an X at the last epoch of each trial ASHA stopped
         assert sorted(map(tuple, marks[0].get_offsets())) == sorted(
-            (t.epochs, files.histories[t.trial_id][-1].test_error) for t in stopped)
+            (t.epochs, files.histories[t.trial_id][-1].test_error) for t in stopped
+        )
 
 
 @pytest.mark.slow
@@ -213,7 +244,9 @@ def test_missing_or_corrupt_histories_are_noted_in_the_page(studies, tmp_path, c
     assert "notes" in page.ids
     text = out.read_text()
     assert f"trial {trials[0]['index']} ({trials[0]['trial_id']}):" in text and "history.json is missing" in text
-    assert f"trial {trials[1]['index']} ({trials[1]['trial_id']}):" in text and "is unreadable (JSONDecodeError)" in text
+    assert (
+        f"trial {trials[1]['index']} ({trials[1]['trial_id']}):" in text and "is unreadable (JSONDecodeError)" in text
+    )
     assert int(next(f for f in page.figures if "data-curves" in f)["data-curves"]) == len(trials) - 2
     # the trials table keeps every trial; the best error of the two is unknown
     rows = Result(capsys, "trials", copy, "--json")
@@ -258,7 +291,9 @@ def test_trials_table_one_row_per_trial_sorted_and_as_json(studies, capsys):
         history = json.loads((runs / "full" / "trials" / t["trial_id"] / "history.json").read_text())
         assert record["best_error"] == min(r["test_error"] for r in history)
 
-    by_error = json.loads(Result(capsys, "trials", "full", "--runs-dir", runs, "--json", "--sort", "final_error").stdout)
+    by_error = json.loads(
+        Result(capsys, "trials", "full", "--runs-dir", runs, "--json", "--sort", "final_error").stdout
+    )
     errors = [r["final_error"] for r in by_error]
     assert errors == sorted(errors) and {r["trial_id"] for r in by_error} == {r["trial_id"] for r in records}
     by_lr = Result(capsys, "trials", "full", "--runs-dir", runs, "--sort", "lr").stdout.strip().splitlines()[1:]
@@ -275,8 +310,9 @@ def test_trials_table_one_row_per_trial_sorted_and_as_json(studies, capsys):
 
 def test_an_unknown_study_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch):
     proc = cli("report", "no-such-study", cwd=tmp_path)  # as a user runs it: exit code 2, one line
-    assert_one_line_error(proc, "STUDY 'no-such-study': no study folder with a state.json", "mutransfer-runs",
-                          "--runs-dir")
+    assert_one_line_error(
+        proc, "STUDY 'no-such-study': no study folder with a state.json", "mutransfer-runs", "--runs-dir"
+    )
     monkeypatch.chdir(tmp_path)
     assert_one_line_error(Result(capsys, "trials", "no-such-study"), "STUDY 'no-such-study'")
     assert list(tmp_path.iterdir()) == []
@@ -304,7 +340,9 @@ def test_a_bad_out_path_is_refused_before_rendering(tmp_path, capsys):
     folder = tmp_path / "started"
     folder.mkdir()
     (folder / "state.json").write_text(json.dumps({"study": "started", "phase": "proxies"}))
-    assert_one_line_error(Result(capsys, "report", folder, "--out", tmp_path / "missing" / "x.html"), "--out", "existing folder")
+    assert_one_line_error(
+        Result(capsys, "report", folder, "--out", tmp_path / "missing" / "x.html"), "--out", "existing folder"
+    )
     assert_one_line_error(Result(capsys, "report", folder, "--out", tmp_path), "--out")
     # a study that has only started: the page says so, nothing is invented
     out = tmp_path / "started.html"

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from sweep_helpers import write_tiny_data, write_tiny_study
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,9 +32,9 @@ def served(tmp_path_factory):
     from mutransfer.serving.artifact import card_for, write_model_dir
     from mutransfer.study import load_study
     from mutransfer.study.models import model_for
-    from mutransfer.sweep.model_log import log_logged_model, register_model
     from mutransfer.study_folder.portable import stored_tracking, write_study_file
     from mutransfer.study_folder.state import StudyDir
+    from mutransfer.sweep.model_log import log_logged_model, register_model
     from mutransfer.tracking.runs import Tracker
 
     home = tmp_path_factory.mktemp("A")
@@ -55,12 +54,26 @@ def served(tmp_path_factory):
     run_id = tracker.create_target_run(experiment, tracker.client.create_run(experiment).info.run_id, "tiny", {})
     model_id = log_logged_model(tracker.client, experiment, run_id, directory, study="tiny")
     registered = register_model(tracker.client, "tiny-fno", model_id, run_id)
-    sdir.write_state({"phase": "done", **stored_tracking(uri, sdir.root), "target_run_id": run_id,
-                      "model": {"dir": "model", "model_id": model_id}})
+    sdir.write_state(
+        {
+            "phase": "done",
+            **stored_tracking(uri, sdir.root),
+            "target_run_id": run_id,
+            "model": {"dir": "model", "model_id": model_id},
+        }
+    )
     with torch.no_grad():
         x = torch.cat([split.train_x, split.test_x])
-    return {"home": home, "uri": uri, "run_id": run_id, "model_id": model_id, "registered": registered,
-            "model": model, "data": data, "x": x}
+    return {
+        "home": home,
+        "uri": uri,
+        "run_id": run_id,
+        "model_id": model_id,
+        "registered": registered,
+        "model": model,
+        "data": data,
+        "x": x,
+    }
 
 
 def _evaluate_json(capsys, *argv) -> dict:
@@ -93,8 +106,13 @@ def test_a_pickled_object_in_the_weights_is_refused(served, tmp_path):
 
 def test_study_run_uri_logged_model_and_registered_version_agree(served, capsys, monkeypatch):
     monkeypatch.chdir(served["home"])
-    sources = ["runs/tiny", "tiny", f"runs:/{served['run_id']}/model", f"models:/{served['model_id']}",
-               served["registered"]["uri"]]
+    sources = [
+        "runs/tiny",
+        "tiny",
+        f"runs:/{served['run_id']}/model",
+        f"models:/{served['model_id']}",
+        served["registered"]["uri"],
+    ]
     errors = set()
     for source in sources:
         result = _evaluate_json(capsys, source, "--data", "data.h5", "--runs-dir", "runs")
@@ -117,7 +135,10 @@ def test_predict_writes_the_project_schema_and_evaluates_to_zero(served, capsys,
     from mutransfer.data.hdf5_io import read_dataset
 
     monkeypatch.chdir(served["home"])
-    assert _main("predict", served["registered"]["uri"], "--data", "data.h5", "--out", "pred.h5", "--resolution", "64") == 0
+    assert (
+        _main("predict", served["registered"]["uri"], "--data", "data.h5", "--out", "pred.h5", "--resolution", "64")
+        == 0
+    )
     assert "wrote 48 predictions" in capsys.readouterr().out
     written = read_dataset(served["home"] / "pred.h5")
     assert written["output"].shape == (48, 64) and written["attrs"]["problem"] == "burgers"
@@ -136,8 +157,15 @@ def test_bad_inputs_are_one_line_and_exit_2(served, tmp_path, capsys, monkeypatc
 
     darcy = tmp_path / "darcy.h5"
     grid = np.linspace(0, 1, 9)
-    write_dataset(darcy, {"input": np.ones((3, 9, 9)), "output": np.ones((3, 9, 9)), "grid": {"x": grid, "y": grid},
-                          "attrs": {"problem": "darcy"}})
+    write_dataset(
+        darcy,
+        {
+            "input": np.ones((3, 9, 9)),
+            "output": np.ones((3, 9, 9)),
+            "grid": {"x": grid, "y": grid},
+            "attrs": {"problem": "darcy"},
+        },
+    )
     cases = [
         (["evaluate", "nosuch", "--data", "data.h5"], "study 'nosuch' not found"),
         (["evaluate", "tiny", "--runs-dir", "runs", "--data", "missing.h5"], "missing.h5: file not found"),
@@ -161,7 +189,9 @@ def test_a_moved_store_still_serves_its_models(served, tmp_path, capsys, monkeyp
     try:
         monkeypatch.chdir(moved)
         for source in ("tiny", served["registered"]["uri"], f"runs:/{served['run_id']}/model"):
-            assert _evaluate_json(capsys, source, "--runs-dir", "runs", "--data", "data.h5")["results"][0]["samples"] == 48
+            assert (
+                _evaluate_json(capsys, source, "--runs-dir", "runs", "--data", "data.h5")["results"][0]["samples"] == 48
+            )
     finally:
         hidden.rename(served["home"])
     # the relocation only steps in where MLflow's recorded path is gone: with A back, nothing is noted
@@ -178,7 +208,12 @@ def test_register_needs_a_database_store_and_a_valid_name(tmp_path):
     check_registry_store("file:///tmp/mlruns", None)  # nothing to register: no check
     with pytest.raises(UserInputError, match="database-backed"):
         check_registry_store("file:///tmp/mlruns", "ok-name")
-    proc = subprocess.run([sys.executable, "-m", "mutransfer", "sweep", "--register", "a/b"], cwd=tmp_path,
-                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mutransfer", "sweep", "--register", "a/b"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 2 and "is not a model name" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing created

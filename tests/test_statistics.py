@@ -38,8 +38,16 @@ def _coverage(estimates: list[Estimate], truth: float) -> float:
 
 def _old_bootstrap(data: tuple, statistic) -> tuple[np.ndarray, np.ndarray]:
     """The former ``mean_ci``/``difference_ci``: a 95 % percentile bootstrap, here vectorised over the replications."""
-    ci = stats.bootstrap(data, statistic, axis=-1, vectorized=True, method="percentile", n_resamples=1000, batch=100,
-                         random_state=np.random.default_rng(0)).confidence_interval
+    ci = stats.bootstrap(
+        data,
+        statistic,
+        axis=-1,
+        vectorized=True,
+        method="percentile",
+        n_resamples=1000,
+        batch=100,
+        random_state=np.random.default_rng(0),
+    ).confidence_interval
     return ci.low, ci.high
 
 
@@ -110,8 +118,12 @@ def test_non_finite_samples_are_dropped_and_none_left_is_an_error():
 
 
 def test_one_sample_has_no_interval_and_is_not_resolved():
-    for e in (mean_ci([0.7]), mean_ci([0.7, math.nan, None]), difference_ci([0.7], [0.1, 0.2, 0.3]),
-              difference_ci([0.7, 0.8], [0.1])):
+    for e in (
+        mean_ci([0.7]),
+        mean_ci([0.7, math.nan, None]),
+        difference_ci([0.7], [0.1, 0.2, 0.3]),
+        difference_ci([0.7, 0.8], [0.1]),
+    ):
         assert e.n == 1 and e.method == "none" and not e.bounded
         assert e.covers_zero and not e.resolved  # a mean of 0.7 with no spread measured proves nothing
         assert e.lo == -math.inf and e.hi == math.inf  # comparisons against a bound stay False
@@ -135,8 +147,17 @@ def test_one_seed_reads_not_resolved_in_every_verdict(tmp_path):
     for k in (4, 8, 16):
         best = -4.0 + 0.5 * math.log(k)
         for lr in np.geomspace(1e-5, 1e-1, 13):
-            records += [{"parametrization": p, "scale": k, "value": float(lr), "seed": 0, "status": "completed",
-                         "test_error": 0.01 * math.exp((math.log10(lr) - best) ** 2)} for p in ("standard", "mup")]
+            records += [
+                {
+                    "parametrization": p,
+                    "scale": k,
+                    "value": float(lr),
+                    "seed": 0,
+                    "status": "completed",
+                    "test_error": 0.01 * math.exp((math.log10(lr) - best) ** 2),
+                }
+                for p in ("standard", "mup")
+            ]
     curves, drifts, difference = analyze(records, "lr")
     assert all(c.star.n == 1 and not c.star.bounded for c in curves)
     for d in drifts:
@@ -145,8 +166,14 @@ def test_one_seed_reads_not_resolved_in_every_verdict(tmp_path):
         json.dumps(d.as_dict(), allow_nan=False)
     assert difference is not None and not difference.resolved
     json.dumps(difference.as_dict(), allow_nan=False)
-    payload = {"hyperparameter": "lr", "study": "one-seed", "epochs": 1, "curves": [c.as_dict() for c in curves],
-               "drift": [d.as_dict() for d in drifts], "drift_difference": difference.as_dict()}
+    payload = {
+        "hyperparameter": "lr",
+        "study": "one-seed",
+        "epochs": 1,
+        "curves": [c.as_dict() for c in curves],
+        "drift": [d.as_dict() for d in drifts],
+        "drift_difference": difference.as_dict(),
+    }
     table = format_table(json.loads(json.dumps(payload, allow_nan=False)))
     assert "[no CI: 1 seed]" in table and "inf" not in table
     plot_landscape(curves, drifts, "lr", tmp_path / "one_seed.png", difference=difference)  # stars without bars
@@ -156,8 +183,16 @@ def test_one_seed_reads_not_resolved_in_every_verdict(tmp_path):
 def test_one_seed_verification_says_so_and_writes_strict_json():
     from mutransfer.sweep.verify import analyse, lr_grid
 
-    records = [{"lr": lr, "seed": 0, "status": "completed", "epochs": 1,
-                "test_error": 0.01 * math.exp(2 * (math.log10(lr) + 2.9) ** 2)} for lr in lr_grid(1e-3, 5)]
+    records = [
+        {
+            "lr": lr,
+            "seed": 0,
+            "status": "completed",
+            "epochs": 1,
+            "test_error": 0.01 * math.exp(2 * (math.log10(lr) + 2.9) ** 2),
+        }
+        for lr in lr_grid(1e-3, 5)
+    ]
     v = analyse(records, 1e-3)
     assert v.distance_decades["ci"] == [None, None] and v.verdict.startswith("one seed")
     assert "no CI: 1 seed" in v.summary_line() and "inf" not in v.summary_line()

@@ -36,7 +36,7 @@ class AuditRecord:
         return asdict(self)
 
     @classmethod
-    def from_state(cls, state: dict) -> "AuditRecord | None":
+    def from_state(cls, state: dict) -> AuditRecord | None:
         stored = state.get("audit")
         return cls(**stored) if stored else None
 
@@ -98,8 +98,9 @@ def audit():
 
 def _trial(i: int, error: float) -> TrialRecord:
     hp = {"lr": 1e-3 * (i + 1), "batch_size": 20, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0, "init_scale": 1.0}
-    return TrialRecord(f"t{i:04d}", i, "completed", {"lr": hp["lr"]}, hp, error, 2, trainer_seconds=1.0,
-                       device_seconds=2.0)
+    return TrialRecord(
+        f"t{i:04d}", i, "completed", {"lr": hp["lr"]}, hp, error, 2, trainer_seconds=1.0, device_seconds=2.0
+    )
 
 
 def _context(root, state: dict) -> SweepContext:
@@ -120,8 +121,13 @@ def _context(root, state: dict) -> SweepContext:
 
 
 def test_the_registry_holds_the_five_strategies_in_order():
-    assert [s.name for s in strategies.STRATEGIES] == ["ladder", "top_k", "verification", "direct_baseline",
-                                                       "warm_start"]
+    assert [s.name for s in strategies.STRATEGIES] == [
+        "ladder",
+        "top_k",
+        "verification",
+        "direct_baseline",
+        "warm_start",
+    ]
 
 
 def test_a_registered_strategy_runs_after_its_anchor_and_resumes_from_its_record(tmp_path, audit):
@@ -163,7 +169,18 @@ def test_the_page_gets_the_sections_from_its_caller(tmp_path, audit):
     """mutransfer.reporting.html draws what its caller passes in (it imports nothing of the sweep)."""
     from mutransfer.reporting.html import render_report
 
-    files = SimpleNamespace(report=None, state={}, name="toy", phase="proxies", root=tmp_path, notes=[], study={},
-                            search_space={}, study_text="", trials={}, target_history=[])
+    files = SimpleNamespace(
+        report=None,
+        state={},
+        name="toy",
+        phase="proxies",
+        root=tmp_path,
+        notes=[],
+        study={},
+        search_space={},
+        study_text="",
+        trials={},
+        target_history=[],
+    )
     page = render_report(files, strategies.html_sections(None, {"audit": {"lr": 0.5}}))
     assert '<section id="audit">' in page and page.index('id="audit"') < page.index("<h2>Compute</h2>")

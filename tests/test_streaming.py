@@ -145,8 +145,14 @@ def test_iterate_batches_and_chunks_match_in_memory(tmp_path):
 
 @pytest.mark.parametrize(
     "nbytes, max_memory, available, want",
-    [(101, 100, None, True), (100, 100, None, False), (100, 200, 1, False), (501, None, 1000, True),
-     (500, None, 1000, False), (10**15, None, None, False)],
+    [
+        (101, 100, None, True),
+        (100, 100, None, False),
+        (100, 200, 1, False),
+        (501, None, 1000, True),
+        (500, None, 1000, False),
+        (10**15, None, None, False),
+    ],
 )
 def test_should_stream(nbytes, max_memory, available, want):
     assert STREAM_MEMORY_FRACTION == 0.5
@@ -223,8 +229,9 @@ def test_pickles_small_and_reads_in_a_fresh_process(tmp_path):
     small, kwargs, expected = _case(tmp_path, "burgers")
     rng = np.random.default_rng(4)
     arrays = {"input": rng.standard_normal((4000, 256)), "output": rng.standard_normal((4000, 256))}
-    big = write_dataset(tmp_path / "big.h5", {**arrays, "grid": {"x": np.arange(256) / 256},
-                                              "attrs": {"problem": "burgers"}})
+    big = write_dataset(
+        tmp_path / "big.h5", {**arrays, "grid": {"x": np.arange(256) / 256}, "attrs": {"problem": "burgers"}}
+    )
     big_x = load_split(big, n_train=3900, n_test=100, stream=True).train_x.subset(range(1, 3900, 2))
     x = load_split(small, stream=True, **kwargs).train_x.subset([5, 1, 3])
     assert big_x.nbytes_in_memory == 1950 * 256 * 4
@@ -250,8 +257,15 @@ def test_each_process_opens_its_own_read_only_handle(tmp_path, monkeypatch):
     assert streaming._OPEN[key][0] == -1 and streaming._OPEN[key][2] is not first
     monkeypatch.undo()
     # a file replaced on disk by one of another shape is reopened and reported, not misread
-    write_dataset(path, {"input": np.zeros((15, 9, 9)), "output": np.zeros((15, 9, 9)),
-                         "grid": {"x": np.linspace(0, 1, 9), "y": np.linspace(0, 1, 9)}, "attrs": {"problem": "darcy"}})
+    write_dataset(
+        path,
+        {
+            "input": np.zeros((15, 9, 9)),
+            "output": np.zeros((15, 9, 9)),
+            "grid": {"x": np.linspace(0, 1, 9), "y": np.linspace(0, 1, 9)},
+            "attrs": {"problem": "darcy"},
+        },
+    )
     with pytest.raises(UserInputError) as excinfo:
         x[:1]
     _one_line(excinfo, "changed on disk")

@@ -101,8 +101,13 @@ def test_to_yaml_round_trips():
 def test_minimal_study_gets_problem_defaults(tmp_path):
     path = write(
         tmp_path,
-        {"name": "mini", "problem": {"name": "darcy"}, "proxy_K": 3, "target_K": 8,
-         "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}},
+        {
+            "name": "mini",
+            "problem": {"name": "darcy"},
+            "proxy_K": 3,
+            "target_K": 8,
+            "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+        },
     )
     study, overrides = load_study(path)
     assert overrides == []
@@ -136,22 +141,58 @@ def test_numeric_strings_are_accepted_for_floats(tmp_path):
         (lambda m: m["training"].update(betas=0.9), ["training.betas: must be a list of two numbers"]),
         (lambda m: m["target"].update(use_gpu="yes"), ["target.use_gpu: must be auto, true or false"]),
         (lambda m: m.update(proxy_K=24), ["proxy_K: must be < target_K (24)"]),
-        (lambda m: m.update(proxy_K=30, target_K=70), ["target_K: modes 70 too large for grid size 128", "resolution 128 + padding 0"]),
+        (
+            lambda m: m.update(proxy_K=30, target_K=70),
+            ["target_K: modes 70 too large for grid size 128", "resolution 128 + padding 0"],
+        ),
         (lambda m: m.update(proxy_K=1), ["proxy_K: must be >= 2"]),
         (lambda m: m.update(search_space={}), ["search_space: is empty", "e.g. search_space"]),
         (lambda m: m.pop("search_space"), ["search_space: is required"]),
-        (lambda m: m["search_space"].update(momentum={"type": "uniform", "low": 0.1, "high": 0.9}), ["search_space.momentum: cannot be searched", "use one of: lr"]),
-        (lambda m: m["search_space"].update(lr={"type": "loguniform", "low": 0, "high": 1e-2}), ["search_space.lr.low: must be > 0, e.g. 1e-4"]),
-        (lambda m: m["search_space"].update(lr={"type": "loguniform", "low": 1e-2, "high": 1e-3}), ["search_space.lr.high: must be > low"]),
-        (lambda m: m["search_space"].update(lr={"type": "normal", "low": 1e-4, "high": 1e-2}), ["search_space.lr.type: 'normal' is unknown"]),
-        (lambda m: m["search_space"].update(batch_size={"type": "uniform", "low": 1, "high": 4}), ["search_space.batch_size.type: 'uniform' is unknown", "choice"]),
-        (lambda m: m["search_space"].update(batch_size={"type": "choice", "values": [10, 0]}), ["search_space.batch_size.values[1]: must be an integer >= 1"]),
-        (lambda m: m["search_space"].update(batch_size={"type": "choice", "values": []}), ["search_space.batch_size.values: must be a non-empty list"]),
-        (lambda m: m["search_space"].update(beta2={"type": "uniform", "low": 0.9, "high": 1.0}), ["search_space.beta2.high: must be in (0, 1)"]),
+        (
+            lambda m: m["search_space"].update(momentum={"type": "uniform", "low": 0.1, "high": 0.9}),
+            ["search_space.momentum: cannot be searched", "use one of: lr"],
+        ),
+        (
+            lambda m: m["search_space"].update(lr={"type": "loguniform", "low": 0, "high": 1e-2}),
+            ["search_space.lr.low: must be > 0, e.g. 1e-4"],
+        ),
+        (
+            lambda m: m["search_space"].update(lr={"type": "loguniform", "low": 1e-2, "high": 1e-3}),
+            ["search_space.lr.high: must be > low"],
+        ),
+        (
+            lambda m: m["search_space"].update(lr={"type": "normal", "low": 1e-4, "high": 1e-2}),
+            ["search_space.lr.type: 'normal' is unknown"],
+        ),
+        (
+            lambda m: m["search_space"].update(batch_size={"type": "uniform", "low": 1, "high": 4}),
+            ["search_space.batch_size.type: 'uniform' is unknown", "choice"],
+        ),
+        (
+            lambda m: m["search_space"].update(batch_size={"type": "choice", "values": [10, 0]}),
+            ["search_space.batch_size.values[1]: must be an integer >= 1"],
+        ),
+        (
+            lambda m: m["search_space"].update(batch_size={"type": "choice", "values": []}),
+            ["search_space.batch_size.values: must be a non-empty list"],
+        ),
+        (
+            lambda m: m["search_space"].update(beta2={"type": "uniform", "low": 0.9, "high": 1.0}),
+            ["search_space.beta2.high: must be in (0, 1)"],
+        ),
         (lambda m: m["problem"].update(name="heat"), ["problem.name: 'heat' is unknown", "burgers"]),
-        (lambda m: m["problem"].update(resolution=100), ["problem.resolution: 100 cannot be strided from data at resolution 1024", "e.g. 128"]),
-        (lambda m: m["problem"].update(data="missing.h5", generated_resolution=None), ["problem.data: file missing.h5 not found"]),
-        (lambda m: m["search"].update(algorithm="grid"), ["search_space.lr.type: search.algorithm grid needs choice distributions"]),
+        (
+            lambda m: m["problem"].update(resolution=100),
+            ["problem.resolution: 100 cannot be strided from data at resolution 1024", "e.g. 128"],
+        ),
+        (
+            lambda m: m["problem"].update(data="missing.h5", generated_resolution=None),
+            ["problem.data: file missing.h5 not found"],
+        ),
+        (
+            lambda m: m["search"].update(algorithm="grid"),
+            ["search_space.lr.type: search.algorithm grid needs choice distributions"],
+        ),
         (lambda m: m["budget"].update(reduction_factor=1), ["budget.reduction_factor: must be >= 2"]),
         (lambda m: m["training"].update(milestones=[10], step_size=5), ["training.step_size: set at most one"]),
         (lambda m: m.update(name="my study/x"), ["name: 'my study/x' must be letters"]),
@@ -205,7 +246,16 @@ def test_every_searchable_parameter_is_accepted(tmp_path):
 def test_cli_overrides_take_precedence_and_are_reported(tmp_path):
     path = write(tmp_path, quick_mapping())
     study, applied = load_study(
-        path, {"proxy_K": 4, "target_K": 16, "num_trials": 3, "epochs": 2, "target_epochs": 5, "name": "other", "tracking_uri": None}
+        path,
+        {
+            "proxy_K": 4,
+            "target_K": 16,
+            "num_trials": 3,
+            "epochs": 2,
+            "target_epochs": 5,
+            "name": "other",
+            "tracking_uri": None,
+        },
     )
     assert (study.proxy_K, study.target_K, study.search.num_trials) == (4, 16, 3)
     assert (study.budget.epochs, study.target.epochs, study.name) == (2, 5, "other")
@@ -231,8 +281,13 @@ def test_override_errors_name_the_flag():
 
 
 def test_override_creates_missing_sections(tmp_path):
-    m = {"name": "mini", "problem": {"name": "burgers", "resolution": 128}, "proxy_K": 4, "target_K": 8,
-         "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}}
+    m = {
+        "name": "mini",
+        "problem": {"name": "burgers", "resolution": 128},
+        "proxy_K": 4,
+        "target_K": 8,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+    }
     study, applied = load_study(write(tmp_path, m), {"num_trials": 5, "tracking_uri": "sqlite:///x.db"})
     assert study.search.num_trials == 5 and study.tracking.uri == "sqlite:///x.db"
     assert [o.describe() for o in applied][0] == "--num-trials 5 overrides search.num_trials (study file: unset)"
@@ -258,8 +313,13 @@ def test_space_time_problem_grid_includes_the_time_axis(tmp_path):
 
     if "navier_stokes" not in PROBLEMS:
         pytest.skip("no space-time problem registered")
-    m = {"name": "ns", "problem": {"name": "navier_stokes"}, "proxy_K": 3, "target_K": 8,
-         "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}}}
+    m = {
+        "name": "ns",
+        "problem": {"name": "navier_stokes"},
+        "proxy_K": 3,
+        "target_K": 8,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+    }
     study, _ = load_study(write(tmp_path, m))
     res, t, pad = study.problem.resolution, study.problem.time_resolution, study.padding
     assert study.grid_shape == (res + pad, res + pad, t + pad)
@@ -276,9 +336,14 @@ def test_pino_loss_is_selectable_in_studies_for_darcy_only(tmp_path):
     from mutransfer.study import load_study
     from mutransfer.study.models import fixed_hyperparameters, train_config
 
-    base = {"name": "pino", "problem": {"name": "darcy", "resolution": 31}, "proxy_K": 3, "target_K": 6,
-            "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
-            "training": {"loss": "pino", "data_weight": 5, "physics_weight": 1}}
+    base = {
+        "name": "pino",
+        "problem": {"name": "darcy", "resolution": 31},
+        "proxy_K": 3,
+        "target_K": 6,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2}},
+        "training": {"loss": "pino", "data_weight": 5, "physics_weight": 1},
+    }
     path = tmp_path / "pino.yaml"
     path.write_text(_yaml.safe_dump(base))
     study, _ = load_study(path)

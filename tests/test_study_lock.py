@@ -39,7 +39,11 @@ def _lease_experiments(uri):
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
-    return [e for e in MlflowClient(uri).search_experiments(view_type=ViewType.ALL) if e.name.startswith("mutransfer-lease/")]
+    return [
+        e
+        for e in MlflowClient(uri).search_experiments(view_type=ViewType.ALL)
+        if e.name.startswith("mutransfer-lease/")
+    ]
 
 
 def test_a_held_study_refuses_a_second_driver_and_is_free_after_release(place):
@@ -88,9 +92,11 @@ def test_another_process_holding_the_study_refuses_then_is_taken_over_once_kille
 
 
 def _hold_in_subprocess(study_dir, uri, tmp_path) -> subprocess.Popen:
-    code = ("import sys, time; from mutransfer.study_folder.lock import StudyLock; from mutransfer.study_folder.state import StudyDir;"
-            f"StudyLock(StudyDir({str(study_dir.root)!r}), {uri!r}, say=print).acquire();"
-            "print('held', flush=True); time.sleep(600)")
+    code = (
+        "import sys, time; from mutransfer.study_folder.lock import StudyLock; from mutransfer.study_folder.state import StudyDir;"
+        f"StudyLock(StudyDir({str(study_dir.root)!r}), {uri!r}, say=print).acquire();"
+        "print('held', flush=True); time.sleep(600)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
     assert proc.stdout.readline().strip() == "held"
     return proc
@@ -99,7 +105,9 @@ def _hold_in_subprocess(study_dir, uri, tmp_path) -> subprocess.Popen:
 def _plant_lease(uri, study, holder, heartbeat):
     from mlflow.tracking import MlflowClient
 
-    MlflowClient(uri).create_experiment(lease_name(study), tags={HOLDER_TAG: holder.to_json(), HEARTBEAT_TAG: repr(heartbeat)})
+    MlflowClient(uri).create_experiment(
+        lease_name(study), tags={HOLDER_TAG: holder.to_json(), HEARTBEAT_TAG: repr(heartbeat)}
+    )
 
 
 def test_a_lease_from_another_host_is_dead_only_once_its_heartbeat_is_stale(place):

@@ -17,7 +17,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
@@ -47,7 +46,22 @@ def quick_run(ray_local, tmp_path_factory):
 
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            rc = main(["sweep", "--proxy-K", "6", "--target-K", "24", "--num-trials", "4", "--epochs", "2", "--target-epochs", "2", "--json"])
+            rc = main(
+                [
+                    "sweep",
+                    "--proxy-K",
+                    "6",
+                    "--target-K",
+                    "24",
+                    "--num-trials",
+                    "4",
+                    "--epochs",
+                    "2",
+                    "--target-epochs",
+                    "2",
+                    "--json",
+                ]
+            )
         out.write_text(buffer.getvalue())
     finally:
         os.chdir(old_cwd)
@@ -79,7 +93,9 @@ def test_quick_study_end_to_end(quick_run):
     # muP transfer: the target's effective spectral LR = the best proxy's x sqrt(log Kp / log Kt)
     best = next(r for r in trials if r.data.tags["mutransfer.trial_id"] == report["best_proxy"]["trial_id"])
     factor = math.sqrt(math.log(6) / math.log(24))
-    assert float(target.data.params["spectral_lr"]) == pytest.approx(float(best.data.params["spectral_lr"]) * factor, rel=1e-9)
+    assert float(target.data.params["spectral_lr"]) == pytest.approx(
+        float(best.data.params["spectral_lr"]) * factor, rel=1e-9
+    )
     assert float(target.data.params["hp.lr"]) == pytest.approx(float(best.data.params["hp.lr"]), rel=1e-12)
     assert float(parent.data.params["transfer.lr_factor"]) == pytest.approx(factor)
     assert report["target"]["spectral_lr0"] == pytest.approx(report["best_proxy"]["spectral_lr"] * factor, rel=1e-9)
@@ -94,7 +110,10 @@ def test_quick_study_end_to_end(quick_run):
     assert {"checkpoint/model.pt", "checkpoint/checkpoint.pt", "checkpoint/summary.json"} <= ckpt
     reports = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
     assert {"report/report.json", "report/report.txt", "report/proxy_trials.png"} <= reports
-    assert {a.path for a in client.list_artifacts(parent.info.run_id, "study")} >= {"study/study.yaml", "study/source.yaml"}
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "study")} >= {
+        "study/study.yaml",
+        "study/source.yaml",
+    }
 
     # compute accounting and the study directory
     c = report["compute"]
@@ -190,7 +209,9 @@ def test_ui_serves_the_store_on_localhost(quick_run):
         assert healthy, "MLflow UI did not become healthy"
         body = json.dumps({"experiment_ids": [report["mlflow"]["experiment_id"]], "max_results": 100}).encode()
         req = urllib.request.Request(
-            f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search", data=body, headers={"Content-Type": "application/json"}
+            f"http://127.0.0.1:{port}/api/2.0/mlflow/runs/search",
+            data=body,
+            headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=10) as r:
             assert len(json.loads(r.read())["runs"]) == 6
@@ -210,7 +231,9 @@ def test_failing_trial_is_retried_then_recorded_failed(ray_local, tiny_data, tmp
     monkeypatch.setenv("MUTRANSFER_FAIL_TRIALS", "2")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     report = run_sweep(
-        SweepOptions(study_path=str(study), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True)
+        SweepOptions(
+            study_path=str(study), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True
+        )
     )
     assert report["trials"]["total"] == 3 and report["trials"]["failed"] == 1
     assert report["target"]["status"] == "completed"
@@ -221,12 +244,17 @@ def test_failing_trial_is_retried_then_recorded_failed(ray_local, tiny_data, tmp
     (failed_id,) = failed_ids
 
     runs = mlflow_runs(uri)
-    trials = {r.data.tags["mutransfer.trial_id"]: r for r in runs if r.data.tags.get("mutransfer.kind") == "proxy_trial"}
+    trials = {
+        r.data.tags["mutransfer.trial_id"]: r for r in runs if r.data.tags.get("mutransfer.kind") == "proxy_trial"
+    }
     assert len(trials) == 3
     failed = trials[failed_id]
     assert failed.info.status == "FAILED" and failed.data.tags["mutransfer.status"] == "failed"
     assert failed.data.tags["mutransfer.retries"] == "1"
-    assert "InjectedFault" in failed.data.tags["mutransfer.error"] or "injected fault" in failed.data.tags["mutransfer.error"]
+    assert (
+        "InjectedFault" in failed.data.tags["mutransfer.error"]
+        or "injected fault" in failed.data.tags["mutransfer.error"]
+    )
     assert all(r.info.status == "FINISHED" for tid, r in trials.items() if tid != failed_id)
     assert not [r for r in runs if r.info.status == "RUNNING"]
     assert report["best_proxy"]["trial_id"] != failed_id
@@ -251,11 +279,19 @@ def test_diverged_trial_reports_the_finite_sentinel(ray_local, tiny_data, tmp_pa
     m["search_space"] = {"lr": {"type": "choice", "values": [3e-3, 1e6]}}
     study.write_text(yaml.safe_dump(m))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    report = run_sweep(SweepOptions(study_path=str(study), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True))
+    report = run_sweep(
+        SweepOptions(
+            study_path=str(study), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True
+        )
+    )
     by_lr = {t["config"]["lr"]: t for t in report["trial_table"]}
     assert by_lr[1e6]["status"] == "diverged" and by_lr[1e6]["test_error"] == DIVERGED_METRIC
     assert report["best_proxy"]["config"]["lr"] == 3e-3
-    statuses = {r.data.tags.get("mutransfer.status") for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "proxy_trial"}
+    statuses = {
+        r.data.tags.get("mutransfer.status")
+        for r in mlflow_runs(uri)
+        if r.data.tags.get("mutransfer.kind") == "proxy_trial"
+    }
     assert "diverged" in statuses
 
 
@@ -304,8 +340,9 @@ def test_coord_check_gate_stops_a_wrong_parametrization_before_the_target(ray_lo
         mapping = yaml.safe_load(path.read_text())
         mapping["parametrization"] = "standard"
         path.write_text(yaml.safe_dump(mapping, sort_keys=False))
-        options = SweepOptions(study_path=str(path), runs_dir=str(runs_dir), overrides={"tracking_uri": uri},
-                               quiet=True, coord_check=True)
+        options = SweepOptions(
+            study_path=str(path), runs_dir=str(runs_dir), overrides={"tracking_uri": uri}, quiet=True, coord_check=True
+        )
         if name == "wrong":
             monkeypatch.setattr(operators.spectral, "spectral_lr_multiplier", lambda k, d, p: right(k, d, p) * k)
             with pytest.raises(SweepError, match=r"coordinate check flagged standard: fourier_\d grows, slope \+"):

@@ -136,10 +136,30 @@ def test_studies_table_format():
     from mutransfer.tracking.listings import format_studies
 
     rows = [
-        {"study": "quick", "status": "done", "problem": "burgers", "proxy_K": 6, "target_K": 24, "best_proxy_error": 0.0249,
-         "target_error": 0.031, "proxy_device_seconds": 19.0, "target_device_seconds": 125.2, "device": "cpu"},
-        {"study": "big", "status": "running", "problem": "darcy", "proxy_K": 6, "target_K": 24, "best_proxy_error": None,
-         "target_error": None, "proxy_device_seconds": None, "target_device_seconds": None, "device": None},
+        {
+            "study": "quick",
+            "status": "done",
+            "problem": "burgers",
+            "proxy_K": 6,
+            "target_K": 24,
+            "best_proxy_error": 0.0249,
+            "target_error": 0.031,
+            "proxy_device_seconds": 19.0,
+            "target_device_seconds": 125.2,
+            "device": "cpu",
+        },
+        {
+            "study": "big",
+            "status": "running",
+            "problem": "darcy",
+            "proxy_K": 6,
+            "target_K": 24,
+            "best_proxy_error": None,
+            "target_error": None,
+            "proxy_device_seconds": None,
+            "target_device_seconds": None,
+            "device": None,
+        },
     ]
     lines = format_studies(rows).splitlines()
     assert lines[0].split()[:5] == ["study", "status", "problem", "proxy", "K"]
@@ -169,7 +189,9 @@ def test_cluster_fit_check_rejects_requests_no_single_node_can_hold():
 
     study, _ = load_study(None)  # quick: target.cpus_per_worker 2, cpus_per_trial 1
     check_cluster_fits(study, [{"CPU": 2.0}, {"CPU": 1.0}])
-    with pytest.raises(UserInputError, match="target.cpus_per_worker: 2 but the largest node of the cluster has 1 CPUs"):
+    with pytest.raises(
+        UserInputError, match="target.cpus_per_worker: 2 but the largest node of the cluster has 1 CPUs"
+    ):
         check_cluster_fits(study, [{"CPU": 1.0}, {"CPU": 1.0}])
     with pytest.raises(UserInputError, match="resources.cpus_per_trial"):
         check_cluster_fits(study, [{"CPU": 0.5}])

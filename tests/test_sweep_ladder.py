@@ -6,7 +6,6 @@ import json
 import subprocess
 
 import pytest
-
 from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 from test_sweep_resume import _env, _executions, _kill_when, _sweep
 
@@ -54,7 +53,9 @@ def test_ladder_runs_end_to_end_and_resumes_mid_ladder(tmp_path):
     parent = parents[0]
     rung_runs = _rung_runs(runs)
     assert sorted(r.data.tags["mutransfer.rung"] for r in rung_runs) == ["1", "2"]
-    assert all(r.data.tags["mlflow.parentRunId"] == parent.info.run_id and r.info.status == "FINISHED" for r in rung_runs)
+    assert all(
+        r.data.tags["mlflow.parentRunId"] == parent.info.run_id and r.info.status == "FINISHED" for r in rung_runs
+    )
     by_rung = {}
     for r in _rung_runs(runs, "proxy_trial"):
         by_rung.setdefault(r.data.tags["mutransfer.rung"], []).append(r)
@@ -73,13 +74,20 @@ def test_a_driver_killed_inside_a_rung_resumes_that_rung_from_its_checkpoints(tm
     from mutransfer.training.checkpoint import CHECKPOINT_NAME
 
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    study = write_tiny_study(tmp_path, data, name="ladin", trials=2, epochs=30, grace=30, target_epochs=2, max_concurrent=1)
+    study = write_tiny_study(
+        tmp_path, data, name="ladin", trials=2, epochs=30, grace=30, target_epochs=2, max_concurrent=1
+    )
     cmd = _sweep(study) + ["--ladder", "6", "12"]
     root = tmp_path / "mutransfer-runs" / "ladin"
     rung = root / "rungs" / "r1" / "trials" / "t0000"
     env = _env(tmp_path)
-    _kill_when(cmd, tmp_path, env, lambda: (rung / CHECKPOINT_NAME).exists() and not (rung / "outcome.json").exists(),
-               "a rung-1 checkpoint")
+    _kill_when(
+        cmd,
+        tmp_path,
+        env,
+        lambda: (rung / CHECKPOINT_NAME).exists() and not (rung / "outcome.json").exists(),
+        "a rung-1 checkpoint",
+    )
     proxies = _executions(root / "trials")
     resumed = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -89,5 +97,7 @@ def test_a_driver_killed_inside_a_rung_resumes_that_rung_from_its_checkpoints(tm
     report = json.loads(resumed.stdout)
     assert [(r["rung"], r["trials"]) for r in report["rungs"]] == [(0, 2), (1, 1)]
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    assert len(_rung_runs(runs)) == 1 and len([r for r in _rung_runs(runs, "proxy_trial")
-                                               if r.data.tags.get("mutransfer.rung") == "1"]) == 1
+    assert (
+        len(_rung_runs(runs)) == 1
+        and len([r for r in _rung_runs(runs, "proxy_trial") if r.data.tags.get("mutransfer.rung") == "1"]) == 1
+    )

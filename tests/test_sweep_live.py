@@ -18,7 +18,6 @@ import threading
 import time
 
 import pytest
-
 from sweep_helpers import write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
@@ -65,8 +64,16 @@ def test_a_study_is_visible_in_mlflow_and_on_the_terminal_while_it_runs(tmp_path
     from mlflow.tracking import MlflowClient
 
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    study = write_tiny_study(tmp_path, data, name="live", trials=2, epochs=EPOCHS, grace=EPOCHS,
-                             target_epochs=TARGET_EPOCHS, max_concurrent=1)
+    study = write_tiny_study(
+        tmp_path,
+        data,
+        name="live",
+        trials=2,
+        epochs=EPOCHS,
+        grace=EPOCHS,
+        target_epochs=TARGET_EPOCHS,
+        max_concurrent=1,
+    )
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MUTRANSFER_CACHE=str(tmp_path / "cache"))
     env.pop("TQDM_DISABLE", None)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -76,9 +83,15 @@ def test_a_study_is_visible_in_mlflow_and_on_the_terminal_while_it_runs(tmp_path
     reader = threading.Thread(target=_read_all, args=(master, chunks), daemon=True)
     watcher = StoreWatcher(uri)
     with open(tmp_path / "report.txt", "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study)],
-                                cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=slave,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study)],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=slave,
+            start_new_session=True,
+        )
         os.close(slave)
         reader.start()
         try:

@@ -64,9 +64,11 @@ def _table(plan):
 @pytest.mark.parametrize("algorithm", ["tpe", "random"])
 def test_results_arriving_in_any_order_give_the_same_trials(tmp_path, algorithm):
     study = _study(algorithm, trials=10)
-    runs = [_run(study, tmp_path / "fifo", 3, order="fifo"),
-            _run(study, tmp_path / "lifo", 3, order="lifo"),
-            _run(study, tmp_path / "random", 3, order="random", rng=random.Random(7))]
+    runs = [
+        _run(study, tmp_path / "fifo", 3, order="fifo"),
+        _run(study, tmp_path / "lifo", 3, order="lifo"),
+        _run(study, tmp_path / "random", 3, order="random", rng=random.Random(7)),
+    ]
     tables = [_table(p) for p in runs]
     assert tables[0] == tables[1] == tables[2]
     assert len({json.dumps(c, sort_keys=True) for _k, c, _s, _v in tables[0]}) == 10  # ten different configurations
@@ -125,12 +127,16 @@ def test_asha_stops_a_trial_worse_than_the_finished_ones_at_a_rung(tmp_path):
 
 def test_grid_hands_out_every_combination_once(tmp_path):
     m = yaml.safe_load(default_study_text())
-    m["search_space"] = {"lr": {"type": "choice", "values": [1e-3, 1e-2, 1e-1]}, "batch_size": {"type": "choice", "values": [10, 20]}}
+    m["search_space"] = {
+        "lr": {"type": "choice", "values": [1e-3, 1e-2, 1e-1]},
+        "batch_size": {"type": "choice", "values": [10, 20]},
+    }
     m["search"].update(algorithm="grid")
     plan = _run(parse_study(m, "test"), tmp_path, 2, order="lifo")
     assert plan.total == 6
     assert sorted((c["lr"], c["batch_size"]) for c in plan.configs.values()) == sorted(
-        (lr, b) for lr in (1e-3, 1e-2, 1e-1) for b in (10, 20))
+        (lr, b) for lr in (1e-3, 1e-2, 1e-1) for b in (10, 20)
+    )
 
 
 def test_all_failed_message_names_the_first_error_and_what_to_try(tmp_path):

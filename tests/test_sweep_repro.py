@@ -13,15 +13,25 @@ import subprocess
 import sys
 
 import pytest
-
 from sweep_helpers import write_tiny_data, write_tiny_study
 
 
 def _sweep(directory, study) -> dict:
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", RAY_USAGE_STATS_ENABLED="0", TQDM_DISABLE="1",
-               MUTRANSFER_CACHE=str(directory / "cache"))
-    done = subprocess.run([sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"],
-                          cwd=directory, env=env, capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ,
+        MLFLOW_DISABLE_TELEMETRY="true",
+        RAY_USAGE_STATS_ENABLED="0",
+        TQDM_DISABLE="1",
+        MUTRANSFER_CACHE=str(directory / "cache"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"],
+        cwd=directory,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout)
 

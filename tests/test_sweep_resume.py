@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
 
@@ -31,8 +30,14 @@ class Planted:
 
 
 def _env(tmp_path, **extra) -> dict:
-    return dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", RAY_USAGE_STATS_ENABLED="0",
-                MUTRANSFER_CACHE=str(tmp_path / "cache"), TQDM_DISABLE="1", **extra)
+    return dict(
+        os.environ,
+        MLFLOW_DISABLE_TELEMETRY="true",
+        RAY_USAGE_STATS_ENABLED="0",
+        MUTRANSFER_CACHE=str(tmp_path / "cache"),
+        TQDM_DISABLE="1",
+        **extra,
+    )
 
 
 def _sweep(study: Path) -> list[str]:
@@ -42,11 +47,15 @@ def _sweep(study: Path) -> list[str]:
 def _kill_when(cmd, tmp_path, env, ready, what: str) -> None:
     """Start the driver in its own session, wait until ``ready()``, then SIGKILL it and everything it started."""
     with open(tmp_path / "first.err", "w") as err:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
         try:
             deadline = time.time() + 600
             while time.time() < deadline and not ready():
-                assert proc.poll() is None, f"the sweep ended before {what}: {(tmp_path / 'first.err').read_text()[-2000:]}"
+                assert proc.poll() is None, (
+                    f"the sweep ended before {what}: {(tmp_path / 'first.err').read_text()[-2000:]}"
+                )
                 time.sleep(0.1)
             assert ready(), f"never reached {what}"
         finally:
@@ -64,8 +73,16 @@ def _finished(trials_dir: Path) -> set[str]:
     return {p.parent.name for p in trials_dir.glob("*/outcome.json")}
 
 
-def _resume_and_check(cmd, tmp_path, env, name: str, trials: int, before: dict[str, list], finished: set[str],
-                      restarted: frozenset = frozenset()) -> dict:
+def _resume_and_check(
+    cmd,
+    tmp_path,
+    env,
+    name: str,
+    trials: int,
+    before: dict[str, list],
+    finished: set[str],
+    restarted: frozenset = frozenset(),
+) -> dict:
     """--resume, then the counts. ``restarted``: trials whose checkpoint was replaced by a planted file (they start over)."""
     resumed = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -98,7 +115,10 @@ def _resume_and_check(cmd, tmp_path, env, name: str, trials: int, before: dict[s
     for metric in ("trials_total", "target_test_error", "sweep_wall_seconds"):  # the report was logged once
         assert len(client.get_metric_history(parents[0].info.run_id, metric)) == 1, metric
     assert state["phase"] == "done" and state["report"]["best_proxy"] == report["best_proxy"]
-    assert json.loads((tmp_path / "mutransfer-runs" / name / "report.json").read_text())["best_proxy"] == report["best_proxy"]
+    assert (
+        json.loads((tmp_path / "mutransfer-runs" / name / "report.json").read_text())["best_proxy"]
+        == report["best_proxy"]
+    )
     return report
 
 
@@ -125,15 +145,20 @@ def test_kill_during_the_proxies_then_resume_runs_nothing_twice_and_unpickles_no
     evil = Planted(marker)
     import pickle
 
-    for path in (root / "tune" / "tuner.pkl", root / "tune" / "run-1" / "tuner.pkl", root / "tune" / "run-1" / "trainable.pkl",
-                 root / "tune" / "run-1" / "search_gen_state-x.pkl", root / "tune" / "experiment_state-x.pkl"):
+    for path in (
+        root / "tune" / "tuner.pkl",
+        root / "tune" / "run-1" / "tuner.pkl",
+        root / "tune" / "run-1" / "trainable.pkl",
+        root / "tune" / "run-1" / "search_gen_state-x.pkl",
+        root / "tune" / "experiment_state-x.pkl",
+    ):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(pickle.dumps(evil))
     planted_pt = [trials_dir / key / "checkpoint.pt" for key in unfinished] or [trials_dir / "t0002" / "checkpoint.pt"]
     for path in planted_pt:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"model": evil}, path)
-    with pytest.raises(Exception):  # the planted checkpoint is a real threat: a full unpickle would run it
+    with pytest.raises(Exception):  # noqa: B017 - any refusal will do; the planted checkpoint is a real threat: a full unpickle would run it
         torch.load(planted_pt[0], weights_only=True)
     assert not marker.exists()
 
@@ -157,7 +182,9 @@ def test_kill_in_a_later_phase_then_resume(tmp_path, point):
     """SIGKILL before the transfer, during the target's training, before the report, after it was logged: --resume finishes once."""
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     name = f"kill-{point.replace('_', '-')}"
-    study = write_tiny_study(tmp_path, data, name=name, trials=2, epochs=2, target_epochs=60 if point == "target" else 2)
+    study = write_tiny_study(
+        tmp_path, data, name=name, trials=2, epochs=2, target_epochs=60 if point == "target" else 2
+    )
     root = tmp_path / "mutransfer-runs" / name
     if point == "target":
         env = _env(tmp_path)
@@ -179,12 +206,20 @@ def test_every_trial_failing_says_what_failed_and_what_to_try(tmp_path):
     """MUTRANSFER_FAIL_TRIALS: each trial fails, is retried, fails again; the sweep stops with the first error and advice."""
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(tmp_path, data, name="allfail", trials=2, max_concurrent=1, max_failures=1)
-    done = subprocess.run(_sweep(study), cwd=tmp_path, env=_env(tmp_path, MUTRANSFER_FAIL_TRIALS="100"),
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        _sweep(study),
+        cwd=tmp_path,
+        env=_env(tmp_path, MUTRANSFER_FAIL_TRIALS="100"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("mutransfer sweep: failed: no proxy trial produced a result: all 2 failed")
-    assert "t0000" in last and "injected fault" in last and "unset MUTRANSFER_FAIL_TRIALS" in last and "--name NEW" in last
+    assert (
+        "t0000" in last and "injected fault" in last and "unset MUTRANSFER_FAIL_TRIALS" in last and "--name NEW" in last
+    )
     trials_dir = tmp_path / "mutransfer-runs" / "allfail" / "trials"
     for key in ("t0000", "t0001"):
         outcome = json.loads((trials_dir / key / "outcome.json").read_text())
@@ -209,8 +244,16 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
     target_dir = tmp_path / "mutransfer-runs" / "ctrlc" / "target"
     # A child inherits an ignored SIGINT (and Python then keeps ignoring it), as a user's terminal never
     # would pass on: start the driver with the default disposition, whatever earlier tests left behind.
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_default_sigint)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_default_sigint,
+    )
     try:
         deadline = time.time() + 400
         while time.time() < deadline and not _target_has_checkpoint(target_dir):
@@ -225,7 +268,11 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
     assert proc.returncode == 130, err[-2000:]
     assert f"continue it with `mutransfer sweep --resume --study {study} --target-epochs 200`" in err
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    status = {r.data.tags.get("mutransfer.kind"): r.info.status for r in runs if r.data.tags.get("mutransfer.kind") != "proxy_trial"}
+    status = {
+        r.data.tags.get("mutransfer.kind"): r.info.status
+        for r in runs
+        if r.data.tags.get("mutransfer.kind") != "proxy_trial"
+    }
     assert status == {"study": "KILLED", "target": "KILLED"}
 
     resumed = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from sweep_helpers import galerkin_mesh_study, mlflow_runs
 
 pytestmark = pytest.mark.slow
@@ -29,9 +28,13 @@ def test_galerkin_width_sweep_on_an_irregular_mesh(mesh_file, tmp_path):
     """Proxies at width 8, the best configuration trained at width 32 under width-muP; all recorded in MLflow."""
     from mutransfer.sweep import SweepOptions, run_sweep
 
-    path = galerkin_mesh_study(tmp_path, "galerkin-mesh", mesh_file, n_train=32, n_test=8, target_width=32, batch_size=8, epochs=2)
+    path = galerkin_mesh_study(
+        tmp_path, "galerkin-mesh", mesh_file, n_train=32, n_test=8, target_width=32, batch_size=8, epochs=2
+    )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    report = run_sweep(SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True))
+    report = run_sweep(
+        SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True)
+    )
 
     assert report["operator"] == "galerkin" and report["scaling"] == "width 8 -> 32 (width-mup)"
     rows = {q["name"]: q for q in report["transfer"]["quantities"]}
@@ -41,7 +44,10 @@ def test_galerkin_width_sweep_on_an_irregular_mesh(mesh_file, tmp_path):
     saved = torch.load(Path(target["checkpoint_dir"]) / "model.pt", weights_only=True)
     assert saved["model_config"]["operator_config"]["width"] == 32
     assert saved["model_config"]["operator_config"]["base_width"] == 8
-    assert report["compute"]["flops_method"] == "counted" and report["compute"]["target_flops"] > report["compute"]["proxy_flops"] > 0
+    assert (
+        report["compute"]["flops_method"] == "counted"
+        and report["compute"]["target_flops"] > report["compute"]["proxy_flops"] > 0
+    )
 
     runs = mlflow_runs(uri)
     parent = [r for r in runs if r.data.tags.get("mutransfer.kind") == "study"][0]
@@ -63,14 +69,45 @@ def test_width_landscape_end_to_end(tmp_path):
         "budget: {epochs: 1}\n"
     )
     db, out = tmp_path / "mlflow.db", tmp_path / "out"
-    cmd = [sys.executable, "-m", "mutransfer.cli.main", "landscape", "--study", str(study), "--widths", "4", "16",
-           "--lrs", "1e-3", "1e-2", "1e-1", "--seeds", "1", "--tracking-uri", f"sqlite:///{db}", "--out", str(out), "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path,
-                          env={**os.environ, "MUTRANSFER_CACHE": str(tmp_path / "cache")})
+    cmd = [
+        sys.executable,
+        "-m",
+        "mutransfer.cli.main",
+        "landscape",
+        "--study",
+        str(study),
+        "--widths",
+        "4",
+        "16",
+        "--lrs",
+        "1e-3",
+        "1e-2",
+        "1e-1",
+        "--seeds",
+        "1",
+        "--tracking-uri",
+        f"sqlite:///{db}",
+        "--out",
+        str(out),
+        "--json",
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "MUTRANSFER_CACHE": str(tmp_path / "cache")},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     payload = json.loads(proc.stdout)
     assert payload["axis"] == "width" and payload["base_width"] == 4 and payload["operator"] == "galerkin"
-    assert {(c["parametrization"], c["scale"]) for c in payload["curves"]} == {("standard", 4), ("standard", 16), ("mup", 4), ("mup", 16)}
+    assert {(c["parametrization"], c["scale"]) for c in payload["curves"]} == {
+        ("standard", 4),
+        ("standard", 16),
+        ("mup", 4),
+        ("mup", 16),
+    }
     assert {tuple(d["span"]) for d in payload["drift"]} == {(4, 16)}
     # at the base width, muP is the standard model: the two curves coincide exactly
     at_base = {(r["parametrization"], r["value"]): r["test_error"] for r in payload["records"] if r["scale"] == 4}
@@ -85,18 +122,23 @@ def test_width_landscape_end_to_end(tmp_path):
 @pytest.mark.parametrize("operator", ["galerkin", "ono", "gnot"])
 def test_attention_target_trains_with_two_ddp_workers(operator, ray_local, mesh_file, tmp_path):
     """Ray Train DDP (2 gloo workers) on packed point sets: every parameter gets a gradient, the model saves and rebuilds."""
-    from operators.adapters import PackedPointSet
     from mutransfer.data.pointclouds import load_point_split
     from mutransfer.study import parse_study
     from mutransfer.study.models import merge_hyperparameters
     from mutransfer.sweep.target import run_target
+    from operators.adapters import PackedPointSet
 
-    study = parse_study({
-        "name": f"{operator}-ddp", "problem": {"name": "darcy_mesh", "data": str(mesh_file), "n_train": 32, "n_test": 8},
-        "operator": {"type": operator, "width": 8, "layers": 1, "heads": 2}, "target_width": 16,
-        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
-        "target": {"epochs": 2, "num_workers": 2, "cpus_per_worker": 1},
-    }, "ddp")
+    study = parse_study(
+        {
+            "name": f"{operator}-ddp",
+            "problem": {"name": "darcy_mesh", "data": str(mesh_file), "n_train": 32, "n_test": 8},
+            "operator": {"type": operator, "width": 8, "layers": 1, "heads": 2},
+            "target_width": 16,
+            "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
+            "target": {"epochs": 2, "num_workers": 2, "cpus_per_worker": 1},
+        },
+        "ddp",
+    )
     data = load_point_split(mesh_file, n_train=32, n_test=8)
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
     outcome = run_target(study, hp, data, tmp_path, use_gpu=False, max_failures=0)

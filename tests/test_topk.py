@@ -21,10 +21,17 @@ import yaml
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import default_study_text, load_study, parse_study
-from mutransfer.sweep.context import FinalSearch, ProxyResults, SweepContext, SweepOptions, pick_best, ranked
 from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.topk import (Candidate, candidates, carry, choose_winner, count_in_compute,
-                                   topk_metrics, train_top_k)
+from mutransfer.sweep.context import FinalSearch, ProxyResults, SweepContext, SweepOptions, pick_best, ranked
+from mutransfer.sweep.topk import (
+    Candidate,
+    candidates,
+    carry,
+    choose_winner,
+    count_in_compute,
+    topk_metrics,
+    train_top_k,
+)
 
 
 def _trial(i: int, status: str, error: float | None, lr: float = 1e-3) -> TrialRecord:
@@ -33,19 +40,29 @@ def _trial(i: int, status: str, error: float | None, lr: float = 1e-3) -> TrialR
 
 
 def test_ranking_is_pick_bests_ranking_completed_first_then_pruned_or_diverged():
-    trials = [_trial(0, "pruned", 0.1), _trial(1, "completed", 0.5), _trial(2, "failed", None),
-              _trial(3, "completed", 0.3), _trial(4, "diverged", 1e9), _trial(5, "pruned", None)]
+    trials = [
+        _trial(0, "pruned", 0.1),
+        _trial(1, "completed", 0.5),
+        _trial(2, "failed", None),
+        _trial(3, "completed", 0.3),
+        _trial(4, "diverged", 1e9),
+        _trial(5, "pruned", None),
+    ]
     assert [t.trial_id for t in ranked(trials)] == ["t0003", "t0001", "t0000", "t0004"]
     rng = random.Random(0)
     for _ in range(200):  # the first of the ranking is always pick_best's choice
-        trials = [_trial(i, rng.choice(["completed", "pruned", "diverged", "failed"]),
-                         rng.choice([None, rng.random()])) for i in range(rng.randint(1, 6))]
+        trials = [
+            _trial(i, rng.choice(["completed", "pruned", "diverged", "failed"]), rng.choice([None, rng.random()]))
+            for i in range(rng.randint(1, 6))
+        ]
         order = ranked(trials)
         assert (order[0] if order else None) is pick_best(trials)
 
 
 def test_candidates_are_the_n_best_and_fewer_when_fewer_reported():
-    proxies = ProxyResults([_trial(0, "completed", 0.4), _trial(1, "failed", None), _trial(2, "completed", 0.2)], None, 1)
+    proxies = ProxyResults(
+        [_trial(0, "completed", 0.4), _trial(1, "failed", None), _trial(2, "completed", 0.2)], None, 1
+    )
     ctx = SimpleNamespace(final_search=None, study=None, proxies=proxies)
     assert [t.trial_id for t in candidates(ctx, 1)] == ["t0002"]
     assert [t.trial_id for t in candidates(ctx, 3)] == ["t0002", "t0000"]  # t0001 has no error: only 2 carried
@@ -69,8 +86,9 @@ def test_carry_is_the_mup_transfer_of_the_candidate():
     result = carry(SimpleNamespace(study=study, final_search=FinalSearch([trial], trial, study), transfer=None), trial)
     factor = math.sqrt(math.log(study.proxy_K) / math.log(study.target_K))
     assert study.dim == 1 and math.isclose(result.record["lr_factor"], factor, rel_tol=1e-12)
-    assert math.isclose(result.record["target_spectral_init_std"], result.record["proxy_spectral_init_std"] * factor,
-                        rel_tol=1e-12)
+    assert math.isclose(
+        result.record["target_spectral_init_std"], result.record["proxy_spectral_init_std"] * factor, rel_tol=1e-12
+    )
     assert result.hp == trial.hp
 
 
@@ -82,8 +100,9 @@ def _outcome(error: float, checkpoint: Path):
     from mutransfer.sweep.target import TargetOutcome
 
     checkpoint.mkdir(parents=True, exist_ok=True)
-    return TargetOutcome("completed", error, 2, trainer_seconds=1.5, wall_seconds=4.0, device_seconds=4.0,
-                         checkpoint_dir=str(checkpoint))
+    return TargetOutcome(
+        "completed", error, 2, trainer_seconds=1.5, wall_seconds=4.0, device_seconds=4.0, checkpoint_dir=str(checkpoint)
+    )
 
 
 def _context(tmp_path: Path, study, tracker, state: dict) -> SweepContext:
@@ -125,7 +144,10 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
     with pytest.raises(_Stop):
         train_top_k(ctx, lambda *a, **k: fit(*a, **k, stop_at="t0000"))
     stored = json.loads((ctx.study_dir.root / "state.json").read_text())
-    assert [d["trial_id"] for d in stored["topk_targets"]] == ["t0001"] and set(stored["topk_run_ids"]) == {"t0001", "t0000"}
+    assert [d["trial_id"] for d in stored["topk_targets"]] == ["t0001"] and set(stored["topk_run_ids"]) == {
+        "t0001",
+        "t0000",
+    }
     assert stored["topk_targets"][0]["outcome"]["checkpoint_dir"] == "targets/t0001/target/final"  # kept relative
 
     first_session = list(calls)
@@ -149,17 +171,37 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
 def _rows() -> list[dict]:
     rows = []
     for rank, (key, error, winner) in enumerate([("t0001", 0.5, False), ("t0002", 0.25, True)], 1):
-        rows.append({"rank": rank, "trial_id": key, "proxy_test_error": 0.1 * rank, "target_test_error": error,
-                     "status": "completed", "epochs": 2, "device_seconds": 4.0 * rank, "trainer_seconds": 1.5,
-                     "trainer_device_seconds": 1.5, "flops": 1e8, "mlflow_run_id": f"run{rank}", "winner": winner,
-                     "hp": {"lr": 2e-3}, "lr": 2e-3})
+        rows.append(
+            {
+                "rank": rank,
+                "trial_id": key,
+                "proxy_test_error": 0.1 * rank,
+                "target_test_error": error,
+                "status": "completed",
+                "epochs": 2,
+                "device_seconds": 4.0 * rank,
+                "trainer_seconds": 1.5,
+                "trainer_device_seconds": 1.5,
+                "flops": 1e8,
+                "mlflow_run_id": f"run{rank}",
+                "winner": winner,
+                "hp": {"lr": 2e-3},
+                "lr": 2e-3,
+            }
+        )
     return rows
 
 
 def test_every_candidate_counts_in_mutransfers_cost():
-    compute = {"mutransfer_vs_direct_flops": 0.5, "direct_sweep_flops": 1e9, "mutransfer_vs_direct_training_seconds": 0.4,
-               "direct_sweep_training_seconds_estimate": 10.0, "trainer_seconds_critical_path": 3.0,
-               "sweep_wall_seconds": 10.0, "overhead_share": 0.7}
+    compute = {
+        "mutransfer_vs_direct_flops": 0.5,
+        "direct_sweep_flops": 1e9,
+        "mutransfer_vs_direct_training_seconds": 0.4,
+        "direct_sweep_training_seconds_estimate": 10.0,
+        "trainer_seconds_critical_path": 3.0,
+        "sweep_wall_seconds": 10.0,
+        "overhead_share": 0.7,
+    }
     count_in_compute(compute, _rows())
     assert compute["top_k_targets"] == 2 and compute["top_k_device_seconds"] == 12.0 and compute["top_k_flops"] == 2e8
     # the winner is the report's target, counted already: the other candidate is added
@@ -178,8 +220,19 @@ def test_the_report_shows_the_table_and_compares_the_winner_with_its_own_proxy()
     study, _ = load_study(None, {"top_k": 2})
     trials = [_trial(1, "completed", 0.1), _trial(2, "completed", 0.2)]
     target = TargetOutcome("completed", 0.25, 2, trainer_seconds=1.5, wall_seconds=8.0, device_seconds=8.0)
-    common = dict(study=study, trials=trials, best=trials[0], transfer=None, target_hp=None, target=target,
-                  proxy_device="cpu", wall_seconds=20.0, mlflow={}, study_dir="x", overrides=[])
+    common = dict(
+        study=study,
+        trials=trials,
+        best=trials[0],
+        transfer=None,
+        target_hp=None,
+        target=target,
+        proxy_device="cpu",
+        wall_seconds=20.0,
+        mlflow={},
+        study_dir="x",
+        overrides=[],
+    )
     report = build_report(**common, top_k=_rows())
     plain = build_report(**common)
     assert [r["trial_id"] for r in report["top_k"]] == ["t0001", "t0002"] and plain["top_k"] is None
@@ -187,14 +240,17 @@ def test_the_report_shows_the_table_and_compares_the_winner_with_its_own_proxy()
     assert plain["proxy_to_target"]["proxy_test_error"] == 0.1
     assert report["compute"]["mutransfer_vs_direct_flops"] > plain["compute"]["mutransfer_vs_direct_flops"]
     text = format_report(json.loads(json.dumps(report)))
-    table = text[text.index("top-k:"):].splitlines()
+    table = text[text.index("top-k:") :].splitlines()
     assert "proxy trial t0002 (rank 2)" in table[0] and "transferred lr" in table[1]
     assert table[2].split()[:2] == ["1", "t0001"] and not table[2].endswith("winner")
     assert table[3].split()[:2] == ["2", "t0002"] and table[3].endswith("winner")
     assert "all 2 target trainings: 12.0 device-s" in table[4]
     assert "top-k" not in format_report(plain)
-    assert topk_metrics(_rows(), 7) == [("topk_1_target_error", 0.5, 7, 0), ("topk_2_target_error", 0.25, 7, 0),
-                                       ("topk_winner_rank", 2, 7, 0)]
+    assert topk_metrics(_rows(), 7) == [
+        ("topk_1_target_error", 0.5, 7, 0),
+        ("topk_2_target_error", 0.25, 7, 0),
+        ("topk_winner_rank", 2, 7, 0),
+    ]
     assert topk_metrics(None, 7) == []
 
 
@@ -210,8 +266,10 @@ def test_top_k_above_the_trials_is_refused_and_up_to_them_accepted():
     assert parse_study(_mapping(num_trials=3, top_k=3), "s.yaml").search.top_k == 3
     assert parse_study(_mapping(), "s.yaml").search.top_k == 1
     grid = _mapping(algorithm="grid", num_trials=1, top_k=3)  # a grid's trials are its combinations (here 2 x 2)
-    grid["search_space"] = {"lr": {"type": "choice", "values": [1e-3, 1e-2]},
-                            "batch_size": {"type": "choice", "values": [10, 20]}}
+    grid["search_space"] = {
+        "lr": {"type": "choice", "values": [1e-3, 1e-2]},
+        "batch_size": {"type": "choice", "values": [10, 20]},
+    }
     assert parse_study(grid, "s.yaml").search.top_k == 3
     grid["search"]["top_k"] = 5
     with pytest.raises(UserInputError, match="more than the study's 4 trial"):
@@ -231,8 +289,14 @@ def test_top_k_flag_too_large_is_one_line_before_any_compute(tmp_path):
 def _env(tmp_path, **extra) -> dict:
     import os
 
-    return dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", RAY_USAGE_STATS_ENABLED="0",
-                MUTRANSFER_CACHE=str(tmp_path / "cache"), TQDM_DISABLE="1", **extra)
+    return dict(
+        os.environ,
+        MLFLOW_DISABLE_TELEMETRY="true",
+        RAY_USAGE_STATS_ENABLED="0",
+        MUTRANSFER_CACHE=str(tmp_path / "cache"),
+        TQDM_DISABLE="1",
+        **extra,
+    )
 
 
 def _study(tmp_path: Path, name: str, **kw) -> list[str]:
@@ -289,8 +353,14 @@ def test_kill_between_candidates_then_resume_does_not_train_the_first_again(tmp_
     root = tmp_path / "mutransfer-runs" / "topk-kill"
     held = root / "held-at-topk_next_candidate"
     with open(tmp_path / "first.err", "w") as err:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(tmp_path, MUTRANSFER_HOLD_AT="topk_next_candidate"),
-                                stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            env=_env(tmp_path, MUTRANSFER_HOLD_AT="topk_next_candidate"),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
         try:
             deadline = time.time() + 600
             while time.time() < deadline and not held.exists():
@@ -306,8 +376,9 @@ def test_kill_between_candidates_then_resume_does_not_train_the_first_again(tmp_
     progress = root / "targets" / first["trial_id"] / "target" / "progress.jsonl"
     before = progress.read_bytes()
 
-    resumed = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
-                             timeout=900)
+    resumed = subprocess.run(
+        cmd + ["--resume"], cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=900
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     report = json.loads(resumed.stdout)
     assert progress.read_bytes() == before  # candidate 1 trained no epoch more

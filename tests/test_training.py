@@ -20,9 +20,9 @@ from mutransfer.training import (
     TrainResult,
     load_checkpoint,
     relative_l2,
+    schedules,
     train,
 )
-from mutransfer.training import schedules
 from mutransfer.training.schedules import build_scheduler
 from operators.fno import FNO
 from operators.parametrization import optimizer_param_groups
@@ -303,7 +303,9 @@ def test_load_checkpoint_errors(tmp_path):
 
 def test_diverging_lr_reports_sentinel_without_raising():
     events = []
-    result = train(make_fno(parametrization="standard"), make_data(), config(lr=1e30, epochs=3), callbacks=[events.append])
+    result = train(
+        make_fno(parametrization="standard"), make_data(), config(lr=1e30, epochs=3), callbacks=[events.append]
+    )
     assert result.status == "diverged"
     assert result.test_error == DIVERGED_METRIC and math.isfinite(result.test_error)
     assert result.iterations_completed < 9
@@ -337,9 +339,7 @@ def test_iterations_budget_runs_exact_number_of_steps(tmp_path):
     model = make_fno()
     steps = []
     model.register_forward_hook(lambda m, i, o: steps.append(1) if m.training else None)
-    result = train(
-        model, make_data(), config(epochs=None, iterations=7, eval_every=3, checkpoint_dir=str(tmp_path))
-    )
+    result = train(model, make_data(), config(epochs=None, iterations=7, eval_every=3, checkpoint_dir=str(tmp_path)))
     assert result.status == "completed"
     assert sum(steps) == 7 and result.iterations_completed == 7
     assert result.epochs_completed == 2  # 3 iterations per epoch

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutransfer.tracking.runs import Tracker
 from mutransfer.sweep.trial_logger import TrialLogger
+from mutransfer.tracking.runs import Tracker
 
 
 @pytest.fixture(scope="module")
@@ -30,22 +30,50 @@ def store(database, tmp_path):
 
 def _logger(store, **kw) -> TrialLogger:
     tracker, experiment, parent, tmp_path = store
-    logger = TrialLogger(uri=tracker.uri, experiment_id=experiment, parent_run_id=parent, study_name="live", proxy_K=6,
-                         proxy_width=16, budget_epochs=4, fixed={"lr": 1e-3, "batch_size": 10}, searched=["lr"],
-                         total_trials=1, device_kind="cpu", devices_per_trial=1.0, trials_dir=str(tmp_path / "trials"),
-                         trial_key=lambda t: t.config["key"], **kw)
+    logger = TrialLogger(
+        uri=tracker.uri,
+        experiment_id=experiment,
+        parent_run_id=parent,
+        study_name="live",
+        proxy_K=6,
+        proxy_width=16,
+        budget_epochs=4,
+        fixed={"lr": 1e-3, "batch_size": 10},
+        searched=["lr"],
+        total_trials=1,
+        device_kind="cpu",
+        devices_per_trial=1.0,
+        trials_dir=str(tmp_path / "trials"),
+        trial_key=lambda t: t.config["key"],
+        **kw,
+    )
     logger.live_interval_s = 0.0  # every result is logged at once (the sweep logs at most once a second)
     return logger
 
 
 def _trial(tune_id: str = "abc"):
-    return SimpleNamespace(trial_id=tune_id, config={"key": "t0000", "lr": 0.01}, experiment_tag="1_lr=0.01",
-                           last_result={}, num_failures=0, path=None, get_error=lambda: None)
+    return SimpleNamespace(
+        trial_id=tune_id,
+        config={"key": "t0000", "lr": 0.01},
+        experiment_tag="1_lr=0.01",
+        last_result={},
+        num_failures=0,
+        path=None,
+        get_error=lambda: None,
+    )
 
 
 def _result(epoch: int) -> dict:
-    return {"epoch": epoch, "test_error": 1.0 / epoch, "train_loss": 2.0 / epoch, "lr": 0.01, "trainer_seconds": 0.1 * epoch,
-            "spectral_lr0": 0.02, "diverged": 0, "time_total_s": 0.2 * epoch}
+    return {
+        "epoch": epoch,
+        "test_error": 1.0 / epoch,
+        "train_loss": 2.0 / epoch,
+        "lr": 0.01,
+        "trainer_seconds": 0.1 * epoch,
+        "spectral_lr0": 0.02,
+        "diverged": 0,
+        "time_total_s": 0.2 * epoch,
+    }
 
 
 def _children(store):
@@ -115,7 +143,9 @@ def test_a_restarted_driver_keeps_the_trials_one_run_and_its_history(store):
 
     third = _logger(store)  # a replay of the finished trial adds nothing
     third.on_trial_start(_trial("ghi"))
-    assert [r.info.run_id for r in _children(store)] == [run.info.run_id] and _children(store)[0].info.status == "FINISHED"
+    assert [r.info.run_id for r in _children(store)] == [run.info.run_id] and _children(store)[
+        0
+    ].info.status == "FINISHED"
 
 
 def test_the_logger_still_pickles_and_forgets_its_runs(store):

@@ -48,14 +48,23 @@ def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
     if tagged:
         tag_study_view(SimpleNamespace(tracker=tracker, experiment_id=experiment_id, study=study))
     space = json.dumps({k: v.to_dict() for k, v in study.search_space.items()})
-    parent = tracker.create_parent(experiment_id, study, params={"study": STUDY, "search.space": space}, tags={}, files={})
+    parent = tracker.create_parent(
+        experiment_id, study, params={"study": STUDY, "search.space": space}, tags={}, files={}
+    )
     client = tracker.client
     for i in range(3):
-        run = client.create_run(experiment_id, tags={PARENT_TAG: parent, KIND_TAG: "proxy_trial", STUDY_TAG: STUDY,
-                                                     RUN_NAME_TAG: f"trial {i:03d}"})
+        run = client.create_run(
+            experiment_id,
+            tags={PARENT_TAG: parent, KIND_TAG: "proxy_trial", STUDY_TAG: STUDY, RUN_NAME_TAG: f"trial {i:03d}"},
+        )
         hp = {f"hp.{k}": 10.0 ** -(i + 2) for k in study.search_space}
-        log_batch(client, run.info.run_id, params=hp,
-                  metrics=[("test_error", 0.3 / (e + 1), 0, e) for e in range(3)] + [("final_test_error", 0.05 * (i + 1), 0, 3)])
+        log_batch(
+            client,
+            run.info.run_id,
+            params=hp,
+            metrics=[("test_error", 0.3 / (e + 1), 0, e) for e in range(3)]
+            + [("final_test_error", 0.05 * (i + 1), 0, 3)],
+        )
         client.set_terminated(run.info.run_id)
     log_batch(client, parent, metrics=[("best_proxy_test_error", 0.05, 0, 0), ("target_test_error", 0.04, 0, 0)])
     tracker.set_status(parent, "FINISHED")
@@ -74,7 +83,8 @@ def test_ui_command_binds_localhost_without_a_shell():
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and cmd[cmd.index("--port") + 1] == "5123"
     assert cmd[cmd.index("--backend-store-uri") + 1] == "sqlite:////tmp/x/mlflow.db"
     assert ui_link("127.0.0.1", 5123, "7", "quick") == (
-        "http://127.0.0.1:5123/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=quick")
+        "http://127.0.0.1:5123/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=quick"
+    )
     assert ui_link("127.0.0.1", 5123, "7") == "http://127.0.0.1:5123/#/experiments/7/runs?workflowType=machine_learning"
     assert ui_link("0.0.0.0", 80, None) == "http://127.0.0.1:80/"
 
@@ -114,20 +124,30 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
     tags = MlflowClient(uri).get_experiment(experiment_id).tags
     assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     view = json.loads(tags[SHARED_VIEW_PREFIX + STUDY])
-    assert "params.`hp.lr`" in view["selectedColumns"], "the searched hyperparameters come from the parent's search.space"
+    assert "params.`hp.lr`" in view["selectedColumns"], (
+        "the searched hyperparameters come from the parent's search.space"
+    )
 
 
 def test_taken_port_is_refused_with_one_line_and_exit_2(tmp_path):
     """Something listens on the port: one line naming --port, exit 2, no MLflow started (not even imported)."""
     (tmp_path / "mlflow.db").write_bytes(b"")
-    probe = ("import sys\nfrom mutransfer.cli.main import main\nrc = main(sys.argv[1:])\n"
-             "print('mlflow' in sys.modules)\nsys.exit(rc)\n")
+    probe = (
+        "import sys\nfrom mutransfer.cli.main import main\nrc = main(sys.argv[1:])\n"
+        "print('mlflow' in sys.modules)\nsys.exit(rc)\n"
+    )
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-c", probe, "ui", "--port", str(port)], cwd=tmp_path, env=ENV,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, "ui", "--port", str(port)],
+            cwd=tmp_path,
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().count("\n") == 0 and f"--port {port}" in done.stderr and "already in use" in done.stderr
     assert done.stdout.strip() == "False", "refused before MLflow was imported"
@@ -157,8 +177,15 @@ def served(tmp_path_factory):
     work = tmp_path_factory.mktemp("ui")
     _, experiment_id = write_store(work, tagged=True)
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "mutransfer", "ui", "--port", str(port)], cwd=work, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mutransfer", "ui", "--port", str(port)],
+        cwd=work,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         line = proc.stdout.readline()  # printed once the server answers; '' if it gave up (--wait)
         assert line.startswith("MLflow UI: http://127.0.0.1:"), f"no link printed: {line!r}"

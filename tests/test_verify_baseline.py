@@ -15,9 +15,9 @@ import math
 
 import numpy as np
 import pytest
+from sweep_helpers import galerkin_mesh_study, mlflow_runs, write_tiny_data, write_tiny_study
 
 from mutransfer.sweep.verify import analyse, lr_grid
-from sweep_helpers import galerkin_mesh_study, mlflow_runs, write_tiny_data, write_tiny_study
 
 
 def _landscape(transferred: float, optimum: float, seeds: int = 4, points: int = 5, noise: float = 0.0, rng=None):
@@ -28,8 +28,9 @@ def _landscape(transferred: float, optimum: float, seeds: int = 4, points: int =
         jitter = rng.normal(0, noise) if noise else 0.0  # each seed's optimum moves a little
         for lr in lr_grid(transferred, points):
             x = math.log10(lr) - math.log10(optimum) - jitter
-            records.append({"lr": lr, "seed": seed, "status": "completed", "test_error": 0.01 * math.exp(2 * x * x),
-                            "epochs": 3})
+            records.append(
+                {"lr": lr, "seed": seed, "status": "completed", "test_error": 0.01 * math.exp(2 * x * x), "epochs": 3}
+            )
     return records
 
 
@@ -123,8 +124,9 @@ def test_the_target_outcome_round_trips_through_state():
     from mutransfer.training.records import EpochRecord
 
     history = [EpochRecord(epoch=1, iteration=10, test_error=0.1, train_loss=0.2, lr=1e-3, seconds=1.5)]
-    outcome = TargetOutcome("completed", 0.05, 1, history, trainer_seconds=1.5, wall_seconds=9.0, device_seconds=18.0,
-                            spectral_lr0=2e-3)
+    outcome = TargetOutcome(
+        "completed", 0.05, 1, history, trainer_seconds=1.5, wall_seconds=9.0, device_seconds=18.0, spectral_lr0=2e-3
+    )
     again = TargetOutcome.from_dict(json.loads(json.dumps(outcome.as_dict())))
     assert again == outcome
 
@@ -153,8 +155,25 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
 
     path = write_tiny_study(tmp_path, tiny_data, name="verify-fno", trials=2)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    rc = main(["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri,
-               "--verify", "--verify-points", "3", "--verify-seeds", "2", "--baseline", "direct", "--json"])
+    rc = main(
+        [
+            "sweep",
+            "--study",
+            str(path),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--tracking-uri",
+            uri,
+            "--verify",
+            "--verify-points",
+            "3",
+            "--verify-seeds",
+            "2",
+            "--baseline",
+            "direct",
+            "--json",
+        ]
+    )
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     v, d = report["verification"], report["direct_baseline"]
@@ -215,11 +234,45 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the target's worker ran target.cpus_per_worker = 1 thread: same summation order
     try:
-        rc = main(["train", "--problem", "burgers", "--data", str(tiny_data), "--resolution", "64", "--n-train", "32",
-                   "--n-test", "16", "--modes", "24", "--width", "16", "--layers", "2", "--projection-channels", "32",
-                   "--parametrization", "mup", "--lr", repr(hp["lr"]), "--batch-size", str(hp["batch_size"]),
-                   "--epochs", "2", "--schedule", "cosine", "--seed", "0", "--no-progress", "--json",
-                   "--checkpoint-dir", str(tmp_path / "train-ckpt")])
+        rc = main(
+            [
+                "train",
+                "--problem",
+                "burgers",
+                "--data",
+                str(tiny_data),
+                "--resolution",
+                "64",
+                "--n-train",
+                "32",
+                "--n-test",
+                "16",
+                "--modes",
+                "24",
+                "--width",
+                "16",
+                "--layers",
+                "2",
+                "--projection-channels",
+                "32",
+                "--parametrization",
+                "mup",
+                "--lr",
+                repr(hp["lr"]),
+                "--batch-size",
+                str(hp["batch_size"]),
+                "--epochs",
+                "2",
+                "--schedule",
+                "cosine",
+                "--seed",
+                "0",
+                "--no-progress",
+                "--json",
+                "--checkpoint-dir",
+                str(tmp_path / "train-ckpt"),
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     assert rc == 0
@@ -228,7 +281,10 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
 
     # a completed study cannot grow a verification afterwards: one clear line, exit 2
     path2 = write_tiny_study(tmp_path, tiny_data, name="no-verify", trials=2)
-    assert main(["sweep", "--study", str(path2), "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--json"]) == 0
+    assert (
+        main(["sweep", "--study", str(path2), "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--json"])
+        == 0
+    )
     capsys.readouterr()
     assert main(["sweep", "--study", str(path2), "--runs-dir", str(tmp_path / "runs"), "--resume", "--verify"]) == 2
     assert "--verify: study 'no-verify' is already complete" in capsys.readouterr().err
@@ -240,16 +296,30 @@ def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_pat
 
     mesh = tmp_path / "mesh.h5"
     write_point_dataset(mesh, generate_darcy_mesh(16, 9, seed=0, progress=False, points_min=30, points_max=50))
-    path = galerkin_mesh_study(tmp_path, "verify-galerkin", mesh, n_train=12, n_test=4, target_width=16, batch_size=4, epochs=1)
+    path = galerkin_mesh_study(
+        tmp_path, "verify-galerkin", mesh, n_train=12, n_test=4, target_width=16, batch_size=4, epochs=1
+    )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    report = run_sweep(SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri},
-                                    quiet=True, verify=True, verify_points=3, verify_seeds=1, baseline="direct"))
+    report = run_sweep(
+        SweepOptions(
+            study_path=str(path),
+            runs_dir=str(tmp_path / "runs"),
+            overrides={"tracking_uri": uri},
+            quiet=True,
+            verify=True,
+            verify_points=3,
+            verify_seeds=1,
+            baseline="direct",
+        )
+    )
     v, d = report["verification"], report["direct_baseline"]
     assert len(v["records"]) == 3 and v["seeds"] == [0] and v["cost"]["flops"] > 0
     # trials ran 1 epoch, the target 2: the direct winner is retrained for 2 epochs and that error counts
     assert d["final_training"]["epochs"] == 2 and d["test_error"] == d["final_training"]["test_error"]
     assert d["cost"]["device_seconds"] > d["cost"]["search"]["device_seconds"]
-    widths = {r.data.params.get("width") for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "proxy_trial"}
+    widths = {
+        r.data.params.get("width") for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "proxy_trial"
+    }
     assert widths == {"8", "16"}  # the proxies at 8, the direct search at the target's 16
 
 

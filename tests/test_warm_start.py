@@ -48,8 +48,9 @@ def write_source(root: Path, *, study=None, trials=TRIALS, unfinished: bool = Tr
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps(config))
         epoch = 20 if status == "completed" else 4
-        (d / "outcome.json").write_text(json.dumps({"status": status, "metrics": {"epoch": epoch, "test_error": error},
-                                                    "error": None, "rungs": {}}))
+        (d / "outcome.json").write_text(
+            json.dumps({"status": status, "metrics": {"epoch": epoch, "test_error": error}, "error": None, "rungs": {}})
+        )
     if unfinished:  # handed out, never finished: not a result
         d = root / "trials" / f"t{len(trials):04d}"
         d.mkdir(parents=True)
@@ -75,19 +76,34 @@ def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str
     Tracker and TrialLogger (the path a driver takes for a trial that finished while it was down)."""
     from mutransfer.study.models import fixed_hyperparameters
     from mutransfer.sweep.plan import Outcome
-    from mutransfer.tracking.runs import Tracker
     from mutransfer.sweep.trial_logger import TrialLogger
+    from mutransfer.tracking.runs import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = Tracker(uri)
     experiment = tracker.ensure_experiment("mutransfer")
-    params = {"study": study.name, "problem": study.problem.name, **study.scaling(),
-              "search.space": {k: v.to_dict() for k, v in study.search_space.items()}}
+    params = {
+        "study": study.name,
+        "problem": study.problem.name,
+        **study.scaling(),
+        "search.space": {k: v.to_dict() for k, v in study.search_space.items()},
+    }
     parent = tracker.create_parent(experiment, study, params=params, tags={}, files={})
-    logger = TrialLogger(uri=uri, experiment_id=experiment, parent_run_id=parent, study_name=study.name,
-                         proxy_K=study.proxy_K, proxy_width=study.operator.width, budget_epochs=study.budget.epochs,
-                         fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=len(outcomes),
-                         device_kind="cpu", devices_per_trial=1, warm_from=warm_from)
+    logger = TrialLogger(
+        uri=uri,
+        experiment_id=experiment,
+        parent_run_id=parent,
+        study_name=study.name,
+        proxy_K=study.proxy_K,
+        proxy_width=study.operator.width,
+        budget_epochs=study.budget.epochs,
+        fixed=fixed_hyperparameters(study),
+        searched=list(study.search_space),
+        total_trials=len(outcomes),
+        device_kind="cpu",
+        devices_per_trial=1,
+        warm_from=warm_from,
+    )
     for key, config, status, error in outcomes:
         epoch = study.budget.epochs if status == "completed" else 2
         logger.log_from_files(key, config, Outcome(status, {"epoch": epoch, "test_error": error}))
@@ -107,7 +123,9 @@ def test_a_study_reads_back_from_a_real_mlflow_store(tmp_path):
     # the child runs of warm trials carry their source trial (TrialLogger's tag)
     from sweep_helpers import mlflow_runs
 
-    tags = {r.data.tags.get("mutransfer.trial_id"): r.data.tags.get("mutransfer.warm_start_from") for r in mlflow_runs(uri)}
+    tags = {
+        r.data.tags.get("mutransfer.trial_id"): r.data.tags.get("mutransfer.warm_start_from") for r in mlflow_runs(uri)
+    }
     assert tags["t0000"] == "t0042" and tags["t0001"] is None
 
 
@@ -134,7 +152,11 @@ def test_the_rescale_is_the_transfer_function_and_the_effective_spectral_lr_move
     source = read_folder(write_source(tmp_path / "src", study=src_study))
     here = _study(name="here", proxy_K=8, target_K=24)
     warm = build_warm_start("src", here, source, 3, [])
-    assert [(t.key, t.source_trial) for t in warm.trials] == [("t0000", "t0002"), ("t0001", "t0000"), ("t0002", "t0003")]
+    assert [(t.key, t.source_trial) for t in warm.trials] == [
+        ("t0000", "t0002"),
+        ("t0001", "t0000"),
+        ("t0002", "t0003"),
+    ]
     expected = transfer(Scaling(dim=1, proxy_modes=4, target_modes=8), 0.001, init_scale=1.0)
     assert math.isclose(expected.lr_factor, math.sqrt(math.log(4) / math.log(8)), rel_tol=1e-12)
     src_model, here_model = build_model(src_study), build_model(here)
@@ -153,14 +175,18 @@ def test_the_rescale_is_the_transfer_function_and_the_effective_spectral_lr_move
 def test_out_of_range_values_are_clipped_and_foreign_choices_or_missing_names_left_out(tmp_path):
     from mutransfer.sweep.warm_plan import build_warm_start
 
-    trials = [("t0000", {"lr": 0.05, "batch_size": 20}, "completed", 0.1),   # clipped
-              ("t0001", {"lr": 0.001, "batch_size": 30}, "completed", 0.2),  # 30 is not a choice here
-              ("t0002", {"lr": 0.002}, "completed", 0.3),                    # batch_size not searched there
-              ("t0003", {"lr": 0.003, "batch_size": 10}, "completed", 0.4)]  # fits
+    trials = [
+        ("t0000", {"lr": 0.05, "batch_size": 20}, "completed", 0.1),  # clipped
+        ("t0001", {"lr": 0.001, "batch_size": 30}, "completed", 0.2),  # 30 is not a choice here
+        ("t0002", {"lr": 0.002}, "completed", 0.3),  # batch_size not searched there
+        ("t0003", {"lr": 0.003, "batch_size": 10}, "completed", 0.4),
+    ]  # fits
     source = read_folder(write_source(tmp_path / "src", trials=trials, unfinished=False))
     warm = build_warm_start("src", _study(name="here"), source, 4, [])
     assert [(t.key, t.source_trial, t.config) for t in warm.trials] == [
-        ("t0000", "t0000", {"lr": 0.03, "batch_size": 20}), ("t0001", "t0003", {"lr": 0.003, "batch_size": 10})]
+        ("t0000", "t0000", {"lr": 0.03, "batch_size": 20}),
+        ("t0001", "t0003", {"lr": 0.003, "batch_size": 10}),
+    ]
     notes = "\n".join(warm.notes)
     assert "clipped into this study's search space: t0000 lr 0.05 -> 0.03" in notes
     assert "left out (a value not among this study's choices): t0001 batch_size=30" in notes
@@ -189,7 +215,9 @@ def test_a_matching_source_passes_prepare_and_each_refusal_fires(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)
     write_source(tmp_path / "runs" / "src")  # by name under --runs-dir
-    darcy = _study(name="darcy-src", problem={"name": "darcy", "resolution": 31, "n_train": 10, "n_test": 5}, target_K=12)
+    darcy = _study(
+        name="darcy-src", problem={"name": "darcy", "resolution": 31, "n_train": 10, "n_test": 5}, target_K=12
+    )
     write_source(tmp_path / "darcy-src", study=darcy)
 
     ctx = prepare(_options(tmp_path, "src", warm_start_top=2))
@@ -220,7 +248,8 @@ def test_another_operator_is_refused_unless_any(tmp_path):
     with pytest.raises(UserInputError, match="used operator galerkin, this study operator fno; .* --warm-start-any"):
         _check_kind("src", _study(name="here"), source, False)
     assert _check_kind("src", _study(name="here"), source, True) == [
-        "--warm-start-any: the source's operator is galerkin, this study's fno"]
+        "--warm-start-any: the source's operator is galerkin, this study's fno"
+    ]
     assert _check_kind("src", _study(name="here"), dataclasses.replace(source, operator="fno"), False) == []
 
 
@@ -328,14 +357,20 @@ def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_pat
 
     here = _study(name="here", proxy_K=8)
     warm = build_warm_start("src", here, read_folder(write_source(tmp_path / "src")), 2, [])
-    records = [TrialRecord("t0000", 1, "completed", warm.trials[0].config, {}, 0.07, 20),
-               TrialRecord("t0001", 2, "pruned", warm.trials[1].config, {}, 0.4, 4)]
+    records = [
+        TrialRecord("t0000", 1, "completed", warm.trials[0].config, {}, 0.07, 20),
+        TrialRecord("t0001", 2, "pruned", warm.trials[1].config, {}, 0.4, 4),
+    ]
     section = warm_start_section(warm, records)
     assert section["source"] == "src" and section["trials"] == 2 and section["requested"] == 2
     assert [(r["trial_id"], r["source_trial"], r["source_error"], r["test_error"]) for r in section["from_source"]] == [
-        ("t0000", "t0002", 0.05, 0.07), ("t0001", "t0000", 0.10, 0.4)]
+        ("t0000", "t0002", 0.05, 0.07),
+        ("t0001", "t0000", 0.10, 0.4),
+    ]
     text = "\n".join(_warm_start_lines(section))
-    assert "warm start from study src" in text and "t0000 <- t0002: test rel. L2 0.07 here (completed), 0.05 there" in text
+    assert (
+        "warm start from study src" in text and "t0000 <- t0002: test rel. L2 0.07 here (completed), 0.05 there" in text
+    )
     assert warm_start_section(None, records) is None and _warm_start_lines(None) == []
 
 
@@ -348,7 +383,9 @@ def test_a_source_value_that_is_not_a_number_is_left_out_with_a_note():
     study = load_study(None)[0]
     for bad in ("abc", [1e-3], float("inf")):
         missing: list = []
-        assert _fit(study, SourceTrial("t0001", {"lr": bad, "batch_size": 10}, 0.1, "completed"), [], [], missing) is None
+        assert (
+            _fit(study, SourceTrial("t0001", {"lr": bad, "batch_size": 10}, 0.1, "completed"), [], [], missing) is None
+        )
         assert missing and "t0001 (lr=" in missing[0] and "is not a finite number" in missing[0]
     good = _fit(study, SourceTrial("t0002", {"lr": "1e-3", "batch_size": 10}, 0.1, "completed"), [], [], [])
     assert good == {"lr": 1e-3, "batch_size": 10}

@@ -24,19 +24,30 @@ SETTINGS = dict(seeds=5, steps=1, lr=1e-4, tolerance=0.3)
 def _ono(width_parametrization="mup", proj_role="hidden"):
     def build(m):
         base = BASE if width_parametrization == "mup" else None
-        model = ONO(2, 1, 1, width=m, layers=2, heads=2, eigenfunctions=K, width_parametrization=width_parametrization,
-                    base_width=base)
+        model = ONO(
+            2,
+            1,
+            1,
+            width=m,
+            layers=2,
+            heads=2,
+            eigenfunctions=K,
+            width_parametrization=width_parametrization,
+            base_width=base,
+        )
         if proj_role != "hidden":
             for attention in model.orthogonal_attentions():
                 attention.proj = MuLinear(m, K, proj_role, model.width_spec)
         return model
+
     return build
 
 
 def _psi_check(build, **overrides):
     torch.set_num_threads(1)
-    return width_coord_check(build, WIDTHS, grid_point_batch(4, 12), probes=eigenfunction_probes(build(BASE)),
-                             **(SETTINGS | overrides))
+    return width_coord_check(
+        build, WIDTHS, grid_point_batch(4, 12), probes=eigenfunction_probes(build(BASE)), **(SETTINGS | overrides)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +82,9 @@ def test_the_check_fails_for_a_readout_proj_and_for_the_standard_parametrization
 
 def test_module_probes_and_errors():
     build = _ono()
-    result = width_coord_check(build, [16, 32], grid_point_batch(1, 4), probes=["blocks.1.out_ffn.fc2"],
-                               seeds=1, steps=1, lr=1e-3)
+    result = width_coord_check(
+        build, [16, 32], grid_point_batch(1, 4), probes=["blocks.1.out_ffn.fc2"], seeds=1, steps=1, lr=1e-3
+    )
     assert [c.name for c in result.curves] == ["output", "blocks.1.out_ffn.fc2"]
     assert all(v > 0 for c in result.curves for v in c.values)
     assert result.as_dict()["curves"][1]["widths"] == [16, 32]

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from operator_helpers import lr_by_parameter
 from torch import nn
 
 from operators import FNO, GNOT, ONO, GalerkinTransformer, OperatorConfigError, optimizer_param_groups, width_roles
@@ -23,7 +24,6 @@ from operators.width_mup import (
     spectral_width_init_std,
     spectral_width_lr_multiplier,
 )
-from operator_helpers import lr_by_parameter
 
 BASE, M1, M2 = 16, 32, 128
 LR = 1e-3
@@ -90,7 +90,9 @@ def test_init_std_is_inverse_sqrt_fan_in():
 def test_spectral_rules_compose_with_k_mup(k_parametrization):
     c = spectral_lr_multiplier(6, 2, k_parametrization)
     assert spectral_width_lr_multiplier(64, 16, 6, 2, k_parametrization) == pytest.approx(c * 16 / 64)
-    ratio = spectral_width_init_std(256, 16, 6, 2, k_parametrization) / spectral_width_init_std(64, 16, 6, 2, k_parametrization)
+    ratio = spectral_width_init_std(256, 16, 6, 2, k_parametrization) / spectral_width_init_std(
+        64, 16, 6, 2, k_parametrization
+    )
     assert ratio == pytest.approx(0.5)
 
 
@@ -218,7 +220,9 @@ def test_fno_standard_width_rule_keeps_k_mup_groups_exactly():
     torch.manual_seed(4)
     default = FNO(2, 1, 1, modes=5, width=12, layers=2, parametrization="mup")
     torch.manual_seed(4)
-    explicit = FNO(2, 1, 1, modes=5, width=12, layers=2, parametrization="mup", width_parametrization="standard", base_width=6)
+    explicit = FNO(
+        2, 1, 1, modes=5, width=12, layers=2, parametrization="mup", width_parametrization="standard", base_width=6
+    )
     assert [g["name"] for g in optimizer_param_groups(default, LR)] == ["spectral", "other"]
     for a, b in zip(optimizer_param_groups(default, LR), optimizer_param_groups(explicit, LR)):
         assert (a["name"], a["lr"], a["lr_multiplier"]) == (b["name"], b["lr"], b["lr_multiplier"])

@@ -32,21 +32,43 @@ def _free_port() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tracking-uri", default="sqlite:///mlflow.db", help="the store (default sqlite:///mlflow.db here)")
+    parser.add_argument(
+        "--tracking-uri", default="sqlite:///mlflow.db", help="the store (default sqlite:///mlflow.db here)"
+    )
     parser.add_argument("--experiment", help="experiment to show (default: that of the newest study)")
     parser.add_argument("--out", default="docs/img/mlflow-runs.png", help="PNG to write")
     parser.add_argument("--size", type=_size, default=(1900, 680), help="WIDTHxHEIGHT (default 1900x680)")
-    parser.add_argument("--budget-ms", type=int, default=max(DEFAULT_BUDGET_MS, 25000),
-                        help="virtual time the page runs before the capture (default 25000)")
+    parser.add_argument(
+        "--budget-ms",
+        type=int,
+        default=max(DEFAULT_BUDGET_MS, 25000),
+        help="virtual time the page runs before the capture (default 25000)",
+    )
     args = parser.parse_args(argv)
     if find_chromium() is None:
-        print("error: no Chromium found: install it (Debian: apt-get install chromium) or set $CHROMIUM", file=sys.stderr)
+        print(
+            "error: no Chromium found: install it (Debian: apt-get install chromium) or set $CHROMIUM", file=sys.stderr
+        )
         return 2
-    command = [sys.executable, "-m", "mutransfer", "ui", "--tracking-uri", args.tracking_uri, "--port", str(_free_port())]
+    command = [
+        sys.executable,
+        "-m",
+        "mutransfer",
+        "ui",
+        "--tracking-uri",
+        args.tracking_uri,
+        "--port",
+        str(_free_port()),
+    ]
     if args.experiment:
         command += ["--experiment", args.experiment]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True,
-                            env=dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true"))
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true"),
+    )
     try:
         line = proc.stdout.readline()  # "MLflow UI: <link>  (Ctrl-C to stop)", printed once the server answers
         if not line.startswith("MLflow UI: "):

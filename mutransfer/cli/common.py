@@ -59,8 +59,9 @@ def model_name(text: str) -> str:
     """argparse type: a model registry name MLflow accepts (not blank, no '/' or ':')."""
     name = text.strip()
     if not name or "/" in name or ":" in name or name in (".", ".."):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a model name; use letters, digits, '-', '_' or '.', "
-                                         "without '/' or ':' (e.g. burgers-fno)")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a model name; use letters, digits, '-', '_' or '.', without '/' or ':' (e.g. burgers-fno)"
+        )
     return name
 
 

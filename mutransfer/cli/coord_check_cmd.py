@@ -25,28 +25,54 @@ def add_parser(subparsers) -> None:
         "fourier_l curve are flat.",
     )
     p.add_argument("--problem", choices=sorted(PROBLEMS), default="burgers", help="PDE problem (default: burgers)")
-    p.add_argument("--data", help="HDF5/NumPy dataset, e.g. written by `mutransfer data generate` (default: the "
-                   "problem's cached dataset)")
-    p.add_argument("--modes", type=positive_int, nargs="+", default=[4, 8, 16, 32], help="values of K (default 4 8 16 32)")
-    p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"],
-                   help="parametrizations to compare (default: standard mup)")
+    p.add_argument(
+        "--data",
+        help="HDF5/NumPy dataset, e.g. written by `mutransfer data generate` (default: the problem's cached dataset)",
+    )
+    p.add_argument(
+        "--modes", type=positive_int, nargs="+", default=[4, 8, 16, 32], help="values of K (default 4 8 16 32)"
+    )
+    p.add_argument(
+        "--parametrization",
+        nargs="+",
+        choices=PARAMETRIZATIONS,
+        default=["standard", "mup"],
+        help="parametrizations to compare (default: standard mup)",
+    )
     p.add_argument("--width", type=positive_int, default=32, help="FNO width (default: 32)")
     p.add_argument("--layers", type=positive_int, default=4, help="Fourier layers (default: 4)")
     p.add_argument("--padding", type=non_negative_int, help="default: the problem's")
-    p.add_argument("--lr", type=non_negative_float, default=1e-3,
-                   help="master learning rate of the Adam steps (0 takes no step: every curve reads no-signal) (default: 1e-3)")
-    p.add_argument("--steps", type=positive_int, default=3, help="Adam steps before the change is measured (default: 3)")
+    p.add_argument(
+        "--lr",
+        type=non_negative_float,
+        default=1e-3,
+        help="master learning rate of the Adam steps (0 takes no step: every curve reads no-signal) (default: 1e-3)",
+    )
+    p.add_argument(
+        "--steps", type=positive_int, default=3, help="Adam steps before the change is measured (default: 3)"
+    )
     p.add_argument("--batch-size", type=positive_int, default=10, help="samples per step (default: 10)")
     p.add_argument("--clip-value", type=positive_float, help="element-wise clip of spectral gradients")
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds; one slope per seed, CI over seeds (default 3)")
-    p.add_argument("--tolerance", type=positive_float, default=0.1,
-                   help="flat when the slope's 95%% CI lies within +-tolerance (default 0.1)")
-    p.add_argument("--n-train", type=positive_int,
-                   help="training samples to draw batches from (default: 50 of the problem's dataset; with --data, "
-                   "all but --n-test)")
+    p.add_argument(
+        "--tolerance",
+        type=positive_float,
+        default=0.1,
+        help="flat when the slope's 95%% CI lies within +-tolerance (default 0.1)",
+    )
+    p.add_argument(
+        "--n-train",
+        type=positive_int,
+        help="training samples to draw batches from (default: 50 of the problem's dataset; with --data, "
+        "all but --n-test)",
+    )
     p.add_argument("--n-test", type=positive_int, help="held-out samples (default: 10; with --data, a fifth)")
-    p.add_argument("--resolution", type=positive_int, help="grid resolution, reached by striding (default: the problem's)")
-    p.add_argument("--out", default="coord-check", help="folder for coord_check.png and coord_check.json (default: coord-check)")
+    p.add_argument(
+        "--resolution", type=positive_int, help="grid resolution, reached by striding (default: the problem's)"
+    )
+    p.add_argument(
+        "--out", default="coord-check", help="folder for coord_check.png and coord_check.json (default: coord-check)"
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     add_reader_arguments(p)
@@ -64,9 +90,18 @@ def run(args: argparse.Namespace) -> int:
     problem, data, _ = resolve_data(args)
     out = Path(args.out)
     check_folder("--out", out)
-    sizes = dict(dim=problem.dim, modes=args.modes, width=args.width, layers=args.layers,
-                 padding=problem.padding if args.padding is None else args.padding, lr=args.lr, steps=args.steps,
-                 batch_size=args.batch_size, seeds=args.seeds, tolerance=args.tolerance)
+    sizes = dict(
+        dim=problem.dim,
+        modes=args.modes,
+        width=args.width,
+        layers=args.layers,
+        padding=problem.padding if args.padding is None else args.padding,
+        lr=args.lr,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        seeds=args.seeds,
+        tolerance=args.tolerance,
+    )
     check_coord_check_inputs(data, **sizes)  # K against the grid, memory: before any model is built
     result = coord_check(data, parametrizations=tuple(args.parametrization), clip_value=args.clip_value, **sizes)
     out.mkdir(parents=True, exist_ok=True)
@@ -76,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(payload)
         return 0
-    print(f"coordinate check on {problem.name}, K = {sorted(set(args.modes))}, {args.steps} Adam steps at lr {args.lr:g}, "
-          f"{args.seeds} seeds; flat = 95% CI of the log-log slope within +-{args.tolerance}")
+    print(
+        f"coordinate check on {problem.name}, K = {sorted(set(args.modes))}, {args.steps} Adam steps at lr {args.lr:g}, "
+        f"{args.seeds} seeds; flat = 95% CI of the log-log slope within +-{args.tolerance}"
+    )
     for parametrization in result.parametrizations():
         print(f"  {parametrization}: {result.verdict(parametrization).upper()}")
         for curve in (c for c in result.curves if c.parametrization == parametrization):

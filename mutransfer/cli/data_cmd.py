@@ -25,13 +25,26 @@ def add_parser(subparsers) -> None:
     gen.add_argument("--resolution", type=positive_int, required=True, help="grid points per axis")
     gen.add_argument("--out", required=True, help="output HDF5 file (an existing file is kept unless --force)")
     gen.add_argument("--force", action="store_true", help="replace --out if it exists")
-    gen.add_argument("--seed", type=non_negative_int, default=0, help="generator seed: the same seed gives the same file (default: 0)")
+    gen.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=0,
+        help="generator seed: the same seed gives the same file (default: 0)",
+    )
     gen.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
-    gen.add_argument("--nu", type=positive_float, help="viscosity, burgers and navier_stokes (default: burgers 0.1; "
-                     "navier_stokes the preset's; fno: 1e-3, 1e-4 or 1e-5)")
+    gen.add_argument(
+        "--nu",
+        type=positive_float,
+        help="viscosity, burgers and navier_stokes (default: burgers 0.1; "
+        "navier_stokes the preset's; fno: 1e-3, 1e-4 or 1e-5)",
+    )
     bu = gen.add_argument_group("burgers only")
-    bu.add_argument("--alpha", type=positive_float, help="smoothness of the random initial field, power ~ |k|^(-2 alpha) "
-                    "(default 2; 0.6 is rough: energy up to high modes; the solve takes ~20x longer)")
+    bu.add_argument(
+        "--alpha",
+        type=positive_float,
+        help="smoothness of the random initial field, power ~ |k|^(-2 alpha) "
+        "(default 2; 0.6 is rough: energy up to high modes; the solve takes ~20x longer)",
+    )
     ns = gen.add_argument_group("navier_stokes only")
     ns.add_argument("--preset", choices=("mutransfer", "fno"), help="mutransfer (Re=500 Kolmogorov, default) or fno")
     ns.add_argument("--time-steps", type=positive_int, help="recorded times (default: mutransfer 64, fno 50/30/20)")
@@ -41,7 +54,9 @@ def add_parser(subparsers) -> None:
     ns.add_argument("--device", help="torch device of the solve, e.g. cuda (default cpu)")
     mesh = gen.add_argument_group("darcy_mesh only")
     mesh.add_argument("--points-min", type=positive_int, help="fewest points per sample (default 300)")
-    mesh.add_argument("--points-max", type=positive_int, help="most points per sample, also the padded size P (default 600)")
+    mesh.add_argument(
+        "--points-max", type=positive_int, help="most points per sample, also the padded size P (default 600)"
+    )
     gen.set_defaults(run=run_generate)
 
     ins = sub.add_parser(
@@ -98,19 +113,24 @@ def run_generate(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise UserInputError(f"--out {args.out}: is a directory; name a file, e.g. {out / (problem.name + '.h5')}")
     if out.exists() and not args.force:
-        raise UserInputError(f"--out {args.out}: the file exists and is kept; pass --force to replace it, or "
-                             f"choose another --out")
+        raise UserInputError(
+            f"--out {args.out}: the file exists and is kept; pass --force to replace it, or choose another --out"
+        )
     _check_generation_fits(problem, args.n, args.resolution, options)
     start = time.perf_counter()
     data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress, **options)
     writer_for(problem)(args.out, data)
     if problem.kind == "points":
         lo, hi = data["attrs"]["points_min"], data["attrs"]["points_max"]
-        print(f"wrote {args.n} {problem.name} samples ({lo}-{hi} points each from a {args.resolution}x{args.resolution} "
-              f"grid) to {args.out} ({time.perf_counter() - start:.1f} s)")
+        print(
+            f"wrote {args.n} {problem.name} samples ({lo}-{hi} points each from a {args.resolution}x{args.resolution} "
+            f"grid) to {args.out} ({time.perf_counter() - start:.1f} s)"
+        )
         return 0
-    print(f"wrote {args.n} {problem.name} samples at resolution {args.resolution} to {args.out} "
-          f"({time.perf_counter() - start:.1f} s)")
+    print(
+        f"wrote {args.n} {problem.name} samples at resolution {args.resolution} to {args.out} "
+        f"({time.perf_counter() - start:.1f} s)"
+    )
     return 0
 
 

@@ -9,14 +9,24 @@ from mutransfer.cli.common import positive_int, print_json
 
 def add_model_arguments(p) -> None:
     """The arguments `evaluate` and `predict` share: which model, which data, where studies and MLflow live."""
-    p.add_argument("model", metavar="STUDY|MODEL_URI",
-                   help="a study (its directory, or its name in --runs-dir) or an MLflow model URI: runs:/<target run>/model, "
-                   "models:/<name>/<version>, models:/<name>@<alias> or models:/m-<id>")
-    p.add_argument("--data", metavar="FILE", required=True,
-                   help="data file in any format `mutransfer data inspect` reads (every sample is used)")
+    p.add_argument(
+        "model",
+        metavar="STUDY|MODEL_URI",
+        help="a study (its directory, or its name in --runs-dir) or an MLflow model URI: runs:/<target run>/model, "
+        "models:/<name>/<version>, models:/<name>@<alias> or models:/m-<id>",
+    )
+    p.add_argument(
+        "--data",
+        metavar="FILE",
+        required=True,
+        help="data file in any format `mutransfer data inspect` reads (every sample is used)",
+    )
     p.add_argument("--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)")
-    p.add_argument("--tracking-uri", default=None,
-                   help="MLflow tracking URI for runs:/ and models:/ (default: sqlite:///mlflow.db in this directory)")
+    p.add_argument(
+        "--tracking-uri",
+        default=None,
+        help="MLflow tracking URI for runs:/ and models:/ (default: sqlite:///mlflow.db in this directory)",
+    )
 
 
 def add_parser(subparsers) -> None:
@@ -28,8 +38,14 @@ def add_parser(subparsers) -> None:
         "supports (give several with --resolution to compare); point-set models take the file's point sets.",
     )
     add_model_arguments(p)
-    p.add_argument("--resolution", type=positive_int, nargs="+", metavar="R", default=None,
-                   help="grid resolutions to evaluate at, each reached by striding the file (default: as stored)")
+    p.add_argument(
+        "--resolution",
+        type=positive_int,
+        nargs="+",
+        metavar="R",
+        default=None,
+        help="grid resolutions to evaluate at, each reached by striding the file (default: as stored)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run_evaluate_cmd)
 

@@ -11,8 +11,8 @@ from operators.precision import PRECISIONS
 
 
 def add_parser(subparsers) -> None:
-    from operators.parametrization import PARAMETRIZATIONS
     from mutransfer.landscape.analysis import TRANSFORMS
+    from operators.parametrization import PARAMETRIZATIONS
 
     p = subparsers.add_parser(
         "landscape",
@@ -35,19 +35,36 @@ def add_parser(subparsers) -> None:
     p.add_argument("--hyperparameter", choices=sorted(TRANSFORMS), default="lr", help="what to vary (default lr)")
     values = p.add_mutually_exclusive_group(required=True)
     values.add_argument("--lrs", "--values", dest="values", type=positive_float, nargs="+", help="grid values")
-    values.add_argument("--lr-range", "--range", dest="range", type=positive_float, nargs=2, metavar=("LO", "HI"),
-                        help="log-spaced grid between LO and HI (with --points)")
+    values.add_argument(
+        "--lr-range",
+        "--range",
+        dest="range",
+        type=positive_float,
+        nargs=2,
+        metavar=("LO", "HI"),
+        help="log-spaced grid between LO and HI (with --points)",
+    )
     p.add_argument("--points", type=positive_int, default=7, help="grid points for --lr-range (default 7)")
-    p.add_argument("--parametrization", nargs="+", choices=PARAMETRIZATIONS, default=["standard", "mup"],
-                   help="parametrizations to compare (default: standard mup)")
+    p.add_argument(
+        "--parametrization",
+        nargs="+",
+        choices=PARAMETRIZATIONS,
+        default=["standard", "mup"],
+        help="parametrizations to compare (default: standard mup)",
+    )
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds per point (default 3)")
     p.add_argument("--epochs", type=positive_int, help="epochs per training (default: the study's budget.epochs)")
     p.add_argument("--cpus-per-task", type=positive_int, default=1, help="CPU threads per training (default 1)")
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="training precision (default: the study's training.precision, fp32 unless set)")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        help="training precision (default: the study's training.precision, fp32 unless set)",
+    )
     p.add_argument("--address", help="Ray cluster address (auto or ray://host:port); default: a local Ray")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the study's, else sqlite:///mlflow.db)")
-    p.add_argument("--out", default="landscape", help="folder for landscape.png and landscape.json (default: landscape)")
+    p.add_argument(
+        "--out", default="landscape", help="folder for landscape.png and landscape.json (default: landscape)"
+    )
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(run=run)

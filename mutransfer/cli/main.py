@@ -9,9 +9,20 @@ import re
 import sys
 
 from mutransfer import __version__
-from mutransfer.cli import (coord_check_cmd, data_cmd, evaluate_cmd, landscape_cmd, plan_cmd, predict_cmd, sweep_cmd,
-                            train_cmd, transfer_cmd, ui_cmd)
-from mutransfer.cli import report_cmd, trials_cmd
+from mutransfer.cli import (
+    coord_check_cmd,
+    data_cmd,
+    evaluate_cmd,
+    landscape_cmd,
+    plan_cmd,
+    predict_cmd,
+    report_cmd,
+    sweep_cmd,
+    train_cmd,
+    transfer_cmd,
+    trials_cmd,
+    ui_cmd,
+)
 from mutransfer.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
@@ -22,10 +33,12 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D401 - argparse API
         message = " ".join(message.split())  # a value holding a line break (\r, \x1c, ...) stays on the one line
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message}{self.suggestion(message)} (see {self.prog} --help)\n")
+        self.exit(
+            EXIT_USER_ERROR, f"{self.prog}: error: {message}{self.suggestion(message)} (see {self.prog} --help)\n"
+        )
 
     def suggestion(self, message: str) -> str:
-        """"; did you mean X?" for a mistyped subcommand or choice (difflib), else ""."""
+        """ "; did you mean X?" for a mistyped subcommand or choice (difflib), else ""."""
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if not match:
             return ""
@@ -42,7 +55,9 @@ class OneLineParser(argparse.ArgumentParser):
             close = difflib.get_close_matches(name, flags, n=1, cutoff=0.6) if name.startswith("-") else []
             if close:
                 hints.append(f"did you mean {close[0]} (not {name})?")
-        message = " ".join(f"unrecognized arguments: {' '.join(extras)}{'; ' if hints else ''}{' '.join(hints)}".split())
+        message = " ".join(
+            f"unrecognized arguments: {' '.join(extras)}{'; ' if hints else ''}{' '.join(hints)}".split()
+        )
         self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _get_values(self, action, arg_strings):
@@ -59,8 +74,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
-    for module in (sweep_cmd, train_cmd, transfer_cmd, plan_cmd, data_cmd, landscape_cmd, coord_check_cmd, ui_cmd,
-                   evaluate_cmd, predict_cmd):
+    for module in (
+        sweep_cmd,
+        train_cmd,
+        transfer_cmd,
+        plan_cmd,
+        data_cmd,
+        landscape_cmd,
+        coord_check_cmd,
+        ui_cmd,
+        evaluate_cmd,
+        predict_cmd,
+    ):
         module.add_parser(sub)
     for module in (report_cmd, trials_cmd):  # a study folder read back (mutransfer.reporting)
         module.add_parser(sub)

@@ -8,7 +8,6 @@ from mutransfer.cli.common import memory_size, non_negative_float, non_negative_
 from operators.precision import PRECISIONS
 
 
-
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "plan",
@@ -24,22 +23,48 @@ def add_parser(subparsers) -> None:
     p.add_argument("--width", type=positive_int, required=True, help="hidden channels m")
     p.add_argument("--layers", type=positive_int, required=True, help="Fourier layers L")
     p.add_argument("--grid", type=positive_int, nargs="+", help="grid size per axis (one value for all axes)")
-    p.add_argument("--batch-size", "--batch", dest="batch", type=positive_int, default=1, help="batch size for the activation estimate (default: 1)")
+    p.add_argument(
+        "--batch-size",
+        "--batch",
+        dest="batch",
+        type=positive_int,
+        default=1,
+        help="batch size for the activation estimate (default: 1)",
+    )
     p.add_argument("--padding", type=non_negative_int, default=0, help="padding points per axis")
     p.add_argument("--in-channels", type=positive_int, default=1, help="input channels of the model (default: 1)")
     p.add_argument("--out-channels", type=positive_int, default=1, help="output channels of the model (default: 1)")
-    p.add_argument("--projection-channels", type=positive_int, default=128,
-                   help="FNO: hidden size of the projection MLP (default: 128)")
-    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
-                   help="training precision: fp32, or bf16/fp16 mixed precision (default fp32)")
-    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                   help="where the step runs: Adam's temporaries differ (multi-tensor on GPUs, per tensor on CPUs; "
-                   "default cuda)")
-    p.add_argument("--device-memory", type=memory_size, metavar="SIZE",
-                   help="memory of the device to fit, e.g. 80GiB or 24GB (default: this machine's free GPU memory, "
-                   "else its available RAM)")
-    p.add_argument("--weight-decay", type=non_negative_float, default=0.0,
-                   help="Adam weight decay (> 0 doubles Adam's temporaries; default 0)")
+    p.add_argument(
+        "--projection-channels",
+        type=positive_int,
+        default=128,
+        help="FNO: hidden size of the projection MLP (default: 128)",
+    )
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default="fp32",
+        help="training precision: fp32, or bf16/fp16 mixed precision (default fp32)",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="where the step runs: Adam's temporaries differ (multi-tensor on GPUs, per tensor on CPUs; default cuda)",
+    )
+    p.add_argument(
+        "--device-memory",
+        type=memory_size,
+        metavar="SIZE",
+        help="memory of the device to fit, e.g. 80GiB or 24GB (default: this machine's free GPU memory, "
+        "else its available RAM)",
+    )
+    p.add_argument(
+        "--weight-decay",
+        type=non_negative_float,
+        default=0.0,
+        help="Adam weight decay (> 0 doubles Adam's temporaries; default 0)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(run=run)
 
@@ -49,8 +74,13 @@ def run(args: argparse.Namespace) -> int:
     from operators.planning import format_bytes, largest_batch, plan_fno
 
     options = dict(
-        in_channels=args.in_channels, out_channels=args.out_channels, projection_channels=args.projection_channels,
-        padding=args.padding, precision=args.precision, weight_decay=args.weight_decay, device=args.device,
+        in_channels=args.in_channels,
+        out_channels=args.out_channels,
+        projection_channels=args.projection_channels,
+        padding=args.padding,
+        precision=args.precision,
+        weight_decay=args.weight_decay,
+        device=args.device,
     )
     grid = tuple(args.grid) if args.grid else None
     plan = plan_fno(args.dim, args.modes, args.width, args.layers, grid=grid, batch=args.batch, **options)
@@ -68,7 +98,9 @@ def run(args: argparse.Namespace) -> int:
         print_json({**plan.as_dict(), **fit})
         return 0
     print(f"FNO-{plan.dim}D  K={plan.modes}  width={plan.width}  layers={plan.layers}  precision={plan.precision}")
-    print(f"  spectral parameters   {plan.spectral_params:>16,}  ({plan.spectral_params_per_layer:,} per layer, complex)")
+    print(
+        f"  spectral parameters   {plan.spectral_params:>16,}  ({plan.spectral_params_per_layer:,} per layer, complex)"
+    )
     print(f"  other parameters      {plan.other_params:>16,}")
     print(f"  total parameters      {plan.total_params:>16,}")
     print(f"  weights (fp32)        {format_bytes(plan.weights_bytes):>16}")
@@ -80,11 +112,15 @@ def run(args: argparse.Namespace) -> int:
         print("  activations           (give --grid and --batch to estimate)")
     else:
         grid_text = "x".join(str(n) for n in plan.grid)
-        print(f"  activations           {format_bytes(plan.activations_bytes):>16}  (grid {grid_text}, batch {plan.batch})")
+        print(
+            f"  activations           {format_bytes(plan.activations_bytes):>16}  (grid {grid_text}, batch {plan.batch})"
+        )
         print(f"  projection gradients  {format_bytes(plan.workspace_bytes):>16}  (at the start of backward)")
         print(f"  a layer's gradient    {format_bytes(plan.layer_gradient_bytes):>16}  (at the end of backward)")
-    print(f"  peak of one step      {format_bytes(plan.total_bytes):>16}  (backward {format_bytes(plan.backward_peak_bytes)}, "
-          f"optimizer step {format_bytes(plan.step_peak_bytes)})")
+    print(
+        f"  peak of one step      {format_bytes(plan.total_bytes):>16}  (backward {format_bytes(plan.backward_peak_bytes)}, "
+        f"optimizer step {format_bytes(plan.step_peak_bytes)})"
+    )
     verdict = "fits" if fit["fits"] else "does NOT fit"
     print(f"  {verdict} in {format_bytes(memory)} ({device})", end="")
     if fit["largest_batch"] is not None:

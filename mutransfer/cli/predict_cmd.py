@@ -18,8 +18,13 @@ def add_parser(subparsers) -> None:
     )
     add_model_arguments(p)
     p.add_argument("--out", metavar="FILE.h5", required=True, help="HDF5 file to write (replaced atomically)")
-    p.add_argument("--resolution", type=positive_int, metavar="R", default=None,
-                   help="grid resolution to predict at, reached by striding the file (default: as stored)")
+    p.add_argument(
+        "--resolution",
+        type=positive_int,
+        metavar="R",
+        default=None,
+        help="grid resolution to predict at, reached by striding the file (default: as stored)",
+    )
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(run=run_predict_cmd)
 
@@ -33,6 +38,8 @@ def run_predict_cmd(args: argparse.Namespace) -> int:
     if args.json:
         print_json(written)
     else:
-        print(f"wrote {written['samples']} predictions of {written['model']} to {written['out']}"
-              + (f" (resolution {written['resolution']})" if written["resolution"] else ""))
+        print(
+            f"wrote {written['samples']} predictions of {written['model']} to {written['out']}"
+            + (f" (resolution {written['resolution']})" if written["resolution"] else "")
+        )
     return 0

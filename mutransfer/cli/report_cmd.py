@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-STUDY_HELP = ("a study folder (holding state.json) or the name of a study under the runs directory "
-              "(./mutransfer-runs unless --runs-dir)")
+STUDY_HELP = (
+    "a study folder (holding state.json) or the name of a study under the runs directory "
+    "(./mutransfer-runs unless --runs-dir)"
+)
 RUNS_DIR_HELP = "where study folders live, to look STUDY up by name (default: ./mutransfer-runs)"
 
 
@@ -41,6 +43,8 @@ def run_report_cmd(args: argparse.Namespace) -> int:
     try:
         write_report_page(files, out, html_sections(files.report, files.state))
     except OSError as exc:
-        raise UserInputError(f"--out {out}: cannot write there ({exc.strerror}); pass --out with a writable path") from None
+        raise UserInputError(
+            f"--out {out}: cannot write there ({exc.strerror}); pass --out with a writable path"
+        ) from None
     print(out)
     return 0

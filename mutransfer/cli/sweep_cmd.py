@@ -28,36 +28,72 @@ def _add_sweep(subparsers) -> None:
         "evaluate it on the test split and record everything in MLflow. Without --study the built-in quick "
         "study runs (Burgers 1D, a few minutes on a laptop CPU). Flags override the study file and are reported.",
     )
-    p.add_argument("--study", metavar="FILE", help="study YAML file (default: the built-in quick study = studies/quick.yaml)")
+    p.add_argument(
+        "--study", metavar="FILE", help="study YAML file (default: the built-in quick study = studies/quick.yaml)"
+    )
     _add_override_flags(p)
     p.add_argument("--address", help="Ray cluster to use: auto or ray://HOST:PORT (default: start a local Ray)")
-    p.add_argument(
-        "--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)"
-    )
+    p.add_argument("--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)")
     p.add_argument("--resume", action="store_true", help="continue the study of the same name after an interruption")
-    p.add_argument("--coord-check", action="store_true",
-                   help="gate: run the coordinate check across K before the target; stop if spectral sizes are not flat")
-    p.add_argument("--verify", action="store_true",
-                   help="after the target, train it at --verify-points LRs 0.25 decades apart around the transferred LR "
-                   "and report how far the target's own optimum is (distance in decades, regret)")
-    p.add_argument("--verify-points", type=positive_int, default=5, metavar="N",
-                   help="LRs of the --verify grid, the transferred one among them (default 5: +-0.5 decades; >= 3)")
-    p.add_argument("--verify-seeds", type=positive_int, default=3, metavar="S",
-                   help="seeds per --verify LR (default 3; the t CI of the distance needs >= 2)")
-    p.add_argument("--baseline", choices=("direct",),
-                   help="direct: run the same search (searcher, ASHA, trials, epochs) at the target's size and report "
-                   "muTransfer vs direct tuning: error and cost (the paper's Table 1)")
-    p.add_argument("--register", metavar="NAME", type=model_name, default=None,
-                   help="register the trained target in MLflow's model registry as a new version of NAME "
-                   "(models:/NAME/<version>; needs a database-backed store such as sqlite) (default: not registered)")
-    p.add_argument("--warm-start", metavar="STUDY", default=None,
-                   help="seed the search with the best trials of an earlier study (a study folder, a study name under "
-                   "--runs-dir, or a study name in the tracking store), rescaled by muP to this study's proxy size "
-                   "(default: a cold start)")
-    p.add_argument("--warm-start-top", type=positive_int, default=None, metavar="N",
-                   help="how many of its best completed trials seed the search (default: max(1, num_trials // 4))")
-    p.add_argument("--warm-start-any", action="store_true",
-                   help="accept a --warm-start study of another problem or operator (default: refused)")
+    p.add_argument(
+        "--coord-check",
+        action="store_true",
+        help="gate: run the coordinate check across K before the target; stop if spectral sizes are not flat",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="after the target, train it at --verify-points LRs 0.25 decades apart around the transferred LR "
+        "and report how far the target's own optimum is (distance in decades, regret)",
+    )
+    p.add_argument(
+        "--verify-points",
+        type=positive_int,
+        default=5,
+        metavar="N",
+        help="LRs of the --verify grid, the transferred one among them (default 5: +-0.5 decades; >= 3)",
+    )
+    p.add_argument(
+        "--verify-seeds",
+        type=positive_int,
+        default=3,
+        metavar="S",
+        help="seeds per --verify LR (default 3; the t CI of the distance needs >= 2)",
+    )
+    p.add_argument(
+        "--baseline",
+        choices=("direct",),
+        help="direct: run the same search (searcher, ASHA, trials, epochs) at the target's size and report "
+        "muTransfer vs direct tuning: error and cost (the paper's Table 1)",
+    )
+    p.add_argument(
+        "--register",
+        metavar="NAME",
+        type=model_name,
+        default=None,
+        help="register the trained target in MLflow's model registry as a new version of NAME "
+        "(models:/NAME/<version>; needs a database-backed store such as sqlite) (default: not registered)",
+    )
+    p.add_argument(
+        "--warm-start",
+        metavar="STUDY",
+        default=None,
+        help="seed the search with the best trials of an earlier study (a study folder, a study name under "
+        "--runs-dir, or a study name in the tracking store), rescaled by muP to this study's proxy size "
+        "(default: a cold start)",
+    )
+    p.add_argument(
+        "--warm-start-top",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="how many of its best completed trials seed the search (default: max(1, num_trials // 4))",
+    )
+    p.add_argument(
+        "--warm-start-any",
+        action="store_true",
+        help="accept a --warm-start study of another problem or operator (default: refused)",
+    )
     p.add_argument("--json", action="store_true", help="print the transfer report as JSON")
     p.set_defaults(run=run_sweep_cmd)
 
@@ -77,8 +113,8 @@ def _add_override_flags(p) -> None:
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
     from mutransfer.study import OVERRIDES
-    from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep
     from mutransfer.sweep.report import format_report
+    from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep
 
     options = SweepOptions(
         study_path=args.study,
@@ -127,9 +163,16 @@ def _resume_hint(args: argparse.Namespace) -> list[str]:
     if args.study:
         hint += ["--study", args.study]
     given = [(flag, getattr(args, key, None)) for key, (_path, flag) in OVERRIDES.items()]
-    given += [("--runs-dir", args.runs_dir), ("--address", args.address), ("--coord-check", args.coord_check),
-              ("--verify", args.verify), ("--baseline", args.baseline), ("--warm-start", args.warm_start),
-              ("--warm-start-top", args.warm_start_top), ("--warm-start-any", args.warm_start_any)]
+    given += [
+        ("--runs-dir", args.runs_dir),
+        ("--address", args.address),
+        ("--coord-check", args.coord_check),
+        ("--verify", args.verify),
+        ("--baseline", args.baseline),
+        ("--warm-start", args.warm_start),
+        ("--warm-start-top", args.warm_start_top),
+        ("--warm-start-any", args.warm_start_any),
+    ]
     if args.verify:
         given += [("--verify-points", args.verify_points), ("--verify-seeds", args.verify_seeds)]
     for flag, value in given:

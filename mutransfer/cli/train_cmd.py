@@ -29,13 +29,13 @@ def pino_ratio(text: str) -> tuple[float, float]:
 
 
 def add_parser(subparsers) -> None:
+    from mutransfer.cli.data_cmd import add_reader_arguments
     from mutransfer.config.flags import add_flags
     from mutransfer.config.settings import setting_of
+    from mutransfer.problems import PROBLEMS
     from mutransfer.study.schema import TrainingSpec
-    from mutransfer.cli.data_cmd import add_reader_arguments
     from operators.parametrization import PARAMETRIZATIONS
     from operators.width_mup import WIDTH_PARAMETRIZATIONS
-    from mutransfer.problems import PROBLEMS
 
     p = subparsers.add_parser(
         "train",
@@ -56,17 +56,30 @@ def add_parser(subparsers) -> None:
     p.add_argument("--parametrization", choices=PARAMETRIZATIONS, help="FNO: parametrization in K (default: mup)")
     p.add_argument("--width", type=positive_int, default=32, help="hidden channels / model width m (default 32)")
     p.add_argument("--layers", type=positive_int, default=4, help="layers L (default 4)")
-    p.add_argument("--projection-channels", type=positive_int,
-                   help="FNO: hidden size of the projection MLP Q (default 128; a study's operator.projection_channels)")
+    p.add_argument(
+        "--projection-channels",
+        type=positive_int,
+        help="FNO: hidden size of the projection MLP Q (default 128; a study's operator.projection_channels)",
+    )
     p.add_argument("--heads", type=positive_int, help="attention operators: heads (default 4; must divide --width)")
     p.add_argument(
-        "--option", dest="options", action="append", default=[], metavar="KEY=VALUE",
+        "--option",
+        dest="options",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
         help="attention operators: a further constructor argument, e.g. --option attention_type=fourier (repeatable)",
     )
-    p.add_argument("--width-parametrization", choices=WIDTH_PARAMETRIZATIONS, default="standard",
-                   help="muP in the width (Tensor Programs V) or standard (default); mup needs --base-width")
+    p.add_argument(
+        "--width-parametrization",
+        choices=WIDTH_PARAMETRIZATIONS,
+        default="standard",
+        help="muP in the width (Tensor Programs V) or standard (default); mup needs --base-width",
+    )
     p.add_argument("--base-width", type=positive_int, help="width-muP: the width the hyperparameters were tuned at")
-    p.add_argument("--padding", type=non_negative_int, help="FNO: grid points of domain padding (default: the problem's)")
+    p.add_argument(
+        "--padding", type=non_negative_int, help="FNO: grid points of domain padding (default: the problem's)"
+    )
     add_flags(p, TrainingSpec, ["init_scale"], suppress_default=True)
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--epochs", type=positive_int, help="training epochs (default 20)")
@@ -76,36 +89,64 @@ def add_parser(subparsers) -> None:
     p.add_argument("--beta1", type=unit_interval, default=0.9, help="Adam beta1 (default: 0.9)")
     p.add_argument("--beta2", type=unit_interval, default=0.999, help="Adam beta2 (default: 0.999)")
     add_flags(p, TrainingSpec, ["weight_decay", "clip_value", "schedule"])
-    p.add_argument("--milestones", type=positive_int, nargs="+",
-                   help=f"{setting_of(TrainingSpec, 'milestones').help} (default: off)")
+    p.add_argument(
+        "--milestones",
+        type=positive_int,
+        nargs="+",
+        help=f"{setting_of(TrainingSpec, 'milestones').help} (default: off)",
+    )
     add_flags(p, TrainingSpec, ["step_size", "gamma"])
-    p.add_argument("--n-train", type=positive_int, help="training samples (default: the problem's, or 80%% of the file)")
+    p.add_argument(
+        "--n-train", type=positive_int, help="training samples (default: the problem's, or 80%% of the file)"
+    )
     p.add_argument("--n-test", type=positive_int, help="test samples, taken from the end of the file")
     p.add_argument("--resolution", type=positive_int, help="training resolution (downsampled from the file's)")
     p.add_argument(
-        "--time-resolution", type=positive_int,
+        "--time-resolution",
+        type=positive_int,
         help="output times used (strided back from the last; default: the problem's, or all in the file)",
     )
     add_flags(p, TrainingSpec, ["loss"])
-    p.add_argument("--pino-ratio", type=pino_ratio, metavar="DATA:PHYSICS",
-                   help="loss weights for --loss pino (default 5:1, the paper's)")
+    p.add_argument(
+        "--pino-ratio",
+        type=pino_ratio,
+        metavar="DATA:PHYSICS",
+        help="loss weights for --loss pino (default 5:1, the paper's)",
+    )
     add_flags(p, TrainingSpec, ["seed"])
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N (default auto)")
     add_flags(p, TrainingSpec, ["precision"])
     stream = p.add_mutually_exclusive_group()
-    stream.add_argument("--stream", dest="stream", action="store_const", const=True,
-                        help="read the data file lazily in batches (default: only when the split would take more than "
-                        "--max-memory)")
-    stream.add_argument("--no-stream", dest="stream", action="store_const", const=False,
-                        help="load the whole split into memory")
-    p.add_argument("--max-memory", type=memory_size, metavar="SIZE",
-                   help="the most memory the loaded split may take before it is streamed instead, e.g. 8GiB "
-                   "(default: half of the available RAM)")
-    p.add_argument("--data-workers", type=non_negative_int, metavar="N",
-                   help="processes reading streamed batches (default 2; in-memory data needs none)")
-    p.add_argument("--device-memory", type=memory_size, metavar="SIZE",
-                   help="memory the device may use, e.g. 80GiB (default: what is free on it); an FNO whose training "
-                   "step does not fit is refused before it is built")
+    stream.add_argument(
+        "--stream",
+        dest="stream",
+        action="store_const",
+        const=True,
+        help="read the data file lazily in batches (default: only when the split would take more than --max-memory)",
+    )
+    stream.add_argument(
+        "--no-stream", dest="stream", action="store_const", const=False, help="load the whole split into memory"
+    )
+    p.add_argument(
+        "--max-memory",
+        type=memory_size,
+        metavar="SIZE",
+        help="the most memory the loaded split may take before it is streamed instead, e.g. 8GiB "
+        "(default: half of the available RAM)",
+    )
+    p.add_argument(
+        "--data-workers",
+        type=non_negative_int,
+        metavar="N",
+        help="processes reading streamed batches (default 2; in-memory data needs none)",
+    )
+    p.add_argument(
+        "--device-memory",
+        type=memory_size,
+        metavar="SIZE",
+        help="memory the device may use, e.g. 80GiB (default: what is free on it); an FNO whose training "
+        "step does not fit is refused before it is built",
+    )
     p.add_argument("--checkpoint-dir", help="write checkpoints here; an existing checkpoint is resumed")
     p.add_argument("--no-resume", dest="resume", action="store_false", help="ignore an existing checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
@@ -148,8 +189,14 @@ def resolve_data(args: argparse.Namespace):
         resolution = args.resolution
         time_resolution = getattr(args, "time_resolution", None)
     data = load_split(
-        path, n_train=n_train, n_test=n_test, resolution=resolution, time_resolution=time_resolution,
-        problem=problem.name, stream=getattr(args, "stream", None), max_memory=getattr(args, "max_memory", None),
+        path,
+        n_train=n_train,
+        n_test=n_test,
+        resolution=resolution,
+        time_resolution=time_resolution,
+        problem=problem.name,
+        stream=getattr(args, "stream", None),
+        max_memory=getattr(args, "max_memory", None),
         **options,
     )
     return problem, data, str(path)
@@ -167,11 +214,16 @@ def _resolve_point_data(args: argparse.Namespace, problem, options: dict):
     from mutransfer.errors import UserInputError
     from mutransfer.problems import default_dataset
 
-    for flag, value in (("--resolution", args.resolution), ("--time-resolution", getattr(args, "time_resolution", None))):
+    for flag, value in (
+        ("--resolution", args.resolution),
+        ("--time-resolution", getattr(args, "time_resolution", None)),
+    ):
         if value is not None:
             raise UserInputError(f"{flag}: {problem.name} is a point-set problem with no grid to stride; drop it")
     if any(v is not None for v in options.values()):
-        raise UserInputError(f"--input-key and friends apply to grid data files, not to {problem.name} point sets; drop them")
+        raise UserInputError(
+            f"--input-key and friends apply to grid data files, not to {problem.name} point sets; drop them"
+        )
     if args.data is None:
         path = default_dataset(problem, progress=args.progress)
         n_train = args.n_train or problem.n_train
@@ -192,15 +244,23 @@ def _resolve_point_data(args: argparse.Namespace, problem, options: dict):
 
 
 #: flags that only some families take: (args name, flag, what the family must have: an axis, a field or a hyperparameter)
-_FAMILY_FLAGS = (("modes", "--modes", "K"), ("parametrization", "--parametrization", "K"),
-                 ("projection_channels", "--projection-channels", "projection_channels"), ("padding", "--padding", "padding"),
-                 ("init_scale", "--init-scale", "init_scale"), ("clip_value", "--clip-value", "clip_value"),
-                 ("heads", "--heads", "heads"), ("options", "--option", "options"))
+_FAMILY_FLAGS = (
+    ("modes", "--modes", "K"),
+    ("parametrization", "--parametrization", "K"),
+    ("projection_channels", "--projection-channels", "projection_channels"),
+    ("padding", "--padding", "padding"),
+    ("init_scale", "--init-scale", "init_scale"),
+    ("clip_value", "--clip-value", "clip_value"),
+    ("heads", "--heads", "heads"),
+    ("options", "--option", "options"),
+)
 
 
 def _takes(family, need: str) -> bool:
     """Whether ``family`` has the axis, field or hyperparameter ``need``."""
-    return family.scales(need) if need == "K" else need in family.fields or (need in HPARAM_KEYS and family.applies(need))
+    return (
+        family.scales(need) if need == "K" else need in family.fields or (need in HPARAM_KEYS and family.applies(need))
+    )
 
 
 def _owners(need: str) -> str:
@@ -223,7 +283,9 @@ def _parse_options(items: list[str]) -> dict:
         try:
             out[key] = yaml.safe_load(text)
         except yaml.YAMLError:
-            raise UserInputError(f"--option {item!r}: the value is not a number, boolean or word; e.g. ffn_ratio=2") from None
+            raise UserInputError(
+                f"--option {item!r}: the value is not a number, boolean or word; e.g. ffn_ratio=2"
+            ) from None
     return out
 
 
@@ -236,33 +298,59 @@ def train_model_spec(args: argparse.Namespace, problem, data):
     from mutransfer.errors import UserInputError
 
     if args.width_parametrization == "mup" and args.base_width is None:
-        raise UserInputError("--width-parametrization mup needs --base-width (the width the hyperparameters were tuned at)")
+        raise UserInputError(
+            "--width-parametrization mup needs --base-width (the width the hyperparameters were tuned at)"
+        )
     if args.width_parametrization == "standard" and args.base_width is not None:
         raise UserInputError("--base-width applies to --width-parametrization mup only; drop it or add that flag")
     family = get_family(args.operator)
     if not family.takes(problem.kind):
         names = point_set_families()
-        raise UserInputError(f"--operator {args.operator} needs a grid; {problem.name} is a point-set problem: use "
-                             f"{', '.join(names[:-1])} or {names[-1]}")
+        raise UserInputError(
+            f"--operator {args.operator} needs a grid; {problem.name} is a point-set problem: use "
+            f"{', '.join(names[:-1])} or {names[-1]}"
+        )
     for name, flag, need in _FAMILY_FLAGS:
         if getattr(args, name) not in (None, []) and not _takes(family, need):
             raise UserInputError(f"{flag} applies to {_owners(need)}, not {args.operator}; drop it")
     options = _parse_options(args.options)
-    reserved = {"coord_dim", "in_channels", "out_channels", "width", "layers", "heads", "width_parametrization", "base_width"}
+    reserved = {
+        "coord_dim",
+        "in_channels",
+        "out_channels",
+        "width",
+        "layers",
+        "heads",
+        "width_parametrization",
+        "base_width",
+    }
     clash = sorted(reserved & set(options))
     if clash:
         raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
     points = problem.kind == "points"
     spec = ModelSpec(
-        dim=problem.dim, input_channels=int(data.train_x.shape[-1]), output_channels=int(data.train_y.shape[-1]),
-        width=args.width, layers=args.layers, modes=args.modes, parametrization=args.parametrization,
+        dim=problem.dim,
+        input_channels=int(data.train_x.shape[-1]),
+        output_channels=int(data.train_y.shape[-1]),
+        width=args.width,
+        layers=args.layers,
+        modes=args.modes,
+        parametrization=args.parametrization,
         width_parametrization=args.width_parametrization,
         base_width=args.base_width if args.width_parametrization == "mup" else None,
-        init_scale=1.0 if args.init_scale is None else args.init_scale, packed=points,
-        normalization=(normalization_from(data.train_x, data.train_y, problem.dim if points else None)
-                       if family.standardizes else None),
-        options={"padding": problem.padding if args.padding is None else args.padding,
-                 "projection_channels": args.projection_channels, "heads": args.heads, "options": options},
+        init_scale=1.0 if args.init_scale is None else args.init_scale,
+        packed=points,
+        normalization=(
+            normalization_from(data.train_x, data.train_y, problem.dim if points else None)
+            if family.standardizes
+            else None
+        ),
+        options={
+            "padding": problem.padding if args.padding is None else args.padding,
+            "projection_channels": args.projection_channels,
+            "heads": args.heads,
+            "options": options,
+        },
     )
     return family, spec
 
@@ -272,10 +360,15 @@ def _plan_before_building(family, config: dict, data, train_config):
     from mutransfer.training.memory import check_before_building
     from mutransfer.training.trainer import resolve_device
 
-    return check_before_building(config, tuple(data.train_x.shape[1:-1]),
-                                 min(train_config.batch_size, int(data.train_x.shape[0])),
-                                 resolve_device(train_config.device), precision=train_config.precision,
-                                 weight_decay=train_config.weight_decay, limit=train_config.device_memory)
+    return check_before_building(
+        config,
+        tuple(data.train_x.shape[1:-1]),
+        min(train_config.batch_size, int(data.train_x.shape[0])),
+        resolve_device(train_config.device),
+        precision=train_config.precision,
+        weight_decay=train_config.weight_decay,
+        limit=train_config.device_memory,
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,18 +26,34 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dim", type=positive_int, required=True, help="number of truncated dimensions d (1, 2 or 3)")
     p.add_argument("--proxy-K", dest="proxy_modes", type=positive_int, required=True, help="modes of the proxy")
     p.add_argument("--target-K", dest="target_modes", type=positive_int, required=True, help="modes of the target")
-    p.add_argument("--parametrization", choices=PARAMETRIZATIONS, default="mup",
-                   help="the K-parametrization (default: mup)")
-    p.add_argument("--width", type=positive_int, default=64,
-                   help="the proxy's width m0, for the effective init std (default: 64)")
+    p.add_argument(
+        "--parametrization", choices=PARAMETRIZATIONS, default="mup", help="the K-parametrization (default: mup)"
+    )
+    p.add_argument(
+        "--width", type=positive_int, default=64, help="the proxy's width m0, for the effective init std (default: 64)"
+    )
     p.add_argument("--target-width", type=positive_int, help="the target's width m (default: the proxy's)")
-    p.add_argument("--width-parametrization", choices=WIDTH_PARAMETRIZATIONS, default="mup",
-                   help="the width rule when the width changes (default: mup)")
+    p.add_argument(
+        "--width-parametrization",
+        choices=WIDTH_PARAMETRIZATIONS,
+        default="mup",
+        help="the width rule when the width changes (default: mup)",
+    )
     add_flags(p, TrainingSpec, ["lr"], defaults={"lr": REQUIRED})
-    add_flags(p, TrainingSpec, ["init_scale"], suppress_default=True,
-              note="carried over; with it the table shows the effective init std")
-    add_flags(p, TrainingSpec, ["batch_size", "weight_decay", "clip_value"], suppress_default=True,
-              note="carried over unchanged")
+    add_flags(
+        p,
+        TrainingSpec,
+        ["init_scale"],
+        suppress_default=True,
+        note="carried over; with it the table shows the effective init std",
+    )
+    add_flags(
+        p,
+        TrainingSpec,
+        ["batch_size", "weight_decay", "clip_value"],
+        suppress_default=True,
+        note="carried over unchanged",
+    )
     p.add_argument("--beta2", type=float, help="Adam beta2, carried over unchanged")
     p.add_argument("--json", action="store_true", help="print the record as JSON")
     p.set_defaults(run=run)
@@ -55,8 +71,13 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None
     }
     scaling = Scaling(
-        args.dim, args.proxy_modes, args.target_modes, args.parametrization, proxy_width=args.width,
-        target_width=args.target_width or args.width, width_parametrization=args.width_parametrization,
+        args.dim,
+        args.proxy_modes,
+        args.target_modes,
+        args.parametrization,
+        proxy_width=args.width,
+        target_width=args.target_width or args.width,
+        width_parametrization=args.width_parametrization,
     )
     record = transfer(scaling, args.lr, init_scale=args.init_scale, unchanged=unchanged)
     if args.json:

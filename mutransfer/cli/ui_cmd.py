@@ -44,15 +44,32 @@ def add_parser(subparsers) -> None:
     p.add_argument("--port", type=_port, default=5000, help="TCP port (default 5000)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--experiment", help="experiment to link to (default: that of the newest study)")
-    p.add_argument("--wait", type=positive_int, default=300, metavar="SECONDS",
-                   help="how long to wait for the server to answer before giving up (default 300)")
+    p.add_argument(
+        "--wait",
+        type=positive_int,
+        default=300,
+        metavar="SECONDS",
+        help="how long to wait for the server to answer before giving up (default 300)",
+    )
     p.set_defaults(run=run_ui_cmd)
 
 
 def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
     """The argument list that starts the MLflow UI for ``uri`` (no shell; one worker: one local reader)."""
-    return [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host, "--port", str(port),
-            "--workers", "1"]
+    return [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "ui",
+        "--backend-store-uri",
+        uri,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -64,10 +81,13 @@ def check_port_free(host: str, port: int) -> None:
             probe.bind((host, port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise UserInputError(f"--port {port}: {host}:{port} is already in use (another `mutransfer ui`?); "
-                                     "stop that server or pick a free port with --port") from None
-            raise UserInputError(f"--host {host}: cannot listen there ({exc.strerror}); "
-                                 "use 127.0.0.1 or an address of this machine") from None
+                raise UserInputError(
+                    f"--port {port}: {host}:{port} is already in use (another `mutransfer ui`?); "
+                    "stop that server or pick a free port with --port"
+                ) from None
+            raise UserInputError(
+                f"--host {host}: cannot listen there ({exc.strerror}); use 127.0.0.1 or an address of this machine"
+            ) from None
 
 
 def _answers(host: str, port: int) -> bool:
@@ -94,9 +114,9 @@ def wait_until_serving(proc: subprocess.Popen, host: str, port: int, seconds: fl
 
 def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None]:
     """(experiment id, view key) of the study to show; the experiment gets the tags of mlflow_view."""
-    from mutransfer.tracking.views import searched_keys, tag_kind, tag_study
     from mutransfer.tracking.listings import study_to_show
     from mutransfer.tracking.runs import _client
+    from mutransfer.tracking.views import searched_keys, tag_kind, tag_study
 
     experiment_id, row = study_to_show(uri, experiment)
     if experiment_id is None:
@@ -109,8 +129,11 @@ def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None
         params = client.get_run(row["run_id"]).data.params
         return experiment_id, tag_study(client, experiment_id, row["study"], searched_keys(params))
     except Exception as exc:  # a read-only or busy store: still serve it, without the study's view
-        print(f"warning: could not tag experiment {experiment_id} for the study's view ({type(exc).__name__}); "
-              "the link opens its runs without the preset columns", file=sys.stderr)
+        print(
+            f"warning: could not tag experiment {experiment_id} for the study's view ({type(exc).__name__}); "
+            "the link opens its runs without the preset columns",
+            file=sys.stderr,
+        )
         return experiment_id, None
 
 
@@ -128,13 +151,15 @@ def _interrupt(signum, frame):
 
 
 def run_ui_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.tracking.views import ui_link
     from mutransfer.tracking.runs import resolve_tracking_uri, sqlite_path
+    from mutransfer.tracking.views import ui_link
 
     uri = resolve_tracking_uri(args.tracking_uri)
     path = sqlite_path(uri)
     if path is not None and not path.exists():
-        raise UserInputError(f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri")
+        raise UserInputError(
+            f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri"
+        )
     check_port_free(args.host, args.port)
     experiment_id, key = _tag_study(uri, args.experiment)
     if args.host not in LOCAL_HOSTS:

@@ -16,6 +16,7 @@ from mutransfer.config.settings import REQUIRED, Setting, integer_requirement, s
 
 def arg_type(spec: Setting):
     """The argparse ``type`` of a setting: parse, then check as the declaration says."""
+
     def parse_int(text: str) -> int:
         try:
             value = int(text)
@@ -58,8 +59,16 @@ def flag_kwargs(spec: Setting, name: str) -> dict:
     return {}
 
 
-def add_flags(parser, cls, names, *, defaults: dict | None = None, group=None, suppress_default: bool = False,
-              note: str | None = None) -> None:
+def add_flags(
+    parser,
+    cls,
+    names,
+    *,
+    defaults: dict | None = None,
+    group=None,
+    suppress_default: bool = False,
+    note: str | None = None,
+) -> None:
     """Add one flag per name of settings dataclass ``cls`` (in the order given).
 
     ``defaults`` replaces a declared default for this command (shown in --help; REQUIRED
@@ -75,7 +84,12 @@ def add_flags(parser, cls, names, *, defaults: dict | None = None, group=None, s
             default = defaults[name]
         flag = spec.flag_name(name)
         text = f"{spec.help} ({note})" if note else help_text(spec, default)
-        kwargs = {"dest": name, "help": text, "default": None if suppress_default else default, **flag_kwargs(spec, name)}
+        kwargs = {
+            "dest": name,
+            "help": text,
+            "default": None if suppress_default else default,
+            **flag_kwargs(spec, name),
+        }
         if default is REQUIRED:
             kwargs.pop("default")
             kwargs["required"] = True

@@ -123,7 +123,7 @@ class Reader:
             self.fail(self.where(name), f"must be {what}, got {kind_of(value)}")
         return value
 
-    def sub(self, name: str) -> "Reader":
+    def sub(self, name: str) -> Reader:
         self.seen.add(name)
         return Reader(self.source, self.where(name), self.mapping.get(name), self.flags)
 
@@ -144,7 +144,9 @@ class Reader:
         if spec.kind == "float":
             return self.number(name, default, example=spec.example, allow_none=spec.nullable, check=spec.check)
         if spec.kind == "str":
-            return self.string(name, default, choices=spec.choice_values(), example=spec.example, allow_none=spec.nullable)
+            return self.string(
+                name, default, choices=spec.choice_values(), example=spec.example, allow_none=spec.nullable
+            )
         return self.raw(name, default, example=spec.example)
 
 

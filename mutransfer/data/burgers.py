@@ -26,8 +26,8 @@ import numpy as np
 import scipy.fft
 from tqdm.auto import tqdm
 
-from mutransfer.errors import UserInputError
 from mutransfer.data.grf import periodic_grf_1d
+from mutransfer.errors import UserInputError
 
 __all__ = ["solve_burgers", "generate_burgers", "stable_time_step", "DT_MAX"]
 
@@ -139,9 +139,10 @@ def solve_burgers(
     n_chunks = math.ceil(u.shape[0] / chunk)
     update_every = max(1, n_steps // 50)
     # Overflow on blow-up is reported once, after the loop, as a UserInputError.
-    with np.errstate(over="ignore", invalid="ignore"), tqdm(
-        total=n_chunks * n_steps, disable=not progress, desc="burgers", unit="step", leave=False
-    ) as bar:
+    with (
+        np.errstate(over="ignore", invalid="ignore"),
+        tqdm(total=n_chunks * n_steps, disable=not progress, desc="burgers", unit="step", leave=False) as bar,
+    ):
         for start in range(0, u.shape[0], chunk):
             v = scipy.fft.rfft(u[start : start + chunk], axis=-1)
             pending = 0
@@ -161,9 +162,7 @@ def solve_burgers(
             bar.update(pending)
             out[start : start + chunk] = scipy.fft.irfft(v, n=n_grid, axis=-1)
     if not np.all(np.isfinite(out)):
-        raise UserInputError(
-            f"dt {h:g}: Burgers solve blew up (non-finite values); use a smaller dt or omit it"
-        )
+        raise UserInputError(f"dt {h:g}: Burgers solve blew up (non-finite values); use a smaller dt or omit it")
     return out[0] if squeeze else out
 
 

@@ -25,8 +25,8 @@ import scipy.sparse
 import scipy.sparse.linalg
 from tqdm.auto import tqdm
 
-from mutransfer.errors import UserInputError
 from mutransfer.data.grf import neumann_grf_2d
+from mutransfer.errors import UserInputError
 
 __all__ = ["solve_darcy", "generate_darcy", "darcy_matrix"]
 

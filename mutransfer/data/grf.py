@@ -25,21 +25,13 @@ __all__ = ["periodic_grf_1d", "neumann_grf_2d", "periodic_spectrum_1d", "neumann
 def _check_common(n_samples: int, resolution: int, min_resolution: int, rng) -> None:
     if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 1:
         raise UserInputError(f"n_samples {n_samples!r}: must be a positive integer; try 100")
-    if (
-        isinstance(resolution, bool)
-        or not isinstance(resolution, (int, np.integer))
-        or resolution < min_resolution
-    ):
-        raise UserInputError(
-            f"resolution {resolution!r}: must be an integer >= {min_resolution}; try 64"
-        )
+    if isinstance(resolution, bool) or not isinstance(resolution, (int, np.integer)) or resolution < min_resolution:
+        raise UserInputError(f"resolution {resolution!r}: must be an integer >= {min_resolution}; try 64")
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
 
 
-def periodic_spectrum_1d(
-    k: np.ndarray, *, scale: float = 25.0, tau: float = 25.0, alpha: float = 2.0
-) -> np.ndarray:
+def periodic_spectrum_1d(k: np.ndarray, *, scale: float = 25.0, tau: float = 25.0, alpha: float = 2.0) -> np.ndarray:
     """Covariance eigenvalues ``scale**2 * ((2 pi k)**2 + tau)**(-alpha)`` for integer k."""
     k = np.asarray(k, dtype=np.float64)
     return scale**2 * ((2.0 * np.pi * k) ** 2 + tau) ** (-alpha)

@@ -29,8 +29,8 @@ returned by ``generate_burgers`` / ``generate_darcy`` and ``read_dataset``.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import h5py
 import numpy as np
@@ -79,9 +79,7 @@ def points_refused(path, problem) -> UserInputError:
 
 def _check_data(data: dict) -> tuple[str, np.ndarray, np.ndarray, dict, dict]:
     if not isinstance(data, dict):
-        raise UserInputError(
-            f"data: expected a dict with input/output/grid/attrs, got {type(data).__name__}"
-        )
+        raise UserInputError(f"data: expected a dict with input/output/grid/attrs, got {type(data).__name__}")
     attrs = dict(data.get("attrs") or {})
     problem = attrs.get("problem", data.get("problem"))
     problems = space_dims()  # grid problem -> spatial axes of `input`, read at call time
@@ -138,9 +136,7 @@ def write_dataset(path, data: dict) -> Path:
 
     path = Path(path)
     if path.is_dir():
-        raise UserInputError(
-            f"output path {path} is a directory; pass a file name such as {path / 'data.h5'}"
-        )
+        raise UserInputError(f"output path {path} is a directory; pass a file name such as {path / 'data.h5'}")
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         f.create_dataset("input", data=x.astype(np.float32, copy=False))
         f.create_dataset("output", data=y.astype(np.float32, copy=False))
@@ -211,9 +207,7 @@ def open_dataset(path) -> Iterator[h5py.File]:
             )
         for key, ds in (("input", xi), ("output", yo)):
             if ds.dtype.kind != "f":
-                raise UserInputError(
-                    f"data file {p}: dataset {key!r} has dtype {ds.dtype}, expected floating point"
-                )
+                raise UserInputError(f"data file {p}: dataset {key!r} has dtype {ds.dtype}, expected floating point")
         yield f
 
 

@@ -34,8 +34,13 @@ from mutransfer.data.streaming import (
 from mutransfer.errors import UserInputError
 
 __all__ = [
-    "downsample", "valid_resolutions", "load_split", "SplitData", "StreamingSplit",
-    "STREAM_MEMORY_FRACTION", "should_stream",
+    "downsample",
+    "valid_resolutions",
+    "load_split",
+    "SplitData",
+    "StreamingSplit",
+    "STREAM_MEMORY_FRACTION",
+    "should_stream",
 ]
 
 #: grid problem -> whether its grid is periodic (x_j = j/N) rather than a boundary-inclusive node grid
@@ -69,9 +74,7 @@ def _stride(from_resolution: int, to_resolution: int, periodic: bool) -> int:
     if t < 2:
         raise UserInputError(f"resolution {t}: must be at least 2; try {options}")
     if t > f:
-        raise UserInputError(
-            f"resolution {t}: cannot upsample data generated at resolution {f}; try {options}"
-        )
+        raise UserInputError(f"resolution {t}: cannot upsample data generated at resolution {f}; try {options}")
     if periodic and f % t:
         raise UserInputError(
             f"resolution {t}: periodic-grid data (Burgers, Navier-Stokes) needs generated_resolution ({f}) divisible by "
@@ -229,8 +232,9 @@ def load_split(
         raise UserInputError(f"stream {stream!r}: use True (stream), False (load) or None (automatic)")
     if max_memory is not None:
         max_memory = _positive_int("max_memory", max_memory, 8 * 2**30)
-    reader_options = dict(input_key=input_key, output_key=output_key, field=field, input_time=input_time,
-                          output_time=output_time)
+    reader_options = dict(
+        input_key=input_key, output_key=output_key, field=field, input_time=input_time, output_time=output_time
+    )
     space_step = time_step = 1
     with open_data(path, **reader_options) as src:
         attrs = dict(src.attrs)
@@ -267,9 +271,7 @@ def load_split(
         if time_resolution is not None:
             tr = _positive_int("time_resolution", time_resolution, 16)
             if not out.has_time:
-                raise UserInputError(
-                    f"time_resolution {tr}: the output of data file {path} has no time axis; drop it"
-                )
+                raise UserInputError(f"time_resolution {tr}: the output of data file {path} has no time axis; drop it")
             n_times = out.grid_shape[-1]
             if tr != n_times:
                 options = [d for d in range(1, n_times + 1) if n_times % d == 0]
@@ -293,9 +295,11 @@ def load_split(
                 _read_block_rows(array, n_total - n_test, n_total, path, keep=False)
             train, test = range(n_train), range(n_total - n_test, n_total)
             lazy = {
-                (role, name): LazySamples(path, role, rows, options=reader_options, space_step=space_step,
-                                          time_step=time_step)
-                for role in ("input", "output") for name, rows in (("train", train), ("test", test))
+                (role, name): LazySamples(
+                    path, role, rows, options=reader_options, space_step=space_step, time_step=time_step
+                )
+                for role in ("input", "output")
+                for name, rows in (("train", train), ("test", test))
             }
         else:
             train_x = _read_block_rows(inp, 0, n_train, path)
@@ -323,9 +327,15 @@ def load_split(
     problem_name = file_problem or problem or src.problem_guess
     if stream:
         return StreamingSplit(
-            train_x=lazy["input", "train"], train_y=lazy["output", "train"], test_x=lazy["input", "test"],
-            test_y=lazy["output", "test"], grid_shape=tuple(out.grid_shape), problem=problem_name, attrs=attrs,
-            grid=grid, source=source,
+            train_x=lazy["input", "train"],
+            train_y=lazy["output", "train"],
+            test_x=lazy["input", "test"],
+            test_y=lazy["output", "test"],
+            grid_shape=tuple(out.grid_shape),
+            problem=problem_name,
+            attrs=attrs,
+            grid=grid,
+            source=source,
         )
     tensors = [_to_tensor(a) for a in (train_x, train_y, test_x, test_y)]
     if out.has_time and not inp.has_time:

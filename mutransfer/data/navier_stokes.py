@@ -179,9 +179,7 @@ def generate_navier_stokes(
     time_steps = check_positive_int("time_steps", time_steps, 64)
     fine = 2 * s if solver_resolution is None else check_positive_int("solver_resolution", solver_resolution, 2 * s)
     if fine % s or fine % 2:
-        raise UserInputError(
-            f"solver_resolution {fine}: must be an even multiple of the resolution {s}; try {2 * s}"
-        )
+        raise UserInputError(f"solver_resolution {fine}: must be an even multiple of the resolution {s}; try {2 * s}")
     step = float(cfg["dt"] if dt is None else dt)
     if not step > 0 or not math.isfinite(step):
         raise UserInputError(f"dt {dt}: the solver step must be a positive number; try {cfg['dt']:g}")
@@ -204,8 +202,17 @@ def generate_navier_stokes(
     w0 = periodic_grf_2d(n, fine, rng, length=length, **_GRF)
     forcing = _forcing_field(preset, fine, length)
     sol = solve_navier_stokes(
-        w0, nu=nu, dt=h, record_interval=interval, time_steps=time_steps, length=length,
-        forcing=forcing, stride=fine // s, spinup_steps=spinup_steps, device=device, progress=progress,
+        w0,
+        nu=nu,
+        dt=h,
+        record_interval=interval,
+        time_steps=time_steps,
+        length=length,
+        forcing=forcing,
+        stride=fine // s,
+        spinup_steps=spinup_steps,
+        device=device,
+        progress=progress,
     )
     x = np.arange(s, dtype=np.float64) * (length / s)
     t = np.arange(1, time_steps + 1, dtype=np.float64) * interval

@@ -63,8 +63,9 @@ class VorticitySolver:
     States are Fourier coefficients ``w_hat = torch.fft.rfft2(w)`` of shape (B, N, N//2+1).
     """
 
-    def __init__(self, resolution: int, *, nu: float, dt: float, length: float = 2.0 * math.pi,
-                 forcing=None, device="cpu"):
+    def __init__(
+        self, resolution: int, *, nu: float, dt: float, length: float = 2.0 * math.pi, forcing=None, device="cpu"
+    ):
         n = int(resolution)
         if n < 4 or n % 2:
             raise UserInputError(f"solver resolution {resolution}: must be an even integer >= 4; try 128")
@@ -249,5 +250,3 @@ def _check_state(solver: VorticitySolver, w_hat: torch.Tensor, t: float, h: floa
             f"pass dt <= {h * 0.5 * MAX_CFL / cfl:.3g} or a coarser solver resolution"
         )
     return cfl
-
-

@@ -32,8 +32,8 @@ which also re-exports everything here.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import h5py
 import numpy as np
@@ -42,7 +42,12 @@ from mutransfer.atomic import atomic_path
 from mutransfer.data.hdf5_io import open_hdf5
 from mutransfer.data.problem_facts import default_points_problem
 from mutransfer.data.schema_common import (
-    GRID_SCHEMA, POINT_SCHEMA, decode_attr, finish_attrs, read_attrs, schema_of,
+    GRID_SCHEMA,
+    POINT_SCHEMA,
+    decode_attr,
+    finish_attrs,
+    read_attrs,
+    schema_of,
 )
 from mutransfer.errors import UserInputError
 
@@ -74,7 +79,9 @@ def _check_points(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
         raise UserInputError(f"data: expected a dict with coords/input/output/mask/attrs, got {type(data).__name__}")
     for key in ("coords", "input", "output", "mask"):
         if key not in data:
-            raise UserInputError(f"data: missing {key!r} array; pass the dict from generate_darcy_mesh or sample_point_sets")
+            raise UserInputError(
+                f"data: missing {key!r} array; pass the dict from generate_darcy_mesh or sample_point_sets"
+            )
     coords = np.asarray(data["coords"])
     inp = np.asarray(data["input"])
     out = np.asarray(data["output"])
@@ -144,9 +151,7 @@ def open_points(path) -> Iterator[h5py.File]:
                     f"data file {p} holds grid data ({problem}), not point sets; use it with problem {problem}, or "
                     f"generate point sets with `mutransfer data generate {default_points_problem()} --out {p.with_name(p.stem + '_mesh.h5')}`"
                 )
-            raise UserInputError(
-                f"data file {p} has schema {schema!r}, not {POINT_SCHEMA!r} (point sets); {_hint(p)}"
-            )
+            raise UserInputError(f"data file {p} has schema {schema!r}, not {POINT_SCHEMA!r} (point sets); {_hint(p)}")
         version = f.attrs.get("schema_version")
         if version is not None and int(version) > POINT_SCHEMA_VERSION:
             raise UserInputError(
@@ -156,7 +161,9 @@ def open_points(path) -> Iterator[h5py.File]:
         for key in POINT_DATASETS:
             if not isinstance(f.get(key), h5py.Dataset):
                 found = ", ".join(sorted(f.keys())) or "nothing"
-                raise UserInputError(f"data file {p} has no {key!r} dataset (found: {found}); the file is incomplete, {_hint(p)}")
+                raise UserInputError(
+                    f"data file {p} has no {key!r} dataset (found: {found}); the file is incomplete, {_hint(p)}"
+                )
         c, i, o, m, k = (f[key] for key in POINT_DATASETS)
         if len(c.shape) != 3 or c.shape[0] < 1 or c.shape[1] < 1 or c.shape[2] < 1:
             raise UserInputError(f"data file {p}: coords shape {c.shape} must be (n, P, d) with n >= 1; {_hint(p)}")
@@ -171,7 +178,13 @@ def open_points(path) -> Iterator[h5py.File]:
                 f"data file {p}: mask shape {m.shape} / n_points shape {k.shape} do not match coords {c.shape} "
                 f"(expected ({n}, {pts}) and ({n},)); {_hint(p)}"
             )
-        for key, ds, kinds in (("coords", c, "f"), ("input", i, "f"), ("output", o, "f"), ("mask", m, "biu"), ("n_points", k, "iu")):
+        for key, ds, kinds in (
+            ("coords", c, "f"),
+            ("input", i, "f"),
+            ("output", o, "f"),
+            ("mask", m, "biu"),
+            ("n_points", k, "iu"),
+        ):
             if ds.dtype.kind not in kinds:
                 raise UserInputError(f"data file {p}: dataset {key!r} has dtype {ds.dtype}; {_hint(p)}")
         yield f
@@ -265,5 +278,3 @@ def inspect_point_dataset(path) -> dict:
             "datasets": datasets,
             "attrs": attrs,
         }
-
-

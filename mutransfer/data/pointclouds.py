@@ -140,7 +140,9 @@ def sample_point_sets(grid_data: dict, *, points_min: int, points_max: int, seed
 
     src_attrs = dict(grid_data.get("attrs") or {})
     src_problem = src_attrs.get("problem")
-    attrs = {k: v for k, v in ((k, _flat(v)) for k, v in src_attrs.items()) if v is not None and k not in _GRID_ONLY_ATTRS}
+    attrs = {
+        k: v for k, v in ((k, _flat(v)) for k, v in src_attrs.items()) if v is not None and k not in _GRID_ONLY_ATTRS
+    }
     attrs.update(
         problem=points_problem_of(src_problem) or (f"{src_problem}_points" if src_problem else "points"),
         grid_problem=str(src_problem or "unknown"),
@@ -192,7 +194,6 @@ def generate_darcy_mesh(
     data = sample_point_sets(grid_data, points_min=lo, points_max=hi, seed=seed)
     data["attrs"]["generator.seconds"] = round(time.perf_counter() - t0, 3)
     return data
-
 
 
 def load_point_split(path, *, n_train: int, n_test: int):

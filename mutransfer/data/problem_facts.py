@@ -57,8 +57,13 @@ FACTS: dict[str, ProblemFacts] = {
     for f in (
         ProblemFacts("burgers", dim=1, space_dim=1, periodic=True, name_hints=("burgers",)),
         ProblemFacts("darcy", dim=2, space_dim=2, periodic=False, name_hints=("darcy", "piececonst")),
-        ProblemFacts("navier_stokes", dim=3, space_dim=2, periodic=True,
-                     name_hints=("navier", "kolmogorov", "vorticity", "ns_", "ns-")),
+        ProblemFacts(
+            "navier_stokes",
+            dim=3,
+            space_dim=2,
+            periodic=True,
+            name_hints=("navier", "kolmogorov", "vorticity", "ns_", "ns-"),
+        ),
         ProblemFacts("darcy_mesh", dim=2, space_dim=2, periodic=False, kind="points", grid_problem="darcy"),
     )
 }

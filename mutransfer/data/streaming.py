@@ -24,8 +24,14 @@ from mutransfer.data.formats.registry import REGISTRY
 from mutransfer.errors import UserInputError
 
 __all__ = [
-    "STREAM_MEMORY_FRACTION", "LazySamples", "StreamingSplit", "should_stream", "available_memory",
-    "check_streamable", "iterate_batches", "iterate_chunks",
+    "STREAM_MEMORY_FRACTION",
+    "LazySamples",
+    "StreamingSplit",
+    "should_stream",
+    "available_memory",
+    "check_streamable",
+    "iterate_batches",
+    "iterate_chunks",
 ]
 
 #: automatic streaming: stream when the split needs more than this fraction of the available memory
@@ -177,7 +183,7 @@ class LazySamples:
     def _array(self):
         return _lazy_array(self.path, self.options, self.role, self.space_step, self.time_step)
 
-    def _with_rows(self, rows) -> "LazySamples":
+    def _with_rows(self, rows) -> LazySamples:
         new = object.__new__(LazySamples)
         new.__dict__.update(self.__dict__)
         new.rows = _compact(rows)
@@ -217,7 +223,7 @@ class LazySamples:
             return self.rows.start + idx * self.rows.step
         return self.rows[idx]
 
-    def subset(self, indices) -> "LazySamples":
+    def subset(self, indices) -> LazySamples:
         """These samples restricted to ``indices`` (positions: range, slice, list, array, tensor); reads nothing."""
         return self._with_rows(self._file_rows(indices))
 
@@ -304,8 +310,9 @@ class _Batches(torch.utils.data.Dataset):
         return self.x[idx], self.y[idx]
 
 
-def iterate_batches(x, y, order, batch_size: int, start_batch: int = 0, *, num_workers: int = 0,
-                    pin_memory: bool = False):
+def iterate_batches(
+    x, y, order, batch_size: int, start_batch: int = 0, *, num_workers: int = 0, pin_memory: bool = False
+):
     """Yield (xb, yb) CPU tensors for rows ``order[b*batch_size:(b+1)*batch_size]``, b = start_batch, ...
 
     ``x``, ``y``: tensors (n, ...) or LazySamples; ``order``: 1-D LongTensor of
@@ -321,10 +328,14 @@ def iterate_batches(x, y, order, batch_size: int, start_batch: int = 0, *, num_w
             yield batches[i]
         return
     loader = torch.utils.data.DataLoader(
-        batches, batch_size=None, shuffle=False, num_workers=num_workers, pin_memory=pin_memory,
+        batches,
+        batch_size=None,
+        shuffle=False,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
         prefetch_factor=2 if num_workers else None,
     )
-    for xb, yb in loader:
+    for xb, yb in loader:  # noqa: UP028 - each batch re-packed as an (x, y) tuple
         yield xb, yb
 
 

@@ -106,7 +106,8 @@ class SeedCurve:
 
     def __post_init__(self):
         self.seed_slopes, self.verdict, self.estimate = classify_curve(
-            self.scales, self.values_per_seed, self.relative_per_seed, self.tolerance)
+            self.scales, self.values_per_seed, self.relative_per_seed, self.tolerance
+        )
 
     @property
     def values(self) -> list[float]:
@@ -154,17 +155,30 @@ class Curve(SeedCurve):
         """``fourier_2 grows, slope +0.310 [+0.270, +0.350] (3 seeds)``, or the smallest relative change when no-signal."""
         if self.verdict == NO_SIGNAL:
             smallest = min((r for seed in self.relative_per_seed for r in seed), default=0.0)
-            return (f"{self.name} no-signal (smallest relative change {smallest:.1e} < {MIN_RELATIVE:.0e}: "
-                    "the update is too small to measure)")
-        return (f"{self.name} {self.verdict}, slope {self.slope:+.3f} {self.estimate.interval('+.3f')} "
-                f"({len(self.seed_slopes)} seeds)")
+            return (
+                f"{self.name} no-signal (smallest relative change {smallest:.1e} < {MIN_RELATIVE:.0e}: "
+                "the update is too small to measure)"
+            )
+        return (
+            f"{self.name} {self.verdict}, slope {self.slope:+.3f} {self.estimate.interval('+.3f')} "
+            f"({len(self.seed_slopes)} seeds)"
+        )
 
     def as_dict(self) -> dict:
         return {
-            "parametrization": self.parametrization, "curve": self.name, "kind": self.kind, "gated": self.gated,
-            "verdict": self.verdict, "slope": self.slope, "slope_ci": self.slope_ci, "seed_slopes": self.seed_slopes,
-            "modes": self.modes, "values": self.values, "values_per_seed": self.values_per_seed,
-            "relative": self.relative, "relative_per_seed": self.relative_per_seed,
+            "parametrization": self.parametrization,
+            "curve": self.name,
+            "kind": self.kind,
+            "gated": self.gated,
+            "verdict": self.verdict,
+            "slope": self.slope,
+            "slope_ci": self.slope_ci,
+            "seed_slopes": self.seed_slopes,
+            "modes": self.modes,
+            "values": self.values,
+            "values_per_seed": self.values_per_seed,
+            "relative": self.relative,
+            "relative_per_seed": self.relative_per_seed,
         }
 
 
@@ -206,10 +220,16 @@ class CoordCheckResult:
     def as_dict(self) -> dict:
         params = self.parametrizations()
         return {
-            "tolerance": self.tolerance, "steps": self.steps, "lr": self.lr, "seeds": self.seeds,
-            "min_relative": MIN_RELATIVE, "gated_kinds": list(GATED_KINDS),
-            "parametrizations": {p: {"verdict": self.verdict(p), "passed": self.passed(p),
-                                     "flagged": [c.name for c in self.flagged(p)]} for p in params},
+            "tolerance": self.tolerance,
+            "steps": self.steps,
+            "lr": self.lr,
+            "seeds": self.seeds,
+            "min_relative": MIN_RELATIVE,
+            "gated_kinds": list(GATED_KINDS),
+            "parametrizations": {
+                p: {"verdict": self.verdict(p), "passed": self.passed(p), "flagged": [c.name for c in self.flagged(p)]}
+                for p in params
+            },
             "passed": {p: self.passed(p) for p in params},
             "curves": [c.as_dict() for c in self.curves],
         }
@@ -227,9 +247,21 @@ def scale_invariant_probe(batch: int, channels: int, grid: tuple[int, ...], gene
     return field / field.std()
 
 
-def check_coord_check_inputs(data, *, dim: int, modes: list[int], width: int, layers: int, padding: int, lr: float,
-                             steps: int, batch_size: int, seeds: int, tolerance: float,
-                             projection_channels: int = 128) -> list[int]:
+def check_coord_check_inputs(
+    data,
+    *,
+    dim: int,
+    modes: list[int],
+    width: int,
+    layers: int,
+    padding: int,
+    lr: float,
+    steps: int,
+    batch_size: int,
+    seeds: int,
+    tolerance: float,
+    projection_channels: int = 128,
+) -> list[int]:
     """Everything :func:`coord_check` needs, checked before any model is built; returns the sorted distinct K.
 
     The largest K must fit the grid and its FNO (at ``batch_size``) the available RAM
@@ -249,8 +281,16 @@ def check_coord_check_inputs(data, *, dim: int, modes: list[int], width: int, la
     x_all, y_all = data.train_x, data.train_y
     if x_all.shape[0] < batch_size:
         raise UserInputError(f"batch_size {batch_size}: only {x_all.shape[0]} training samples; lower --batch-size")
-    fno = dict(dim=dim, modes=modes[-1], width=width, layers=layers, in_channels=int(x_all.shape[-1]),
-               out_channels=int(y_all.shape[-1]), projection_channels=projection_channels, padding=padding)
+    fno = dict(
+        dim=dim,
+        modes=modes[-1],
+        width=width,
+        layers=layers,
+        in_channels=int(x_all.shape[-1]),
+        out_channels=int(y_all.shape[-1]),
+        projection_channels=projection_channels,
+        padding=padding,
+    )
     check_before_building(fno, tuple(x_all.shape[1:-1]), batch_size, "cpu", what="coordinate check (--modes)")
     return modes
 
@@ -274,19 +314,40 @@ def coord_check(
     init_scale: float = 1.0,
 ) -> CoordCheckResult:
     """Run the check on ``data`` (train_x (n, *grid, c_in) / train_y (n, *grid, c_out), channel-last) for every K."""
-    modes = check_coord_check_inputs(data, dim=dim, modes=modes, width=width, layers=layers, padding=padding, lr=lr,
-                                     steps=steps, batch_size=batch_size, seeds=seeds, tolerance=tolerance,
-                                     projection_channels=projection_channels)
+    modes = check_coord_check_inputs(
+        data,
+        dim=dim,
+        modes=modes,
+        width=width,
+        layers=layers,
+        padding=padding,
+        lr=lr,
+        steps=steps,
+        batch_size=batch_size,
+        seeds=seeds,
+        tolerance=tolerance,
+        projection_channels=projection_channels,
+    )
     x_all, y_all = data.train_x, data.train_y
     grid = tuple(x_all.shape[1:-1])
-    settings = dict(dim=dim, width=width, layers=layers, padding=padding, lr=lr, steps=steps,
-                    batch_size=batch_size, clip_value=clip_value, projection_channels=projection_channels,
-                    init_scale=init_scale)
+    settings = dict(
+        dim=dim,
+        width=width,
+        layers=layers,
+        padding=padding,
+        lr=lr,
+        steps=steps,
+        batch_size=batch_size,
+        clip_value=clip_value,
+        projection_channels=projection_channels,
+        init_scale=init_scale,
+    )
     result = CoordCheckResult(tolerance=tolerance, steps=steps, lr=lr, seeds=seeds)
     for parametrization in parametrizations:
         # runs[seed][k_index] = {curve name: (value, reference)}
-        runs = [[_one_run(x_all, y_all, grid, k, parametrization, seed, **settings) for k in modes]
-                for seed in range(seeds)]
+        runs = [
+            [_one_run(x_all, y_all, grid, k, parametrization, seed, **settings) for k in modes] for seed in range(seeds)
+        ]
         for name in sorted(runs[0][0], key=_curve_order):
             values = [[run[name][0] for run in per_k] for per_k in runs]
             relative = [[_relative(*run[name]) for run in per_k] for per_k in runs]
@@ -313,7 +374,9 @@ def _rms(t: torch.Tensor) -> float:
     return t.double().square().mean().sqrt().item()
 
 
-def _capture(model: FNO, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+def _capture(
+    model: FNO, x: torch.Tensor
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
     """(f(x), per Fourier layer: its input h_ℓ (B, m, *padded grid), S_ℓ(h_ℓ), W_ℓ(h_ℓ)) from one forward pass."""
     seen: dict[tuple[str, int], torch.Tensor] = {}
 
@@ -322,6 +385,7 @@ def _capture(model: FNO, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tens
             seen[(kind, n)] = output
             if kind == "spectral":
                 seen[("input", n)] = inputs[0]
+
         return hook
 
     hooks = [m.register_forward_hook(keep("spectral", n)) for n, m in enumerate(model.spectral)]
@@ -333,17 +397,47 @@ def _capture(model: FNO, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tens
         for h in hooks:
             h.remove()
     n_layers = len(model.spectral)
-    return (out, [seen[("input", n)] for n in range(n_layers)], [seen[("spectral", n)] for n in range(n_layers)],
-            [seen[("pointwise", n)] for n in range(n_layers)])
+    return (
+        out,
+        [seen[("input", n)] for n in range(n_layers)],
+        [seen[("spectral", n)] for n in range(n_layers)],
+        [seen[("pointwise", n)] for n in range(n_layers)],
+    )
 
 
-def _one_run(x_all, y_all, grid, k, parametrization, seed, *, dim, width, layers, padding, lr, steps, batch_size,
-             clip_value, projection_channels=128, init_scale=1.0) -> dict[str, tuple[float, float]]:
+def _one_run(
+    x_all,
+    y_all,
+    grid,
+    k,
+    parametrization,
+    seed,
+    *,
+    dim,
+    width,
+    layers,
+    padding,
+    lr,
+    steps,
+    batch_size,
+    clip_value,
+    projection_channels=128,
+    init_scale=1.0,
+) -> dict[str, tuple[float, float]]:
     """One model at K and seed: {curve name: (RMS change or size, RMS of the reference)}."""
     torch.manual_seed(seed)
-    model = FNO(dim, x_all.shape[-1], y_all.shape[-1], modes=k, width=width, layers=layers,
-                parametrization=parametrization, padding=padding, projection_channels=projection_channels,
-                init_scale=init_scale)
+    model = FNO(
+        dim,
+        x_all.shape[-1],
+        y_all.shape[-1],
+        modes=k,
+        width=width,
+        layers=layers,
+        parametrization=parametrization,
+        padding=padding,
+        projection_channels=projection_channels,
+        init_scale=init_scale,
+    )
     model.check_input(grid)
     generator = torch.Generator().manual_seed(10_000 + seed)
     probe = scale_invariant_probe(4, width, tuple(n + padding for n in grid), generator)
@@ -357,7 +451,7 @@ def _one_run(x_all, y_all, grid, k, parametrization, seed, *, dim, width, layers
         optimizer = torch.optim.Adam(optimizer_param_groups(model, lr))
         order = torch.randperm(x_all.shape[0], generator=generator)
         for step in range(steps):
-            idx = order[(step * batch_size) % x_all.shape[0]:][:batch_size]
+            idx = order[(step * batch_size) % x_all.shape[0] :][:batch_size]
             optimizer.zero_grad()
             relative_l2(model(x_all[idx]), y_all[idx]).backward()
             clip_spectral_gradients(model, clip_value)

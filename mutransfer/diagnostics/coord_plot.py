@@ -36,12 +36,26 @@ def plot_coord_check(result, path) -> None:
                 lows = [m - min(col_) for m, col_ in zip(means, zip(*curve.values_per_seed))]
                 highs = [max(col_) - m for m, col_ in zip(means, zip(*curve.values_per_seed))]
                 label = curve.describe().replace(f"{curve.name} ", f"{curve.name}: ", 1)
-                ax.errorbar(curve.modes, means, yerr=[lows, highs], fmt="-" if curve.verdict == "flat" else "--",
-                            marker="o", ms=3, capsize=2, label=label)
+                ax.errorbar(
+                    curve.modes,
+                    means,
+                    yerr=[lows, highs],
+                    fmt="-" if curve.verdict == "flat" else "--",
+                    marker="o",
+                    ms=3,
+                    capsize=2,
+                    label=label,
+                )
             missing = [c.name for c in curves if c not in shown]
             if missing:
-                ax.text(0.02, 0.02, "no-signal (zero change): " + ", ".join(missing), transform=ax.transAxes,
-                        fontsize=6, color="red")
+                ax.text(
+                    0.02,
+                    0.02,
+                    "no-signal (zero change): " + ", ".join(missing),
+                    transform=ax.transAxes,
+                    fontsize=6,
+                    color="red",
+                )
             heading = f"{parametrization}: {title}"
             if row == 0:
                 heading += f"\n{parametrization} verdict: {result.verdict(parametrization).upper()}"
@@ -52,8 +66,11 @@ def plot_coord_check(result, path) -> None:
             ax.set_ylabel("RMS")
             if shown:
                 ax.legend(fontsize=5)
-    fig.suptitle(f"coordinate check: {result.steps} Adam steps at lr {result.lr:g}, {result.seeds} seeds; "
-                 f"flat = 95% CI of the log-log slope within ±{result.tolerance}", fontsize=9)
+    fig.suptitle(
+        f"coordinate check: {result.steps} Adam steps at lr {result.lr:g}, {result.seeds} seeds; "
+        f"flat = 95% CI of the log-log slope within ±{result.tolerance}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

@@ -18,7 +18,7 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -69,8 +69,15 @@ def optimizer_tensors(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
 
 
-def measure_training_peak(model: torch.nn.Module, batch: int, grid: tuple[int, ...], *, precision: str = "fp32",
-                          steps: int = 3, lr: float = 1e-4) -> dict:
+def measure_training_peak(
+    model: torch.nn.Module,
+    batch: int,
+    grid: tuple[int, ...],
+    *,
+    precision: str = "fp32",
+    steps: int = 3,
+    lr: float = 1e-4,
+) -> dict:
     """Peak bytes of one Adam training step of ``model`` (already on its device), after warm-up steps.
 
     Runs ``steps`` steps of the trainer's step (autocast at ``precision``, relative L2 in

@@ -34,8 +34,8 @@ parametrization it grows (Adam moves a width-m contraction by Θ(m·η)).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import torch
 from torch import nn
@@ -87,15 +87,24 @@ class WidthCurve(SeedCurve):
         if self.estimate is None:
             return f"{self.name} {self.verdict}"
         e = self.estimate
-        return (f"{self.name} {self.verdict}, slope {e.mean:+.3f} {e.interval('+.3f')} ({e.n} seeds); "
-                f"RMS change " + " ".join(f"{v:.2e}" for v in self.values))
+        return (
+            f"{self.name} {self.verdict}, slope {e.mean:+.3f} {e.interval('+.3f')} ({e.n} seeds); "
+            f"RMS change " + " ".join(f"{v:.2e}" for v in self.values)
+        )
 
     def as_dict(self) -> dict:
         e = self.estimate
-        return {"curve": self.name, "verdict": self.verdict, "widths": self.widths,
-                "slope": None if e is None else e.mean, "slope_ci": None if e is None else e.ci,
-                "seed_slopes": self.seed_slopes, "values": self.values, "values_per_seed": self.values_per_seed,
-                "relative_per_seed": self.relative_per_seed}
+        return {
+            "curve": self.name,
+            "verdict": self.verdict,
+            "widths": self.widths,
+            "slope": None if e is None else e.mean,
+            "slope_ci": None if e is None else e.ci,
+            "seed_slopes": self.seed_slopes,
+            "values": self.values,
+            "values_per_seed": self.values_per_seed,
+            "relative_per_seed": self.relative_per_seed,
+        }
 
 
 @dataclass
@@ -115,8 +124,14 @@ class WidthCheckResult:
         raise KeyError(name)
 
     def as_dict(self) -> dict:
-        return {"lr": self.lr, "steps": self.steps, "seeds": self.seeds, "tolerance": self.tolerance,
-                "min_relative": MIN_RELATIVE, "curves": [c.as_dict() for c in self.curves]}
+        return {
+            "lr": self.lr,
+            "steps": self.steps,
+            "seeds": self.seeds,
+            "tolerance": self.tolerance,
+            "min_relative": MIN_RELATIVE,
+            "curves": [c.as_dict() for c in self.curves],
+        }
 
 
 def _relative(value: float, reference: float) -> float:
@@ -167,12 +182,15 @@ def _forward(model: nn.Module, coords, features, probes: Sequence[Probe]):
     def keep(name):
         def hook(module, args, kwargs):
             inputs[name] = (tuple(_detached(a) for a in args), {k: _detached(v) for k, v in kwargs.items()})
+
         return hook
 
     modules = {p.module for p in probes}
     unknown = sorted(name for name in modules if name not in dict(model.named_modules()))
     if unknown:
-        raise UserInputError(f"probe modules {unknown} are not in the model; name sub-modules, e.g. 'blocks.0.orthogonal'")
+        raise UserInputError(
+            f"probe modules {unknown} are not in the model; name sub-modules, e.g. 'blocks.0.orthogonal'"
+        )
     hooks = [model.get_submodule(name).register_forward_pre_hook(keep(name), with_kwargs=True) for name in modules]
     try:
         with torch.no_grad():

@@ -64,7 +64,9 @@ def transform(hyperparameter: str):
     try:
         return TRANSFORMS[hyperparameter]
     except KeyError:
-        raise UserInputError(f"hyperparameter {hyperparameter!r}: a landscape varies one of {', '.join(TRANSFORMS)}") from None
+        raise UserInputError(
+            f"hyperparameter {hyperparameter!r}: a landscape varies one of {', '.join(TRANSFORMS)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,19 @@ class CurveSummary:
 
     def as_dict(self) -> dict:
         return {
-            "parametrization": self.parametrization, "scale": self.scale, "values": self.values,
-            "mean_error": self.mean_error, "min_error": self.min_error, "max_error": self.max_error,
-            "diverged": self.diverged, "seeds": self.seed_ids,
-            "seed_optima": [{"value": o.value, "coordinate": o.coordinate, "at_edge": o.at_edge} for o in self.seed_optima],
-            "star": None if self.star is None else self.star.as_dict(), "star_value": self.star_value,
+            "parametrization": self.parametrization,
+            "scale": self.scale,
+            "values": self.values,
+            "mean_error": self.mean_error,
+            "min_error": self.min_error,
+            "max_error": self.max_error,
+            "diverged": self.diverged,
+            "seeds": self.seed_ids,
+            "seed_optima": [
+                {"value": o.value, "coordinate": o.coordinate, "at_edge": o.at_edge} for o in self.seed_optima
+            ],
+            "star": None if self.star is None else self.star.as_dict(),
+            "star_value": self.star_value,
             "edge": self.edge,
         }
 
@@ -164,23 +174,31 @@ def summarize(records: list[dict], hyperparameter: str) -> list[CurveSummary]:
         optima = []
         for seed in seeds:
             mine = [r for r in rows if r["seed"] == seed]
-            optima.append(fit_optimum([r["value"] for r in mine], [r["test_error"] for r in mine],
-                                      [r["status"] for r in mine], hyperparameter))
+            optima.append(
+                fit_optimum(
+                    [r["value"] for r in mine],
+                    [r["test_error"] for r in mine],
+                    [r["status"] for r in mine],
+                    hyperparameter,
+                )
+            )
         usable = [o.coordinate for o in optima if o.usable]
         star = mean_ci(usable) if usable else None
-        curves.append(CurveSummary(
-            parametrization=parametrization,
-            scale=scale,
-            values=values,
-            mean_error=[float(np.mean([err(r) for r in per_value[v]])) for v in values],
-            min_error=[float(min(err(r) for r in per_value[v])) for v in values],
-            max_error=[float(max(err(r) for r in per_value[v])) for v in values],
-            diverged=[sum(r["status"] == "diverged" for r in per_value[v]) for v in values],
-            seed_ids=seeds,
-            seed_optima=optima,
-            star=star,
-            star_value=None if star is None else float(inverse(star.mean)),
-        ))
+        curves.append(
+            CurveSummary(
+                parametrization=parametrization,
+                scale=scale,
+                values=values,
+                mean_error=[float(np.mean([err(r) for r in per_value[v]])) for v in values],
+                min_error=[float(min(err(r) for r in per_value[v])) for v in values],
+                max_error=[float(max(err(r) for r in per_value[v])) for v in values],
+                diverged=[sum(r["status"] == "diverged" for r in per_value[v]) for v in values],
+                seed_ids=seeds,
+                seed_optima=optima,
+                star=star,
+                star_value=None if star is None else float(inverse(star.mean)),
+            )
+        )
     return curves
 
 
@@ -211,12 +229,19 @@ class Drift:
 
     def as_dict(self) -> dict:
         return {
-            "parametrization": self.parametrization, "coordinate": self.coordinate, "axis": self.axis,
-            "span": list(self.span), "scales": self.scales, "seeds": self.seeds, "per_seed": self.per_seed,
+            "parametrization": self.parametrization,
+            "coordinate": self.coordinate,
+            "axis": self.axis,
+            "span": list(self.span),
+            "scales": self.scales,
+            "seeds": self.seeds,
+            "per_seed": self.per_seed,
             "slope": None if self.slope is None else self.slope.as_dict(),
             "decades": None if self.decades is None else self.decades.as_dict(),
-            "excluded": [list(p) for p in self.excluded], "diverged": [list(p) for p in self.diverged],
-            "resolved": self.resolved, "text": describe_drift(self),
+            "excluded": [list(p) for p in self.excluded],
+            "diverged": [list(p) for p in self.diverged],
+            "resolved": self.resolved,
+            "text": describe_drift(self),
         }
 
 
@@ -232,9 +257,15 @@ class DriftDifference:
     resolved: bool
 
     def as_dict(self) -> dict:
-        return {"coordinate": self.coordinate, "axis": self.axis, "span": list(self.span),
-                "slope": self.slope.as_dict(), "decades": self.decades.as_dict(), "resolved": self.resolved,
-                "text": describe_difference(self)}
+        return {
+            "coordinate": self.coordinate,
+            "axis": self.axis,
+            "span": list(self.span),
+            "slope": self.slope.as_dict(),
+            "decades": self.decades.as_dict(),
+            "resolved": self.resolved,
+            "text": describe_difference(self),
+        }
 
 
 def _resolved(estimate: Estimate | None) -> bool:
@@ -269,12 +300,22 @@ def drift(curves: list[CurveSummary], hyperparameter: str, axis: str = "K") -> l
             per_seed.append(fit_slope(np.log(np.asarray(scales, float)), coords))
             used.update(scales)
         slope = mean_ci(per_seed) if per_seed else None
-        out.append(Drift(
-            parametrization=parametrization, coordinate=OPTIMUM_LABELS[hyperparameter], axis=axis, span=span,
-            scales=sorted(used), seeds=seeds, per_seed=per_seed, slope=slope,
-            decades=None if slope is None else slope.scaled(math.log(span[1] / span[0])),
-            excluded=excluded, diverged=diverged, resolved=_resolved(slope),
-        ))
+        out.append(
+            Drift(
+                parametrization=parametrization,
+                coordinate=OPTIMUM_LABELS[hyperparameter],
+                axis=axis,
+                span=span,
+                scales=sorted(used),
+                seeds=seeds,
+                per_seed=per_seed,
+                slope=slope,
+                decades=None if slope is None else slope.scaled(math.log(span[1] / span[0])),
+                excluded=excluded,
+                diverged=diverged,
+                resolved=_resolved(slope),
+            )
+        )
     return out
 
 
@@ -286,8 +327,9 @@ def drift_difference(drifts: list[Drift], a: str = "standard", b: str = "mup") -
     first, second = by_name[a], by_name[b]
     slope = difference_ci(first.per_seed, second.per_seed)
     span = first.span
-    return DriftDifference(first.coordinate, first.axis, span, slope,
-                           slope.scaled(math.log(span[1] / span[0])), _resolved(slope))
+    return DriftDifference(
+        first.coordinate, first.axis, span, slope, slope.scaled(math.log(span[1] / span[0])), _resolved(slope)
+    )
 
 
 def _ci(e: Estimate, digits: int = 2) -> str:
@@ -306,14 +348,18 @@ def describe_drift(d: Drift) -> str:
     head = f"{d.parametrization}: drift of {d.coordinate} per ln {d.axis}: "
     if d.slope is None:
         return head + f"undefined (no seed has a usable optimum at two or more {d.axis} values)"
-    return (head + f"{_ci(d.slope)} ({d.slope.n} seed{'s' if d.slope.n != 1 else ''}) = {_ci(d.decades)} decades "
-            f"over {d.axis} {d.span[0]}->{d.span[1]} -- {_verdict(d.resolved, d.slope)}")
+    return (
+        head + f"{_ci(d.slope)} ({d.slope.n} seed{'s' if d.slope.n != 1 else ''}) = {_ci(d.decades)} decades "
+        f"over {d.axis} {d.span[0]}->{d.span[1]} -- {_verdict(d.resolved, d.slope)}"
+    )
 
 
 def describe_difference(d: DriftDifference) -> str:
     """One line: SP − muP drift difference with CI, in decades over the span, the verdict."""
-    return (f"SP - muP drift of {d.coordinate} per ln {d.axis}: {_ci(d.slope)} = {_ci(d.decades)} decades "
-            f"over {d.axis} {d.span[0]}->{d.span[1]} -- {_verdict(d.resolved, d.slope)}")
+    return (
+        f"SP - muP drift of {d.coordinate} per ln {d.axis}: {_ci(d.slope)} = {_ci(d.decades)} decades "
+        f"over {d.axis} {d.span[0]}->{d.span[1]} -- {_verdict(d.resolved, d.slope)}"
+    )
 
 
 def analyze(records: list[dict], hyperparameter: str, axis: str = "K"):

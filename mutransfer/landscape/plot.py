@@ -19,7 +19,13 @@ def _on_curve(coordinate: float, xs, log_mean) -> float:
 
 
 def plot_landscape(
-    curves: list[CurveSummary], drifts: list[Drift], hyperparameter: str, path, *, title: str = "", axis: str = "K",
+    curves: list[CurveSummary],
+    drifts: list[Drift],
+    hyperparameter: str,
+    path,
+    *,
+    title: str = "",
+    axis: str = "K",
     difference: DriftDifference | None = None,
 ) -> None:
     """Save the figure: mean test error with the min-max seed band, diverged points as red x, and the optimum.
@@ -48,7 +54,9 @@ def plot_landscape(
             x = _x(curve.values, hyperparameter)
             ok = np.asarray(curve.diverged) < curve.seeds  # at least one seed did not diverge
             ax.plot(x[ok], np.asarray(curve.mean_error)[ok], "-o", ms=3, color=color, label=f"{axis}={curve.scale}")
-            ax.fill_between(x[ok], np.asarray(curve.min_error)[ok], np.asarray(curve.max_error)[ok], color=color, alpha=0.2)
+            ax.fill_between(
+                x[ok], np.asarray(curve.min_error)[ok], np.asarray(curve.max_error)[ok], color=color, alpha=0.2
+            )
             trans = blended_transform_factory(ax.transData, ax.transAxes)
             for xi, n_div in zip(x, curve.diverged):
                 if n_div:
@@ -64,17 +72,26 @@ def plot_landscape(
                 ax.plot([x_star], [y_star], "*", ms=14, color=color, mec="black", mew=0.6)
             for optimum in curve.seed_optima:
                 if optimum.at_edge and ok.any():
-                    ax.plot(_x([optimum.value], hyperparameter), [_on_curve(optimum.coordinate, xs, log_mean)], "o", ms=9,
-                            mfc="none", mec=color, mew=1.2)
+                    ax.plot(
+                        _x([optimum.value], hyperparameter),
+                        [_on_curve(optimum.coordinate, xs, log_mean)],
+                        "o",
+                        ms=9,
+                        mfc="none",
+                        mec=color,
+                        mew=1.2,
+                    )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(label)
         heading = parametrization
         if drift_row is not None and drift_row.slope is not None:
             slope = drift_row.slope
-            heading += (f": drift of {drift_row.coordinate} per ln {axis} {slope.mean:+.2f} {slope.interval('+.2f')} "
-                        f"({slope.n} seed{'s' if slope.n != 1 else ''})\n= {drift_row.decades.mean:+.2f} decades over {axis} "
-                        f"{drift_row.span[0]}->{drift_row.span[1]}" + ("" if drift_row.resolved else ", not resolved"))
+            heading += (
+                f": drift of {drift_row.coordinate} per ln {axis} {slope.mean:+.2f} {slope.interval('+.2f')} "
+                f"({slope.n} seed{'s' if slope.n != 1 else ''})\n= {drift_row.decades.mean:+.2f} decades over {axis} "
+                f"{drift_row.span[0]}->{drift_row.span[1]}" + ("" if drift_row.resolved else ", not resolved")
+            )
         ax.set_title(heading, fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("test relative L2 (mean over seeds; band: min-max)")
@@ -89,7 +106,8 @@ def plot_landscape(
     if difference is not None:
         title = (title + "\n" if title else "") + (
             f"SP - muP drift {difference.slope.mean:+.2f} {difference.slope.interval('+.2f')} per ln {axis}"
-            + ("" if difference.resolved else ", not resolved at this scale"))
+            + ("" if difference.resolved else ", not resolved at this scale")
+        )
     if title:
         fig.suptitle(title, fontsize=10)
     fig.tight_layout()

@@ -48,7 +48,7 @@ class LandscapeOptions:
 
 
 def axis_of(options: LandscapeOptions) -> str:
-    """"K" or "width": what the landscape scales."""
+    """ "K" or "width": what the landscape scales."""
     return "width" if options.widths else "K"
 
 
@@ -66,9 +66,9 @@ def grid_points(options: LandscapeOptions, base_seed: int) -> list[dict]:
 
 def validate(options: LandscapeOptions):
     """Load the study and check every grid point before any compute; returns the study."""
+    from mutransfer.study import load_study
     from operators.parametrization import check_modes
     from operators.spectral import check_grid
-    from mutransfer.study import load_study
 
     transform(options.hyperparameter)
     study, _ = load_study(options.study_path, options.study_overrides)
@@ -79,7 +79,9 @@ def validate(options: LandscapeOptions):
     scales = options.widths if options.widths else options.modes
     if len(set(scales)) < 2:
         what = "widths" if options.widths else "K"
-        raise UserInputError(f"--{'widths' if options.widths else 'modes'} {scales}: give at least two values of {what} to measure a drift")
+        raise UserInputError(
+            f"--{'widths' if options.widths else 'modes'} {scales}: give at least two values of {what} to measure a drift"
+        )
     if len(set(options.values)) < 3:
         raise UserInputError("--lrs/--values: give at least three values (or --lr-range LO HI --points N with N >= 3)")
     for value in options.values:
@@ -93,7 +95,9 @@ def validate(options: LandscapeOptions):
         heads = study.operator.heads
         for w in options.widths:
             if heads and w % heads:
-                raise UserInputError(f"--widths: {w} is not divisible by operator.heads {heads}; use multiples of {heads}")
+                raise UserInputError(
+                    f"--widths: {w} is not divisible by operator.heads {heads}; use multiples of {heads}"
+                )
         # FNO keeps K = proxy_K, which the study already checked against its grid
     else:
         grid = study.grid_shape
@@ -118,9 +122,13 @@ def _check_memory(study, options: LandscapeOptions) -> None:
 
     largest_batch = max(options.values) if options.hyperparameter == "batch_size" else study.training.batch_size
     concurrency = max(1, (os.cpu_count() or 1) // options.cpus_per_task)
-    check_grid_point_memory(study, modes=max(options.modes) if options.modes else study.proxy_K,
-                            width=max(options.widths) if options.widths else study.operator.width,
-                            batch=int(largest_batch), concurrency=concurrency)
+    check_grid_point_memory(
+        study,
+        modes=max(options.modes) if options.modes else study.proxy_K,
+        width=max(options.widths) if options.widths else study.operator.width,
+        batch=int(largest_batch),
+        concurrency=concurrency,
+    )
 
 
 def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
@@ -179,16 +187,29 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
 
     tracker = Tracker(resolve_tracking_uri(options.tracking_uri or study.tracking.uri))
     experiment_id = tracker.ensure_experiment(study.tracking.experiment)
-    parent = tracker.client.create_run(experiment_id, tags={
-        "mutransfer.kind": "landscape", "mutransfer.study": study.name,
-        RUN_NAME_TAG: f"{study.name} landscape ({options.hyperparameter})",
-    }).info.run_id
-    log_batch(tracker.client, parent, params={
-        "hyperparameter": options.hyperparameter, "values": list(sorted(set(options.values))),
-        "axis": axis, "scales": sorted(set(options.widths or options.modes)),
-        "parametrizations": list(options.parametrizations), "operator": study.operator.type,
-        "seeds": options.seeds, "epochs": epochs, "data": str(data_path),
-    })
+    parent = tracker.client.create_run(
+        experiment_id,
+        tags={
+            "mutransfer.kind": "landscape",
+            "mutransfer.study": study.name,
+            RUN_NAME_TAG: f"{study.name} landscape ({options.hyperparameter})",
+        },
+    ).info.run_id
+    log_batch(
+        tracker.client,
+        parent,
+        params={
+            "hyperparameter": options.hyperparameter,
+            "values": list(sorted(set(options.values))),
+            "axis": axis,
+            "scales": sorted(set(options.widths or options.modes)),
+            "parametrizations": list(options.parametrizations),
+            "operator": study.operator.type,
+            "seeds": options.seeds,
+            "epochs": epochs,
+            "data": str(data_path),
+        },
+    )
 
     started_ray = False
     if not ray.is_initialized():
@@ -210,9 +231,11 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
             records.append(record)
             _log_point(tracker, experiment_id, parent, study.name, options.hyperparameter, record, axis)
             if options.progress:
-                say(f"  [{len(records)}/{len(specs)}] {record['parametrization']} {axis}={record['scale']} "
+                say(
+                    f"  [{len(records)}/{len(specs)}] {record['parametrization']} {axis}={record['scale']} "
                     f"{options.hyperparameter}={record['value']:.4g} seed={record['seed']}: "
-                    f"{record['status']} {record['test_error']:.4g}")
+                    f"{record['status']} {record['test_error']:.4g}"
+                )
     except BaseException:
         tracker.set_status(parent, "KILLED")
         raise
@@ -230,8 +253,15 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         model = f"{fixed}, width {', '.join(map(str, sorted(set(options.widths))))}"
     else:
         model = f"FNO-{study.dim}D width {study.operator.width}"
-    plot_landscape(curves, drifts, options.hyperparameter, figure, axis=axis, difference=difference,
-                   title=f"{study.name}: {study.problem.name}, {model}, {epochs} epochs, {options.seeds} seeds")
+    plot_landscape(
+        curves,
+        drifts,
+        options.hyperparameter,
+        figure,
+        axis=axis,
+        difference=difference,
+        title=f"{study.name}: {study.problem.name}, {model}, {epochs} epochs, {options.seeds} seeds",
+    )
     payload = {
         "study": study.name,
         "problem": study.problem.name,
@@ -257,11 +287,15 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
     metrics = []
     for d in drifts:
         if d.slope is not None:  # slope per ln(scale); the CI ends (none with one seed) and the move over the span
-            metrics += [(f"drift_{d.parametrization}{suffix}", value, now, 0) for suffix, value in
-                        (("", d.slope.mean), ("_decades", d.decades.mean)) + _ci_ends(d.slope)]
+            metrics += [
+                (f"drift_{d.parametrization}{suffix}", value, now, 0)
+                for suffix, value in (("", d.slope.mean), ("_decades", d.decades.mean)) + _ci_ends(d.slope)
+            ]
     if difference is not None:
-        metrics += [(f"drift_difference{suffix}", value, now, 0)
-                    for suffix, value in (("", difference.slope.mean),) + _ci_ends(difference.slope)]
+        metrics += [
+            (f"drift_difference{suffix}", value, now, 0)
+            for suffix, value in (("", difference.slope.mean),) + _ci_ends(difference.slope)
+        ]
     log_batch(tracker.client, parent, metrics=metrics)
     tracker.set_status(parent, "FINISHED")
     return payload
@@ -278,18 +312,31 @@ def _log_point(
     from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
 
     name = f"{record['parametrization']} {axis}={record['scale']} {hyperparameter}={record['value']:.4g} seed={record['seed']}"
-    run = tracker.client.create_run(experiment_id, tags={
-        PARENT_TAG: parent, RUN_NAME_TAG: name, "mutransfer.kind": "landscape_point",
-        "mutransfer.study": study_name, "mutransfer.status": record["status"],
-    })
+    run = tracker.client.create_run(
+        experiment_id,
+        tags={
+            PARENT_TAG: parent,
+            RUN_NAME_TAG: name,
+            "mutransfer.kind": "landscape_point",
+            "mutransfer.study": study_name,
+            "mutransfer.status": record["status"],
+        },
+    )
     now = int(time.time() * 1000)
     metrics = [("test_error", e, now, epoch) for epoch, e, _ in record["history"]]
     metrics += [("train_loss", loss, now, epoch) for epoch, _, loss in record["history"]]
     metrics += [("final_test_error", record["test_error"], now, 0), ("seconds", record["seconds"], now, 0)]
-    log_batch(tracker.client, run.info.run_id, metrics=metrics, params={
-        "parametrization": record["parametrization"], ("modes" if axis == "K" else "width"): record["scale"],
-        hyperparameter: record["value"], "seed": record["seed"],
-    })
+    log_batch(
+        tracker.client,
+        run.info.run_id,
+        metrics=metrics,
+        params={
+            "parametrization": record["parametrization"],
+            ("modes" if axis == "K" else "width"): record["scale"],
+            hyperparameter: record["value"],
+            "seed": record["seed"],
+        },
+    )
     tracker.set_status(run.info.run_id, "FINISHED")
 
 
@@ -305,23 +352,33 @@ def format_table(payload: dict) -> str:
     hyperparameter = payload["hyperparameter"]
     inverse = transform(hyperparameter)[2]
     axis = payload.get("axis", "K")
-    lines = [f"optimal {hyperparameter} per {axis} ({payload['study']}, {payload['epochs']} epochs): mean of the "
-             f"per-seed optima in {transform(hyperparameter)[0]} [95% CI]; (edge) = at the grid's edge, not used"]
-    lines.append(f"{'parametrization':<16}{axis:>6}  {'optimum':>9} {'[CI]':<21} {'edge':<12} {'per seed':<40} "
-                 f"{'best mean error':>15}")
+    lines = [
+        f"optimal {hyperparameter} per {axis} ({payload['study']}, {payload['epochs']} epochs): mean of the "
+        f"per-seed optima in {transform(hyperparameter)[0]} [95% CI]; (edge) = at the grid's edge, not used"
+    ]
+    lines.append(
+        f"{'parametrization':<16}{axis:>6}  {'optimum':>9} {'[CI]':<21} {'edge':<12} {'per seed':<40} "
+        f"{'best mean error':>15}"
+    )
     for c in payload["curves"]:
-        per_seed = ", ".join("diverged" if o["value"] is None else f"{o['value']:.3g}" + ("(edge)" if o["at_edge"] else "")
-                             for o in c["seed_optima"])
+        per_seed = ", ".join(
+            "diverged" if o["value"] is None else f"{o['value']:.3g}" + ("(edge)" if o["at_edge"] else "")
+            for o in c["seed_optima"]
+        )
         star = c["star"]
         opt = "none" if star is None else f"{inverse(star['mean']):.3g}"
         ci = "" if star is None else _star_ci(star["ci"], inverse)
         edge = f"{c['edge']}/{len(c['seed_optima'])} seeds"
-        lines.append(f"{c['parametrization']:<16}{c['scale']:>6}  {opt:>9} {ci:<21} {edge:<12} {per_seed:<40} "
-                     f"{min(c['mean_error']):>15.4g}")
+        lines.append(
+            f"{c['parametrization']:<16}{c['scale']:>6}  {opt:>9} {ci:<21} {edge:<12} {per_seed:<40} "
+            f"{min(c['mean_error']):>15.4g}"
+        )
     for d in payload["drift"]:
         lines.append(d["text"])
         if d["excluded"]:
-            lines.append(f"  excluded at the grid's edge (seed, {axis}): " + ", ".join(f"({s}, {k})" for s, k in d["excluded"]))
+            lines.append(
+                f"  excluded at the grid's edge (seed, {axis}): " + ", ".join(f"({s}, {k})" for s, k in d["excluded"])
+            )
     if payload.get("drift_difference"):
         lines.append(payload["drift_difference"]["text"])
     return "\n".join(lines)

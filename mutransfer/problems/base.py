@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from mutransfer.data.problem_facts import ProblemFacts, get_facts, register_facts
 

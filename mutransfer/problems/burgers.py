@@ -5,8 +5,9 @@ from __future__ import annotations
 from mutransfer.problems.base import problem_from_facts
 
 
-def generate(n: int, resolution: int, *, seed: int, progress: bool = True, nu: float | None = None,
-             alpha: float | None = None) -> dict:
+def generate(
+    n: int, resolution: int, *, seed: int, progress: bool = True, nu: float | None = None, alpha: float | None = None
+) -> dict:
     """``nu`` (default 0.1) and ``alpha`` (the initial field's smoothness, default 2; lower is rougher)."""
     from mutransfer.data.burgers import generate_burgers
 

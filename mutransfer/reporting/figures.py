@@ -46,8 +46,9 @@ def distributions(search_space: dict) -> dict:
         if d.get("type") == "choice":
             out[name] = optuna.distributions.CategoricalDistribution(list(d["values"]))
         else:
-            out[name] = optuna.distributions.FloatDistribution(float(d["low"]), float(d["high"]),
-                                                               log=d.get("type") == "loguniform")
+            out[name] = optuna.distributions.FloatDistribution(
+                float(d["low"]), float(d["high"]), log=d.get("type") == "loguniform"
+            )
     return out
 
 
@@ -61,13 +62,21 @@ def optuna_study(files: StudyFiles) -> tuple[optuna.Study, list[str]]:
         history = files.histories.get(t.trial_id, [])
         state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
         try:
-            study.add_trial(optuna.trial.create_trial(
-                state=state, value=value, params={k: t.config[k] for k in dists}, distributions=dists,
-                intermediate_values={r.epoch: r.test_error for r in history if math.isfinite(r.test_error)},
-                user_attrs={"number": t.index, "status": t.status}))
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=state,
+                    value=value,
+                    params={k: t.config[k] for k in dists},
+                    distributions=dists,
+                    intermediate_values={r.epoch: r.test_error for r in history if math.isfinite(r.test_error)},
+                    user_attrs={"number": t.index, "status": t.status},
+                )
+            )
         except (KeyError, ValueError) as exc:
-            notes.append(f"trial {t.index} ({t.trial_id}) is left out of the search plots: its configuration does not "
-                         f"fit the study's search_space ({exc})")
+            notes.append(
+                f"trial {t.index} ({t.trial_id}) is left out of the search plots: its configuration does not "
+                f"fit the study's search_space ({exc})"
+            )
     return study, notes
 
 
@@ -152,14 +161,21 @@ def importances(study: optuna.Study) -> Figure:
     title = "Hyperparameter importances"
     values = [t.value for t in _complete(study)]
     if len(values) < 2:
-        return Figure(title, missing=f"not computed: importance needs at least 2 trials that reported an error "
-                                     f"(this study has {len(values)})")
+        return Figure(
+            title,
+            missing=f"not computed: importance needs at least 2 trials that reported an error "
+            f"(this study has {len(values)})",
+        )
     if len(set(values)) < 2:
-        return Figure(title, missing="not computed: every trial reported the same error, so no hyperparameter "
-                                     "explains a difference")
+        return Figure(
+            title,
+            missing="not computed: every trial reported the same error, so no hyperparameter explains a difference",
+        )
     if not any(len({t.params[k] for t in _complete(study)}) > 1 for k in study.trials[0].distributions):
         return Figure(title, missing="not computed: every trial used the same configuration")
-    return _draw(title, lambda: optuna.visualization.matplotlib.plot_param_importances(study, target_name="test rel. L2"))
+    return _draw(
+        title, lambda: optuna.visualization.matplotlib.plot_param_importances(study, target_name="test rel. L2")
+    )
 
 
 def slices(study: optuna.Study) -> Figure:
@@ -180,9 +196,12 @@ def target_curve(files: StudyFiles) -> Figure:
     if not history:
         return Figure(title, missing="the target has not been trained yet (or its history was not kept)")
     frame = pd.DataFrame([r.as_dict() for r in history]).rename(
-        columns={"test_error": "test rel. L2", "train_loss": "train loss"})
-    return _draw(title, lambda: frame.plot(x="epoch", y=["test rel. L2", "train loss"], logy=True, marker="o",
-                                           ylabel="error / loss"))
+        columns={"test_error": "test rel. L2", "train_loss": "train loss"}
+    )
+    return _draw(
+        title,
+        lambda: frame.plot(x="epoch", y=["test rel. L2", "train loss"], logy=True, marker="o", ylabel="error / loss"),
+    )
 
 
 def verification_curve(verification: dict) -> Figure:

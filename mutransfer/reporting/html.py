@@ -12,8 +12,8 @@ from __future__ import annotations
 import base64
 import html
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import pandas as pd
 
@@ -66,8 +66,10 @@ def figure_html(fig: figures.Figure, caption: str = "") -> str:
     data = base64.b64encode(fig.png).decode("ascii")
     extra = f' data-curves="{fig.curves}"' if fig.curves else ""
     text = f"{fig.title}. {caption}".strip()
-    return (f'<figure{extra}><img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{_e(text)}</figcaption></figure>")
+    return (
+        f'<figure{extra}><img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
+        f"<figcaption>{_e(text)}</figcaption></figure>"
+    )
 
 
 def _settings(files: StudyFiles) -> str:
@@ -81,16 +83,24 @@ def _settings(files: StudyFiles) -> str:
         ("proxy model", r.get("proxy_model") or f"K {s.get('proxy_K')}"),
         ("target model", r.get("target_model") or f"K {s.get('target_K')}"),
         ("parametrization", s.get("parametrization")),
-        ("search", f"{search.get('algorithm')}, {search.get('num_trials')} trials, {search.get('max_concurrent')} at "
-                   f"a time, seed {search.get('seed')}"),
+        (
+            "search",
+            f"{search.get('algorithm')}, {search.get('num_trials')} trials, {search.get('max_concurrent')} at "
+            f"a time, seed {search.get('seed')}",
+        ),
         ("search space", "; ".join(f"{k}: {_space_text(d)}" for k, d in files.search_space.items())),
-        ("budget (ASHA)", f"{budget.get('epochs')} epochs, grace period {budget.get('grace_period')}, reduction "
-                          f"factor {budget.get('reduction_factor')}"),
+        (
+            "budget (ASHA)",
+            f"{budget.get('epochs')} epochs, grace period {budget.get('grace_period')}, reduction "
+            f"factor {budget.get('reduction_factor')}",
+        ),
         ("target training", f"{target.get('epochs')} epochs on {target.get('num_workers')} worker(s)"),
     ]
     rows += [("override", o) for o in r.get("overrides") or files.state.get("overrides") or []]
-    return (key_table(rows, "settings")
-            + f"<details><summary>study.yaml</summary><pre>{_e(files.study_text)}</pre></details>")
+    return (
+        key_table(rows, "settings")
+        + f"<details><summary>study.yaml</summary><pre>{_e(files.study_text)}</pre></details>"
+    )
 
 
 def _space_text(d: dict) -> str:
@@ -104,26 +114,34 @@ def _transfer(report: dict | None) -> str:
     if not transfer:
         return '<p class="note">No transfer yet: the study has not finished its proxy phase.</p>'
     text = ' class="text"'
-    head = "".join(f"<th{text if c in ('quantity', 'rule') else ''}>{c}</th>"
-                   for c in ("quantity", "proxy", "factor", "target", "rule"))
+    head = "".join(
+        f"<th{text if c in ('quantity', 'rule') else ''}>{c}</th>"
+        for c in ("quantity", "proxy", "factor", "target", "rule")
+    )
     rows = "".join(
         f'<tr><td class="text">{_e(q["name"])}</td><td>{fmt(q["proxy"])}</td><td>{fmt(q["factor"])}</td>'
         f'<td>{fmt(q["target"])}</td><td class="text">{_e(q["rule"])}</td></tr>'
-        for q in transfer["quantities"])
+        for q in transfer["quantities"]
+    )
     notes = "".join(f"<li>{_e(n)}</li>" for n in transfer.get("notes") or [])
     return f'<table id="transfer"><tr>{head}</tr>{rows}</table><ul>{notes}</ul>'
 
 
 def _result(report: dict | None) -> str:
     if not report:
-        return '<p class="note">No result yet: the study is still running (or was interrupted; resume it with ' \
-               "<code>mutransfer sweep --resume</code>).</p>"
+        return (
+            '<p class="note">No result yet: the study is still running (or was interrupted; resume it with '
+            "<code>mutransfer sweep --resume</code>).</p>"
+        )
     best, target, gain = report.get("best_proxy") or {}, report.get("target") or {}, report.get("proxy_to_target")
-    rows = [("best proxy trial", f"{best.get('index')} ({best.get('trial_id')})"),
-            ("best proxy configuration", ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())),
-            ("best proxy test rel. L2", best.get("test_error")),
-            ("target status", target.get("status")), ("target test rel. L2", target.get("test_error")),
-            ("target epochs", target.get("epochs"))]
+    rows = [
+        ("best proxy trial", f"{best.get('index')} ({best.get('trial_id')})"),
+        ("best proxy configuration", ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())),
+        ("best proxy test rel. L2", best.get("test_error")),
+        ("target status", target.get("status")),
+        ("target test rel. L2", target.get("test_error")),
+        ("target epochs", target.get("epochs")),
+    ]
     if gain:
         rows.append(("proxy error / target error", gain["gain"]))
     return key_table(rows, "result")
@@ -131,8 +149,16 @@ def _result(report: dict | None) -> str:
 
 def _compute(report: dict | None) -> str:
     c = (report or {}).get("compute") or {}
-    keys = ("proxy_device_seconds", "target_device_seconds", "proxy_to_target_cost", "proxy_flops", "target_flops",
-            "direct_sweep_flops", "sweep_wall_seconds", "overhead_share")
+    keys = (
+        "proxy_device_seconds",
+        "target_device_seconds",
+        "proxy_to_target_cost",
+        "proxy_flops",
+        "target_flops",
+        "direct_sweep_flops",
+        "sweep_wall_seconds",
+        "overhead_share",
+    )
     rows = [(k, c[k]) for k in keys if c.get(k) is not None]
     return key_table(rows, "compute") if rows else "<p>Not known until the study is done.</p>"
 
@@ -144,20 +170,30 @@ def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
     search, notes = figures.search_figures(files)
     frame = trials_frame(files)
     counts = frame["status"].value_counts().to_dict() if not frame.empty else {}
-    lead = (f"phase {files.phase}; {len(frame)} proxy trials ("
-            + ", ".join(f"{n} {s}" for s, n in counts.items()) + f"); folder {files.root}")
-    captions = ["Each point: a trial's last reported test error (what the TPE sampler was told).",
-                "One line per trial; X: the epoch where ASHA stopped the trial.",
-                "Optuna's PED-ANOVA importances of the searched hyperparameters for the test error.",
-                "Each trial's last reported error against each searched hyperparameter; colour: trial order."]
+    lead = (
+        f"phase {files.phase}; {len(frame)} proxy trials ("
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + f"); folder {files.root}"
+    )
+    captions = [
+        "Each point: a trial's last reported test error (what the TPE sampler was told).",
+        "One line per trial; X: the epoch where ASHA stopped the trial.",
+        "Optuna's PED-ANOVA importances of the searched hyperparameters for the test error.",
+        "Each trial's last reported error against each searched hyperparameter; colour: trial order.",
+    ]
     parts = [
-        f"<h1>Study {_e(files.name)}</h1><p class=\"lead\">{_e(lead)}</p>",
-        "<h2>Settings</h2>", _settings(files),
-        "<h2>muP transfer</h2>", _transfer(report),
-        "<h2>Result</h2>", _result(report),
-        "<h2>Proxy trials</h2>", frame_table(frame, "trials") if not frame.empty else "",
+        f'<h1>Study {_e(files.name)}</h1><p class="lead">{_e(lead)}</p>',
+        "<h2>Settings</h2>",
+        _settings(files),
+        "<h2>muP transfer</h2>",
+        _transfer(report),
+        "<h2>Result</h2>",
+        _result(report),
+        "<h2>Proxy trials</h2>",
+        frame_table(frame, "trials") if not frame.empty else "",
         *[figure_html(f, c) for f, c in zip(search, captions)],
-        "<h2>Target</h2>", figure_html(figures.target_curve(files)),
+        "<h2>Target</h2>",
+        figure_html(figures.target_curve(files)),
     ]
     parts += list(sections)
     parts += ["<h2>Compute</h2>", _compute(report)]
@@ -165,8 +201,10 @@ def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
     if all_notes:
         parts += ['<h2>Notes</h2><ul id="notes">', *[f"<li>{_e(n)}</li>" for n in all_notes], "</ul>"]
     body = "\n".join(parts)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mutransfer study {_e(files.name)}'
-            f"</title><style>{CSS}</style></head><body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>mutransfer study {_e(files.name)}'
+        f"</title><style>{CSS}</style></head><body>\n{body}\n</body></html>\n"
+    )
 
 
 def write_report_page(files: StudyFiles, out: Path, sections: Sequence[str] = ()) -> Path:

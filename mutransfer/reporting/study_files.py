@@ -15,9 +15,8 @@ from pathlib import Path
 import yaml
 
 from mutransfer.errors import UserInputError
-from mutransfer.study_folder.records import TrialRecord
+from mutransfer.study_folder.records import HISTORY_FILE, TrialRecord
 from mutransfer.study_folder.state import DEFAULT_RUNS_DIR, StudyDir
-from mutransfer.study_folder.records import HISTORY_FILE
 from mutransfer.training.records import EpochRecord, load_history
 
 
@@ -75,7 +74,8 @@ def resolve_study_dir(study: str, runs_dir: str | None = None) -> Path:
     known = study_names(by_name.parent)
     close = difflib.get_close_matches(study, known, n=1, cutoff=0.6)
     listing = (f"; did you mean {close[0]!r}?" if close else "") + (
-        f" The studies under {where}: {', '.join(known)}" if known else f" There is no study under {where} yet.")
+        f" The studies under {where}: {', '.join(known)}" if known else f" There is no study under {where} yet."
+    )
     raise UserInputError(
         f"STUDY {study!r}: no study folder with a state.json at {path} or {by_name}; pass a study folder or the "
         f"name of a study under {where} (--runs-dir DIR for another runs directory){listing}"
@@ -111,8 +111,15 @@ def load_study_files(study: str, runs_dir: str | None = None) -> StudyFiles:
         mapping = {}
     trials = [TrialRecord.from_dict(t) for t in state.get("trials") or []]
     name = str(mapping.get("name") or state.get("study") or root.name) if isinstance(mapping, dict) else root.name
-    files = StudyFiles(root=root, name=name, state=state, report=report, study_text=study_text,
-                       study=mapping if isinstance(mapping, dict) else {}, trials=trials)
+    files = StudyFiles(
+        root=root,
+        name=name,
+        state=state,
+        report=report,
+        study_text=study_text,
+        study=mapping if isinstance(mapping, dict) else {},
+        trials=trials,
+    )
     if not trials:
         files.notes.append(f"no proxy trial records yet (phase {files.phase}): the proxy phase has not finished")
     for trial in trials:

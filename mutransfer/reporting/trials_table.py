@@ -31,10 +31,18 @@ def trials_frame(files: StudyFiles) -> pd.DataFrame:
     for t in files.trials:
         history = files.histories.get(t.trial_id)
         best = min((r.test_error for r in history), default=None) if history else None
-        rows.append({"number": t.index, "trial_id": t.trial_id, "status": t.status,
-                     **{name: t.config.get(name) for name in searched},
-                     "epochs": t.epochs, "best_error": _nan(best), "final_error": _nan(t.test_error),
-                     "device_seconds": float(t.device_seconds)})
+        rows.append(
+            {
+                "number": t.index,
+                "trial_id": t.trial_id,
+                "status": t.status,
+                **{name: t.config.get(name) for name in searched},
+                "epochs": t.epochs,
+                "best_error": _nan(best),
+                "final_error": _nan(t.test_error),
+                "device_seconds": float(t.device_seconds),
+            }
+        )
     columns = [*FIXED_COLUMNS, *searched, *RESULT_COLUMNS]
     frame = pd.DataFrame(rows, columns=columns)
     return frame.sort_values("number", kind="stable").reset_index(drop=True)
@@ -59,8 +67,7 @@ def format_trials(frame: pd.DataFrame) -> str:
     """The table as aligned text (errors to 4 significant digits, seconds to 0.1)."""
     if frame.empty:
         return "no proxy trials recorded yet"
-    formatters = {"best_error": "{:.4g}".format, "final_error": "{:.4g}".format,
-                  "device_seconds": "{:.1f}".format}
+    formatters = {"best_error": "{:.4g}".format, "final_error": "{:.4g}".format, "device_seconds": "{:.1f}".format}
     for name in frame.columns.difference([*FIXED_COLUMNS, *RESULT_COLUMNS]):
         formatters[name] = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
     return frame.to_string(index=False, formatters=formatters, na_rep="-")

@@ -63,15 +63,16 @@ class ModelCard:
         return int(self.input_shape[-1])
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ModelCard":
+    def from_dict(cls, d: dict) -> ModelCard:
         from dataclasses import fields
 
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
 
-def card_for(study, model_class: str, model_config: dict, data, *, hyperparameters: dict,
-             test_error: float | None) -> ModelCard:
+def card_for(
+    study, model_class: str, model_config: dict, data, *, hyperparameters: dict, test_error: float | None
+) -> ModelCard:
     """The card of the target (class name, its ``config``) trained by ``study`` on ``data`` (a SplitData)."""
     import mutransfer
 
@@ -108,8 +109,9 @@ def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
     (directory / CONFIG_FILE).write_text(json.dumps(asdict(card), indent=2))
     torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, directory / WEIGHTS_FILE)
     mlmodel = Model(artifact_path="model")
-    mlmodel.add_flavor(FLAVOR, config=CONFIG_FILE, weights=WEIGHTS_FILE, model_class=card.model_class,
-                       format_version=FORMAT_VERSION)
+    mlmodel.add_flavor(
+        FLAVOR, config=CONFIG_FILE, weights=WEIGHTS_FILE, model_class=card.model_class, format_version=FORMAT_VERSION
+    )
     mlmodel.save(directory / MLMODEL_FILE)
     return directory
 
@@ -122,24 +124,32 @@ def read_model_dir(directory: Path):
     directory = Path(directory)
     mlmodel = directory / MLMODEL_FILE
     if not mlmodel.is_file():
-        raise UserInputError(f"{directory} is not a mutransfer model directory (no MLmodel file); "
-                             "pass a study or a runs:/ or models:/ URI of a sweep's target")
+        raise UserInputError(
+            f"{directory} is not a mutransfer model directory (no MLmodel file); "
+            "pass a study or a runs:/ or models:/ URI of a sweep's target"
+        )
     flavors = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors") or {}
     if FLAVOR not in flavors:
-        raise UserInputError(f"model {directory}: flavors {sorted(flavors)} lack {FLAVOR!r}; "
-                             "only models logged by `mutransfer sweep` can be loaded")
+        raise UserInputError(
+            f"model {directory}: flavors {sorted(flavors)} lack {FLAVOR!r}; "
+            "only models logged by `mutransfer sweep` can be loaded"
+        )
     flavor = flavors[FLAVOR]
     card = ModelCard.from_dict(json.loads((directory / flavor.get("config", CONFIG_FILE)).read_text()))
     classes = _model_classes()
     if card.model_class not in classes:
-        raise UserInputError(f"model {directory}: model_class {card.model_class!r} is unknown; "
-                             f"use one of {', '.join(classes)} (a newer mutransfer wrote it?)")
+        raise UserInputError(
+            f"model {directory}: model_class {card.model_class!r} is unknown; "
+            f"use one of {', '.join(classes)} (a newer mutransfer wrote it?)"
+        )
     model = classes[card.model_class](**card.model_config)
     try:
         state = torch.load(directory / flavor.get("weights", WEIGHTS_FILE), map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle.UnpicklingError for anything but tensors; never unpickled further
-        raise UserInputError(f"model {directory}: {flavor.get('weights', WEIGHTS_FILE)} is not a plain state dict of "
-                             f"tensors ({type(exc).__name__}); refusing to load it") from None
+        raise UserInputError(
+            f"model {directory}: {flavor.get('weights', WEIGHTS_FILE)} is not a plain state dict of "
+            f"tensors ({type(exc).__name__}); refusing to load it"
+        ) from None
     model.load_state_dict(state)
     model.eval()
     return model, card

@@ -36,7 +36,9 @@ class Samples:
 def sample_count(path: str, point_problem: bool) -> tuple[int, str | None]:
     """(samples, problem attribute) of a data file, read from its header; one-line errors for bad files."""
     if not Path(path).is_file():
-        raise UserInputError(f"--data {path}: file not found; pass an existing data file (mutransfer data inspect FILE)")
+        raise UserInputError(
+            f"--data {path}: file not found; pass an existing data file (mutransfer data inspect FILE)"
+        )
     if point_problem:
         from mutransfer.data.pointclouds import point_file_header
 
@@ -55,12 +57,16 @@ def check_data(loaded: LoadedModel, path: str, resolutions: list[int] | None) ->
     """Refuse, before any compute, data or resolutions the model cannot take; returns the file's sample count."""
     card = loaded.card
     if card.point_problem and resolutions:
-        raise UserInputError(f"--resolution: {card.operator} on point sets ({card.problem}) takes the file's points "
-                             "as they are; drop --resolution")
+        raise UserInputError(
+            f"--resolution: {card.operator} on point sets ({card.problem}) takes the file's points "
+            "as they are; drop --resolution"
+        )
     n, problem = sample_count(path, card.point_problem)
     if problem is not None and problem != card.problem:
-        raise UserInputError(f"--data {path}: holds {problem} data, but the model was trained on {card.problem}; "
-                             f"pass {card.problem} data")
+        raise UserInputError(
+            f"--data {path}: holds {problem} data, but the model was trained on {card.problem}; "
+            f"pass {card.problem} data"
+        )
     if n < 2:
         raise UserInputError(f"--data {path}: has {n} sample; evaluation needs at least 2")
     for resolution in resolutions or []:
@@ -93,13 +99,22 @@ def load_samples(loaded: LoadedModel, path: str, n: int, resolution: int | None)
     else:
         from mutransfer.data.loading import load_split
 
-        split = load_split(path, n_train=n - 1, n_test=1, resolution=resolution, time_resolution=card.time_resolution,
-                           problem=card.problem, stream=False)
+        split = load_split(
+            path,
+            n_train=n - 1,
+            n_test=1,
+            resolution=resolution,
+            time_resolution=card.time_resolution,
+            problem=card.problem,
+            stream=False,
+        )
     # the first n - 1 samples and the last one: every sample, in order
     x, y = torch.cat([split.train_x, split.test_x]), torch.cat([split.train_y, split.test_y])
     if x.shape[-1] != card.input_channels or y.shape[-1] != card.output_shape[-1]:
-        raise UserInputError(f"--data {path}: gives {x.shape[-1]} input / {y.shape[-1]} output channels, the model "
-                             f"takes {card.input_channels} / {card.output_shape[-1]}; pass data of the model's problem")
+        raise UserInputError(
+            f"--data {path}: gives {x.shape[-1]} input / {y.shape[-1]} output channels, the model "
+            f"takes {card.input_channels} / {card.output_shape[-1]}; pass data of the model's problem"
+        )
     if not card.point_problem:
         resolution = int(split.grid_shape[0])
     return Samples(x, y, resolution, dict(split.grid), dict(split.attrs))
@@ -108,7 +123,7 @@ def load_samples(loaded: LoadedModel, path: str, n: int, resolution: int | None)
 def predict(loaded: LoadedModel, x: torch.Tensor) -> torch.Tensor:
     """The model's output for ``x`` (n, …), in batches of :data:`BATCH`, float32 on the CPU."""
     with torch.no_grad():
-        return torch.cat([loaded.model(x[i:i + BATCH]).float() for i in range(0, x.shape[0], BATCH)])
+        return torch.cat([loaded.model(x[i : i + BATCH]).float() for i in range(0, x.shape[0], BATCH)])
 
 
 def evaluate_file(loaded: LoadedModel, path: str, resolutions: list[int] | None) -> dict:
@@ -122,16 +137,26 @@ def evaluate_file(loaded: LoadedModel, path: str, resolutions: list[int] | None)
         error = float(relative_l2(predict(loaded, samples.x), samples.y, reduction="sum")) / n
         rows.append({"resolution": samples.resolution, "samples": n, "relative_l2": error})
     card = loaded.card
-    return {"model": loaded.source, "study": card.study, "problem": card.problem, "operator": card.operator,
-            "trained_resolution": card.resolution, "trained_test_error": card.test_error, "data": str(path),
-            "metric": "relative_l2", "results": rows}
+    return {
+        "model": loaded.source,
+        "study": card.study,
+        "problem": card.problem,
+        "operator": card.operator,
+        "trained_resolution": card.resolution,
+        "trained_test_error": card.test_error,
+        "data": str(path),
+        "metric": "relative_l2",
+        "results": rows,
+    }
 
 
 def format_evaluation(result: dict) -> str:
     """The evaluation as a few lines of text."""
     trained = result["trained_resolution"]
-    lines = [f"model {result['model']} (study {result['study']}, {result['operator']} on {result['problem']}"
-             f"{f', trained at resolution {trained}' if trained else ''}) on {result['data']}:"]
+    lines = [
+        f"model {result['model']} (study {result['study']}, {result['operator']} on {result['problem']}"
+        f"{f', trained at resolution {trained}' if trained else ''}) on {result['data']}:"
+    ]
     for row in result["results"]:
         where = f"resolution {row['resolution']}" if row["resolution"] is not None else "point sets"
         lines.append(f"  {where}: relative L2 {row['relative_l2']:.4g} over {row['samples']} samples")
@@ -146,26 +171,35 @@ def write_predictions(loaded: LoadedModel, path: str, out: str, resolution: int 
     n = check_data(loaded, path, [resolution] if resolution else None)
     samples = load_samples(loaded, path, n, resolution)
     pred = predict(loaded, samples.x).numpy()
-    attrs = {"problem": samples.attrs.get("problem") or card.problem, "prediction.model": loaded.source,
-             "prediction.study": card.study, "prediction.data": str(path)}
+    attrs = {
+        "problem": samples.attrs.get("problem") or card.problem,
+        "prediction.model": loaded.source,
+        "prediction.study": card.study,
+        "prediction.data": str(path),
+    }
     if card.point_problem:
         from mutransfer.data.point_schema import write_point_dataset
         from operators.adapters import unpack_points
 
         coords, features, mask = unpack_points(samples.x, card.dim)
-        write_point_dataset(out, {"coords": coords.numpy(), "input": features.numpy(), "output": pred,
-                                  "mask": mask.numpy(), "attrs": attrs})
+        write_point_dataset(
+            out,
+            {"coords": coords.numpy(), "input": features.numpy(), "output": pred, "mask": mask.numpy(), "attrs": attrs},
+        )
     else:
         from mutransfer.data.hdf5_io import write_dataset
 
         if pred.shape[-1] != 1 or samples.x.shape[-1] != 1:
-            raise UserInputError(f"--out: the project's grid schema holds scalar fields; this model maps "
-                                 f"{samples.x.shape[-1]} to {pred.shape[-1]} channels")
+            raise UserInputError(
+                f"--out: the project's grid schema holds scalar fields; this model maps "
+                f"{samples.x.shape[-1]} to {pred.shape[-1]} channels"
+            )
         timed = card.time_resolution is not None
         inputs = samples.x[..., 0].numpy()
         inputs = inputs[..., 0] if timed else inputs  # the input is broadcast along time: keep t = 0
-        write_dataset(out, {"input": inputs, "output": pred[..., 0], "grid": _grid(samples, inputs, pred, timed),
-                            "attrs": attrs})
+        write_dataset(
+            out, {"input": inputs, "output": pred[..., 0], "grid": _grid(samples, inputs, pred, timed), "attrs": attrs}
+        )
     return {"out": str(out), "samples": n, "resolution": samples.resolution, "model": loaded.source}
 
 

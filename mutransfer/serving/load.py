@@ -53,14 +53,18 @@ def _study_model_dir(source: str, runs_dir: str | None) -> Path:
     study_dir = StudyDir(given) if (given / "study.yaml").is_file() else StudyDir.for_study(source, runs_dir)
     if not study_dir.study_file.is_file():
         where = runs_dir or "./mutransfer-runs"
-        raise UserInputError(f"study {source!r} not found (no {given / 'study.yaml'} and no study of that name in "
-                             f"{where}); pass a study directory, a study name with --runs-dir, or a runs:/ or models:/ URI")
+        raise UserInputError(
+            f"study {source!r} not found (no {given / 'study.yaml'} and no study of that name in "
+            f"{where}); pass a study directory, a study name with --runs-dir, or a runs:/ or models:/ URI"
+        )
     state = study_dir.read_state()
     record = state.get("model") or {}
     directory = study_dir.root / record.get("dir", MODEL_DIR)
     if not record or not directory.is_dir():
-        raise UserInputError(f"study {study_dir.root.name!r} has no trained model yet (phase {state.get('phase', 'none')}); "
-                             "finish it with `mutransfer sweep --resume`, or pass another study")
+        raise UserInputError(
+            f"study {study_dir.root.name!r} has no trained model yet (phase {state.get('phase', 'none')}); "
+            "finish it with `mutransfer sweep --resume`, or pass another study"
+        )
     return directory
 
 
@@ -71,14 +75,18 @@ def _mlflow_model_dir(uri: str, tracking_uri: str | None) -> Path:
 
     store = resolve_tracking_uri(tracking_uri)
     if sqlite_path(store) is not None and not sqlite_path(store).is_file():
-        raise UserInputError(f"{uri}: tracking store {sqlite_path(store)} not found; pass --tracking-uri of the "
-                             "store the sweep logged to")
+        raise UserInputError(
+            f"{uri}: tracking store {sqlite_path(store)} not found; pass --tracking-uri of the "
+            "store the sweep logged to"
+        )
     client = _client(store)
     try:
         logged = _logged_model(client, uri)
     except MlflowException as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserInputError(f"{uri}: not found in {store} ({first[:200]}); check the URI or pass --tracking-uri") from None
+        raise UserInputError(
+            f"{uri}: not found in {store} ({first[:200]}); check the URI or pass --tracking-uri"
+        ) from None
     return _local_artifacts(client, store, logged, uri)
 
 
@@ -88,11 +96,14 @@ def _logged_model(client, uri: str):
     if uri.startswith("runs:/"):
         run_id, _, name = rest.partition("/")
         run = client.get_run(run_id)
-        found = client.search_logged_models([run.info.experiment_id],
-                                            filter_string=f"source_run_id = '{run_id}' AND name = '{name or 'model'}'")
+        found = client.search_logged_models(
+            [run.info.experiment_id], filter_string=f"source_run_id = '{run_id}' AND name = '{name or 'model'}'"
+        )
         if not found:
-            raise UserInputError(f"{uri}: run {run_id} has no logged model {name or 'model'!r}; "
-                                 "pass the target run of a sweep (state.json: target_run_id)")
+            raise UserInputError(
+                f"{uri}: run {run_id} has no logged model {name or 'model'!r}; "
+                "pass the target run of a sweep (state.json: target_run_id)"
+            )
         return found[0]
     if rest.startswith("m-") and "/" not in rest and "@" not in rest:
         return client.get_logged_model(rest)
@@ -106,9 +117,11 @@ def _logged_model(client, uri: str):
         version = client.get_model_version(name, number)
     # the sqlite registry keeps the logged model in the version's source (models:/m-…), not in model_id
     source = version.source or ""
-    model_id = version.model_id or (source[len("models:/"):] if source.startswith("models:/m-") else None)
+    model_id = version.model_id or (source[len("models:/") :] if source.startswith("models:/m-") else None)
     if not model_id:
-        raise UserInputError(f"{uri}: this version (source {source}) was not registered by `mutransfer sweep --register`")
+        raise UserInputError(
+            f"{uri}: this version (source {source}) was not registered by `mutransfer sweep --register`"
+        )
     return client.get_logged_model(model_id)
 
 
@@ -117,14 +130,16 @@ def _local_artifacts(client, store: str, logged, uri: str) -> Path:
     from mutransfer.study_folder.portable import relocated_artifact_path
 
     location = logged.artifact_location
-    local = Path(location[len("file://"):] if location.startswith("file://") else location)
+    local = Path(location[len("file://") :] if location.startswith("file://") else location)
     if "://" not in location or location.startswith("file://"):
         if local.is_dir():
             return local
         moved = relocated_artifact_path(store, client.get_experiment(logged.experiment_id), location)
         if moved is None:
-            raise UserInputError(f"{uri}: its files are not at {local} (the store moved without its mlruns/ folder?); "
-                                 "copy mlruns/ beside the store or evaluate the study directory instead")
+            raise UserInputError(
+                f"{uri}: its files are not at {local} (the store moved without its mlruns/ folder?); "
+                "copy mlruns/ beside the store or evaluate the study directory instead"
+            )
         print(f"note: {uri}: the store moved; reading its files from {moved}", file=sys.stderr)
         return moved
     import mlflow.artifacts

@@ -10,10 +10,10 @@ Every field except ``name``, ``problem.name``, ``proxy_K``, ``target_K`` and
 """
 
 from mutransfer.study.files import (
+    _UNSET,
     DEFAULT_STUDY,
     OVERRIDES,
     Override,
-    _UNSET,
     default_study_text,
     load_study,
     parse_study,
@@ -35,7 +35,24 @@ from mutransfer.study.schema import (
 from mutransfer.study.search_space import SEARCHABLE
 
 __all__ = [
-    "BudgetSpec", "DEFAULT_STUDY", "Distribution", "OVERRIDES", "OperatorSpec", "Override", "ProblemSpec",
-    "ResourcesSpec", "SEARCHABLE", "SearchSpec", "Study", "TargetSpec", "TrackingSpec", "TrainingSpec", "_UNSET",
-    "default_study_text", "load_study", "parse_study", "read_study_mapping", "study_from_yaml_text",
+    "BudgetSpec",
+    "DEFAULT_STUDY",
+    "Distribution",
+    "OVERRIDES",
+    "OperatorSpec",
+    "Override",
+    "ProblemSpec",
+    "ResourcesSpec",
+    "SEARCHABLE",
+    "SearchSpec",
+    "Study",
+    "TargetSpec",
+    "TrackingSpec",
+    "TrainingSpec",
+    "_UNSET",
+    "default_study_text",
+    "load_study",
+    "parse_study",
+    "read_study_mapping",
+    "study_from_yaml_text",
 ]

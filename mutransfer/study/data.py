@@ -43,6 +43,7 @@ def load_study_data(study: Study, *, progress: bool = True):
     if p.time_resolution is not None:
         kwargs["time_resolution"] = int(p.time_resolution)
     stream = None if p.stream == "auto" else bool(p.stream)
-    split = load_split(path, n_train=int(p.n_train), n_test=int(p.n_test), resolution=int(p.resolution), stream=stream,
-                       **kwargs)
+    split = load_split(
+        path, n_train=int(p.n_train), n_test=int(p.n_test), resolution=int(p.resolution), stream=stream, **kwargs
+    )
     return split, path

@@ -49,9 +49,16 @@ from operators.registry import OPERATORS, SPECTRAL_HYPERPARAMETERS
 DEFAULT_STUDY = "quick"
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 #: operator options the study sets through its own fields (not through operator.options): option -> field
-_RESERVED_OPTIONS = {"coord_dim": None, "in_channels": None, "out_channels": None, "width": "operator.width",
-                     "layers": "operator.layers", "heads": "operator.heads",
-                     "width_parametrization": "width_parametrization", "base_width": "operator.width"}
+_RESERVED_OPTIONS = {
+    "coord_dim": None,
+    "in_channels": None,
+    "out_channels": None,
+    "width": "operator.width",
+    "layers": "operator.layers",
+    "heads": "operator.heads",
+    "width_parametrization": "width_parametrization",
+    "base_width": "operator.width",
+}
 
 
 def _owners(key: str) -> str:
@@ -107,7 +114,10 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         for key in ("proxy_K", "target_K", "parametrization"):
             if r.has(key):
                 fix = "use target_width to scale the width" if key != "parametrization" else "use width_parametrization"
-                r.fail(key, f"applies to {_spectral_names()} only ({operator.type} has no Fourier modes); remove it and {fix}")
+                r.fail(
+                    key,
+                    f"applies to {_spectral_names()} only ({operator.type} has no Fourier modes); remove it and {fix}",
+                )
     top = {name: (default, spec) for name, default, spec in settings_of(Study)}
 
     def read(key: str, default=None):
@@ -156,7 +166,11 @@ def read_study_mapping(path: str | os.PathLike | None) -> tuple[dict, str]:
         source = str(path)
         p = Path(path)
         if not p.is_file():
-            hint = "pass an existing YAML file, e.g. studies/quick.yaml" if not p.is_dir() else "pass a YAML file, not a directory"
+            hint = (
+                "pass an existing YAML file, e.g. studies/quick.yaml"
+                if not p.is_dir()
+                else "pass a YAML file, not a directory"
+            )
             raise UserInputError(f"study {source}: file not found; {hint}")
         try:
             text = p.read_text(encoding="utf-8")
@@ -170,7 +184,9 @@ def read_study_mapping(path: str | os.PathLike | None) -> tuple[dict, str]:
         reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise UserInputError(f"study {source}: not valid YAML ({where}{reason}); fix the syntax") from None
     if not isinstance(mapping, dict):
-        raise UserInputError(f"study {source}: must be a YAML mapping of fields (name, problem, proxy_K, ...), got {kind_of(mapping)}")
+        raise UserInputError(
+            f"study {source}: must be a YAML mapping of fields (name, problem, proxy_K, ...), got {kind_of(mapping)}"
+        )
     return mapping, source
 
 
@@ -192,8 +208,16 @@ OVERRIDES = {
 }
 
 
-_SECTIONS = {"problem": ProblemSpec, "operator": OperatorSpec, "training": TrainingSpec, "search": SearchSpec,
-             "budget": BudgetSpec, "resources": ResourcesSpec, "target": TargetSpec, "tracking": TrackingSpec}
+_SECTIONS = {
+    "problem": ProblemSpec,
+    "operator": OperatorSpec,
+    "training": TrainingSpec,
+    "search": SearchSpec,
+    "budget": BudgetSpec,
+    "resources": ResourcesSpec,
+    "target": TargetSpec,
+    "tracking": TrackingSpec,
+}
 
 
 def declared(path: str) -> tuple[Setting, object]:
@@ -240,7 +264,9 @@ def _set_path(mapping: dict, path: str, value) -> None:
     node[last] = value
 
 
-def load_study(path: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None) -> tuple[Study, list[Override]]:
+def load_study(
+    path: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None
+) -> tuple[Study, list[Override]]:
     """Load, override and validate a study (no compute, no Ray, no data generation).
 
     ``overrides`` uses the keys of :data:`OVERRIDES` (None values are ignored).

@@ -18,7 +18,9 @@ def check_address_form(address: str | None, flag: str = "--address") -> None:
         return
     port = address.rsplit(":", 1)[-1]
     if not _ADDRESS.fullmatch(address) or (port.isdigit() and not 1 <= int(port) <= 65535):
-        raise UserInputError(f"{flag} {address!r}: use auto, or HOST:PORT / ray://HOST:PORT of a running Ray cluster (no --address: a local run)")
+        raise UserInputError(
+            f"{flag} {address!r}: use auto, or HOST:PORT / ray://HOST:PORT of a running Ray cluster (no --address: a local run)"
+        )
 
 
 def check_folder(flag: str, path) -> None:

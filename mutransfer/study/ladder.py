@@ -38,7 +38,10 @@ def read_ladder(r: Reader, name: str, default):
         return None
     where = r.where(name)
     if not isinstance(value, list) or len(value) < 2:
-        r.fail(where, f"must be a list of at least 2 model sizes, got {kind_of(value) if not isinstance(value, list) else len(value)}; {_EXAMPLE}")
+        r.fail(
+            where,
+            f"must be a list of at least 2 model sizes, got {kind_of(value) if not isinstance(value, list) else len(value)}; {_EXAMPLE}",
+        )
     out = []
     for i, entry in enumerate(value):
         if is_plain_int(entry):
@@ -51,7 +54,10 @@ def read_ladder(r: Reader, name: str, default):
                     r.fail(f"{where}[{i}].{key}", f"must be a positive integer, got {kind_of(v)}; {_EXAMPLE}")
             out.append(dict(entry))
         else:
-            r.fail(f"{where}[{i}]", f"must be a positive integer or a mapping with K and/or width, got {kind_of(entry)}; {_EXAMPLE}")
+            r.fail(
+                f"{where}[{i}]",
+                f"must be a positive integer or a mapping with K and/or width, got {kind_of(entry)}; {_EXAMPLE}",
+            )
     return out
 
 
@@ -76,7 +82,10 @@ def first_size_overrides(raw_ladder, spectral: bool) -> dict:
         return {}
     first = raw_ladder[0]
     if isinstance(first, dict):
-        return {**({"proxy_K": first["K"]} if "K" in first else {}), **({"proxy_width": first["width"]} if "width" in first else {})}
+        return {
+            **({"proxy_K": first["K"]} if "K" in first else {}),
+            **({"proxy_width": first["width"]} if "width" in first else {}),
+        }
     return {"proxy_K": first} if spectral else {"proxy_width": first}
 
 
@@ -100,22 +109,35 @@ def check_ladder(study, r: Reader) -> None:
     k_axis = study.family.scales("K")
     for i, entry in enumerate(study.ladder):
         if isinstance(entry, dict) and "K" in entry and not k_axis:
-            r.fail(f"ladder[{i}].K", f"{study.operator.type} has no Fourier modes; give widths, e.g. ladder: [16, 32, 64]")
+            r.fail(
+                f"ladder[{i}].K", f"{study.operator.type} has no Fourier modes; give widths, e.g. ladder: [16, 32, 64]"
+            )
     sizes = ladder_sizes(study)
     proxy = LadderSize(study.proxy_modes, study.operator.width)
     if sizes[0] != proxy:
-        r.fail("ladder[0]", f"{sizes[0].text()} must be the proxy ({proxy.text()}): the ladder starts at the proxy; "
-                            f"set proxy_K / operator.width to it, or start the ladder at {proxy.text()}")
+        r.fail(
+            "ladder[0]",
+            f"{sizes[0].text()} must be the proxy ({proxy.text()}): the ladder starts at the proxy; "
+            f"set proxy_K / operator.width to it, or start the ladder at {proxy.text()}",
+        )
     target = LadderSize(study.target_modes, study.target_width or study.operator.width)
     for i, (a, b) in enumerate(zip(sizes, sizes[1:]), start=1):
         pairs = [(b.width, a.width)] + ([(b.K, a.K)] if k_axis else [])
         if any(x < y for x, y in pairs) or all(x == y for x, y in pairs):
-            r.fail(f"ladder[{i}]", f"{b.text()} must be larger than ladder[{i - 1}] ({a.text()}) on one axis and smaller on none")
+            r.fail(
+                f"ladder[{i}]",
+                f"{b.text()} must be larger than ladder[{i - 1}] ({a.text()}) on one axis and smaller on none",
+            )
         if b.width > target.width or (k_axis and b.K > target.K):
-            r.fail(f"ladder[{i}]", f"{b.text()} is larger than the target ({target.text()}); a ladder climbs up to the target")
+            r.fail(
+                f"ladder[{i}]",
+                f"{b.text()} is larger than the target ({target.text()}); a ladder climbs up to the target",
+            )
         heads = study.operator.heads if "heads" in study.family.fields else None
         if heads and b.width % heads:
-            r.fail(f"ladder[{i}]", f"width {b.width} is not divisible by operator.heads {heads}; use a multiple of {heads}")
+            r.fail(
+                f"ladder[{i}]", f"width {b.width} is not divisible by operator.heads {heads}; use a multiple of {heads}"
+            )
         if k_axis and b.K != a.K:
             from operators.errors import OperatorConfigError
             from operators.parametrization import check_modes
@@ -126,9 +148,12 @@ def check_ladder(study, r: Reader) -> None:
                 r.fail(f"ladder[{i}]", str(exc))
     last = planned_rung_trials(study)[-1]
     if study.search.top_k > last:
-        r.fail("search.top_k", f"{study.search.top_k} is more than the {last} trial(s) the ladder's last rung will hold "
-                               f"({' -> '.join(map(str, planned_rung_trials(study)))} with ladder_keep {study.ladder_keep:g}); "
-                               f"use top_k <= {last} or a larger ladder_keep")
+        r.fail(
+            "search.top_k",
+            f"{study.search.top_k} is more than the {last} trial(s) the ladder's last rung will hold "
+            f"({' -> '.join(map(str, planned_rung_trials(study)))} with ladder_keep {study.ladder_keep:g}); "
+            f"use top_k <= {last} or a larger ladder_keep",
+        )
 
 
 def rung_study(study, size: LadderSize):
@@ -138,9 +163,13 @@ def rung_study(study, size: LadderSize):
 
 def step_study(study, a: LadderSize, b: LadderSize):
     """The study whose proxy is ``a`` and target ``b``: its transfer_scaling() is the μP step a → b."""
-    return dataclasses.replace(study, proxy_K=study.proxy_K if a.K is None else a.K,
-                               operator=dataclasses.replace(study.operator, width=a.width),
-                               target_K=study.target_K if b.K is None else b.K, target_width=b.width)
+    return dataclasses.replace(
+        study,
+        proxy_K=study.proxy_K if a.K is None else a.K,
+        operator=dataclasses.replace(study.operator, width=a.width),
+        target_K=study.target_K if b.K is None else b.K,
+        target_width=b.width,
+    )
 
 
 def target_size(study) -> LadderSize:

@@ -45,8 +45,12 @@ def _plan(study: Study, modes: int | None, width: int, batch: int, device: str =
     """The family's plan of one training step at ``modes`` K (families with the K axis) and ``width``."""
     grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
     return study.family.plan(
-        model_spec(study, modes=modes, width=width), grid=grid, batch=int(batch), precision=study.training.precision,
-        weight_decay=float(_largest_searched(study, "weight_decay", study.training.weight_decay)), device=device,
+        model_spec(study, modes=modes, width=width),
+        grid=grid,
+        batch=int(batch),
+        precision=study.training.precision,
+        weight_decay=float(_largest_searched(study, "weight_decay", study.training.weight_decay)),
+        device=device,
     )
 
 
@@ -68,17 +72,22 @@ def check_study_memory(study: Study, concurrency: int, *, gpus: int) -> None:
     proxy_gpu = r.gpus_per_trial > 0 and gpus > 0
     proxy = _plan(study, study.proxy_modes, study.operator.width, batch, "cuda" if proxy_gpu else "cpu")
     limit, where = _device_limit(
-        proxy_gpu, r.gpus_per_trial, concurrency,
-        f"a {r.gpus_per_trial:g}-GPU share of cuda:0's free memory", f"the available RAM / {concurrency} trials at once",
+        proxy_gpu,
+        r.gpus_per_trial,
+        concurrency,
+        f"a {r.gpus_per_trial:g}-GPU share of cuda:0's free memory",
+        f"the available RAM / {concurrency} trials at once",
     )
     check_fits(proxy, None, limit=limit, where=where, what="proxy trial (resources, search_space.batch_size)")
 
     use_gpu = t.use_gpu is True or (t.use_gpu == "auto" and gpus >= 1)
     per_worker = max(1, batch // t.num_workers)
-    target = _plan(study, study.target_modes, study.target_width or study.operator.width, per_worker,
-                   "cuda" if use_gpu else "cpu")
-    limit, where = _device_limit(use_gpu, 1.0, t.num_workers, "cuda:0's free memory",
-                                 f"the available RAM / {t.num_workers} target workers")
+    target = _plan(
+        study, study.target_modes, study.target_width or study.operator.width, per_worker, "cuda" if use_gpu else "cpu"
+    )
+    limit, where = _device_limit(
+        use_gpu, 1.0, t.num_workers, "cuda:0's free memory", f"the available RAM / {t.num_workers} target workers"
+    )
     try:
         check_fits(target, None, limit=limit, where=where, what="target (target_K, target_width)")
     except UserInputError as exc:
@@ -90,8 +99,13 @@ def check_grid_point_memory(study: Study, *, modes: int, width: int, batch: int,
     if study.point_problem:
         return
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} tasks at once")
-    check_fits(_plan(study, modes, width, batch, "cpu"), None, limit=limit, where=where,
-               what="landscape point (the largest K/width of the grid)")
+    check_fits(
+        _plan(study, modes, width, batch, "cpu"),
+        None,
+        limit=limit,
+        where=where,
+        what="landscape point (the largest K/width of the grid)",
+    )
 
 
 def check_target_size_memory(study: Study, concurrency: int) -> None:
@@ -100,8 +114,13 @@ def check_target_size_memory(study: Study, concurrency: int) -> None:
         return
     batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} trainings at once")
-    check_fits(_plan(study, study.target_modes, study.target_width or study.operator.width, batch, "cpu"), None,
-               limit=limit, where=where, what="target-size training of --verify / --baseline direct")
+    check_fits(
+        _plan(study, study.target_modes, study.target_width or study.operator.width, batch, "cpu"),
+        None,
+        limit=limit,
+        where=where,
+        what="target-size training of --verify / --baseline direct",
+    )
 
 
 def check_study_padding(study: Study) -> None:

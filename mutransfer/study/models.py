@@ -9,7 +9,6 @@ multipliers the model derives from K and the width itself).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 from torch import nn
@@ -39,13 +38,25 @@ class Hyperparameters:
     def merged(cls, study: Study, config: dict | None = None) -> Hyperparameters:
         """The one merge: ``study.training``'s values, overridden by the sampled ``config`` (keys of HPARAM_KEYS)."""
         t = study.training
-        values = {"lr": t.lr, "batch_size": t.batch_size, "beta1": t.betas[0], "beta2": t.betas[1],
-                  "weight_decay": t.weight_decay, "clip_value": t.clip_value, "init_scale": t.init_scale}
+        values = {
+            "lr": t.lr,
+            "batch_size": t.batch_size,
+            "beta1": t.betas[0],
+            "beta2": t.betas[1],
+            "weight_decay": t.weight_decay,
+            "clip_value": t.clip_value,
+            "init_scale": t.init_scale,
+        }
         values.update({key: value for key, value in (config or {}).items() if key in values})
-        return cls(lr=float(values["lr"]), batch_size=int(values["batch_size"]), beta1=float(values["beta1"]),
-                   beta2=float(values["beta2"]), weight_decay=float(values["weight_decay"]),
-                   clip_value=None if values["clip_value"] is None else float(values["clip_value"]),
-                   init_scale=float(values["init_scale"]))
+        return cls(
+            lr=float(values["lr"]),
+            batch_size=int(values["batch_size"]),
+            beta1=float(values["beta1"]),
+            beta2=float(values["beta2"]),
+            weight_decay=float(values["weight_decay"]),
+            clip_value=None if values["clip_value"] is None else float(values["clip_value"]),
+            init_scale=float(values["init_scale"]),
+        )
 
     def as_dict(self) -> dict:
         """The flat mapping trials, the target and the report use (keys of HPARAM_KEYS)."""
@@ -109,11 +120,19 @@ def model_spec(
     options = {name: getattr(o, name) for name in family.fields}
     options["padding"] = study.padding
     return ModelSpec(
-        dim=study.dim, input_channels=int(input_channels), output_channels=int(output_channels),
-        width=int(o.width if width is None else width), layers=int(o.layers),
-        modes=family.sized(study.proxy_K if modes is None else int(modes)), parametrization=study.parametrization,
-        width_parametrization=wp, base_width=int(o.width) if wp == "mup" else None, init_scale=float(init_scale),
-        packed=study.point_problem, normalization=normalization, options=options,
+        dim=study.dim,
+        input_channels=int(input_channels),
+        output_channels=int(output_channels),
+        width=int(o.width if width is None else width),
+        layers=int(o.layers),
+        modes=family.sized(study.proxy_K if modes is None else int(modes)),
+        parametrization=study.parametrization,
+        width_parametrization=wp,
+        base_width=int(o.width) if wp == "mup" else None,
+        init_scale=float(init_scale),
+        packed=study.point_problem,
+        normalization=normalization,
+        options=options,
     )
 
 
@@ -128,7 +147,13 @@ def build_model(study: Study, **spec) -> nn.Module:
 
 
 def model_for(
-    study: Study, data, *, target: bool = False, init_scale: float = 1.0, modes: int | None = None, width: int | None = None
+    study: Study,
+    data,
+    *,
+    target: bool = False,
+    init_scale: float = 1.0,
+    modes: int | None = None,
+    width: int | None = None,
 ):
     """The proxy (``target=False``) or target model for ``data`` (channels and normalisation read from its tensors).
 
@@ -139,8 +164,12 @@ def model_for(
     if width is None:
         width = study.target_width if target else study.operator.width
     return build_model(
-        study, modes=modes, width=width, init_scale=init_scale,
-        input_channels=data.train_x.shape[-1], output_channels=data.train_y.shape[-1],
+        study,
+        modes=modes,
+        width=width,
+        init_scale=init_scale,
+        input_channels=data.train_x.shape[-1],
+        output_channels=data.train_y.shape[-1],
         normalization=data_normalization(study, data),
     )
 
@@ -167,11 +196,3 @@ def eval_metrics(record, spectral_lr0: float) -> dict:
 def effective_spectral_lr(model, lr: float) -> float:
     """The spectral weights' Adam LR at step 0 (c(K)·lr), by the rule in operators.parametrization."""
     return model_spectral_lr(model, lr)
-
-
-def is_finite(value) -> bool:
-    """Whether ``value`` reads as a finite float."""
-    try:
-        return math.isfinite(float(value))
-    except (TypeError, ValueError):
-        return False

@@ -48,8 +48,11 @@ def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
 
     p = study.problem
     if study.training.loss not in problem.losses:
-        r.fail("training.loss", f"{study.training.loss} is not a loss of {problem.name!r} (pino is the Darcy physics "
-                                f"loss); use one of: {', '.join(problem.losses)}")
+        r.fail(
+            "training.loss",
+            f"{study.training.loss} is not a loss of {problem.name!r} (pino is the Darcy physics "
+            f"loss); use one of: {', '.join(problem.losses)}",
+        )
     timed = problem.time_resolution is not None
     if p.time_resolution is not None and not timed:
         r.fail("problem.time_resolution", f"only applies to space-time problems, not {problem.name!r}; remove it")
@@ -60,7 +63,9 @@ def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
             r.fail("problem.generated_resolution", "only applies to generated data (data: null); remove it")
         native, n_available, file_problem = _data_header(p.data, r)
         if file_problem not in (None, problem.name):
-            r.fail("problem.data", f"{p.data} holds {file_problem!r} data, not {problem.name!r}; fix problem.name or data")
+            r.fail(
+                "problem.data", f"{p.data} holds {file_problem!r} data, not {problem.name!r}; fix problem.name or data"
+            )
         _resolve_file_split(p, n_available, r)
     else:
         native = p.generated_resolution or problem.generated_resolution
@@ -86,7 +91,10 @@ def _resolve_width(study: Study, r: Reader) -> None:
     if study.target_width is None:
         study.target_width = o.width
     if study.target_width < o.width:
-        r.fail("target_width", f"must be >= operator.width ({o.width}): operator.width is the proxy's width, e.g. target_width: {4 * o.width}")
+        r.fail(
+            "target_width",
+            f"must be >= operator.width ({o.width}): operator.width is the proxy's width, e.g. target_width: {4 * o.width}",
+        )
     if study.width_parametrization is None:
         study.width_parametrization = "mup" if study.scales_width else "standard"
     if study.family.axes == ("width",) and not study.scales_width:
@@ -114,8 +122,13 @@ def _check_operator_options(study: Study, r: Reader) -> None:
 
     o = study.operator
     config = dict(
-        coord_dim=get_problem(study.problem.name).dim, in_channels=1, out_channels=1, width=o.heads, layers=1,
-        heads=o.heads, **o.options,
+        coord_dim=get_problem(study.problem.name).dim,
+        in_channels=1,
+        out_channels=1,
+        width=o.heads,
+        layers=1,
+        heads=o.heads,
+        **o.options,
     )
     try:
         if study.family.attention_formula is None or plan_attention(o.type, config, points=1).total_params <= 10**7:
@@ -146,17 +159,26 @@ def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
         if p.generated_resolution is not None:
             r.fail("problem.generated_resolution", "only applies to generated data (data: null); remove it")
         if not Path(p.data).is_file():
-            r.fail("problem.data", f"file {p.data} not found; fix the path or use data: null for the cached default dataset")
+            r.fail(
+                "problem.data",
+                f"file {p.data} not found; fix the path or use data: null for the cached default dataset",
+            )
         from mutransfer.data.pointclouds import is_point_file, point_file_header
 
         if not is_point_file(p.data):
-            r.fail("problem.data", f"{p.data} is not a point-set file; generate one with `mutransfer data generate {problem.name} --out {p.data}`")
+            r.fail(
+                "problem.data",
+                f"{p.data} is not a point-set file; generate one with `mutransfer data generate {problem.name} --out {p.data}`",
+            )
         try:
             header = point_file_header(p.data)
         except UserInputError as exc:
             r.fail("problem.data", str(exc))
         if header.get("problem") not in (None, problem.name):
-            r.fail("problem.data", f"{p.data} holds {header.get('problem')!r} data, not {problem.name!r}; fix problem.name or data")
+            r.fail(
+                "problem.data",
+                f"{p.data} holds {header.get('problem')!r} data, not {problem.name!r}; fix problem.name or data",
+            )
         _resolve_file_split(p, int(header["n_samples"]), r)
     else:
         p.generated_resolution = p.generated_resolution or problem.generated_resolution
@@ -195,8 +217,11 @@ def check_top_k(study: Study, r: Reader) -> None:
         return
     trials = study.trial_count
     if study.search.top_k > trials:
-        r.fail("search.top_k", f"{study.search.top_k} is more than the study's {trials} trial(s); carry at most "
-                               f"{trials} to the target, e.g. top_k: {min(2, trials)}")
+        r.fail(
+            "search.top_k",
+            f"{study.search.top_k} is more than the study's {trials} trial(s); carry at most "
+            f"{trials} to the target, e.g. top_k: {min(2, trials)}",
+        )
 
 
 def check_search_algorithm(study: Study, r: Reader) -> None:

@@ -42,7 +42,10 @@ def _read_options(r, name, default):
     options = r.raw(name, default)
     options = {} if options is None else options
     if not isinstance(options, dict):
-        r.fail(r.where(name), f"must be a mapping of operator arguments, got {kind_of(options)}, e.g. options: {{ffn_ratio: 2}}")
+        r.fail(
+            r.where(name),
+            f"must be a mapping of operator arguments, got {kind_of(options)}, e.g. options: {{ffn_ratio: 2}}",
+        )
     return dict(options)
 
 
@@ -51,20 +54,32 @@ class ProblemSpec:
     """The PDE data: a problem name, a data file or None (the cached default), the split and resolution."""
 
     name: str = setting(help="the PDE problem", kind="str", choices=_problem_names, example="burgers")
-    data: str | None = setting(None, "data file; null: the problem's generated dataset, cached", kind="str",
-                               nullable=True, example="data/burgers.h5")
-    generated_resolution: int | None = setting(None, "resolution of the generated dataset (data: null)", kind="int",
-                                               minimum=2, nullable=True, example="1024")
-    resolution: int | None = setting(None, "training resolution, reached by striding", kind="int", minimum=2,
-                                     nullable=True, example="128")
-    n_train: int | None = setting(None, "training samples (the first ones)", kind="int", minimum=1, nullable=True,
-                                  example="200")
-    n_test: int | None = setting(None, "test samples (the last ones)", kind="int", minimum=1, nullable=True, example="50")
-    time_resolution: int | None = setting(None, "output times (space-time problems)", kind="int", minimum=1,
-                                          nullable=True, example="16")
+    data: str | None = setting(
+        None,
+        "data file; null: the problem's generated dataset, cached",
+        kind="str",
+        nullable=True,
+        example="data/burgers.h5",
+    )
+    generated_resolution: int | None = setting(
+        None, "resolution of the generated dataset (data: null)", kind="int", minimum=2, nullable=True, example="1024"
+    )
+    resolution: int | None = setting(
+        None, "training resolution, reached by striding", kind="int", minimum=2, nullable=True, example="128"
+    )
+    n_train: int | None = setting(
+        None, "training samples (the first ones)", kind="int", minimum=1, nullable=True, example="200"
+    )
+    n_test: int | None = setting(
+        None, "test samples (the last ones)", kind="int", minimum=1, nullable=True, example="50"
+    )
+    time_resolution: int | None = setting(
+        None, "output times (space-time problems)", kind="int", minimum=1, nullable=True, example="16"
+    )
     data_seed: int = setting(0, "seed of the generated dataset", kind="int", minimum=0, example="0")
-    stream: Any = setting("auto", "read the data lazily in batches: auto (when larger than half the RAM), true, false",
-                          read=_read_stream)
+    stream: Any = setting(
+        "auto", "read the data lazily in batches: auto (when larger than half the RAM), true, false", read=_read_stream
+    )
 
 
 @dataclass
@@ -74,14 +89,30 @@ class OperatorSpec:
     type: str = setting("fno", "operator family", kind="str", choices=lambda: tuple(OPERATORS))
     width: int = setting(32, "the proxy's width m (the width-muP base width)", kind="int", minimum=1, example="32")
     layers: int = setting(4, "Fourier layers / attention blocks", kind="int", minimum=1, example="4")
-    padding: int | None = setting(None, "FNO: domain padding in grid points per axis (null: the problem's)",
-                                  kind="int", minimum=0, nullable=True, example="0")
-    projection_channels: int = setting(128, "FNO: hidden size of the projection MLP", kind="int", minimum=1,
-                                       example="128")
-    heads: int | None = setting(None, "attention operators: heads (must divide both widths; default 4)", kind="int",
-                                minimum=1, nullable=True, example="4")
-    options: dict = setting(help="attention operators: further constructor arguments, e.g. {attention_type: fourier}",
-                            factory=dict, read=_read_options)
+    padding: int | None = setting(
+        None,
+        "FNO: domain padding in grid points per axis (null: the problem's)",
+        kind="int",
+        minimum=0,
+        nullable=True,
+        example="0",
+    )
+    projection_channels: int = setting(
+        128, "FNO: hidden size of the projection MLP", kind="int", minimum=1, example="128"
+    )
+    heads: int | None = setting(
+        None,
+        "attention operators: heads (must divide both widths; default 4)",
+        kind="int",
+        minimum=1,
+        nullable=True,
+        example="4",
+    )
+    options: dict = setting(
+        help="attention operators: further constructor arguments, e.g. {attention_type: fourier}",
+        factory=dict,
+        read=_read_options,
+    )
 
 
 @dataclass
@@ -103,7 +134,9 @@ class Distribution:
 class TrainingSpec(Hyperparameters):
     """Fixed training hyperparameters (used for every hyperparameter not searched)."""
 
-    init_scale: float = setting(1.0, "FNO: multiplies the spectral init std", kind="float", check=positive, example="1.0")
+    init_scale: float = setting(
+        1.0, "FNO: multiplies the spectral init std", kind="float", check=positive, example="1.0"
+    )
 
 
 @dataclass
@@ -111,10 +144,16 @@ class SearchSpec:
     algorithm: str = setting("tpe", "search algorithm", kind="str", choices=("tpe", "random", "grid"))
     num_trials: int = setting(8, "proxy trials", kind="int", minimum=1, example="8")
     seed: int = setting(0, "sampler seed", kind="int", minimum=0, example="0")
-    max_concurrent: int | None = setting(None, "trials at once (null: as many as the CPUs/GPUs hold)", kind="int",
-                                         minimum=1, nullable=True, example="2")
-    top_k: int = setting(1, "configurations carried to the target (the N best proxies); the winner is chosen by its "
-                            "target error", kind="int", minimum=1, example="2")
+    max_concurrent: int | None = setting(
+        None, "trials at once (null: as many as the CPUs/GPUs hold)", kind="int", minimum=1, nullable=True, example="2"
+    )
+    top_k: int = setting(
+        1,
+        "configurations carried to the target (the N best proxies); the winner is chosen by its target error",
+        kind="int",
+        minimum=1,
+        example="2",
+    )
 
 
 @dataclass
@@ -123,10 +162,12 @@ class BudgetSpec:
 
     epochs: int = setting(10, "epochs per proxy trial", kind="int", minimum=1, example="10")
     grace_period: int = setting(2, "ASHA: epochs before the first rung", kind="int", minimum=1, example="2")
-    reduction_factor: int = setting(2, "ASHA: rungs at grace_period x reduction_factor^k", kind="int", minimum=2,
-                                    example="2")
-    max_failures: int = setting(1, "retries of a failing trial (and of the target's worker group)", kind="int",
-                                minimum=0, example="1")
+    reduction_factor: int = setting(
+        2, "ASHA: rungs at grace_period x reduction_factor^k", kind="int", minimum=2, example="2"
+    )
+    max_failures: int = setting(
+        1, "retries of a failing trial (and of the target's worker group)", kind="int", minimum=0, example="1"
+    )
 
 
 def _gpu_fraction(value: float) -> str | None:
@@ -136,8 +177,9 @@ def _gpu_fraction(value: float) -> str | None:
 @dataclass
 class ResourcesSpec:
     cpus_per_trial: int = setting(1, "CPUs per trial (torch threads)", kind="int", minimum=1, example="1")
-    gpus_per_trial: float = setting(0.0, "GPU fraction per trial (0.25: four proxies per GPU)", kind="float",
-                                    check=_gpu_fraction, example="0.5")
+    gpus_per_trial: float = setting(
+        0.0, "GPU fraction per trial (0.25: four proxies per GPU)", kind="float", check=_gpu_fraction, example="0.5"
+    )
 
 
 @dataclass
@@ -152,37 +194,82 @@ class TargetSpec:
 @dataclass
 class TrackingSpec:
     experiment: str = setting("mutransfer", "MLflow experiment", kind="str", example="mutransfer")
-    uri: str | None = setting(None, "MLflow tracking URI (null: sqlite:///mlflow.db here)", kind="str", nullable=True,
-                              example="http://127.0.0.1:5000")
+    uri: str | None = setting(
+        None,
+        "MLflow tracking URI (null: sqlite:///mlflow.db here)",
+        kind="str",
+        nullable=True,
+        example="http://127.0.0.1:5000",
+    )
 
 
 #: the order of a study's top-level fields (and of its YAML)
-TOP_ORDER = ("name", "problem", "operator", "parametrization", "proxy_K", "target_K", "target_width",
-             "width_parametrization", "ladder", "ladder_keep", "search_space", "training", "search", "budget", "resources", "target", "tracking")
+TOP_ORDER = (
+    "name",
+    "problem",
+    "operator",
+    "parametrization",
+    "proxy_K",
+    "target_K",
+    "target_width",
+    "width_parametrization",
+    "ladder",
+    "ladder_keep",
+    "search_space",
+    "training",
+    "search",
+    "budget",
+    "resources",
+    "target",
+    "tracking",
+)
 
 
 @dataclass
 class Study:
-    name: str = setting(help="the study's name (names the study directory and the MLflow parent run)", kind="str",
-                        example="my-study")
+    name: str = setting(
+        help="the study's name (names the study directory and the MLflow parent run)", kind="str", example="my-study"
+    )
     problem: ProblemSpec = None
     search_space: dict[str, Distribution] = None
     proxy_K: int | None = setting(None, "FNO: Fourier modes K of the proxy", kind="int", minimum=2, example="6")
     target_K: int | None = setting(None, "FNO: Fourier modes K of the target", kind="int", minimum=2, example="24")
     operator: OperatorSpec = field(default_factory=OperatorSpec)
-    parametrization: str = setting("mup", "FNO: the parametrization in K (muP: spectral init std and LR ∝ 1/√(d log K))",
-                                   kind="str", choices=("mup", "standard"))
-    target_width: int | None = setting(None, "the target's width (null: operator.width, no width scaling)",
-                                       kind="int", minimum=1, nullable=True, example="128")
-    width_parametrization: str | None = setting(None, "the width rule: mup (Tensor Programs V, base width = "
-                                                "operator.width) or standard (null: mup when the width scales)",
-                                                kind="str", nullable=True, choices=("mup", "standard"))
-    ladder: list | None = setting(None, "model sizes from the proxy up to the target (K for FNO, else the width; or "
-                                  "{K, width}): the best ladder_keep of each rung is rescaled by muP and trained at the "
-                                  "next size (null: no ladder)", kind="ints", nullable=True, read=read_ladder,
-                                  example="[4, 8, 16]")
-    ladder_keep: float = setting(0.5, "fraction of a ladder rung's trials promoted to the next size", kind="float",
-                                 check=fraction, example="0.5")
+    parametrization: str = setting(
+        "mup",
+        "FNO: the parametrization in K (muP: spectral init std and LR ∝ 1/√(d log K))",
+        kind="str",
+        choices=("mup", "standard"),
+    )
+    target_width: int | None = setting(
+        None,
+        "the target's width (null: operator.width, no width scaling)",
+        kind="int",
+        minimum=1,
+        nullable=True,
+        example="128",
+    )
+    width_parametrization: str | None = setting(
+        None,
+        "the width rule: mup (Tensor Programs V, base width = "
+        "operator.width) or standard (null: mup when the width scales)",
+        kind="str",
+        nullable=True,
+        choices=("mup", "standard"),
+    )
+    ladder: list | None = setting(
+        None,
+        "model sizes from the proxy up to the target (K for FNO, else the width; or "
+        "{K, width}): the best ladder_keep of each rung is rescaled by muP and trained at the "
+        "next size (null: no ladder)",
+        kind="ints",
+        nullable=True,
+        read=read_ladder,
+        example="[4, 8, 16]",
+    )
+    ladder_keep: float = setting(
+        0.5, "fraction of a ladder rung's trials promoted to the next size", kind="float", check=fraction, example="0.5"
+    )
     training: TrainingSpec = field(default_factory=TrainingSpec)
     search: SearchSpec = field(default_factory=SearchSpec)
     budget: BudgetSpec = field(default_factory=BudgetSpec)

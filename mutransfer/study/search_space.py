@@ -20,8 +20,14 @@ SEARCHABLE = {
     "clip_value": ("loguniform", "uniform", "choice"),
     "init_scale": ("loguniform", "uniform", "choice"),
 }
-_EXAMPLES = {"lr": "1e-4", "batch_size": "[10, 20, 40]", "beta2": "0.99", "weight_decay": "1e-5", "clip_value": "0.01",
-             "init_scale": "1.0"}
+_EXAMPLES = {
+    "lr": "1e-4",
+    "batch_size": "[10, 20, 40]",
+    "beta2": "0.99",
+    "weight_decay": "1e-5",
+    "clip_value": "0.01",
+    "init_scale": "1.0",
+}
 
 
 def value_problem(name: str, value: float) -> str | None:

@@ -72,7 +72,7 @@ class Holder:
     pidns: str | None = None
 
     @classmethod
-    def me(cls) -> "Holder":
+    def me(cls) -> Holder:
         pid = os.getpid()
         return cls(socket.gethostname(), pid, time.time(), uuid.uuid4().hex, process_start(pid), pid_namespace())
 
@@ -80,11 +80,13 @@ class Holder:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str | None) -> "Holder | None":
+    def from_json(cls, text: str | None) -> Holder | None:
         """The holder in ``text``, or None for a missing or unreadable record."""
         try:
             d = json.loads(text or "")
-            return cls(str(d["host"]), int(d["pid"]), float(d["since"]), str(d["token"]), d.get("started"), d.get("pidns"))
+            return cls(
+                str(d["host"]), int(d["pid"]), float(d["since"]), str(d["token"]), d.get("started"), d.get("pidns")
+            )
         except (ValueError, KeyError, TypeError):
             return None
 

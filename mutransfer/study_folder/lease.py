@@ -51,8 +51,12 @@ class MlflowLease:
 
         taken_from = None
         for _ in range(5):
-            tags = {KIND_TAG: "lease", STUDY_TAG: self.study, HOLDER_TAG: self.holder.to_json(),
-                    HEARTBEAT_TAG: repr(time.time())}
+            tags = {
+                KIND_TAG: "lease",
+                STUDY_TAG: self.study,
+                HOLDER_TAG: self.holder.to_json(),
+                HEARTBEAT_TAG: repr(time.time()),
+            }
             try:
                 self.experiment_id = self.client.create_experiment(lease_name(self.study), tags=tags)
                 return taken_from
@@ -64,7 +68,11 @@ class MlflowLease:
                 continue
             holder = Holder.from_json(exp.tags.get(HOLDER_TAG))
             beat = _float(exp.tags.get(HEARTBEAT_TAG))
-            if exp.lifecycle_stage == "active" and holder is not None and not holder.is_gone(beat, stale_after=self.stale_after):
+            if (
+                exp.lifecycle_stage == "active"
+                and holder is not None
+                and not holder.is_gone(beat, stale_after=self.stale_after)
+            ):
                 raise StudyLocked(self.study, holder, f"lease in MLflow {self.uri}")
             if exp.lifecycle_stage == "deleted":  # deleted by hand: its name still blocks a new lease
                 self.client.restore_experiment(exp.experiment_id)

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from filelock import FileLock, Timeout
 
@@ -52,8 +52,15 @@ def refuse_if_locked(study_dir: StudyDir) -> None:
 class StudyLock:
     """The study's lock, held from :meth:`acquire` until the ``with`` block around the driver ends."""
 
-    def __init__(self, study_dir: StudyDir, tracking_uri: str, *, say: Callable[[str], None],
-                 stale_after: float = STALE_SECONDS, heartbeat_seconds: float = HEARTBEAT_SECONDS):
+    def __init__(
+        self,
+        study_dir: StudyDir,
+        tracking_uri: str,
+        *,
+        say: Callable[[str], None],
+        stale_after: float = STALE_SECONDS,
+        heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    ):
         self.study = study_dir.root.name
         self.lock_file, self.record = lock_paths(study_dir)
         self.holder = Holder.me()
@@ -63,7 +70,7 @@ class StudyLock:
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
 
-    def acquire(self) -> "StudyLock":
+    def acquire(self) -> StudyLock:
         """Take the file lock, then the lease; on refusal nothing is changed. Says so when a dead holder is taken over."""
         self.lock_file.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -95,7 +102,7 @@ class StudyLock:
             self.record.unlink(missing_ok=True)
         self._file.release()
 
-    def __enter__(self) -> "StudyLock":
+    def __enter__(self) -> StudyLock:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -109,8 +116,10 @@ class StudyLock:
             except Exception:  # the store is unreachable for now: try again at the next beat
                 continue
             if not ours and not lost_said:
-                self._say(f"warning: study {self.study!r}: the MLflow lease was taken over by another driver "
-                          "(this one was silent too long); stop one of them")
+                self._say(
+                    f"warning: study {self.study!r}: the MLflow lease was taken over by another driver "
+                    "(this one was silent too long); stop one of them"
+                )
                 lost_said = True
 
 

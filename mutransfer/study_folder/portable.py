@@ -75,7 +75,7 @@ def relocated_artifact_path(uri: str, experiment, recorded: str) -> Path | None:
     None when it is where MLflow says, when the store is not sqlite, or when the
     experiment was not created by a sweep (no :data:`ARTIFACT_TAG`).
     """
-    local = Path(recorded[len("file://"):] if recorded.startswith("file://") else recorded)
+    local = Path(recorded[len("file://") :] if recorded.startswith("file://") else recorded)
     db = sqlite_path(uri)
     relative = experiment.tags.get(ARTIFACT_TAG)
     if local.exists() or db is None or relative is None:

@@ -38,7 +38,7 @@ class TrialRecord:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TrialRecord":
+    def from_dict(cls, d: dict) -> TrialRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 

@@ -38,7 +38,7 @@ class StudyDir:
         self.root = Path(root).absolute()
 
     @classmethod
-    def for_study(cls, name: str, runs_dir: str | os.PathLike | None = None) -> "StudyDir":
+    def for_study(cls, name: str, runs_dir: str | os.PathLike | None = None) -> StudyDir:
         return cls(Path(runs_dir or DEFAULT_RUNS_DIR) / name)
 
     # ---- paths ---------------------------------------------------------------------

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from mutransfer.sweep.context import SweepContext
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import SweepContext
 from mutransfer.sweep.cost import target_cost
 
 if TYPE_CHECKING:
@@ -42,8 +42,12 @@ def direct_context(ctx: SweepContext) -> SweepContext:
     """A sweep context whose search trains the target's model, in ``<study dir>/direct``, under its own MLflow run."""
     from mutransfer.sweep.nested import nested_context
 
-    return nested_context(ctx, ctx.study_dir.root / "direct", kind="direct_baseline",
-                          run_name=f"{ctx.study.name} direct baseline ({ctx.study.model_text(True)})")
+    return nested_context(
+        ctx,
+        ctx.study_dir.root / "direct",
+        kind="direct_baseline",
+        run_name=f"{ctx.study.name} direct baseline ({ctx.study.model_text(True)})",
+    )
 
 
 def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shape) -> dict:
@@ -57,9 +61,14 @@ def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shap
     width = (study.target_width or study.operator.width) if at_target else study.operator.width
     per_epoch = epoch_flops(study, modes, width, input_shape)
     epochs = sum(int(t.epochs) for t in trials)
-    return {"device_seconds": device, "trainer_device_seconds": trainer,
-            "overhead_device_seconds": max(0.0, device - trainer),
-            "flops": None if per_epoch is None else epochs * per_epoch, "trials": len(trials), "epochs": epochs}
+    return {
+        "device_seconds": device,
+        "trainer_device_seconds": trainer,
+        "overhead_device_seconds": max(0.0, device - trainer),
+        "flops": None if per_epoch is None else epochs * per_epoch,
+        "trials": len(trials),
+        "epochs": epochs,
+    }
 
 
 def add_costs(*parts: dict) -> dict:
@@ -72,11 +81,14 @@ def add_costs(*parts: dict) -> dict:
 
 def ratios(mine: dict, theirs: dict, my_error, their_error) -> dict:
     """μTransfer / direct for error and for each cost (None where undefined)."""
+
     def ratio(a, b):
         return None if a is None or b is None or b == 0 else float(a) / float(b)
 
-    return {"error": ratio(my_error, their_error),
-            **{k: ratio(mine.get(k), theirs.get(k)) for k in ("device_seconds", "trainer_device_seconds", "flops")}}
+    return {
+        "error": ratio(my_error, their_error),
+        **{k: ratio(mine.get(k), theirs.get(k)) for k in ("device_seconds", "trainer_device_seconds", "flops")},
+    }
 
 
 def same_configuration(a: dict, b: dict, searched) -> bool:
@@ -95,7 +107,7 @@ class DirectBaseline:
         return self.result
 
     @classmethod
-    def from_state(cls, state: dict) -> "DirectBaseline | None":
+    def from_state(cls, state: dict) -> DirectBaseline | None:
         stored = state.get(NAME)
         return cls(stored) if stored else None
 
@@ -113,8 +125,10 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
     study, shape = ctx.study, tuple(ctx.data.train_x.shape[1:])
     start = time.perf_counter()
     sub = direct_context(ctx)
-    ctx.say(f"direct baseline: the same search ({study.search.algorithm}, ASHA, {study.budget.epochs} epochs per trial) "
-            f"on the target {study.model_text(True)} ...")
+    ctx.say(
+        f"direct baseline: the same search ({study.search.algorithm}, ASHA, {study.budget.epochs} epochs per trial) "
+        f"on the target {study.model_text(True)} ..."
+    )
     run_proxies(sub)
     best = sub.proxies.best
     search = trials_cost(study, sub.proxies.trials, at_target=True, input_shape=shape)
@@ -125,11 +139,19 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
     direct_error = final["test_error"] if final else best.test_error
     direct = add_costs(*parts)
     search_extra, target_extra = (extra.search, extra.target) if extra is not None else ((), ())
-    mutransfer = add_costs(trials_cost(study, ctx.proxies.trials, at_target=False, input_shape=shape),
-                           *search_extra, target_cost(study, ctx.target, shape), *target_extra)
+    mutransfer = add_costs(
+        trials_cost(study, ctx.proxies.trials, at_target=False, input_shape=shape),
+        *search_extra,
+        target_cost(study, ctx.target, shape),
+        *target_extra,
+    )
     result = {
-        "search": {"algorithm": study.search.algorithm, "trials": len(sub.proxies.trials),
-                   "budget_epochs": study.budget.epochs, "seed": study.search.seed},
+        "search": {
+            "algorithm": study.search.algorithm,
+            "trials": len(sub.proxies.trials),
+            "budget_epochs": study.budget.epochs,
+            "seed": study.search.seed,
+        },
         "best_trial_id": best.trial_id,
         "best_config": best.config,
         "best_trial_test_error": best.test_error,
@@ -163,8 +185,15 @@ def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> di
     ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
     watch = TargetWatch(ctx, sub.study_dir.root, label="direct winner")
     try:
-        outcome = run_target(study, best.hp, ctx.data, sub.study_dir.root, use_gpu=use_gpu,
-                             max_failures=study.budget.max_failures, on_poll=watch)
+        outcome = run_target(
+            study,
+            best.hp,
+            ctx.data,
+            sub.study_dir.root,
+            use_gpu=use_gpu,
+            max_failures=study.budget.max_failures,
+            on_poll=watch,
+        )
     except Exception as exc:
         raise SweepError(
             f"the direct winner's training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
@@ -172,8 +201,12 @@ def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> di
         ) from exc
     finally:
         watch.close()
-    return {"status": outcome.status, "test_error": outcome.test_error, "epochs": outcome.epochs,
-            "cost": target_cost(study, outcome, tuple(ctx.data.train_x.shape[1:]))}
+    return {
+        "status": outcome.status,
+        "test_error": outcome.test_error,
+        "epochs": outcome.epochs,
+        "cost": target_cost(study, outcome, tuple(ctx.data.train_x.shape[1:])),
+    }
 
 
 def summary_line(result: dict) -> str:
@@ -182,9 +215,11 @@ def summary_line(result: dict) -> str:
     def x(v):
         return "-" if v is None else f"{v:.2f}x"
 
-    return (f"direct baseline: test error {result['test_error']:.4g} (muTransfer {result['mutransfer']['test_error']:.4g}, "
-            f"{x(r['error'])}); cost muTransfer/direct: {x(r['device_seconds'])} device-seconds, "
-            f"{x(r['trainer_device_seconds'])} training time, {x(r['flops'])} FLOPs")
+    return (
+        f"direct baseline: test error {result['test_error']:.4g} (muTransfer {result['mutransfer']['test_error']:.4g}, "
+        f"{x(r['error'])}); cost muTransfer/direct: {x(r['device_seconds'])} device-seconds, "
+        f"{x(r['trainer_device_seconds'])} training time, {x(r['flops'])} FLOPs"
+    )
 
 
 def _log(ctx: SweepContext, sub: SweepContext, result: dict) -> None:
@@ -192,13 +227,20 @@ def _log(ctx: SweepContext, sub: SweepContext, result: dict) -> None:
 
     now = int(time.time() * 1000)
     c, r = result["cost"], result["mutransfer_vs_direct"]
-    metrics = [("direct_test_error", result["test_error"], now, 0),
-               ("direct_device_seconds", c["device_seconds"], now, 0),
-               ("direct_trainer_device_seconds", c["trainer_device_seconds"], now, 0),
-               ("direct_flops", c["flops"], now, 0),
-               *[(f"mutransfer_vs_direct_{k}", v, now, 0) for k, v in r.items()]]
+    metrics = [
+        ("direct_test_error", result["test_error"], now, 0),
+        ("direct_device_seconds", c["device_seconds"], now, 0),
+        ("direct_trainer_device_seconds", c["trainer_device_seconds"], now, 0),
+        ("direct_flops", c["flops"], now, 0),
+        *[(f"mutransfer_vs_direct_{k}", v, now, 0) for k, v in r.items()],
+    ]
     metrics = [m for m in metrics if m[1] is not None]
     log_batch(ctx.tracker.client, ctx.parent_id, metrics=metrics)
-    log_batch(ctx.tracker.client, sub.parent_id, metrics=metrics,
-              params={f"best.{k}": v for k, v in result["best_config"].items()}, tags={"mutransfer.status": "done"})
+    log_batch(
+        ctx.tracker.client,
+        sub.parent_id,
+        metrics=metrics,
+        params={f"best.{k}": v for k, v in result["best_config"].items()},
+        tags={"mutransfer.status": "done"},
+    )
     ctx.tracker.set_status(sub.parent_id, "FINISHED")

@@ -11,7 +11,6 @@ slot per strategy. The study directory's ``state.json`` keeps those records (as 
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,9 @@ class SweepOptions:
     resume: bool = False
     runs_dir: str | None = None
     quiet: bool = False
-    json: bool = False  # the report goes to stdout as JSON: the console shows lines, not a live bar (mutransfer.sweep.progress)
+    json: bool = (
+        False  # the report goes to stdout as JSON: the console shows lines, not a live bar (mutransfer.sweep.progress)
+    )
     coord_check: bool = False  # run the coordinate check as a gate before the target
     verify: bool = False  # train the target on an LR grid around the transferred LR (sweep --verify)
     verify_points: int = 5
@@ -56,9 +57,12 @@ class SweepOptions:
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
     """Trials with an error, best first: those that ran the full budget by final test error, then the others
     (pruned or diverged) by theirs. Failed trials and trials without an error are left out."""
+
     def by_error(statuses):
-        return sorted((t for t in trials if t.status in statuses and t.test_error is not None),
-                      key=lambda t: (t.test_error, t.index))
+        return sorted(
+            (t for t in trials if t.status in statuses and t.test_error is not None),
+            key=lambda t: (t.test_error, t.index),
+        )
 
     return by_error(("completed",)) + by_error(("pruned", "diverged"))
 
@@ -79,11 +83,15 @@ class ProxyResults:
     seconds: float = 0.0
 
     def as_dict(self) -> dict:
-        return {"trials": [t.as_dict() for t in self.trials], "best": self.best.summary(),
-                "concurrency": self.concurrency, "proxy_phase_seconds": self.seconds}
+        return {
+            "trials": [t.as_dict() for t in self.trials],
+            "best": self.best.summary(),
+            "concurrency": self.concurrency,
+            "proxy_phase_seconds": self.seconds,
+        }
 
     @classmethod
-    def from_state(cls, state: dict) -> "ProxyResults":
+    def from_state(cls, state: dict) -> ProxyResults:
         trials = [TrialRecord.from_dict(t) for t in state["trials"]]
         best = next(t for t in trials if t.trial_id == state["best"]["trial_id"])
         return cls(trials, best, int(state.get("concurrency", 1)), float(state.get("proxy_phase_seconds", 0.0)))
@@ -121,7 +129,7 @@ class FinalSearch:
         return f"{self.prefix}{trial.trial_id}"
 
 
-def final_search(ctx: "SweepContext") -> FinalSearch:
+def final_search(ctx: SweepContext) -> FinalSearch:
     """The search the target draws from: ``ctx.final_search`` (set by a ladder), else the proxies."""
     if ctx.final_search is not None:
         return ctx.final_search
@@ -204,11 +212,3 @@ class SweepContext:
     def wall_seconds(self) -> float:
         """Wall time of the study so far, across resumed sessions."""
         return self.prior_wall + time.perf_counter() - self.wall_start
-
-
-def finite_or_none(value) -> float | None:
-    """A float, or None for missing/non-finite values (JSON-safe)."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None

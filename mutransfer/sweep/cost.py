@@ -45,7 +45,9 @@ def counted_step_flops(model, input_shape: tuple[int, ...]) -> float:
     return float(counter.get_total_flops())
 
 
-def epoch_flops(study, modes: int | None, width: int | None = None, input_shape: tuple[int, ...] | None = None) -> float | None:
+def epoch_flops(
+    study, modes: int | None, width: int | None = None, input_shape: tuple[int, ...] | None = None
+) -> float | None:
     """Training FLOPs of one epoch at K = ``modes`` and ``width`` (default: the proxy's width).
 
     FNO: analytic (every term of step_flops is linear in the batch). Attention
@@ -96,7 +98,9 @@ def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int,
         # Training time only (the trainer's own seconds x the devices it held): Ray Train's start-up is a fixed
         # cost per training, not per epoch, so billing the target's whole wall time to every epoch overstated
         # direct tuning. ``sweep --baseline direct`` measures direct tuning instead of estimating it.
-        devices = target_devices(target.get("num_workers", 1), bool(target.get("use_gpu")), target.get("cpus_per_worker", 1))
+        devices = target_devices(
+            target.get("num_workers", 1), bool(target.get("use_gpu")), target.get("cpus_per_worker", 1)
+        )
         target_training = target["trainer_seconds"] * devices if target.get("trainer_seconds") else None
         if target_training:
             direct = epochs * target_training / target["epochs"]
@@ -123,6 +127,10 @@ def target_cost(study, outcome, input_shape) -> dict:
     devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)
     per_epoch = epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
     trainer = min(outcome.device_seconds, outcome.trainer_seconds * devices)  # clocks differ by milliseconds
-    return {"device_seconds": outcome.device_seconds, "trainer_device_seconds": trainer,
-            "overhead_device_seconds": max(0.0, outcome.device_seconds - trainer),
-            "flops": None if per_epoch is None else outcome.epochs * per_epoch, "epochs": outcome.epochs}
+    return {
+        "device_seconds": outcome.device_seconds,
+        "trainer_device_seconds": trainer,
+        "overhead_device_seconds": max(0.0, outcome.device_seconds - trainer),
+        "flops": None if per_epoch is None else outcome.epochs * per_epoch,
+        "epochs": outcome.epochs,
+    }

@@ -49,8 +49,10 @@ def check_tracking_uri(uri: str) -> None:
     if scheme in ("http", "https"):
         _check_mlflow_server(uri, fix)
     elif scheme in ("sqlite", "file", ""):
-        path = Path(uri[len("sqlite:///"):] if scheme == "sqlite" else urlsplit(uri).path if scheme == "file" else uri)
-        _check_writable_place(path, f"tracking URI {uri}", "create the folder, or pass a --tracking-uri in a writable one")
+        path = Path(uri[len("sqlite:///") :] if scheme == "sqlite" else urlsplit(uri).path if scheme == "file" else uri)
+        _check_writable_place(
+            path, f"tracking URI {uri}", "create the folder, or pass a --tracking-uri in a writable one"
+        )
     elif scheme in _DB_PORTS:
         parts = urlsplit(uri)
         _check_tcp(parts.hostname or "localhost", parts.port or _DB_PORTS[scheme], f"tracking URI {uri}", fix)
@@ -64,8 +66,15 @@ def _check_mlflow_server(uri: str, fix: str) -> None:
 
     endpoint = "/api/2.0/mlflow/experiments/search"
     try:
-        response = http_request(get_default_host_creds(uri), endpoint, "GET", max_retries=0,
-                                timeout=(TIMEOUT_SECONDS, REPLY_SECONDS), raise_on_status=False, params={"max_results": 1})
+        response = http_request(
+            get_default_host_creds(uri),
+            endpoint,
+            "GET",
+            max_retries=0,
+            timeout=(TIMEOUT_SECONDS, REPLY_SECONDS),
+            raise_on_status=False,
+            params={"max_results": 1},
+        )
     except (MlflowException, OSError) as exc:
         raise UserInputError(f"tracking URI {uri}: no answer ({_why(exc)}); {fix}") from None
     if response.status_code in (401, 403):
@@ -104,7 +113,7 @@ def check_ray_address(address: str) -> None:
         _check_auto(fix)
         return
     client = address.startswith("ray://")
-    rest = address[len("ray://"):] if client else address
+    rest = address[len("ray://") :] if client else address
     try:
         parts = urlsplit(f"//{rest}")
         host, port = parts.hostname, parts.port or (10001 if client else None)
@@ -165,9 +174,13 @@ def check_data_file(data: str) -> None:
 def _why(exc: BaseException) -> str:
     """A short reason for a failed HTTP request (requests wraps the socket error deep in its message)."""
     text = str(exc)
-    for needle, reason in (("Connection refused", "connection refused"), ("timed out", "timed out"),
-                           ("Name or service not known", "host not known (DNS)"),
-                           ("Failed to resolve", "host not known (DNS)"), ("SSL", "TLS handshake failed")):
+    for needle, reason in (
+        ("Connection refused", "connection refused"),
+        ("timed out", "timed out"),
+        ("Name or service not known", "host not known (DNS)"),
+        ("Failed to resolve", "host not known (DNS)"),
+        ("SSL", "TLS handshake failed"),
+    ):
         if needle in text:
             return reason
     return _first_line(exc)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import time
 
+from mutransfer.study_folder.state import write_atomic
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import SweepContext
-from mutransfer.study_folder.state import write_atomic
 
 
 def write_report(ctx: SweepContext) -> None:
@@ -31,8 +31,12 @@ def write_report(ctx: SweepContext) -> None:
     root = ctx.study_dir.root
     write_atomic(root / "report.json", json.dumps(report, indent=2, default=str))
     write_atomic(root / "report.txt", format_report(report) + "\n")
-    plot_trials(proxies.trials, root / "proxy_trials.png", searched_lr="lr" in study.search_space,
-                title=f"{study.name}: proxies, {study.model_text(False)}")
+    plot_trials(
+        proxies.trials,
+        root / "proxy_trials.png",
+        searched_lr="lr" in study.search_space,
+        title=f"{study.name}: proxies, {study.model_text(False)}",
+    )
     _write_page(ctx)
     _log(ctx, report, wall)
     hold_if_asked(root, "report_logged")  # fault tests only (MUTRANSFER_HOLD_AT)
@@ -54,13 +58,21 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         target_run_id=ctx.target_run_id,
         proxy_device="gpu" if study.resources.gpus_per_trial > 0 else "cpu",
         wall_seconds=wall,
-        mlflow={"tracking_uri": ctx.tracking_uri, "experiment_id": ctx.experiment_id, "parent_run_id": ctx.parent_id,
-                "target_run_id": ctx.target_run_id},
+        mlflow={
+            "tracking_uri": ctx.tracking_uri,
+            "experiment_id": ctx.experiment_id,
+            "parent_run_id": ctx.parent_id,
+            "target_run_id": ctx.target_run_id,
+        },
         study_dir=str(ctx.study_dir.root),
         overrides=[o.describe() for o in ctx.overrides],
         **strategies.sections(ctx),  # each search strategy's section (mutransfer.sweep.strategies)
-        phases={"setup_seconds": ctx.setup_seconds, "proxy_phase_seconds": proxies.seconds,
-                "concurrency": proxies.concurrency, "input_shape": list(ctx.data.train_x.shape[1:])},
+        phases={
+            "setup_seconds": ctx.setup_seconds,
+            "proxy_phase_seconds": proxies.seconds,
+            "concurrency": proxies.concurrency,
+            "input_shape": list(ctx.data.train_x.shape[1:]),
+        },
     )
     report["model"] = ctx.state.get("model")  # mutransfer.sweep.model_log: the target as an MLflow model
     return report
@@ -70,8 +82,9 @@ def _write_page(ctx: SweepContext) -> None:
     """The HTML report (mutransfer.reporting.html) in the study folder, logged on the parent run."""
     from mutransfer.reporting.html import write_study_page
 
-    page = write_study_page(ctx.study_dir.root, ctx.say, sections=lambda files: strategies.html_sections(files.report,
-                                                                                                         files.state))
+    page = write_study_page(
+        ctx.study_dir.root, ctx.say, sections=lambda files: strategies.html_sections(files.report, files.state)
+    )
     if page is not None:
         ctx.tracker.client.log_artifact(ctx.parent_id, str(page), "report")
 
@@ -91,9 +104,17 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
         ("sweep_wall_seconds", wall, now, 0),
         ("trials_total", report["trials"]["total"], now, 0),
         *[(f"trials_{k}", report["trials"][k], now, 0) for k in ("completed", "pruned", "diverged", "failed")],
-        *[(key, c[key], now, 0) for key in ("proxy_flops", "target_flops", "direct_sweep_flops",
-                                            "mutransfer_vs_direct_flops", "mutransfer_vs_direct_training_seconds")
-          if c.get(key) is not None],
+        *[
+            (key, c[key], now, 0)
+            for key in (
+                "proxy_flops",
+                "target_flops",
+                "direct_sweep_flops",
+                "mutransfer_vs_direct_flops",
+                "mutransfer_vs_direct_training_seconds",
+            )
+            if c.get(key) is not None
+        ],
         *strategies.metrics(report, now),  # e.g. the ladder's rungs, top-k's candidates
     ]
     params = {

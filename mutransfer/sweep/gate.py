@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import math
 
-from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.study_folder.state import write_atomic
+from mutransfer.sweep.context import SweepContext, SweepError
 
 
 def coord_check_gate(ctx: SweepContext) -> None:
@@ -28,10 +28,19 @@ def coord_check_gate(ctx: SweepContext) -> None:
     modes = sorted({study.proxy_K, round(math.sqrt(study.proxy_K * study.target_K)), study.target_K})
     ctx.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
     result = coord_check(
-        ctx.data, dim=study.dim, modes=modes, parametrizations=(study.parametrization,), width=study.operator.width,
-        layers=study.operator.layers, padding=study.padding, lr=hp["lr"], clip_value=hp["clip_value"],
-        batch_size=min(10, int(study.problem.n_train)), seeds=3,
-        projection_channels=study.operator.projection_channels, init_scale=hp["init_scale"],
+        ctx.data,
+        dim=study.dim,
+        modes=modes,
+        parametrizations=(study.parametrization,),
+        width=study.operator.width,
+        layers=study.operator.layers,
+        padding=study.padding,
+        lr=hp["lr"],
+        clip_value=hp["clip_value"],
+        batch_size=min(10, int(study.problem.n_train)),
+        seeds=3,
+        projection_channels=study.operator.projection_channels,
+        init_scale=hp["init_scale"],
     )
     json_path, png_path = ctx.study_dir.root / "coord_check.json", ctx.study_dir.root / "coord_check.png"
     write_atomic(json_path, json.dumps(result.as_dict(), indent=2))

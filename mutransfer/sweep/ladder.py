@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 
 from mutransfer.study.ladder import LadderSize, keep_count, rung_study, step_study, target_size
-from mutransfer.sweep.context import FinalSearch, SweepContext, ranked
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import FinalSearch, SweepContext, ranked
 
 RUNG_TAG = "mutransfer.rung"
 #: the ladder's slot in ``SweepContext.records`` (mutransfer.sweep.strategies.ladder)
@@ -67,20 +67,39 @@ class RungResult:
         return dict(dataclasses.asdict(self), trials=[t.as_dict() for t in self.trials])
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RungResult":
+    def from_dict(cls, d: dict) -> RungResult:
         return cls(**dict(d, trials=[TrialRecord.from_dict(t) for t in d["trials"]]))
 
     def summary(self) -> dict:
         """The rung as the report shows it: size, trials, kept, best error, cost, and each trial's lineage."""
         best = self.best
         return {
-            "rung": self.rung, "K": self.K, "width": self.width, "model": self.size.text(), "trials": len(self.trials),
-            "kept": len(self.promoted), "promoted": list(self.promoted), "best_trial_id": best.trial_id,
-            "best_error": best.test_error, "best_config": best.config, "lr_factor_from_previous": self.lr_factor,
-            "cost": dict(self.cost), "seconds": self.seconds, "mlflow_run_id": self.run_id,
-            "table": [{"trial_id": t.trial_id, "from": self.parents.get(t.trial_id), "config": t.config,
-                       "test_error": t.test_error, "status": t.status, "epochs": t.epochs,
-                       "device_seconds": t.device_seconds} for t in self.trials],
+            "rung": self.rung,
+            "K": self.K,
+            "width": self.width,
+            "model": self.size.text(),
+            "trials": len(self.trials),
+            "kept": len(self.promoted),
+            "promoted": list(self.promoted),
+            "best_trial_id": best.trial_id,
+            "best_error": best.test_error,
+            "best_config": best.config,
+            "lr_factor_from_previous": self.lr_factor,
+            "cost": dict(self.cost),
+            "seconds": self.seconds,
+            "mlflow_run_id": self.run_id,
+            "table": [
+                {
+                    "trial_id": t.trial_id,
+                    "from": self.parents.get(t.trial_id),
+                    "config": t.config,
+                    "test_error": t.test_error,
+                    "status": t.status,
+                    "epochs": t.epochs,
+                    "device_seconds": t.device_seconds,
+                }
+                for t in self.trials
+            ],
         }
 
 
@@ -127,8 +146,16 @@ def rung_zero(ctx: SweepContext, size: LadderSize, last: bool) -> RungResult:
 
     trials = ctx.proxies.trials
     cost = trials_cost(ctx.study, trials, at_target=False, input_shape=tuple(ctx.data.train_x.shape[1:]))
-    return RungResult(0, size.K, size.width, trials, _promote(trials, ctx.study, last), cost=cost,
-                      seconds=ctx.proxies.seconds, run_id=ctx.parent_id)
+    return RungResult(
+        0,
+        size.K,
+        size.width,
+        trials,
+        _promote(trials, ctx.study, last),
+        cost=cost,
+        seconds=ctx.proxies.seconds,
+        run_id=ctx.parent_id,
+    )
 
 
 def climb_ladder(ctx: SweepContext) -> None:
@@ -140,8 +167,10 @@ def climb_ladder(ctx: SweepContext) -> None:
     stored = {int(d["rung"]): RungResult.from_dict(d) for d in ctx.state.get("ladder") or []}
     rungs = [rung_zero(ctx, sizes[0], last=len(sizes) == 1)]
     if len(stored) < len(sizes) - 1:
-        ctx.say("ladder: " + " -> ".join(s.text() for s in sizes) + f" -> target {target_size(study).text()}, "
-                f"keeping the best {study.ladder_keep:g} of each rung")
+        ctx.say(
+            "ladder: " + " -> ".join(s.text() for s in sizes) + f" -> target {target_size(study).text()}, "
+            f"keeping the best {study.ladder_keep:g} of each rung"
+        )
     for r, size in enumerate(sizes[1:], start=1):
         rung = stored.get(r)
         if rung is None:
@@ -169,25 +198,60 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
     parents = [by_key[k] for k in previous.promoted]
     record, _ = transfer(step_study(study, previous.size, size), parents[0])
     sub = nested_context(
-        ctx, ctx.study_dir.root / "rungs" / f"r{r}", kind="ladder_rung", study=rung_study(study, size),
-        run_name=f"{study.name} rung {r} ({size.text()})", preset=[dict(p.config) for p in parents],
-        label=f"rung {r}", trial_tags={RUNG_TAG: str(r)},
-        params={"rung": r, "K": size.K, "width": size.width, "promoted_from": ",".join(previous.promoted),
-                "transfer.lr_factor": record["lr_factor"]},
+        ctx,
+        ctx.study_dir.root / "rungs" / f"r{r}",
+        kind="ladder_rung",
+        study=rung_study(study, size),
+        run_name=f"{study.name} rung {r} ({size.text()})",
+        preset=[dict(p.config) for p in parents],
+        label=f"rung {r}",
+        trial_tags={RUNG_TAG: str(r)},
+        params={
+            "rung": r,
+            "K": size.K,
+            "width": size.width,
+            "promoted_from": ",".join(previous.promoted),
+            "transfer.lr_factor": record["lr_factor"],
+        },
     )
-    ctx.say(f"rung {r}: the best {len(parents)} of rung {r - 1} ({previous.size.text()}) at {size.text()}, "
-            f"effective LR x{record['lr_factor']:.3g} by muP ...")
+    ctx.say(
+        f"rung {r}: the best {len(parents)} of rung {r - 1} ({previous.size.text()}) at {size.text()}, "
+        f"effective LR x{record['lr_factor']:.3g} by muP ..."
+    )
     run_proxies(sub)
     trials = sub.proxies.trials
     cost = trials_cost(sub.study, trials, at_target=True, input_shape=tuple(ctx.data.train_x.shape[1:]))
-    rung = RungResult(r, size.K, size.width, trials, _promote(trials, study, last),
-                      parents={t.trial_id: p.trial_id for t, p in zip(trials, parents)}, lr_factor=record["lr_factor"],
-                      cost=cost, seconds=sub.proxies.seconds, run_id=sub.parent_id)
-    now, logged = int(time.time() * 1000), ctx.tracker.client.get_run(sub.parent_id).data.metrics  # a resumed rung logs once
-    log_batch(ctx.tracker.client, sub.parent_id, metrics=[
-        (name, value, now, 0) for name, value in (("best_error", rung.best.test_error), ("kept", len(rung.promoted)),
-                                                   ("device_seconds", cost["device_seconds"]), ("flops", cost["flops"]))
-        if value is not None and name not in logged], tags={"mutransfer.status": "done"})
+    rung = RungResult(
+        r,
+        size.K,
+        size.width,
+        trials,
+        _promote(trials, study, last),
+        parents={t.trial_id: p.trial_id for t, p in zip(trials, parents)},
+        lr_factor=record["lr_factor"],
+        cost=cost,
+        seconds=sub.proxies.seconds,
+        run_id=sub.parent_id,
+    )
+    now, logged = (
+        int(time.time() * 1000),
+        ctx.tracker.client.get_run(sub.parent_id).data.metrics,
+    )  # a resumed rung logs once
+    log_batch(
+        ctx.tracker.client,
+        sub.parent_id,
+        metrics=[
+            (name, value, now, 0)
+            for name, value in (
+                ("best_error", rung.best.test_error),
+                ("kept", len(rung.promoted)),
+                ("device_seconds", cost["device_seconds"]),
+                ("flops", cost["flops"]),
+            )
+            if value is not None and name not in logged
+        ],
+        tags={"mutransfer.status": "done"},
+    )
     ctx.tracker.set_status(sub.parent_id, "FINISHED")
     return rung
 
@@ -200,19 +264,27 @@ def rung_lines(rungs: list[dict] | None) -> list[str]:
     def g(v, fmt=".4g"):
         return "-" if v is None else format(v, fmt)
 
-    lines = ["", "model-size ladder (rung 0 = the proxies; each rung's best go on, rescaled by muP):",
-             f"  {'rung':<5}{'size':<16}{'trials':>7}{'kept':>6}{'best error':>12}{'best trial':>12}{'LR factor':>11}"
-             f"{'device-s':>10}{'FLOPs':>10}"]
+    lines = [
+        "",
+        "model-size ladder (rung 0 = the proxies; each rung's best go on, rescaled by muP):",
+        f"  {'rung':<5}{'size':<16}{'trials':>7}{'kept':>6}{'best error':>12}{'best trial':>12}{'LR factor':>11}"
+        f"{'device-s':>10}{'FLOPs':>10}",
+    ]
     for r in rungs:
         c = r.get("cost") or {}
-        lines.append(f"  {r['rung']:<5}{r['model']:<16}{r['trials']:>7}{r['kept']:>6}{g(r['best_error']):>12}"
-                     f"{r['best_trial_id']:>12}{g(r['lr_factor_from_previous'], '.3g'):>11}"
-                     f"{g(c.get('device_seconds'), '.1f'):>10}{g(c.get('flops'), '.3g'):>10}")
+        lines.append(
+            f"  {r['rung']:<5}{r['model']:<16}{r['trials']:>7}{r['kept']:>6}{g(r['best_error']):>12}"
+            f"{r['best_trial_id']:>12}{g(r['lr_factor_from_previous'], '.3g'):>11}"
+            f"{g(c.get('device_seconds'), '.1f'):>10}{g(c.get('flops'), '.3g'):>10}"
+        )
     last = rungs[-1]
     origin = next((row["from"] for row in last.get("table", []) if row["trial_id"] == last["best_trial_id"]), None)
     came = f", promoted from rung {last['rung'] - 1}'s {origin}" if origin else ""
-    lines.append(f"  the target trains rung {last['rung']}'s best ({last['best_trial_id']}{came})" if len(last["promoted"]) < 2
-                 else f"  the target trains rung {last['rung']}'s best {len(last['promoted'])} ({', '.join(last['promoted'])}; --top-k)")
+    lines.append(
+        f"  the target trains rung {last['rung']}'s best ({last['best_trial_id']}{came})"
+        if len(last["promoted"]) < 2
+        else f"  the target trains rung {last['rung']}'s best {len(last['promoted'])} ({', '.join(last['promoted'])}; --top-k)"
+    )
     return lines
 
 
@@ -221,8 +293,13 @@ def rung_metrics(rungs: list[dict] | None) -> list[tuple[str, float]]:
     out = []
     for r in rungs or []:
         c = r.get("cost") or {}
-        for name, value in (("best_error", r["best_error"]), ("trials", r["trials"]), ("kept", r["kept"]),
-                            ("device_seconds", c.get("device_seconds")), ("flops", c.get("flops"))):
+        for name, value in (
+            ("best_error", r["best_error"]),
+            ("trials", r["trials"]),
+            ("kept", r["kept"]),
+            ("device_seconds", c.get("device_seconds")),
+            ("flops", c.get("flops")),
+        ):
             if value is not None:
                 out.append((f"rung{r['rung']}_{name}", float(value)))
     return out

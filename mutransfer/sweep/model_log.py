@@ -28,8 +28,10 @@ def check_registry_store(uri: str, register: str | None) -> None:
         return
     scheme = uri.split(":", 1)[0] if "://" in uri else ""
     if scheme in ("", "file"):
-        raise UserInputError(f"--register {register}: the model registry needs a database-backed tracking store, "
-                             f"not {uri}; pass --tracking-uri sqlite:///mlflow.db (or a server's http:// URI)")
+        raise UserInputError(
+            f"--register {register}: the model registry needs a database-backed tracking store, "
+            f"not {uri}; pass --tracking-uri sqlite:///mlflow.db (or a server's http:// URI)"
+        )
 
 
 def log_model_phase(ctx: SweepContext) -> None:
@@ -37,10 +39,15 @@ def log_model_phase(ctx: SweepContext) -> None:
     record = dict(ctx.state.get("model") or {})
     if not record:
         directory = write_study_model(ctx)
-        model_id = log_logged_model(ctx.tracker.client, ctx.experiment_id, ctx.target_run_id, directory,
-                                    study=ctx.study.name)
-        record = {"dir": MODEL_DIR, "model_id": model_id, "model_uri": f"models:/{model_id}",
-                  "run_uri": f"runs:/{ctx.target_run_id}/{LOGGED_NAME}"}
+        model_id = log_logged_model(
+            ctx.tracker.client, ctx.experiment_id, ctx.target_run_id, directory, study=ctx.study.name
+        )
+        record = {
+            "dir": MODEL_DIR,
+            "model_id": model_id,
+            "model_uri": f"models:/{model_id}",
+            "run_uri": f"runs:/{ctx.target_run_id}/{LOGGED_NAME}",
+        }
         ctx.update_state(model=record)
         ctx.say(f"model: {directory} (MLflow {record['model_uri']}, {record['run_uri']})")
     register_if_asked(ctx, record)
@@ -51,8 +58,10 @@ def register_completed(ctx: SweepContext) -> None:
     if ctx.options.register is None:
         return
     if not ctx.state.get("model"):
-        raise UserInputError(f"--register {ctx.options.register}: study {ctx.study.name!r} logged no model "
-                             "(it ran before models were logged); run the study again with --name NEW")
+        raise UserInputError(
+            f"--register {ctx.options.register}: study {ctx.study.name!r} logged no model "
+            "(it ran before models were logged); run the study again with --name NEW"
+        )
     from mutransfer.tracking.runs import Tracker
 
     ctx.tracker, ctx.target_run_id = Tracker(ctx.tracking_uri), ctx.state.get("target_run_id")
@@ -79,8 +88,14 @@ def write_study_model(ctx: SweepContext) -> Path:
     if not checkpoint.is_file():
         raise FileNotFoundError(f"the target's final checkpoint {checkpoint} is missing; the model cannot be logged")
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    card = card_for(ctx.study, saved["model_class"], saved["model_config"], ctx.data,
-                    hyperparameters=saved.get("hyperparameters") or {}, test_error=ctx.target.test_error)
+    card = card_for(
+        ctx.study,
+        saved["model_class"],
+        saved["model_config"],
+        ctx.data,
+        hyperparameters=saved.get("hyperparameters") or {},
+        test_error=ctx.target.test_error,
+    )
     return write_model_dir(ctx.study_dir.root / MODEL_DIR, card, saved["model"])
 
 
@@ -88,8 +103,9 @@ def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *
     """An MLflow logged model named ``model`` (source: the target run) holding ``directory``; returns its id."""
     from mutransfer.tracking.runs import STUDY_TAG
 
-    logged = client.create_logged_model(experiment_id, name=LOGGED_NAME, source_run_id=run_id,
-                                        tags={STUDY_TAG: study}, model_type="mutransfer")
+    logged = client.create_logged_model(
+        experiment_id, name=LOGGED_NAME, source_run_id=run_id, tags={STUDY_TAG: study}, model_type="mutransfer"
+    )
     client.log_model_artifacts(logged.model_id, str(directory))
     client.finalize_logged_model(logged.model_id, "READY")
     return logged.model_id

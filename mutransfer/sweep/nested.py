@@ -14,8 +14,9 @@ from pathlib import Path
 from mutransfer.sweep.context import SweepContext
 
 
-def nested_context(ctx: SweepContext, folder: Path, *, kind: str, run_name: str, study=None, params: dict | None = None,
-                   **fields) -> SweepContext:
+def nested_context(
+    ctx: SweepContext, folder: Path, *, kind: str, run_name: str, study=None, params: dict | None = None, **fields
+) -> SweepContext:
     """A sweep context over ``folder`` for ``study`` (default: the study's), training the target-sized model.
 
     ``fields`` are further SweepContext fields (preset, label, trial_tags). ``params`` are logged on the
@@ -28,15 +29,22 @@ def nested_context(ctx: SweepContext, folder: Path, *, kind: str, run_name: str,
     sdir = StudyDir(folder)
     sdir.root.mkdir(parents=True, exist_ok=True)
     state = sdir.read_state() or {"phase": "proxies", "study": ctx.study.name}
-    sub = SweepContext(ctx.options, study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0,
-                       search_at_target=True, **fields)
+    sub = SweepContext(
+        ctx.options, study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0, search_at_target=True, **fields
+    )
     sub.data, sub.data_path, sub.tracker, sub.experiment_id = ctx.data, ctx.data_path, ctx.tracker, ctx.experiment_id
     parent = state.get("parent_run_id")
     if not (parent and ctx.tracker.run_exists(parent)):
-        parent = ctx.tracker.client.create_run(ctx.experiment_id, tags={
-            PARENT_TAG: ctx.parent_id, KIND_TAG: kind, STUDY_TAG: ctx.study.name, RUN_NAME_TAG: run_name,
-            **fields.get("trial_tags", {}),
-        }).info.run_id
+        parent = ctx.tracker.client.create_run(
+            ctx.experiment_id,
+            tags={
+                PARENT_TAG: ctx.parent_id,
+                KIND_TAG: kind,
+                STUDY_TAG: ctx.study.name,
+                RUN_NAME_TAG: run_name,
+                **fields.get("trial_tags", {}),
+            },
+        ).info.run_id
         if params:
             log_batch(ctx.tracker.client, parent, params=params)
     sub.parent_id = parent

@@ -40,7 +40,16 @@ WARM_FILE = "warm_start.json"
 #: SearchPlan.next_trial: every trial has been handed out
 DONE = "done"
 #: the last result's metrics an outcome keeps (mutransfer.sweep.trial.TrialReport, and Tune's wall time)
-OUTCOME_METRICS = ("epoch", "test_error", "train_loss", "lr", "trainer_seconds", "spectral_lr0", "diverged", "time_total_s")
+OUTCOME_METRICS = (
+    "epoch",
+    "test_error",
+    "train_loss",
+    "lr",
+    "trainer_seconds",
+    "spectral_lr0",
+    "diverged",
+    "time_total_s",
+)
 
 
 def trial_key(index: int) -> str:
@@ -148,9 +157,13 @@ class Outcome:
         return dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Outcome":
-        return cls(status=str(d["status"]), metrics=dict(d.get("metrics") or {}), error=d.get("error"),
-                   rungs={int(k): float(v) for k, v in (d.get("rungs") or {}).items()})
+    def from_dict(cls, d: dict) -> Outcome:
+        return cls(
+            status=str(d["status"]),
+            metrics=dict(d.get("metrics") or {}),
+            error=d.get("error"),
+            rungs={int(k): float(v) for k, v in (d.get("rungs") or {}).items()},
+        )
 
 
 def _read_json(path: Path):
@@ -170,8 +183,15 @@ class SearchPlan:
     (a warm start, mutransfer.sweep.warm_plan; the provenance goes to their ``warm_start.json``).
     """
 
-    def __init__(self, study: Study, trials_dir: str | Path, window: int, warm: list[tuple[dict, dict]] = (), *,
-                 preset: list[dict] | None = None):
+    def __init__(
+        self,
+        study: Study,
+        trials_dir: str | Path,
+        window: int,
+        warm: list[tuple[dict, dict]] = (),
+        *,
+        preset: list[dict] | None = None,
+    ):
         self.study = study
         self.warm = list(warm)
         self.trials_dir = Path(trials_dir)
@@ -197,7 +217,8 @@ class SearchPlan:
 
                 raise UserInputError(
                     f"{self.trials_dir / trial_key(i) / CONFIG_FILE}: holds {sorted(config)}, not the study's search space "
-                    f"{sorted(self.study.search_space)}; restore the file or start a new study with --name NEW")
+                    f"{sorted(self.study.search_space)}; restore the file or start a new study with --name NEW"
+                )
             self.configs[i] = config
             outcome = _read_json(self.trials_dir / trial_key(i) / OUTCOME_FILE)
             if isinstance(outcome, dict) and "status" in outcome:
@@ -246,8 +267,12 @@ class SearchPlan:
         """Store how trial ``key`` ended (``outcome.json``) from its last reported ``metrics``."""
         i = key_index(key)
         last = {k: metrics[k] for k in OUTCOME_METRICS if k in metrics}
-        outcome = Outcome(trial_status(last, failed, self.study.budget.epochs), last,
-                          (error or "unknown error") if failed else None, dict(self._rungs.pop(i, {})))
+        outcome = Outcome(
+            trial_status(last, failed, self.study.budget.epochs),
+            last,
+            (error or "unknown error") if failed else None,
+            dict(self._rungs.pop(i, {})),
+        )
         from mutransfer.study_folder.state import write_atomic
 
         directory = self.trials_dir / key
@@ -286,8 +311,11 @@ class SearchPlan:
     def _above_cutoff(self, index: int, milestone: int, value: float) -> bool:
         import numpy as np
 
-        pool = [self.outcomes[j].rungs[milestone] for j in range(0, index - self.window + 1)
-                if j in self.outcomes and milestone in self.outcomes[j].rungs]
+        pool = [
+            self.outcomes[j].rungs[milestone]
+            for j in range(0, index - self.window + 1)
+            if j in self.outcomes and milestone in self.outcomes[j].rungs
+        ]
         if not pool:
             return False
         cutoff = float(np.nanpercentile(pool, 100.0 / self.study.budget.reduction_factor))

@@ -16,19 +16,19 @@ from pathlib import Path
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import OVERRIDES, Override, Study, load_study
+from mutransfer.study.inputs import check_address_form, check_folder
+from mutransfer.study_folder.lock import StudyLock, refuse_if_locked
+from mutransfer.study_folder.portable import read_study_file, study_tracking_uri
+from mutransfer.study_folder.state import StudyDir
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
-from mutransfer.study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer.sweep.model_log import check_registry_store
-from mutransfer.study_folder.portable import read_study_file, study_tracking_uri
-from mutransfer.study.inputs import check_address_form, check_folder
-from mutransfer.study_folder.state import StudyDir
 
 
 def prepare(options: SweepOptions) -> SweepContext:
     """Load and validate everything; decide new study vs resume. Starts nothing (the lock: :func:`take_lock`)."""
-    from mutransfer.tracking.runs import resolve_tracking_uri
     from mutransfer.sweep.trial import fail_trials_from_env
+    from mutransfer.tracking.runs import resolve_tracking_uri
 
     fail_trials = fail_trials_from_env()
     study, applied = load_study(options.study_path, options.overrides)
@@ -87,9 +87,18 @@ def prepare(options: SweepOptions) -> SweepContext:
         if options.verify or options.baseline or study.ladder:  # a ladder's rungs run trials up to the target's size
             _check_target_size_memory(study)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
-    ctx = SweepContext(options, study, study_dir, applied, tracking_uri, source_text, state, fail_trials,
-                       prior_wall=float(state.get("wall_seconds", 0.0)),
-                       trial_tags={"mutransfer.rung": "0"} if study.ladder else {})  # mutransfer.sweep.ladder.RUNG_TAG
+    ctx = SweepContext(
+        options,
+        study,
+        study_dir,
+        applied,
+        tracking_uri,
+        source_text,
+        state,
+        fail_trials,
+        prior_wall=float(state.get("wall_seconds", 0.0)),
+        trial_tags={"mutransfer.rung": "0"} if study.ladder else {},
+    )  # mutransfer.sweep.ladder.RUNG_TAG
     from mutransfer.sweep.strategies import prepare_strategies
 
     prepare_strategies(ctx)  # e.g. a warm start's source is read (or the stored one taken) now
@@ -165,7 +174,9 @@ def _check_resources(study: Study, address: str | None) -> None:
     cpus = os.cpu_count() or 1
     r, t = study.resources, study.target
     if r.cpus_per_trial > cpus:
-        raise UserInputError(f"resources.cpus_per_trial: {r.cpus_per_trial} > the {cpus} CPUs of this machine; use <= {cpus}")
+        raise UserInputError(
+            f"resources.cpus_per_trial: {r.cpus_per_trial} > the {cpus} CPUs of this machine; use <= {cpus}"
+        )
     if t.num_workers * t.cpus_per_worker > cpus:
         raise UserInputError(
             f"target.num_workers x target.cpus_per_worker = {t.num_workers * t.cpus_per_worker} > the {cpus} CPUs of this machine; "
@@ -176,7 +187,9 @@ def _check_resources(study: Study, address: str | None) -> None:
 
         gpus = torch.cuda.device_count()
         if r.gpus_per_trial > gpus:
-            raise UserInputError(f"resources.gpus_per_trial: {r.gpus_per_trial} but this machine has {gpus} GPU(s); use 0 or pass --address")
+            raise UserInputError(
+                f"resources.gpus_per_trial: {r.gpus_per_trial} but this machine has {gpus} GPU(s); use 0 or pass --address"
+            )
         if t.use_gpu is True and t.num_workers > gpus:
             raise UserInputError(
                 f"target.use_gpu: true needs {t.num_workers} GPU(s), this machine has {gpus}; use auto/false or pass --address"
@@ -196,7 +209,9 @@ def _check_memory(study: Study) -> None:
 
 def _check_verification_options(options: SweepOptions) -> None:
     if options.verify_points < 3:
-        raise UserInputError(f"--verify-points {options.verify_points}: an optimum needs at least 3 LRs; use 5 (the default) or more")
+        raise UserInputError(
+            f"--verify-points {options.verify_points}: an optimum needs at least 3 LRs; use 5 (the default) or more"
+        )
     if options.verify_seeds < 1:
         raise UserInputError(f"--verify-seeds {options.verify_seeds}: must be at least 1 (2 or more give a CI)")
     if options.baseline not in (None, "direct"):
@@ -218,10 +233,14 @@ def check_cluster_fits(study: Study, nodes: list[dict]) -> None:
     most_cpus = max((n.get("CPU", 0.0) for n in nodes), default=0.0)
     most_gpus = max((n.get("GPU", 0.0) for n in nodes), default=0.0)
     r, t = study.resources, study.target
-    for field, asked, most, unit in (("resources.cpus_per_trial", r.cpus_per_trial, most_cpus, "CPUs"),
-                                     ("resources.gpus_per_trial", r.gpus_per_trial, most_gpus, "GPUs"),
-                                     ("target.cpus_per_worker", t.cpus_per_worker, most_cpus, "CPUs")):
+    for field, asked, most, unit in (
+        ("resources.cpus_per_trial", r.cpus_per_trial, most_cpus, "CPUs"),
+        ("resources.gpus_per_trial", r.gpus_per_trial, most_gpus, "GPUs"),
+        ("target.cpus_per_worker", t.cpus_per_worker, most_cpus, "CPUs"),
+    ):
         if asked > most:
-            raise UserInputError(f"{field}: {asked} but the largest node of the cluster has {most:g} {unit}; use <= {most:g}")
+            raise UserInputError(
+                f"{field}: {asked} but the largest node of the cluster has {most:g} {unit}; use <= {most:g}"
+            )
     if t.use_gpu is True and most_gpus < 1:
         raise UserInputError("target.use_gpu: true but the cluster has no GPU node; use auto or false")

@@ -101,8 +101,17 @@ class ProxyProgress(_Display):
     #: at most one redraw per this many seconds between trial events (the elapsed time ticks)
     refresh_s = 1.0
 
-    def __init__(self, total: int, *, budget_epochs: int, searched, mode: str, file=None, label: str = "proxies",
-                 finished: int = 0):
+    def __init__(
+        self,
+        total: int,
+        *,
+        budget_epochs: int,
+        searched,
+        mode: str,
+        file=None,
+        label: str = "proxies",
+        finished: int = 0,
+    ):
         super().__init__(mode, file)
         self.total = int(total)
         self.finished = int(finished)  # trials a resumed search had finished before this session
@@ -211,8 +220,12 @@ class ProxyProgress(_Display):
         bar = self._bar
         if bar is None:
             start = float(self.finished + len(self._ended))
-            bar = self._make_bar(total=self.total, initial=start, desc=self.label,
-                                 bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]{postfix}")
+            bar = self._make_bar(
+                total=self.total,
+                initial=start,
+                desc=self.label,
+                bar_format="{desc}: {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]{postfix}",
+            )
         bar.n = self.fraction_done()
         bar.set_postfix_str(self.status_text(), refresh=False)
         bar.refresh()
@@ -232,8 +245,13 @@ class TargetProgress(_Display):
             return
         bar = self._bar
         if bar is None:  # a resumed target starts where its checkpoint was: those epochs do not count for the rate
-            bar = self._make_bar(total=self.epochs, initial=max(0, epoch - 1), desc=self.label, unit="epoch",
-                                 bar_format="{desc}: {n_fmt}/{total_fmt} epochs |{bar}| [{elapsed}<{remaining}]{postfix}")
+            bar = self._make_bar(
+                total=self.epochs,
+                initial=max(0, epoch - 1),
+                desc=self.label,
+                unit="epoch",
+                bar_format="{desc}: {n_fmt}/{total_fmt} epochs |{bar}| [{elapsed}<{remaining}]{postfix}",
+            )
         bar.n = min(self.epochs, int(epoch))
         bar.set_postfix_str(f"train loss {train_loss:.4g}, test error {test_error:.4g}", refresh=False)
         bar.refresh()
@@ -254,9 +272,24 @@ def for_options(options) -> str:
 def proxy_callback(ctx, total: int, finished: int = 0):
     """The Tune callback showing a sweep's search (ctx: a SweepContext; total: its number of trials, ``finished`` of them before this session)."""
     study = ctx.study
-    return as_tune_callback(ProxyProgress(total, budget_epochs=study.budget.epochs, searched=list(study.search_space),
-                                          mode=for_options(ctx.options), finished=finished,
-                                          label=ctx.search_name))
+    return as_tune_callback(
+        ProxyProgress(
+            total,
+            budget_epochs=study.budget.epochs,
+            searched=list(study.search_space),
+            mode=for_options(ctx.options),
+            finished=finished,
+            label=ctx.search_name,
+        )
+    )
 
 
-__all__ = ["MODES", "ProxyProgress", "TargetProgress", "as_tune_callback", "display_mode", "for_options", "proxy_callback"]
+__all__ = [
+    "MODES",
+    "ProxyProgress",
+    "TargetProgress",
+    "as_tune_callback",
+    "display_mode",
+    "for_options",
+    "proxy_callback",
+]

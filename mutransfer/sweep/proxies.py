@@ -24,8 +24,8 @@ import os
 import re
 import time
 
-from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, pick_best
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, pick_best
 
 
 @contextlib.contextmanager
@@ -95,13 +95,21 @@ def _logger(ctx: SweepContext, total: int):
     uses_gpu = r.gpus_per_trial > 0
     warm = ctx.record(NAME, WarmStart)
     return TrialLogger(
-        uri=ctx.tracking_uri, experiment_id=ctx.experiment_id, parent_run_id=ctx.parent_id, study_name=study.name,
+        uri=ctx.tracking_uri,
+        experiment_id=ctx.experiment_id,
+        parent_run_id=ctx.parent_id,
+        study_name=study.name,
         proxy_K=study.target_K if at_target else study.proxy_K,
         proxy_width=(study.target_width or study.operator.width) if at_target else study.operator.width,
         budget_epochs=study.budget.epochs,
-        fixed=fixed_hyperparameters(study), searched=list(study.search_space), total_trials=total,
-        device_kind="gpu" if uses_gpu else "cpu", devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
-        quiet=ctx.options.quiet, trials_dir=str(ctx.study_dir.trials_dir), tags=ctx.trial_tags,
+        fixed=fixed_hyperparameters(study),
+        searched=list(study.search_space),
+        total_trials=total,
+        device_kind="gpu" if uses_gpu else "cpu",
+        devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
+        quiet=ctx.options.quiet,
+        trials_dir=str(ctx.study_dir.trials_dir),
+        tags=ctx.trial_tags,
         warm_from=warm.sources() if warm is not None and not at_target else None,
     )
 
@@ -110,9 +118,13 @@ def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
     study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
     total = plan.total
     if study.budget.grace_period >= study.budget.epochs and ctx.preset is None:
-        ctx.say(f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early")
+        ctx.say(
+            f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early"
+        )
     if study.search.algorithm == "grid" and study.search.num_trials != total and ctx.preset is None:
-        ctx.say(f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)")
+        ctx.say(
+            f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)"
+        )
     gpu = f" + {r.gpus_per_trial} GPU" if r.gpus_per_trial > 0 else ""
     ctx.say(
         f"{ctx.search_name}: {total} trials, {study.model_text(at_target)} "
@@ -120,8 +132,10 @@ def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
         f"{study.budget.epochs} epochs each, {concurrency} at a time x {r.cpus_per_trial} CPU{gpu} ...",
     )
     if plan.outcomes or plan.configs:
-        ctx.say(f"continuing the search: {len(plan.outcomes)} of {total} trials finished (kept), "
-                f"{len(plan.configs) - len(plan.outcomes)} continue from their checkpoints")
+        ctx.say(
+            f"continuing the search: {len(plan.outcomes)} of {total} trials finished (kept), "
+            f"{len(plan.configs) - len(plan.outcomes)} continue from their checkpoints"
+        )
 
 
 def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
@@ -146,8 +160,13 @@ def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
             proxy_trial,
             data=ctx.data,
             study=study,
-            options={"study_dir": str(sdir.root), "threads": r.cpus_per_trial, "device": "cuda" if uses_gpu else "cpu",
-                     "fail_trials": ctx.fail_trials, "target_size": ctx.search_at_target},
+            options={
+                "study_dir": str(sdir.root),
+                "threads": r.cpus_per_trial,
+                "device": "cuda" if uses_gpu else "cpu",
+                "fail_trials": ctx.fail_trials,
+                "target_size": ctx.search_at_target,
+            },
         ),
         {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial},
     )
@@ -182,7 +201,10 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
     for i, key in enumerate(keys):
         if key not in logger.logged_trial_ids():
             logger.log_from_files(key, plan.configs[i], plan.outcomes[i])
-    children = {c.data.tags.get(TRIAL_ID_TAG): c for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")}
+    children = {
+        c.data.tags.get(TRIAL_ID_TAG): c
+        for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")
+    }
     for tid, child in children.items():
         if tid not in keys and child.data.tags.get("mutransfer.superseded") != "true":
             tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
@@ -221,8 +243,10 @@ def _record(study, index: int, key: str, plan, child, fixed: dict) -> TrialRecor
 #: (pattern in a trial's error, what to try), first match wins
 _ADVICE = (
     (r"MUTRANSFER_FAIL_TRIALS", "unset MUTRANSFER_FAIL_TRIALS (it injects failures for testing)"),
-    (r"out of memory|MemoryError",
-     "a smaller batch_size, fewer trials at once (search.max_concurrent) or a smaller proxy (operator.width, proxy_K)"),
+    (
+        r"out of memory|MemoryError",
+        "a smaller batch_size, fewer trials at once (search.max_concurrent) or a smaller proxy (operator.width, proxy_K)",
+    ),
     (r"\b(nan|inf)\b|overflow|non-finite", "a lower LR range (search_space.lr)"),
 )
 
@@ -237,9 +261,17 @@ def all_failed_message(study, plan) -> str:
     advice = next((a for pattern, a in _ADVICE if re.search(pattern, error, re.IGNORECASE)), None)
     if advice is None:
         lr = study.search_space.get("lr")
-        lr_text = f" or a lower LR range (search_space.lr is {lr.low:g}..{lr.high:g})" if lr is not None and lr.low is not None else ""
-        advice = (f"run that trial alone with `mutransfer train` at its hyperparameters for the full traceback "
-                  f"(Ray's logs: /tmp/ray/session_latest/logs){lr_text}")
-    return (f"no proxy trial produced a result: all {plan.total} failed, each after {study.budget.max_failures} "
-            f"retries; the first ({trial_key(0)}: {config}) failed with: {error}. Try {advice}; failed trials are final, "
-            f"so after the fix start a new study (--name NEW or a new study name): --resume of this one would report the same failures")
+        lr_text = (
+            f" or a lower LR range (search_space.lr is {lr.low:g}..{lr.high:g})"
+            if lr is not None and lr.low is not None
+            else ""
+        )
+        advice = (
+            f"run that trial alone with `mutransfer train` at its hyperparameters for the full traceback "
+            f"(Ray's logs: /tmp/ray/session_latest/logs){lr_text}"
+        )
+    return (
+        f"no proxy trial produced a result: all {plan.total} failed, each after {study.budget.max_failures} "
+        f"retries; the first ({trial_key(0)}: {config}) failed with: {error}. Try {advice}; failed trials are final, "
+        f"so after the fix start a new study (--name NEW or a new study name): --resume of this one would report the same failures"
+    )

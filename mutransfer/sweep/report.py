@@ -119,14 +119,21 @@ def proxy_to_target(best, target: dict | None) -> dict | None:
     (``--verify``: the target's seed spread at the transferred LR, mutransfer.sweep.strategies.verify)."""
     if best is None or target is None or best.test_error is None or not target.get("test_error"):
         return None
-    return {"proxy_test_error": best.test_error, "target_test_error": target["test_error"],
-            "gain": best.test_error / target["test_error"]}
+    return {
+        "proxy_test_error": best.test_error,
+        "target_test_error": target["test_error"],
+        "gain": best.test_error / target["test_error"],
+    }
 
 
 def format_report(report: dict) -> str:
     lines = []
     grid = f"grid {'x'.join(map(str, report['grid']))}" if report.get("grid") else "point sets"
-    operator = f"FNO-{report['dim']}D ({report['parametrization']})" if report.get("proxy_K") is not None else report["operator"]
+    operator = (
+        f"FNO-{report['dim']}D ({report['parametrization']})"
+        if report.get("proxy_K") is not None
+        else report["operator"]
+    )
     lines.append(
         f"study {report['study']}: {report['problem']} {operator}, {grid}, {report['n_train']} train / "
         f"{report['n_test']} test, {report.get('scaling') or 'K ' + str(report['proxy_K']) + ' -> ' + str(report['target_K'])}"
@@ -141,7 +148,9 @@ def format_report(report: dict) -> str:
     best = report.get("best_proxy")
     if best:
         cfg = ", ".join(f"{k}={_g(v)}" for k, v in best["config"].items())
-        lines.append(f"best proxy: trial {best['trial_id']}  test rel. L2 {_g(best['test_error'])} after {best['epochs']} epochs  ({cfg})")
+        lines.append(
+            f"best proxy: trial {best['trial_id']}  test rel. L2 {_g(best['test_error'])} after {best['epochs']} epochs  ({cfg})"
+        )
     lines += strategies.text_lines(report, "search")  # e.g. the ladder's rungs
     transfer = report.get("transfer")
     if transfer:
@@ -157,12 +166,16 @@ def format_report(report: dict) -> str:
         )
         gain = report.get("proxy_to_target")
         if gain:
-            text = (f"proxy -> target test error: {_g(gain['proxy_test_error'])} -> {_g(gain['target_test_error'])} "
-                    f"({gain['gain']:.2f}x {'lower' if gain['gain'] >= 1 else 'HIGHER: the target is no better than its proxy'})")
+            text = (
+                f"proxy -> target test error: {_g(gain['proxy_test_error'])} -> {_g(gain['target_test_error'])} "
+                f"({gain['gain']:.2f}x {'lower' if gain['gain'] >= 1 else 'HIGHER: the target is no better than its proxy'})"
+            )
             if gain.get("target_seeds"):
                 lo, hi = gain["gain_range"]
-                text += (f"; the target at the transferred LR over {gain['target_seeds']} seeds (--verify): "
-                         f"{_g(gain['target_error_mean'])} ± {_g(gain['target_error_std'], '.2g')}, gain {lo:.2f}-{hi:.2f}x")
+                text += (
+                    f"; the target at the transferred LR over {gain['target_seeds']} seeds (--verify): "
+                    f"{_g(gain['target_error_mean'])} ± {_g(gain['target_error_std'], '.2g')}, gain {lo:.2f}-{hi:.2f}x"
+                )
             lines.append(text)
     lines += strategies.text_lines(report, "result")  # e.g. top-k, the verification, the baseline, the warm start
     c = report["compute"]
@@ -182,8 +195,11 @@ def format_report(report: dict) -> str:
         seconds = c.get("mutransfer_vs_direct_training_seconds")
         lines.append(
             f"muTransfer study (proxies + target) vs direct tuning (estimated): {c['mutransfer_vs_direct_flops']:.2f}x in FLOPs"
-            + (f", {seconds:.2f}x in training time (from the target's trainer seconds per epoch; start-up left out)"
-               if seconds else "")
+            + (
+                f", {seconds:.2f}x in training time (from the target's trainer seconds per epoch; start-up left out)"
+                if seconds
+                else ""
+            )
         )
     if c.get("sweep_wall_seconds"):
         share = c.get("overhead_share")
@@ -201,7 +217,9 @@ def format_report(report: dict) -> str:
         lines.append(" ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else ""))
     m = report.get("mlflow") or {}
     if m:
-        lines.append(f"MLflow: {m.get('tracking_uri')}  experiment {m.get('experiment_id')}  parent run {m.get('parent_run_id')}")
+        lines.append(
+            f"MLflow: {m.get('tracking_uri')}  experiment {m.get('experiment_id')}  parent run {m.get('parent_run_id')}"
+        )
     lines.append(f"study directory: {report['study_dir']}")
     return "\n".join(lines)
 
@@ -214,7 +232,12 @@ def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
-    markers = {"completed": ("o", "tab:blue"), "pruned": ("v", "tab:gray"), "diverged": ("x", "tab:red"), "failed": ("s", "black")}
+    markers = {
+        "completed": ("o", "tab:blue"),
+        "pruned": ("v", "tab:gray"),
+        "diverged": ("x", "tab:red"),
+        "failed": ("s", "black"),
+    }
     for status, (marker, color) in markers.items():
         rows = [t for t in trials if t.status == status and t.test_error is not None and math.isfinite(t.test_error)]
         if not rows:
@@ -225,8 +248,15 @@ def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:
     best = [t for t in trials if t.best]
     if best:
         b = best[0]
-        ax.scatter([b.config.get("lr", b.hp["lr"]) if searched_lr else b.index], [b.test_error], s=160,
-                   facecolors="none", edgecolors="tab:green", linewidths=2, label="best")
+        ax.scatter(
+            [b.config.get("lr", b.hp["lr"]) if searched_lr else b.index],
+            [b.test_error],
+            s=160,
+            facecolors="none",
+            edgecolors="tab:green",
+            linewidths=2,
+            label="best",
+        )
     if searched_lr:
         ax.set_xscale("log")
         ax.set_xlabel("master learning rate")

@@ -10,8 +10,8 @@ here and carried: the target trains it, top-k reuses it for the candidate it was
 from __future__ import annotations
 
 from mutransfer.study import Study
-from mutransfer.sweep.context import SweepContext, TransferResult, final_search
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import SweepContext, TransferResult, final_search
 
 
 def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:

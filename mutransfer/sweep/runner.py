@@ -30,13 +30,13 @@ import time
 from dataclasses import asdict
 
 from mutransfer.study import _UNSET
+from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
-from mutransfer.sweep.model_log import log_model_phase, register_completed
-from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep.holds import hold_if_asked
+from mutransfer.sweep.model_log import log_model_phase, register_completed
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
@@ -56,7 +56,9 @@ def run_sweep(options: SweepOptions) -> dict:
     if ctx.state.get("phase") != "done":
         _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before any lock, folder or run exists
     ctx.lock = take_lock(ctx)
-    with ctx.lock:  # one driver per study (mutransfer.study_folder.lock): held until this returns, raises or is interrupted
+    with (
+        ctx.lock
+    ):  # one driver per study (mutransfer.study_folder.lock): held until this returns, raises or is interrupted
         return _drive(ctx)
 
 
@@ -67,8 +69,13 @@ def _drive(ctx: SweepContext) -> dict:
         ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
         report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
         mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
-        return dict(report, already_complete=True, model=ctx.state.get("model"), study_dir=str(ctx.study_dir.root),
-                    mlflow=mlflow)
+        return dict(
+            report,
+            already_complete=True,
+            model=ctx.state.get("model"),
+            study_dir=str(ctx.study_dir.root),
+            mlflow=mlflow,
+        )
     _start_study_dir(ctx)
     with _session(ctx):
         for name, phase in strategies.ordered_phases(PHASES, ctx):
@@ -84,8 +91,8 @@ def _check_nothing_new_asked(ctx: SweepContext) -> None:
 
     for flag in strategies.asked_but_missing(ctx, ctx.state["report"]):
         raise UserInputError(
-                f"{flag}: study {ctx.study.name!r} is already complete without it; run a new study with {flag} and --name NEW"
-            )
+            f"{flag}: study {ctx.study.name!r} is already complete without it; run a new study with {flag} and --name NEW"
+        )
 
 
 def _start_study_dir(ctx: SweepContext) -> None:
@@ -97,7 +104,9 @@ def _start_study_dir(ctx: SweepContext) -> None:
             "study": ctx.study.name,
             "phase": "proxies",
             **stored_tracking(ctx.tracking_uri, ctx.study_dir.root),
-            "overrides": [asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in ctx.overrides],
+            "overrides": [
+                asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in ctx.overrides
+            ],
             "source_text": ctx.source_text,
             "created": time.time(),
             # the strategies' records known from the start (a warm start), kept so a resume without the flag runs alike
@@ -112,7 +121,9 @@ def _load_data(ctx: SweepContext) -> None:
     from mutransfer.study.data import load_study_data
 
     if ctx.study.problem.data is None:  # a data file loads without a word: its errors stay one line
-        ctx.say(f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ...")
+        ctx.say(
+            f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ..."
+        )
     ctx.data, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
 
 
@@ -123,8 +134,10 @@ def _session(ctx: SweepContext):
         ctx.started_ray = _init_ray(ctx.options.address)
     except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        raise SweepError(f"Ray could not start ({type(exc).__name__}: {lines[-1] if lines else ''}); nothing was trained: "
-                         f"run again with --resume (Ray's logs: /tmp/ray/session_latest/logs)") from exc
+        raise SweepError(
+            f"Ray could not start ({type(exc).__name__}: {lines[-1] if lines else ''}); nothing was trained: "
+            f"run again with --resume (Ray's logs: /tmp/ray/session_latest/logs)"
+        ) from exc
     try:
         if ctx.options.address is not None:
             import ray
@@ -189,8 +202,12 @@ def _init_ray(address: str | None) -> bool:
         from mutransfer.sweep.local_ray import loopback_only
 
         with loopback_only():  # every Ray server of a local run listens on 127.0.0.1; no dashboard
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, logging_level=logging.WARNING,
-                     log_to_driver=False)
+            ray.init(
+                num_cpus=os.cpu_count() or 1,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
     else:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
     return True

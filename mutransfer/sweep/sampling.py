@@ -17,7 +17,7 @@ Which results ``told`` holds is decided by :class:`mutransfer.sweep.plan.SearchP
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from collections.abc import Sequence
 
 from mutransfer.study import Study
 
@@ -72,7 +72,10 @@ def sample_config(study: Study, index: int, told: Sequence[tuple[dict, float | N
     if algorithm == "tpe":
         for config, value in told:
             state = optuna.trial.TrialState.FAIL if value is None else optuna.trial.TrialState.COMPLETE
-            ostudy.add_trial(optuna.trial.create_trial(
-                state=state, value=value, params={k: config[k] for k in distributions}, distributions=distributions))
+            ostudy.add_trial(
+                optuna.trial.create_trial(
+                    state=state, value=value, params={k: config[k] for k in distributions}, distributions=distributions
+                )
+            )
     trial = ostudy.ask(distributions)
     return {name: trial.params[name] for name in distributions}

@@ -104,7 +104,7 @@ class TargetSummary:
         return {**dataclasses.asdict(self), "history": dump_history(self.history)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TargetSummary":
+    def from_dict(cls, d: dict) -> TargetSummary:
         from mutransfer.training.records import load_history
 
         known = {f.name for f in dataclasses.fields(cls)}
@@ -137,7 +137,7 @@ class TargetOutcome:
         return {**dataclasses.asdict(self), "history": dump_history(self.history)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TargetOutcome":
+    def from_dict(cls, d: dict) -> TargetOutcome:
         from mutransfer.training.records import load_history
 
         known = {f.name for f in dataclasses.fields(cls)}
@@ -194,7 +194,13 @@ def target_loop(cfg: dict) -> dict:
 
     every = min(int(study.target.checkpoint_every), epochs)
     tconfig = train_config(
-        study, hp, epochs=epochs, batch_size=per_rank_batch, device=str(device), checkpoint_dir=str(local), checkpoint_every=every
+        study,
+        hp,
+        epochs=epochs,
+        batch_size=per_rank_batch,
+        device=str(device),
+        checkpoint_dir=str(local),
+        checkpoint_every=every,
     )
     iters_per_epoch = math.ceil(shard.train_x.shape[0] / per_rank_batch)
     total = epochs * iters_per_epoch
@@ -207,7 +213,9 @@ def target_loop(cfg: dict) -> dict:
         if not isinstance(event, EpochRecord) or not (event.epoch % every == 0 and event.iteration < total):
             return
         checkpoint = ray.train.Checkpoint.from_directory(str(local)) if rank == 0 else None
-        ray.train.report(eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event.epoch:05d}")
+        ray.train.report(
+            eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event.epoch:05d}"
+        )
 
     result = train(model, shard, tconfig, callbacks=[on_event], resume=True)
 
@@ -225,8 +233,15 @@ def target_loop(cfg: dict) -> dict:
     checkpoint = None
     if rank == 0:
         plain = model.module if hasattr(model, "module") else model
-        torch.save({"model": plain.state_dict(), "model_config": config, "model_class": type(plain).__name__,
-                    "hyperparameters": hp}, local / "model.pt")
+        torch.save(
+            {
+                "model": plain.state_dict(),
+                "model_config": config,
+                "model_class": type(plain).__name__,
+                "hyperparameters": hp,
+            },
+            local / "model.pt",
+        )
         (local / SUMMARY_FILE).write_text(json.dumps(summary.as_dict()))
         checkpoint = ray.train.Checkpoint.from_directory(str(local))
     final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
@@ -272,17 +287,19 @@ def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
     return bool(setting)
 
 
-def run_target(study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_failures: int, on_poll=None) -> TargetOutcome:
+def run_target(
+    study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_failures: int, on_poll=None
+) -> TargetOutcome:
     """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``.
 
     Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
     ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
     """
+    import os
+
     import ray
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
-
-    import os
 
     # The Train controller polls its workers at this interval (default 2 s); every report and the
     # end of the run wait for a poll. 0.5 s keeps small local runs from idling.

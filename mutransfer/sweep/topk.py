@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
-from mutransfer.sweep.context import SweepContext, TransferResult, final_search, ranked
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.context import SweepContext, TransferResult, final_search, ranked
 
 #: the candidates' storage folders, under the study directory (top-1 keeps ``target/``)
 TARGETS_DIR = "targets"
@@ -67,8 +67,21 @@ class Candidate:
 
     def row(self) -> dict:
         """The report's table row (JSON-ready)."""
-        keys = ("rank", "trial_id", "proxy_test_error", "target_test_error", "status", "epochs", "device_seconds",
-                "trainer_seconds", "trainer_device_seconds", "flops", "mlflow_run_id", "winner", "hp")
+        keys = (
+            "rank",
+            "trial_id",
+            "proxy_test_error",
+            "target_test_error",
+            "status",
+            "epochs",
+            "device_seconds",
+            "trainer_seconds",
+            "trainer_device_seconds",
+            "flops",
+            "mlflow_run_id",
+            "winner",
+            "hp",
+        )
         return dict({k: getattr(self, k) for k in keys}, lr=self.hp.get("lr"))
 
     def as_dict(self, root: Path) -> dict:
@@ -79,7 +92,7 @@ class Candidate:
         return dict(self.row(), record=self.record, outcome=outcome)
 
     @classmethod
-    def from_dict(cls, d: dict, root: Path) -> "Candidate":
+    def from_dict(cls, d: dict, root: Path) -> Candidate:
         from mutransfer.study_folder.portable import resolved_path
         from mutransfer.sweep.target import TargetOutcome
 
@@ -126,7 +139,7 @@ class TopK:
         return {"topk_targets": [c.as_dict(self.root) for c in self.candidates]}
 
     @classmethod
-    def from_state(cls, state: dict, root: Path) -> "TopK":
+    def from_state(cls, state: dict, root: Path) -> TopK:
         return cls([Candidate.from_dict(d, root) for d in state.get("topk_targets") or []], root)
 
     def rows(self) -> list[dict]:
@@ -140,6 +153,7 @@ class TopK:
 
 def choose_winner(cands: list[Candidate]) -> Candidate:
     """The lowest finite target error (a diverged or NaN target never wins unless all are); ties go to the better rank."""
+
     def key(c: Candidate):
         e = c.target_test_error
         finite = e is not None and math.isfinite(e) and c.status != "diverged"
@@ -179,16 +193,40 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
             run_ids[key] = run_id
             ctx.update_state(topk_run_ids=dict(run_ids))
 
-        tags = {RANK_TAG: str(rank), PROXY_TRIAL_TAG: key,
-                "mlflow.runName": f"{ctx.study.name} target (top-k rank {rank}, proxy trial {key})"}
-        outcome, run_id = fit(ctx, transfer, key, storage_dir=root / TARGETS_DIR / key, run_id=run_ids.get(key),
-                              remember_run=remember, tags=tags, label=f"target {rank}/{len(picked)} (proxy trial {key})")
+        tags = {
+            RANK_TAG: str(rank),
+            PROXY_TRIAL_TAG: key,
+            "mlflow.runName": f"{ctx.study.name} target (top-k rank {rank}, proxy trial {key})",
+        }
+        outcome, run_id = fit(
+            ctx,
+            transfer,
+            key,
+            storage_dir=root / TARGETS_DIR / key,
+            run_id=run_ids.get(key),
+            remember_run=remember,
+            tags=tags,
+            label=f"target {rank}/{len(picked)} (proxy trial {key})",
+        )
         cost = target_cost(ctx.study, outcome, shape)
-        out.append(Candidate(rank, key, trial.test_error, transfer.hp, transfer.record,
-                             target_test_error=outcome.test_error, status=outcome.status, epochs=outcome.epochs,
-                             device_seconds=cost["device_seconds"], trainer_seconds=outcome.trainer_seconds,
-                             trainer_device_seconds=cost["trainer_device_seconds"], flops=cost["flops"],
-                             mlflow_run_id=run_id, outcome=outcome))
+        out.append(
+            Candidate(
+                rank,
+                key,
+                trial.test_error,
+                transfer.hp,
+                transfer.record,
+                target_test_error=outcome.test_error,
+                status=outcome.status,
+                epochs=outcome.epochs,
+                device_seconds=cost["device_seconds"],
+                trainer_seconds=outcome.trainer_seconds,
+                trainer_device_seconds=cost["trainer_device_seconds"],
+                flops=cost["flops"],
+                mlflow_run_id=run_id,
+                outcome=outcome,
+            )
+        )
         ctx.update_state(topk_targets=[c.as_dict(root) for c in out])  # kept as soon as it finished
     _crown(ctx, out)
 
@@ -204,10 +242,13 @@ def _crown(ctx: SweepContext, cands: list[Candidate]) -> None:
     ctx.target, ctx.target_run_id = winner.outcome, winner.mlflow_run_id
     ctx.transfer = TransferResult(winner.record, winner.hp, source_key=winner.trial_id)
     stored = winner.as_dict(root)["outcome"]
-    ctx.update_state(topk_targets=[c.as_dict(root) for c in cands], target_run_id=winner.mlflow_run_id,
-                     target_outcome=stored)
-    ctx.say(f"top-k: the winner is proxy trial {winner.trial_id} (rank {winner.rank}), "
-            f"target test error {winner.target_test_error:.4g}")
+    ctx.update_state(
+        topk_targets=[c.as_dict(root) for c in cands], target_run_id=winner.mlflow_run_id, target_outcome=stored
+    )
+    ctx.say(
+        f"top-k: the winner is proxy trial {winner.trial_id} (rank {winner.rank}), "
+        f"target test error {winner.target_test_error:.4g}"
+    )
 
 
 def count_in_compute(compute: dict, rows: list[dict]) -> None:
@@ -247,8 +288,11 @@ def topk_metrics(rows: list[dict] | None, timestamp_ms: int) -> list[tuple]:
     """The parent run's top-k metrics: ``topk_<rank>_target_error`` and ``topk_winner_rank``."""
     if not rows:
         return []
-    out = [(f"topk_{r['rank']}_target_error", r["target_test_error"], timestamp_ms, 0) for r in rows
-           if r["target_test_error"] is not None]
+    out = [
+        (f"topk_{r['rank']}_target_error", r["target_test_error"], timestamp_ms, 0)
+        for r in rows
+        if r["target_test_error"] is not None
+    ]
     return out + [("topk_winner_rank", r["rank"], timestamp_ms, 0) for r in rows if r["winner"]]
 
 
@@ -261,15 +305,21 @@ def topk_lines(rows: list[dict] | None, compute: dict) -> list[str]:
         return "-" if v is None else format(v, fmt)
 
     win = next((r for r in rows if r["winner"]), None)
-    lines = ["", f"top-k: the {len(rows)} best proxy configurations trained at the target; the winner has the "
-                 f"lowest target error"
-             + (f": proxy trial {win['trial_id']} (rank {win['rank']}), the target and transfer table above" if win else ""),
-             f"  {'rank':>4}  {'proxy trial':<11}  {'proxy error':>11}  {'transferred lr':>14}  {'target error':>12}  "
-             f"{'device-s':>8}"]
+    lines = [
+        "",
+        f"top-k: the {len(rows)} best proxy configurations trained at the target; the winner has the "
+        f"lowest target error"
+        + (f": proxy trial {win['trial_id']} (rank {win['rank']}), the target and transfer table above" if win else ""),
+        f"  {'rank':>4}  {'proxy trial':<11}  {'proxy error':>11}  {'transferred lr':>14}  {'target error':>12}  "
+        f"{'device-s':>8}",
+    ]
     for r in rows:
-        lines.append(f"  {r['rank']:>4}  {r['trial_id']:<11}  {g(r['proxy_test_error']):>11}  {g(r['lr'], '.3g'):>14}  "
-                     f"{g(r['target_test_error']):>12}  {g(r['device_seconds'], '.1f'):>8}"
-                     + ("  winner" if r["winner"] else ""))
-    lines.append(f"  all {len(rows)} target trainings: {g(compute.get('top_k_device_seconds'), '.1f')} device-s, "
-                 f"{g(compute.get('top_k_flops'), '.3g')} FLOPs (counted in muTransfer's cost)")
+        lines.append(
+            f"  {r['rank']:>4}  {r['trial_id']:<11}  {g(r['proxy_test_error']):>11}  {g(r['lr'], '.3g'):>14}  "
+            f"{g(r['target_test_error']):>12}  {g(r['device_seconds'], '.1f'):>8}" + ("  winner" if r["winner"] else "")
+        )
+    lines.append(
+        f"  all {len(rows)} target trainings: {g(compute.get('top_k_device_seconds'), '.1f')} device-s, "
+        f"{g(compute.get('top_k_flops'), '.3g')} FLOPs (counted in muTransfer's cost)"
+    )
     return lines

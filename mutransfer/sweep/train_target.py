@@ -15,8 +15,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.study_folder.portable import resolved_path, stored_path
+from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.proxies import keep_sigint_handler
 
 
@@ -85,16 +85,32 @@ def train_target(ctx: SweepContext) -> None:
         ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
         ctx.target_run_id = ctx.state.get("target_run_id")
         return
-    outcome, run_id = fit_target(ctx, ctx.transfer, ctx.transfer.source_key, storage_dir=ctx.study_dir.root,
-                                 run_id=ctx.state.get("target_run_id"),
-                                 remember_run=lambda new: ctx.update_state(target_run_id=new))
+    outcome, run_id = fit_target(
+        ctx,
+        ctx.transfer,
+        ctx.transfer.source_key,
+        storage_dir=ctx.study_dir.root,
+        run_id=ctx.state.get("target_run_id"),
+        remember_run=lambda new: ctx.update_state(target_run_id=new),
+    )
     ctx.target, ctx.target_run_id = outcome, run_id
     # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
-    ctx.update_state(target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root)))
+    ctx.update_state(
+        target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root))
+    )
 
 
-def fit_target(ctx: SweepContext, transfer, proxy_trial_id: str, *, storage_dir: Path, run_id: str | None,
-               remember_run, tags: dict | None = None, label: str = "target"):
+def fit_target(
+    ctx: SweepContext,
+    transfer,
+    proxy_trial_id: str,
+    *,
+    storage_dir: Path,
+    run_id: str | None,
+    remember_run,
+    tags: dict | None = None,
+    label: str = "target",
+):
     """Train the target at ``transfer.hp`` (a TransferResult) with Ray Train in ``storage_dir/target``, logged to
     MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
     before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
@@ -131,8 +147,9 @@ def fit_target(ctx: SweepContext, transfer, proxy_trial_id: str, *, storage_dir:
     watch = TargetWatch(ctx, storage_dir, run_id=run_id, label=label)
     try:
         with keep_sigint_handler():
-            outcome = run_target(study, hp, ctx.data, storage_dir, use_gpu=use_gpu,
-                                 max_failures=study.budget.max_failures, on_poll=watch)
+            outcome = run_target(
+                study, hp, ctx.data, storage_dir, use_gpu=use_gpu, max_failures=study.budget.max_failures, on_poll=watch
+            )
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
         tracker.set_status(run_id, "KILLED")

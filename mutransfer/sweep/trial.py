@@ -43,9 +43,10 @@ import dataclasses
 import json
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from mutransfer.study_folder.records import HISTORY_FILE
 
@@ -70,7 +71,9 @@ def fail_trials_from_env() -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise UserInputError(f"{FAIL_ENV}={raw!r}: must be a non-negative integer (number of trial attempts to fail)") from None
+        raise UserInputError(
+            f"{FAIL_ENV}={raw!r}: must be a non-negative integer (number of trial attempts to fail)"
+        ) from None
     if value < 0:
         raise UserInputError(f"{FAIL_ENV}={raw!r}: must be a non-negative integer (number of trial attempts to fail)")
     return value
@@ -123,7 +126,7 @@ class TrialReport:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_metrics(cls, metrics: dict) -> "TrialReport":
+    def from_metrics(cls, metrics: dict) -> TrialReport:
         """From :meth:`metrics` (other keys, e.g. an older done.json's ``history_before``, are ignored)."""
         return cls(**{f.name: metrics[f.name] for f in dataclasses.fields(cls)})
 
@@ -182,7 +185,13 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     from ray import tune
 
     from mutransfer.errors import UserInputError
-    from mutransfer.study.models import effective_spectral_lr, eval_metrics, merge_hyperparameters, model_for, train_config
+    from mutransfer.study.models import (
+        effective_spectral_lr,
+        eval_metrics,
+        merge_hyperparameters,
+        model_for,
+        train_config,
+    )
     from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
     from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
 
@@ -203,7 +212,9 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     torch.manual_seed(study.training.seed)  # the init depends on the seed only, not on the worker's history
     model = model_for(study, data, target=bool(options.get("target_size")), init_scale=hp["init_scale"])
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
-    tconfig = train_config(study, hp, epochs=study.budget.epochs, device=options.get("device", "cpu"), checkpoint_dir=str(trial_dir))
+    tconfig = train_config(
+        study, hp, epochs=study.budget.epochs, device=options.get("device", "cpu"), checkpoint_dir=str(trial_dir)
+    )
 
     history: list[EpochRecord] = []  # the trainer's history: the checkpoint's epochs, then this attempt's
     checkpoint = trial_dir / CHECKPOINT_NAME

@@ -183,8 +183,16 @@ class TrialLogger:
 
     def _run_tags(self, key: str, index: int) -> dict:
         warm = {"mutransfer.warm_start_from": self.warm_from[key]} if key in self.warm_from else {}
-        return {PARENT_TAG: self.parent_run_id, KIND_TAG: "proxy_trial", STUDY_TAG: self.study_name, TRIAL_ID_TAG: key,
-                RUN_NAME_TAG: f"trial {index:03d} ({key})", "mutransfer.trial_index": index, **self.tags, **warm}
+        return {
+            PARENT_TAG: self.parent_run_id,
+            KIND_TAG: "proxy_trial",
+            STUDY_TAG: self.study_name,
+            TRIAL_ID_TAG: key,
+            RUN_NAME_TAG: f"trial {index:03d} ({key})",
+            "mutransfer.trial_index": index,
+            **self.tags,
+            **warm,
+        }
 
     def _steps(self, run: OpenRun) -> set[int]:
         if run.steps is None:
@@ -202,8 +210,17 @@ class TrialLogger:
         fresh = [e for e in sorted(buf) if e not in steps]
         if fresh:
             ts = int(now * 1000)
-            metrics = [m for e in fresh for m in epoch_metrics(e, test_error=buf[e]["test_error"],
-                                                              train_loss=buf[e]["train_loss"], lr=buf[e]["lr"], timestamp_ms=ts)]
+            metrics = [
+                m
+                for e in fresh
+                for m in epoch_metrics(
+                    e,
+                    test_error=buf[e]["test_error"],
+                    train_loss=buf[e]["train_loss"],
+                    lr=buf[e]["lr"],
+                    timestamp_ms=ts,
+                )
+            ]
             log_batch(self.client, run.run_id, metrics=metrics)
             steps.update(fresh)
             run.flushed = now
@@ -251,7 +268,9 @@ class TrialLogger:
 
         trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[2] / "trials"
         for r in read_trial_history(trials / tid):
-            buf.setdefault(r.epoch, {"test_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds})
+            buf.setdefault(
+                r.epoch, {"test_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds}
+            )
 
     def _flush(self, trial, failed: bool) -> None:
         tid = self._key(trial)
@@ -306,8 +325,13 @@ class TrialLogger:
         metrics = []
         for epoch in sorted(set(buf) - logged):
             row = buf[epoch]
-            metrics += epoch_metrics(epoch, test_error=row["test_error"], train_loss=row["train_loss"], lr=row["lr"],
-                                     timestamp_ms=start_ms + int(row["seconds"] * 1000))
+            metrics += epoch_metrics(
+                epoch,
+                test_error=row["test_error"],
+                train_loss=row["train_loss"],
+                lr=row["lr"],
+                timestamp_ms=start_ms + int(row["seconds"] * 1000),
+            )
         final_error = float(last.get("test_error", float("nan"))) if not failed else float("nan")
         epochs_done = int(last.get("epoch", max(buf) if buf else 0) or 0)
         trainer_seconds = float(last.get("trainer_seconds", 0.0) or 0.0)
@@ -325,7 +349,9 @@ class TrialLogger:
         if failed:
             tags["mutransfer.error"] = error or "unknown error"
         if run is None:  # never seen starting (finished before a driver was killed, or an older store)
-            run_id = self.client.create_run(self.experiment_id, start_time=start_ms, tags=self._run_tags(tid, index)).info.run_id
+            run_id = self.client.create_run(
+                self.experiment_id, start_time=start_ms, tags=self._run_tags(tid, index)
+            ).info.run_id
         else:
             run_id = run.run_id
             params = {k: v for k, v in params.items() if k not in run.params}  # MLflow params are write-once

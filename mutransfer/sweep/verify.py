@@ -63,7 +63,9 @@ class Verification:
     seed_optima: list[dict]  # per seed: seed, optimum_lr, at_edge, edge ("below"/"above"/None)
     at_edge: bool  # every seed's optimum lay at the grid's edge: the distance is not measured
     verdict: str
-    diverged_at_transferred: list[int] = field(default_factory=list)  # seeds whose training at the transferred LR diverged
+    diverged_at_transferred: list[int] = field(
+        default_factory=list
+    )  # seeds whose training at the transferred LR diverged
     cost: dict = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
 
@@ -71,7 +73,7 @@ class Verification:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Verification":
+    def from_dict(cls, d: dict) -> Verification:
         """Back from :meth:`as_dict` (``state.json``'s ``verification``, the report's); unknown keys are ignored."""
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
@@ -80,8 +82,10 @@ class Verification:
         d = self.distance_decades
         if d is None:
             return f"verification ({len(self.seeds)} seed(s), {span}): {self.verdict}"
-        text = (f"verification ({len(self.seeds)} seed(s), {span}): target optimum lr {self.optimum_lr:.3g} vs "
-                f"transferred {self.transferred_lr:.3g}: {d['mean']:+.2f} decades {_bounds(d['ci'], 1, '+.2f')} (n={d['n']})")
+        text = (
+            f"verification ({len(self.seeds)} seed(s), {span}): target optimum lr {self.optimum_lr:.3g} vs "
+            f"transferred {self.transferred_lr:.3g}: {d['mean']:+.2f} decades {_bounds(d['ci'], 1, '+.2f')} (n={d['n']})"
+        )
         r = self.regret
         if r is not None:
             text += f"; regret {100 * r['mean']:.1f}% {_bounds(r['ci'], 100, '.1f')}"
@@ -118,7 +122,7 @@ def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING
     regret = mean_ci(regrets) if regrets else None
     mean_curve = {v: _mean([r["test_error"] for r in records if r["lr"] == v and _ok(r)]) for v in grid}
     finite = {v: e for v, e in mean_curve.items() if e is not None}
-    optimum_lr = None if distance is None else float(transferred_lr * 10.0 ** distance.mean)
+    optimum_lr = None if distance is None else float(transferred_lr * 10.0**distance.mean)
     verdict = _verdict(distance, seed_optima, spacing)
     return Verification(
         transferred_lr=float(transferred_lr),
@@ -147,7 +151,11 @@ def _verdict(distance, seed_optima: list[dict], spacing: float) -> str:
         edges = {s["edge"] for s in seed_optima if s["edge"]}
         if not edges:
             return "every training diverged: no optimum"
-        where = f"{edges.pop()} the grid for every seed" if len(edges) == 1 else "outside the grid (below for some seeds, above for others)"
+        where = (
+            f"{edges.pop()} the grid for every seed"
+            if len(edges) == 1
+            else "outside the grid (below for some seeds, above for others)"
+        )
         return f"optimum {where}: not measured; widen the grid (--verify-points)"
     half = spacing / 2
     if distance.n < 2:
@@ -216,8 +224,11 @@ def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -
     remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=study.budget.max_failures)(train_target_at)
     data_ref = ray.put(ctx.data)
     device = "cuda" if gpus > 0 else "cpu"
-    pending = {remote.remote(study, ctx.transfer.hp, data_ref, lr, seed, threads, device): (lr, seed)
-               for lr in lrs for seed in seeds}
+    pending = {
+        remote.remote(study, ctx.transfer.hp, data_ref, lr, seed, threads, device): (lr, seed)
+        for lr in lrs
+        for seed in seeds
+    }
     records = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
@@ -231,8 +242,10 @@ def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -
             ) from exc
         records.append(record)
         _log_point(ctx, kind, record)
-        ctx.say(f"  {kind} [{len(records)}/{len(records) + len(pending)}] lr={record['lr']:.4g} seed={record['seed']}: "
-                f"{record['status']} {record['test_error']:.4g}")
+        ctx.say(
+            f"  {kind} [{len(records)}/{len(records) + len(pending)}] lr={record['lr']:.4g} seed={record['seed']}: "
+            f"{record['status']} {record['test_error']:.4g}"
+        )
     return records
 
 
@@ -240,17 +253,31 @@ def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
     from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
 
     client = ctx.tracker.client
-    run = client.create_run(ctx.experiment_id, tags={
-        PARENT_TAG: ctx.parent_id, RUN_NAME_TAG: f"{kind} lr={record['lr']:.4g} seed={record['seed']}",
-        "mutransfer.kind": kind, "mutransfer.study": ctx.study.name, "mutransfer.status": record["status"],
-    })
+    run = client.create_run(
+        ctx.experiment_id,
+        tags={
+            PARENT_TAG: ctx.parent_id,
+            RUN_NAME_TAG: f"{kind} lr={record['lr']:.4g} seed={record['seed']}",
+            "mutransfer.kind": kind,
+            "mutransfer.study": ctx.study.name,
+            "mutransfer.status": record["status"],
+        },
+    )
     now = int(time.time() * 1000)
     metrics = [("test_error", e, now, epoch) for epoch, e, _ in record["history"]]
     metrics += [(k, record[k], now, 0) for k in ("trainer_seconds", "wall_seconds")]
     metrics.append(("final_test_error", record["test_error"], now, 0))
-    log_batch(client, run.info.run_id, metrics=metrics, params={"lr": record["lr"], "seed": record["seed"],
-                                                                "K": ctx.study.target_K,
-                                                                "width": ctx.study.target_width or ctx.study.operator.width})
+    log_batch(
+        client,
+        run.info.run_id,
+        metrics=metrics,
+        params={
+            "lr": record["lr"],
+            "seed": record["seed"],
+            "K": ctx.study.target_K,
+            "width": ctx.study.target_width or ctx.study.operator.width,
+        },
+    )
     ctx.tracker.set_status(run.info.run_id, "FINISHED")
 
 
@@ -284,8 +311,10 @@ def verify_phase(ctx: SweepContext) -> None:
     lr = float(ctx.transfer.hp["lr"])
     grid = lr_grid(lr, options.verify_points)
     seeds = [int(ctx.study.training.seed) + s for s in range(options.verify_seeds)]
-    ctx.say(f"verification: the target at {len(grid)} LRs {grid[0]:.3g}..{grid[-1]:.3g} ({SPACING_DECADES} decades apart) "
-            f"x {len(seeds)} seed(s), {ctx.study.target.epochs} epochs each ...")
+    ctx.say(
+        f"verification: the target at {len(grid)} LRs {grid[0]:.3g}..{grid[-1]:.3g} ({SPACING_DECADES} decades apart) "
+        f"x {len(seeds)} seed(s), {ctx.study.target.epochs} epochs each ..."
+    )
     start = time.perf_counter()
     records = run_grid(ctx, grid, seeds, "verify_point")
     result = analyse(records, lr)
@@ -301,16 +330,22 @@ def _log_verification(ctx: SweepContext, result: Verification) -> None:
     from mutransfer.tracking.runs import log_batch
 
     now = int(time.time() * 1000)
-    metrics = [("verify_error_at_transferred", result.error_at_transferred, now, 0),
-               ("verify_error_at_optimum", result.error_at_optimum, now, 0),
-               ("verify_device_seconds", result.cost["device_seconds"], now, 0)]
+    metrics = [
+        ("verify_error_at_transferred", result.error_at_transferred, now, 0),
+        ("verify_error_at_optimum", result.error_at_optimum, now, 0),
+        ("verify_device_seconds", result.cost["device_seconds"], now, 0),
+    ]
     if result.distance_decades:
         metrics.append(("verify_distance_decades", result.distance_decades["mean"], now, 0))
         metrics.append(("verify_optimum_lr", result.optimum_lr, now, 0))
     if result.regret:
         metrics.append(("verify_regret", result.regret["mean"], now, 0))
-    log_batch(ctx.tracker.client, ctx.parent_id, metrics=[m for m in metrics if m[1] is not None],
-              tags={"mutransfer.verification": result.verdict[:250]})
+    log_batch(
+        ctx.tracker.client,
+        ctx.parent_id,
+        metrics=[m for m in metrics if m[1] is not None],
+        tags={"mutransfer.verification": result.verdict[:250]},
+    )
     path = ctx.study_dir.root / "verification.json"
     write_atomic(path, json.dumps(result.as_dict(), indent=2))
     ctx.tracker.client.log_artifact(ctx.parent_id, str(path), "verification")

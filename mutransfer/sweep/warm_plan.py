@@ -22,7 +22,6 @@ first session, so a resumed study hands out the same trials without reading the 
 from __future__ import annotations
 
 import math
-
 from dataclasses import asdict, dataclass, field
 
 from mutransfer.errors import UserInputError
@@ -45,11 +44,18 @@ class WarmTrial:
     config: dict
     rescale: dict  # lr_factor, init_variance_factor, the transfer's quantities and notes
 
-    def provenance(self, warm: "WarmStart") -> dict:
+    def provenance(self, warm: WarmStart) -> dict:
         """What ``trials/<key>/warm_start.json`` holds."""
-        return {"source_study": warm.source, "source_location": warm.location, "source_trial": self.source_trial,
-                "source_error": self.source_error, "source_size": warm.source_size, "size": warm.size,
-                "config": self.config, "rescale": self.rescale}
+        return {
+            "source_study": warm.source,
+            "source_location": warm.location,
+            "source_trial": self.source_trial,
+            "source_error": self.source_error,
+            "source_size": warm.source_size,
+            "size": warm.size,
+            "config": self.config,
+            "rescale": self.rescale,
+        }
 
 
 @dataclass
@@ -71,13 +77,13 @@ class WarmStart:
         return asdict(self)
 
     @classmethod
-    def from_state(cls, state: dict) -> "WarmStart | None":
+    def from_state(cls, state: dict) -> WarmStart | None:
         """The warm start ``state.json`` keeps (key ``warm_start``), or None for a cold study."""
         stored = state.get(NAME)
         return cls.from_dict(stored) if stored else None
 
     @classmethod
-    def from_dict(cls, d: dict) -> "WarmStart":
+    def from_dict(cls, d: dict) -> WarmStart:
         return cls(**dict(d, trials=[WarmTrial(**t) for t in d.get("trials") or []], notes=list(d.get("notes") or [])))
 
     def plan_entries(self) -> list[tuple[dict, dict]]:
@@ -98,20 +104,26 @@ def resolve_warm_start(options, study, tracking_uri: str, state: dict) -> WarmSt
     if spec is None:
         if options.warm_start_top is not None or options.warm_start_any:
             flag = "--warm-start-top" if options.warm_start_top is not None else "--warm-start-any"
-            raise UserInputError(f"{flag} needs --warm-start STUDY (the study whose trials seed this one); add it or drop {flag}")
+            raise UserInputError(
+                f"{flag} needs --warm-start STUDY (the study whose trials seed this one); add it or drop {flag}"
+            )
         stored = state.get("warm_start") if options.resume else None
         return WarmStart.from_dict(stored) if stored else None
     if study.search.algorithm == "grid":
-        raise UserInputError("--warm-start: search.algorithm grid runs every combination in a fixed order and cannot be "
-                             "seeded; use search.algorithm tpe or random, or drop --warm-start")
+        raise UserInputError(
+            "--warm-start: search.algorithm grid runs every combination in a fixed order and cannot be "
+            "seeded; use search.algorithm tpe or random, or drop --warm-start"
+        )
     if options.resume:
         stored = state.get("warm_start")
         if stored:
             _check_same_source(spec, stored, options)
             return WarmStart.from_dict(stored)
         if state.get("search_window") is not None or state.get("phase") not in (None, "proxies"):
-            raise UserInputError(f"--warm-start {spec}: study {study.name!r} started without a warm start and its search "
-                                 "has begun; resume it without --warm-start, or start a new study with --name NEW")
+            raise UserInputError(
+                f"--warm-start {spec}: study {study.name!r} started without a warm start and its search "
+                "has begun; resume it without --warm-start, or start a new study with --name NEW"
+            )
     source = load_source(spec, runs_dir=options.runs_dir, tracking_uri=tracking_uri)
     notes = _check_kind(spec, study, source, options.warm_start_any)
     return build_warm_start(spec, study, source, options.warm_start_top, notes)
@@ -122,24 +134,32 @@ def _check_same_source(spec: str, stored: dict, options) -> None:
 
     same = spec in (stored["spec"], stored["source"]) or str(Path(spec).expanduser().absolute()) == stored["location"]
     if not same:
-        raise UserInputError(f"--warm-start {spec}: this study started warm from {stored['source']!r} "
-                             f"({stored['location']}); resume with --warm-start {stored['spec']} or without the flag")
+        raise UserInputError(
+            f"--warm-start {spec}: this study started warm from {stored['source']!r} "
+            f"({stored['location']}); resume with --warm-start {stored['spec']} or without the flag"
+        )
     if options.warm_start_top is not None and options.warm_start_top != stored["requested"]:
-        raise UserInputError(f"--warm-start-top {options.warm_start_top}: this study started with "
-                             f"--warm-start-top {stored['requested']}; drop the flag to resume")
+        raise UserInputError(
+            f"--warm-start-top {options.warm_start_top}: this study started with "
+            f"--warm-start-top {stored['requested']}; drop the flag to resume"
+        )
 
 
 def _check_kind(spec: str, study, source: SourceStudy, any_kind: bool) -> list[str]:
     """Refuse a source of another problem or operator (a note with ``--warm-start-any``)."""
     notes = []
-    for what, here, there in (("problem", study.problem.name, source.problem),
-                              ("operator", study.operator.type, source.operator)):
+    for what, here, there in (
+        ("problem", study.problem.name, source.problem),
+        ("operator", study.operator.type, source.operator),
+    ):
         if here == there:
             continue
         if not any_kind:
             verb = "solved" if what == "problem" else "used"
-            raise UserInputError(f"--warm-start {spec}: study {source.name!r} {verb} {what} {there}, this study {what} "
-                                 f"{here}; pick a study of the same {what}, or pass --warm-start-any to seed from it anyway")
+            raise UserInputError(
+                f"--warm-start {spec}: study {source.name!r} {verb} {what} {there}, this study {what} "
+                f"{here}; pick a study of the same {what}, or pass --warm-start-any to seed from it anyway"
+            )
         notes.append(f"--warm-start-any: the source's {what} is {there}, this study's {here}")
     return notes
 
@@ -151,8 +171,10 @@ def build_warm_start(spec: str, study, source: SourceStudy, top: int | None, not
     requested = int(top) if top is not None else max(1, study.search.num_trials // 4)
     best = source.best(min(requested, total_trials(study)))
     if not best:
-        raise UserInputError(f"--warm-start {spec}: study {source.name!r} ({source.location}) has no completed trial with "
-                             "a finite error; finish it (--resume) or pick another study")
+        raise UserInputError(
+            f"--warm-start {spec}: study {source.name!r} ({source.location}) has no completed trial with "
+            "a finite error; finish it (--resume) or pick another study"
+        )
     clipped, out_of_choice, missing = [], [], []
     trials: list[WarmTrial] = []
     size = {"K": study.proxy_modes, "width": int(study.operator.width)}
@@ -169,11 +191,23 @@ def build_warm_start(spec: str, study, source: SourceStudy, top: int | None, not
     if missing:
         notes.append("left out (the source did not search it): " + ", ".join(missing))
     if not trials:
-        raise UserInputError(f"--warm-start {spec}: none of the {len(best)} best trials of {source.name!r} fits this "
-                             f"study's search space ({'; '.join(notes[-2:])}); widen search_space or drop --warm-start")
+        raise UserInputError(
+            f"--warm-start {spec}: none of the {len(best)} best trials of {source.name!r} fits this "
+            f"study's search space ({'; '.join(notes[-2:])}); widen search_space or drop --warm-start"
+        )
     notes.append(_rescale_note(source, size, trials[0].rescale))
-    return WarmStart(spec, source.name, source.location, source.problem, source.operator,
-                     {"K": source.proxy_K, "width": source.proxy_width}, size, requested, trials, notes)
+    return WarmStart(
+        spec,
+        source.name,
+        source.location,
+        source.problem,
+        source.operator,
+        {"K": source.proxy_K, "width": source.proxy_width},
+        size,
+        requested,
+        trials,
+        notes,
+    )
 
 
 def _fit(study, trial, clipped: list, out_of_choice: list, missing: list) -> dict | None:
@@ -210,9 +244,16 @@ def source_scaling(study, source: SourceStudy):
     from operators.transfer import Scaling
 
     modes = study.proxy_modes is not None and source.proxy_K is not None
-    return Scaling(dim=study.dim, proxy_modes=source.proxy_K if modes else None, target_modes=study.proxy_K if modes else None,
-                   parametrization=study.parametrization, proxy_width=source.proxy_width, target_width=int(study.operator.width),
-                   width_parametrization="standard", attention_scaled=study.family.attention_scaled)
+    return Scaling(
+        dim=study.dim,
+        proxy_modes=source.proxy_K if modes else None,
+        target_modes=study.proxy_K if modes else None,
+        parametrization=study.parametrization,
+        proxy_width=source.proxy_width,
+        target_width=int(study.operator.width),
+        width_parametrization="standard",
+        attention_scaled=study.family.attention_scaled,
+    )
 
 
 def rescale_record(study, source: SourceStudy, config: dict) -> dict:
@@ -222,20 +263,35 @@ def rescale_record(study, source: SourceStudy, config: dict) -> dict:
 
     hp = merge_hyperparameters(study, config)
     unchanged = {k: v for k, v in config.items() if k not in ("lr", "init_scale")}
-    record = transfer(source_scaling(study, source), hp["lr"],
-                      init_scale=study.family.own_hyperparameters(hp).get("init_scale"), unchanged=unchanged)
-    return {"lr_factor": record.lr_factor, "init_variance_factor": record.init_variance_factor,
-            "quantities": record.as_dict()["quantities"], "notes": list(record.notes)}
+    record = transfer(
+        source_scaling(study, source),
+        hp["lr"],
+        init_scale=study.family.own_hyperparameters(hp).get("init_scale"),
+        unchanged=unchanged,
+    )
+    return {
+        "lr_factor": record.lr_factor,
+        "init_variance_factor": record.init_variance_factor,
+        "quantities": record.as_dict()["quantities"],
+        "notes": list(record.notes),
+    }
 
 
 def _rescale_note(source: SourceStudy, size: dict, rescale: dict) -> str:
-    text = (f"rescaled by muP from {source.size_text()} to K={size['K']} width {size['width']}" if size["K"] is not None
-            else f"from width {source.proxy_width} to width {size['width']}")
-    text += (f": the master hyperparameters carry over unchanged (the models apply their multipliers); effective spectral "
-             f"LR x {rescale['lr_factor']:.4g}, init variance x {rescale['init_variance_factor']:.4g}")
+    text = (
+        f"rescaled by muP from {source.size_text()} to K={size['K']} width {size['width']}"
+        if size["K"] is not None
+        else f"from width {source.proxy_width} to width {size['width']}"
+    )
+    text += (
+        f": the master hyperparameters carry over unchanged (the models apply their multipliers); effective spectral "
+        f"LR x {rescale['lr_factor']:.4g}, init variance x {rescale['init_variance_factor']:.4g}"
+    )
     if source.proxy_width is not None and source.proxy_width != size["width"]:
-        text += ("; the proxy width differs and each study's proxy is its own width base model: copied unchanged, "
-                 "the optimum may drift with width")
+        text += (
+            "; the proxy width differs and each study's proxy is its own width base model: copied unchanged, "
+            "the optimum may drift with width"
+        )
     return text
 
 
@@ -258,7 +314,11 @@ def start_warm(ctx) -> list[tuple[dict, dict]]:
         from mutransfer.tracking.runs import log_batch
 
         logged = ctx.tracker.client.get_run(ctx.parent_id).data.metrics
-        metrics = [] if "warm_start_trials" in logged else [("warm_start_trials", len(warm.trials), int(time.time() * 1000), 0)]
+        metrics = (
+            []
+            if "warm_start_trials" in logged
+            else [("warm_start_trials", len(warm.trials), int(time.time() * 1000), 0)]
+        )
         log_batch(ctx.tracker.client, ctx.parent_id, metrics=metrics, tags={WARM_TAG: warm.source})
     keys = ", ".join(f"{t.key}<-{t.source_trial}" for t in warm.trials)
     ctx.say(f"warm start: {len(warm.trials)} trial(s) from study {warm.source!r} ({keys})")
@@ -275,9 +335,24 @@ def warm_start_section(warm: WarmStart | None, trials: list) -> dict | None:
     rows = []
     for t in warm.trials:
         record = here.get(t.key)
-        rows.append({"trial_id": t.key, "source_trial": t.source_trial, "source_error": t.source_error,
-                     "test_error": record.test_error if record else None, "status": record.status if record else None,
-                     "config": t.config, "lr_factor": t.rescale["lr_factor"]})
-    return {"source": warm.source, "location": warm.location, "requested": warm.requested, "trials": len(warm.trials),
-            "source_size": warm.source_size, "size": warm.size, "from_source": rows, "notes": warm.notes}
-
+        rows.append(
+            {
+                "trial_id": t.key,
+                "source_trial": t.source_trial,
+                "source_error": t.source_error,
+                "test_error": record.test_error if record else None,
+                "status": record.status if record else None,
+                "config": t.config,
+                "lr_factor": t.rescale["lr_factor"],
+            }
+        )
+    return {
+        "source": warm.source,
+        "location": warm.location,
+        "requested": warm.requested,
+        "trials": len(warm.trials),
+        "source_size": warm.source_size,
+        "size": warm.size,
+        "from_source": rows,
+        "notes": warm.notes,
+    }

@@ -89,7 +89,8 @@ def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str) -> Source
         places.append(f"no study {spec!r} in the tracking store {tracking_uri}")
     raise UserInputError(
         f"--warm-start {spec}: no such study ({'; '.join(places)}); pass a study folder, a study name of --runs-dir, "
-        "or the --tracking-uri of the store that holds it")
+        "or the --tracking-uri of the store that holds it"
+    )
 
 
 def _plain_name(spec: str) -> bool:
@@ -103,9 +104,9 @@ def _plain_name(spec: str) -> bool:
 
 def read_folder(root: Path) -> SourceStudy:
     """A study folder's study (study.yaml) and its trials (trials/<key>/config.json + outcome.json)."""
-    from mutransfer.sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome
     from mutransfer.study_folder.portable import read_study_file
     from mutransfer.study_folder.state import StudyDir
+    from mutransfer.sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome
 
     sdir = StudyDir(root)
     try:
@@ -121,10 +122,16 @@ def read_folder(root: Path) -> SourceStudy:
         result = Outcome.from_dict(outcome)
         trials.append(SourceTrial(directory.name, config, result.value, result.status))
     return SourceStudy(
-        name=study.name, problem=study.problem.name, operator=study.operator.type,
+        name=study.name,
+        problem=study.problem.name,
+        operator=study.operator.type,
         parametrization=study.scaling()["parametrization"],
-        proxy_K=study.proxy_modes, proxy_width=int(study.operator.width),
-        location=str(sdir.root), kind="folder", trials=tuple(trials))
+        proxy_K=study.proxy_modes,
+        proxy_width=int(study.operator.width),
+        location=str(sdir.root),
+        kind="folder",
+        trials=tuple(trials),
+    )
 
 
 def _json(path: Path):
@@ -149,8 +156,11 @@ def read_tracking(name: str, uri: str) -> SourceStudy | None:
     if not experiments:
         return None
     parents = tracker.client.search_runs(
-        experiments, filter_string=f"tags.`{KIND_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{name}'",
-        order_by=["attributes.start_time DESC"], max_results=1)
+        experiments,
+        filter_string=f"tags.`{KIND_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{name}'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     if not parents:
         return None
     parent = parents[0]
@@ -164,13 +174,23 @@ def read_tracking(name: str, uri: str) -> SourceStudy | None:
             continue
         config = {k: _param(run.data.params[f"hp.{k}"]) for k in searched if f"hp.{k}" in run.data.params}
         error = run.data.metrics.get("final_test_error")
-        trials.append(SourceTrial(tags[TRIAL_ID_TAG], config, None if error is None else float(error),
-                                  tags.get(STATUS_TAG, "failed")))
+        trials.append(
+            SourceTrial(
+                tags[TRIAL_ID_TAG], config, None if error is None else float(error), tags.get(STATUS_TAG, "failed")
+            )
+        )
     trials.sort(key=lambda t: t.key)
     return SourceStudy(
-        name=name, problem=str(p.get("problem")), operator=str(p.get("operator")),
-        parametrization=_param(p.get("parametrization")), proxy_K=_int(p.get("proxy_K")),
-        proxy_width=_int(p.get("proxy_width")), location=uri, kind="tracking", trials=tuple(trials))
+        name=name,
+        problem=str(p.get("problem")),
+        operator=str(p.get("operator")),
+        parametrization=_param(p.get("parametrization")),
+        proxy_K=_int(p.get("proxy_K")),
+        proxy_width=_int(p.get("proxy_width")),
+        location=uri,
+        kind="tracking",
+        trials=tuple(trials),
+    )
 
 
 def _param(text):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from mutransfer.errors import UserInputError
 from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, _client, sqlite_path
 
@@ -20,7 +19,9 @@ def list_studies(uri: str) -> list[dict]:
         return []
     ids = [e.experiment_id for e in experiments]
     names = {e.experiment_id: e.name for e in experiments}
-    runs = client.search_runs(ids, filter_string=f"tags.`{KIND_TAG}` = 'study'", max_results=1000, order_by=["attributes.start_time DESC"])
+    runs = client.search_runs(
+        ids, filter_string=f"tags.`{KIND_TAG}` = 'study'", max_results=1000, order_by=["attributes.start_time DESC"]
+    )
     rows = []
     for run in runs:
         p, m, t = run.data.params, run.data.metrics, run.data.tags
@@ -69,7 +70,20 @@ def format_studies(rows: list[dict]) -> str:
             return "-"
         return str(w0) if w1 in (None, w0) else f"{w0}->{w1}"
 
-    table = [("study", "status", "problem", "proxy K", "target K", "operator", "width", "best proxy err", "target err", "cost proxy/target (device-s)")]
+    table = [
+        (
+            "study",
+            "status",
+            "problem",
+            "proxy K",
+            "target K",
+            "operator",
+            "width",
+            "best proxy err",
+            "target err",
+            "cost proxy/target (device-s)",
+        )
+    ]
     for r in rows:
         cost = "-"
         if r["proxy_device_seconds"] is not None or r["target_device_seconds"] is not None:

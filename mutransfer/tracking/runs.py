@@ -36,7 +36,6 @@ import os
 import time
 from pathlib import Path
 
-
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 KIND_TAG = "mutransfer.kind"
@@ -62,7 +61,7 @@ def resolve_tracking_uri(uri: str | None) -> str:
         return default_tracking_uri()
     _check_tracking_uri(uri)
     if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return f"sqlite:///{Path(uri[len('sqlite:///'):]).absolute()}"
+        return f"sqlite:///{Path(uri[len('sqlite:///') :]).absolute()}"
     return uri
 
 
@@ -84,7 +83,7 @@ def _check_tracking_uri(uri: str) -> None:
 
 def sqlite_path(uri: str) -> Path | None:
     if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///"):])
+        return Path(uri[len("sqlite:///") :])
     return None
 
 
@@ -135,7 +134,11 @@ def log_batch(client, run_id: str, *, metrics=(), params: dict | None = None, ta
 
 def epoch_metrics(epoch: int, *, test_error, train_loss, lr, timestamp_ms: int) -> list[tuple]:
     """The per-epoch metrics of a trial or the target as (key, value, timestamp ms, step = epoch) tuples."""
-    return [("test_error", test_error, timestamp_ms, epoch), ("train_loss", train_loss, timestamp_ms, epoch), ("lr", lr, timestamp_ms, epoch)]
+    return [
+        ("test_error", test_error, timestamp_ms, epoch),
+        ("train_loss", train_loss, timestamp_ms, epoch),
+        ("lr", lr, timestamp_ms, epoch),
+    ]
 
 
 def logged_steps(client, run_id: str, key: str = "test_error") -> set[int]:
@@ -247,7 +250,11 @@ class Tracker:
         stamped now, in one call (the target's live metrics); returns the epochs logged."""
         now = _now_ms()
         fresh = [r for r in records if r.epoch not in skip]
-        metrics = [m for r in fresh for m in epoch_metrics(r.epoch, test_error=r.test_error, train_loss=r.train_loss, lr=r.lr, timestamp_ms=now)]
+        metrics = [
+            m
+            for r in fresh
+            for m in epoch_metrics(r.epoch, test_error=r.test_error, train_loss=r.train_loss, lr=r.lr, timestamp_ms=now)
+        ]
         if metrics:
             log_batch(self.client, run_id, metrics=metrics)
         return [r.epoch for r in fresh]
@@ -257,8 +264,13 @@ class Tracker:
         metrics = []
         for r in outcome.history:  # training.EpochRecord
             if r.epoch not in logged_epochs:
-                metrics += epoch_metrics(r.epoch, test_error=r.test_error, train_loss=r.train_loss, lr=r.lr,
-                                         timestamp_ms=start_ms + int(r.seconds * 1000))
+                metrics += epoch_metrics(
+                    r.epoch,
+                    test_error=r.test_error,
+                    train_loss=r.train_loss,
+                    lr=r.lr,
+                    timestamp_ms=start_ms + int(r.seconds * 1000),
+                )
         now = _now_ms()
         metrics += [
             ("final_test_error", outcome.test_error, now, 0),

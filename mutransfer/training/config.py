@@ -59,7 +59,9 @@ class TrainConfig(Hyperparameters):
         if inconsistency:
             raise UserInputError(f"{inconsistency[0]}: {inconsistency[1]}")
         if self.loss == "pino" and self.data_weight == 0 and self.physics_weight == 0:
-            raise UserInputError("data_weight/physics_weight: both are 0; give at least one a positive weight, e.g. 5:1")
+            raise UserInputError(
+                "data_weight/physics_weight: both are 0; give at least one a positive weight, e.g. 5:1"
+            )
         self._check_run_options()
 
     def _check_betas_and_milestones(self) -> None:
@@ -80,7 +82,9 @@ class TrainConfig(Hyperparameters):
 
     def _check_run_options(self) -> None:
         if (self.epochs is None) == (self.iterations is None):
-            raise UserInputError("epochs/iterations: set exactly one training budget, e.g. epochs=500 or iterations=10000")
+            raise UserInputError(
+                "epochs/iterations: set exactly one training budget, e.g. epochs=500 or iterations=10000"
+            )
         for name in ("epochs", "iterations", "eval_every", "checkpoint_every"):
             value = getattr(self, name)
             if value is not None and (not is_int(value) or value < 1):
@@ -92,11 +96,15 @@ class TrainConfig(Hyperparameters):
         if self.data_workers is not None and (not is_int(self.data_workers) or self.data_workers < 0):
             raise UserInputError(f"data_workers {self.data_workers!r}: must be an integer >= 0, or unset")
         if self.device_memory is not None and (not is_int(self.device_memory) or self.device_memory < 1):
-            raise UserInputError(f"device_memory {self.device_memory!r}: must be a number of bytes, e.g. 80GiB, or unset")
+            raise UserInputError(
+                f"device_memory {self.device_memory!r}: must be a number of bytes, e.g. 80GiB, or unset"
+            )
         if self.checkpoint_dir is not None and not isinstance(self.checkpoint_dir, (str, os.PathLike)):
             raise UserInputError(f"checkpoint_dir {self.checkpoint_dir!r}: must be a directory path or unset")
         if self.checkpoint_dir is not None and os.path.isfile(self.checkpoint_dir):
-            raise UserInputError(f"checkpoint_dir {self.checkpoint_dir}: is a file; give a folder (it is made if missing)")
+            raise UserInputError(
+                f"checkpoint_dir {self.checkpoint_dir}: is a file; give a folder (it is made if missing)"
+            )
 
     def to_dict(self) -> dict:
         """Plain dict (lists, not tuples) safe for JSON and ``torch.load(weights_only=True)``."""

@@ -19,7 +19,12 @@ def all_finite(params: list[torch.Tensor]) -> bool:
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int, device: torch.device, amp: Precision | None = None
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+    amp: Precision | None = None,
 ) -> float:
     """Mean relative L2 of ``model`` over (x, y), shapes (n, *grid, C), in batches (the metric in float32)."""
     was_training = model.training

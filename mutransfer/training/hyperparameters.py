@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from mutransfer.config.reader import kind_of
 from mutransfer.config.settings import fraction, non_negative, positive, setting
 from mutransfer.training.pino import LOSSES
-from operators.precision import PRECISIONS
 from mutransfer.training.schedules import SCHEDULES
+from operators.precision import PRECISIONS
 
 
 def positive_or_off(value: float) -> str | None:
@@ -54,39 +54,94 @@ def read_milestones(r, name: str, default):
 class Hyperparameters:
     """Optimisation hyperparameters: what a study searches or fixes, and what a training run uses."""
 
-    lr: float = setting(1e-3, "master learning rate η0 (spectral weights train at c(K)·η0)", kind="float",
-                        check=positive, example="1e-3")
-    batch_size: int = setting(20, "batch size (per optimizer step, all data-parallel workers together)",
-                              kind="int", minimum=1, example="20")
+    lr: float = setting(
+        1e-3,
+        "master learning rate η0 (spectral weights train at c(K)·η0)",
+        kind="float",
+        check=positive,
+        example="1e-3",
+    )
+    batch_size: int = setting(
+        20, "batch size (per optimizer step, all data-parallel workers together)", kind="int", minimum=1, example="20"
+    )
     betas: list = setting(help="Adam (β1, β2)", factory=lambda: [0.9, 0.999], read=read_betas, flag="")
     weight_decay: float = setting(0.0, "Adam weight decay", kind="float", check=non_negative, example="0")
-    schedule: str = setting("step", "LR schedule; step halves at milestones or every step_size (else every budget/5)",
-                            kind="str", choices=tuple(SCHEDULES))
-    milestones: list | None = setting(None, "step schedule: halve at these epochs (iterations with an iterations budget)",
-                                      read=read_milestones, nullable=True, flag="")
-    step_size: int | None = setting(None, "step schedule: halve every this many epochs (or iterations)", kind="int",
-                                    minimum=1, nullable=True, example="50")
+    schedule: str = setting(
+        "step",
+        "LR schedule; step halves at milestones or every step_size (else every budget/5)",
+        kind="str",
+        choices=tuple(SCHEDULES),
+    )
+    milestones: list | None = setting(
+        None,
+        "step schedule: halve at these epochs (iterations with an iterations budget)",
+        read=read_milestones,
+        nullable=True,
+        flag="",
+    )
+    step_size: int | None = setting(
+        None,
+        "step schedule: halve every this many epochs (or iterations)",
+        kind="int",
+        minimum=1,
+        nullable=True,
+        example="50",
+    )
     gamma: float = setting(0.5, "step schedule factor", kind="float", check=fraction, example="0.5")
-    clip_value: float | None = setting(None, "FNO: element-wise clip of the spectral gradients", kind="float",
-                                       check=positive_or_off, nullable=True, example="0.01")
+    clip_value: float | None = setting(
+        None,
+        "FNO: element-wise clip of the spectral gradients",
+        kind="float",
+        check=positive_or_off,
+        nullable=True,
+        example="0.01",
+    )
     seed: int = setting(0, "seed of the model's init and the batch order", kind="int", minimum=0, example="0")
-    loss: str = setting("relative_l2", "training loss: relative_l2, or pino (Darcy: data + PDE residual, 5:1)",
-                        kind="str", choices=tuple(LOSSES))
-    data_weight: float | None = setting(None, "loss pino: weight of the relative L2 data term (default 5)",
-                                        kind="float", check=non_negative, nullable=True, example="5", flag="")
-    physics_weight: float | None = setting(None, "loss pino: weight of the PDE residual term (default 1)",
-                                           kind="float", check=non_negative, nullable=True, example="1", flag="")
-    precision: str = setting("fp32", "fp32, or bf16/fp16 mixed precision (autocast for the real-valued layers; FFTs "
-                             "and the spectral contraction in fp32; fp16 with loss scaling)", kind="str",
-                             choices=tuple(PRECISIONS))
+    loss: str = setting(
+        "relative_l2",
+        "training loss: relative_l2, or pino (Darcy: data + PDE residual, 5:1)",
+        kind="str",
+        choices=tuple(LOSSES),
+    )
+    data_weight: float | None = setting(
+        None,
+        "loss pino: weight of the relative L2 data term (default 5)",
+        kind="float",
+        check=non_negative,
+        nullable=True,
+        example="5",
+        flag="",
+    )
+    physics_weight: float | None = setting(
+        None,
+        "loss pino: weight of the PDE residual term (default 1)",
+        kind="float",
+        check=non_negative,
+        nullable=True,
+        example="1",
+        flag="",
+    )
+    precision: str = setting(
+        "fp32",
+        "fp32, or bf16/fp16 mixed precision (autocast for the real-valued layers; FFTs "
+        "and the spectral contraction in fp32; fp16 with loss scaling)",
+        kind="str",
+        choices=tuple(PRECISIONS),
+    )
 
 
 def consistency_problem(h) -> tuple[str, str] | None:
     """(field, problem) for the first rule between fields of ``h`` that fails, else None."""
     if h.loss != "pino" and (h.data_weight is not None or h.physics_weight is not None):
-        return "loss", f"data_weight/physics_weight apply to loss 'pino' only, not {h.loss!r}; drop them or set loss pino"
+        return (
+            "loss",
+            f"data_weight/physics_weight apply to loss 'pino' only, not {h.loss!r}; drop them or set loss pino",
+        )
     if h.milestones is not None and h.step_size is not None:
         return "step_size", "set at most one of milestones and step_size for the step schedule"
     if (h.milestones is not None or h.step_size is not None) and h.schedule != "step":
-        return "schedule", f"milestones/step_size only apply to schedule step, not {h.schedule!r}; drop them or use step"
+        return (
+            "schedule",
+            f"milestones/step_size only apply to schedule step, not {h.schedule!r}; drop them or use step",
+        )
     return None

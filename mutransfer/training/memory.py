@@ -43,8 +43,14 @@ def _cpu_available() -> int:
     return available
 
 
-def check_fits(plan: FNOPlan | AttentionPlan, device: torch.device | str | None, *, limit: int | None = None, what: str = "training",
-               where: str | None = None) -> int:
+def check_fits(
+    plan: FNOPlan | AttentionPlan,
+    device: torch.device | str | None,
+    *,
+    limit: int | None = None,
+    what: str = "training",
+    where: str | None = None,
+) -> int:
     """Raise a one-line UserInputError if ``plan`` does not fit; return the memory it was held against.
 
     ``limit`` (bytes) replaces the device's free memory (the ``--device-memory`` flag);
@@ -76,9 +82,18 @@ def check_fits(plan: FNOPlan | AttentionPlan, device: torch.device | str | None,
     )
 
 
-def check_model_fits(model, grid: tuple[int, ...], batch: int, device, *, precision: str = "fp32",
-                     weight_decay: float = 0.0, limit: int | None = None, what: str = "training",
-                     where: str | None = None) -> FNOPlan | AttentionPlan | None:
+def check_model_fits(
+    model,
+    grid: tuple[int, ...],
+    batch: int,
+    device,
+    *,
+    precision: str = "fp32",
+    weight_decay: float = 0.0,
+    limit: int | None = None,
+    what: str = "training",
+    where: str | None = None,
+) -> FNOPlan | AttentionPlan | None:
     """check_fits for a model object or config dict; None (no check) for models no registered family owns.
 
     The family that owns the config (operators.registry: ``owns``) plans it: an FNO's
@@ -94,9 +109,17 @@ def check_model_fits(model, grid: tuple[int, ...], batch: int, device, *, precis
     return plan
 
 
-def check_before_building(config: dict, grid: tuple[int, ...], batch: int, device, *, precision: str = "fp32",
-                          weight_decay: float = 0.0, limit: int | None = None,
-                          what: str = "training") -> FNOPlan | AttentionPlan:
+def check_before_building(
+    config: dict,
+    grid: tuple[int, ...],
+    batch: int,
+    device,
+    *,
+    precision: str = "fp32",
+    weight_decay: float = 0.0,
+    limit: int | None = None,
+    what: str = "training",
+) -> FNOPlan | AttentionPlan:
     """The one check every command that builds a model runs first: padding and K against the grid, then memory.
 
     ``config``: a model's config as its family's ``configure`` gives it (operators.registry)
@@ -121,4 +144,6 @@ def check_before_building(config: dict, grid: tuple[int, ...], batch: int, devic
 def check_padding(padding: int, grid: tuple[int, ...], what: str) -> None:
     """Padding only breaks the periodicity: more than the grid itself is never needed (one-line UserInputError)."""
     if padding > min(grid):
-        raise UserInputError(f"{what}: padding {padding} is more than the grid {tuple(grid)}; use padding <= {min(grid)}")
+        raise UserInputError(
+            f"{what}: padding {padding} is more than the grid {tuple(grid)}; use padding <= {min(grid)}"
+        )

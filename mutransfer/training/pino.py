@@ -52,7 +52,9 @@ def _as_grid(t: torch.Tensor, name: str) -> torch.Tensor:
     return t
 
 
-def darcy_residual(u: torch.Tensor, a: torch.Tensor, forcing: float = 1.0, *, face_mean: str = "harmonic") -> torch.Tensor:
+def darcy_residual(
+    u: torch.Tensor, a: torch.Tensor, forcing: float = 1.0, *, face_mean: str = "harmonic"
+) -> torch.Tensor:
     """R = -div_h(a grad_h u) - f on the interior nodes, shape (B, S-2, S-2).
 
     u, a: (B, S, S) or (B, S, S, 1) on the node grid x_i = i/(S-1); the

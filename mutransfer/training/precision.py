@@ -75,8 +75,9 @@ class Precision:
             self.scaler.load_state_dict(state)
 
 
-def training_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, amp: Precision,
-                  x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def training_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, amp: Precision, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
     """One plain training step as the trainer takes it (no clipping, no divergence checks), for measurements.
 
     zero_grad, the forward under ``amp``'s autocast, the relative L2 in float32,
@@ -102,8 +103,13 @@ class LossScaler:
     (the schedule of torch.amp.GradScaler's defaults).
     """
 
-    def __init__(self, init_scale: float = 2.0**16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000):
+    def __init__(
+        self,
+        init_scale: float = 2.0**16,
+        growth_factor: float = 2.0,
+        backoff_factor: float = 0.5,
+        growth_interval: int = 2000,
+    ):
         self.scale_value = float(init_scale)
         self.growth_factor, self.backoff_factor, self.growth_interval = growth_factor, backoff_factor, growth_interval
         self.growth_tracker = 0

@@ -10,8 +10,9 @@ serialisation (plain dicts, for JSON and ``torch.load(weights_only=True)``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import ClassVar, Iterable
+from typing import ClassVar
 
 #: Finite test error reported for a diverged run (worse than any sane relative L2).
 DIVERGED_METRIC = 10.0
@@ -43,7 +44,7 @@ class EpochRecord:
         return {"event": self.event, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EpochRecord":
+    def from_dict(cls, d: dict) -> EpochRecord:
         """From :meth:`as_dict` output or an older checkpoint's history entry (extra keys are ignored)."""
         return cls(
             epoch=int(d["epoch"]),
@@ -53,7 +54,6 @@ class EpochRecord:
             lr=float(d["lr"]),
             seconds=float(d["seconds"]),
         )
-
 
 
 _EPOCH_FIELDS = frozenset(f.name for f in dataclasses.fields(EpochRecord))

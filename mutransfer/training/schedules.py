@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
@@ -117,8 +117,12 @@ def build_scheduler(
             )
             fn = lambda it, ms=ms, g=float(gamma): step(it, milestones=ms, gamma=g)  # noqa: E731
         else:
-            size = max(1, total // 5) if step_size is None else _check_positive_int(
-                "step_size", step_size, "give the number of iterations/epochs between LR decays"
+            size = (
+                max(1, total // 5)
+                if step_size is None
+                else _check_positive_int(
+                    "step_size", step_size, "give the number of iterations/epochs between LR decays"
+                )
             )
             fn = lambda it, size=size, g=float(gamma): step(it, step_size=size, gamma=g)  # noqa: E731
     elif name == "onecycle":

@@ -18,8 +18,9 @@ import math
 import os
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import torch
 from torch import nn
@@ -88,7 +89,9 @@ def _check_data(data) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.T
     for name in ("train_x", "train_y", "test_x", "test_y"):
         value = getattr(data, name, None)
         if not isinstance(value, (torch.Tensor, LazySamples)):
-            raise UserInputError(f"data.{name}: expected a torch tensor of shape (n, *grid, channels), got {type(value).__name__}")
+            raise UserInputError(
+                f"data.{name}: expected a torch tensor of shape (n, *grid, channels), got {type(value).__name__}"
+            )
         tensors.append(value)
     train_x, train_y, test_x, test_y = tensors
     for split, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
@@ -132,8 +135,16 @@ def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.
     if plan is not None:
         check_fits(plan, device, limit=limit, where=where)
         return
-    check_model_fits(model, tuple(train_x.shape[1:-1]), config.batch_size, device, precision=config.precision,
-                     weight_decay=config.weight_decay, limit=limit, where=where)
+    check_model_fits(
+        model,
+        tuple(train_x.shape[1:-1]),
+        config.batch_size,
+        device,
+        precision=config.precision,
+        weight_decay=config.weight_decay,
+        limit=limit,
+        where=where,
+    )
 
 
 def _finite_or_sentinel(value: float) -> float:
@@ -186,9 +197,17 @@ class _Run:
         self.stopped = False
         self.loss_sum, self.loss_count = 0.0, 0
         self.last_loss = math.nan
-        self.checkpoint_path = Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir is not None else None
-        if self.checkpoint_path is not None and self.checkpoint_path.parent.exists() and not self.checkpoint_path.parent.is_dir():
-            raise UserInputError(f"checkpoint_dir {config.checkpoint_dir}: exists and is not a directory; pass a directory path")
+        self.checkpoint_path = (
+            Path(config.checkpoint_dir) / CHECKPOINT_NAME if config.checkpoint_dir is not None else None
+        )
+        if (
+            self.checkpoint_path is not None
+            and self.checkpoint_path.parent.exists()
+            and not self.checkpoint_path.parent.is_dir()
+        ):
+            raise UserInputError(
+                f"checkpoint_dir {config.checkpoint_dir}: exists and is not a directory; pass a directory path"
+            )
 
     def _optimizer(self, unit: int):
         """Adam over the model's muP parameter groups, and the per-iteration LR schedule (``unit``: iterations per budget unit)."""
@@ -219,7 +238,13 @@ class _Run:
         state = load_checkpoint(path, map_location=self.device)
         check_compatible(state, self.config, self.model_config, self.n_train, path)
         point: ResumePoint = restore(
-            state, path, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, amp=self.amp, device=self.device
+            state,
+            path,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            amp=self.amp,
+            device=self.device,
         )
         self.iteration = self.resumed_from = point.iteration
         self.history = point.history
@@ -238,18 +263,34 @@ class _Run:
         if self.checkpoint_path is None:
             return
         state = checkpoint_state(
-            model=self.model, optimizer=self.optimizer, scheduler=self.scheduler, amp=self.amp,
-            iteration=self.iteration, iters_per_epoch=self.iters_per_epoch, status=self.status, history=self.history,
-            best=self.best, seconds=self.elapsed(), n_train=self.n_train, model_config=self.model_config,
-            config=self.config, device=self.device,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            amp=self.amp,
+            iteration=self.iteration,
+            iters_per_epoch=self.iters_per_epoch,
+            status=self.status,
+            history=self.history,
+            best=self.best,
+            seconds=self.elapsed(),
+            n_train=self.n_train,
+            model_config=self.model_config,
+            config=self.config,
+            device=self.device,
         )
         save_checkpoint(state, self.checkpoint_path)
 
     # ---- the loop ------------------------------------------------------------------------
     def loop(self) -> None:
         """Epochs until the budget is spent, the run diverges or a callback stops it."""
-        bar = tqdm(total=self.total_iterations, initial=self.iteration, disable=not self.config.progress, unit="it",
-                   leave=False, dynamic_ncols=True)
+        bar = tqdm(
+            total=self.total_iterations,
+            initial=self.iteration,
+            disable=not self.config.progress,
+            unit="it",
+            leave=False,
+            dynamic_ncols=True,
+        )
         try:
             while self.status == "running" and self.iteration < self.total_iterations and not self.stopped:
                 self.run_epoch(bar)
@@ -260,8 +301,15 @@ class _Run:
         """Train from the current iteration to the end of its epoch (or of the budget), evaluating on schedule."""
         config, ipe = self.config, self.iters_per_epoch
         order = _epoch_permutation(self.n_train, config.seed, self.iteration // ipe)
-        batches = iterate_batches(self.train_x, self.train_y, order, config.batch_size, self.iteration % ipe,
-                                  num_workers=self.workers, pin_memory=self.device.type == "cuda")
+        batches = iterate_batches(
+            self.train_x,
+            self.train_y,
+            order,
+            config.batch_size,
+            self.iteration % ipe,
+            num_workers=self.workers,
+            pin_memory=self.device.type == "cuda",
+        )
         for xb, yb in batches:
             if self.iteration >= self.total_iterations:
                 break

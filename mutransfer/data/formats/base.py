@@ -8,9 +8,9 @@ returns; :class:`DataFormat` is one registry entry (``formats.registry``) and
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import h5py
 import numpy as np
@@ -38,8 +38,8 @@ class DataFormat:
 
     name: str
     title: str
-    detect: Callable[["Probe"], bool]
-    open: Callable[..., "DataSource"]
+    detect: Callable[[Probe], bool]
+    open: Callable[..., DataSource]
     describe: Callable[..., dict] | None = None
     read_whole: str | None = None
 
@@ -95,6 +95,7 @@ class Probe:
 
 # ----------------------------------------------------------------------------- options
 
+
 def parse_time_spec(value, *, name: str = "output_time"):
     """None, an int, "all" or "start:stop[:step]" (positive step) -> None | int | slice."""
     if value is None or isinstance(value, slice):
@@ -147,7 +148,7 @@ class LazyArray:
         shape = tuple(source.shape)
         self._sel = {ax: range(shape[ax]) for ax in range(len(shape)) if ax != sample_axis}
 
-    def _copy(self) -> "LazyArray":
+    def _copy(self) -> LazyArray:
         new = object.__new__(LazyArray)
         new.__dict__.update(self.__dict__)
         new._sel = dict(self._sel)
@@ -197,13 +198,11 @@ class LazyArray:
         return self.source.dtype
 
     # -- selections ----------------------------------------------------------
-    def select_time(self, index, *, role: str) -> "LazyArray":
+    def select_time(self, index, *, role: str) -> LazyArray:
         """Keep one time (int) or a slice of times of the time axis."""
         flag = _flag(f"{role}_time")
         if self.time_axis is None:
-            raise UserInputError(
-                f"{role} {self.name!r} (shape {self.stored_shape}) has no time axis; drop {flag}"
-            )
+            raise UserInputError(f"{role} {self.name!r} (shape {self.stored_shape}) has no time axis; drop {flag}")
         r = self._sel[self.time_axis]
         new = self._copy()
         if isinstance(index, slice):
@@ -225,13 +224,13 @@ class LazyArray:
             new._sel[self.time_axis] = r[index]
         return new
 
-    def stride_space(self, step: int) -> "LazyArray":
+    def stride_space(self, step: int) -> LazyArray:
         new = self._copy()
         for a in self.space_axes:
             new._sel[a] = self._sel[a][::step]
         return new
 
-    def stride_time(self, step: int) -> "LazyArray":
+    def stride_time(self, step: int) -> LazyArray:
         """Every ``step``-th time counted back from the last (the final time is kept)."""
         r = self._sel[self.time_axis]
         new = self._copy()
@@ -249,7 +248,9 @@ class LazyArray:
                 continue
             sel = self._sel[ax]
             if isinstance(sel, range):
-                index.append(slice(sel.start, sel.stop, sel.step) if sel.stop >= 0 else slice(sel.start, None, sel.step))
+                index.append(
+                    slice(sel.start, sel.stop, sel.step) if sel.stop >= 0 else slice(sel.start, None, sel.step)
+                )
                 kept.append(ax)
             else:
                 index.append(int(sel))
@@ -361,7 +362,7 @@ class DataSource:
             finally:
                 self._file = None
 
-    def __enter__(self) -> "DataSource":
+    def __enter__(self) -> DataSource:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -375,5 +376,3 @@ def _time_text(a: LazyArray) -> str:
     if isinstance(r, range):
         return f"{len(r)} times (stored indices {r.start}..{r[-1]} step {r.step})" if len(r) else "none"
     return f"index {r}"
-
-

@@ -7,9 +7,9 @@ Options (the CLI's ``--input-key``, ``--output-key``, ``--field``, ``--input-tim
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import h5py
 
@@ -69,7 +69,7 @@ class Options:
     output_time: object = None
 
     @classmethod
-    def make(cls, input_key=None, output_key=None, field=None, input_time=None, output_time=None) -> "Options":
+    def make(cls, input_key=None, output_key=None, field=None, input_time=None, output_time=None) -> Options:
         if input_time is not None:
             t = parse_time_spec(input_time, name="input_time")
             if not isinstance(t, int):
@@ -101,9 +101,17 @@ def choose_keys(path, names: list[str], opts: Options, default: str | None, role
                     "pass --input-key NAME --output-key NAME (or --field NAME for a trajectory)"
                 )
         elif ik is None:
-            ik = default if default in names_set else next((p[0] for p in _PAIRS if p[1] == ok and p[0] in names_set), ok)
+            ik = (
+                default
+                if default in names_set
+                else next((p[0] for p in _PAIRS if p[1] == ok and p[0] in names_set), ok)
+            )
         else:
-            ok = default if default in names_set else next((p[1] for p in _PAIRS if p[0] == ik and p[1] in names_set), ik)
+            ok = (
+                default
+                if default in names_set
+                else next((p[1] for p in _PAIRS if p[0] == ik and p[1] in names_set), ik)
+            )
     return ik, ok
 
 
@@ -183,5 +191,3 @@ def plain_array(source, name, time_axis, *, reversed_axes: bool = False) -> Lazy
         return LazyArray(source, name, sample_axis=sample, space_axes=space, time_axis=t)
     space = [i for i in range(1, ndim) if i != time_axis]
     return LazyArray(source, name, sample_axis=0, space_axes=space, time_axis=time_axis)
-
-

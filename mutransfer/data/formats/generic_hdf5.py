@@ -8,7 +8,14 @@ import h5py
 
 from mutransfer.data.formats.base import DataFormat, DataSource, Probe
 from mutransfer.data.formats.common import (
-    Options, apply_times, choose_keys, hdf5_datasets_info, open_hdf5, plain_array, trailing_time_axes, validate,
+    Options,
+    apply_times,
+    choose_keys,
+    hdf5_datasets_info,
+    open_hdf5,
+    plain_array,
+    trailing_time_axes,
+    validate,
 )
 from mutransfer.data.hdf5_io import read_attrs
 
@@ -37,8 +44,16 @@ def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
     validate(p, inp, out)
     desc = f"HDF5 file with root arrays {', '.join(f'{k} {shapes[k]}' for k in names)}"
     return DataSource(
-        str(p), NAME, inp, out, ik, ok, description=desc, attrs=read_attrs(f),
-        arrays=hdf5_datasets_info(datasets), _file=f,
+        str(p),
+        NAME,
+        inp,
+        out,
+        ik,
+        ok,
+        description=desc,
+        attrs=read_attrs(f),
+        arrays=hdf5_datasets_info(datasets),
+        _file=f,
     )
 
 

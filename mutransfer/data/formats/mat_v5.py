@@ -13,8 +13,19 @@ from mutransfer.errors import UserInputError
 NAME = "mat-v5"
 TITLE = "MATLAB v5 .mat"
 HEADER = b"MATLAB 5.0 MAT-file"
-_NUMERIC_CLASSES = {"double", "single", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                    "logical"}
+_NUMERIC_CLASSES = {
+    "double",
+    "single",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "logical",
+}
 
 
 def detect(probe: Probe) -> bool:
@@ -52,7 +63,14 @@ def open_source(p: Path, opts: Options) -> DataSource:
         grid["t"] = t
     desc = f"MATLAB v5 file with arrays {', '.join(f'{k} {shapes[k]}' for k in names)}"
     return DataSource(
-        str(p), NAME, inp, out, ik, ok, description=desc, grid=grid,
+        str(p),
+        NAME,
+        inp,
+        out,
+        ik,
+        ok,
+        description=desc,
+        grid=grid,
         arrays={n: {"shape": list(s), "dtype": cls} for n, s, cls in info},
     )
 

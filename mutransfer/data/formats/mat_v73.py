@@ -9,7 +9,13 @@ import numpy as np
 
 from mutransfer.data.formats.base import DataFormat, DataSource, Probe
 from mutransfer.data.formats.common import (
-    Options, apply_times, choose_keys, open_hdf5, plain_array, trailing_time_axes, validate,
+    Options,
+    apply_times,
+    choose_keys,
+    open_hdf5,
+    plain_array,
+    trailing_time_axes,
+    validate,
 )
 from mutransfer.data.hdf5_io import decode_attr
 from mutransfer.errors import UserInputError
@@ -24,7 +30,9 @@ def detect(probe: Probe) -> bool:
     f = probe.h5
     if f is None:
         if probe.head.startswith(HEADER):
-            raise UserInputError(f"data file {probe.path} has a MATLAB 7.3 header but no HDF5 content; the file is damaged")
+            raise UserInputError(
+                f"data file {probe.path} has a MATLAB 7.3 header but no HDF5 content; the file is damaged"
+            )
         return False
     return probe.head.startswith(HEADER) or any("MATLAB_class" in f[k].attrs for k in probe.root_datasets)
 
@@ -35,8 +43,11 @@ def open_source(p: Path, opts: Options) -> DataSource:
 
 def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
     datasets = {
-        k: v for k, v in f.items()
-        if isinstance(v, h5py.Dataset) and v.dtype.kind in "fiub" and not k.startswith("#")
+        k: v
+        for k, v in f.items()
+        if isinstance(v, h5py.Dataset)
+        and v.dtype.kind in "fiub"
+        and not k.startswith("#")
         and decode_attr(v.attrs.get("MATLAB_class", "double")) not in ("char", "cell", "struct")
     }
     # MATLAB stores column-major: the HDF5 shape is the MATLAB size reversed
@@ -53,8 +64,16 @@ def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
         grid["t"] = np.asarray(datasets["t"][()], dtype=np.float64).ravel()
     desc = f"MATLAB v7.3 file with arrays {', '.join(f'{k} {shapes[k]}' for k in names)} (read transposed)"
     return DataSource(
-        str(p), NAME, inp, out, ik, ok, description=desc, grid=grid,
-        arrays={k: {"shape": list(shapes[k]), "dtype": str(v.dtype)} for k, v in datasets.items()}, _file=f,
+        str(p),
+        NAME,
+        inp,
+        out,
+        ik,
+        ok,
+        description=desc,
+        grid=grid,
+        arrays={k: {"shape": list(shapes[k]), "dtype": str(v.dtype)} for k, v in datasets.items()},
+        _file=f,
     )
 
 

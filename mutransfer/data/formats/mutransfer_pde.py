@@ -45,10 +45,22 @@ def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
     if isinstance(f.get("grid"), h5py.Group):
         grid = {k: np.asarray(v[()], dtype=np.float64) for k, v in f["grid"].items() if isinstance(v, h5py.Dataset)}
     problem = attrs.get("problem")
-    desc = f"{problem or 'unknown'} data, {xi.shape[0]} samples, input {tuple(xi.shape[1:])}, output {tuple(yo.shape[1:])}"
+    desc = (
+        f"{problem or 'unknown'} data, {xi.shape[0]} samples, input {tuple(xi.shape[1:])}, output {tuple(yo.shape[1:])}"
+    )
     return DataSource(
-        str(p), NAME, inp, out, "input", "output", problem=problem, description=desc, grid=grid, attrs=attrs,
-        arrays=hdf5_datasets_info({k: v for k, v in f.items() if isinstance(v, h5py.Dataset)}), _file=f,
+        str(p),
+        NAME,
+        inp,
+        out,
+        "input",
+        "output",
+        problem=problem,
+        description=desc,
+        grid=grid,
+        attrs=attrs,
+        arrays=hdf5_datasets_info({k: v for k, v in f.items() if isinstance(v, h5py.Dataset)}),
+        _file=f,
     )
 
 

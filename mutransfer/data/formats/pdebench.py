@@ -9,7 +9,13 @@ import numpy as np
 
 from mutransfer.data.formats.base import DataFormat, DataSource, LazyArray, Probe
 from mutransfer.data.formats.common import (
-    SPACE_NAMES, Options, apply_times, choose_keys, hdf5_datasets_info, open_hdf5, validate,
+    SPACE_NAMES,
+    Options,
+    apply_times,
+    choose_keys,
+    hdf5_datasets_info,
+    open_hdf5,
+    validate,
 )
 from mutransfer.data.hdf5_io import read_attrs
 from mutransfer.errors import UserInputError
@@ -30,12 +36,19 @@ def open_source(p: Path, opts: Options) -> DataSource:
 
 def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
     datasets = {k: v for k, v in f.items() if isinstance(v, h5py.Dataset)}
-    coords = {k.split("-")[0]: np.asarray(v[()], dtype=np.float64).ravel()
-              for k, v in datasets.items() if k.endswith("-coordinate")}
-    fields = {k: v for k, v in datasets.items() if not k.endswith("-coordinate") and v.dtype.kind in "fiub" and v.ndim >= 2}
+    coords = {
+        k.split("-")[0]: np.asarray(v[()], dtype=np.float64).ravel()
+        for k, v in datasets.items()
+        if k.endswith("-coordinate")
+    }
+    fields = {
+        k: v for k, v in datasets.items() if not k.endswith("-coordinate") and v.dtype.kind in "fiub" and v.ndim >= 2
+    }
     n_space = sum(1 for c in SPACE_NAMES if c in coords)
     if n_space == 0:
-        ref = fields["tensor"] if "tensor" in fields else (max(fields.values(), key=lambda v: v.ndim) if fields else None)
+        ref = (
+            fields["tensor"] if "tensor" in fields else (max(fields.values(), key=lambda v: v.ndim) if fields else None)
+        )
         n_space = max(1, ref.ndim - 2) if ref is not None else 1
     default = "tensor" if "tensor" in fields else (next(iter(fields)) if len(fields) == 1 else None)
     ik, ok = choose_keys(p, list(fields), opts, default)
@@ -55,8 +68,17 @@ def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
     validate(p, inp, out)
     desc = f"PDEBench file with arrays {', '.join(f'{k} {tuple(v.shape)}' for k, v in fields.items())}"
     return DataSource(
-        str(p), NAME, inp, out, ik, ok, description=desc, grid=coords, attrs=read_attrs(f),
-        arrays=hdf5_datasets_info(datasets), _file=f,
+        str(p),
+        NAME,
+        inp,
+        out,
+        ik,
+        ok,
+        description=desc,
+        grid=coords,
+        attrs=read_attrs(f),
+        arrays=hdf5_datasets_info(datasets),
+        _file=f,
     )
 
 

@@ -70,11 +70,22 @@ def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
     validate(p, inp, out)
     grid = {}
     if isinstance(first.get("grid"), h5py.Group):
-        grid = {k: np.asarray(v[()], dtype=np.float64).ravel()
-                for k, v in first["grid"].items() if isinstance(v, h5py.Dataset)}
+        grid = {
+            k: np.asarray(v[()], dtype=np.float64).ravel()
+            for k, v in first["grid"].items()
+            if isinstance(v, h5py.Dataset)
+        }
     desc = f"PDEBench file with {len(groups)} sample groups, {', '.join(f'{k} {first[k].shape}' for k in names)} each"
     return DataSource(
-        str(p), NAME, inp, out, ik, ok, description=desc, grid=grid, attrs=read_attrs(f),
+        str(p),
+        NAME,
+        inp,
+        out,
+        ik,
+        ok,
+        description=desc,
+        grid=grid,
+        attrs=read_attrs(f),
         arrays={f"{groups[0]}/{k}": {"shape": list(first[k].shape), "dtype": str(first[k].dtype)} for k in names},
         _file=f,
     )

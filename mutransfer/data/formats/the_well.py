@@ -78,7 +78,15 @@ def _source(p: Path, f: h5py.File, opts: Options) -> DataSource:
         f"{k} {tuple(v.shape)}" for k, v in fields.items()
     )
     return DataSource(
-        str(p), NAME, inp, out, ik, ok, description=desc, grid=grid, attrs=attrs,
+        str(p),
+        NAME,
+        inp,
+        out,
+        ik,
+        ok,
+        description=desc,
+        grid=grid,
+        attrs=attrs,
         arrays={f"t{order[k]}_fields/{k}": {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in fields.items()},
         _file=f,
     )

@@ -46,8 +46,12 @@ def open_source(p: Path, opts: Options) -> DataSource:
             "save a dict of torch tensors, e.g. {'x': x, 'y': y}"
         ) from None
     if not isinstance(obj, dict):
-        raise UserInputError(f"data file {p} holds a {type(obj).__name__}, not a dict of tensors; save {{'x': x, 'y': y}}")
-    arrays = {str(k): v.detach().cpu().numpy() for k, v in obj.items() if isinstance(v, torch.Tensor) and not v.is_complex()}
+        raise UserInputError(
+            f"data file {p} holds a {type(obj).__name__}, not a dict of tensors; save {{'x': x, 'y': y}}"
+        )
+    arrays = {
+        str(k): v.detach().cpu().numpy() for k, v in obj.items() if isinstance(v, torch.Tensor) and not v.is_complex()
+    }
     names = [k for k, v in arrays.items() if v.ndim >= 1]
     ik, ok = choose_keys(p, names, opts, None)
     it, ot = trailing_time_axes(p, ik, ok, {k: v.shape for k, v in arrays.items()}, opts)
@@ -57,7 +61,13 @@ def open_source(p: Path, opts: Options) -> DataSource:
     validate(p, inp, out)
     desc = f"PyTorch dict with tensors {', '.join(f'{k} {tuple(arrays[k].shape)}' for k in names)}"
     return DataSource(
-        str(p), NAME, inp, out, ik, ok, description=desc,
+        str(p),
+        NAME,
+        inp,
+        out,
+        ik,
+        ok,
+        description=desc,
         arrays={k: {"shape": list(v.shape), "dtype": str(v.dtype)} for k, v in arrays.items()},
     )
 

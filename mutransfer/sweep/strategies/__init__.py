@@ -35,6 +35,24 @@ from mutransfer.sweep.strategies.warm_start import WarmStartStrategy
 for _strategy in (Ladder(), TopKStrategy(), Verify(), Baseline(), WarmStartStrategy()):
     register(_strategy)
 
-__all__ = ["STRATEGIES", "CostShare", "ExtraCosts", "Placement", "Strategy", "asked_but_missing", "by_name",
-           "count_costs", "extra_costs", "gain_source", "html_sections", "metrics", "ordered_phases",
-           "prepare_strategies", "refine_gain", "register", "sections", "text_lines", "unregister"]
+__all__ = [
+    "STRATEGIES",
+    "CostShare",
+    "ExtraCosts",
+    "Placement",
+    "Strategy",
+    "asked_but_missing",
+    "by_name",
+    "count_costs",
+    "extra_costs",
+    "gain_source",
+    "html_sections",
+    "metrics",
+    "ordered_phases",
+    "prepare_strategies",
+    "refine_gain",
+    "register",
+    "sections",
+    "text_lines",
+    "unregister",
+]

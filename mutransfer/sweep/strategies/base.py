@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import StrategyRecord, SweepContext
@@ -83,7 +84,7 @@ class Strategy(ABC):
     def active(self, ctx: SweepContext) -> bool:
         """Whether this study (``ctx.study``) and its options (``ctx.options``, ``ctx.state`` on resume) ask for it."""
 
-    def prepare(self, ctx: SweepContext) -> None:
+    def prepare(self, ctx: SweepContext) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Called at the end of ``prepare`` for every registered strategy: refuse bad options (UserInputError), or set
         a record known before any compute."""
 
@@ -108,12 +109,13 @@ class Strategy(ABC):
         """Its trainings as measured cost records (the direct baseline's μTransfer side)."""
         return ExtraCosts()
 
-    def gain_source(self, section: Any, sections: dict, trials: list[TrialRecord],
-                    best: TrialRecord | None) -> TrialRecord | None:
+    def gain_source(
+        self, section: Any, sections: dict, trials: list[TrialRecord], best: TrialRecord | None
+    ) -> TrialRecord | None:
         """The proxy trial the target is compared with (``best``: the best proxy, or what an earlier strategy chose)."""
         return best
 
-    def refine_gain(self, gain: dict, section: Any, best: TrialRecord) -> None:
+    def refine_gain(self, gain: dict, section: Any, best: TrialRecord) -> None:  # noqa: B027 - optional hook
         """Add to the report's ``proxy_to_target`` (e.g. the target's seed spread)."""
 
     def text_lines(self, section: Any, report: dict) -> list[str]:

@@ -33,8 +33,11 @@ def baseline_lines(b: dict | None) -> list[str]:
         summary_line(b),
         f"  direct: {b['search']['trials']} trials at the target's size, best ({cfg}); "
         + ("its error after the search" if not b.get("final_training") else "winner retrained for the target's epochs")
-        + ("; the SAME configuration as muTransfer's: the errors differ by run-to-run noise only"
-           if b.get("same_configuration") else ""),
+        + (
+            "; the SAME configuration as muTransfer's: the errors differ by run-to-run noise only"
+            if b.get("same_configuration")
+            else ""
+        ),
         f"  device-seconds  muTransfer {m['device_seconds']:.1f} (training {m['trainer_device_seconds']:.1f} "
         f"+ overhead {m['overhead_device_seconds']:.1f})  direct {d['device_seconds']:.1f} "
         f"(training {d['trainer_device_seconds']:.1f} + overhead {d['overhead_device_seconds']:.1f})",
@@ -49,14 +52,28 @@ def baseline_html(b: dict) -> str:
     from mutransfer.reporting.html import frame_table
 
     m, d = b["mutransfer"], b["cost"]
-    frame = pd.DataFrame([
-        {"": "muTransfer", "test_error": m.get("test_error"), "device_seconds": m["device_seconds"],
-         "trainer_device_seconds": m["trainer_device_seconds"], "flops": m.get("flops")},
-        {"": "direct tuning", "test_error": b.get("test_error"), "device_seconds": d["device_seconds"],
-         "trainer_device_seconds": d["trainer_device_seconds"], "flops": d.get("flops")},
-    ])
-    return (f'<section id="baseline"><h2>Direct-tuning baseline (--baseline direct)</h2>'
-            f"<p>{html.escape(summary_line(b))}</p>" + frame_table(frame, "baseline-table") + "</section>")
+    frame = pd.DataFrame(
+        [
+            {
+                "": "muTransfer",
+                "test_error": m.get("test_error"),
+                "device_seconds": m["device_seconds"],
+                "trainer_device_seconds": m["trainer_device_seconds"],
+                "flops": m.get("flops"),
+            },
+            {
+                "": "direct tuning",
+                "test_error": b.get("test_error"),
+                "device_seconds": d["device_seconds"],
+                "trainer_device_seconds": d["trainer_device_seconds"],
+                "flops": d.get("flops"),
+            },
+        ]
+    )
+    return (
+        f'<section id="baseline"><h2>Direct-tuning baseline (--baseline direct)</h2>'
+        f"<p>{html.escape(summary_line(b))}</p>" + frame_table(frame, "baseline-table") + "</section>"
+    )
 
 
 class Baseline(Strategy):

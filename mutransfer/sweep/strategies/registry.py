@@ -48,14 +48,22 @@ def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext) -> list[tuple[str
     out: list[tuple[str, Phase]] = []
     for phase in core:
         anchor = phase.__name__
-        instead = [(s, p) for s in STRATEGIES for p in s.phases()
-                   if p.anchor == anchor and p.where == "instead" and s.active(ctx)]
+        instead = [
+            (s, p)
+            for s in STRATEGIES
+            for p in s.phases()
+            if p.anchor == anchor and p.where == "instead" and s.active(ctx)
+        ]
         if instead:
             strategy, placement = instead[0]
             phase = run_phase(strategy, placement.phase)
         out.append((anchor, phase))
-        out += [(p.phase.__name__, run_phase(s, p.phase)) for s in STRATEGIES for p in s.phases()
-                if p.anchor == anchor and p.where == "after"]
+        out += [
+            (p.phase.__name__, run_phase(s, p.phase))
+            for s in STRATEGIES
+            for p in s.phases()
+            if p.anchor == anchor and p.where == "after"
+        ]
     return out
 
 
@@ -93,8 +101,9 @@ def refine_gain(gain: dict, values: dict[str, Any], best: TrialRecord) -> None:
 
 def text_lines(report: dict, place: str) -> list[str]:
     """The strategies' lines of the text report at ``place`` ("search" or "result")."""
-    return [line for s in STRATEGIES if s.text_place == place
-            for line in s.text_lines(report.get(s.report_key), report)]
+    return [
+        line for s in STRATEGIES if s.text_place == place for line in s.text_lines(report.get(s.report_key), report)
+    ]
 
 
 def html_sections(report: dict | None, state: dict) -> list[str]:

@@ -48,8 +48,9 @@ class TopKStrategy(Strategy):
         shape = tuple(ctx.data.train_x.shape[1:])
         return ExtraCosts(target=tuple(target_cost(ctx.study, c.outcome, shape) for c in record.others()))
 
-    def gain_source(self, section: Any, sections: dict, trials: list[TrialRecord],
-                    best: TrialRecord | None) -> TrialRecord | None:
+    def gain_source(
+        self, section: Any, sections: dict, trials: list[TrialRecord], best: TrialRecord | None
+    ) -> TrialRecord | None:
         # the target is the winner: its own proxy is compared with it; with a ladder the candidates are the last
         # rung's trials and the gain stays the best proxy's
         if section and not sections.get("rungs"):

@@ -27,22 +27,34 @@ def verification_lines(v: dict | None) -> list[str]:
         lines.append(f"  optimum at the grid's edge for seed(s) {', '.join(str(s['seed']) for s in edge)}: not used")
     c = v.get("cost") or {}
     if c:
-        lines.append(f"  extra cost: {c['trainings']} target trainings, {c['device_seconds']:.1f} device-s "
-                     f"(training {c['trainer_device_seconds']:.1f}, overhead {c['overhead_device_seconds']:.1f}), "
-                     f"FLOPs {number(c.get('flops'), '.3g')}")
+        lines.append(
+            f"  extra cost: {c['trainings']} target trainings, {c['device_seconds']:.1f} device-s "
+            f"(training {c['trainer_device_seconds']:.1f}, overhead {c['overhead_device_seconds']:.1f}), "
+            f"FLOPs {number(c.get('flops'), '.3g')}"
+        )
     return lines
 
 
 def seed_spread(gain: dict, verification: dict, best: TrialRecord) -> None:
     """The target's seed spread at the transferred LR (--verify with more than one seed) added to the gain."""
     lr = verification["transferred_lr"]
-    errors = [r["test_error"] for r in verification["records"] if math.isclose(r["lr"], lr, rel_tol=1e-9)
-              and r["status"] != "diverged" and math.isfinite(r["test_error"]) and r["test_error"] > 0]
+    errors = [
+        r["test_error"]
+        for r in verification["records"]
+        if math.isclose(r["lr"], lr, rel_tol=1e-9)
+        and r["status"] != "diverged"
+        and math.isfinite(r["test_error"])
+        and r["test_error"] > 0
+    ]
     if len(errors) > 1:
         mean = sum(errors) / len(errors)
         std = math.sqrt(sum((e - mean) ** 2 for e in errors) / (len(errors) - 1))
-        gain.update(target_seeds=len(errors), target_error_mean=mean, target_error_std=std,
-                    gain_range=[best.test_error / max(errors), best.test_error / min(errors)])
+        gain.update(
+            target_seeds=len(errors),
+            target_error_mean=mean,
+            target_error_std=std,
+            gain_range=[best.test_error / max(errors), best.test_error / min(errors)],
+        )
 
 
 def verification_html(v: dict) -> str:
@@ -53,10 +65,13 @@ def verification_html(v: dict) -> str:
     from mutransfer.reporting.html import figure_html, frame_table
 
     frame = pd.DataFrame(v.get("records") or [])
-    return (f'<section id="verification"><h2>Verification (--verify)</h2>'
-            f"<p>{html.escape(Verification.from_dict(v).summary_line())}</p>"
-            + figure_html(figures.verification_curve(v), "Dashed: the transferred LR.")
-            + (frame_table(frame, "verification-records") if not frame.empty else "") + "</section>")
+    return (
+        f'<section id="verification"><h2>Verification (--verify)</h2>'
+        f"<p>{html.escape(Verification.from_dict(v).summary_line())}</p>"
+        + figure_html(figures.verification_curve(v), "Dashed: the transferred LR.")
+        + (frame_table(frame, "verification-records") if not frame.empty else "")
+        + "</section>"
+    )
 
 
 class Verify(Strategy):

@@ -19,9 +19,11 @@ def warm_start_lines(w: dict | None) -> list[str]:
         return []
     lines = ["", f"warm start from study {w['source']} ({w['location']}): {w['trials']} trial(s)"]
     for row in w["from_source"]:
-        lines.append(f"  {row['trial_id']} <- {row['source_trial']}: test rel. L2 {number(row['test_error'])} here "
-                     f"({row['status'] or '-'}), {number(row['source_error'])} there; "
-                     f"effective LR x {row['lr_factor']:.4g}")
+        lines.append(
+            f"  {row['trial_id']} <- {row['source_trial']}: test rel. L2 {number(row['test_error'])} here "
+            f"({row['status'] or '-'}), {number(row['source_error'])} there; "
+            f"effective LR x {row['lr_factor']:.4g}"
+        )
     return lines + [f"  note: {note}" for note in w["notes"]]
 
 
