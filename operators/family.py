@@ -21,14 +21,16 @@ removes it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from torch import nn
 
 from operators.errors import OperatorConfigError
 from operators.parametrization import model_spectral_lr
+
+_V = TypeVar("_V")
 
 #: hyperparameters that act on spectral weights (searchable only for families with the K axis)
 SPECTRAL_HYPERPARAMETERS = ("clip_value", "init_scale")
@@ -54,7 +56,7 @@ class ModelSpec:
     base_width: int | None = None
     init_scale: float = 1.0
     packed: bool = False
-    normalization: dict | None = None
+    normalization: Mapping[str, object] | None = None
     options: dict = field(default_factory=dict)
 
 
@@ -75,8 +77,8 @@ class OperatorFamily:
     attention_scaled: bool = False
     attention_formula: Callable[[dict], Any] | None = None
     standardizes: bool = False
-    flops: Callable[[dict, tuple], float] | None = None
-    defaults: dict = field(default_factory=dict)
+    flops: Callable[[dict, tuple[int, ...]], float] | None = None
+    defaults: dict[str, object] = field(default_factory=dict)
 
     @property
     def spectral(self) -> bool:
@@ -87,7 +89,7 @@ class OperatorFamily:
         """Whether a proxy-to-target transfer may scale ``axis`` ("K" or "width") for this family."""
         return axis in self.axes
 
-    def sized(self, modes):
+    def sized(self, modes: int | None) -> int | None:
         """``modes`` for a family with the K axis, else None (what a Scaling, a ladder size, a plan reads)."""
         return modes if self.spectral else None
 
@@ -95,7 +97,7 @@ class OperatorFamily:
         """Whether ``hyperparameter`` acts on this family's models (clip_value, init_scale: spectral weights only)."""
         return self.spectral or hyperparameter not in SPECTRAL_HYPERPARAMETERS
 
-    def own_hyperparameters(self, hp: dict) -> dict:
+    def own_hyperparameters(self, hp: dict[str, _V]) -> dict[str, _V]:
         """``hp`` without the hyperparameters that do not act on this family's models."""
         return {key: value for key, value in hp.items() if self.applies(key)}
 
@@ -108,13 +110,13 @@ class OperatorFamily:
         """Whether it can learn data of this kind ("grid" or "points")."""
         return kind in self.inputs
 
-    def describe(self, dim: int, modes, width: int) -> str:
+    def describe(self, dim: int, modes: int | None, width: int) -> str:
         """The model's label in reports, e.g. "FNO-2D K=24 width 32" or "galerkin width 64"."""
         if self.spectral:
             return f"{self.label}-{dim}D K={modes} width {width}"
         return f"{self.name} width {width}"
 
-    def build(self, config_or_spec) -> nn.Module:
+    def build(self, config_or_spec: ModelSpec | dict) -> nn.Module:
         """The model for a :class:`ModelSpec` or for a ``config`` from :meth:`configure`; one-line errors."""
         config = self.configure(config_or_spec) if isinstance(config_or_spec, ModelSpec) else config_or_spec
         try:
@@ -125,7 +127,7 @@ class OperatorFamily:
                 f"{self.name} options: {exc}; see the {name} docstring for its arguments"
             ) from None
 
-    def make(self, config: dict) -> nn.Module:
+    def make(self, config: Mapping[str, object]) -> nn.Module:
         """The bare operator class built from its constructor arguments ``config`` (one-line errors)."""
         try:
             return self.build_class(**config)
@@ -137,7 +139,7 @@ class OperatorFamily:
 
     def plan(
         self,
-        config_or_spec,
+        config_or_spec: object,
         *,
         grid: tuple[int, ...],
         batch: int = 1,
@@ -191,7 +193,7 @@ def point_set_families() -> tuple[str, ...]:
     return tuple(f.name for f in OPERATORS.values() if f.takes("points"))
 
 
-def family_of_config(config) -> OperatorFamily | None:
+def family_of_config(config: object) -> OperatorFamily | None:
     """The family that built a model with this ``config`` (None: no registered family owns it)."""
     for family in OPERATORS.values():
         if family.owns(config):

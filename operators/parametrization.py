@@ -43,7 +43,7 @@ def check_parametrization(parametrization: str) -> str:
 FNO_DIMS = (1, 2, 3)
 
 
-def check_modes(modes: int, dim: int, parametrization: str) -> None:
+def check_modes(modes: int | None, dim: int, parametrization: str) -> None:
     """Validate K and d for a parametrization (muP needs K ≥ 2: log 1 = 0)."""
     check_parametrization(parametrization)
     if isinstance(dim, bool) or dim not in FNO_DIMS:
@@ -232,7 +232,7 @@ def model_spectral_lr(model: nn.Module, lr: float) -> float:
     """The spectral weights' Adam LR at step 0 in ``model``'s optimizer param groups (``lr`` without spectral weights)."""
     for group in optimizer_param_groups(model, lr):
         if group["name"] == "spectral":
-            return float(group["lr"])
+            return float(cast(float, group["lr"]))  # optimizer_param_groups sets "lr" to a float
     return float(lr)
 
 

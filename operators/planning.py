@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
+from typing import Protocol, cast
 
 from operators.errors import OperatorConfigError
 from operators.parametrization import FNO_DIMS
@@ -93,7 +94,7 @@ class FNOPlan:
             device=self.device,
         )
 
-    def replan(self, **changes) -> FNOPlan:
+    def replan(self, **changes: object) -> FNOPlan:
         """The same configuration with some of plan_fno's arguments changed, e.g. ``replan(batch=4)``."""
         return plan_fno(self.dim, self.modes, self.width, self.layers, **{**self.options(), **changes})
 
@@ -126,7 +127,7 @@ class FNOPlan:
         """Whether one training step fits in ``memory_bytes``."""
         return self.total_bytes <= memory_bytes
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         out = asdict(self)
         out["grid"] = list(self.grid) if self.grid else None
         out["backward_peak_bytes"] = self.backward_peak_bytes
@@ -137,7 +138,8 @@ class FNOPlan:
 
 def spectral_params_per_layer(dim: int, modes: int, width: int) -> int:
     """Complex spectral entries of one Fourier layer: 2^(d-1)·m²·K^d."""
-    return 2 ** (dim - 1) * width * width * modes**dim
+    # typeshed types int ** int as Any (a negative exponent gives a float); here both are ints >= 0
+    return cast(int, 2 ** (dim - 1) * width * width * modes**dim)
 
 
 def other_params(
@@ -162,7 +164,7 @@ def activation_bytes(
     out_channels: int,
     projection_channels: int,
     padding: int,
-    precision: str,
+    precision: Precision,
 ) -> int:
     """Bytes autograd saves for backward in one forward pass (module docstring; exact for operators.fno)."""
     b = PRECISION_BYTES[precision]
@@ -176,7 +178,8 @@ def activation_bytes(
     )
     if precision != "fp32":  # autocast's low-precision copies of the weights that need an input gradient
         saved += (layers * width * width + width * projection_channels + projection_channels * out_channels) * b
-    return saved
+    # typeshed types int ** int as Any (a negative exponent gives a float); here both are ints >= 0
+    return cast(int, saved)
 
 
 def plan_fno(
@@ -206,7 +209,7 @@ def plan_fno(
             raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
     if dim not in FNO_DIMS:
         raise OperatorConfigError(f"dim {dim}: the FNO truncates 1, 2 or 3 dimensions; use --dim 1, 2 or 3")
-    check_precision(precision)
+    checked = check_precision(precision)  # ``precision`` itself, typed as a Precision
     if device not in ("cuda", "cpu"):
         raise OperatorConfigError(f"device {device!r}: plan for 'cuda' or 'cpu'")
     per_layer = spectral_params_per_layer(dim, modes, width)
@@ -234,9 +237,9 @@ def plan_fno(
             out_channels=out_channels,
             projection_channels=projection_channels,
             padding=padding,
-            precision=precision,
+            precision=checked,
         )
-        b = PRECISION_BYTES[precision]
+        b = PRECISION_BYTES[checked]
         workspace = batch * math.prod(grid) * (projection_channels + out_channels) * b
         layer_gradient = per_layer * COMPLEX_BYTES + 2 * batch * width * gp * b
     if device == "cuda":  # multi-tensor Adam: the largest group (spectral weights and the rest are separate groups)
@@ -274,7 +277,18 @@ def plan_fno(
     )
 
 
-def largest_batch(plan, memory_bytes: int) -> int:
+class _Replannable(Protocol):
+    """What :func:`largest_batch` reads of a plan (an FNOPlan or an AttentionPlan)."""
+
+    @property
+    def activations_bytes(self) -> int | None: ...
+
+    def replan(self, *, batch: int) -> _Replannable: ...
+
+    def fits(self, memory_bytes: int) -> bool: ...
+
+
+def largest_batch(plan: _Replannable, memory_bytes: int) -> int:
     """The largest batch at which ``plan``'s configuration fits in ``memory_bytes`` (0 if batch 1 does not).
 
     ``plan``: an FNOPlan with a grid, or an operators.planning_attention.AttentionPlan.

@@ -195,11 +195,11 @@ def plan_attention(
     for name, value in (("points", points), ("batch", batch)):
         if not isinstance(value, int) or value < 1:
             raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
-    check_precision(precision)
+    checked = check_precision(precision)  # ``precision`` itself, typed as a Precision
     config = full_config(operator, config)
     _check_counts(config)
     shape = formula(config)
-    b = _ACTIVATION_BYTES[precision]
+    b = _ACTIVATION_BYTES[checked]
     w, layers = config["width"], config["layers"]
     activations = b * batch * points * w * (shape.c_out + layers * shape.c_layer)
     if config.get("attention_impl") == "quadratic":

@@ -16,8 +16,13 @@ Adding a fifth operator: write its module, then one ``register_family(OperatorFa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypedDict
+
+from torch import nn
+
 from operators.adapters import GridPointSet, PackedPointSet, point_set_config
-from operators.attention_formulas import galerkin_formula, gnot_formula, ono_formula
+from operators.attention_formulas import Shape, galerkin_formula, gnot_formula, ono_formula
 from operators.family import (
     OPERATORS,
     SPECTRAL_HYPERPARAMETERS,
@@ -49,8 +54,15 @@ __all__ = [
     "unregister_family",
 ]
 
+
+class _FNODefaults(TypedDict):
+    modes: int
+    projection_channels: int
+    parametrization: str
+
+
 #: the FNO's own options and their values when none are given
-FNO_DEFAULTS = {"modes": 8, "projection_channels": 128, "parametrization": "mup"}
+FNO_DEFAULTS: _FNODefaults = {"modes": 8, "projection_channels": 128, "parametrization": "mup"}
 #: the attention operators' own options and their values when none are given
 ATTENTION_DEFAULTS = {"heads": 4}
 #: FNO config keys (operators.fno.FNO.config) its planner reads
@@ -76,11 +88,18 @@ def fno_config(spec: ModelSpec) -> dict:
     }
 
 
-def _owns_fno(config) -> bool:
+def _owns_fno(config: object) -> bool:
     return isinstance(config, dict) and all(k in config for k in _FNO_KEYS) and "operator" not in config
 
 
-def _attention_family(name: str, label: str, cls, formula, *, attention_scaled: bool) -> OperatorFamily:
+def _attention_family(
+    name: str,
+    label: str,
+    cls: Callable[..., nn.Module],
+    formula: Callable[..., Shape],
+    *,
+    attention_scaled: bool,
+) -> OperatorFamily:
     """An attention operator on grids and point sets through the point-set adapters (operators.adapters)."""
 
     def configure(spec: ModelSpec) -> dict:
@@ -101,12 +120,12 @@ def _attention_family(name: str, label: str, cls, formula, *, attention_scaled: 
         )
         return {**config, "coord_dim": spec.dim, "packed": bool(spec.packed), "normalization": spec.normalization}
 
-    def construct(config: dict):
+    def construct(config: dict) -> nn.Module:
         adapter = PackedPointSet if config.get("packed") else GridPointSet
         coord_dim = config.get("coord_dim", config["operator_config"]["coord_dim"])
         return adapter(coord_dim, config["operator"], dict(config["operator_config"]), config.get("normalization"))
 
-    def owns(config) -> bool:
+    def owns(config: object) -> bool:
         return (
             isinstance(config, dict)
             and config.get("operator") == name
@@ -144,7 +163,7 @@ FAMILIES = (
         owns=_owns_fno,
         flops=fno_step_flops,
         fields=("padding", "projection_channels"),
-        defaults=dict(FNO_DEFAULTS),
+        defaults=dict[str, object](FNO_DEFAULTS),
     ),
     _attention_family("galerkin", "Galerkin Transformer", GalerkinTransformer, galerkin_formula, attention_scaled=True),
     _attention_family("ono", "ONO", ONO, ono_formula, attention_scaled=True),

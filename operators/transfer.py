@@ -14,6 +14,7 @@ unchanged (paper §4.4).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import cast
 
 from operators.errors import OperatorConfigError
 from operators.parametrization import effective_spectral_lr
@@ -72,7 +73,7 @@ class TransferRecord:
                 return q
         raise KeyError(name)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return {
             "dim": self.dim,
             "proxy_modes": self.proxy_modes,
@@ -166,7 +167,8 @@ def transfer(
 
     s = scaling
     width_mup = s.width_parametrization == "mup" and s.scales_width
-    width_factor = hidden_lr_multiplier(s.target_width, s.proxy_width) if width_mup else 1.0
+    pw, tw = s.proxy_width, s.target_width  # both set when s.scales_width
+    width_factor = hidden_lr_multiplier(tw, pw) if width_mup and tw is not None and pw is not None else 1.0
     rows = [RescaledQuantity("master_lr", lr, lr, 1.0, "unchanged: the model applies its multipliers itself")]
     notes = []
     if s.proxy_modes is not None:
@@ -177,8 +179,8 @@ def transfer(
                 if s.parametrization == "mup"
                 else "standard parametrization in K: copied unchanged; the optimum may drift with K"
             )
-    if s.scales_width:
-        rows += width_transfer_rows(s.proxy_width, s.target_width, lr, s.width_parametrization, s.attention_scaled)
+    if s.scales_width and pw is not None and tw is not None:
+        rows += width_transfer_rows(pw, tw, lr, s.width_parametrization, s.attention_scaled)
         notes.append(
             f"width-muP (base width {s.proxy_width}): hidden weights train at LR x m0/m, readouts are scaled by m0/m"
             if width_mup
@@ -197,7 +199,9 @@ def transfer(
     )
 
 
-def _spectral_rows(s: Scaling, lr: float, width_factor: float, width_mup: bool, init_scale, init_std) -> list:
+def _spectral_rows(
+    s: Scaling, lr: float, width_factor: float, width_mup: bool, init_scale: float | None, init_std: float | None
+) -> list[RescaledQuantity]:
     """The spectral LR and init rows: √(log Kp / log Kt) under muP in K, times the width rules."""
     from operators.parametrization import check_modes, transfer_lr_factor
 
@@ -205,7 +209,8 @@ def _spectral_rows(s: Scaling, lr: float, width_factor: float, width_mup: bool, 
         if s.parametrization == "mup" and isinstance(k, int) and k < 2:
             raise OperatorConfigError(f"{which} modes {k}: muP needs K >= 2 (log 1 = 0); use K >= 2")
         check_modes(k, s.dim, s.parametrization)
-    kp, kt = s.proxy_modes, s.target_modes
+    # check_modes above rejected anything but an int
+    kp, kt = cast(int, s.proxy_modes), cast(int, s.target_modes)
     proxy_lr = effective_spectral_lr(lr, kp, s.dim, s.parametrization)
     target_lr = effective_spectral_lr(lr, kt, s.dim, s.parametrization, width_factor)
     k_factor = transfer_lr_factor(kp, kt) if s.parametrization == "mup" else 1.0
