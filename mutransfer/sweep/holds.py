@@ -3,8 +3,9 @@
 With ``MUTRANSFER_HOLD_AT=<point>`` in the driver's environment, the driver writes
 ``<study dir>/held-at-<point>`` (its pid) when it reaches that point and then waits
 until it is killed. The points are the names of the phases in
-``mutransfer.sweep.runner.PHASES`` (held before the phase starts, e.g.
-``transfer_phase``, ``train_target``, ``write_report``) and ``report_logged`` (inside
+``mutransfer.sweep.runner.PHASES`` and of the search strategies' phases placed among them
+(mutransfer.sweep.strategies; held before the phase starts, e.g. ``transfer_phase``, ``train_target``,
+``verify_phase``, ``write_report``) and ``report_logged`` (inside
 the report phase, after the report was written and logged to MLflow, before the study
 is marked done), and ``topk_next_candidate`` (with ``--top-k``: before each target candidate after
 the first, once the earlier ones finished). ``tests/test_sweep_resume.py`` kills the driver with SIGKILL at these
