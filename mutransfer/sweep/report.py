@@ -85,7 +85,7 @@ def build_report(
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
     gain_from = strategies.gain_source(values, trials, best)  # e.g. top-k's winner is compared with its own proxy
     gain = proxy_to_target(gain_from, target)
-    if gain is not None:
+    if gain is not None and gain_from is not None:
         strategies.refine_gain(gain, values, gain_from)
     out = {
         "study": study.name,

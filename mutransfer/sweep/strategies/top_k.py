@@ -43,7 +43,7 @@ class TopKStrategy(Strategy):
         from mutransfer.sweep.cost import target_cost
 
         record = ctx.record(NAME, TopK)
-        if record is None:
+        if record is None or ctx.data is None:
             return ExtraCosts()
         shape = tuple(ctx.data.train_x.shape[1:])
         return ExtraCosts(target=tuple(target_cost(ctx.study, c.outcome, shape) for c in record.others()))

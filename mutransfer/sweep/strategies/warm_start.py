@@ -40,7 +40,7 @@ class WarmStartStrategy(Strategy):
             ctx.records[NAME] = warm
 
     def section(self, ctx: SweepContext) -> dict | None:
-        return warm_start_section(ctx.record(NAME, WarmStart), ctx.proxies.trials)
+        return warm_start_section(ctx.record(NAME, WarmStart), ctx.proxies.trials if ctx.proxies is not None else [])
 
     def text_lines(self, section: Any, report: dict) -> list[str]:
         return warm_start_lines(section)
