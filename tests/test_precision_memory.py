@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -321,6 +322,37 @@ def test_sweep_memory_check_passes_a_study_that_fits(monkeypatch):
     monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", "8MiB")
     with pytest.raises(UserInputError, match="target"):
         check_study_memory(study, 2, gpus=0)  # the K = 24 target (9.1 MiB) does not fit, the K = 6 proxy (7.1 MiB) does
+
+
+def test_the_trainer_holds_the_plan_it_is_given_not_its_own(burgers_file, tmp_path, monkeypatch):
+    """A sweep's workers get the driver's plan: the trainer checks that one (here a huge target's) and does not re-plan."""
+    from mutransfer.study import load_study
+    from mutransfer.study.memory import plan_step
+
+    study, _ = load_study(None)
+    big = plan_step(dataclasses.replace(study, target_width=4096), target=True, device="cpu")
+    data = load_split(burgers_file, n_train=8, n_test=8)
+    config = _config(device_memory=2**30, checkpoint_dir=str(tmp_path / "ckpt"))
+    train(_model(), data, config)  # the small model fits 1 GiB when the trainer plans it
+    with pytest.raises(UserInputError, match="width 4096"):
+        train(_model(), data, config, plan=big)
+    assert plan_step(study, target=True, device="cpu").total_bytes < 2**30 < big.total_bytes
+
+
+def test_the_sweep_plans_each_model_once_and_carries_the_plan(tmp_path):
+    from mutransfer.study import load_study
+    from mutransfer.study.memory import plan_step
+    from mutransfer.study_folder.state import StudyDir
+    from mutransfer.sweep.context import SweepContext, SweepOptions
+
+    study, _ = load_study(None)
+    ctx = SweepContext(SweepOptions(), study, StudyDir(tmp_path / "s"), [], "sqlite:///x.db", "", {}, 0)
+    proxy = ctx.memory_plan(target=False, device="cpu")
+    assert ctx.memory_plan(target=False, device="cpu") is proxy  # made once, the same object handed on
+    assert proxy == plan_step(study, target=False, device="cpu")
+    two = ctx.memory_plan(target=True, device="cpu", workers=2)
+    one = ctx.memory_plan(target=True, device="cpu")
+    assert two.total_bytes < one.total_bytes  # the per-worker batch is half the batch
 
 
 # --------------------------------------------------------------------------- streamed training

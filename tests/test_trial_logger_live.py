@@ -28,6 +28,11 @@ def store(database, tmp_path):
     return tracker, experiment, parent, tmp_path
 
 
+def _hyperparameters(config: dict) -> dict:
+    """A study with lr searched and batch_size 10 fixed (module level: the logger pickles)."""
+    return {"lr": config.get("lr", 1e-3), "batch_size": 10}
+
+
 def _logger(store, **kw) -> TrialLogger:
     tracker, experiment, parent, tmp_path = store
     logger = TrialLogger(
@@ -38,8 +43,7 @@ def _logger(store, **kw) -> TrialLogger:
         proxy_K=6,
         proxy_width=16,
         budget_epochs=4,
-        fixed={"lr": 1e-3, "batch_size": 10},
-        searched=["lr"],
+        hyperparameters=_hyperparameters,
         total_trials=1,
         device_kind="cpu",
         devices_per_trial=1.0,

@@ -4,6 +4,7 @@ carried into the plan (fast: no Ray; the end-to-end run is in test_warm_start_sw
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 from pathlib import Path
@@ -74,7 +75,7 @@ def test_a_study_folder_reads_back_as_typed_records(tmp_path):
 def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str:
     """A real sqlite MLflow store holding ``study``'s parent run and proxy_trial child runs, written by the sweep's own
     Tracker and TrialLogger (the path a driver takes for a trial that finished while it was down)."""
-    from mutransfer.study.models import fixed_hyperparameters
+    from mutransfer.study.models import merge_hyperparameters
     from mutransfer.sweep.plan import Outcome
     from mutransfer.sweep.trial_logger import TrialLogger
     from mutransfer.tracking.runs import Tracker
@@ -97,8 +98,7 @@ def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str
         proxy_K=study.proxy_K,
         proxy_width=study.operator.width,
         budget_epochs=study.budget.epochs,
-        fixed=fixed_hyperparameters(study),
-        searched=list(study.search_space),
+        hyperparameters=functools.partial(merge_hyperparameters, study),
         total_trials=len(outcomes),
         device_kind="cpu",
         devices_per_trial=1,

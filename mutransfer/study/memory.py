@@ -30,6 +30,8 @@ from mutransfer.errors import UserInputError
 from mutransfer.study import Study
 from mutransfer.study.models import model_spec
 from mutransfer.training.memory import available_memory, check_fits, check_padding
+from operators.planning import FNOPlan
+from operators.planning_attention import AttentionPlan
 
 
 def _largest_searched(study: Study, name: str, fixed):
@@ -54,6 +56,30 @@ def _plan(study: Study, modes: int | None, width: int, batch: int, device: str =
     )
 
 
+#: a family's plan of one training step (operators.family.OperatorFamily.plan)
+Plan = FNOPlan | AttentionPlan
+
+
+def plan_step(study: Study, *, target: bool, device: str, workers: int = 1) -> Plan | None:
+    """The memory plan of one training step of the proxy (``target=False``) or the target model.
+
+    Made once per model by the sweep's driver and carried to the workers that train it
+    (mutransfer.sweep.context.SweepContext.memory_plan), who hold it against their device
+    instead of planning again. Planned at the largest batch the search may pick, split over
+    ``workers`` (the target's Ray Train workers), and the largest searched weight decay: an
+    upper bound for every trial. None for a point-set problem (its point count is known only
+    once the file is read; the trainer plans those itself).
+    """
+    if study.point_problem:
+        return None
+    batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
+    if target:
+        return _plan(
+            study, study.target_modes, study.target_width or study.operator.width, max(1, batch // workers), device
+        )
+    return _plan(study, study.proxy_modes, study.operator.width, batch, device)
+
+
 def _device_limit(gpu: bool, share: float, divide: int, gpu_text: str, cpu_text: str) -> tuple[int | None, str | None]:
     """(bytes, description) a trial or worker may use here; (None, None) when MUTRANSFER_DEVICE_MEMORY sets it."""
     if os.environ.get("MUTRANSFER_DEVICE_MEMORY"):
@@ -63,35 +89,52 @@ def _device_limit(gpu: bool, share: float, divide: int, gpu_text: str, cpu_text:
     return available_memory("cpu")[0] // max(1, divide), cpu_text
 
 
-def check_study_memory(study: Study, concurrency: int, *, gpus: int) -> None:
-    """Raise a one-line UserInputError if a proxy trial or a target worker cannot fit its device here."""
-    if study.point_problem:
-        return
+def local_devices(study: Study, gpus: int) -> tuple[str, str]:
+    """The device kinds ("cuda" or "cpu") a proxy trial and a target worker train on, on a machine with ``gpus`` GPUs."""
     r, t = study.resources, study.target
-    batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     proxy_gpu = r.gpus_per_trial > 0 and gpus > 0
-    proxy = _plan(study, study.proxy_modes, study.operator.width, batch, "cuda" if proxy_gpu else "cpu")
-    limit, where = _device_limit(
-        proxy_gpu,
-        r.gpus_per_trial,
-        concurrency,
-        f"a {r.gpus_per_trial:g}-GPU share of cuda:0's free memory",
-        f"the available RAM / {concurrency} trials at once",
-    )
-    check_fits(proxy, None, limit=limit, where=where, what="proxy trial (resources, search_space.batch_size)")
+    target_gpu = t.use_gpu is True or (t.use_gpu == "auto" and gpus >= 1)
+    return ("cuda" if proxy_gpu else "cpu"), ("cuda" if target_gpu else "cpu")
 
-    use_gpu = t.use_gpu is True or (t.use_gpu == "auto" and gpus >= 1)
-    per_worker = max(1, batch // t.num_workers)
-    target = _plan(
-        study, study.target_modes, study.target_width or study.operator.width, per_worker, "cuda" if use_gpu else "cpu"
-    )
-    limit, where = _device_limit(
-        use_gpu, 1.0, t.num_workers, "cuda:0's free memory", f"the available RAM / {t.num_workers} target workers"
-    )
-    try:
-        check_fits(target, None, limit=limit, where=where, what="target (target_K, target_width)")
-    except UserInputError as exc:
-        raise UserInputError(f"{exc}, or more target.num_workers") from None
+
+def check_study_memory(
+    study: Study, concurrency: int, *, gpus: int, plans: tuple[Plan | None, Plan | None] | None = None
+) -> None:
+    """Raise a one-line UserInputError if a proxy trial or a target worker cannot fit its device here.
+
+    ``plans``: the proxy's and the target's :func:`plan_step` plans when the caller made them
+    already (the sweep's driver, which carries them to the workers); else they are made here
+    for this machine's devices. A None plan (a point-set problem) is not checked here.
+    """
+    r, t = study.resources, study.target
+    proxy_device, target_device = local_devices(study, gpus)
+    if plans is None:
+        plans = (
+            plan_step(study, target=False, device=proxy_device),
+            plan_step(study, target=True, device=target_device, workers=t.num_workers),
+        )
+    proxy, target = plans
+    if proxy is not None:
+        limit, where = _device_limit(
+            proxy_device == "cuda",
+            r.gpus_per_trial,
+            concurrency,
+            f"a {r.gpus_per_trial:g}-GPU share of cuda:0's free memory",
+            f"the available RAM / {concurrency} trials at once",
+        )
+        check_fits(proxy, None, limit=limit, where=where, what="proxy trial (resources, search_space.batch_size)")
+    if target is not None:
+        limit, where = _device_limit(
+            target_device == "cuda",
+            1.0,
+            t.num_workers,
+            "cuda:0's free memory",
+            f"the available RAM / {t.num_workers} target workers",
+        )
+        try:
+            check_fits(target, None, limit=limit, where=where, what="target (target_K, target_width)")
+        except UserInputError as exc:
+            raise UserInputError(f"{exc}, or more target.num_workers") from None
 
 
 def check_grid_point_memory(study: Study, *, modes: int, width: int, batch: int, concurrency: int) -> None:
@@ -112,10 +155,11 @@ def check_target_size_memory(study: Study, concurrency: int) -> None:
     """``--verify`` / ``--baseline direct`` train target-size models, ``concurrency`` at once: each must fit RAM / concurrency."""
     if study.point_problem:
         return
-    batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} trainings at once")
+    plan = plan_step(study, target=True, device="cpu")
+    assert plan is not None  # a grid problem
     check_fits(
-        _plan(study, study.target_modes, study.target_width or study.operator.width, batch, "cpu"),
+        plan,
         None,
         limit=limit,
         where=where,

@@ -193,6 +193,7 @@ def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> di
             use_gpu=use_gpu,
             max_failures=study.budget.max_failures,
             on_poll=watch,
+            plan=ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers),
         )
     except Exception as exc:
         raise SweepError(

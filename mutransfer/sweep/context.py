@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from mutransfer.study import Override, Study
+from mutransfer.study.memory import Plan, plan_step
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.study_folder.state import StudyDir
 
@@ -188,10 +189,26 @@ class SweepContext:
     label: str | None = None
     #: tags every trial's MLflow run carries (a ladder: mutransfer.rung)
     trial_tags: dict = field(default_factory=dict)
+    #: the memory plans of this context's models, by (target model?, device kind, workers): see memory_plan
+    plans: dict[tuple[bool, str, int], Plan | None] = field(default_factory=dict)
 
     @property
     def search_name(self) -> str:
         return self.label or ("direct search" if self.search_at_target else "proxies")
+
+    def memory_plan(self, *, target: bool, device: str, workers: int = 1) -> Plan | None:
+        """The memory plan of the proxy's or the target's model (mutransfer.study.memory.plan_step), made once.
+
+        The driver checks it against this machine (prepare) and hands the same plan to the
+        trials and target workers that train the model, who hold it against their device
+        instead of planning again. ``workers``: the Ray Train workers the batch is split over (the
+        target's). A nested search (a ladder rung, the direct baseline) has its own context, so
+        its own models' plans.
+        """
+        key = (target, device, workers)
+        if key not in self.plans:
+            self.plans[key] = plan_step(self.study, target=target, device=device, workers=workers)
+        return self.plans[key]
 
     def record(self, name: str, kind: type[R]) -> R | None:
         """The record of strategy ``name`` if it has one of type ``kind`` (None when the strategy is not active)."""

@@ -82,10 +82,6 @@ def prepare(options: SweepOptions) -> SweepContext:
 
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
-    if options.address is None:
-        _check_memory(study)
-        if options.verify or options.baseline or study.ladder:  # a ladder's rungs run trials up to the target's size
-            _check_target_size_memory(study)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
     ctx = SweepContext(
         options,
@@ -99,6 +95,10 @@ def prepare(options: SweepOptions) -> SweepContext:
         prior_wall=float(state.get("wall_seconds", 0.0)),
         trial_tags={"mutransfer.rung": "0"} if study.ladder else {},
     )  # mutransfer.sweep.ladder.RUNG_TAG
+    if options.address is None:
+        _check_memory(ctx)
+        if options.verify or options.baseline or study.ladder:  # a ladder's rungs run trials up to the target's size
+            _check_target_size_memory(study)
     from mutransfer.sweep.strategies import prepare_strategies
 
     prepare_strategies(ctx)  # e.g. a warm start's source is read (or the stored one taken) now
@@ -196,15 +196,24 @@ def _check_resources(study: Study, address: str | None) -> None:
             )
 
 
-def _check_memory(study: Study) -> None:
-    """Proxy and target must fit this machine's devices (mutransfer.study.memory), before anything starts."""
+def _check_memory(ctx: SweepContext) -> None:
+    """Proxy and target must fit this machine's devices (mutransfer.study.memory), before anything starts.
+
+    The plans checked are the context's, the ones the trials and the target's workers get.
+    """
     import torch
 
-    from mutransfer.study.memory import check_study_memory
+    from mutransfer.study.memory import check_study_memory, local_devices
     from mutransfer.sweep.search import max_concurrent
 
+    study = ctx.study
     gpus = torch.cuda.device_count()
-    check_study_memory(study, max_concurrent(study, os.cpu_count() or 1, gpus), gpus=gpus)
+    proxy_device, target_device = local_devices(study, gpus)
+    plans = (
+        ctx.memory_plan(target=False, device=proxy_device),
+        ctx.memory_plan(target=True, device=target_device, workers=study.target.num_workers),
+    )
+    check_study_memory(study, max_concurrent(study, os.cpu_count() or 1, gpus), gpus=gpus, plans=plans)
 
 
 def _check_verification_options(options: SweepOptions) -> None:

@@ -19,11 +19,13 @@ finished reads the records back from ``state.json`` instead.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
 import time
 
+from mutransfer.study.models import merge_hyperparameters
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, pick_best
 
@@ -87,7 +89,6 @@ def _plan(ctx: SweepContext, concurrency: int):
 
 
 def _logger(ctx: SweepContext, total: int):
-    from mutransfer.study.models import fixed_hyperparameters
     from mutransfer.sweep.trial_logger import TrialLogger
     from mutransfer.sweep.warm_plan import NAME, WarmStart
 
@@ -102,8 +103,7 @@ def _logger(ctx: SweepContext, total: int):
         proxy_K=study.target_K if at_target else study.proxy_K,
         proxy_width=(study.target_width or study.operator.width) if at_target else study.operator.width,
         budget_epochs=study.budget.epochs,
-        fixed=fixed_hyperparameters(study),
-        searched=list(study.search_space),
+        hyperparameters=functools.partial(merge_hyperparameters, study),
         total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu",
         devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
@@ -166,6 +166,8 @@ def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
                 "device": "cuda" if uses_gpu else "cpu",
                 "fail_trials": ctx.fail_trials,
                 "target_size": ctx.search_at_target,
+                # the driver's plan of this search's model: the trials hold it against their device
+                "plan": ctx.memory_plan(target=ctx.search_at_target, device="cuda" if uses_gpu else "cpu"),
             },
         ),
         {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial},
@@ -210,7 +212,7 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
             tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
         if tid not in keys and child.info.status == "RUNNING":  # started by a driver that died; its trial is gone
             tracker.set_status(child.info.run_id, "KILLED")
-    trials = [_record(study, i, key, plan, children.get(key), logger.fixed) for i, key in enumerate(keys)]
+    trials = [_record(study, i, key, plan, children.get(key)) for i, key in enumerate(keys)]
     best = pick_best(trials)
     if best is None:
         raise SweepError(all_failed_message(study, plan))
@@ -218,7 +220,7 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
     return trials
 
 
-def _record(study, index: int, key: str, plan, child, fixed: dict) -> TrialRecord:
+def _record(study, index: int, key: str, plan, child) -> TrialRecord:
     outcome, config = plan.outcomes[index], plan.configs[index]
     m = child.data.metrics if child else {}
     test_error = outcome.value
@@ -229,7 +231,7 @@ def _record(study, index: int, key: str, plan, child, fixed: dict) -> TrialRecor
         index=index + 1,
         status=outcome.status,
         config=config,
-        hp=dict(fixed, **config),
+        hp=merge_hyperparameters(study, config),
         test_error=None if test_error is None or not math.isfinite(test_error) else float(test_error),
         epochs=int(outcome.metrics.get("epoch", 0) or 0),
         trainer_seconds=float(m.get("trainer_seconds", outcome.metrics.get("trainer_seconds", 0.0)) or 0.0),

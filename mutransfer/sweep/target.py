@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mutransfer.study.memory import Plan
+
 if TYPE_CHECKING:  # the driver imports this module before torch is needed
     from mutransfer.training.records import EpochRecord
 
@@ -217,7 +219,7 @@ def target_loop(cfg: dict) -> dict:
             eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event.epoch:05d}"
         )
 
-    result = train(model, shard, tconfig, callbacks=[on_event], resume=True)
+    result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=cfg.get("plan"))
 
     summary = TargetSummary(
         status=result.status,
@@ -288,9 +290,20 @@ def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
 
 
 def run_target(
-    study, hp: dict, data, storage_dir: Path, *, use_gpu: bool, max_failures: int, on_poll=None
+    study,
+    hp: dict,
+    data,
+    storage_dir: Path,
+    *,
+    use_gpu: bool,
+    max_failures: int,
+    on_poll=None,
+    plan: Plan | None = None,
 ) -> TargetOutcome:
     """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``.
+
+    ``plan``: the target's memory plan per worker, made by the driver (SweepContext.memory_plan);
+    each worker holds it against its device (None: each worker plans the model itself).
 
     Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
     ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
@@ -317,6 +330,7 @@ def run_target(
             "threads": t.cpus_per_worker,
             "data_ref": ray.put(data),
             "progress_file": str(Path(storage_dir) / "target" / PROGRESS_FILE),
+            "plan": plan,
         },
         scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
         torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),

@@ -148,7 +148,16 @@ def fit_target(
     try:
         with keep_sigint_handler():
             outcome = run_target(
-                study, hp, ctx.data, storage_dir, use_gpu=use_gpu, max_failures=study.budget.max_failures, on_poll=watch
+                study,
+                hp,
+                ctx.data,
+                storage_dir,
+                use_gpu=use_gpu,
+                max_failures=study.budget.max_failures,
+                on_poll=watch,
+                plan=ctx.memory_plan(
+                    target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers
+                ),
             )
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})

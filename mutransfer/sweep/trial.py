@@ -179,7 +179,8 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     """Tune function trainable. ``data`` (SplitData), ``study`` and ``options`` come via tune.with_parameters.
 
     options: study_dir, threads, device, fail_trials, target_size (train the target's model instead of the
-    proxy's: the direct-tuning baseline, ``sweep --baseline direct``).
+    proxy's: the direct-tuning baseline, ``sweep --baseline direct``), plan (the model's memory plan, made
+    by the driver: SweepContext.memory_plan; None: the trainer plans it).
     """
     import torch
     from ray import tune
@@ -234,7 +235,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
         reported["n"] += 1
         tune.report(TrialReport(**eval_metrics(event, spectral_lr0), diverged=0).metrics())
 
-    result = train(model, data, tconfig, callbacks=[report_eval], resume=True)
+    result = train(model, data, tconfig, callbacks=[report_eval], resume=True, plan=options.get("plan"))
 
     last = result.history[-1] if result.history else None
     final = TrialReport(

@@ -19,6 +19,7 @@ come from mutransfer.sweep.progress. ``as_tune_callback`` wraps it as a ``ray.tu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,8 +79,7 @@ class TrialLogger:
         proxy_K: int | None,
         proxy_width: int | None = None,
         budget_epochs: int,
-        fixed: dict,
-        searched: list[str],
+        hyperparameters: Callable[[dict], dict],
         total_trials: int,
         device_kind: str,
         devices_per_trial: float,
@@ -96,8 +96,8 @@ class TrialLogger:
         self.proxy_K = proxy_K
         self.proxy_width = proxy_width
         self.budget_epochs = budget_epochs
-        self.fixed = dict(fixed)
-        self.searched = list(searched)
+        #: a trial's Tune config -> its merged hyperparameters (mutransfer.study.models.merge_hyperparameters)
+        self.hyperparameters = hyperparameters
         self.total_trials = total_trials
         self.device_kind = device_kind
         self.devices_per_trial = devices_per_trial
@@ -178,7 +178,7 @@ class TrialLogger:
             run.live = True
 
     def _params(self, key: str, config: dict) -> dict:
-        hp = dict(self.fixed, **{k: config[k] for k in self.searched if k in config})
+        hp = self.hyperparameters(config)
         return {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
 
     def _run_tags(self, key: str, index: int) -> dict:
