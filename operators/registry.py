@@ -121,8 +121,9 @@ def _attention_family(
         return {**config, "coord_dim": spec.dim, "packed": bool(spec.packed), "normalization": spec.normalization}
 
     def construct(config: dict) -> nn.Module:
-        adapter = PackedPointSet if config.get("packed") else GridPointSet
-        coord_dim = config.get("coord_dim", config["operator_config"]["coord_dim"])
+        """From :meth:`configure`'s output, or from an adapter's own ``config`` (a saved model: ``dim`` on a grid)."""
+        adapter = PackedPointSet if config.get("packed", "dim" not in config) else GridPointSet
+        coord_dim = config.get("coord_dim", config.get("dim", config["operator_config"]["coord_dim"]))
         return adapter(coord_dim, config["operator"], dict(config["operator_config"]), config.get("normalization"))
 
     def owns(config: object) -> bool:

@@ -7,8 +7,8 @@ Layout (``<study dir>/model/``, and the same files in MLflow's logged model)::
     state_dict.pt      the model's state dict: tensors only, read with ``torch.load(weights_only=True)``
 
 No pickled Python object is stored (``mlflow.pytorch.log_model`` would pickle the
-whole module): the model is rebuilt from ``config.json`` as
-``MODEL_CLASSES[model_class](**model_config)`` and its weights loaded from tensors.
+whole module): the model is rebuilt from ``config.json`` by the registered operator
+family that owns its ``model_config`` (``family.build``), and its weights loaded from tensors.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from operators.errors import OperatorConfigError
+from operators.family import family_of_config
+
 from mutransfer.errors import UserInputError
 
 FLAVOR = "mutransfer"
@@ -24,14 +27,6 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "state_dict.pt"
 MLMODEL_FILE = "MLmodel"
 FORMAT_VERSION = 1
-
-
-def _model_classes() -> dict:
-    """The model classes a model directory may name (their ``config`` dict rebuilds them)."""
-    from operators.adapters import GridPointSet, PackedPointSet
-    from operators.fno import FNO
-
-    return {cls.__name__: cls for cls in (FNO, GridPointSet, PackedPointSet)}
 
 
 @dataclass
@@ -136,13 +131,21 @@ def read_model_dir(directory: Path):
         )
     flavor = flavors[FLAVOR]
     card = ModelCard.from_dict(json.loads((directory / flavor.get("config", CONFIG_FILE)).read_text()))
-    classes = _model_classes()
-    if card.model_class not in classes:
+    family = family_of_config(card.model_config)  # the registered family that built it rebuilds it
+    if family is None:
         raise UserInputError(
-            f"model {directory}: model_class {card.model_class!r} is unknown; "
-            f"use one of {', '.join(classes)} (a newer mutransfer wrote it?)"
+            f"model {directory}: no registered operator family owns its model_config ({card.model_class}, operator "
+            f"{card.operator!r}); register that family first (a newer mutransfer or a plug-in wrote it?)"
         )
-    model = classes[card.model_class](**card.model_config)
+    try:
+        model = family.build(card.model_config)
+    except (OperatorConfigError, KeyError) as exc:
+        raise UserInputError(f"model {directory}: config.json does not rebuild a {card.model_class} ({exc})") from None
+    if type(model).__name__ != card.model_class:
+        raise UserInputError(
+            f"model {directory}: model_class {card.model_class!r} but its config rebuilds a {type(model).__name__}; "
+            "config.json was edited or corrupted"
+        )
     try:
         state = torch.load(directory / flavor.get("weights", WEIGHTS_FILE), map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle.UnpicklingError for anything but tensors; never unpickled further
