@@ -21,7 +21,15 @@ from mutransfer.serving.artifact import ModelCard, read_model_dir, write_model_d
 from mutransfer.study import parse_study
 from mutransfer.study.memory import check_study_memory
 from mutransfer.study.models import build_model, model_spec
-from operators.family import OPERATORS, ModelSpec, OperatorFamily, register_family, unregister_family
+from operators.family import (
+    OPERATORS,
+    ModelSpec,
+    OperatorFamily,
+    family_of_config,
+    get_family,
+    register_family,
+    unregister_family,
+)
 from operators.planning import FLOAT_BYTES
 from operators.transfer import transfer
 
@@ -215,7 +223,6 @@ def test_unregistered_after_the_test():
 )
 def test_a_models_own_config_rebuilds_it_through_its_family(name, packed):
     """What `evaluate` relies on: family_of_config(model.config).build(model.config) is the same model class and config."""
-    from operators.family import family_of_config, get_family
 
     model = get_family(name).build(
         ModelSpec(dim=2, input_channels=5, output_channels=1, width=16, layers=2, packed=packed, modes=4)

@@ -53,14 +53,6 @@ class StudyFiles:
         outcome = self.state.get("target_outcome") or {}
         return load_history(outcome.get("history") or [])
 
-    @property
-    def verification(self) -> dict | None:
-        return (self.report or {}).get("verification") or self.state.get("verification")
-
-    @property
-    def direct_baseline(self) -> dict | None:
-        return (self.report or {}).get("direct_baseline") or self.state.get("direct_baseline")
-
 
 def resolve_study_dir(study: str, runs_dir: str | None = None) -> Path:
     """The folder of ``study`` (a folder path, or a name under the runs directory); one-line error if none."""

@@ -17,10 +17,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 from operators.family import family_of_config
-
-from mutransfer.errors import UserInputError
 
 FLAVOR = "mutransfer"
 CONFIG_FILE = "config.json"
