@@ -102,7 +102,7 @@ def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str
         total_trials=len(outcomes),
         device_kind="cpu",
         devices_per_trial=1,
-        warm_from=warm_from,
+        key_tags={key: {"mutransfer.warm_start_from": source} for key, source in (warm_from or {}).items()},
     )
     for key, config, status, error in outcomes:
         epoch = study.budget.epochs if status == "completed" else 2
@@ -320,7 +320,7 @@ def test_resume_keeps_the_stored_warm_start_and_refuses_a_new_or_different_one(t
 
 
 def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(tmp_path):
-    from mutransfer.sweep.plan import WARM_FILE, SearchPlan
+    from mutransfer.sweep.plan import SEED_FILE, SearchPlan
     from mutransfer.sweep.sampling import sample_config
     from mutransfer.sweep.warm_plan import build_warm_start
 
@@ -328,7 +328,7 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
     warm = build_warm_start("src", here, read_folder(write_source(tmp_path / "src")), 3, [])
     entries = warm.plan_entries()
     trials = tmp_path / "trials"
-    plan = SearchPlan(here, trials, 1, warm=entries)
+    plan = SearchPlan(here, trials, 1, seeds=entries)
     handed = []
     for i in range(2):
         key, config = plan.next_trial()
@@ -337,17 +337,17 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
     key, config = plan.next_trial()  # the third warm trial, left running
     handed.append((key, config))
     assert handed == [(t.key, t.config) for t in warm.trials]
-    provenance = json.loads((trials / "t0000" / WARM_FILE).read_text())
+    provenance = json.loads((trials / "t0000" / SEED_FILE).read_text())
     assert provenance["source_trial"] == "t0002" and provenance["source_study"] == "src"
     assert provenance["source_size"] == {"K": 4, "width": 32} and "lr_factor" in provenance["rescale"]
 
-    resumed = SearchPlan(here, trials, 1, warm=entries)  # a new session over the same folder
+    resumed = SearchPlan(here, trials, 1, seeds=entries)  # a new session over the same folder
     assert resumed.next_trial() == handed[2]  # the unfinished warm trial continues under its key
     resumed.record("t0002", {"epoch": here.budget.epochs, "test_error": 0.05}, failed=False)
     key, config = resumed.next_trial()  # the first sampled trial: TPE told the warm trials' results
     told = [(t.config, v) for t, v in zip(warm.trials, (0.1, 0.2, 0.05))]
     assert key == "t0003" and config == sample_config(here, 3, told)
-    assert not (trials / "t0003" / WARM_FILE).exists()
+    assert not (trials / "t0003" / SEED_FILE).exists()
 
 
 def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_path):

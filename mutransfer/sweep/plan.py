@@ -35,8 +35,9 @@ from mutransfer.study import Study
 
 CONFIG_FILE = "config.json"
 OUTCOME_FILE = "outcome.json"
-#: a warm-started trial's provenance (mutransfer.sweep.warm_plan), written before its config.json
-WARM_FILE = "warm_start.json"
+#: a seeded trial's provenance (a strategy's seed_trials: a warm start's), written before its config.json;
+#: the name is kept for the study folders written before the strategies were plug-ins
+SEED_FILE = "warm_start.json"
 #: SearchPlan.next_trial: every trial has been handed out
 DONE = "done"
 #: the last result's metrics an outcome keeps (mutransfer.sweep.trial.TrialReport, and Tune's wall time)
@@ -179,8 +180,8 @@ class SearchPlan:
     ``trials_dir``: ``<study dir>/trials``. ``window``: w >= 1, fixed for the study.
     ``preset``: the configurations to run, in key order, instead of sampling, all to the
     full budget (no ASHA): a ladder rung's promoted trials (mutransfer.sweep.ladder).
-    ``warm``: (configuration, provenance) of the first trials, handed out in place of samples
-    (a warm start, mutransfer.sweep.warm_plan; the provenance goes to their ``warm_start.json``).
+    ``seeds``: (configuration, provenance) of the first trials, handed out in place of samples
+    (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their ``warm_start.json``).
     """
 
     def __init__(
@@ -188,12 +189,12 @@ class SearchPlan:
         study: Study,
         trials_dir: str | Path,
         window: int,
-        warm: list[tuple[dict, dict]] = (),
+        seeds: list[tuple[dict, dict]] = (),
         *,
         preset: list[dict] | None = None,
     ):
         self.study = study
-        self.warm = list(warm)
+        self.seeds = list(seeds)
         self.trials_dir = Path(trials_dir)
         self.preset = None if preset is None else [dict(c) for c in preset]
         self.total = total_trials(study) if preset is None else len(preset)
@@ -243,13 +244,13 @@ class SearchPlan:
         known = range(0, i - self.window + 1)
         if any(j not in self.outcomes for j in known):
             return None
-        config = dict(self.warm[i][0]) if i < len(self.warm) else self._sample(i, known)
+        config = dict(self.seeds[i][0]) if i < len(self.seeds) else self._sample(i, known)
         directory = self.trials_dir / trial_key(i)
         directory.mkdir(parents=True, exist_ok=True)
         from mutransfer.study_folder.state import write_atomic
 
-        if i < len(self.warm):
-            write_atomic(directory / WARM_FILE, json.dumps(self.warm[i][1]))
+        if i < len(self.seeds):
+            write_atomic(directory / SEED_FILE, json.dumps(self.seeds[i][1]))
         write_atomic(directory / CONFIG_FILE, json.dumps(config))
         self.configs[i] = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
         self._next += 1

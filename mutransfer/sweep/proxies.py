@@ -83,18 +83,17 @@ def _plan(ctx: SweepContext, concurrency: int):
     if not isinstance(window, int) or window < 1:
         window = concurrency
         ctx.update_state(search_window=window)
-    from mutransfer.sweep.warm_plan import start_warm
+    from mutransfer.sweep.strategies import registry as strategies
 
-    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window, warm=start_warm(ctx), preset=ctx.preset)
+    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window, seeds=strategies.seed_trials(ctx), preset=ctx.preset)
 
 
 def _logger(ctx: SweepContext, total: int):
+    from mutransfer.sweep.strategies import registry as strategies
     from mutransfer.sweep.trial_logger import TrialLogger
-    from mutransfer.sweep.warm_plan import NAME, WarmStart
 
     study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
     uses_gpu = r.gpus_per_trial > 0
-    warm = ctx.record(NAME, WarmStart)
     return TrialLogger(
         uri=ctx.tracking_uri,
         experiment_id=ctx.experiment_id,
@@ -110,7 +109,7 @@ def _logger(ctx: SweepContext, total: int):
         quiet=ctx.options.quiet,
         trials_dir=str(ctx.study_dir.trials_dir),
         tags=ctx.trial_tags,
-        warm_from=warm.sources() if warm is not None and not at_target else None,
+        key_tags=strategies.trial_tags(ctx),
     )
 
 

@@ -87,7 +87,7 @@ class TrialLogger:
         trials_dir: str | None = None,
         trial_key=None,
         tags: dict | None = None,
-        warm_from: dict[str, str] | None = None,
+        key_tags: dict[str, dict[str, str]] | None = None,
     ):
         self.uri = uri
         self.experiment_id = experiment_id
@@ -108,8 +108,8 @@ class TrialLogger:
         self.trial_key = trial_key
         #: tags every trial's run carries besides the standard ones (a ladder rung: mutransfer.rung)
         self.tags = dict(tags or {})
-        #: key -> the source trial of a warm-started trial (tag mutransfer.warm_start_from, mutransfer.sweep.warm_plan)
-        self.warm_from = dict(warm_from or {})
+        #: key -> extra tags of that trial's run (the strategies': a warm start's source trial)
+        self.key_tags = dict(key_tags or {})
         self._reset()
 
     def _reset(self) -> None:
@@ -182,7 +182,6 @@ class TrialLogger:
         return {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
 
     def _run_tags(self, key: str, index: int) -> dict:
-        warm = {"mutransfer.warm_start_from": self.warm_from[key]} if key in self.warm_from else {}
         return {
             PARENT_TAG: self.parent_run_id,
             KIND_TAG: "proxy_trial",
@@ -191,7 +190,7 @@ class TrialLogger:
             RUN_NAME_TAG: f"trial {index:03d} ({key})",
             "mutransfer.trial_index": index,
             **self.tags,
-            **warm,
+            **self.key_tags.get(key, {}),
         }
 
     def _steps(self, run: OpenRun) -> set[int]:

@@ -29,6 +29,8 @@ from mutransfer.sweep.warm_start import SourceStudy, load_source
 
 #: the parent run's tag (the source study) and each warm trial's child-run tag (its source trial)
 WARM_TAG = "mutransfer.warm_start"
+#: a warm-started trial's MLflow tag: the source trial it came from
+WARM_TAG_FROM = "mutransfer.warm_start_from"
 WARM_FROM_TAG = "mutransfer.warm_start_from"
 #: the warm start's slot in ``SweepContext.records``, its ``state.json`` and report key
 NAME = "warm_start"

@@ -92,6 +92,15 @@ class Strategy(ABC):
         """Its phases and where they run."""
         return ()
 
+    def seed_trials(self, ctx: SweepContext) -> list[tuple[dict, dict]]:
+        """(configuration, provenance) of the first trials of ``ctx``'s search, handed out in place of samples
+        (a warm start); the provenance goes to each trial's ``warm_start.json``. None by default."""
+        return []
+
+    def trial_tags(self, ctx: SweepContext) -> dict[str, dict[str, str]]:
+        """Extra MLflow tags of ``ctx``'s search's trials, by trial key (a warm start: each warm trial's source)."""
+        return {}
+
     def restore(self, ctx: SweepContext) -> StrategyRecord | None:
         """Its finished record from ``ctx.state`` (a resumed study), or None when its phase has to run (again)."""
         return None

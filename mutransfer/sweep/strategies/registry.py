@@ -42,6 +42,21 @@ def prepare_strategies(ctx: SweepContext) -> None:
         s.prepare(ctx)
 
 
+def seed_trials(ctx: SweepContext) -> list[tuple[dict, dict]]:
+    """The active strategies' first trials of ``ctx``'s search (mutransfer.sweep.plan.SearchPlan's ``seeds``)."""
+    return [seed for s in STRATEGIES if s.active(ctx) for seed in s.seed_trials(ctx)]
+
+
+def trial_tags(ctx: SweepContext) -> dict[str, dict[str, str]]:
+    """The active strategies' extra MLflow tags of ``ctx``'s search's trials, by trial key."""
+    tags: dict[str, dict[str, str]] = {}
+    for s in STRATEGIES:
+        if s.active(ctx):
+            for key, more in s.trial_tags(ctx).items():
+                tags.setdefault(key, {}).update(more)
+    return tags
+
+
 def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext) -> list[tuple[str, Phase]]:
     """(hold-point name, phase) in the order the sweep runs them: each core phase (or the active strategy's phase
     that replaces it), then the strategies' phases placed after it."""

@@ -1,7 +1,7 @@
 """The warm start as a strategy (``sweep --warm-start STUDY``; mutransfer.sweep.warm_start, warm_plan).
 
-It has no phase of its own: ``prepare`` reads the source (or, on resume, the stored warm start) and its record
-seeds the proxy search's plan. Report key ``warm_start`` (the provenance of the warm trials, after the target).
+It has no phase of its own: ``prepare`` reads the source (or, on resume, the stored warm start); its record
+seeds the proxy search's first trials (``seed_trials``) and tags their MLflow runs with their source (``trial_tags``). Report key ``warm_start`` (the provenance of the warm trials, after the target).
 """
 
 from __future__ import annotations
@@ -10,7 +10,14 @@ from typing import Any
 
 from mutransfer.sweep.context import SweepContext
 from mutransfer.sweep.strategies.base import Strategy, number
-from mutransfer.sweep.warm_plan import NAME, WarmStart, resolve_warm_start, warm_start_section
+from mutransfer.sweep.warm_plan import (
+    NAME,
+    WARM_TAG_FROM,
+    WarmStart,
+    resolve_warm_start,
+    start_warm,
+    warm_start_section,
+)
 
 
 def warm_start_lines(w: dict | None) -> list[str]:
@@ -38,6 +45,15 @@ class WarmStartStrategy(Strategy):
         warm = resolve_warm_start(ctx.options, ctx.study, ctx.tracking_uri, ctx.state)  # refusals as one line
         if warm is not None:
             ctx.records[NAME] = warm
+
+    def seed_trials(self, ctx: SweepContext) -> list[tuple[dict, dict]]:
+        return start_warm(ctx)  # none for the direct baseline's search at the target
+
+    def trial_tags(self, ctx: SweepContext) -> dict[str, dict[str, str]]:
+        warm = ctx.record(NAME, WarmStart)
+        if warm is None or ctx.search_at_target:
+            return {}
+        return {key: {WARM_TAG_FROM: source} for key, source in warm.sources().items()}
 
     def section(self, ctx: SweepContext) -> dict | None:
         return warm_start_section(ctx.record(NAME, WarmStart), ctx.proxies.trials if ctx.proxies is not None else [])
