@@ -10,7 +10,7 @@ the coverage is the share of replications whose interval contains the true mean
 - two independent sets, N(1, 1) minus N(0, 3²), n each: the old two-sample percentile
   bootstrap against :func:`mutransfer.diagnostics.statistics.difference_ci` (Welch's t).
 
-The draws, seeds and replications are those of ``tests/test_statistics.py``, so the
+The draws, seeds and replications are those of ``tests/diagnostics/test_statistics.py``, so the
 table is the test's simulation.
 
     python benchmarks/interval_coverage.py

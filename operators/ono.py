@@ -57,7 +57,7 @@ b) made it grow: W x is Θ(1) at init while Adam moves it by Θ(m·η), and the
 m0/m multiplier cannot help because the whitening divides it out again — or,
 with proj's bias, shrinks the point-varying part of ĝ against the bias. ψ's
 update grew ∝ m^0.6…0.9 (measured in docs/operators.md, "Width-muP"; test
-tests/test_width_check.py). μ, LayerNorms and biases are not width parameters.
+tests/diagnostics/test_width_check.py). μ, LayerNorms and biases are not width parameters.
 The orthogonal attention contracts over k and over points, not over width, so
 no attention-scale rule applies to it; the Galerkin NN block applies its own.
 """

@@ -4,7 +4,7 @@ By arithmetic alone, like :mod:`operators.planning` for the FNO: a width of 10**
 planned in microseconds and refused before any weight exists.
 
 Parameters: exact (``sum(p.numel())`` of the built model, the point-set adapters
-included; checked in tests/test_attention_planning.py), from the constructors'
+included; checked in tests/operators/test_attention_planning.py), from the constructors'
 layers with w = width, r = ffn_ratio, d = coord_dim, C_in, C_out, h = heads:
 
 - Galerkin: embedding (C_in+d)·w + w; per layer Q, K, V 3(w²+w), two per-head
@@ -50,7 +50,7 @@ The peak of one Adam step is the larger of weights + Adam + gradients + activati
 optimizer step: multi-tensor Adam on a GPU, one buffer the size of all parameters, two
 with weight decay; per-tensor Adam on the CPU, about three the size of the largest
 weight, four with weight decay). Accuracy, measured on the CPU over the sizes of
-tests/test_attention_planning.py and more (widths 8-256, 1-3 layers, 16-1024 points,
+tests/operators/test_attention_planning.py and more (widths 8-256, 1-3 layers, 16-1024 points,
 ffn_ratio 2-4, 1-2 experts, both attention_impl, fp32): the estimate is 0.92-1.17 × the
 measured peak of live tensors (the test holds it within 0.8-1.2 ×); bf16/fp16 are
 estimated, not measured. It grows as w² in the parameters and as B·n·w·L in the

@@ -11,7 +11,7 @@ fields only this family has), ``attention_scaled`` (the 1/d_h attention scale in
 width rule) and ``defaults`` (its options' values when none are given).
 
 Adding a fifth operator: write its module, then one ``register_family(OperatorFamily(...))``
-(below, or from anywhere: tests/test_families.py registers a toy family).
+(below, or from anywhere: tests/operators/test_families.py registers a toy family).
 """
 
 from __future__ import annotations

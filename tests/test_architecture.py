@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.repo_paths import ROOT
+
 PACKAGES = ("operators", "mutransfer")
 MAX_LINES = 500  # issue "One source of truth": none over 500, aim ~400
 

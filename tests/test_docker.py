@@ -3,12 +3,13 @@
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 import yaml
 
-DOCKER = Path(__file__).resolve().parents[1] / "docker"
+from tests.repo_paths import ROOT
+
+DOCKER = ROOT / "docker"
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,8 @@ from tests.fuzz_inputs import (
     value_actions,
     walk_parsers,
 )
+from tests.repo_paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 _COMMON = dict(
     deadline=None,
     database=None,

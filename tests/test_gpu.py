@@ -231,9 +231,9 @@ def test_sweep_runs_its_trials_and_target_on_the_gpu(tmp_path, monkeypatch):
     pytest.importorskip("ray")
     pytest.importorskip("mlflow")
     import ray
-    from sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
     from mutransfer.cli.main import main
+    from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
     monkeypatch.chdir(tmp_path)
     data = write_tiny_data(tmp_path / "burgers.h5")

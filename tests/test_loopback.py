@@ -10,12 +10,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
-from net_helpers import exposed, listeners
 
-TESTS = Path(__file__).parent
+from tests.net_helpers import exposed, listeners
+from tests.repo_paths import ROOT
 
 
 def test_the_classifier_finds_a_listener_on_all_interfaces():
@@ -44,7 +43,7 @@ def test_the_classifier_finds_a_listener_on_all_interfaces():
 
 _RAY_SCRIPT = """
 import json, os, sys
-from net_helpers import exposed, listeners, process_tree
+from tests.net_helpers import exposed, listeners, process_tree
 if sys.argv[1] == "sweep":
     from mutransfer.sweep.runner import _init_ray
     _init_ray(None)
@@ -67,7 +66,7 @@ ray.shutdown()
 def _ray_listeners(how: str) -> dict:
     env = dict(
         os.environ,
-        PYTHONPATH=os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         RAY_USAGE_STATS_ENABLED="0",
     )
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
@@ -132,7 +131,7 @@ def test_the_mlflow_ui_binds_loopback_and_refuses_foreign_host_headers(tmp_path)
             assert _get(page, host=f"evil.example.com:{port}") in (400, 403)
             assert _get(page, host=f"localhost:{port}") == 200
         check_tracking_uri(f"http://127.0.0.1:{port}")  # a real MLflow server passes the endpoint check
-        from net_helpers import process_tree
+        from tests.net_helpers import process_tree
 
         ui = listeners(process_tree(proc.pid))
         assert ui and exposed(process_tree(proc.pid)) == [], ui

@@ -11,7 +11,7 @@ over n = 2 seeds returns the two values themselves, over n = 3 their min and max
 nominal 95 % interval then covers the true mean about 50 % (n = 2), 75 % (n = 3) and
 84 % (n = 5) of the time for normal data. The t interval has its nominal coverage at
 every n ≥ 2 for normal data (``python benchmarks/interval_coverage.py`` simulates both;
-``tests/test_statistics.py`` checks it).
+``tests/diagnostics/test_statistics.py`` checks it).
 
 **One sample has no interval.** With one finite sample (on either side of a difference)
 no spread is measured: the estimate has ``lo = -inf``, ``hi = +inf`` and ``method``

@@ -8,7 +8,7 @@ until it is killed. The points are the names of the phases in
 ``verify_phase``, ``write_report``) and ``report_logged`` (inside
 the report phase, after the report was written and logged to MLflow, before the study
 is marked done), and ``topk_next_candidate`` (with ``--top-k``: before each target candidate after
-the first, once the earlier ones finished). ``tests/test_sweep_resume.py`` kills the driver with SIGKILL at these
+the first, once the earlier ones finished). ``tests/sweep/test_sweep_resume.py`` kills the driver with SIGKILL at these
 points and checks that ``--resume`` finishes the study without repeating work.
 """
 

@@ -5,7 +5,7 @@ the model wrapped in DistributedDataParallel by ``ray.train.torch.prepare_model`
 when there is more than one worker (gloo on CPU, nccl on GPU).
 
 Complex spectral weights under DDP: PyTorch's DDP reducer all-reduces complex
-gradient buckets as their real views (torch 2.13, gloo); ``tests/test_sweep_ddp.py``
+gradient buckets as their real views (torch 2.13, gloo); ``tests/sweep/test_sweep_ddp.py``
 checks that 2-process DDP gradients of every parameter, the complex spectral
 weights included, equal the single-process gradient of the full batch. No
 manual all-reduce or real-view registration is needed.
