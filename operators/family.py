@@ -23,12 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from torch import nn
 
 from operators.errors import OperatorConfigError
+from operators.interfaces import ModelConfig, Planner, StepPlan
 from operators.parametrization import model_spectral_lr
+
+if TYPE_CHECKING:
+    from operators.attention_formulas import Shape
 
 _V = TypeVar("_V")
 
@@ -57,7 +61,7 @@ class ModelSpec:
     init_scale: float = 1.0
     packed: bool = False
     normalization: Mapping[str, object] | None = None
-    options: dict = field(default_factory=dict)
+    options: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -69,15 +73,15 @@ class OperatorFamily:
     build_class: Callable[..., nn.Module]
     axes: tuple[str, ...]
     inputs: tuple[str, ...]
-    configure: Callable[[ModelSpec], dict]
-    construct: Callable[[dict], nn.Module]
-    planner: Callable[..., Any]
-    owns: Callable[[Any], bool]
+    configure: Callable[[ModelSpec], ModelConfig]
+    construct: Callable[[ModelConfig], nn.Module]
+    planner: Planner
+    owns: Callable[[object], bool]
     fields: tuple[str, ...] = ()
     attention_scaled: bool = False
-    attention_formula: Callable[[dict], Any] | None = None
+    attention_formula: Callable[[ModelConfig], Shape] | None = None
     standardizes: bool = False
-    flops: Callable[[dict, tuple[int, ...]], float] | None = None
+    flops: Callable[[ModelConfig, tuple[int, ...]], float] | None = None
     defaults: dict[str, object] = field(default_factory=dict)
 
     @property
@@ -116,7 +120,7 @@ class OperatorFamily:
             return f"{self.label}-{dim}D K={modes} width {width}"
         return f"{self.name} width {width}"
 
-    def build(self, config_or_spec: ModelSpec | dict) -> nn.Module:
+    def build(self, config_or_spec: ModelSpec | ModelConfig) -> nn.Module:
         """The model for a :class:`ModelSpec` or for a ``config`` from :meth:`configure`; one-line errors."""
         config = self.configure(config_or_spec) if isinstance(config_or_spec, ModelSpec) else config_or_spec
         try:
@@ -139,14 +143,14 @@ class OperatorFamily:
 
     def plan(
         self,
-        config_or_spec: object,
+        config_or_spec: ModelSpec | ModelConfig,
         *,
         grid: tuple[int, ...],
         batch: int = 1,
         precision: str = "fp32",
         weight_decay: float = 0.0,
         device: str = "cuda",
-    ):
+    ) -> StepPlan:
         """The plan of one Adam step (parameters, peak memory, FLOPs) on samples of unpadded shape ``grid``."""
         config = self.configure(config_or_spec) if isinstance(config_or_spec, ModelSpec) else config_or_spec
         return self.planner(

@@ -37,17 +37,35 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, TypedDict, cast
 
 from operators.errors import OperatorConfigError
+from operators.interfaces import ModelConfig, config_int
 from operators.parametrization import FNO_DIMS
 from operators.precision import Precision, check_precision
 from operators.spectral import check_grid
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 FLOAT_BYTES = 4
 COMPLEX_BYTES = 8
 #: training precisions and the bytes per element of the activations autograd saves under each
 PRECISION_BYTES: dict[Precision, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+class FNOPlanOptions(TypedDict, total=False):
+    """:func:`plan_fno`'s keyword arguments (what :meth:`FNOPlan.options` gives and :meth:`FNOPlan.replan` changes)."""
+
+    grid: tuple[int, ...] | None
+    batch: int
+    in_channels: int
+    out_channels: int
+    projection_channels: int
+    padding: int
+    precision: str
+    weight_decay: float
+    device: str
 
 
 @dataclass(frozen=True)
@@ -80,9 +98,9 @@ class FNOPlan:
     padding: int = 0
     weight_decay: float = 0.0
 
-    def options(self) -> dict:
+    def options(self) -> FNOPlanOptions:
         """plan_fno keyword arguments that reproduce this plan (with ``grid`` and ``batch``)."""
-        return dict(
+        return FNOPlanOptions(
             grid=self.grid,
             batch=self.batch,
             in_channels=self.in_channels,
@@ -94,9 +112,11 @@ class FNOPlan:
             device=self.device,
         )
 
-    def replan(self, **changes: object) -> FNOPlan:
+    def replan(self, **changes: Unpack[FNOPlanOptions]) -> FNOPlan:
         """The same configuration with some of plan_fno's arguments changed, e.g. ``replan(batch=4)``."""
-        return plan_fno(self.dim, self.modes, self.width, self.layers, **{**self.options(), **changes})
+        options = self.options()
+        options.update(changes)
+        return plan_fno(self.dim, self.modes, self.width, self.layers, **options)
 
     @property
     def backward_peak_bytes(self) -> int:
@@ -396,7 +416,7 @@ def step_flops(
 
 
 def plan_fno_config(
-    config: dict,
+    config: ModelConfig,
     *,
     grid: tuple[int, ...],
     batch: int = 1,
@@ -406,33 +426,33 @@ def plan_fno_config(
 ) -> FNOPlan:
     """:func:`plan_fno` for the FNO whose ``.config`` is ``config``, on an unpadded ``grid`` (the FNO family's plan)."""
     return plan_fno(
-        int(config["dim"]),
-        int(config["modes"]),
-        int(config["width"]),
-        int(config["layers"]),
+        config_int(config["dim"], "dim"),
+        config_int(config["modes"], "modes"),
+        config_int(config["width"], "width"),
+        config_int(config["layers"], "layers"),
         grid=tuple(grid),
         batch=int(batch),
-        in_channels=int(config["in_channels"]),
-        out_channels=int(config["out_channels"]),
-        projection_channels=int(config["projection_channels"]),
-        padding=int(config["padding"]),
+        in_channels=config_int(config["in_channels"], "in_channels"),
+        out_channels=config_int(config["out_channels"], "out_channels"),
+        projection_channels=config_int(config["projection_channels"], "projection_channels"),
+        padding=config_int(config["padding"], "padding"),
         precision=precision,
         weight_decay=weight_decay,
         device=device,
     )
 
 
-def fno_step_flops(config: dict, grid: tuple[int, ...]) -> float:
+def fno_step_flops(config: ModelConfig, grid: tuple[int, ...]) -> float:
     """:func:`step_flops` per sample (batch 1) of the FNO whose ``.config`` is ``config`` (the FNO family's FLOPs)."""
     return step_flops(
-        int(config["dim"]),
-        int(config["modes"]),
-        int(config["width"]),
-        int(config["layers"]),
+        config_int(config["dim"], "dim"),
+        config_int(config["modes"], "modes"),
+        config_int(config["width"], "width"),
+        config_int(config["layers"], "layers"),
         grid,
         batch=1,
-        in_channels=int(config["in_channels"]),
-        out_channels=int(config["out_channels"]),
-        projection_channels=int(config["projection_channels"]),
-        padding=int(config["padding"]),
+        in_channels=config_int(config["in_channels"], "in_channels"),
+        out_channels=config_int(config["out_channels"], "out_channels"),
+        projection_channels=config_int(config["projection_channels"], "projection_channels"),
+        padding=config_int(config["padding"], "padding"),
     )["total"]

@@ -62,12 +62,18 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
 
 from operators.errors import OperatorConfigError
 from operators.family import OPERATORS, get_family
+from operators.interfaces import ModelConfig, config_int
 from operators.planning import FLOAT_BYTES
 from operators.precision import Precision, check_precision
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 #: bytes per activation element: fp32, or mixed precision (an average of the bf16/fp16 and float32 ops)
 _ACTIVATION_BYTES: dict[Precision, int] = {"fp32": 4, "bf16": 3, "fp16": 3}
@@ -78,7 +84,7 @@ def planned_families() -> tuple[str, ...]:
     return tuple(name for name, family in OPERATORS.items() if family.attention_formula is not None)
 
 
-def full_config(operator: str, config: dict) -> dict:
+def full_config(operator: str, config: Mapping[str, object]) -> ModelConfig:
     """``config`` with the constructor's defaults filled in (nothing is built); one-line error for unknown keys."""
     build = get_family(operator).build_class
     defaults = {
@@ -108,7 +114,7 @@ _COUNTS = {
 }
 
 
-def _check_counts(config: dict) -> None:
+def _check_counts(config: ModelConfig) -> None:
     """The sizes the formulas read are integers in range (the constructors' own one-line errors, before building)."""
     channels = config.get("in_channels")
     items = [(name, config[name], least) for name, least in _COUNTS.items() if name in config]
@@ -118,12 +124,22 @@ def _check_counts(config: dict) -> None:
             raise OperatorConfigError(f"{name} {value!r}: must be an integer >= {least}")
 
 
+class AttentionPlanOptions(TypedDict, total=False):
+    """:func:`plan_attention`'s keyword arguments that :meth:`AttentionPlan.replan` may change."""
+
+    points: int
+    batch: int
+    precision: str
+    device: str
+    weight_decay: float
+
+
 @dataclass(frozen=True)
 class AttentionPlan:
     """Counts (entries) and memory (bytes) of one Adam training step of an attention operator."""
 
     operator: str
-    config: dict
+    config: ModelConfig
     points: int
     batch: int
     precision: str
@@ -159,21 +175,22 @@ class AttentionPlan:
     def fits(self, memory_bytes: int) -> bool:
         return self.total_bytes <= memory_bytes
 
-    def replan(self, **changes) -> AttentionPlan:
+    def replan(self, **changes: Unpack[AttentionPlanOptions]) -> AttentionPlan:
         """The same plan with some of plan_attention's keyword arguments changed, e.g. ``replan(batch=4)``."""
-        options = dict(
+        options = AttentionPlanOptions(
             points=self.points,
             batch=self.batch,
             precision=self.precision,
             device=self.device,
             weight_decay=self.weight_decay,
         )
-        return plan_attention(self.operator, self.config, **{**options, **changes})
+        options.update(changes)
+        return plan_attention(self.operator, self.config, **options)
 
 
 def plan_attention(
     operator: str,
-    config: dict,
+    config: Mapping[str, object],
     *,
     points: int,
     batch: int = 1,
@@ -200,7 +217,7 @@ def plan_attention(
     _check_counts(config)
     shape = formula(config)
     b = _ACTIVATION_BYTES[checked]
-    w, layers = config["width"], config["layers"]
+    w, layers = config_int(config["width"], "width"), config_int(config["layers"], "layers")  # checked above
     activations = b * batch * points * w * (shape.c_out + layers * shape.c_layer)
     if config.get("attention_impl") == "quadratic":
         activations += b * batch * points * points * (layers * shape.quadratic_matrices + shape.quadratic_transient)
@@ -223,7 +240,7 @@ def plan_attention(
 
 
 def plan_attention_config(
-    config: dict,
+    config: ModelConfig,
     *,
     grid: tuple[int, ...],
     batch: int = 1,
@@ -232,9 +249,14 @@ def plan_attention_config(
     device: str = "cuda",
 ) -> AttentionPlan:
     """The plan of a point-set adapter's ``config`` (operators.adapters) on samples of shape ``grid`` (nodes, or (P,))."""
+    operator, operator_config = config["operator"], config["operator_config"]
+    if not isinstance(operator, str) or not isinstance(operator_config, Mapping):
+        raise OperatorConfigError(
+            f"config {config!r}: a point-set adapter's config names its operator and that operator's config"
+        )
     return plan_attention(
-        config["operator"],
-        config["operator_config"],
+        operator,
+        operator_config,
         points=int(math.prod(grid)),
         batch=int(batch),
         precision=precision,

@@ -16,13 +16,14 @@ Adding a fifth operator: write its module, then one ``register_family(OperatorFa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypedDict
 
 from torch import nn
 
 from operators.adapters import GridPointSet, PackedPointSet, point_set_config
 from operators.attention_formulas import Shape, galerkin_formula, gnot_formula, ono_formula
+from operators.errors import OperatorConfigError
 from operators.family import (
     OPERATORS,
     SPECTRAL_HYPERPARAMETERS,
@@ -37,6 +38,7 @@ from operators.family import (
 from operators.fno import FNO
 from operators.galerkin import GalerkinTransformer
 from operators.gnot import GNOT
+from operators.interfaces import ModelConfig, config_int
 from operators.ono import ONO
 from operators.planning import fno_step_flops, plan_fno_config
 from operators.planning_attention import plan_attention_config
@@ -69,7 +71,7 @@ ATTENTION_DEFAULTS = {"heads": 4}
 _FNO_KEYS = ("dim", "modes", "width", "layers", "in_channels", "out_channels", "projection_channels", "padding")
 
 
-def fno_config(spec: ModelSpec) -> dict:
+def fno_config(spec: ModelSpec) -> ModelConfig:
     """The FNO's constructor arguments (its ``.config``) for ``spec``; options: padding, projection_channels."""
     o = spec.options
     return {
@@ -80,8 +82,10 @@ def fno_config(spec: ModelSpec) -> dict:
         "width": int(spec.width),
         "layers": int(spec.layers),
         "parametrization": spec.parametrization or FNO_DEFAULTS["parametrization"],
-        "projection_channels": int(o.get("projection_channels") or FNO_DEFAULTS["projection_channels"]),
-        "padding": int(o.get("padding") or 0),
+        "projection_channels": config_int(
+            o.get("projection_channels") or FNO_DEFAULTS["projection_channels"], "projection_channels"
+        ),
+        "padding": config_int(o.get("padding") or 0, "padding"),
         "init_scale": float(spec.init_scale),
         "width_parametrization": spec.width_parametrization,
         "base_width": spec.base_width,
@@ -90,6 +94,19 @@ def fno_config(spec: ModelSpec) -> dict:
 
 def _owns_fno(config: object) -> bool:
     return isinstance(config, dict) and all(k in config for k in _FNO_KEYS) and "operator" not in config
+
+
+def _construct_fno(config: ModelConfig) -> nn.Module:
+    """``FNO(**config)``: the constructor checks the names and values (a TypeError names a wrong one)."""
+    build: Callable[..., nn.Module] = FNO  # the config's values are checked by FNO itself, not by the type
+    return build(**config)
+
+
+def _mapping(value: object, name: str) -> Mapping[str, object]:
+    """``value``, a mapping of names to values (a one-line error naming ``name`` otherwise)."""
+    if not isinstance(value, Mapping):
+        raise OperatorConfigError(f"{name} {value!r}: must be a mapping of names to values")
+    return value
 
 
 def _attention_family(
@@ -102,9 +119,10 @@ def _attention_family(
 ) -> OperatorFamily:
     """An attention operator on grids and point sets through the point-set adapters (operators.adapters)."""
 
-    def configure(spec: ModelSpec) -> dict:
+    def configure(spec: ModelSpec) -> ModelConfig:
         o = spec.options
         heads = o.get("heads")
+        free = _mapping(o.get("options") or {}, "options")
         config = point_set_config(
             name,
             coord_dim=spec.dim,
@@ -113,18 +131,27 @@ def _attention_family(
             packed=spec.packed,
             width=int(spec.width),
             layers=int(spec.layers),
-            heads=ATTENTION_DEFAULTS["heads"] if heads is None else int(heads),
+            heads=ATTENTION_DEFAULTS["heads"] if heads is None else config_int(heads, "heads"),
             width_parametrization=spec.width_parametrization,
             base_width=spec.base_width,
-            **dict(o.get("options") or {}),
+            **free,
         )
         return {**config, "coord_dim": spec.dim, "packed": bool(spec.packed), "normalization": spec.normalization}
 
-    def construct(config: dict) -> nn.Module:
+    def construct(config: ModelConfig) -> nn.Module:
         """From :meth:`configure`'s output, or from an adapter's own ``config`` (a saved model: ``dim`` on a grid)."""
         adapter = PackedPointSet if config.get("packed", "dim" not in config) else GridPointSet
-        coord_dim = config.get("coord_dim", config.get("dim", config["operator_config"]["coord_dim"]))
-        return adapter(coord_dim, config["operator"], dict(config["operator_config"]), config.get("normalization"))
+        operator_config = _mapping(config["operator_config"], "operator_config")
+        coord_dim = config.get("coord_dim", config.get("dim", operator_config["coord_dim"]))
+        if not isinstance(coord_dim, int):  # the adapters' own check and message
+            raise OperatorConfigError(f"coord_dim {coord_dim!r}: must be a positive integer")
+        normalization = config.get("normalization")
+        return adapter(
+            coord_dim,
+            str(config["operator"]),
+            dict(operator_config),
+            None if normalization is None else _mapping(normalization, "normalization"),
+        )
 
     def owns(config: object) -> bool:
         return (
@@ -159,7 +186,7 @@ FAMILIES = (
         axes=("K", "width"),
         inputs=("grid",),
         configure=fno_config,
-        construct=lambda config: FNO(**config),
+        construct=_construct_fno,
         planner=plan_fno_config,
         owns=_owns_fno,
         flops=fno_step_flops,

@@ -28,6 +28,7 @@ training, the results do not depend on the order in which Tune delivers results.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -189,7 +190,7 @@ class SearchPlan:
         study: Study,
         trials_dir: str | Path,
         window: int,
-        seeds: list[tuple[dict, dict]] = (),
+        seeds: Sequence[tuple[dict, dict]] = (),
         *,
         preset: list[dict] | None = None,
     ):

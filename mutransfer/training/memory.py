@@ -17,8 +17,8 @@ import torch
 
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
-from operators.planning import FNOPlan, format_bytes, largest_batch
-from operators.planning_attention import AttentionPlan
+from operators.interfaces import StepPlan
+from operators.planning import format_bytes, largest_batch
 from operators.registry import family_of_config
 
 
@@ -44,7 +44,7 @@ def _cpu_available() -> int:
 
 
 def check_fits(
-    plan: FNOPlan | AttentionPlan,
+    plan: StepPlan,
     device: torch.device | str | None,
     *,
     limit: int | None = None,
@@ -93,7 +93,7 @@ def check_model_fits(
     limit: int | None = None,
     what: str = "training",
     where: str | None = None,
-) -> FNOPlan | AttentionPlan | None:
+) -> StepPlan | None:
     """check_fits for a model object or config dict; None (no check) for models no registered family owns.
 
     The family that owns the config (operators.registry: ``owns``) plans it: an FNO's
@@ -101,7 +101,7 @@ def check_model_fits(
     """
     config = model if isinstance(model, dict) else getattr(model, "config", None)
     family = family_of_config(config)
-    if family is None:
+    if family is None or not isinstance(config, dict):
         return None
     kind = "cpu" if device is not None and torch.device(device).type == "cpu" else "cuda"
     plan = family.plan(config, grid=grid, batch=batch, precision=precision, weight_decay=weight_decay, device=kind)
@@ -119,7 +119,7 @@ def check_before_building(
     weight_decay: float = 0.0,
     limit: int | None = None,
     what: str = "training",
-) -> FNOPlan | AttentionPlan:
+) -> StepPlan:
     """The one check every command that builds a model runs first: padding and K against the grid, then memory.
 
     ``config``: a model's config as its family's ``configure`` gives it (operators.registry)
