@@ -205,15 +205,24 @@ def target_curve(files: StudyFiles) -> Figure:
 
 
 def verification_curve(verification: dict) -> Figure:
-    """The target's test error on the --verify LR grid, one line per seed, the transferred LR marked."""
+    """The target's test error on the --verify LR grid, one line per seed, the transferred LR marked; the proxy's
+    on the same master LRs (dotted, on the target's axis) when the verification trained it."""
     title = "Verification: the target's error around the transferred LR"
     records = pd.DataFrame(verification.get("records") or [])
     if records.empty:
         return Figure(title, missing="the verification has no trainings recorded")
-    table = records.pivot_table(index="lr", columns="seed", values="test_error").add_prefix("seed ")
+    table = records.pivot_table(index="lr", columns="seed", values="test_error").add_prefix("target seed ")
+    proxies = pd.DataFrame(verification.get("proxy_records") or [])
+    if not proxies.empty:
+        # the proxy's grid point i is the target's grid point i (the same master LR, mutransfer.sweep.verify_transfer)
+        ratio = verification["transferred_lr"] / (verification.get("search_lr") or verification["transferred_lr"])
+        proxies = proxies.assign(lr=proxies["lr"] * ratio)
+        proxy_table = proxies.pivot_table(index="lr", columns="seed", values="test_error").add_prefix("proxy seed ")
 
     def plot():
         ax = table.plot(logx=True, logy=True, marker="o", xlabel="master LR", ylabel="test rel. L2")
+        if not proxies.empty:
+            proxy_table.plot(ax=ax, logx=True, logy=True, marker="s", linestyle=":")
         ax.axvline(verification["transferred_lr"], color="black", linestyle="--", label="transferred LR")
         ax.legend(fontsize=8)
         return ax

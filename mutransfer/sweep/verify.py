@@ -20,7 +20,13 @@ flagged and not used). Reported (``verification`` in the report):
 - ``at_edge``: seeds whose optimum lay at the grid's edge (then the optimum is
   outside the grid: widen it with ``--verify-points``);
 - the extra cost: device-seconds (the phase's wall × the CPUs its tasks held), the trainers' share of
-  them, FLOPs and wall time.
+  them, FLOPs and wall time — the proxy's grid included.
+
+The proxy is trained too, on the same master-LR grid around the search winner's LR with the same seeds
+(:mod:`mutransfer.sweep.verify_transfer`): ``proxy_optimum``, ``transfer_error`` (target − proxy optimum),
+``search_gap`` (search winner − proxy optimum), and ``verdict`` naming what failed: the search, the transfer or
+neither (the target-only verdict above is then ``target_verdict``). A record from before (no proxy keys) reads
+back with those fields empty and renders as it did.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from mutransfer.sweep.context import SweepContext
 
@@ -68,6 +75,17 @@ class Verification:
     )  # seeds whose training at the transferred LR diverged
     cost: dict = field(default_factory=dict)
     records: list[dict] = field(default_factory=list)
+    # the proxy on the same master-LR grid (mutransfer.sweep.verify_transfer); empty in records from before
+    search_lr: float | None = None  # the search winner's master LR (the proxy grid's centre)
+    lr_factor: float | None = None  # the transfer's effective-LR factor (applied by the model, for the record)
+    proxy_grid: list[float] = field(default_factory=list)
+    proxy_epochs: int | None = None
+    proxy_optimum: float | None = None  # the proxy's optimum LR on the target's master-LR axis
+    proxy_seed_optima: list[dict] = field(default_factory=list)
+    transfer_error: dict | None = None  # target optimum - proxy optimum, decades: value, ci, n, level, resolved
+    search_gap: dict | None = None  # search winner's LR - proxy optimum, decades: value, ci, n, level, resolved
+    target_verdict: str | None = None  # the target-only verdict when ``verdict`` names what failed
+    proxy_records: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -80,8 +98,9 @@ class Verification:
     def summary_line(self) -> str:
         span = f"{len(self.grid)} LRs {self.grid[0]:.3g}..{self.grid[-1]:.3g}"
         d = self.distance_decades
+        verdict = self.target_verdict or self.verdict
         if d is None:
-            return f"verification ({len(self.seeds)} seed(s), {span}): {self.verdict}"
+            return f"verification ({len(self.seeds)} seed(s), {span}): {verdict}"
         text = (
             f"verification ({len(self.seeds)} seed(s), {span}): target optimum lr {self.optimum_lr:.3g} vs "
             f"transferred {self.transferred_lr:.3g}: {d['mean']:+.2f} decades {_bounds(d['ci'], 1, '+.2f')} (n={d['n']})"
@@ -91,27 +110,47 @@ class Verification:
             text += f"; regret {100 * r['mean']:.1f}% {_bounds(r['ci'], 100, '.1f')}"
         if self.diverged_at_transferred:
             text += f"; DIVERGED at the transferred LR for seed(s) {', '.join(map(str, self.diverged_at_transferred))}"
-        return f"{text}; {self.verdict}"
+        return f"{text}; {verdict}"
+
+    def transfer_line(self) -> str | None:
+        """The proxy's optimum, the transfer error, the search gap and the verdict; None for a record from before."""
+        if self.target_verdict is None:
+            return None
+        proxy = "not measured" if self.proxy_optimum is None else f"lr {self.proxy_optimum:.3g}"
+        parts = [f"search winner lr {self.search_lr:.3g}, proxy optimum {proxy}"]
+        for label, e in (("transfer error", self.transfer_error), ("search gap", self.search_gap)):
+            if e is not None:
+                parts.append(f"{label} {e['value']:+.2f} decades {_bounds(e['ci'], 1, '+.2f')}")
+        return f"transfer ({', '.join(parts)}): {self.verdict}"
 
 
-def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING_DECADES) -> Verification:
-    """The verification from its trainings: records with ``lr``, ``seed``, ``status``, ``test_error`` (pure)."""
+def analyse(
+    records: list[dict],
+    transferred_lr: float,
+    spacing: float = SPACING_DECADES,
+    *,
+    proxy_records: list[dict] | None = None,
+    search_lr: float | None = None,
+) -> Verification:
+    """The verification from its trainings: records with ``lr``, ``seed``, ``status``, ``test_error`` (pure).
+
+    With ``proxy_records`` (the proxy on :func:`~mutransfer.sweep.verify_transfer.proxy_grid`) and ``search_lr``
+    (the search winner's LR; default: the transferred one) also the proxy's optimum, the transfer error, the search
+    gap and a verdict naming what failed (mutransfer.sweep.verify_transfer.compare)."""
     from mutransfer.diagnostics.statistics import mean_ci
-    from mutransfer.landscape.analysis import fit_optimum
+    from mutransfer.sweep.verify_transfer import compare
+    from mutransfer.sweep.verify_transfer import seed_optima as fit_seeds
 
     grid = sorted({float(r["lr"]) for r in records})
     seeds = sorted({int(r["seed"]) for r in records})
     centre = min(grid, key=lambda v: abs(math.log10(v) - math.log10(transferred_lr)))
-    seed_optima, distances, regrets, diverged = [], [], [], []
-    for seed in seeds:
+    fitted = fit_seeds(records, grid)
+    seed_optima = [{k: v for k, v in s.items() if k != "coordinate"} for s in fitted]
+    distances, regrets, diverged = [], [], []
+    for seed, opt in zip(seeds, fitted):
         rows = sorted((r for r in records if int(r["seed"]) == seed), key=lambda r: r["lr"])
-        opt = fit_optimum([r["lr"] for r in rows], [r["test_error"] for r in rows], [r["status"] for r in rows], "lr")
-        edge = None
-        if opt.value is not None and opt.at_edge:
-            edge = "below" if opt.value <= grid[0] * (1 + 1e-9) else "above"
-        seed_optima.append({"seed": seed, "optimum_lr": opt.value, "at_edge": opt.at_edge, "edge": edge})
-        if opt.usable:
-            distances.append(opt.coordinate - math.log10(transferred_lr))
+        if opt["coordinate"] is not None:
+            distances.append(opt["coordinate"] - math.log10(transferred_lr))
         ok = [r for r in rows if _ok(r)]
         at_centre = [r for r in rows if r["lr"] == centre]
         if at_centre and not _ok(at_centre[0]):
@@ -124,6 +163,16 @@ def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING
     finite = {v: e for v, e in mean_curve.items() if e is not None}
     optimum_lr = None if distance is None else float(transferred_lr * 10.0**distance.mean)
     verdict = _verdict(distance, seed_optima, spacing)
+    extra: dict = {}
+    if proxy_records:
+        search = float(transferred_lr if search_lr is None else search_lr)
+        extra = compare(fitted, proxy_records, transferred_lr, search, verdict)
+        extra.update(
+            target_verdict=verdict,
+            proxy_epochs=max((int(r.get("epochs", 0)) for r in proxy_records), default=0),
+            proxy_records=[{k: v for k, v in r.items() if k != "history"} for r in proxy_records],
+        )
+        verdict = extra.pop("verdict")
     return Verification(
         transferred_lr=float(transferred_lr),
         grid=grid,
@@ -139,6 +188,7 @@ def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING
         verdict=verdict,
         diverged_at_transferred=diverged,
         records=[{k: v for k, v in r.items() if k != "history"} for r in records],
+        **extra,
     )
 
 
@@ -183,8 +233,11 @@ def _mean(values: list[float]) -> float | None:
     return float(sum(values) / len(values)) if values else None
 
 
-def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int, device: str = "cpu") -> dict:
-    """Train the target model once at master LR ``lr`` and training seed ``seed`` (a Ray task; also callable directly)."""
+def train_target_at(
+    study, hp: dict, data, lr: float, seed: int, threads: int, device: str = "cpu", target: bool = True
+) -> dict:
+    """Train the target (or, ``target`` False, the proxy for the search's ``budget.epochs``) once at master LR ``lr``
+    and training seed ``seed`` (a Ray task; also callable directly)."""
     import torch
 
     from mutransfer.study.models import model_for, train_config
@@ -193,10 +246,11 @@ def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int, d
     torch.set_num_threads(max(1, int(threads)))
     seeded = dataclasses.replace(study, training=dataclasses.replace(study.training, seed=int(seed)))
     point = dict(hp, lr=float(lr))
+    epochs = study.target.epochs if target else study.budget.epochs
     start = time.perf_counter()
     torch.manual_seed(int(seed))
-    model = model_for(seeded, data, target=True, init_scale=point["init_scale"])
-    result = train(model, data, train_config(seeded, point, epochs=study.target.epochs, device=device))
+    model = model_for(seeded, data, target=target, init_scale=point["init_scale"])
+    result = train(model, data, train_config(seeded, point, epochs=epochs, device=device))
     trainer = result.history[-1].seconds if result.history else float(result.seconds)
     return {
         "lr": float(lr),
@@ -211,45 +265,67 @@ def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int, d
     }
 
 
+class Grid(NamedTuple):
+    """One grid of trainings: the MLflow runs' ``kind``, its master LRs and seeds, the study and hyperparameters to
+    train (``target``: the study's target model for ``target.epochs``, else its proxy for ``budget.epochs``)."""
+
+    kind: str
+    lrs: list[float]
+    seeds: list[int]
+    study: Any
+    hp: dict
+    target: bool = True
+
+
 def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -> list[dict]:
     """Train the target at every (lr, seed) as Ray tasks; each logged as an MLflow child run of kind ``kind``."""
+    return run_grids(ctx, [Grid(kind, lrs, seeds, ctx.study, ctx.transfer.hp)])[0]
+
+
+def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
+    """Every grid's (lr, seed) trainings as Ray tasks submitted together (the proxy's short ones fill the slots the
+    target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in ``grids``' order."""
     import ray
 
     from mutransfer.sweep.context import SweepError
     from mutransfer.sweep.train_target import first_line
 
-    study = ctx.study
-    r = study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
-    threads, gpus = r.cpus_per_trial, r.gpus_per_trial
-    remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=study.budget.max_failures)(train_target_at)
     data_ref = ray.put(ctx.data)
-    device = "cuda" if gpus > 0 else "cpu"
-    pending = {
-        remote.remote(study, ctx.transfer.hp, data_ref, lr, seed, threads, device): (lr, seed)
-        for lr in lrs
-        for seed in seeds
-    }
-    records = []
+    pending = {}
+    for i, grid in enumerate(grids):
+        r = grid.study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
+        threads, gpus = r.cpus_per_trial, r.gpus_per_trial
+        retries = grid.study.budget.max_failures
+        remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=retries)(train_target_at)
+        device = "cuda" if gpus > 0 else "cpu"
+        for lr in grid.lrs:
+            for seed in grid.seeds:
+                task = remote.remote(grid.study, grid.hp, data_ref, lr, seed, threads, device, grid.target)
+                pending[task] = (i, lr, seed)
+    records: list[list[dict]] = [[] for _ in grids]
+    total = len(pending)
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1)
-        lr, seed = pending.pop(done[0])
+        i, lr, seed = pending.pop(done[0])
+        grid = grids[i]
         try:
             record = ray.get(done[0])
         except Exception as exc:
             raise SweepError(
-                f"{kind} training at lr={lr:.4g} seed={seed} failed after {study.budget.max_failures} retries "
-                f"({first_line(exc)}); the target and the proxies are kept: fix the cause and run again with --resume"
+                f"{grid.kind} training at lr={lr:.4g} seed={seed} failed after {grid.study.budget.max_failures} "
+                f"retries ({first_line(exc)}); the target and the proxies are kept: fix the cause and run again with "
+                "--resume"
             ) from exc
-        records.append(record)
-        _log_point(ctx, kind, record)
+        records[i].append(record)
+        _log_point(ctx, grid.kind, record, grid.study, grid.target)
         ctx.say(
-            f"  {kind} [{len(records)}/{len(records) + len(pending)}] lr={record['lr']:.4g} seed={record['seed']}: "
+            f"  {grid.kind} [{total - len(pending)}/{total}] lr={record['lr']:.4g} seed={record['seed']}: "
             f"{record['status']} {record['test_error']:.4g}"
         )
     return records
 
 
-def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
+def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool = True) -> None:
     from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
 
     client = ctx.tracker.client
@@ -259,7 +335,7 @@ def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
             PARENT_TAG: ctx.parent_id,
             RUN_NAME_TAG: f"{kind} lr={record['lr']:.4g} seed={record['seed']}",
             "mutransfer.kind": kind,
-            "mutransfer.study": ctx.study.name,
+            "mutransfer.study": ctx.study.name,  # the study's name (a ladder rung's proxy too)
             "mutransfer.status": record["status"],
         },
     )
@@ -274,55 +350,105 @@ def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
         params={
             "lr": record["lr"],
             "seed": record["seed"],
-            "K": ctx.study.target_K,
-            "width": ctx.study.target_width or ctx.study.operator.width,
+            "K": study.target_K if target else study.proxy_K,
+            "width": (study.target_width or study.operator.width) if target else study.operator.width,
         },
     )
     ctx.tracker.set_status(run.info.run_id, "FINISHED")
 
 
-def grid_cost(ctx: SweepContext, records: list[dict], wall: float) -> dict:
-    """Device-seconds of ``records`` (the phase's wall × the CPUs its tasks held), the trainers' part, the rest
-    (Ray task start-up, data transfer, MLflow, idle slots) as overhead, and FLOPs."""
+def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records: list[dict] | None = None) -> dict:
+    """Device-seconds of ``records`` and ``proxy_records`` (the phase's wall × the CPUs its tasks held), the trainers'
+    part, the rest (Ray task start-up, data transfer, MLflow, idle slots) as overhead, and FLOPs (the target's per
+    epoch for ``records``, the proxy's for ``proxy_records``); ``proxy``: the proxy grid's own share."""
     import ray
 
+    from mutransfer.sweep.context import final_search
     from mutransfer.sweep.cost import epoch_flops
 
-    threads = max((int(r["threads"]) for r in records), default=1)
-    held = min(float(ray.cluster_resources().get("CPU", 1.0)), len(records) * threads)
-    trainer = sum(r["trainer_seconds"] * r["threads"] for r in records)
-    device = max(wall * held, sum(r["wall_seconds"] * r["threads"] for r in records))
-    per_epoch = epoch_flops(ctx.study, ctx.study.target_K, ctx.study.target_width, tuple(ctx.data.train_x.shape[1:]))
-    epochs = sum(int(r["epochs"]) for r in records)
-    return {
-        "trainings": len(records),
+    proxies = list(proxy_records or [])
+    every = records + proxies
+    threads = max((int(r["threads"]) for r in every), default=1)
+    held = min(float(ray.cluster_resources().get("CPU", 1.0)), len(every) * threads)
+    trainer = sum(r["trainer_seconds"] * r["threads"] for r in every)
+    device = max(wall * held, sum(r["wall_seconds"] * r["threads"] for r in every))
+    shape = tuple(ctx.data.train_x.shape[1:])
+    per_epoch = epoch_flops(ctx.study, ctx.study.target_K, ctx.study.target_width, shape)
+    flops = None if per_epoch is None else sum(int(r["epochs"]) for r in records) * per_epoch
+    cost = {
+        "trainings": len(every),
         "device_seconds": device,
         "trainer_device_seconds": trainer,
         "overhead_device_seconds": max(0.0, device - trainer),
-        "flops": None if per_epoch is None else epochs * per_epoch,
+        "flops": flops,
         "wall_seconds": wall,
     }
+    if proxies:
+        search = final_search(ctx).study
+        per_proxy = epoch_flops(search, search.proxy_K, search.operator.width, shape)
+        proxy_flops = None if per_proxy is None else sum(int(r["epochs"]) for r in proxies) * per_proxy
+        cost["flops"] = None if flops is None or proxy_flops is None else flops + proxy_flops
+        cost["proxy"] = {
+            "trainings": len(proxies),
+            "trainer_device_seconds": sum(r["trainer_seconds"] * r["threads"] for r in proxies),
+            "flops": proxy_flops,
+        }
+    return cost
 
 
 def verify_phase(ctx: SweepContext) -> None:
-    """With ``--verify`` (mutransfer.sweep.strategies.verify runs it, once): train the target on the LR grid, fit
-    its optimum and set the verification's record."""
-    options = ctx.options
-    lr = float(ctx.transfer.hp["lr"])
+    """With ``--verify`` (mutransfer.sweep.strategies.verify runs it, once): train the target on the LR grid and the
+    proxy on the same master-LR grid around the search winner's LR, fit both optima and set the verification's
+    record."""
+    from mutransfer.sweep.context import final_search
+    from mutransfer.sweep.verify_transfer import proxy_grid
+
+    options, transfer = ctx.options, ctx.transfer
+    if transfer is None:
+        raise RuntimeError("verify_phase runs after the transfer phase")
+    lr = float(transfer.hp["lr"])
     grid = lr_grid(lr, options.verify_points)
     seeds = [int(ctx.study.training.seed) + s for s in range(options.verify_seeds)]
+    search = final_search(ctx)
+    winner_hp = dict(search.best.hp)
+    search_lr = float(winner_hp["lr"])
+    pgrid = proxy_grid(grid, lr, search_lr)
     ctx.say(
         f"verification: the target at {len(grid)} LRs {grid[0]:.3g}..{grid[-1]:.3g} ({SPACING_DECADES} decades apart) "
-        f"x {len(seeds)} seed(s), {ctx.study.target.epochs} epochs each ..."
+        f"x {len(seeds)} seed(s), {ctx.study.target.epochs} epochs each, and the proxy on the same master LRs around "
+        f"the search winner's {search_lr:.3g}, {search.study.budget.epochs} epochs each ..."
     )
     start = time.perf_counter()
-    records = run_grid(ctx, grid, seeds, "verify_point")
-    result = analyse(records, lr)
-    result.cost = grid_cost(ctx, records, time.perf_counter() - start)
+    records, proxy_records = run_grids(
+        ctx,
+        [
+            Grid("verify_point", grid, seeds, ctx.study, transfer.hp),
+            Grid("verify_proxy_point", pgrid, seeds, search.study, winner_hp, target=False),
+        ],
+    )
+    result = analyse(records, lr, proxy_records=proxy_records, search_lr=search_lr)
+    result.lr_factor = transfer.record.get("lr_factor")
+    result.cost = grid_cost(ctx, records, time.perf_counter() - start, proxy_records)
     ctx.say(result.summary_line())
+    ctx.say(result.transfer_line() or "")
     _log_verification(ctx, result)
     ctx.records[NAME] = result
     ctx.update_state(**{NAME: result.as_dict()})
+
+
+def transfer_metrics(v: dict | None, now: int) -> list[tuple]:
+    """The proxy side's metrics for the MLflow parent run (the strategy's ``metrics``): the proxy's optimum, the
+    transfer error and the search gap with their interval bounds when measured; none for a record from before."""
+    if not v:
+        return []
+    out = [("verify_proxy_optimum_lr", v.get("proxy_optimum"), now, 0)]
+    for name, key in (("verify_transfer_error_decades", "transfer_error"), ("verify_search_gap_decades", "search_gap")):
+        e = v.get(key)
+        if e:
+            lo, hi = e["ci"]
+            out += [(name, e["value"], now, 0), (f"{name}_lo", lo, now, 0), (f"{name}_hi", hi, now, 0)]
+            out.append((f"{name}_resolved", float(bool(e["resolved"])), now, 0))
+    return [m for m in out if m[1] is not None]
 
 
 def _log_verification(ctx: SweepContext, result: Verification) -> None:

@@ -118,6 +118,117 @@ def test_verdicts_that_cannot_claim_too_much():
     assert not (v.verdict.startswith("transfer held") and (d["ci"][0] < -0.125 or d["ci"][1] > 0.125))
 
 
+# --------------------------------------------------------------------------- the proxy on the same grid
+
+
+def _jittered(centre: float, optimum: float, seeds: int, noise: float, seed: int, points: int = 7):
+    return _landscape(centre, optimum, seeds=seeds, points=points, noise=noise, rng=np.random.default_rng(seed))
+
+
+def test_a_search_that_missed_the_proxy_optimum_is_blamed_not_the_transfer():
+    """Proxy and target share their optimum (1e-2) but the search's winner sat half a decade below it."""
+    winner = 10**-2.5
+    target = _jittered(winner, 1e-2, 4, 0.03, 1)
+    proxy = _jittered(winner, 1e-2, 4, 0.03, 2)
+    v = analyse(target, winner, proxy_records=proxy, search_lr=winner)
+    assert v.proxy_optimum == pytest.approx(1e-2, rel=0.15)
+    gap, error = v.search_gap, v.transfer_error
+    assert gap["value"] == pytest.approx(-0.5, abs=0.06) and gap["resolved"] and gap["ci"][1] < 0
+    assert not error["resolved"] and error["ci"][0] <= 0 <= error["ci"][1]
+    assert v.verdict.startswith("the search missed the proxy's optimum by ") and "(the winner below it" in v.verdict
+    assert "widen search_space.lr or run more trials" in v.verdict and "transfer rule" not in v.verdict
+    assert "above the transferred LR" in v.target_verdict  # the target alone could not tell the two apart
+    assert "the search missed" in v.transfer_line() and v.proxy_grid == v.grid
+
+
+def test_a_transfer_that_moved_the_optimum_is_blamed_not_the_search():
+    """The search found the proxy's optimum (1e-3), but the target's sits 0.4 decades above it."""
+    target = _jittered(1e-3, 1e-3 * 10**0.4, 4, 0.03, 3)
+    proxy = _jittered(1e-3, 1e-3, 4, 0.03, 4)
+    v = analyse(target, 1e-3, proxy_records=proxy, search_lr=1e-3)
+    error, gap = v.transfer_error, v.search_gap
+    assert error["value"] == pytest.approx(0.4, abs=0.06) and error["resolved"] and error["ci"][0] > 0
+    assert not gap["resolved"]
+    assert v.verdict.startswith("the optimum moved by +0.") and "the transfer rule did not hold here" in v.verdict
+    assert "the search missed" not in v.verdict
+
+
+def test_transfer_held_when_neither_effect_is_resolved():
+    v = analyse(_jittered(1e-3, 1e-3, 3, 0.05, 5), 1e-3, proxy_records=_jittered(1e-3, 1e-3, 3, 0.05, 6))
+    assert not v.transfer_error["resolved"] and not v.search_gap["resolved"]
+    assert v.verdict.startswith("transfer held")
+
+
+def test_one_seed_resolves_nothing_and_has_no_interval():
+    v = analyse(
+        _landscape(1e-3, 1e-3 * 10**0.4, seeds=1, points=7),
+        1e-3,
+        proxy_records=_landscape(1e-3, 1e-3, seeds=1, points=7),
+    )
+    for effect in (v.transfer_error, v.search_gap):
+        assert effect["ci"] == [None, None] and effect["n"] == 1 and not effect["resolved"]
+    assert v.transfer_error["value"] == pytest.approx(0.4, abs=0.02)
+    assert v.verdict.startswith("not resolved (one seed: no interval")
+    assert "[no CI: 1 seed]" in v.transfer_line()
+
+
+def test_a_proxy_optimum_beyond_the_grid_blames_the_search():
+    v = analyse(_landscape(1e-5, 1e-2, seeds=2), 1e-5, proxy_records=_landscape(1e-5, 1e-2, seeds=2))
+    assert v.proxy_optimum is None and v.search_gap is None and v.transfer_error is None
+    assert v.verdict.startswith("the search missed the proxy's optimum by more than 0.50 decades")
+    assert "above the grid" in v.verdict and "widen search_space.lr" in v.verdict
+
+
+def test_the_proxy_grid_maps_onto_the_target_grid_by_master_lr():
+    """A proxy whose master LR differs from the transferred one by a factor: its grid and optimum are mapped back."""
+    from mutransfer.sweep.verify_transfer import proxy_grid
+
+    grid = lr_grid(1e-3, 5)
+    mapped = proxy_grid(grid, 1e-3, 2e-3)
+    assert mapped == pytest.approx([2 * g for g in grid])
+    proxy = _landscape(2e-3, 2e-3, seeds=2)  # the proxy's optimum at its winner, on its own axis
+    v = analyse(_landscape(1e-3, 1e-3, seeds=2), 1e-3, proxy_records=proxy, search_lr=2e-3)
+    assert v.proxy_optimum == pytest.approx(1e-3) and v.transfer_error["value"] == pytest.approx(0.0, abs=1e-9)
+    assert v.search_gap["value"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_verification_from_before_the_proxy_still_renders():
+    """state.json from an older version: no proxy keys; the old fields render as they did, no proxy metrics."""
+    from mutransfer.sweep.strategies.verify import Verify, verification_lines
+    from mutransfer.sweep.verify import Verification
+
+    old = analyse(_landscape(1e-3, 1e-3, seeds=2), 1e-3).as_dict()
+    for key in (
+        "search_lr",
+        "lr_factor",
+        "proxy_grid",
+        "proxy_epochs",
+        "proxy_optimum",
+        "proxy_seed_optima",
+        "transfer_error",
+        "search_gap",
+        "target_verdict",
+        "proxy_records",
+    ):
+        old.pop(key)
+    old["cost"] = {
+        "trainings": 10,
+        "device_seconds": 2.0,
+        "trainer_device_seconds": 1.5,
+        "overhead_device_seconds": 0.5,
+        "flops": None,
+        "wall_seconds": 1.0,
+    }
+    v = Verification.from_dict(json.loads(json.dumps(old)))
+    assert v.transfer_line() is None and "transfer held" in v.summary_line()
+    lines = verification_lines(old)
+    assert any("10 target trainings" in line for line in lines) and not any("proxy" in line for line in lines)
+    assert Verify().metrics(old, 0) == []
+    new = analyse(_landscape(1e-3, 1e-3, seeds=2), 1e-3, proxy_records=_landscape(1e-3, 1e-3, seeds=2)).as_dict()
+    names = {m[0] for m in Verify().metrics(new, 0)}
+    assert {"verify_proxy_optimum_lr", "verify_transfer_error_decades", "verify_search_gap_decades"} <= names
+
+
 def test_the_target_outcome_round_trips_through_state():
     """A finished target is read back on --resume (its cost and error are not re-measured)."""
     from mutransfer.sweep.target import TargetOutcome
@@ -183,9 +294,20 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
     assert len(v["grid"]) == 3 and v["seeds"] == [0, 1] and len(v["records"]) == 6
     assert np.allclose(np.diff(np.log10(v["grid"])), 0.25)
     c = v["cost"]
-    assert c["trainings"] == 6 and c["trainer_device_seconds"] > 0
+    assert c["trainings"] == 12 and c["trainer_device_seconds"] > 0  # 6 target + 6 proxy trainings
     assert c["device_seconds"] == pytest.approx(c["trainer_device_seconds"] + c["overhead_device_seconds"])
-    assert v["cost"]["flops"] == pytest.approx(6 * 2 * report["compute"]["target_flops"] / 2)
+    p = c["proxy"]
+    assert p["trainings"] == 6 and 0 < p["trainer_device_seconds"] < c["trainer_device_seconds"]
+    assert 0 < p["flops"] < c["flops"] - p["flops"]  # the proxy (K = 6) is cheaper than the target (K = 24)
+    assert c["flops"] - p["flops"] == pytest.approx(6 * 2 * report["compute"]["target_flops"] / 2)
+    # the proxy on the same master LRs (the search winner's LR is the transferred one: μP carries it over)
+    assert v["search_lr"] == pytest.approx(report["best_proxy"]["config"]["lr"])
+    assert v["proxy_grid"] == pytest.approx(v["grid"]) and len(v["proxy_records"]) == 6
+    assert v["lr_factor"] == pytest.approx(report["transfer"]["lr_factor"]) and v["proxy_epochs"] == 2
+    assert v["target_verdict"] and v["verdict"] != v["target_verdict"]
+    for key in ("transfer_error", "search_gap"):
+        if v[key] is not None:
+            assert set(v[key]) >= {"value", "ci", "n", "resolved"} and len(v[key]["ci"]) == 2
     if v["distance_decades"] is not None:
         assert v["optimum_lr"] == pytest.approx(v["transferred_lr"] * 10 ** v["distance_decades"]["mean"])
     # the seed-0 training at the transferred LR is the target's own configuration: the same error
@@ -214,6 +336,8 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
     direct_trials = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == direct.info.run_id]
     assert len(direct_trials) == 2 and {r.data.params["K"] for r in direct_trials} == {"24"}
     assert len([r for r in runs if r.data.tags.get("mutransfer.kind") == "verify_point"]) == 6
+    proxy_points = [r for r in runs if r.data.tags.get("mutransfer.kind") == "verify_proxy_point"]
+    assert len(proxy_points) == 6 and {r.data.params["K"] for r in proxy_points} == {"6"}
     assert parent.data.metrics["direct_test_error"] == pytest.approx(d["test_error"])
     assert "verify_error_at_transferred" in parent.data.metrics
 
@@ -288,6 +412,36 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
     capsys.readouterr()
     assert main(["sweep", "--study", str(path2), "--runs-dir", str(tmp_path / "runs"), "--resume", "--verify"]) == 2
     assert "--verify: study 'no-verify' is already complete" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_verify_names_a_search_whose_range_excludes_the_optimum(ray_local, tiny_data, tmp_path, capsys):
+    """search_space.lr restricted to [1e-5, 1.2e-5], far below the optimum: the proxy's own optimum lies above the
+    verification's grid, and the verdict blames the search (not the transfer)."""
+    from mutransfer.cli.main import main
+
+    path = write_tiny_study(
+        tmp_path,
+        tiny_data,
+        name="verify-missed",
+        trials=2,
+        search_space={"lr": {"type": "loguniform", "low": 1e-5, "high": 1.2e-5}},
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    flags = ["--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--verify", "--verify-points", "3"]
+    assert main(["sweep", "--study", str(path), *flags, "--verify-seeds", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    v = report["verification"]
+    assert 1e-5 <= v["search_lr"] <= 1.2e-5 and len(v["proxy_records"]) == 6
+    assert all(s["edge"] == "above" for s in v["proxy_seed_optima"])
+    assert v["verdict"].startswith("the search missed the proxy's optimum") and "widen search_space.lr" in v["verdict"]
+    assert "transfer rule" not in v["verdict"]
+
+    from mutransfer.sweep.report import format_report
+
+    assert "the search missed the proxy's optimum" in format_report(report)
+    parent = next(r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "study")
+    assert parent.data.tags["mutransfer.verification"].startswith("the search missed")
 
 
 def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_path):

@@ -1,7 +1,8 @@
 """The verification as a strategy (``sweep --verify``; mutransfer.sweep.verify).
 
 Its phase runs after the target (and its model's logging): the target trained on an LR grid around the transferred
-LR. Report key ``verification`` (after the target, and a section of the HTML page); with more than one seed the
+LR, and the proxy on the same master-LR grid around the search winner's (the transfer error and the search gap,
+mutransfer.sweep.verify_transfer). Report key ``verification`` (after the target, and a section of the HTML page); with more than one seed the
 gain reports the target's seed spread at the transferred LR. It logs its own metrics when it finishes.
 """
 
@@ -14,21 +15,27 @@ from typing import Any
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import SweepContext
 from mutransfer.sweep.strategies.base import Placement, Strategy, number
-from mutransfer.sweep.verify import NAME, Verification, verify_phase
+from mutransfer.sweep.verify import NAME, Verification, transfer_metrics, verify_phase
 
 
 def verification_lines(v: dict | None) -> list[str]:
     """The text report's verification: the summary line, seeds whose optimum lay at the grid's edge, the cost."""
     if not v:
         return []
-    lines = ["", Verification.from_dict(v).summary_line()]
+    record = Verification.from_dict(v)
+    lines = ["", record.summary_line()]
     edge = [s for s in v["seed_optima"] if s["at_edge"]]
     if edge:
         lines.append(f"  optimum at the grid's edge for seed(s) {', '.join(str(s['seed']) for s in edge)}: not used")
+    transfer = record.transfer_line()
+    if transfer:
+        lines.append(f"  {transfer}")
     c = v.get("cost") or {}
     if c:
+        proxy = (c.get("proxy") or {}).get("trainings", 0)
+        kinds = f"{c['trainings'] - proxy} target + {proxy} proxy" if proxy else f"{c['trainings']} target"
         lines.append(
-            f"  extra cost: {c['trainings']} target trainings, {c['device_seconds']:.1f} device-s "
+            f"  extra cost: {kinds} trainings, {c['device_seconds']:.1f} device-s "
             f"(training {c['trainer_device_seconds']:.1f}, overhead {c['overhead_device_seconds']:.1f}), "
             f"FLOPs {number(c.get('flops'), '.3g')}"
         )
@@ -64,12 +71,20 @@ def verification_html(v: dict) -> str:
     from mutransfer.reporting import figures
     from mutransfer.reporting.html import figure_html, frame_table
 
+    record = Verification.from_dict(v)
     frame = pd.DataFrame(v.get("records") or [])
+    proxies = pd.DataFrame(v.get("proxy_records") or [])
+    transfer = record.transfer_line()
     return (
         f'<section id="verification"><h2>Verification (--verify)</h2>'
-        f"<p>{html.escape(Verification.from_dict(v).summary_line())}</p>"
-        + figure_html(figures.verification_curve(v), "Dashed: the transferred LR.")
+        f"<p>{html.escape(record.summary_line())}</p>"
+        + (f'<p class="verdict">{html.escape(transfer)}</p>' if transfer else "")
+        + figure_html(
+            figures.verification_curve(v),
+            "Dashed: the transferred LR" + ("; dotted: the proxy on the same master LRs." if transfer else "."),
+        )
         + (frame_table(frame, "verification-records") if not frame.empty else "")
+        + (frame_table(proxies, "verification-proxy-records") if not proxies.empty else "")
         + "</section>"
     )
 
@@ -102,3 +117,6 @@ class Verify(Strategy):
 
     def html_section(self, section: Any) -> str:
         return verification_html(section)
+
+    def metrics(self, section: Any, timestamp_ms: int) -> list[tuple]:
+        return transfer_metrics(section, timestamp_ms)
