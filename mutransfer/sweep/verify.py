@@ -31,7 +31,17 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from mutransfer.sweep.context import SweepContext
+import torch
+
+from mutransfer.diagnostics.statistics import mean_ci
+from mutransfer.landscape.analysis import NOT_RESOLVED, fit_optimum
+from mutransfer.study.models import model_for, train_config
+from mutransfer.study_folder.state import write_atomic
+from mutransfer.sweep.context import SweepContext, SweepError
+from mutransfer.sweep.cost import epoch_flops
+from mutransfer.sweep.train_target import first_line
+from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
+from mutransfer.training import train
 
 #: the verification's slot in ``SweepContext.records``, its ``state.json`` and report key
 NAME = "verification"
@@ -96,8 +106,6 @@ class Verification:
 
 def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING_DECADES) -> Verification:
     """The verification from its trainings: records with ``lr``, ``seed``, ``status``, ``test_error`` (pure)."""
-    from mutransfer.diagnostics.statistics import mean_ci
-    from mutransfer.landscape.analysis import fit_optimum
 
     grid = sorted({float(r["lr"]) for r in records})
     seeds = sorted({int(r["seed"]) for r in records})
@@ -145,7 +153,6 @@ def analyse(records: list[dict], transferred_lr: float, spacing: float = SPACING
 def _verdict(distance, seed_optima: list[dict], spacing: float) -> str:
     """The landscape's rule: resolved only with >= 2 seeds and a CI that excludes 0; "held" only when the CI lies
     within half a grid step of the transferred LR."""
-    from mutransfer.landscape.analysis import NOT_RESOLVED
 
     if distance is None:
         edges = {s["edge"] for s in seed_optima if s["edge"]}
@@ -185,10 +192,6 @@ def _mean(values: list[float]) -> float | None:
 
 def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int, device: str = "cpu") -> dict:
     """Train the target model once at master LR ``lr`` and training seed ``seed`` (a Ray task; also callable directly)."""
-    import torch
-
-    from mutransfer.study.models import model_for, train_config
-    from mutransfer.training import train
 
     torch.set_num_threads(max(1, int(threads)))
     seeded = dataclasses.replace(study, training=dataclasses.replace(study.training, seed=int(seed)))
@@ -213,10 +216,7 @@ def train_target_at(study, hp: dict, data, lr: float, seed: int, threads: int, d
 
 def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -> list[dict]:
     """Train the target at every (lr, seed) as Ray tasks; each logged as an MLflow child run of kind ``kind``."""
-    import ray
-
-    from mutransfer.sweep.context import SweepError
-    from mutransfer.sweep.train_target import first_line
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     study = ctx.study
     r = study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
@@ -250,8 +250,6 @@ def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -
 
 
 def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
-    from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
-
     client = ctx.tracker.client
     run = client.create_run(
         ctx.experiment_id,
@@ -284,9 +282,7 @@ def _log_point(ctx: SweepContext, kind: str, record: dict) -> None:
 def grid_cost(ctx: SweepContext, records: list[dict], wall: float) -> dict:
     """Device-seconds of ``records`` (the phase's wall × the CPUs its tasks held), the trainers' part, the rest
     (Ray task start-up, data transfer, MLflow, idle slots) as overhead, and FLOPs."""
-    import ray
-
-    from mutransfer.sweep.cost import epoch_flops
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     threads = max((int(r["threads"]) for r in records), default=1)
     held = min(float(ray.cluster_resources().get("CPU", 1.0)), len(records) * threads)
@@ -326,9 +322,6 @@ def verify_phase(ctx: SweepContext) -> None:
 
 
 def _log_verification(ctx: SweepContext, result: Verification) -> None:
-    from mutransfer.study_folder.state import write_atomic
-    from mutransfer.tracking.runs import log_batch
-
     now = int(time.time() * 1000)
     metrics = [
         ("verify_error_at_transferred", result.error_at_transferred, now, 0),
