@@ -98,7 +98,7 @@ def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str) -> Source
 
 
 def _plain_name(spec: str) -> bool:
-    return bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", spec))
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", spec))  # fullmatch: "$" would let "name\n" through
 
 
 # --------------------------------------------------------------------------- a study folder
