@@ -237,34 +237,6 @@ class PackedPointSet(_Wrapped):
         return torch.where(mask.unsqueeze(-1), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
-def point_set_model(
-    operator: str,
-    *,
-    coord_dim: int,
-    input_channels: int,
-    output_channels: int,
-    packed: bool,
-    normalization: Mapping[str, object] | None = None,
-    **operator_options: object,
-) -> GridPointSet | PackedPointSet:
-    """The adapter for ``operator`` on a grid (``packed=False``) or on packed point sets.
-
-    ``input_channels`` is the last-axis size of the input tensor: C_in on a grid,
-    d + C_in + 1 when packed. ``operator_options`` are the operator's other
-    constructor arguments (width, layers, heads, width_parametrization, …).
-    """
-    config = _operator_config(
-        coord_dim=coord_dim,
-        input_channels=input_channels,
-        output_channels=output_channels,
-        packed=packed,
-        **operator_options,
-    )
-    if packed:
-        return PackedPointSet(coord_dim, operator, config, normalization)
-    return GridPointSet(coord_dim, operator, config, normalization)
-
-
 def point_set_config(
     operator: str,
     *,
@@ -274,7 +246,7 @@ def point_set_config(
     packed: bool,
     **operator_options: object,
 ) -> dict[str, object]:
-    """The ``{"operator", "operator_config"}`` part of the config :func:`point_set_model` would build (nothing built).
+    """The ``{"operator", "operator_config"}`` part of a point-set adapter's config (nothing built).
 
     What mutransfer.training.memory.check_before_building plans before allocating.
     """

@@ -17,7 +17,14 @@ from dataclasses import asdict, dataclass
 from typing import cast
 
 from operators.errors import OperatorConfigError
-from operators.parametrization import effective_spectral_lr
+from operators.parametrization import (
+    base_spectral_init_std,
+    check_modes,
+    effective_spectral_lr,
+    spectral_init_multiplier,
+    transfer_lr_factor,
+)
+from operators.width_mup import hidden_lr_multiplier, output_multiplier, spectral_width_init_std
 
 
 @dataclass(frozen=True)
@@ -133,8 +140,6 @@ def effective_spectral_init_std(
 
     ``base_width`` set: width-muP (σ_K(m0)·b(K)·√(m0/m)); else the K-parametrization's std at ``width``.
     """
-    from operators.parametrization import base_spectral_init_std, spectral_init_multiplier
-    from operators.width_mup import spectral_width_init_std
 
     if base_width is not None:
         return spectral_width_init_std(width, base_width, modes, dim, parametrization, init_scale)
@@ -163,7 +168,6 @@ def transfer(
         init_std: instead of ``init_scale``, the proxy's effective spectral init std.
         unchanged: other hyperparameters that carry over as they are (batch_size, beta2, weight_decay, …).
     """
-    from operators.width_mup import hidden_lr_multiplier
 
     s = scaling
     width_mup = s.width_parametrization == "mup" and s.scales_width
@@ -203,7 +207,6 @@ def _spectral_rows(
     s: Scaling, lr: float, width_factor: float, width_mup: bool, init_scale: float | None, init_std: float | None
 ) -> list[RescaledQuantity]:
     """The spectral LR and init rows: √(log Kp / log Kt) under muP in K, times the width rules."""
-    from operators.parametrization import check_modes, transfer_lr_factor
 
     for which, k in (("proxy", s.proxy_modes), ("target", s.target_modes)):
         if s.parametrization == "mup" and isinstance(k, int) and k < 2:
@@ -266,7 +269,6 @@ def width_transfer_rows(
     attention over d_h features), the d_h-contraction × √(m0/m). Under
     "standard" every row is copied (factor 1).
     """
-    from operators.width_mup import hidden_lr_multiplier, output_multiplier
 
     if width_parametrization != "mup":
         rule = "standard width parametrization: copied (the optimum may drift with width)"

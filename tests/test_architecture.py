@@ -260,3 +260,49 @@ def f(study, family, model, op):
 """
     assert family_branches(planted) == [3, 5, 6, 7]
     assert family_branches("x = model.spectral\ny = {'fno': 1}\n") == []
+
+
+# --------------------------------------------------------------------------- imports at the top
+
+#: a function-level import is allowed only as `# noqa: PLC0415` (ruff, pyproject.toml) with its reason beside it
+_DEFERRED = re.compile(r"noqa: PLC0415")
+
+
+def unexplained_deferrals(text: str) -> list[int]:
+    """Line numbers of ``# noqa: PLC0415`` imports with no "deferred" reason on the line or in the comment above."""
+    lines = text.splitlines()
+    bad = []
+    for i, line in enumerate(lines):
+        if not _DEFERRED.search(line) or "deferred" in line:
+            continue
+        above = i - 1
+        while above >= 0 and lines[above].strip().startswith(("from ", "import ")) and "deferred" not in lines[above]:
+            above -= 1  # a block of deferred imports shares the reason of its first line, or the comment above it
+        if (
+            above < 0
+            or "deferred" not in lines[above]
+            or not lines[above].strip().startswith(("#", "from ", "import "))
+        ):
+            bad.append(i + 1)
+    return bad
+
+
+def test_every_deferred_import_says_why():
+    found = {
+        str(path.relative_to(ROOT)): bad
+        for path in sorted([*(ROOT / "mutransfer").rglob("*.py"), *(ROOT / "operators").rglob("*.py")])
+        if (bad := unexplained_deferrals(path.read_text(encoding="utf-8")))
+    }
+    assert not found, f"function-level imports without a `deferred: <reason>` comment: {found}"
+
+
+def test_the_deferral_check_finds_an_unexplained_one():
+    explained = "def f():\n    # deferred: heavy\n    import ray  # noqa: PLC0415\n    import mlflow  # noqa: PLC0415\n"
+    assert unexplained_deferrals(explained) == []
+    assert (
+        unexplained_deferrals(
+            "def f():\n    import a  # noqa: PLC0415 -- deferred: heavy\n    import b  # noqa: PLC0415\n"
+        )
+        == []
+    )
+    assert unexplained_deferrals("def f():\n    x = 1\n    import ray  # noqa: PLC0415\n") == [3]

@@ -6,6 +6,9 @@ import argparse
 import json
 import sys
 
+from operators.errors import OperatorConfigError
+from operators.planning import parse_bytes
+
 
 def _parse(text: str, cast, ok, requirement: str):
     """Cast ``text`` and check it, raising argparse's one-line error naming the requirement."""
@@ -46,8 +49,6 @@ def unit_interval(text: str) -> float:
 
 def memory_size(text: str) -> int:
     """argparse type: a memory size such as 80GiB, 24GB or 512MiB, in bytes."""
-    from operators.errors import OperatorConfigError
-    from operators.planning import parse_bytes
 
     try:
         return parse_bytes(text)

@@ -7,11 +7,17 @@ import time
 from pathlib import Path
 
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
+from mutransfer.data.pointclouds import inspect_point_dataset, is_point_file
+from mutransfer.data.problem_facts import get_facts
+from mutransfer.data.readers import describe
+from mutransfer.data.streaming import available_memory
+from mutransfer.errors import UserInputError
+from mutransfer.problems import PROBLEMS, get_problem
+from mutransfer.problems.datasets import writer_for
+from operators.planning import format_bytes
 
 
 def add_parser(subparsers) -> None:
-    from mutransfer.problems import PROBLEMS
-
     data = subparsers.add_parser("data", help="generate or inspect PDE datasets (HDF5)")
     sub = data.add_subparsers(dest="data_command", metavar="{generate,inspect}", required=True)
 
@@ -91,16 +97,11 @@ def reader_options(args: argparse.Namespace) -> dict:
 
 def generator_flags() -> tuple[str, ...]:
     """`mutransfer data generate` flags passed to a problem's generator: every problem's generator_options."""
-    from mutransfer.problems import PROBLEMS
 
     return tuple(dict.fromkeys(name for p in PROBLEMS.values() for name in p.generator_options))
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from mutransfer.errors import UserInputError
-    from mutransfer.problems import PROBLEMS, get_problem
-    from mutransfer.problems.datasets import writer_for
-
     problem = get_problem(args.problem)
     options = {name: getattr(args, name) for name in generator_flags() if getattr(args, name, None) is not None}
     for name in options:
@@ -140,10 +141,6 @@ def _check_generation_fits(problem, n: int, resolution: int, options: dict) -> N
     Estimate (a lower bound): float64 input and output per sample, the output with
     its time steps, plus 16 fields of solver work space at the solver's resolution.
     """
-    from mutransfer.data.problem_facts import get_facts
-    from mutransfer.data.streaming import available_memory
-    from mutransfer.errors import UserInputError
-    from operators.planning import format_bytes
 
     dims = get_facts(problem.name).space_dim
     times = int(options.get("time_steps") or 1)
@@ -158,10 +155,6 @@ def _check_generation_fits(problem, n: int, resolution: int, options: dict) -> N
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    from mutransfer.data.pointclouds import inspect_point_dataset, is_point_file
-    from mutransfer.data.readers import describe
-    from mutransfer.errors import UserInputError
-
     if is_point_file(args.file):
         for name, value in reader_options(args).items():
             if value is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from mutransfer.cli.common import positive_int, print_json
+from mutransfer.serving.evaluation import evaluate_file, format_evaluation
+from mutransfer.serving.load import load_model
 
 
 def add_model_arguments(p) -> None:
@@ -51,9 +53,6 @@ def add_parser(subparsers) -> None:
 
 
 def run_evaluate_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.serving.evaluation import evaluate_file, format_evaluation
-    from mutransfer.serving.load import load_model
-
     loaded = load_model(args.model, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri)
     result = evaluate_file(loaded, args.data, args.resolution)
     if args.json:

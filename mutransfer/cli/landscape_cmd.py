@@ -7,13 +7,14 @@ import argparse
 import numpy as np
 
 from mutransfer.cli.common import positive_float, positive_int, print_json
+from mutransfer.errors import UserInputError
+from mutransfer.landscape.analysis import TRANSFORMS
+from mutransfer.landscape.runner import LandscapeOptions, format_table, run_landscape
+from operators.parametrization import PARAMETRIZATIONS
 from operators.precision import PRECISIONS
 
 
 def add_parser(subparsers) -> None:
-    from mutransfer.landscape.analysis import TRANSFORMS
-    from operators.parametrization import PARAMETRIZATIONS
-
     p = subparsers.add_parser(
         "landscape",
         help="train a grid (K or width x hyperparameter x parametrization x seed) on Ray and plot where the optimum sits",
@@ -71,9 +72,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer.errors import UserInputError
-    from mutransfer.landscape.runner import LandscapeOptions, format_table, run_landscape
-
     if args.range is not None:
         lo, hi = args.range
         if not lo < hi:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from mutransfer.cli.common import memory_size, non_negative_float, non_negative_int, positive_int, print_json
+from mutransfer.training.memory import available_memory
+from operators.planning import format_bytes, largest_batch, plan_fno
 from operators.precision import PRECISIONS
 
 
@@ -70,9 +72,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer.training.memory import available_memory
-    from operators.planning import format_bytes, largest_batch, plan_fno
-
     options = dict(
         in_channels=args.in_channels,
         out_channels=args.out_channels,

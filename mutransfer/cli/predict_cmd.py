@@ -6,6 +6,8 @@ import argparse
 
 from mutransfer.cli.common import positive_int, print_json
 from mutransfer.cli.evaluate_cmd import add_model_arguments
+from mutransfer.serving.evaluation import write_predictions
+from mutransfer.serving.load import load_model
 
 
 def add_parser(subparsers) -> None:
@@ -30,9 +32,6 @@ def add_parser(subparsers) -> None:
 
 
 def run_predict_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.serving.evaluation import write_predictions
-    from mutransfer.serving.load import load_model
-
     loaded = load_model(args.model, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri)
     written = write_predictions(loaded, args.data, args.out, args.resolution)
     if args.json:

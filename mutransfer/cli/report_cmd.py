@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mutransfer.errors import UserInputError
+from mutransfer.reporting.study_files import load_study_files
+
 STUDY_HELP = (
     "a study folder (holding state.json) or the name of a study under the runs directory "
     "(./mutransfer-runs unless --runs-dir)"
@@ -30,15 +33,12 @@ def add_parser(subparsers) -> None:
 
 
 def run_report_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.errors import UserInputError
-    from mutransfer.reporting.study_files import load_study_files
-
     files = load_study_files(args.study, args.runs_dir)
     out = Path(args.out) if args.out else files.root / "report.html"
     if out.is_dir() or not out.parent.is_dir():
         raise UserInputError(f"--out {out}: not a file in an existing folder; pass --out FOLDER/report.html")
-    from mutransfer.reporting.html import write_report_page
-    from mutransfer.sweep.strategies import html_sections
+    from mutransfer.reporting.html import write_report_page  # noqa: PLC0415 -- deferred: heavy imports (matplotlib, optuna, pandas, the sweep package), `mutransfer --help` stays fast
+    from mutransfer.sweep.strategies import html_sections  # noqa: PLC0415
 
     try:
         write_report_page(files, out, html_sections(files.report, files.state))

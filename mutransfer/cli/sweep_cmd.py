@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shlex
 import sys
 
 from mutransfer.cli.common import model_name, positive_int, print_json
+from mutransfer.config.flags import flag_kwargs
+from mutransfer.config.settings import REQUIRED
+from mutransfer.study.files import OVERRIDES, declared
+from mutransfer.tracking.listings import format_studies, list_studies
+from mutransfer.tracking.runs import resolve_tracking_uri
 
 EXIT_SWEEP_FAILED = 1
 
@@ -100,9 +107,6 @@ def _add_sweep(subparsers) -> None:
 
 def _add_override_flags(p) -> None:
     """One flag per entry of mutransfer.study.OVERRIDES, typed and described by the field's own declaration."""
-    from mutransfer.config.flags import flag_kwargs
-    from mutransfer.config.settings import REQUIRED
-    from mutransfer.study.files import OVERRIDES, declared
 
     for key, (path, flag) in OVERRIDES.items():
         spec, default = declared(path)
@@ -112,9 +116,8 @@ def _add_override_flags(p) -> None:
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.study import OVERRIDES
-    from mutransfer.sweep.report import format_report
-    from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep
+    from mutransfer.sweep.report import format_report  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
+    from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep  # noqa: PLC0415
 
     options = SweepOptions(
         study_path=args.study,
@@ -133,7 +136,6 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         warm_start_top=args.warm_start_top,
         warm_start_any=args.warm_start_any,
     )
-    import contextlib
 
     try:
         # Ray Tune prints tables to stdout: keep stdout for the report (--json stays parseable).
@@ -155,9 +157,6 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
 
 def _resume_hint(args: argparse.Namespace) -> list[str]:
     """The command that continues this study: the study file, every override given, the runs dir (shell-quoted)."""
-    import shlex
-
-    from mutransfer.study import OVERRIDES
 
     hint = ["mutransfer", "sweep", "--resume"]
     if args.study:
@@ -197,9 +196,6 @@ def _add_studies(subparsers) -> None:
 
 
 def run_studies_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.tracking.listings import format_studies, list_studies
-    from mutransfer.tracking.runs import resolve_tracking_uri
-
     rows = list_studies(resolve_tracking_uri(args.tracking_uri))
     if args.json:
         print_json(rows)

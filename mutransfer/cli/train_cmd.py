@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+import yaml
+
+from mutransfer import training
 from mutransfer.cli.common import (
     memory_size,
     non_negative_int,
@@ -11,9 +15,23 @@ from mutransfer.cli.common import (
     print_json,
     unit_interval,
 )
+from mutransfer.cli.data_cmd import add_reader_arguments, reader_options
+from mutransfer.config.flags import add_flags
+from mutransfer.config.settings import setting_of
+from mutransfer.data.loading import load_split
+from mutransfer.data.pointclouds import is_point_file, load_point_split, point_file_header
+from mutransfer.data.readers import open_data
+from mutransfer.errors import UserInputError
+from mutransfer.problems import PROBLEMS, default_dataset, get_problem
 from mutransfer.study.models import HPARAM_KEYS
+from mutransfer.study.schema import TrainingSpec
+from mutransfer.training import TrainConfig
+from mutransfer.training.memory import check_before_building
+from mutransfer.training.trainer import resolve_device
 from operators.adapters import normalization_from
+from operators.parametrization import PARAMETRIZATIONS
 from operators.registry import OPERATORS, ModelSpec, get_family, point_set_families
+from operators.width_mup import WIDTH_PARAMETRIZATIONS
 
 
 def pino_ratio(text: str) -> tuple[float, float]:
@@ -29,14 +47,6 @@ def pino_ratio(text: str) -> tuple[float, float]:
 
 
 def add_parser(subparsers) -> None:
-    from mutransfer.cli.data_cmd import add_reader_arguments
-    from mutransfer.config.flags import add_flags
-    from mutransfer.config.settings import setting_of
-    from mutransfer.problems import PROBLEMS
-    from mutransfer.study.schema import TrainingSpec
-    from operators.parametrization import PARAMETRIZATIONS
-    from operators.width_mup import WIDTH_PARAMETRIZATIONS
-
     p = subparsers.add_parser(
         "train",
         help="train an operator (FNO, Galerkin Transformer, ONO, GNOT) on a PDE problem "
@@ -157,11 +167,6 @@ def add_parser(subparsers) -> None:
 
 def resolve_data(args: argparse.Namespace):
     """(problem, SplitData, data path) for the train command's flags."""
-    from mutransfer.cli.data_cmd import reader_options
-    from mutransfer.data.loading import load_split
-    from mutransfer.data.readers import open_data
-    from mutransfer.errors import UserInputError
-    from mutransfer.problems import default_dataset, get_problem
 
     problem = get_problem(args.problem)
     options = reader_options(args)
@@ -203,16 +208,11 @@ def resolve_data(args: argparse.Namespace):
 
 
 def _is_point_file(path) -> bool:
-    from mutransfer.data.pointclouds import is_point_file
-
     return is_point_file(path)
 
 
 def _resolve_point_data(args: argparse.Namespace, problem, options: dict):
     """(SplitData packed as point sets, path) for a point-set problem."""
-    from mutransfer.data.pointclouds import load_point_split, point_file_header
-    from mutransfer.errors import UserInputError
-    from mutransfer.problems import default_dataset
 
     for flag, value in (
         ("--resolution", args.resolution),
@@ -271,9 +271,6 @@ def _owners(need: str) -> str:
 
 def _parse_options(items: list[str]) -> dict:
     """--option KEY=VALUE items → {key: value}, values read as YAML scalars (1e-2, true, fourier)."""
-    import yaml
-
-    from mutransfer.errors import UserInputError
 
     out = {}
     for item in items:
@@ -295,7 +292,6 @@ def train_model_spec(args: argparse.Namespace, problem, data):
     The family's ``defaults`` fill what is not given (operators.registry); the model is
     built by ``family.build`` — the builder studies use too (mutransfer.study.models).
     """
-    from mutransfer.errors import UserInputError
 
     if args.width_parametrization == "mup" and args.base_width is None:
         raise UserInputError(
@@ -357,8 +353,6 @@ def train_model_spec(args: argparse.Namespace, problem, data):
 
 def _plan_before_building(family, config: dict, data, train_config):
     """Check K against the grid and plan the model config (nothing built); refuse it, one line, if a step cannot fit."""
-    from mutransfer.training.memory import check_before_building
-    from mutransfer.training.trainer import resolve_device
 
     return check_before_building(
         config,
@@ -372,9 +366,6 @@ def _plan_before_building(family, config: dict, data, train_config):
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer.errors import UserInputError
-    from mutransfer.training import TrainConfig, train
-
     epochs, iterations = args.epochs, args.iterations
     if epochs is None and iterations is None:
         epochs = 20
@@ -409,11 +400,12 @@ def run(args: argparse.Namespace) -> int:
     family, spec = train_model_spec(args, problem, data)
     model_config = family.configure(spec)
     plan = _plan_before_building(family, model_config, data, config)  # every family is planned before it is built
-    import torch
 
     torch.manual_seed(config.seed)  # the init depends on --seed only, as a sweep's trials and target do
     model = family.build(model_config)
-    result = train(model, data, config, resume=args.resume, plan=plan)
+    result = training.train(
+        model, data, config, resume=args.resume, plan=plan
+    )  # looked up at call time (tests patch it)
     summary = {
         "problem": problem.name,
         "data": path,

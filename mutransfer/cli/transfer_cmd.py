@@ -5,15 +5,16 @@ from __future__ import annotations
 import argparse
 
 from mutransfer.cli.common import positive_int, print_json
+from mutransfer.config.flags import add_flags
+from mutransfer.config.settings import REQUIRED
+from mutransfer.errors import UserInputError
+from mutransfer.study.schema import TrainingSpec
+from operators.parametrization import PARAMETRIZATIONS
+from operators.transfer import Scaling, transfer
+from operators.width_mup import WIDTH_PARAMETRIZATIONS
 
 
 def add_parser(subparsers) -> None:
-    from mutransfer.config.flags import add_flags
-    from mutransfer.config.settings import REQUIRED
-    from mutransfer.study.schema import TrainingSpec
-    from operators.parametrization import PARAMETRIZATIONS
-    from operators.width_mup import WIDTH_PARAMETRIZATIONS
-
     p = subparsers.add_parser(
         "transfer",
         help="rescale hyperparameters tuned on a proxy to the target (Algorithm 1 in K, width-muP in the width)",
@@ -60,9 +61,6 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mutransfer.errors import UserInputError
-    from operators.transfer import Scaling, transfer
-
     if args.beta2 is not None and not 0 < args.beta2 < 1:
         raise UserInputError(f"--beta2 {args.beta2}: must be in (0, 1), e.g. 0.99")
     unchanged = {

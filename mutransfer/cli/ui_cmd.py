@@ -19,6 +19,9 @@ import urllib.request
 
 from mutransfer.cli.common import positive_int
 from mutransfer.errors import UserInputError
+from mutransfer.tracking.listings import study_to_show
+from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
+from mutransfer.tracking.views import searched_keys, tag_kind, tag_study, ui_link
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 EXIT_SERVER_FAILED = 1
@@ -114,9 +117,6 @@ def wait_until_serving(proc: subprocess.Popen, host: str, port: int, seconds: fl
 
 def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None]:
     """(experiment id, view key) of the study to show; the experiment gets the tags of mlflow_view."""
-    from mutransfer.tracking.listings import study_to_show
-    from mutransfer.tracking.runs import _client
-    from mutransfer.tracking.views import searched_keys, tag_kind, tag_study
 
     experiment_id, row = study_to_show(uri, experiment)
     if experiment_id is None:
@@ -151,9 +151,6 @@ def _interrupt(signum, frame):
 
 
 def run_ui_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.tracking.runs import resolve_tracking_uri, sqlite_path
-    from mutransfer.tracking.views import ui_link
-
     uri = resolve_tracking_uri(args.tracking_uri)
     path = sqlite_path(uri)
     if path is not None and not path.exists():

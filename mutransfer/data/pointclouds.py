@@ -19,7 +19,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import torch
 
+from mutransfer.data.loading import SplitData, _check_finite, _positive_int
 from mutransfer.data.point_schema import (
     POINT_DATASETS,
     POINT_SCHEMA,
@@ -35,6 +37,7 @@ from mutransfer.data.point_schema import (
 from mutransfer.data.problem_facts import default_points_problem, points_problem_of
 from mutransfer.data.schema_common import read_attrs
 from mutransfer.errors import UserInputError
+from operators.adapters import pack_points
 
 __all__ = [
     "POINT_SCHEMA",
@@ -173,7 +176,7 @@ def generate_darcy_mesh(
     P = points_max; attrs carry problem "darcy_mesh", points_min/max, grid_resolution, seed and
     the Darcy generator's attrs.
     """
-    from mutransfer.data.darcy import generate_darcy
+    from mutransfer.data.darcy import generate_darcy  # noqa: PLC0415 -- deferred: scipy, needed only to generate the mesh data
 
     lo = DEFAULT_POINTS_MIN if points_min is None else points_min
     hi = DEFAULT_POINTS_MAX if points_max is None else points_max
@@ -205,10 +208,6 @@ def load_point_split(path, *, n_train: int, n_test: int):
     the loaded samples; grid_shape = (P,); source = {"format": "mutransfer-points", "coord_dim",
     "in_channels", "out_channels", "max_points"}.
     """
-    import torch
-
-    from mutransfer.data.loading import SplitData, _check_finite, _positive_int
-    from operators.adapters import pack_points
 
     n_train = _positive_int("n_train", n_train, 400)
     n_test = _positive_int("n_test", n_test, 100)

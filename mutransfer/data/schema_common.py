@@ -10,6 +10,7 @@ import datetime as _dt
 
 import numpy as np
 
+import mutransfer
 from mutransfer.errors import UserInputError
 
 __all__ = ["GRID_SCHEMA", "POINT_SCHEMA", "decode_attr", "read_attrs", "attr_value", "utc_now", "schema_of"]
@@ -61,7 +62,6 @@ def utc_now() -> str:
 
 def finish_attrs(attrs: dict) -> dict:
     """The attributes every written file carries (seed, mutransfer_version, created) filled in, values made HDF5-safe."""
-    import mutransfer
 
     attrs.setdefault("seed", -1)
     attrs.setdefault("mutransfer_version", mutransfer.__version__)

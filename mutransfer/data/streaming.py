@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from mutransfer.data.formats.registry import REGISTRY
+from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -91,7 +92,6 @@ def _lazy_array(path: str, options: tuple, role: str, space_step: int, time_step
     The file is (re)opened read-only when this process has no handle yet (a
     forked or spawned worker) or the file changed on disk since it was opened.
     """
-    from mutransfer.data.readers import open_data
 
     try:
         st = os.stat(path)

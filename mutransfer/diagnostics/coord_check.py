@@ -51,6 +51,7 @@ import torch
 from mutransfer.diagnostics.statistics import Estimate, fit_slope, mean_ci
 from mutransfer.errors import UserInputError
 from mutransfer.training.losses import relative_l2
+from mutransfer.training.memory import check_before_building
 from operators.fno import FNO
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
@@ -267,7 +268,6 @@ def check_coord_check_inputs(
     The largest K must fit the grid and its FNO (at ``batch_size``) the available RAM
     (mutransfer.training.memory.check_before_building).
     """
-    from mutransfer.training.memory import check_before_building
 
     modes = sorted(set(int(k) for k in modes))
     if len(modes) < 2:

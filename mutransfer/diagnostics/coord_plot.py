@@ -19,10 +19,10 @@ ROWS = (
 
 def plot_coord_check(result, path) -> None:
     """Save the grid of log-log plots of ``result`` (a CoordCheckResult) to ``path`` (PNG)."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 -- deferred: matplotlib, only when a figure is drawn (Agg backend chosen first)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 -- deferred: matplotlib, only when a figure is drawn (Agg backend chosen first)
 
     params = result.parametrizations()
     fig, axes = plt.subplots(len(ROWS), len(params), figsize=(4.6 * len(params), 3.3 * len(ROWS)), squeeze=False)
@@ -78,7 +78,7 @@ def plot_coord_check(result, path) -> None:
 
 def _fixed_axes(ax, curves) -> None:
     """K ticks as plain numbers; a y-window spanning at least 10x so flat curves look flat."""
-    from matplotlib.ticker import NullLocator
+    from matplotlib.ticker import NullLocator  # noqa: PLC0415 -- deferred: matplotlib, only when a figure is drawn
 
     modes = curves[0].modes
     ax.set_xscale("log", base=2)

@@ -25,6 +25,9 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from mutransfer.training.precision import Precision, training_step
+from operators import optimizer_param_groups
+
 
 class LiveTensorPeak(TorchDispatchMode):
     """Peak live-storage bytes while the context is active (``existing`` tensors count from the start)."""
@@ -87,8 +90,6 @@ def measure_training_peak(
     out: tensors, cuFFT and cuBLAS workspaces); on the CPU it is :class:`LiveTensorPeak`.
     The input and target batch are subtracted. Returns {"peak_bytes", "device", "data_bytes"}.
     """
-    from mutransfer.training.precision import Precision, training_step
-    from operators import optimizer_param_groups
 
     device = next(model.parameters()).device
     optimizer = torch.optim.Adam(optimizer_param_groups(model, lr))

@@ -108,7 +108,7 @@ def finite_samples(samples) -> np.ndarray:
 
 def t_quantile(level: float, df: float) -> float:
     """The two-sided Student-t critical value: the ``(1 + level) / 2`` quantile with ``df`` degrees of freedom."""
-    from scipy.stats import t
+    from scipy.stats import t  # noqa: PLC0415 -- deferred: scipy.stats (~1 s), only when an interval is asked for
 
     return float(t.ppf(0.5 + level / 2.0, df))
 

@@ -34,11 +34,11 @@ def plot_landscape(
     optima, horizontal bar: its CI over seeds), drawn on the seed-mean curve; seeds whose
     optimum sits at the grid's edge are hollow circles at that grid point (not used).
     """
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 -- deferred: matplotlib, only when a figure is drawn (Agg backend chosen first)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.transforms import blended_transform_factory
+    import matplotlib.pyplot as plt  # noqa: PLC0415 -- deferred: matplotlib, only when a figure is drawn (Agg backend chosen first)
+    from matplotlib.transforms import blended_transform_factory  # noqa: PLC0415 -- deferred: matplotlib, only when a figure is drawn (Agg backend chosen first)
 
     params = list(dict.fromkeys(c.parametrization for c in curves))
     fig, axes = plt.subplots(1, len(params), figsize=(5.2 * len(params), 4.2), squeeze=False, sharey=True)

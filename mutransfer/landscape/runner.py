@@ -19,10 +19,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from mutransfer.errors import UserInputError
 from mutransfer.landscape.analysis import analyze, transform
 from mutransfer.landscape.plot import plot_landscape
+from mutransfer.study import load_study
+from mutransfer.study.data import load_study_data
 from mutransfer.study.inputs import check_address_form, check_folder
+from mutransfer.study.memory import check_grid_point_memory
+from mutransfer.study.models import merge_hyperparameters, model_for, train_config
+from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
+from mutransfer.training import train
+from operators.parametrization import check_modes
+from operators.spectral import check_grid
 
 
 @dataclass
@@ -66,9 +76,6 @@ def grid_points(options: LandscapeOptions, base_seed: int) -> list[dict]:
 
 def validate(options: LandscapeOptions):
     """Load the study and check every grid point before any compute; returns the study."""
-    from mutransfer.study import load_study
-    from operators.parametrization import check_modes
-    from operators.spectral import check_grid
 
     transform(options.hyperparameter)
     study, _ = load_study(options.study_path, options.study_overrides)
@@ -116,9 +123,6 @@ def validate(options: LandscapeOptions):
 
 def _check_memory(study, options: LandscapeOptions) -> None:
     """The largest model of the grid must fit this machine's RAM shared by the tasks that run at once."""
-    import os
-
-    from mutransfer.study.memory import check_grid_point_memory
 
     largest_batch = max(options.values) if options.hyperparameter == "batch_size" else study.training.batch_size
     concurrency = max(1, (os.cpu_count() or 1) // options.cpus_per_task)
@@ -138,10 +142,6 @@ def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
     "width": the operator at width = scale under the point's width
     parametrization, with ``spec["base_width"]`` as the muP base width.
     """
-    import torch
-
-    from mutransfer.study.models import merge_hyperparameters, model_for, train_config
-    from mutransfer.training import train
 
     torch.set_num_threads(threads)
     training = dataclasses.replace(study.training, seed=int(spec["seed"]))
@@ -170,10 +170,7 @@ def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
 
 def run_landscape(options: LandscapeOptions, say=print) -> dict:
     """Run the grid on Ray, log to MLflow, write landscape.png and landscape.json into ``out_dir``."""
-    import ray
-
-    from mutransfer.study.data import load_study_data
-    from mutransfer.tracking.runs import RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
+    import ray  # noqa: PLC0415 -- deferred: ray, only when the grid runs (validation and the CLI must not pay for it)
 
     study = validate(options)
     epochs = int(options.epochs or study.budget.epochs)
@@ -309,8 +306,6 @@ def _ci_ends(estimate) -> tuple:
 def _log_point(
     tracker, experiment_id: str, parent: str, study_name: str, hyperparameter: str, record: dict, axis: str = "K"
 ) -> None:
-    from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
-
     name = f"{record['parametrization']} {axis}={record['scale']} {hyperparameter}={record['value']:.4g} seed={record['seed']}"
     run = tracker.client.create_run(
         experiment_id,

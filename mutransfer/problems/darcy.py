@@ -6,7 +6,7 @@ from mutransfer.problems.base import problem_from_facts
 
 
 def generate(n: int, resolution: int, *, seed: int, progress: bool = True) -> dict:
-    from mutransfer.data.darcy import generate_darcy
+    from mutransfer.data.darcy import generate_darcy  # noqa: PLC0415 -- deferred: scipy, needed only to generate data; the problem registry is on every command's path
 
     return generate_darcy(n, resolution, seed=seed, progress=progress)
 

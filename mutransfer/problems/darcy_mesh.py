@@ -6,12 +6,11 @@ Darcy solved on the 61x61 node grid, then each sample sampled at its own random 
 
 from __future__ import annotations
 
+from mutransfer.data.pointclouds import generate_darcy_mesh
 from mutransfer.problems.base import problem_from_facts
 
 
 def generate(n: int, resolution: int, *, seed: int, progress: bool = True, **options) -> dict:
-    from mutransfer.data.pointclouds import generate_darcy_mesh
-
     return generate_darcy_mesh(n, resolution, seed=seed, progress=progress, **options)
 
 

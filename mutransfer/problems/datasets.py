@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mutransfer.data.hdf5_io import write_dataset
+from mutransfer.data.point_schema import write_point_dataset
 from mutransfer.problems.base import Problem
 
 __all__ = ["cache_dir", "default_dataset", "writer_for"]
@@ -18,8 +20,6 @@ def cache_dir() -> Path:
 
 def writer_for(problem: Problem):
     """The schema writer of a problem's data: ``write_dataset`` (grids) or ``write_point_dataset`` (point sets)."""
-    from mutransfer.data.hdf5_io import write_dataset
-    from mutransfer.data.point_schema import write_point_dataset
 
     return {"grid": write_dataset, "points": write_point_dataset}[problem.kind]
 

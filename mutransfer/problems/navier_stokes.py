@@ -7,12 +7,11 @@ space axes too (harmless, ~25% more FFT work at 32^2) to stop the time axis wrap
 
 from __future__ import annotations
 
+from mutransfer.data.navier_stokes import generate_navier_stokes
 from mutransfer.problems.base import problem_from_facts
 
 
 def generate(n: int, resolution: int, *, seed: int, progress: bool = True, **options) -> dict:
-    from mutransfer.data.navier_stokes import generate_navier_stokes
-
     return generate_navier_stokes(n, resolution, seed=seed, progress=progress, **options)
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from mutransfer.reporting import figures
-from mutransfer.reporting.study_files import StudyFiles
+from mutransfer.reporting.study_files import StudyFiles, load_study_files
 from mutransfer.reporting.trials_table import trials_frame
 from mutransfer.study_folder.state import write_atomic
 
@@ -217,7 +217,6 @@ def write_study_page(root: Path, say, sections: Callable[[StudyFiles], Sequence[
     """The sweep's last step: ``<study folder>/report.html``, with ``sections(files)`` added (the sweep's
     strategies'). A page that cannot be drawn costs the sweep nothing: ``say`` gets one line (with the command
     that retries it) and None is returned."""
-    from mutransfer.reporting.study_files import load_study_files
 
     out = Path(root) / "report.html"
     try:

@@ -14,9 +14,13 @@ family that owns its ``model_config`` (``family.build``), and its weights loaded
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+import torch
+import yaml
+
+import mutransfer
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 from operators.family import family_of_config
@@ -58,8 +62,6 @@ class ModelCard:
 
     @classmethod
     def from_dict(cls, d: dict) -> ModelCard:
-        from dataclasses import fields
-
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
 
@@ -68,7 +70,6 @@ def card_for(
     study, model_class: str, model_config: dict, data, *, hyperparameters: dict, test_error: float | None
 ) -> ModelCard:
     """The card of the target (class name, its ``config``) trained by ``study`` on ``data`` (a SplitData)."""
-    import mutransfer
 
     return ModelCard(
         model_class=model_class,
@@ -95,8 +96,7 @@ def _plain(value):
 
 def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
     """Write MLmodel, config.json and state_dict.pt into ``directory`` (created); returns it."""
-    import torch
-    from mlflow.models import Model
+    from mlflow.models import Model  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a model is written
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -112,8 +112,6 @@ def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
 
 def read_model_dir(directory: Path):
     """(model in eval mode on the CPU, ModelCard) from a model directory; one-line errors for anything else."""
-    import torch
-    import yaml
 
     directory = Path(directory)
     mlmodel = directory / MLMODEL_FILE

@@ -15,8 +15,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mutransfer.data.hdf5_io import write_dataset
+from mutransfer.data.loading import load_split
+from mutransfer.data.point_schema import is_point_file, write_point_dataset
+from mutransfer.data.pointclouds import load_point_split, point_file_header
+from mutransfer.data.problem_facts import periodic_grids
+from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
 from mutransfer.serving.load import LoadedModel
+from mutransfer.training.losses import relative_l2
+from operators.adapters import unpack_points
+from operators.errors import OperatorConfigError
 
 #: samples per forward pass
 BATCH = 16
@@ -40,12 +49,8 @@ def sample_count(path: str, point_problem: bool) -> tuple[int, str | None]:
             f"--data {path}: file not found; pass an existing data file (mutransfer data inspect FILE)"
         )
     if point_problem:
-        from mutransfer.data.pointclouds import point_file_header
-
         header = point_file_header(path)
         return int(header["n_samples"]), header.get("problem")
-    from mutransfer.data.point_schema import is_point_file
-    from mutransfer.data.readers import open_data
 
     if is_point_file(path):
         raise UserInputError(f"--data {path}: holds point sets, but this model was trained on grids; pass grid data")
@@ -80,7 +85,6 @@ def _probe(loaded: LoadedModel, resolution: int) -> None:
     grid = (resolution,) * len(card.input_shape[:-1])
     if card.time_resolution is not None:
         grid = (resolution,) * (len(grid) - 1) + (card.input_shape[-2],)
-    from operators.errors import OperatorConfigError
 
     try:
         with torch.no_grad():
@@ -93,12 +97,8 @@ def load_samples(loaded: LoadedModel, path: str, n: int, resolution: int | None)
     """Every sample of ``path`` at ``resolution`` (None: as stored), shaped for the model; channel counts checked."""
     card = loaded.card
     if card.point_problem:
-        from mutransfer.data.pointclouds import load_point_split
-
         split = load_point_split(path, n_train=n - 1, n_test=1)
     else:
-        from mutransfer.data.loading import load_split
-
         split = load_split(
             path,
             n_train=n - 1,
@@ -128,7 +128,6 @@ def predict(loaded: LoadedModel, x: torch.Tensor) -> torch.Tensor:
 
 def evaluate_file(loaded: LoadedModel, path: str, resolutions: list[int] | None) -> dict:
     """The metric on every sample of ``path``, one row per resolution (the stored one when none are given)."""
-    from mutransfer.training.losses import relative_l2
 
     n = check_data(loaded, path, resolutions)
     rows = []
@@ -178,17 +177,12 @@ def write_predictions(loaded: LoadedModel, path: str, out: str, resolution: int 
         "prediction.data": str(path),
     }
     if card.point_problem:
-        from mutransfer.data.point_schema import write_point_dataset
-        from operators.adapters import unpack_points
-
         coords, features, mask = unpack_points(samples.x, card.dim)
         write_point_dataset(
             out,
             {"coords": coords.numpy(), "input": features.numpy(), "output": pred, "mask": mask.numpy(), "attrs": attrs},
         )
     else:
-        from mutransfer.data.hdf5_io import write_dataset
-
         if pred.shape[-1] != 1 or samples.x.shape[-1] != 1:
             raise UserInputError(
                 f"--out: the project's grid schema holds scalar fields; this model maps "
@@ -205,7 +199,6 @@ def write_predictions(loaded: LoadedModel, path: str, out: str, resolution: int 
 
 def _grid(samples: Samples, inputs: np.ndarray, pred: np.ndarray, timed: bool) -> dict:
     """Coordinates per axis: the file's, else j/N (periodic) or i/(N-1) (node grids); times 1..T if unknown."""
-    from mutransfer.data.problem_facts import periodic_grids
 
     problem = samples.attrs.get("problem")
     grid = {}

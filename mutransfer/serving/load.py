@@ -23,6 +23,10 @@ from pathlib import Path
 
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import ModelCard, read_model_dir
+from mutransfer.study_folder.portable import relocated_artifact_path
+from mutransfer.study_folder.records import MODEL_DIR
+from mutransfer.study_folder.state import StudyDir
+from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
 
 
 @dataclass
@@ -46,9 +50,6 @@ def load_model(source: str, *, runs_dir: str | None = None, tracking_uri: str | 
 
 
 def _study_model_dir(source: str, runs_dir: str | None) -> Path:
-    from mutransfer.study_folder.records import MODEL_DIR
-    from mutransfer.study_folder.state import StudyDir
-
     given = Path(source)
     study_dir = StudyDir(given) if (given / "study.yaml").is_file() else StudyDir.for_study(source, runs_dir)
     if not study_dir.study_file.is_file():
@@ -69,9 +70,7 @@ def _study_model_dir(source: str, runs_dir: str | None) -> Path:
 
 
 def _mlflow_model_dir(uri: str, tracking_uri: str | None) -> Path:
-    from mlflow.exceptions import MlflowException
-
-    from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), only for a model from a tracking store
 
     store = resolve_tracking_uri(tracking_uri)
     if sqlite_path(store) is not None and not sqlite_path(store).is_file():
@@ -127,7 +126,6 @@ def _logged_model(client, uri: str):
 
 def _local_artifacts(client, store: str, logged, uri: str) -> Path:
     """A local directory holding the logged model's files (moved stores and remote artifacts handled)."""
-    from mutransfer.study_folder.portable import relocated_artifact_path
 
     location = logged.artifact_location
     local = Path(location[len("file://") :] if location.startswith("file://") else location)
@@ -142,7 +140,7 @@ def _local_artifacts(client, store: str, logged, uri: str) -> Path:
             )
         print(f"note: {uri}: the store moved; reading its files from {moved}", file=sys.stderr)
         return moved
-    import mlflow.artifacts
+    import mlflow.artifacts  # noqa: PLC0415 -- deferred: mlflow (~1 s), only for a model from a tracking store
 
     target = tempfile.mkdtemp(prefix="mutransfer-model-")
     return Path(mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=target, tracking_uri=store))

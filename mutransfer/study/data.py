@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mutransfer.data.loading import load_split
+from mutransfer.data.pointclouds import load_point_split
+from mutransfer.problems import default_dataset, get_problem
 from mutransfer.study import Study
 
 
@@ -15,7 +18,6 @@ def dataset_path(study: Study, *, progress: bool = True) -> Path:
     samples, into ``$MUTRANSFER_CACHE`` (the same file that ``mutransfer train``
     uses when the sizes match), and reused afterwards.
     """
-    from mutransfer.problems import default_dataset, get_problem
 
     p = study.problem
     if p.data is not None:
@@ -31,13 +33,10 @@ def load_study_data(study: Study, *, progress: bool = True):
 
     Point-set problems (irregular meshes) come packed as [coords | features | mask] (operators.adapters).
     """
-    from mutransfer.data.loading import load_split
 
     path = dataset_path(study, progress=progress)
     p = study.problem
     if study.point_problem:
-        from mutransfer.data.pointclouds import load_point_split
-
         return load_point_split(path, n_train=int(p.n_train), n_test=int(p.n_test)), path
     kwargs = {"problem": p.name}
     if p.time_resolution is not None:

@@ -28,6 +28,7 @@ import yaml
 from mutransfer.config.reader import Reader, kind_of, read_section
 from mutransfer.config.settings import REQUIRED, Setting, setting_of, settings_of
 from mutransfer.errors import UserInputError
+from mutransfer.study.ladder import first_size_overrides
 from mutransfer.study.resolve import resolve_and_check
 from mutransfer.study.schema import (
     TOP_ORDER,
@@ -291,8 +292,6 @@ def load_study(
 def _with_ladder_start(mapping: dict, overrides: dict) -> dict:
     """``--ladder 4 8 16`` also sets the proxy's size to its first entry (reported like any override)
     unless ``--proxy-K`` / ``--proxy-width`` say otherwise."""
-    from mutransfer.study.ladder import first_size_overrides
-    from operators.registry import OPERATORS
 
     ladder = overrides.get("ladder")
     if not ladder:

@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 
 from mutransfer.config.reader import Reader, is_plain_int, kind_of
+from operators.errors import OperatorConfigError
+from operators.parametrization import check_modes
 
 _EXAMPLE = "e.g. ladder: [4, 8, 16] (K) or ladder: [{K: 4, width: 16}, {K: 8, width: 32}]"
 
@@ -139,9 +141,6 @@ def check_ladder(study, r: Reader) -> None:
                 f"ladder[{i}]", f"width {b.width} is not divisible by operator.heads {heads}; use a multiple of {heads}"
             )
         if k_axis and b.K != a.K:
-            from operators.errors import OperatorConfigError
-            from operators.parametrization import check_modes
-
             try:
                 check_modes(b.K, study.dim, study.parametrization)
             except OperatorConfigError as exc:

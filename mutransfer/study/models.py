@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from mutransfer.study import Study
+from mutransfer.training import TrainConfig
 from operators.adapters import normalization_from
 from operators.family import ModelSpec
 from operators.parametrization import model_spectral_lr
@@ -75,7 +76,6 @@ def merge_hyperparameters(study: Study, config: dict) -> dict:
 
 def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None = None, **options):
     """A :class:`~mutransfer.training.TrainConfig` for merged hyperparameters ``hp``."""
-    from mutransfer.training import TrainConfig
 
     t = study.training
     return TrainConfig(

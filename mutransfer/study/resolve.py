@@ -13,14 +13,22 @@ from __future__ import annotations
 from pathlib import Path
 
 from mutransfer.config.reader import Reader
+from mutransfer.data.loading import valid_resolutions
+from mutransfer.data.pointclouds import is_point_file, point_file_header
+from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
+from mutransfer.problems import get_problem
+from mutransfer.study.ladder import check_ladder
 from mutransfer.study.schema import Study
+from operators.errors import OperatorConfigError
+from operators.parametrization import check_modes
+from operators.planning_attention import plan_attention
 from operators.registry import point_set_families
+from operators.spectral import check_grid
 
 
 def resolve_and_check(study: Study, r: Reader) -> None:
     """Fill problem defaults (resolution, split) and check what depends on several fields."""
-    from mutransfer.problems import get_problem
 
     problem = get_problem(study.problem.name)
     if not study.family.takes(problem.kind):
@@ -30,7 +38,6 @@ def resolve_and_check(study: Study, r: Reader) -> None:
             f"use one of: {', '.join(point_set_families())}",
         )
     _resolve_width(study, r)
-    from mutransfer.study.ladder import check_ladder
 
     check_ladder(study, r)
     check_top_k(study, r)
@@ -44,8 +51,6 @@ def resolve_and_check(study: Study, r: Reader) -> None:
 
 
 def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
-    from mutransfer.data.loading import valid_resolutions
-
     p = study.problem
     if study.training.loss not in problem.losses:
         r.fail(
@@ -116,9 +121,6 @@ def _check_operator_options(study: Study, r: Reader) -> None:
     options that are sizes (eigenfunctions, experts, ...) are planned first and the
     model is built only when it holds at most 10**7 parameters.
     """
-    from mutransfer.problems import get_problem
-    from operators.errors import OperatorConfigError
-    from operators.planning_attention import plan_attention
 
     o = study.operator
     config = dict(
@@ -163,7 +165,6 @@ def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
                 "problem.data",
                 f"file {p.data} not found; fix the path or use data: null for the cached default dataset",
             )
-        from mutransfer.data.pointclouds import is_point_file, point_file_header
 
         if not is_point_file(p.data):
             r.fail(
@@ -188,10 +189,6 @@ def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
 
 
 def _check_modes(study: Study, r: Reader) -> None:
-    from operators.errors import OperatorConfigError
-    from operators.parametrization import check_modes
-    from operators.spectral import check_grid
-
     p = study.problem
     if study.proxy_K > study.target_K or (study.proxy_K == study.target_K and not study.scales_width):
         r.fail(
@@ -240,7 +237,6 @@ def _data_header(path: str, r: Reader) -> tuple[int, int, str | None]:
     """(native resolution, n_samples, problem) from a data file's header, without reading arrays."""
     if not Path(path).is_file():
         r.fail("problem.data", f"file {path} not found; fix the path or use data: null for the cached default dataset")
-    from mutransfer.data.readers import open_data
 
     try:
         with open_data(path) as src:

@@ -16,15 +16,16 @@ from typing import Any
 
 import yaml
 
+from mutransfer.config.reader import kind_of
 from mutransfer.config.settings import fraction, non_negative, positive, setting
+from mutransfer.problems import PROBLEMS, get_problem
 from mutransfer.study.ladder import LadderSize, ladder_sizes, read_ladder
 from mutransfer.training.hyperparameters import Hyperparameters
 from operators.registry import OPERATORS, OperatorFamily
+from operators.transfer import Scaling
 
 
 def _problem_names() -> tuple[str, ...]:
-    from mutransfer.problems import PROBLEMS
-
     return tuple(PROBLEMS)
 
 
@@ -37,8 +38,6 @@ def _read_use_gpu(r, name, default):
 
 
 def _read_options(r, name, default):
-    from mutransfer.config.reader import kind_of
-
     options = r.raw(name, default)
     options = {} if options is None else options
     if not isinstance(options, dict):
@@ -321,7 +320,6 @@ class Study:
 
     def transfer_scaling(self):
         """What changes from proxy to target, for operators.transfer.transfer: K (spectral families) and the width."""
-        from operators.transfer import Scaling
 
         return Scaling(
             dim=self.dim,
@@ -362,20 +360,15 @@ class Study:
     @property
     def point_problem(self) -> bool:
         """True for problems whose samples are point sets (irregular meshes), not grids."""
-        from mutransfer.problems import get_problem
 
         return get_problem(self.problem.name).kind == "points"
 
     @property
     def dim(self) -> int:
-        from mutransfer.problems import get_problem
-
         return get_problem(self.problem.name).dim
 
     @property
     def padding(self) -> int:
-        from mutransfer.problems import get_problem
-
         if self.operator.padding is not None:
             return self.operator.padding
         return get_problem(self.problem.name).padding

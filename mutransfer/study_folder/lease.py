@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 
 from mutransfer.study_folder.holder import HEARTBEAT_SECONDS, STALE_SECONDS, Holder, StudyLocked
+from mutransfer.tracking.runs import _client
 
 __all__ = ["HEARTBEAT_SECONDS", "STALE_SECONDS", "MlflowLease", "lease_name"]
 
@@ -39,15 +40,13 @@ class MlflowLease:
     """The lease of one study in the store at ``uri``; :meth:`acquire` it, :meth:`beat` it, :meth:`release` it."""
 
     def __init__(self, uri: str, study: str, holder: Holder, *, stale_after: float = STALE_SECONDS):
-        from mutransfer.tracking.runs import _client
-
         self.uri, self.study, self.holder, self.stale_after = uri, study, holder, stale_after
         self.client = _client(uri)
         self.experiment_id: str | None = None
 
     def acquire(self) -> Holder | None:
         """Take the lease; returns the dead holder it took over (None if it was free). Raises StudyLocked."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a lease is taken or freed
 
         taken_from = None
         for _ in range(5):
@@ -99,7 +98,7 @@ class MlflowLease:
 
     def _retire(self, experiment_id: str, suffix: str) -> None:
         """Free the lease's name: rename the experiment aside, then delete it (hidden from the UI)."""
-        from mlflow.exceptions import MlflowException
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a lease is taken or freed
 
         try:
             self.client.rename_experiment(experiment_id, f"{lease_name(self.study)}/{suffix}")

@@ -25,6 +25,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
+
+from mutransfer.study import study_from_yaml_text
 from mutransfer.tracking.runs import ARTIFACT_TAG, sqlite_path
 
 
@@ -91,7 +94,6 @@ def relocated_artifact_path(uri: str, experiment, recorded: str) -> Path | None:
 
 def write_study_file(study_dir, study) -> None:
     """study.yaml of a new study: the resolved study, problem.data as :func:`stored_data_path` keeps it."""
-    import yaml
 
     mapping = study.to_dict()
     mapping["problem"]["data"] = stored_data_path(study.problem.data, study_dir.root)
@@ -100,9 +102,6 @@ def write_study_file(study_dir, study) -> None:
 
 def read_study_file(study_dir):
     """The study of ``study_dir`` (study.yaml) with problem.data made absolute where the study now is."""
-    import yaml
-
-    from mutransfer.study import study_from_yaml_text
 
     mapping = yaml.safe_load(study_dir.study_file.read_text())
     problem = mapping.get("problem") if isinstance(mapping, dict) else None

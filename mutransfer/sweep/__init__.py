@@ -13,7 +13,8 @@
 - :mod:`~mutransfer.tracking.runs`     MLflow: parent / trial / target runs, `studies` table, `ui`
 - :mod:`~mutransfer.study_folder.state`        the per-study directory and resume state
 
-Ray, MLflow and torch are imported lazily, so loading a study stays cheap.
+Ray, MLflow and the HTML page's helpers (pandas, matplotlib) are imported in the functions that use them
+(each such import says why), so loading a study stays cheap.
 """
 
 from mutransfer.sweep.context import SweepError, SweepOptions

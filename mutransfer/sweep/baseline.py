@@ -28,8 +28,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.context import SweepContext
-from mutransfer.sweep.cost import target_cost
+from mutransfer.sweep.context import SweepContext, SweepError
+from mutransfer.sweep.cost import epoch_flops, target_cost, trial_devices
+from mutransfer.sweep.nested import nested_context
+from mutransfer.sweep.proxies import run_proxies
+from mutransfer.sweep.target import resolve_use_gpu, run_target
+from mutransfer.sweep.train_target import TargetWatch, first_line
+from mutransfer.tracking.runs import log_batch
 
 if TYPE_CHECKING:
     from mutransfer.sweep.strategies.base import ExtraCosts
@@ -40,7 +45,6 @@ NAME = "direct_baseline"
 
 def direct_context(ctx: SweepContext) -> SweepContext:
     """A sweep context whose search trains the target's model, in ``<study dir>/direct``, under its own MLflow run."""
-    from mutransfer.sweep.nested import nested_context
 
     return nested_context(
         ctx,
@@ -52,7 +56,6 @@ def direct_context(ctx: SweepContext) -> SweepContext:
 
 def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shape) -> dict:
     """Device-seconds (trainer / overhead) and FLOPs of a search's trials."""
-    from mutransfer.sweep.cost import epoch_flops, trial_devices
 
     device = sum(t.device_seconds for t in trials)
     # the trainer's clock and Tune's differ by milliseconds: training cannot outlast the device it held
@@ -120,7 +123,6 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
     """With ``--baseline direct`` (mutransfer.sweep.strategies.baseline runs it, once): run the study's search at the
     target's size and set the baseline's record. ``extra``: the other strategies' trainings on muTransfer's side
     (a ladder's rungs beside the proxies, --top-k's other targets after the target)."""
-    from mutransfer.sweep.proxies import run_proxies
 
     study, shape = ctx.study, tuple(ctx.data.train_x.shape[1:])
     start = time.perf_counter()
@@ -173,14 +175,10 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
 
 
 def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> dict:
-    import ray
-
-    from mutransfer.sweep.target import resolve_use_gpu, run_target
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     study = ctx.study
     use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
-    from mutransfer.sweep.context import SweepError
-    from mutransfer.sweep.train_target import TargetWatch, first_line
 
     ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
     watch = TargetWatch(ctx, sub.study_dir.root, label="direct winner")
@@ -224,8 +222,6 @@ def summary_line(result: dict) -> str:
 
 
 def _log(ctx: SweepContext, sub: SweepContext, result: dict) -> None:
-    from mutransfer.tracking.runs import log_batch
-
     now = int(time.time() * 1000)
     c, r = result["cost"], result["mutransfer_vs_direct"]
     metrics = [

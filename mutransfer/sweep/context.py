@@ -11,6 +11,7 @@ slot per strategy. The study directory's ``state.json`` keeps those records (as 
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,8 +219,6 @@ class SweepContext:
     def say(self, text: str) -> None:
         """A progress line on stderr (stdout is kept for the report), unless quiet."""
         if not self.options.quiet:
-            import sys
-
             print(text, file=sys.stderr, flush=True)
 
     def update_state(self, **changes) -> None:

@@ -17,7 +17,11 @@ the analytic count's dominant terms), at the data's input shape.
 
 from __future__ import annotations
 
-from mutransfer.study.models import model_spec
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mutransfer.study.models import build_model, model_spec
+from operators.adapters import PackedPointSet
 
 
 def trial_devices(study) -> float:
@@ -32,10 +36,6 @@ def target_devices(num_workers: int, use_gpu: bool, cpus_per_worker: int) -> int
 
 def counted_step_flops(model, input_shape: tuple[int, ...]) -> float:
     """FLOPs of one forward + backward pass of ``model`` on one sample of ``input_shape`` (no batch axis)."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from operators.adapters import PackedPointSet
 
     x = torch.rand(1, *input_shape)
     if isinstance(model, PackedPointSet):  # every point real
@@ -64,9 +64,6 @@ def epoch_flops(
         if study.point_problem:
             return None
         input_shape = (int(study.problem.resolution),) * study.dim + (1,)
-    import torch
-
-    from mutransfer.study.models import build_model
 
     with torch.random.fork_rng():
         model = build_model(study, width=width, input_channels=int(input_shape[-1]), output_channels=1)

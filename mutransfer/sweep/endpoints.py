@@ -60,9 +60,9 @@ def check_tracking_uri(uri: str) -> None:
 
 def _check_mlflow_server(uri: str, fix: str) -> None:
     """One GET of MLflow's REST API, no retries, with the credentials MLflow would use (MLFLOW_TRACKING_*)."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.utils.credentials import get_default_host_creds
-    from mlflow.utils.rest_utils import http_request
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
+    from mlflow.utils.credentials import get_default_host_creds  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
+    from mlflow.utils.rest_utils import http_request  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
 
     endpoint = "/api/2.0/mlflow/experiments/search"
     try:
@@ -130,7 +130,7 @@ def _check_auto(fix: str) -> None:
     The address is checked as found (not with Ray's canonicalisation, which replaces 127.0.0.1 by the
     machine's outside address: a head started with ``--node-ip-address=127.0.0.1`` listens on loopback only).
     """
-    from ray._private.services import get_ray_address_from_environment
+    from ray._private.services import get_ray_address_from_environment  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     try:
         found = get_ray_address_from_environment("auto", None)

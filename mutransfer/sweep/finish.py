@@ -15,12 +15,13 @@ import time
 from mutransfer.study_folder.state import write_atomic
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.holds import hold_if_asked
+from mutransfer.sweep.report import build_report, format_report, plot_trials
+from mutransfer.tracking.runs import log_batch
 
 
 def write_report(ctx: SweepContext) -> None:
     """Build, store and log the report; set ``ctx.report`` and the study's phase to done."""
-    from mutransfer.sweep.holds import hold_if_asked
-    from mutransfer.sweep.report import format_report, plot_trials
 
     study, proxies, wall = ctx.study, ctx.proxies, ctx.wall_seconds
     if ctx.state.get("report"):  # built by a session killed before it marked the study done: the same report
@@ -45,8 +46,6 @@ def write_report(ctx: SweepContext) -> None:
 
 
 def _build(ctx: SweepContext, wall: float) -> dict:
-    from mutransfer.sweep.report import build_report
-
     study, proxies = ctx.study, ctx.proxies
     report = build_report(
         study=study,
@@ -80,7 +79,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
 
 def _write_page(ctx: SweepContext) -> None:
     """The HTML report (mutransfer.reporting.html) in the study folder, logged on the parent run."""
-    from mutransfer.reporting.html import write_study_page
+    from mutransfer.reporting.html import write_study_page  # noqa: PLC0415 -- deferred: pandas + reporting load ~0.5-1 s; only a drawn page needs them, not `import mutransfer.sweep`
 
     page = write_study_page(
         ctx.study_dir.root, ctx.say, sections=lambda files: strategies.html_sections(files.report, files.state)
@@ -90,8 +89,6 @@ def _write_page(ctx: SweepContext) -> None:
 
 
 def _log(ctx: SweepContext, report: dict, wall: float) -> None:
-    from mutransfer.tracking.runs import log_batch
-
     c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
     now = int(time.time() * 1000)
     metrics = [

@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import math
 
+from mutransfer.diagnostics.coord_check import coord_check
+from mutransfer.diagnostics.coord_plot import plot_coord_check
 from mutransfer.study_folder.state import write_atomic
 from mutransfer.sweep.context import SweepContext, SweepError
 
@@ -21,8 +23,6 @@ def coord_check_gate(ctx: SweepContext) -> None:
     """The coordinate check across K when ``--coord-check`` was given and it has not passed yet."""
     if not ctx.options.coord_check or ctx.state.get("coord_check_passed"):
         return
-    from mutransfer.diagnostics.coord_check import coord_check
-    from mutransfer.diagnostics.coord_plot import plot_coord_check
 
     study, hp = ctx.study, ctx.transfer.hp
     modes = sorted({study.proxy_K, round(math.sqrt(study.proxy_K * study.target_K)), study.target_K})

@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 
 from mutransfer.study.ladder import LadderSize, keep_count, rung_study, step_study, target_size
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep.baseline import trials_cost
 from mutransfer.sweep.context import FinalSearch, SweepContext, ranked
+from mutransfer.sweep.holds import hold_if_asked
+from mutransfer.sweep.nested import nested_context
+from mutransfer.sweep.proxies import run_proxies
+from mutransfer.sweep.rescale import transfer
+from mutransfer.tracking.runs import log_batch
 
 RUNG_TAG = "mutransfer.rung"
 #: the ladder's slot in ``SweepContext.records`` (mutransfer.sweep.strategies.ladder)
@@ -142,7 +148,6 @@ def _promote(trials: list[TrialRecord], study, last: bool) -> list[str]:
 
 def rung_zero(ctx: SweepContext, size: LadderSize, last: bool) -> RungResult:
     """The proxy search as the ladder's first rung (from ``ctx.proxies``)."""
-    from mutransfer.sweep.baseline import trials_cost
 
     trials = ctx.proxies.trials
     cost = trials_cost(ctx.study, trials, at_target=False, input_shape=tuple(ctx.data.train_x.shape[1:]))
@@ -174,8 +179,6 @@ def climb_ladder(ctx: SweepContext) -> None:
     for r, size in enumerate(sizes[1:], start=1):
         rung = stored.get(r)
         if rung is None:
-            from mutransfer.sweep.holds import hold_if_asked
-
             hold_if_asked(ctx.study_dir.root, f"rung_{r}")  # fault tests only (MUTRANSFER_HOLD_AT)
             rung = run_rung(ctx, r, size, rungs[-1], last=r == len(sizes) - 1)
             ctx.update_state(ladder=[x.as_dict() for x in rungs[1:]] + [rung.as_dict()])
@@ -187,11 +190,6 @@ def climb_ladder(ctx: SweepContext) -> None:
 
 def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, last: bool) -> RungResult:
     """Train ``previous``'s promoted trials at ``size`` (a nested Tune search over preset configurations)."""
-    from mutransfer.sweep.baseline import trials_cost
-    from mutransfer.sweep.nested import nested_context
-    from mutransfer.sweep.proxies import run_proxies
-    from mutransfer.sweep.rescale import transfer
-    from mutransfer.tracking.runs import log_batch
 
     study = ctx.study
     by_key = {t.trial_id: t for t in previous.trials}

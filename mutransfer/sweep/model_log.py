@@ -14,9 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from mutransfer.errors import UserInputError
+from mutransfer.serving.artifact import card_for, write_model_dir
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.sweep.context import SweepContext
+from mutransfer.tracking.runs import STUDY_TAG, Tracker
 
 #: the logged model's name: ``runs:/<target run>/model`` resolves to it
 LOGGED_NAME = "model"
@@ -62,7 +66,6 @@ def register_completed(ctx: SweepContext) -> None:
             f"--register {ctx.options.register}: study {ctx.study.name!r} logged no model "
             "(it ran before models were logged); run the study again with --name NEW"
         )
-    from mutransfer.tracking.runs import Tracker
 
     ctx.tracker, ctx.target_run_id = Tracker(ctx.tracking_uri), ctx.state.get("target_run_id")
     register_if_asked(ctx, ctx.state["model"])
@@ -80,9 +83,6 @@ def register_if_asked(ctx: SweepContext, record: dict) -> None:
 
 def write_study_model(ctx: SweepContext) -> Path:
     """``<study dir>/model`` from the target's final checkpoint (model.pt, read with ``weights_only=True``)."""
-    import torch
-
-    from mutransfer.serving.artifact import card_for, write_model_dir
 
     checkpoint = Path(ctx.target.checkpoint_dir or "") / "model.pt"
     if not checkpoint.is_file():
@@ -101,7 +101,6 @@ def write_study_model(ctx: SweepContext) -> Path:
 
 def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *, study: str) -> str:
     """An MLflow logged model named ``model`` (source: the target run) holding ``directory``; returns its id."""
-    from mutransfer.tracking.runs import STUDY_TAG
 
     logged = client.create_logged_model(
         experiment_id, name=LOGGED_NAME, source_run_id=run_id, tags={STUDY_TAG: study}, model_type="mutransfer"
@@ -113,8 +112,8 @@ def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *
 
 def register_model(client, name: str, model_id: str, run_id: str | None) -> dict:
     """A new version of registered model ``name`` (created if new) from logged model ``model_id``."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
+    import mlflow  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
 
     try:
         client.create_registered_model(name)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mutransfer.study_folder.state import StudyDir
 from mutransfer.sweep.context import SweepContext
+from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, log_batch
 
 
 def nested_context(
@@ -22,8 +24,6 @@ def nested_context(
     ``fields`` are further SweepContext fields (preset, label, trial_tags). ``params`` are logged on the
     nested run when it is created.
     """
-    from mutransfer.study_folder.state import StudyDir
-    from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, log_batch
 
     study = study or ctx.study
     sdir = StudyDir(folder)

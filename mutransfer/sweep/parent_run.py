@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
+from mutransfer import __version__
 from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.search import total_trials
+from mutransfer.tracking.views import tag_study
 
 
 def git_commit() -> str | None:
     """The commit of the installed source tree, or None outside a git checkout."""
-    import subprocess
 
     root = Path(__file__).resolve().parents[2]
     try:
@@ -21,8 +24,6 @@ def git_commit() -> str | None:
 
 def create_parent(ctx: SweepContext) -> str:
     """Create the parent run (params, tags, the study's files as artifacts); returns its id."""
-    from mutransfer import __version__
-    from mutransfer.sweep.search import total_trials
 
     study = ctx.study
     commit = git_commit()
@@ -56,6 +57,5 @@ def create_parent(ctx: SweepContext) -> str:
 
 def tag_study_view(ctx: SweepContext) -> None:
     """Tag the experiment so the MLflow UI opens on this study's runs (see mutransfer.tracking.views)."""
-    from mutransfer.tracking.views import tag_study
 
     tag_study(ctx.tracker.client, ctx.experiment_id, ctx.study.name, list(ctx.study.search_space))

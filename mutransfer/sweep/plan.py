@@ -32,7 +32,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from mutransfer.errors import UserInputError
 from mutransfer.study import Study
+from mutransfer.study_folder.state import write_atomic
+from mutransfer.sweep.sampling import sample_config
+from mutransfer.sweep.trial import read_trial_history
 
 CONFIG_FILE = "config.json"
 OUTCOME_FILE = "outcome.json"
@@ -215,8 +221,6 @@ class SearchPlan:
             if not isinstance(config, dict):
                 break  # configurations are handed out in key order: the first gap ends them
             if set(config) != set(self.study.search_space):
-                from mutransfer.errors import UserInputError
-
                 raise UserInputError(
                     f"{self.trials_dir / trial_key(i) / CONFIG_FILE}: holds {sorted(config)}, not the study's search space "
                     f"{sorted(self.study.search_space)}; restore the file or start a new study with --name NEW"
@@ -248,7 +252,6 @@ class SearchPlan:
         config = dict(self.seeds[i][0]) if i < len(self.seeds) else self._sample(i, known)
         directory = self.trials_dir / trial_key(i)
         directory.mkdir(parents=True, exist_ok=True)
-        from mutransfer.study_folder.state import write_atomic
 
         if i < len(self.seeds):
             write_atomic(directory / SEED_FILE, json.dumps(self.seeds[i][1]))
@@ -260,7 +263,6 @@ class SearchPlan:
     def _sample(self, index: int, known: range) -> dict:
         if self.preset is not None:
             return dict(self.preset[index])
-        from mutransfer.sweep.sampling import sample_config
 
         return sample_config(self.study, index, [(self.configs[j], self.outcomes[j].value) for j in known])
 
@@ -275,7 +277,6 @@ class SearchPlan:
             (error or "unknown error") if failed else None,
             dict(self._rungs.pop(i, {})),
         )
-        from mutransfer.study_folder.state import write_atomic
 
         directory = self.trials_dir / key
         directory.mkdir(parents=True, exist_ok=True)
@@ -311,8 +312,6 @@ class SearchPlan:
         return False
 
     def _above_cutoff(self, index: int, milestone: int, value: float) -> bool:
-        import numpy as np
-
         pool = [
             self.outcomes[j].rungs[milestone]
             for j in range(0, index - self.window + 1)
@@ -324,6 +323,4 @@ class SearchPlan:
         return value > cutoff
 
     def _history(self, key: str) -> dict[int, float]:
-        from mutransfer.sweep.trial import read_trial_history
-
         return {int(r.epoch): float(r.test_error) for r in read_trial_history(self.trials_dir / key)}

@@ -14,21 +14,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+
 from mutransfer.errors import UserInputError
-from mutransfer.study import OVERRIDES, Override, Study, load_study
+from mutransfer.study import OVERRIDES, Override, Study, default_study_text, load_study
 from mutransfer.study.inputs import check_address_form, check_folder
+from mutransfer.study.memory import check_study_memory, check_study_padding, check_target_size_memory, local_devices
 from mutransfer.study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer.study_folder.portable import read_study_file, study_tracking_uri
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
 from mutransfer.sweep.model_log import check_registry_store
+from mutransfer.sweep.search import max_concurrent
+from mutransfer.sweep.strategies import prepare_strategies
+from mutransfer.sweep.trial import fail_trials_from_env
+from mutransfer.tracking.runs import resolve_tracking_uri
 
 
 def prepare(options: SweepOptions) -> SweepContext:
     """Load and validate everything; decide new study vs resume. Starts nothing (the lock: :func:`take_lock`)."""
-    from mutransfer.sweep.trial import fail_trials_from_env
-    from mutransfer.tracking.runs import resolve_tracking_uri
 
     fail_trials = fail_trials_from_env()
     study, applied = load_study(options.study_path, options.overrides)
@@ -78,7 +83,6 @@ def prepare(options: SweepOptions) -> SweepContext:
         source_text = state.get("source_text", source_text)
 
     check_registry_store(tracking_uri, options.register)
-    from mutransfer.study.memory import check_study_padding
 
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
@@ -99,7 +103,6 @@ def prepare(options: SweepOptions) -> SweepContext:
         _check_memory(ctx)
         if options.verify or options.baseline or study.ladder:  # a ladder's rungs run trials up to the target's size
             _check_target_size_memory(study)
-    from mutransfer.sweep.strategies import prepare_strategies
 
     prepare_strategies(ctx)  # e.g. a warm start's source is read (or the stored one taken) now
     return ctx
@@ -124,8 +127,6 @@ def take_lock(ctx: SweepContext) -> StudyLock:
 
 
 def _source_text(path) -> str:
-    from mutransfer.study import default_study_text
-
     if path is None:
         return default_study_text()
     return Path(path).read_text(encoding="utf-8")
@@ -183,8 +184,6 @@ def _check_resources(study: Study, address: str | None) -> None:
             f"lower them (e.g. num_workers: 1, cpus_per_worker: {cpus}) or pass --address of a cluster"
         )
     if r.gpus_per_trial > 0 or t.use_gpu is True:
-        import torch
-
         gpus = torch.cuda.device_count()
         if r.gpus_per_trial > gpus:
             raise UserInputError(
@@ -201,10 +200,6 @@ def _check_memory(ctx: SweepContext) -> None:
 
     The plans checked are the context's, the ones the trials and the target's workers get.
     """
-    import torch
-
-    from mutransfer.study.memory import check_study_memory, local_devices
-    from mutransfer.sweep.search import max_concurrent
 
     study = ctx.study
     gpus = torch.cuda.device_count()
@@ -228,9 +223,6 @@ def _check_verification_options(options: SweepOptions) -> None:
 
 
 def _check_target_size_memory(study: Study) -> None:
-    from mutransfer.study.memory import check_target_size_memory
-    from mutransfer.sweep.search import max_concurrent
-
     check_target_size_memory(study, max_concurrent(study, os.cpu_count() or 1, 0))
 
 

@@ -24,6 +24,10 @@ import os
 import sys
 import time
 
+from tqdm import tqdm
+
+from mutransfer.sweep.plan import error_text, trial_number, trial_status
+
 MODES = ("bar", "lines", "off")
 #: Tune trial statuses of a trial that will not run again
 _ENDED = ("TERMINATED", "ERROR")
@@ -76,8 +80,6 @@ class _Display:
             print(line, file=self.stream, flush=True)
 
     def _make_bar(self, **kwargs):
-        from tqdm import tqdm
-
         # smoothing=0: the rate is the average since the bar started (fractional steps make a moving average jumpy).
         # TQDM_DISABLE is read now (tqdm reads it once, at import).
         disable = os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")
@@ -159,8 +161,6 @@ class ProxyProgress(_Display):
         self._draw()
 
     def on_trial_recover(self, trial) -> None:
-        from mutransfer.sweep.plan import error_text, trial_number
-
         self._attempts[trial.trial_id] = self._attempts.get(trial.trial_id, 0) + 1
         self._running.pop(trial.trial_id, None)  # pending again until it restarts
         reason = error_text(trial)
@@ -188,8 +188,6 @@ class ProxyProgress(_Display):
         return min(1.0, float(result.get("epoch", 0) or 0) / self.budget_epochs)
 
     def _finish(self, trial, failed: bool) -> None:
-        from mutransfer.sweep.plan import error_text, trial_number, trial_status
-
         if trial.trial_id in self._ended:
             return
         self._ended.add(trial.trial_id)
@@ -259,7 +257,7 @@ class TargetProgress(_Display):
 
 def as_tune_callback(progress: ProxyProgress):
     """Wrap a :class:`ProxyProgress` in a ``ray.tune.Callback`` (imports Ray only when needed)."""
-    from mutransfer.sweep.tune_callback import MlflowTrialCallback
+    from mutransfer.sweep.tune_callback import MlflowTrialCallback  # noqa: PLC0415 -- deferred: tune_callback subclasses ray.tune.Callback at import
 
     return MlflowTrialCallback(progress)
 

@@ -23,18 +23,24 @@ import functools
 import math
 import os
 import re
+import signal
+import threading
 import time
 
 from mutransfer.study.models import merge_hyperparameters
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep import progress, search
 from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, pick_best
+from mutransfer.sweep.plan import SearchPlan, trial_key
+from mutransfer.sweep.search import max_concurrent
+from mutransfer.sweep.trial import proxy_trial
+from mutransfer.sweep.trial_logger import TrialLogger, as_tune_callback
+from mutransfer.tracking.runs import TRIAL_ID_TAG, Tracker
 
 
 @contextlib.contextmanager
 def keep_sigint_handler():
     """Restore the SIGINT handler after Tune / Ray Train, which install their own and leave it behind."""
-    import signal
-    import threading
 
     previous = signal.getsignal(signal.SIGINT)
     try:
@@ -67,9 +73,7 @@ def run_proxies(ctx: SweepContext) -> None:
 
 
 def _concurrency(ctx: SweepContext) -> int:
-    import ray
-
-    from mutransfer.sweep.search import max_concurrent
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     resources = ray.cluster_resources()
     return max_concurrent(ctx.study, resources.get("CPU", 1.0), resources.get("GPU", 0.0))
@@ -77,20 +81,20 @@ def _concurrency(ctx: SweepContext) -> int:
 
 def _plan(ctx: SweepContext, concurrency: int):
     """The study's plan; its window is the first session's concurrency (kept in state.json), so a resume samples alike."""
-    from mutransfer.sweep.plan import SearchPlan
 
     window = ctx.state.get("search_window")
     if not isinstance(window, int) or window < 1:
         window = concurrency
         ctx.update_state(search_window=window)
-    from mutransfer.sweep.strategies import registry as strategies
+
+    # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)
+    from mutransfer.sweep.strategies import registry as strategies  # noqa: PLC0415
 
     return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window, seeds=strategies.seed_trials(ctx), preset=ctx.preset)
 
 
 def _logger(ctx: SweepContext, total: int):
-    from mutransfer.sweep.strategies import registry as strategies
-    from mutransfer.sweep.trial_logger import TrialLogger
+    from mutransfer.sweep.strategies import registry as strategies  # noqa: PLC0415 -- deferred: cycle, as in _plan
 
     study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
     uses_gpu = r.gpus_per_trial > 0
@@ -139,11 +143,7 @@ def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
 
 def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
     """A fresh Tune experiment (tune/run-<n>) over the plan's remaining trials."""
-    from ray import tune
-
-    from mutransfer.sweep import progress, search
-    from mutransfer.sweep.trial import proxy_trial
-    from mutransfer.sweep.trial_logger import as_tune_callback
+    from ray import tune  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     study, sdir, r = ctx.study, ctx.study_dir, ctx.study.resources
     uses_gpu = r.gpus_per_trial > 0
@@ -194,8 +194,6 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
     Logs any trial that MLflow missed (it finished just before a driver kill); child runs of
     keys that are not this study's trials (left by an older version) are tagged superseded.
     """
-    from mutransfer.sweep.plan import trial_key
-    from mutransfer.tracking.runs import TRIAL_ID_TAG, Tracker
 
     tracker = Tracker(logger.uri)
     keys = [trial_key(i) for i in range(plan.total)]
@@ -254,7 +252,6 @@ _ADVICE = (
 
 def all_failed_message(study, plan) -> str:
     """What to say when no trial produced a result: the first trial's error and what to try."""
-    from mutransfer.sweep.plan import trial_key
 
     first = plan.outcomes[0]
     config = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in plan.configs[0].items())

@@ -226,10 +226,10 @@ def format_report(report: dict) -> str:
 
 def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:
     """PNG of proxy test error vs master LR (or vs trial index when LR is fixed), by outcome."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 -- deferred: matplotlib (~0.3 s) only when a plot is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 -- deferred: after matplotlib.use("Agg"), only when a plot is drawn
 
     fig, ax = plt.subplots(figsize=(6, 4), dpi=110)
     markers = {

@@ -12,11 +12,11 @@ from __future__ import annotations
 from mutransfer.study import Study
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import SweepContext, TransferResult, final_search
+from operators.transfer import transfer as rescale
 
 
 def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
     """(the transfer record as a dict, the target's hyperparameters) for the best proxy."""
-    from operators.transfer import transfer as rescale
 
     hp = dict(best.hp if isinstance(best, TrialRecord) else best["hp"])
     own = study.family.own_hyperparameters(hp)  # clip_value, init_scale only where they act

@@ -29,18 +29,23 @@ import os
 import time
 from dataclasses import asdict
 
+from mutransfer.errors import UserInputError
 from mutransfer.study import _UNSET
+from mutransfer.study.data import load_study_data
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.holds import hold_if_asked
+from mutransfer.sweep.local_ray import loopback_only
 from mutransfer.sweep.model_log import log_model_phase, register_completed
+from mutransfer.sweep.parent_run import create_parent, tag_study_view
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
 from mutransfer.sweep.train_target import train_target
+from mutransfer.tracking.runs import Tracker
 
 __all__ = ["PHASES", "SweepError", "SweepOptions", "check_cluster_fits", "prepare", "run_sweep", "transfer"]
 
@@ -87,7 +92,6 @@ def _drive(ctx: SweepContext) -> dict:
 def _check_nothing_new_asked(ctx: SweepContext) -> None:
     """A completed study cannot grow a strategy asked for by a flag (a verification, a baseline): those are asked for
     when it starts."""
-    from mutransfer.errors import UserInputError
 
     for flag in strategies.asked_but_missing(ctx, ctx.state["report"]):
         raise UserInputError(
@@ -118,8 +122,6 @@ def _start_study_dir(ctx: SweepContext) -> None:
 
 
 def _load_data(ctx: SweepContext) -> None:
-    from mutransfer.study.data import load_study_data
-
     if ctx.study.problem.data is None:  # a data file loads without a word: its errors stay one line
         ctx.say(
             f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ..."
@@ -140,7 +142,7 @@ def _session(ctx: SweepContext):
         ) from exc
     try:
         if ctx.options.address is not None:
-            import ray
+            import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
             check_cluster_fits(ctx.study, [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")])
         _open_parent_run(ctx)
@@ -155,15 +157,12 @@ def _session(ctx: SweepContext):
         raise
     finally:
         if ctx.started_ray:
-            import ray
+            import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
             ray.shutdown()
 
 
 def _open_parent_run(ctx: SweepContext) -> None:
-    from mutransfer.sweep.parent_run import create_parent, tag_study_view
-    from mutransfer.tracking.runs import Tracker
-
     ctx.tracker = Tracker(ctx.tracking_uri)
     ctx.experiment_id = ctx.state.get("experiment_id") or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
     tag_study_view(ctx)  # new and resumed studies: the MLflow UI opens on the study's runs
@@ -191,7 +190,7 @@ def _mark(tracker, run_id, status: str) -> None:
 
 def _init_ray(address: str | None) -> bool:
     """Start a local Ray (or connect to ``address``); False if Ray was already initialised by the caller."""
-    import ray
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if ray.is_initialized():
@@ -199,8 +198,6 @@ def _init_ray(address: str | None) -> bool:
     # Worker stdout/stderr stay in Ray's session logs (/tmp/ray/session_latest/logs): Ray Train's
     # controller is chatty. Trial and worker errors still reach the driver as exceptions.
     if address is None:
-        from mutransfer.sweep.local_ray import loopback_only
-
         with loopback_only():  # every Ray server of a local run listens on 127.0.0.1; no dashboard
             ray.init(
                 num_cpus=os.cpu_count() or 1,

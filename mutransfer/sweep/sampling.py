@@ -19,12 +19,15 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 
+import numpy as np
+import optuna
+from optuna.distributions import CategoricalDistribution, FloatDistribution
+
 from mutransfer.study import Study
 
 
 def trial_seed(seed: int, index: int) -> int:
     """The sampler seed of trial ``index``: 32 bits derived from (study seed, index), the same on every platform."""
-    import numpy as np
 
     return int(np.random.SeedSequence([int(seed), int(index)]).generate_state(1)[0])
 
@@ -35,8 +38,6 @@ def startup_trials(study: Study) -> int:
 
 
 def _distributions(study: Study) -> dict:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution
-
     out = {}
     for name, dist in study.search_space.items():
         if dist.type == "choice":
@@ -59,7 +60,6 @@ def sample_config(study: Study, index: int, told: Sequence[tuple[dict, float | N
     algorithm = study.search.algorithm
     if algorithm == "grid":
         return grid_config(study, index)
-    import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seed = trial_seed(study.search.seed, index)

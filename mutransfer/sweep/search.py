@@ -35,9 +35,13 @@ def max_concurrent(study: Study, cpus: float, gpus: float) -> int:
 
 def tune_config(plan, *, concurrency: int):
     """TuneConfig running the plan's remaining trials, ``concurrency`` at a time (trial names = our keys)."""
-    from ray import tune
+    from ray import tune  # noqa: PLC0415 -- deferred: ray.tune costs ~1 s; `import mutransfer.sweep` (mutransfer report) stays without Ray
 
-    from mutransfer.sweep.plan_tune import PlanScheduler, PlanSearcher, trial_dirname
+    from mutransfer.sweep.plan_tune import (  # noqa: PLC0415 -- deferred: plan_tune subclasses ray.tune classes at import
+        PlanScheduler,
+        PlanSearcher,
+        trial_dirname,
+    )
 
     return tune.TuneConfig(
         metric=METRIC,

@@ -32,17 +32,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import torch
 
 from mutransfer.study.memory import Plan
-
-if TYPE_CHECKING:  # the driver imports this module before torch is needed
-    from mutransfer.training.records import EpochRecord
+from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
+from mutransfer.sweep.cost import target_devices
+from mutransfer.training import DIVERGED_METRIC, train
+from mutransfer.training.records import EpochRecord, dump_history, load_history
 
 SUMMARY_FILE = "summary.json"
 #: in the target's storage folder: one JSON line per evaluation, appended by rank 0 (training.EpochRecord.as_dict())
@@ -64,7 +68,6 @@ def append_progress(path: str | None, record: EpochRecord) -> None:
 
 def read_progress(path: str | Path, offset: int) -> tuple[list[EpochRecord], int]:
     """The evaluations appended to ``path`` after byte ``offset`` (complete lines only) and the next offset."""
-    from mutransfer.training.records import EpochRecord
 
     try:
         with open(path, "rb") as f:
@@ -101,14 +104,11 @@ class TargetSummary:
 
     def as_dict(self) -> dict:
         """Plain dict (JSON, Ray return value). The one serialisation of a target summary."""
-        from mutransfer.training.records import dump_history
 
         return {**dataclasses.asdict(self), "history": dump_history(self.history)}
 
     @classmethod
     def from_dict(cls, d: dict) -> TargetSummary:
-        from mutransfer.training.records import load_history
-
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in d.items() if k in known}
         values["history"] = load_history(d.get("history", []))
@@ -134,14 +134,11 @@ class TargetOutcome:
 
     def as_dict(self) -> dict:
         """Plain dict for state.json (the history as EpochRecord dicts)."""
-        from mutransfer.training.records import dump_history
 
         return {**dataclasses.asdict(self), "history": dump_history(self.history)}
 
     @classmethod
     def from_dict(cls, d: dict) -> TargetOutcome:
-        from mutransfer.training.records import load_history
-
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**{k: v for k, v in d.items() if k in known}, "history": load_history(d.get("history", []))})
 
@@ -162,13 +159,7 @@ def _rows(array, rank: int, n: int, world: int):
 
 def target_loop(cfg: dict) -> dict:
     """Ray Train per-worker function."""
-    import ray
-    import ray.train
-    import ray.train.torch
-    import torch
-
-    from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
-    from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
+    import ray.train.torch  # noqa: PLC0415 -- deferred: (binds ray, ray.train too) Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     torch.set_num_threads(max(1, int(cfg["threads"])))
     ctx = ray.train.get_context()
@@ -260,7 +251,6 @@ def _fit_in_thread(trainer, on_poll=None):
     KeyboardInterrupt here; the driver marks the runs KILLED and shuts Ray down.
     ``on_poll()`` is called every 0.2 s while it runs, and once after.
     """
-    import threading
 
     box: dict = {}
 
@@ -308,11 +298,10 @@ def run_target(
     Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
     ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
     """
-    import os
 
-    import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchConfig, TorchTrainer
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+    from ray.train.torch import TorchConfig, TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     # The Train controller polls its workers at this interval (default 2 s); every report and the
     # end of the run wait for a poll. 0.5 s keeps small local runs from idling.
@@ -357,7 +346,6 @@ def run_target(
     test_error = summary.test_error
     if test_error is None:
         test_error = result.metrics.get("test_error", float("nan")) if result.metrics else float("nan")
-    from mutransfer.sweep.cost import target_devices
 
     devices = target_devices(t.num_workers, use_gpu, t.cpus_per_worker)
     return TargetOutcome(

@@ -27,8 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mutransfer.study_folder.portable import resolved_path, stored_path
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import SweepContext, TransferResult, final_search, ranked
+from mutransfer.sweep.cost import add_to_mutransfer, target_cost
+from mutransfer.sweep.holds import hold_if_asked
+from mutransfer.sweep.rescale import transfer
+from mutransfer.sweep.target import TargetOutcome
 
 #: the candidates' storage folders, under the study directory (top-1 keeps ``target/``)
 TARGETS_DIR = "targets"
@@ -86,16 +91,12 @@ class Candidate:
 
     def as_dict(self, root: Path) -> dict:
         """For state.json: the row, the transfer record and the outcome (its checkpoint relative to ``root``)."""
-        from mutransfer.study_folder.portable import stored_path
 
         outcome = dict(self.outcome.as_dict(), checkpoint_dir=stored_path(self.outcome.checkpoint_dir, root))
         return dict(self.row(), record=self.record, outcome=outcome)
 
     @classmethod
     def from_dict(cls, d: dict, root: Path) -> Candidate:
-        from mutransfer.study_folder.portable import resolved_path
-        from mutransfer.sweep.target import TargetOutcome
-
         names = {f.name for f in dataclasses.fields(cls)}
         cand = cls(**{k: v for k, v in d.items() if k in names and k != "outcome"})
         cand.outcome = TargetOutcome.from_dict(d["outcome"])
@@ -117,7 +118,6 @@ def candidates(ctx: SweepContext, n: int) -> list[TrialRecord]:
 def carry(ctx: SweepContext, trial: TrialRecord) -> TransferResult:
     """A candidate's hyperparameters rescaled to the target by the μP rules (the one place top-k transfers); the
     transfer phase's result is reused for the trial it was computed from, not computed again."""
-    from mutransfer.sweep.rescale import transfer
 
     search = final_search(ctx)
     done = ctx.transfer
@@ -169,8 +169,6 @@ Fit = Callable[..., tuple]
 def train_top_k(ctx: SweepContext, fit: Fit) -> None:
     """Train each candidate at the target (``fit``: mutransfer.sweep.train_target.fit_target), pick the winner,
     set top-k's record, ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer`` to it."""
-    from mutransfer.sweep.cost import target_cost
-    from mutransfer.sweep.holds import hold_if_asked
 
     root, n = ctx.study_dir.root, ctx.study.search.top_k
     picked = candidates(ctx, n)
@@ -265,7 +263,6 @@ def count_in_compute(compute: dict, rows: list[dict]) -> None:
 def count_top_k(compute: dict, rows: list[dict]) -> float:
     """:func:`count_in_compute` but the critical path: returns the other candidates' trainer seconds, which run
     one after another after the target (the report adds them to its critical path)."""
-    from mutransfer.sweep.cost import add_to_mutransfer
 
     others = [r for r in rows if not r["winner"]]
     flops = [r["flops"] for r in rows]

@@ -17,7 +17,10 @@ from pathlib import Path
 
 from mutransfer.study_folder.portable import resolved_path, stored_path
 from mutransfer.sweep.context import SweepContext, SweepError
+from mutransfer.sweep.progress import TargetProgress, for_options
 from mutransfer.sweep.proxies import keep_sigint_handler
+from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, read_progress, resolve_use_gpu, run_target
+from mutransfer.tracking.runs import logged_steps
 
 
 def first_line(exc: BaseException) -> str:
@@ -37,10 +40,6 @@ class TargetWatch:
     log_interval_s = 1.0
 
     def __init__(self, ctx: SweepContext, storage_dir, *, run_id: str | None = None, label: str = "target"):
-        from mutransfer.sweep.progress import TargetProgress, for_options
-        from mutransfer.sweep.target import PROGRESS_FILE
-        from mutransfer.tracking.runs import logged_steps
-
         self.ctx, self.run_id = ctx, run_id
         self.path = Path(storage_dir) / "target" / PROGRESS_FILE
         self.offset = self.path.stat().st_size if self.path.exists() else 0  # an earlier session's epochs are not news
@@ -60,8 +59,6 @@ class TargetWatch:
             self.ctx.say(f"note: the target's live progress stopped ({first_line(exc)}); training goes on")
 
     def _poll(self) -> None:
-        from mutransfer.sweep.target import read_progress
-
         records, self.offset = read_progress(self.path, self.offset)
         if records:
             last = records[-1]
@@ -78,7 +75,6 @@ class TargetWatch:
 def train_target(ctx: SweepContext) -> None:
     """Train the target with the transferred hyperparameters (with ``search.top_k`` > 1 the top-k strategy's
     phase runs instead, mutransfer.sweep.strategies.top_k)."""
-    from mutransfer.sweep.target import TargetOutcome
 
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
         ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
@@ -114,9 +110,7 @@ def fit_target(
     """Train the target at ``transfer.hp`` (a TransferResult) with Ray Train in ``storage_dir/target``, logged to
     MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
     before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
-    import ray
-
-    from mutransfer.sweep.target import resolve_use_gpu, run_target
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     study, tracker = ctx.study, ctx.tracker
     hp, record = transfer.hp, transfer.record

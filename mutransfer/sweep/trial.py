@@ -46,12 +46,22 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import torch
+
+from mutransfer.errors import UserInputError
+from mutransfer.study.models import (
+    effective_spectral_lr,
+    eval_metrics,
+    merge_hyperparameters,
+    model_for,
+    train_config,
+)
 from mutransfer.study_folder.records import HISTORY_FILE
-
-if TYPE_CHECKING:  # the driver imports this module without torch
-    from mutransfer.training.records import EpochRecord
+from mutransfer.study_folder.state import write_atomic
+from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
+from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
+from mutransfer.training.records import dump_history, load_history
 
 FAIL_ENV = "MUTRANSFER_FAIL_TRIALS"
 DONE_FILE = "done.json"
@@ -63,7 +73,6 @@ class InjectedFault(RuntimeError):
 
 def fail_trials_from_env() -> int:
     """The MUTRANSFER_FAIL_TRIALS count of the driver's environment (0 when unset)."""
-    from mutransfer.errors import UserInputError
 
     raw = os.environ.get(FAIL_ENV, "").strip()
     if not raw:
@@ -132,8 +141,6 @@ class TrialReport:
 
 
 def _write_done(trial_dir: Path, status: str, report: TrialReport) -> None:
-    from mutransfer.study_folder.state import write_atomic
-
     write_atomic(trial_dir / DONE_FILE, json.dumps({"status": status, "report": report.metrics()}))
 
 
@@ -143,8 +150,6 @@ def _read_done(trial_dir: Path) -> TrialReport:
 
 def write_trial_history(trial_dir: str | os.PathLike, records: Iterable[EpochRecord]) -> None:
     """Replace ``history.json`` in ``trial_dir`` with ``records``, atomically."""
-    from mutransfer.study_folder.state import write_atomic
-    from mutransfer.training.records import dump_history
 
     write_atomic(Path(trial_dir) / HISTORY_FILE, json.dumps(dump_history(records)))
 
@@ -155,7 +160,6 @@ def read_trial_history(trial_dir: str | os.PathLike) -> list[EpochRecord]:
     ``[]`` when it has none. A trial directory written before ``history.json``
     existed falls back to its trainer checkpoint's history.
     """
-    from mutransfer.training.records import load_history
 
     trial_dir = Path(trial_dir)
     path = trial_dir / HISTORY_FILE
@@ -164,8 +168,6 @@ def read_trial_history(trial_dir: str | os.PathLike) -> list[EpochRecord]:
             return load_history(json.loads(path.read_text()))
         except (OSError, ValueError, KeyError, TypeError):
             pass  # unreadable: fall back to the checkpoint
-    from mutransfer.errors import UserInputError
-    from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
 
     if not (trial_dir / CHECKPOINT_NAME).exists():
         return []
@@ -182,19 +184,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     proxy's: the direct-tuning baseline, ``sweep --baseline direct``), plan (the model's memory plan, made
     by the driver: SweepContext.memory_plan; None: the trainer plans it).
     """
-    import torch
-    from ray import tune
-
-    from mutransfer.errors import UserInputError
-    from mutransfer.study.models import (
-        effective_spectral_lr,
-        eval_metrics,
-        merge_hyperparameters,
-        model_for,
-        train_config,
-    )
-    from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
-    from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
+    from ray import tune  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     options = options or {}
     # One intra-op thread pool per trial CPU: oversubscribing 2 cores made torch 10-100x slower.

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mutransfer.sweep.plan import error_text, key_number, key_of, trial_status
+from mutransfer.sweep.trial import read_trial_history
 from mutransfer.tracking.runs import (
     KIND_TAG,
     PARENT_TAG,
@@ -263,7 +264,6 @@ class TrialLogger:
         """
         if self.trials_dir is None and not tune_path:
             return
-        from mutransfer.sweep.trial import read_trial_history
 
         trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[2] / "trials"
         for r in read_trial_history(trials / tid):
@@ -367,7 +367,7 @@ def _key(trial) -> str:
 
 def as_tune_callback(logger: TrialLogger):
     """Wrap a :class:`TrialLogger` in a ``ray.tune.Callback`` (imports Ray only when needed)."""
-    from mutransfer.sweep.tune_callback import MlflowTrialCallback
+    from mutransfer.sweep.tune_callback import MlflowTrialCallback  # noqa: PLC0415 -- deferred: tune_callback subclasses ray.tune.Callback at import
 
     return MlflowTrialCallback(logger)
 

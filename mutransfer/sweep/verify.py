@@ -38,7 +38,19 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from mutransfer.sweep.context import SweepContext
+import torch
+
+from mutransfer.diagnostics.statistics import mean_ci
+from mutransfer.landscape.analysis import NOT_RESOLVED
+from mutransfer.study.models import model_for, train_config
+from mutransfer.study_folder.state import write_atomic
+from mutransfer.sweep.context import SweepContext, SweepError, final_search
+from mutransfer.sweep.cost import epoch_flops
+from mutransfer.sweep.train_target import first_line
+from mutransfer.sweep.verify_transfer import compare, proxy_grid
+from mutransfer.sweep.verify_transfer import seed_optima as fit_seeds
+from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
+from mutransfer.training import train
 
 #: the verification's slot in ``SweepContext.records``, its ``state.json`` and report key
 NAME = "verification"
@@ -137,9 +149,6 @@ def analyse(
     With ``proxy_records`` (the proxy on :func:`~mutransfer.sweep.verify_transfer.proxy_grid`) and ``search_lr``
     (the search winner's LR; default: the transferred one) also the proxy's optimum, the transfer error, the search
     gap and a verdict naming what failed (mutransfer.sweep.verify_transfer.compare)."""
-    from mutransfer.diagnostics.statistics import mean_ci
-    from mutransfer.sweep.verify_transfer import compare
-    from mutransfer.sweep.verify_transfer import seed_optima as fit_seeds
 
     grid = sorted({float(r["lr"]) for r in records})
     seeds = sorted({int(r["seed"]) for r in records})
@@ -195,7 +204,6 @@ def analyse(
 def _verdict(distance, seed_optima: list[dict], spacing: float) -> str:
     """The landscape's rule: resolved only with >= 2 seeds and a CI that excludes 0; "held" only when the CI lies
     within half a grid step of the transferred LR."""
-    from mutransfer.landscape.analysis import NOT_RESOLVED
 
     if distance is None:
         edges = {s["edge"] for s in seed_optima if s["edge"]}
@@ -238,10 +246,6 @@ def train_target_at(
 ) -> dict:
     """Train the target (or, ``target`` False, the proxy for the search's ``budget.epochs``) once at master LR ``lr``
     and training seed ``seed`` (a Ray task; also callable directly)."""
-    import torch
-
-    from mutransfer.study.models import model_for, train_config
-    from mutransfer.training import train
 
     torch.set_num_threads(max(1, int(threads)))
     seeded = dataclasses.replace(study, training=dataclasses.replace(study.training, seed=int(seed)))
@@ -285,10 +289,7 @@ def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -
 def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
     """Every grid's (lr, seed) trainings as Ray tasks submitted together (the proxy's short ones fill the slots the
     target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in ``grids``' order."""
-    import ray
-
-    from mutransfer.sweep.context import SweepError
-    from mutransfer.sweep.train_target import first_line
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     data_ref = ray.put(ctx.data)
     pending = {}
@@ -326,7 +327,6 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
 
 
 def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool = True) -> None:
-    from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
 
     client = ctx.tracker.client
     run = client.create_run(
@@ -361,10 +361,7 @@ def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records
     """Device-seconds of ``records`` and ``proxy_records`` (the phase's wall × the CPUs its tasks held), the trainers'
     part, the rest (Ray task start-up, data transfer, MLflow, idle slots) as overhead, and FLOPs (the target's per
     epoch for ``records``, the proxy's for ``proxy_records``); ``proxy``: the proxy grid's own share."""
-    import ray
-
-    from mutransfer.sweep.context import final_search
-    from mutransfer.sweep.cost import epoch_flops
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     proxies = list(proxy_records or [])
     every = records + proxies
@@ -400,8 +397,6 @@ def verify_phase(ctx: SweepContext) -> None:
     """With ``--verify`` (mutransfer.sweep.strategies.verify runs it, once): train the target on the LR grid and the
     proxy on the same master-LR grid around the search winner's LR, fit both optima and set the verification's
     record."""
-    from mutransfer.sweep.context import final_search
-    from mutransfer.sweep.verify_transfer import proxy_grid
 
     options, transfer = ctx.options, ctx.transfer
     if transfer is None:
@@ -452,9 +447,6 @@ def transfer_metrics(v: dict | None, now: int) -> list[tuple]:
 
 
 def _log_verification(ctx: SweepContext, result: Verification) -> None:
-    from mutransfer.study_folder.state import write_atomic
-    from mutransfer.tracking.runs import log_batch
-
     now = int(time.time() * 1000)
     metrics = [
         ("verify_error_at_transferred", result.error_at_transferred, now, 0),

@@ -31,6 +31,9 @@ from __future__ import annotations
 
 import math
 
+from mutransfer.diagnostics.statistics import difference_ci, mean_ci
+from mutransfer.landscape.analysis import fit_optimum
+
 #: the two causes a verdict names, and what to do about each
 SEARCH_FAILED = "the search missed the proxy's optimum"
 SEARCH_ADVICE = "widen search_space.lr or run more trials"
@@ -45,7 +48,6 @@ def seed_optima(records: list[dict], grid: list[float]) -> list[dict]:
     Each: ``seed``, ``optimum_lr``, ``at_edge``, ``edge`` ("below"/"above" the grid, or None), ``coordinate``
     (log10 of the optimum when it is usable: inside the grid, else None).
     """
-    from mutransfer.landscape.analysis import fit_optimum
 
     out = []
     for seed in sorted({int(r["seed"]) for r in records}):
@@ -89,7 +91,6 @@ def compare(
 ) -> dict:
     """The proxy's optimum, the transfer error, the search gap and the verdict, from the target's per-seed optima
     (:func:`seed_optima`) and the proxy's trainings on :func:`proxy_grid` (pure; fields of ``Verification``)."""
-    from mutransfer.diagnostics.statistics import difference_ci, mean_ci
 
     grid = sorted({float(r["lr"]) for r in proxy_records})
     shift = math.log10(transferred_lr) - math.log10(search_lr)  # proxy axis -> target axis (0 under μP and SP)

@@ -22,10 +22,16 @@ first session, so a resumed study hands out the same trials without reading the 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from mutransfer.errors import UserInputError
+from mutransfer.study.models import merge_hyperparameters
+from mutransfer.sweep.plan import total_trials, trial_key
 from mutransfer.sweep.warm_start import SourceStudy, load_source
+from mutransfer.tracking.runs import log_batch
+from operators.transfer import Scaling, transfer
 
 #: the parent run's tag (the source study) and each warm trial's child-run tag (its source trial)
 WARM_TAG = "mutransfer.warm_start"
@@ -132,8 +138,6 @@ def resolve_warm_start(options, study, tracking_uri: str, state: dict) -> WarmSt
 
 
 def _check_same_source(spec: str, stored: dict, options) -> None:
-    from pathlib import Path
-
     same = spec in (stored["spec"], stored["source"]) or str(Path(spec).expanduser().absolute()) == stored["location"]
     if not same:
         raise UserInputError(
@@ -168,7 +172,6 @@ def _check_kind(spec: str, study, source: SourceStudy, any_kind: bool) -> list[s
 
 def build_warm_start(spec: str, study, source: SourceStudy, top: int | None, notes: list[str]) -> WarmStart:
     """Pick the source's ``top`` best completed trials, rescale them and fit them to ``study``'s search space."""
-    from mutransfer.sweep.plan import total_trials, trial_key
 
     requested = int(top) if top is not None else max(1, study.search.num_trials // 4)
     best = source.best(min(requested, total_trials(study)))
@@ -243,7 +246,6 @@ def _fit(study, trial, clipped: list, out_of_choice: list, missing: list) -> dic
 
 def source_scaling(study, source: SourceStudy):
     """The ``Scaling`` from the source's proxy size to this study's proxy size (width copied: standard rule)."""
-    from operators.transfer import Scaling
 
     modes = study.proxy_modes is not None and source.proxy_K is not None
     return Scaling(
@@ -260,8 +262,6 @@ def source_scaling(study, source: SourceStudy):
 
 def rescale_record(study, source: SourceStudy, config: dict) -> dict:
     """operators.transfer.transfer of one warm configuration from the source's proxy size to this study's."""
-    from mutransfer.study.models import merge_hyperparameters
-    from operators.transfer import transfer
 
     hp = merge_hyperparameters(study, config)
     unchanged = {k: v for k, v in config.items() if k not in ("lr", "init_scale")}
@@ -311,10 +311,6 @@ def start_warm(ctx) -> list[tuple[dict, dict]]:
     if not ctx.state.get("warm_start"):
         ctx.update_state(warm_start=warm.as_dict())
     if ctx.tracker is not None and ctx.parent_id:
-        import time
-
-        from mutransfer.tracking.runs import log_batch
-
         logged = ctx.tracker.client.get_run(ctx.parent_id).data.metrics
         metrics = (
             []

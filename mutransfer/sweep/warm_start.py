@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
+from mutransfer.study_folder.portable import read_study_file
+from mutransfer.study_folder.state import StudyDir
+from mutransfer.sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome
+from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker, sqlite_path
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,6 @@ class SourceStudy:
 
 def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str) -> SourceStudy:
     """The study named or located by ``spec`` (see the module docstring); UserInputError naming where it looked."""
-    from mutransfer.study_folder.state import StudyDir
 
     if not spec.strip():
         raise UserInputError("--warm-start: empty; give a study folder or a study name")
@@ -94,9 +98,7 @@ def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str) -> Source
 
 
 def _plain_name(spec: str) -> bool:
-    import re
-
-    return bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", spec))
+    return bool(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", spec))  # fullmatch: "$" would let "name\n" through
 
 
 # --------------------------------------------------------------------------- a study folder
@@ -104,9 +106,6 @@ def _plain_name(spec: str) -> bool:
 
 def read_folder(root: Path) -> SourceStudy:
     """A study folder's study (study.yaml) and its trials (trials/<key>/config.json + outcome.json)."""
-    from mutransfer.study_folder.portable import read_study_file
-    from mutransfer.study_folder.state import StudyDir
-    from mutransfer.sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome
 
     sdir = StudyDir(root)
     try:
@@ -146,7 +145,6 @@ def _json(path: Path):
 
 def read_tracking(name: str, uri: str) -> SourceStudy | None:
     """The study ``name`` from its MLflow parent run and proxy_trial child runs; None when the store has none."""
-    from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker, sqlite_path
 
     path = sqlite_path(uri)
     if path is not None and not path.is_file():

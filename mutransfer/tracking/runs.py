@@ -35,6 +35,9 @@ import math
 import os
 import time
 from pathlib import Path
+from urllib.parse import quote
+
+from mutransfer.errors import UserInputError
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -71,7 +74,6 @@ TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "m
 
 def _check_tracking_uri(uri: str) -> None:
     """Refuse an empty URI or an unknown scheme before MLflow is asked (its errors are tracebacks)."""
-    from mutransfer.errors import UserInputError
 
     scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else None
     if not uri.strip() or (scheme is not None and scheme not in TRACKING_SCHEMES):
@@ -89,7 +91,6 @@ def sqlite_path(uri: str) -> Path | None:
 
 def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None:
     """(artifact location, tags) for a new experiment in a sqlite store: ``mlruns/<name>`` beside the store."""
-    from urllib.parse import quote
 
     path = sqlite_path(uri)
     if path is None:
@@ -99,7 +100,7 @@ def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None
 
 
 def _client(uri: str):
-    from mlflow.tracking import MlflowClient
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a store is opened
 
     return MlflowClient(tracking_uri=uri)
 
@@ -115,7 +116,7 @@ def _param_value(value) -> str:
 
 def log_batch(client, run_id: str, *, metrics=(), params: dict | None = None, tags: dict | None = None) -> None:
     """One log_batch call per 1000 metrics / 100 params (MLflow's limits)."""
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a store is written
 
     metric_list = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics if _finite(v)]
     param_list = [Param(k, _param_value(v)) for k, v in (params or {}).items()]

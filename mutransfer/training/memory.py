@@ -15,10 +15,11 @@ import os
 
 import torch
 
+from mutransfer.data.streaming import available_memory as ram_available
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 from operators.interfaces import StepPlan
-from operators.planning import format_bytes, largest_batch
+from operators.planning import format_bytes, largest_batch, parse_bytes
 from operators.registry import family_of_config
 
 
@@ -35,8 +36,6 @@ def available_memory(device: torch.device | str | None = None) -> tuple[int, str
 
 
 def _cpu_available() -> int:
-    from mutransfer.data.streaming import available_memory as ram_available
-
     available = ram_available()
     if available is None:
         raise UserInputError("the available RAM cannot be read on this system; pass --device-memory SIZE")
@@ -58,8 +57,6 @@ def check_fits(
     every training path of a process tree (Ray workers included).
     """
     if limit is None and os.environ.get("MUTRANSFER_DEVICE_MEMORY"):
-        from operators.planning import parse_bytes
-
         limit = parse_bytes(os.environ["MUTRANSFER_DEVICE_MEMORY"])
         where = "MUTRANSFER_DEVICE_MEMORY"
     if limit is not None:

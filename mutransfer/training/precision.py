@@ -30,6 +30,7 @@ import contextlib
 
 import torch
 
+from mutransfer.training.losses import relative_l2
 from operators.precision import Precision as PrecisionName
 from operators.precision import check_precision
 
@@ -83,7 +84,6 @@ def training_step(
     zero_grad, the forward under ``amp``'s autocast, the relative L2 in float32,
     backward (scaled for fp16), unscale, optimizer step. Returns the loss.
     """
-    from mutransfer.training.losses import relative_l2
 
     optimizer.zero_grad(set_to_none=True)
     with amp.autocast():

@@ -43,7 +43,7 @@ from mutransfer.training.config import TrainConfig, resolve_device
 from mutransfer.training.evaluation import all_finite as _all_finite
 from mutransfer.training.evaluation import base_lr as _base_lr
 from mutransfer.training.evaluation import evaluate
-from mutransfer.training.memory import check_fits, check_model_fits
+from mutransfer.training.memory import available_memory, check_fits, check_model_fits
 from mutransfer.training.pino import build_loss
 from mutransfer.training.precision import Precision
 from mutransfer.training.records import DIVERGED_METRIC, EpochRecord, TrainEnd, TrainResult
@@ -128,7 +128,6 @@ def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.
     limit, where = config.device_memory, None
     if limit is None and device.type == "cpu" and not os.environ.get("MUTRANSFER_DEVICE_MEMORY"):
         # the model's weights already sit in RAM, so they are not part of what is still available
-        from mutransfer.training.memory import available_memory
 
         limit = available_memory("cpu")[0] + sum(p.numel() * p.element_size() for p in model.parameters())
         where = "the available RAM (with the model's weights)"

@@ -207,3 +207,10 @@ def test_a_name_or_address_ending_in_a_newline_is_refused_before_anything_is_cre
     assert "\n" not in err and "must be letters, digits" in err
     assert main(["sweep", "--address", "127.0.0.1:6379\n"]) == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_warm_start_name_ending_in_a_newline_is_not_a_plain_study_name():
+    """Edge case 3 for --warm-start: "quick\\n" is not read as the study "quick" (matched whole, like --name)."""
+    from mutransfer.sweep.warm_start import _plain_name
+
+    assert _plain_name("quick") and not _plain_name("quick\n") and not _plain_name("../quick")

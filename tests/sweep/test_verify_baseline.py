@@ -261,6 +261,7 @@ def tiny_data(tmp_path_factory):
     return write_tiny_data(tmp_path_factory.mktemp("data") / "burgers_tiny.h5")
 
 
+@pytest.mark.slow  # ~60-120 s: trains the target and the proxy grids, and the direct arm
 def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tmp_path, capsys):
     from mutransfer.cli.main import main
 
@@ -444,6 +445,7 @@ def test_verify_names_a_search_whose_range_excludes_the_optimum(ray_local, tiny_
     assert parent.data.tags["mutransfer.verification"].startswith("the search missed")
 
 
+@pytest.mark.slow  # ~45-95 s
 def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_path):
     from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
     from mutransfer.sweep import SweepOptions, run_sweep

@@ -109,7 +109,7 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
     a store it cannot write to is still served, with a warning and a link without the view."""
     from mlflow.tracking import MlflowClient
 
-    import mutransfer.tracking.views as view
+    from mutransfer.cli import ui_cmd
     from mutransfer.cli.ui_cmd import _tag_study
     from mutransfer.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
 
@@ -117,7 +117,7 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
     tags = MlflowClient(uri).get_experiment(experiment_id).tags
     assert EXPERIMENT_KIND_TAG not in tags and not any(k.startswith(SHARED_VIEW_PREFIX) for k in tags)
     with monkeypatch.context() as patch:
-        patch.setattr(view, "tag_study", lambda *a: (_ for _ in ()).throw(PermissionError("read-only store")))
+        patch.setattr(ui_cmd, "tag_study", lambda *a: (_ for _ in ()).throw(PermissionError("read-only store")))
         assert _tag_study(uri, None) == (experiment_id, None)
     assert "warning: could not tag experiment" in capsys.readouterr().err
     assert _tag_study(uri, None) == (experiment_id, STUDY)

@@ -38,7 +38,7 @@ def _unreadable(p: Path, exc: Exception) -> UserInputError:
 
 
 def open_source(p: Path, opts: Options) -> DataSource:
-    import scipy.io
+    import scipy.io  # noqa: PLC0415 -- deferred: scipy, only for MATLAB v5 files; other formats must not pay for it
 
     try:
         info = scipy.io.whosmat(p)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
+
 from mutransfer.data.formats.base import DataFormat, DataSource, Probe
 from mutransfer.data.formats.common import Options
 from mutransfer.data.hdf5_io import points_refused
@@ -24,8 +26,6 @@ def detect(probe: Probe) -> bool:
 
 
 def open_source(p: Path, opts: Options) -> DataSource:
-    import h5py
-
     with h5py.File(p, "r") as f:
         problem = decode_attr(f.attrs.get("problem"))
     raise points_refused(p, problem)

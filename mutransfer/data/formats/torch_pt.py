@@ -6,6 +6,8 @@ import re
 import zipfile
 from pathlib import Path
 
+import torch
+
 from mutransfer.data.formats.base import DataFormat, DataSource, Probe
 from mutransfer.data.formats.common import Options, apply_times, choose_keys, plain_array, trailing_time_axes, validate
 from mutransfer.errors import UserInputError
@@ -32,8 +34,6 @@ def detect(probe: Probe) -> bool:
 
 
 def open_source(p: Path, opts: Options) -> DataSource:
-    import torch
-
     try:
         obj = torch.load(p, map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -47,9 +47,9 @@ def baseline_lines(b: dict | None) -> list[str]:
 
 def baseline_html(b: dict) -> str:
     """The HTML page's baseline section: the summary and a muTransfer-vs-direct table."""
-    import pandas as pd  # the page's helpers (pandas) load only when a page is drawn
+    import pandas as pd  # noqa: PLC0415 -- deferred: pandas + reporting load ~0.5-1 s; only a drawn page needs them, not `import mutransfer.sweep`
 
-    from mutransfer.reporting.html import frame_table
+    from mutransfer.reporting.html import frame_table  # noqa: PLC0415 -- deferred: the page's helpers (pandas, matplotlib) load only when a page is drawn
 
     m, d = b["mutransfer"], b["cost"]
     frame = pd.DataFrame(

@@ -11,13 +11,14 @@ from typing import Any
 
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.cost import target_cost
 from mutransfer.sweep.strategies.base import CostShare, ExtraCosts, Placement, Strategy
 from mutransfer.sweep.topk import NAME, TopK, count_top_k, topk_lines, topk_metrics, train_top_k, winner_proxy
+from mutransfer.sweep.train_target import fit_target
 
 
 def top_k_phase(ctx: SweepContext) -> None:
     """Train the candidates at the target with the core target's training (mutransfer.sweep.train_target)."""
-    from mutransfer.sweep.train_target import fit_target
 
     train_top_k(ctx, fit_target)
 
@@ -40,8 +41,6 @@ class TopKStrategy(Strategy):
         return CostShare(target=count_top_k(compute, section)) if section else CostShare()
 
     def extra_costs(self, ctx: SweepContext) -> ExtraCosts:
-        from mutransfer.sweep.cost import target_cost
-
         record = ctx.record(NAME, TopK)
         if record is None or ctx.data is None:
             return ExtraCosts()

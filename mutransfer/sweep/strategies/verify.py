@@ -66,10 +66,10 @@ def seed_spread(gain: dict, verification: dict, best: TrialRecord) -> None:
 
 def verification_html(v: dict) -> str:
     """The HTML page's verification section: the summary, the error-vs-LR curve, the trainings."""
-    import pandas as pd  # the page's helpers (pandas, matplotlib) load only when a page is drawn
+    import pandas as pd  # noqa: PLC0415 -- deferred: pandas + reporting load ~0.5-1 s; only a drawn page needs them, not `import mutransfer.sweep`
 
-    from mutransfer.reporting import figures
-    from mutransfer.reporting.html import figure_html, frame_table
+    from mutransfer.reporting import figures  # noqa: PLC0415 -- deferred: the page's helpers (pandas, matplotlib) load only when a page is drawn
+    from mutransfer.reporting.html import figure_html, frame_table  # noqa: PLC0415 -- deferred: the page's helpers (pandas, matplotlib) load only when a page is drawn
 
     record = Verification.from_dict(v)
     frame = pd.DataFrame(v.get("records") or [])
