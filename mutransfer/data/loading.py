@@ -108,7 +108,11 @@ def downsample(array, from_resolution: int, to_resolution: int, *, periodic: boo
 
 @dataclass
 class SplitData:
-    """Train/test tensors, float32, channel-last: (n, *grid_shape, 1)."""
+    """Train/test tensors, float32, channel-last: (n, *grid_shape, 1).
+
+    ``val_x``/``val_y``: a validation split carved from the training samples
+    (:func:`mutransfer.data.validation.carve_validation`), evaluated beside the test split; None without one.
+    """
 
     #: loaded in memory (``StreamingSplit`` reads rows on demand instead)
     streaming = False
@@ -124,6 +128,8 @@ class SplitData:
     grid: dict = field(default_factory=dict)
     #: where the arrays came from: format, input/output keys and shapes, time selections
     source: dict = field(default_factory=dict)
+    val_x: torch.Tensor | None = None
+    val_y: torch.Tensor | None = None
 
     @property
     def resolution(self) -> int:

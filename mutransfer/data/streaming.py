@@ -284,6 +284,8 @@ class StreamingSplit:
     attrs: dict = field(default_factory=dict)
     grid: dict = field(default_factory=dict)
     source: dict = field(default_factory=dict)
+    val_x: LazySamples | None = None
+    val_y: LazySamples | None = None
     streaming = True
 
     @property

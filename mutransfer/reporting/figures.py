@@ -58,7 +58,7 @@ def optuna_study(files: StudyFiles) -> tuple[optuna.Study, list[str]]:
     study = optuna.create_study(direction="minimize", study_name=files.name)
     dists, notes = distributions(files.search_space), []
     for t in sorted(files.trials, key=lambda t: t.index):
-        value = t.test_error if t.test_error is not None and math.isfinite(t.test_error) else None
+        value = t.val_error if t.val_error is not None and math.isfinite(t.val_error) else None
         history = files.histories.get(t.trial_id, [])
         state = optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL
         try:
@@ -205,22 +205,23 @@ def target_curve(files: StudyFiles) -> Figure:
 
 
 def verification_curve(verification: dict) -> Figure:
-    """The target's test error on the --verify LR grid, one line per seed, the transferred LR marked; the proxy's
+    """The target's validation error on the --verify LR grid, one line per seed, the transferred LR marked; the proxy's
     on the same master LRs (dotted, on the target's axis) when the verification trained it."""
     title = "Verification: the target's error around the transferred LR"
     records = pd.DataFrame(verification.get("records") or [])
     if records.empty:
         return Figure(title, missing="the verification has no trainings recorded")
-    table = records.pivot_table(index="lr", columns="seed", values="test_error").add_prefix("target seed ")
+    error = "val_error" if "val_error" in records else "test_error"  # a report written before validation splits
+    table = records.pivot_table(index="lr", columns="seed", values=error).add_prefix("target seed ")
     proxies = pd.DataFrame(verification.get("proxy_records") or [])
     if not proxies.empty:
         # the proxy's grid point i is the target's grid point i (the same master LR, mutransfer.sweep.verify_transfer)
         ratio = verification["transferred_lr"] / (verification.get("search_lr") or verification["transferred_lr"])
         proxies = proxies.assign(lr=proxies["lr"] * ratio)
-        proxy_table = proxies.pivot_table(index="lr", columns="seed", values="test_error").add_prefix("proxy seed ")
+        proxy_table = proxies.pivot_table(index="lr", columns="seed", values=error).add_prefix("proxy seed ")
 
     def plot():
-        ax = table.plot(logx=True, logy=True, marker="o", xlabel="master LR", ylabel="test rel. L2")
+        ax = table.plot(logx=True, logy=True, marker="o", xlabel="master LR", ylabel=f"{error.split('_')[0]} rel. L2")
         if not proxies.empty:
             proxy_table.plot(ax=ax, logx=True, logy=True, marker="s", linestyle=":")
         ax.axvline(verification["transferred_lr"], color="black", linestyle="--", label="transferred LR")

@@ -137,9 +137,13 @@ def _result(report: dict | None) -> str:
     rows = [
         ("best proxy trial", f"{best.get('index')} ({best.get('trial_id')})"),
         ("best proxy configuration", ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())),
-        ("best proxy test rel. L2", best.get("test_error")),
+        (
+            f"best proxy {'val' if (report.get('selection') or {}).get('split') == 'validation' else 'test'} rel. L2",
+            best.get("val_error", best.get("test_error")),
+        ),
         ("target status", target.get("status")),
         ("target test rel. L2", target.get("test_error")),
+        ("target val rel. L2", target.get("val_error")),
         ("target epochs", target.get("epochs")),
     ]
     if gain:

@@ -39,7 +39,7 @@ def trials_frame(files: StudyFiles) -> pd.DataFrame:
                 **{name: t.config.get(name) for name in searched},
                 "epochs": t.epochs,
                 "best_error": _nan(best),
-                "final_error": _nan(t.test_error),
+                "final_error": _nan(t.val_error),
                 "device_seconds": float(t.device_seconds),
             }
         )

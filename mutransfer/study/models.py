@@ -181,11 +181,15 @@ def data_normalization(study: Study, data) -> dict | None:
     return normalization_from(data.train_x, data.train_y, study.dim if study.point_problem else None)
 
 
-def eval_metrics(record, spectral_lr0: float) -> dict:
-    """What a proxy trial or the target reports to Ray for one evaluation (a training.EpochRecord)."""
+def eval_metrics(record, spectral_lr0: float, *, error_key: str = "test_error") -> dict:
+    """What a proxy trial or the target reports to Ray for one evaluation (a training.EpochRecord).
+
+    ``error_key``: what the run's held-out error is called: ``val_error`` for a selection run (a proxy trial,
+    whose held-out split is the validation split: mutransfer.data.validation), ``test_error`` for the target.
+    """
     return {
         "epoch": record.epoch,
-        "test_error": record.test_error,
+        error_key: record.test_error,
         "train_loss": record.train_loss,
         "lr": record.lr,
         "trainer_seconds": record.seconds,

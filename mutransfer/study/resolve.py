@@ -43,8 +43,10 @@ def resolve_and_check(study: Study, r: Reader) -> None:
     check_top_k(study, r)
     if problem.kind == "points":
         _resolve_points_problem(study, problem, r)
+        _resolve_validation(study.problem, r)
         return
     _resolve_grid_problem(study, problem, r)
+    _resolve_validation(study.problem, r)
     if study.family.scales("K"):
         _check_modes(study, r)
     check_search_algorithm(study, r)
@@ -137,6 +139,24 @@ def _check_operator_options(study: Study, r: Reader) -> None:
             study.family.make(config)
     except OperatorConfigError as exc:
         r.fail("operator.options", f"{exc}")
+
+
+def _resolve_validation(p, r: Reader) -> None:
+    """n_val: default n_train // 5 (at least 1); it must leave at least one training sample.
+
+    A study folder made before validation splits carries ``n_val = 0`` (set by
+    ``mutransfer.study_folder.portable.read_study_file``, never by a study file): it resumes as it started.
+    """
+    if p.n_val == 0:
+        return
+    if p.n_val is None:
+        p.n_val = max(1, int(p.n_train) // 5)
+    if p.n_val >= p.n_train:
+        r.fail(
+            "problem.n_val",
+            f"{p.n_val} leaves no training samples out of n_train {p.n_train}: the validation samples are the last "
+            f"n_val of the n_train; use e.g. n_val: {max(1, int(p.n_train) // 5)} or raise n_train",
+        )
 
 
 def _resolve_file_split(p, n_available: int, r: Reader) -> None:

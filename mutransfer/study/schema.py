@@ -72,6 +72,15 @@ class ProblemSpec:
     n_test: int | None = setting(
         None, "test samples (the last ones)", kind="int", minimum=1, nullable=True, example="50"
     )
+    n_val: int | None = setting(
+        None,
+        "validation samples, the last n_val of the n_train: every selection reads them, every model trains on the "
+        "n_train - n_val before them (null: n_train // 5)",
+        kind="int",
+        minimum=1,
+        nullable=True,
+        example="40",
+    )
     time_resolution: int | None = setting(
         None, "output times (space-time problems)", kind="int", minimum=1, nullable=True, example="16"
     )
@@ -79,6 +88,11 @@ class ProblemSpec:
     stream: Any = setting(
         "auto", "read the data lazily in batches: auto (when larger than half the RAM), true, false", read=_read_stream
     )
+
+    @property
+    def n_fit(self) -> int:
+        """The samples every model trains on: the first n_train - n_val."""
+        return int(self.n_train or 0) - int(self.n_val or 0)
 
 
 @dataclass

@@ -101,11 +101,19 @@ def write_study_file(study_dir, study) -> None:
 
 
 def read_study_file(study_dir):
-    """The study of ``study_dir`` (study.yaml) with problem.data made absolute where the study now is."""
+    """The study of ``study_dir`` (study.yaml) with problem.data made absolute where the study now is.
+
+    A study.yaml written before validation splits has no ``problem.n_val``: that study selected on its test
+    split, and it resumes so (``n_val = 0``, which no study file may ask for); its report says so.
+    """
 
     mapping = yaml.safe_load(study_dir.study_file.read_text())
     problem = mapping.get("problem") if isinstance(mapping, dict) else None
     if isinstance(problem, dict) and isinstance(problem.get("data"), str):
         problem["data"] = resolved_path(problem["data"], study_dir.root)
-        return study_from_yaml_text(yaml.safe_dump(mapping, sort_keys=False), str(study_dir.study_file))
-    return study_from_yaml_text(study_dir.study_file.read_text(), str(study_dir.study_file))
+        study = study_from_yaml_text(yaml.safe_dump(mapping, sort_keys=False), str(study_dir.study_file))
+    else:
+        study = study_from_yaml_text(study_dir.study_file.read_text(), str(study_dir.study_file))
+    if isinstance(problem, dict) and "n_val" not in problem:
+        study.problem.n_val = 0
+    return study

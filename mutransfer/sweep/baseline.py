@@ -7,11 +7,12 @@ nested sweep context over ``<study dir>/direct/`` (its own Tune experiment and
 ``state.json``, so ``--resume`` continues it) and logs its trials under an MLflow
 run of kind ``direct_baseline``, a child of the study's parent run.
 
-The direct winner is the best trial, as for the proxies. When a trial's budget
-(``budget.epochs``) differs from ``target.epochs``, or the best trial was stopped
-early, the winner is trained once more for ``target.epochs`` (like μTransfer's
-target) and that training's error and cost count. Otherwise the best trial already is
-a fully trained target and its error is the direct error.
+The direct winner is the trial with the lowest validation error, as for the proxies (the search never reads
+the test split: mutransfer.data.validation). It is then **trained once more, fresh**, for ``target.epochs``
+with the same recipe, threads and Ray Train workers as μTransfer's target, and that training's test error
+and cost count: both arms' reported errors are measured alike, on a split neither arm selected on. (A study
+made before validation splits, which selected on the test split, keeps its old rule: the best trial is reused
+when it already ran the target's epochs.)
 
 Costs are measured, never extrapolated, and split into training time (the trainer's
 own seconds × the devices it held) and the rest (process and Ray start-up, Tune and
@@ -135,10 +136,11 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
     best = sub.proxies.best
     search = trials_cost(study, sub.proxies.trials, at_target=True, input_shape=shape)
     final, parts = None, [search]
-    if best.status != "completed" or study.budget.epochs != study.target.epochs:
+    legacy = not study.problem.n_val  # selected on the test split: its best trial's error was a test error
+    if not legacy or best.status != "completed" or study.budget.epochs != study.target.epochs:
         final = _train_winner(ctx, sub, best)
         parts.append(final["cost"])
-    direct_error = final["test_error"] if final else best.test_error
+    direct_error = final["test_error"] if final else best.val_error
     direct = add_costs(*parts)
     search_extra, target_extra = (extra.search, extra.target) if extra is not None else ((), ())
     mutransfer = add_costs(
@@ -156,7 +158,7 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
         },
         "best_trial_id": best.trial_id,
         "best_config": best.config,
-        "best_trial_test_error": best.test_error,
+        "best_trial_val_error": best.val_error,
         # both arms chose the same configuration: their errors then differ by run-to-run noise only (e.g. the
         # target's Ray Train worker runs cpus_per_worker threads, a trial cpus_per_trial: another summation order)
         "same_configuration": same_configuration(best.hp, ctx.transfer.hp, study.search_space),
@@ -203,6 +205,7 @@ def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> di
     return {
         "status": outcome.status,
         "test_error": outcome.test_error,
+        "val_error": outcome.val_error,
         "epochs": outcome.epochs,
         "cost": target_cost(study, outcome, tuple(ctx.data.train_x.shape[1:])),
     }

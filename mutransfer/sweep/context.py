@@ -25,6 +25,7 @@ from mutransfer.study_folder.state import StudyDir
 if TYPE_CHECKING:
     from mutransfer.data.loading import SplitData
     from mutransfer.data.streaming import StreamingSplit
+    from mutransfer.data.validation import SelectionSplit
     from mutransfer.study_folder.lock import StudyLock
     from mutransfer.sweep.target import TargetOutcome
     from mutransfer.tracking.runs import Tracker
@@ -62,8 +63,8 @@ def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
 
     def by_error(statuses):
         return sorted(
-            (t for t in trials if t.status in statuses and t.test_error is not None),
-            key=lambda t: (t.test_error, t.index),
+            (t for t in trials if t.status in statuses and t.val_error is not None),
+            key=lambda t: (t.val_error, t.index),
         )
 
     return by_error(("completed",)) + by_error(("pruned", "diverged"))
@@ -165,7 +166,10 @@ class SweepContext:
     #: the study's lock, taken by prepare, released when run_sweep ends
     lock: StudyLock | None = None
     # set by the phases, in order
+    #: the fit split: trains on n_train - n_val samples, evaluates the validation and the test split (final models)
     data: SplitData | StreamingSplit | None = None
+    #: the selection split: the same training samples, the validation samples held out, no test rows (every search)
+    selection_data: SelectionSplit | None = None
     data_path: Path | None = None
     started_ray: bool = False
     tracker: Tracker | None = None

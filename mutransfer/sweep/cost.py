@@ -59,7 +59,7 @@ def epoch_flops(
     if family.flops is not None:
         grid = (int(study.problem.resolution),) * study.dim
         per_sample = family.flops(family.configure(model_spec(study, modes=modes, width=width)), grid)
-        return per_sample * int(study.problem.n_train)
+        return per_sample * study.problem.n_fit
     if input_shape is None:
         if study.point_problem:
             return None
@@ -68,7 +68,7 @@ def epoch_flops(
     with torch.random.fork_rng():
         model = build_model(study, width=width, input_channels=int(input_shape[-1]), output_channels=1)
         per_sample = counted_step_flops(model, tuple(input_shape))
-    return per_sample * int(study.problem.n_train)
+    return per_sample * study.problem.n_fit
 
 
 def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int, ...] | None = None) -> dict:

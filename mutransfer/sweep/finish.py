@@ -92,7 +92,7 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
     now = int(time.time() * 1000)
     metrics = [
-        ("best_proxy_test_error", best.test_error, now, 0),
+        ("best_proxy_val_error", best.val_error, now, 0),
         ("target_test_error", ctx.target.test_error, now, 0),
         ("proxy_device_seconds", c["proxy_device_seconds"], now, 0),
         ("target_device_seconds", c["target_device_seconds"], now, 0),

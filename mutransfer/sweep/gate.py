@@ -28,7 +28,7 @@ def coord_check_gate(ctx: SweepContext) -> None:
     modes = sorted({study.proxy_K, round(math.sqrt(study.proxy_K * study.target_K)), study.target_K})
     ctx.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
     result = coord_check(
-        ctx.data,
+        ctx.selection_data,
         dim=study.dim,
         modes=modes,
         parametrizations=(study.parametrization,),

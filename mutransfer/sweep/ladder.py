@@ -88,7 +88,7 @@ class RungResult:
             "kept": len(self.promoted),
             "promoted": list(self.promoted),
             "best_trial_id": best.trial_id,
-            "best_error": best.test_error,
+            "best_error": best.val_error,
             "best_config": best.config,
             "lr_factor_from_previous": self.lr_factor,
             "cost": dict(self.cost),
@@ -99,7 +99,7 @@ class RungResult:
                     "trial_id": t.trial_id,
                     "from": self.parents.get(t.trial_id),
                     "config": t.config,
-                    "test_error": t.test_error,
+                    "val_error": t.val_error,
                     "status": t.status,
                     "epochs": t.epochs,
                     "device_seconds": t.device_seconds,
@@ -241,7 +241,7 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
         metrics=[
             (name, value, now, 0)
             for name, value in (
-                ("best_error", rung.best.test_error),
+                ("best_error", rung.best.val_error),
                 ("kept", len(rung.promoted)),
                 ("device_seconds", cost["device_seconds"]),
                 ("flops", cost["flops"]),

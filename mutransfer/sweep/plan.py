@@ -50,7 +50,7 @@ DONE = "done"
 #: the last result's metrics an outcome keeps (mutransfer.sweep.trial.TrialReport, and Tune's wall time)
 OUTCOME_METRICS = (
     "epoch",
-    "test_error",
+    "val_error",
     "train_loss",
     "lr",
     "trainer_seconds",
@@ -147,7 +147,7 @@ def trial_status(metrics: dict, failed: bool, budget_epochs: int) -> str:
 
 @dataclass
 class Outcome:
-    """How a trial ended (``outcome.json``). ``rungs``: its test error at each ASHA rung it reached (epoch -> value)."""
+    """How a trial ended (``outcome.json``). ``rungs``: its validation error at each ASHA rung it reached (epoch -> value)."""
 
     status: str
     metrics: dict = field(default_factory=dict)
@@ -156,10 +156,12 @@ class Outcome:
 
     @property
     def value(self) -> float | None:
-        """The result the sampler is told: the last reported test error (None for a failed trial)."""
-        if self.status == "failed" or self.metrics.get("test_error") is None:
+        """The result the sampler is told: the last reported validation error (None for a failed trial); an
+        outcome written before validation splits holds its ``test_error``."""
+        value = self.metrics.get("val_error", self.metrics.get("test_error"))
+        if self.status == "failed" or value is None:
             return None
-        return float(self.metrics["test_error"])
+        return float(value)
 
     def as_dict(self) -> dict:
         return dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
@@ -209,7 +211,7 @@ class SearchPlan:
         self.milestones = rung_milestones(study) if preset is None else []
         self.configs: dict[int, dict] = {}
         self.outcomes: dict[int, Outcome] = {}
-        #: rung values of trials still running (epoch -> test error), judged once each
+        #: rung values of trials still running (epoch -> validation error), judged once each
         self._rungs: dict[int, dict[int, float]] = {}
         self._load()
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
@@ -284,8 +286,8 @@ class SearchPlan:
         self.outcomes[i] = Outcome.from_dict(json.loads(json.dumps(outcome.as_dict())))
         return self.outcomes[i]
 
-    def should_stop(self, key: str, epoch: int, test_error: float) -> bool:
-        """ASHA: stop trial ``key`` (which just reported ``test_error`` at ``epoch``)?
+    def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
+        """ASHA: stop trial ``key`` (which just reported ``val_error`` at ``epoch``)?
 
         Each rung m <= epoch is judged once per trial, with the trial's value at epoch m
         (this report's, or its ``history.json``'s when it resumed past m): it is stopped
@@ -300,7 +302,7 @@ class SearchPlan:
             if m > epoch or m in judged:
                 continue
             if m == epoch:
-                value = float(test_error)
+                value = float(val_error)
             else:
                 history = self._history(key) if history is None else history
                 if m not in history:

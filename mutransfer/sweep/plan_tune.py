@@ -69,9 +69,9 @@ class PlanScheduler(FIFOScheduler):
         self.plan = plan
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
-        if result.get("diverged") or "epoch" not in result or "test_error" not in result:
+        if result.get("diverged") or "epoch" not in result or "val_error" not in result:
             return TrialScheduler.CONTINUE
-        if self.plan.should_stop(trial_key_of(trial), int(result["epoch"]), float(result["test_error"])):
+        if self.plan.should_stop(trial_key_of(trial), int(result["epoch"]), float(result["val_error"])):
             return TrialScheduler.STOP
         return TrialScheduler.CONTINUE
 

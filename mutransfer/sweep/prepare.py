@@ -136,7 +136,9 @@ def _check_resume_consistent(stored: Study, given: Study, options: SweepOptions)
     """On --resume, flags and a --study file must agree with the stored study (never silently ignored)."""
     stored_d, given_d = stored.to_dict(), given.to_dict()
     if options.study_path is not None:
-        diff = [d for d in _diff(stored_d, given_d) if d != "tracking.uri"]
+        # a study made before validation splits (n_val 0) resumes as it started, whatever the file's default
+        legacy = {"problem.n_val"} if stored.problem.n_val == 0 else set()
+        diff = [d for d in _diff(stored_d, given_d) if d != "tracking.uri" and d not in legacy]
         if diff:
             raise UserInputError(
                 f"--resume: {options.study_path} differs from the stored study {stored.name!r} in {', '.join(diff[:5])}; "

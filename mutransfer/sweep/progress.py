@@ -3,7 +3,7 @@
 Three modes (:func:`display_mode`), on stderr (stdout is kept for the report):
 
 - ``bar`` (stderr is a terminal, no ``--json``): a tqdm bar that updates while the
-  phase runs. Proxy search: trials done / running / pending, the best test error so
+  phase runs. Proxy search: trials done / running / pending, the best validation error so
   far and its configuration, elapsed and estimated remaining time (from the fraction
   of the budget's epochs done: a running trial at epoch e of B counts e/B), with one
   line per finished trial printed above it. Target: epoch / epochs, train loss, test
@@ -123,7 +123,7 @@ class ProxyProgress(_Display):
         self._ended: set[str] = set()  # trial ids that finished (events, or Tune's status)
         self._running: dict[str, float] = {}  # trial id -> the fraction of the budget it has run
         self._attempts: dict[str, int] = {}
-        self.best: tuple[float, dict] | None = None  # (test error, searched config) of the best result so far
+        self.best: tuple[float, dict] | None = None  # (validation error, searched config) of the best result so far
         self._drawn = 0.0
         self._complete = False
 
@@ -143,7 +143,7 @@ class ProxyProgress(_Display):
         if self.best is not None:
             error, config = self.best
             shown = _config_text(config, self.searched)
-            text += f" | best {error:.4g}" + (f" ({shown})" if shown else "")
+            text += f" | best val {error:.4g}" + (f" ({shown})" if shown else "")
         return text
 
     # ---- Tune callback methods --------------------------------------------------------
@@ -154,7 +154,7 @@ class ProxyProgress(_Display):
     def on_trial_result(self, trial, result: dict) -> None:
         if trial.trial_id not in self._ended:
             self._running[trial.trial_id] = self._epoch_fraction(result)
-        error = result.get("test_error")
+        error = result.get("val_error")
         if not result.get("diverged") and isinstance(error, (int, float)) and math.isfinite(error):
             if self.best is None or error < self.best[0]:
                 self.best = (float(error), {k: v for k, v in (trial.config or {}).items() if k in self.searched})
@@ -198,7 +198,7 @@ class ProxyProgress(_Display):
         if failed:
             result = error_text(trial)
         else:
-            result = f"test {float(last.get('test_error', float('nan'))):.4g} at epoch {epochs}/{self.budget_epochs}"
+            result = f"val {float(last.get('val_error', float('nan'))):.4g} at epoch {epochs}/{self.budget_epochs}"
         wall = float(last.get("time_total_s", 0.0) or 0.0)
         number = trial_number(trial)
         shown = _config_text(dict(trial.config or {}), self.searched)

@@ -157,7 +157,7 @@ def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
     trainable = tune.with_resources(
         tune.with_parameters(
             proxy_trial,
-            data=ctx.data,
+            data=ctx.selection_data,  # validation rows held out, no test rows: nothing a search picks read them
             study=study,
             options={
                 "study_dir": str(sdir.root),
@@ -220,7 +220,7 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
 def _record(study, index: int, key: str, plan, child) -> TrialRecord:
     outcome, config = plan.outcomes[index], plan.configs[index]
     m = child.data.metrics if child else {}
-    test_error = outcome.value
+    val_error = outcome.value
     config = {k: (int(v) if k == "batch_size" else float(v)) for k, v in config.items() if k in study.search_space}
     spectral = outcome.metrics.get("spectral_lr0")
     return TrialRecord(
@@ -229,7 +229,7 @@ def _record(study, index: int, key: str, plan, child) -> TrialRecord:
         status=outcome.status,
         config=config,
         hp=merge_hyperparameters(study, config),
-        test_error=None if test_error is None or not math.isfinite(test_error) else float(test_error),
+        val_error=None if val_error is None or not math.isfinite(val_error) else float(val_error),
         epochs=int(outcome.metrics.get("epoch", 0) or 0),
         trainer_seconds=float(m.get("trainer_seconds", outcome.metrics.get("trainer_seconds", 0.0)) or 0.0),
         wall_seconds=float(m.get("wall_seconds", 0.0)),

@@ -98,6 +98,8 @@ def build_report(
         "grid": None if study.point_problem else list(study.grid_shape),
         "n_train": study.problem.n_train,
         "n_test": study.problem.n_test,
+        "n_val": study.problem.n_val,
+        "selection": selection_section(study),
         "overrides": overrides,
         "trials": {"total": len(trials), **counts},
         "best_proxy": best.summary() if best is not None else None,
@@ -114,16 +116,60 @@ def build_report(
     return out
 
 
+def selection_section(study) -> dict:
+    """Which split every selection read, and the sizes: the report's ``selection``."""
+    n_val = int(study.problem.n_val or 0)
+    if n_val == 0:
+        return {
+            "split": "test",
+            "n_val": 0,
+            "n_fit": study.problem.n_fit,
+            "note": "a study made before validation splits: its selections read the test split, so its reported "
+            "errors are optimistic",
+        }
+    return {
+        "split": "validation",
+        "n_val": n_val,
+        "n_fit": study.problem.n_fit,
+        "note": f"every model trained on the first {study.problem.n_fit} samples; the search, ASHA and every "
+        f"other selection compared errors on the next {n_val} (validation); the test split was read only by the "
+        "final models",
+    }
+
+
 def proxy_to_target(best, target: dict | None) -> dict | None:
-    """Best proxy error / target error (the gain of training the larger model); a strategy may add to it
-    (``--verify``: the target's seed spread at the transferred LR, mutransfer.sweep.strategies.verify)."""
-    if best is None or target is None or best.test_error is None or not target.get("test_error"):
+    """Best proxy error / target error on the same split, the validation split (the gain of training the larger
+    model); a strategy may add to it (``--verify``: the target's seed spread at the transferred LR,
+    mutransfer.sweep.strategies.verify). A study made before validation splits compares test errors."""
+    if best is None or target is None or best.val_error is None:
+        return None
+    key = "val_error" if target.get("val_error") is not None else "test_error"
+    if not target.get(key):
         return None
     return {
-        "proxy_test_error": best.test_error,
-        "target_test_error": target["test_error"],
-        "gain": best.test_error / target["test_error"],
+        "split": "validation" if key == "val_error" else "test",
+        "proxy_error": best.val_error,
+        "target_error": target[key],
+        "gain": best.val_error / target[key],
     }
+
+
+def _split_label(report: dict) -> str:
+    """What the proxies' errors were measured on: "val" (a study made before validation splits: "test")."""
+    return "val" if (report.get("selection") or {}).get("split") == "validation" else "test"
+
+
+def _split_sizes(report: dict) -> str:
+    """ "320 train / 80 val / 100 test" (a study made before validation splits: "400 train / 100 test")."""
+    n_val = int(report.get("n_val") or 0)
+    if n_val == 0:
+        return f"{report['n_train']} train / {report['n_test']} test"
+    return f"{int(report['n_train']) - n_val} train / {n_val} val / {report['n_test']} test"
+
+
+def _selected_error(trial: dict):
+    """A trial summary's error (``val_error``; a report written before validation splits: ``test_error``)."""
+    return trial.get("val_error", trial.get("test_error"))
 
 
 def format_report(report: dict) -> str:
@@ -135,9 +181,11 @@ def format_report(report: dict) -> str:
         else report["operator"]
     )
     lines.append(
-        f"study {report['study']}: {report['problem']} {operator}, {grid}, {report['n_train']} train / "
-        f"{report['n_test']} test, {report.get('scaling') or 'K ' + str(report['proxy_K']) + ' -> ' + str(report['target_K'])}"
+        f"study {report['study']}: {report['problem']} {operator}, {grid}, {_split_sizes(report)}, "
+        f"{report.get('scaling') or 'K ' + str(report['proxy_K']) + ' -> ' + str(report['target_K'])}"
     )
+    if _split_label(report) == "test":
+        lines.append("  note: a study made before validation splits: it selected on the test split (errors optimistic)")
     for note in report.get("overrides") or []:
         lines.append(f"  override: {note}")
     t = report["trials"]
@@ -149,7 +197,8 @@ def format_report(report: dict) -> str:
     if best:
         cfg = ", ".join(f"{k}={_g(v)}" for k, v in best["config"].items())
         lines.append(
-            f"best proxy: trial {best['trial_id']}  test rel. L2 {_g(best['test_error'])} after {best['epochs']} epochs  ({cfg})"
+            f"best proxy: trial {best['trial_id']}  {_split_label(report)} rel. L2 {_g(_selected_error(best))} after "
+            f"{best['epochs']} epochs  ({cfg})"
         )
     lines += strategies.text_lines(report, "search")  # e.g. the ladder's rungs
     transfer = report.get("transfer")
@@ -167,7 +216,9 @@ def format_report(report: dict) -> str:
         gain = report.get("proxy_to_target")
         if gain:
             text = (
-                f"proxy -> target test error: {_g(gain['proxy_test_error'])} -> {_g(gain['target_test_error'])} "
+                f"proxy -> target {'val' if gain.get('split', 'test') == 'validation' else 'test'} error: "
+                f"{_g(gain.get('proxy_error', gain.get('proxy_test_error')))} -> "
+                f"{_g(gain.get('target_error', gain.get('target_test_error')))} "
                 f"({gain['gain']:.2f}x {'lower' if gain['gain'] >= 1 else 'HIGHER: the target is no better than its proxy'})"
             )
             if gain.get("target_seeds"):
@@ -239,18 +290,18 @@ def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:
         "failed": ("s", "black"),
     }
     for status, (marker, color) in markers.items():
-        rows = [t for t in trials if t.status == status and t.test_error is not None and math.isfinite(t.test_error)]
+        rows = [t for t in trials if t.status == status and t.val_error is not None and math.isfinite(t.val_error)]
         if not rows:
             continue
         xs = [t.config.get("lr", t.hp["lr"]) if searched_lr else t.index for t in rows]
-        ys = [t.test_error for t in rows]
+        ys = [t.val_error for t in rows]
         ax.scatter(xs, ys, marker=marker, color=color, label=f"{status} ({len(rows)})")
     best = [t for t in trials if t.best]
     if best:
         b = best[0]
         ax.scatter(
             [b.config.get("lr", b.hp["lr"]) if searched_lr else b.index],
-            [b.test_error],
+            [b.val_error],
             s=160,
             facecolors="none",
             edgecolors="tab:green",

@@ -29,6 +29,7 @@ import os
 import time
 from dataclasses import asdict
 
+from mutransfer.data.validation import carve_validation
 from mutransfer.errors import UserInputError
 from mutransfer.study import _UNSET
 from mutransfer.study.data import load_study_data
@@ -126,7 +127,9 @@ def _load_data(ctx: SweepContext) -> None:
         ctx.say(
             f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ..."
         )
-    ctx.data, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
+    split, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
+    # selections read the validation split only; the final models report on the test split
+    ctx.data, ctx.selection_data = carve_validation(split, int(ctx.study.problem.n_val or 0))
 
 
 @contextlib.contextmanager

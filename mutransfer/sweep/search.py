@@ -17,7 +17,7 @@ from mutransfer.sweep.plan import total_trials
 
 __all__ = ["METRIC", "MODE", "TIME_ATTR", "max_concurrent", "total_trials", "tune_config"]
 
-METRIC = "test_error"
+METRIC = "val_error"
 MODE = "min"
 TIME_ATTR = "epoch"
 

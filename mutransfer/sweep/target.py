@@ -94,6 +94,8 @@ class TargetSummary:
 
     status: str = "unknown"
     test_error: float | None = None
+    #: the final validation error (a study made before validation splits has none)
+    val_error: float | None = None
     epochs: int = 0
     history: list[EpochRecord] = field(default_factory=list)
     trainer_seconds: float = 0.0
@@ -131,6 +133,8 @@ class TargetOutcome:
     checkpoint_dir: str | None = None
     device_seconds: float = 0.0
     resumed_from_epoch: int | None = None
+    #: the final validation error (what top-k chooses by); None for a study made before validation splits
+    val_error: float | None = None
 
     def as_dict(self) -> dict:
         """Plain dict for state.json (the history as EpochRecord dicts)."""
@@ -144,10 +148,11 @@ class TargetOutcome:
 
 
 class _Shard:
-    """The attributes the trainer reads (train_x, train_y, test_x, test_y)."""
+    """The attributes the trainer reads (train_x, train_y, test_x, test_y, val_x, val_y)."""
 
-    def __init__(self, train_x, train_y, test_x, test_y):
+    def __init__(self, train_x, train_y, test_x, test_y, val_x=None, val_y=None):
         self.train_x, self.train_y, self.test_x, self.test_y = train_x, train_y, test_x, test_y
+        self.val_x, self.val_y = val_x, val_y
 
 
 def _rows(array, rank: int, n: int, world: int):
@@ -168,7 +173,14 @@ def target_loop(cfg: dict) -> dict:
     data = ray.get(cfg["data_ref"])
 
     n = (data.train_x.shape[0] // world) * world
-    shard = _Shard(_rows(data.train_x, rank, n, world), _rows(data.train_y, rank, n, world), data.test_x, data.test_y)
+    shard = _Shard(
+        _rows(data.train_x, rank, n, world),
+        _rows(data.train_y, rank, n, world),
+        data.test_x,
+        data.test_y,
+        getattr(data, "val_x", None),
+        getattr(data, "val_y", None),
+    )
     per_rank_batch = max(1, int(hp["batch_size"]) // world)
 
     torch.manual_seed(study.training.seed)  # same init on every rank (DDP also broadcasts rank 0's)
@@ -215,6 +227,7 @@ def target_loop(cfg: dict) -> dict:
     summary = TargetSummary(
         status=result.status,
         test_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
+        val_error=result.val_error,
         epochs=int(result.epochs_completed),
         history=result.history,
         trainer_seconds=result.history[-1].seconds if result.history else float(result.seconds),
@@ -351,6 +364,7 @@ def run_target(
     return TargetOutcome(
         status=summary.status,
         test_error=float(test_error),
+        val_error=None if summary.val_error is None else float(summary.val_error),
         epochs=int(summary.epochs),
         history=summary.history,
         trainer_seconds=float(summary.trainer_seconds),

@@ -2,12 +2,13 @@
 
 With ``top_k = N > 1`` the target phase (mutransfer.sweep.train_target) hands over to
 :func:`train_top_k`: the N best proxy trials (:func:`candidates`, the ranking of
-``pick_best``: completed trials by test error, then pruned or diverged ones that
+``pick_best``: completed trials by validation error, then pruned or diverged ones that
 reported an error) are each rescaled by the μP rules (:func:`carry`, the one place a
 candidate is transferred) and trained at the target with Ray Train, one after another,
 each in ``<study dir>/targets/<trial key>/`` and under its own MLflow target run
 (tags ``mutransfer.topk_rank``, ``mutransfer.proxy_trial``; the winner
-``mutransfer.topk_winner = true``). The winner is the lowest target test error; it
+``mutransfer.topk_winner = true``). The winner is the lowest target *validation* error (the test
+error is reported, never compared); it
 becomes ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer`` (the candidates:
 ``ctx.records["top_k"]``, :class:`TopK`), so the model, the
 verification, the direct baseline and the report work on it as on a top-1 target.
@@ -50,16 +51,19 @@ NAME = "top_k"
 class Candidate:
     """One proxy configuration carried to the target: its rank among the proxies and what the target made of it.
 
-    Errors are relative L2 test errors; ``device_seconds`` is Ray Train's wall time × the devices it held,
+    Errors are relative L2 (proxy: validation; target: validation, which picks the winner, and test); ``device_seconds`` is Ray Train's wall time × the devices it held,
     ``trainer_device_seconds`` the trainer's own seconds × devices, ``flops`` the training FLOPs at the target.
     """
 
     rank: int
     trial_id: str  # the proxy trial's key (t0003)
-    proxy_test_error: float | None
+    #: the proxy trial's validation error (its rank among the proxies)
+    proxy_val_error: float | None
     hp: dict  # the transferred hyperparameters the target trained with
     record: dict  # the transfer record (mutransfer.sweep.rescale.transfer)
     target_test_error: float | None = None
+    #: the target's validation error: what the winner is chosen by (the test error is only reported)
+    target_val_error: float | None = None
     status: str = ""
     epochs: int = 0
     device_seconds: float = 0.0
@@ -75,7 +79,8 @@ class Candidate:
         keys = (
             "rank",
             "trial_id",
-            "proxy_test_error",
+            "proxy_val_error",
+            "target_val_error",
             "target_test_error",
             "status",
             "epochs",
@@ -98,6 +103,8 @@ class Candidate:
     @classmethod
     def from_dict(cls, d: dict, root: Path) -> Candidate:
         names = {f.name for f in dataclasses.fields(cls)}
+        if "proxy_val_error" not in d:  # kept before validation splits: the proxy's error was its test error
+            d = dict(d, proxy_val_error=d.get("proxy_test_error"))
         cand = cls(**{k: v for k, v in d.items() if k in names and k != "outcome"})
         cand.outcome = TargetOutcome.from_dict(d["outcome"])
         cand.outcome.checkpoint_dir = resolved_path(cand.outcome.checkpoint_dir, root)
@@ -152,10 +159,12 @@ class TopK:
 
 
 def choose_winner(cands: list[Candidate]) -> Candidate:
-    """The lowest finite target error (a diverged or NaN target never wins unless all are); ties go to the better rank."""
+    """The lowest finite target **validation** error (a diverged or NaN target never wins unless all are); ties go
+    to the better rank. The test error is never compared (a study made before validation splits has no
+    validation error and compares test errors, as it did)."""
 
     def key(c: Candidate):
-        e = c.target_test_error
+        e = c.target_val_error if c.target_val_error is not None else c.target_test_error
         finite = e is not None and math.isfinite(e) and c.status != "diverged"
         return (not finite, e if finite else 0.0, c.rank)
 
@@ -211,10 +220,11 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
             Candidate(
                 rank,
                 key,
-                trial.test_error,
+                trial.val_error,
                 transfer.hp,
                 transfer.record,
                 target_test_error=outcome.test_error,
+                target_val_error=outcome.val_error,
                 status=outcome.status,
                 epochs=outcome.epochs,
                 device_seconds=cost["device_seconds"],
@@ -282,13 +292,15 @@ def winner_proxy(trials: list[TrialRecord], rows: list[dict], default: TrialReco
 
 
 def topk_metrics(rows: list[dict] | None, timestamp_ms: int) -> list[tuple]:
-    """The parent run's top-k metrics: ``topk_<rank>_target_error`` and ``topk_winner_rank``."""
+    """The parent run's top-k metrics: ``topk_<rank>_target_error`` (test), ``topk_<rank>_target_val_error`` and
+    ``topk_winner_rank``."""
     if not rows:
         return []
     out = [
-        (f"topk_{r['rank']}_target_error", r["target_test_error"], timestamp_ms, 0)
+        (f"topk_{r['rank']}_target{suffix}_error", r[key], timestamp_ms, 0)
         for r in rows
-        if r["target_test_error"] is not None
+        for suffix, key in (("", "target_test_error"), ("_val", "target_val_error"))
+        if r.get(key) is not None
     ]
     return out + [("topk_winner_rank", r["rank"], timestamp_ms, 0) for r in rows if r["winner"]]
 
@@ -305,15 +317,16 @@ def topk_lines(rows: list[dict] | None, compute: dict) -> list[str]:
     lines = [
         "",
         f"top-k: the {len(rows)} best proxy configurations trained at the target; the winner has the "
-        f"lowest target error"
+        f"lowest target validation error"
         + (f": proxy trial {win['trial_id']} (rank {win['rank']}), the target and transfer table above" if win else ""),
-        f"  {'rank':>4}  {'proxy trial':<11}  {'proxy error':>11}  {'transferred lr':>14}  {'target error':>12}  "
-        f"{'device-s':>8}",
+        f"  {'rank':>4}  {'proxy trial':<11}  {'proxy val':>11}  {'transferred lr':>14}  {'target val':>12}  "
+        f"{'target test':>12}  {'device-s':>8}",
     ]
     for r in rows:
         lines.append(
-            f"  {r['rank']:>4}  {r['trial_id']:<11}  {g(r['proxy_test_error']):>11}  {g(r['lr'], '.3g'):>14}  "
-            f"{g(r['target_test_error']):>12}  {g(r['device_seconds'], '.1f'):>8}" + ("  winner" if r["winner"] else "")
+            f"  {r['rank']:>4}  {r['trial_id']:<11}  {g(r.get('proxy_val_error', r.get('proxy_test_error'))):>11}  "
+            f"{g(r['lr'], '.3g'):>14}  {g(r.get('target_val_error')):>12}  {g(r['target_test_error']):>12}  "
+            f"{g(r['device_seconds'], '.1f'):>8}" + ("  winner" if r["winner"] else "")
         )
     lines.append(
         f"  all {len(rows)} target trainings: {g(compute.get('top_k_device_seconds'), '.1f')} device-s, "

@@ -123,7 +123,8 @@ class TrialReport:
     if nothing was reported or it diverged (that last one is also stored in ``done.json``)."""
 
     epoch: int
-    test_error: float
+    #: the error on the trial's held-out split: the validation split (mutransfer.data.validation)
+    val_error: float
     train_loss: float
     lr: float
     trainer_seconds: float
@@ -137,6 +138,8 @@ class TrialReport:
     @classmethod
     def from_metrics(cls, metrics: dict) -> TrialReport:
         """From :meth:`metrics` (other keys, e.g. an older done.json's ``history_before``, are ignored)."""
+        if "val_error" not in metrics and "test_error" in metrics:  # a done.json written before validation splits
+            metrics = dict(metrics, val_error=metrics["test_error"])
         return cls(**{f.name: metrics[f.name] for f in dataclasses.fields(cls)})
 
 
@@ -223,14 +226,14 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
         history.append(event)
         write_trial_history(trial_dir, history)  # before the report: ASHA may end the trial there
         reported["n"] += 1
-        tune.report(TrialReport(**eval_metrics(event, spectral_lr0), diverged=0).metrics())
+        tune.report(TrialReport(**eval_metrics(event, spectral_lr0, error_key="val_error"), diverged=0).metrics())
 
     result = train(model, data, tconfig, callbacks=[report_eval], resume=True, plan=options.get("plan"))
 
     last = result.history[-1] if result.history else None
     final = TrialReport(
         epoch=int(result.epochs_completed),
-        test_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
+        val_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
         train_loss=float(result.train_loss),
         lr=last.lr if last else hp["lr"],
         trainer_seconds=last.seconds if last else float(result.seconds),

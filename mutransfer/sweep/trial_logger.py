@@ -196,7 +196,7 @@ class TrialLogger:
 
     def _steps(self, run: OpenRun) -> set[int]:
         if run.steps is None:
-            run.steps = logged_steps(self.client, run.run_id)
+            run.steps = logged_steps(self.client, run.run_id, "val_error")
         return run.steps
 
     def _log_live(self, key: str) -> None:
@@ -215,7 +215,7 @@ class TrialLogger:
                 for e in fresh
                 for m in epoch_metrics(
                     e,
-                    test_error=buf[e]["test_error"],
+                    val_error=buf[e]["val_error"],
                     train_loss=buf[e]["train_loss"],
                     lr=buf[e]["lr"],
                     timestamp_ms=ts,
@@ -228,9 +228,9 @@ class TrialLogger:
     @staticmethod
     def _buffer(buf: dict, result: dict) -> None:
         """Add one Tune result (a TrialReport's metrics) to ``buf``: epoch -> the epoch's metrics."""
-        if not result.get("diverged") and "epoch" in result and "test_error" in result:
+        if not result.get("diverged") and "epoch" in result and "val_error" in result:
             buf[int(result["epoch"])] = {
-                "test_error": float(result["test_error"]),
+                "val_error": float(result["val_error"]),
                 "train_loss": float(result.get("train_loss", float("nan"))),
                 "lr": float(result.get("lr", float("nan"))),
                 "seconds": float(result.get("trainer_seconds", 0.0)),
@@ -268,7 +268,7 @@ class TrialLogger:
         trials = Path(self.trials_dir) if self.trials_dir is not None else Path(tune_path).parents[2] / "trials"
         for r in read_trial_history(trials / tid):
             buf.setdefault(
-                r.epoch, {"test_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds}
+                r.epoch, {"val_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds}
             )
 
     def _flush(self, trial, failed: bool) -> None:
@@ -326,17 +326,17 @@ class TrialLogger:
             row = buf[epoch]
             metrics += epoch_metrics(
                 epoch,
-                test_error=row["test_error"],
+                val_error=row["val_error"],
                 train_loss=row["train_loss"],
                 lr=row["lr"],
                 timestamp_ms=start_ms + int(row["seconds"] * 1000),
             )
-        final_error = float(last.get("test_error", float("nan"))) if not failed else float("nan")
+        final_error = float(last.get("val_error", last.get("test_error", float("nan")))) if not failed else float("nan")
         epochs_done = int(last.get("epoch", max(buf) if buf else 0) or 0)
         trainer_seconds = float(last.get("trainer_seconds", 0.0) or 0.0)
         now = int(end * 1000)
         metrics += [
-            ("final_test_error", final_error, now, epochs_done),
+            ("final_val_error", final_error, now, epochs_done),
             ("epochs", epochs_done, now, 0),
             ("trainer_seconds", trainer_seconds, now, 0),
             ("wall_seconds", wall, now, 0),

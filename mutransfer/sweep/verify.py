@@ -144,7 +144,7 @@ def analyse(
     proxy_records: list[dict] | None = None,
     search_lr: float | None = None,
 ) -> Verification:
-    """The verification from its trainings: records with ``lr``, ``seed``, ``status``, ``test_error`` (pure).
+    """The verification from its trainings: records with ``lr``, ``seed``, ``status``, ``val_error`` (pure).
 
     With ``proxy_records`` (the proxy on :func:`~mutransfer.sweep.verify_transfer.proxy_grid`) and ``search_lr``
     (the search winner's LR; default: the transferred one) also the proxy's optimum, the transfer error, the search
@@ -165,10 +165,10 @@ def analyse(
         if at_centre and not _ok(at_centre[0]):
             diverged.append(seed)  # no finite regret: reported apart, never silently dropped
         elif ok and at_centre:
-            regrets.append(at_centre[0]["test_error"] / min(r["test_error"] for r in ok) - 1.0)
+            regrets.append(at_centre[0]["val_error"] / min(r["val_error"] for r in ok) - 1.0)
     distance = mean_ci(distances) if distances else None
     regret = mean_ci(regrets) if regrets else None
-    mean_curve = {v: _mean([r["test_error"] for r in records if r["lr"] == v and _ok(r)]) for v in grid}
+    mean_curve = {v: _mean([r["val_error"] for r in records if r["lr"] == v and _ok(r)]) for v in grid}
     finite = {v: e for v, e in mean_curve.items() if e is not None}
     optimum_lr = None if distance is None else float(transferred_lr * 10.0**distance.mean)
     verdict = _verdict(distance, seed_optima, spacing)
@@ -233,7 +233,7 @@ def _bounds(ci: list, factor: float, spec: str) -> str:
 
 
 def _ok(record: dict) -> bool:
-    e = record.get("test_error")
+    e = record.get("val_error")
     return record.get("status") != "diverged" and e is not None and math.isfinite(e)
 
 
@@ -260,7 +260,7 @@ def train_target_at(
         "lr": float(lr),
         "seed": int(seed),
         "status": result.status,
-        "test_error": float(result.test_error),
+        "val_error": float(result.test_error),
         "epochs": int(result.epochs_completed),
         "trainer_seconds": float(trainer),
         "wall_seconds": time.perf_counter() - start,
@@ -291,7 +291,7 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
     target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in ``grids``' order."""
     import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
-    data_ref = ray.put(ctx.data)
+    data_ref = ray.put(ctx.selection_data)  # the optima are selections: validation rows, never the test split
     pending = {}
     for i, grid in enumerate(grids):
         r = grid.study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
@@ -321,7 +321,7 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
         _log_point(ctx, grid.kind, record, grid.study, grid.target)
         ctx.say(
             f"  {grid.kind} [{total - len(pending)}/{total}] lr={record['lr']:.4g} seed={record['seed']}: "
-            f"{record['status']} {record['test_error']:.4g}"
+            f"{record['status']} val {record['val_error']:.4g}"
         )
     return records
 
@@ -340,9 +340,9 @@ def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool =
         },
     )
     now = int(time.time() * 1000)
-    metrics = [("test_error", e, now, epoch) for epoch, e, _ in record["history"]]
+    metrics = [("val_error", e, now, epoch) for epoch, e, _ in record["history"]]
     metrics += [(k, record[k], now, 0) for k in ("trainer_seconds", "wall_seconds")]
-    metrics.append(("final_test_error", record["test_error"], now, 0))
+    metrics.append(("final_val_error", record["val_error"], now, 0))
     log_batch(
         client,
         run.info.run_id,

@@ -43,7 +43,7 @@ NOT_RESOLVED = "not resolved"
 
 
 def seed_optima(records: list[dict], grid: list[float]) -> list[dict]:
-    """Per seed of ``records`` (``lr``, ``seed``, ``status``, ``test_error``): the estimator's optimum.
+    """Per seed of ``records`` (``lr``, ``seed``, ``status``, ``val_error``): the estimator's optimum.
 
     Each: ``seed``, ``optimum_lr``, ``at_edge``, ``edge`` ("below"/"above" the grid, or None), ``coordinate``
     (log10 of the optimum when it is usable: inside the grid, else None).
@@ -52,7 +52,7 @@ def seed_optima(records: list[dict], grid: list[float]) -> list[dict]:
     out = []
     for seed in sorted({int(r["seed"]) for r in records}):
         rows = sorted((r for r in records if int(r["seed"]) == seed), key=lambda r: r["lr"])
-        opt = fit_optimum([r["lr"] for r in rows], [r["test_error"] for r in rows], [r["status"] for r in rows], "lr")
+        opt = fit_optimum([r["lr"] for r in rows], [r["val_error"] for r in rows], [r["status"] for r in rows], "lr")
         edge = None
         if opt.value is not None and opt.at_edge:
             edge = "below" if opt.value <= grid[0] * (1 + 1e-9) else "above"

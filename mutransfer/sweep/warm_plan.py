@@ -188,7 +188,7 @@ def build_warm_start(spec: str, study, source: SourceStudy, top: int | None, not
         if config is None:
             continue
         record = rescale_record(study, source, config)
-        trials.append(WarmTrial(trial_key(len(trials)), t.key, float(t.test_error), config, record))
+        trials.append(WarmTrial(trial_key(len(trials)), t.key, float(t.val_error), config, record))
     if clipped:
         notes.append("clipped into this study's search space: " + ", ".join(clipped))
     if out_of_choice:
@@ -338,7 +338,7 @@ def warm_start_section(warm: WarmStart | None, trials: list) -> dict | None:
                 "trial_id": t.key,
                 "source_trial": t.source_trial,
                 "source_error": t.source_error,
-                "test_error": record.test_error if record else None,
+                "val_error": record.val_error if record else None,
                 "status": record.status if record else None,
                 "config": t.config,
                 "lr_factor": t.rescale["lr_factor"],

@@ -8,7 +8,7 @@
 3. the tracking store: the study's MLflow parent run (tags ``mutransfer.kind = study``,
    ``mutransfer.study = STUDY``; the newest one if there are several), its parameters
    (problem, operator, sizes, ``search.space``) and its ``proxy_trial`` child runs
-   (params ``hp.<name>``, metric ``final_test_error``, tag ``mutransfer.status``).
+   (params ``hp.<name>``, metric ``final_val_error`` — ``final_test_error`` before validation splits —, tag ``mutransfer.status``).
 
 Nothing is created: a sqlite store that does not exist is not opened. Everything read is
 JSON, YAML (``safe_load``) or MLflow's own records; no file is unpickled.
@@ -31,17 +31,18 @@ from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_T
 
 @dataclass(frozen=True)
 class SourceTrial:
-    """One trial of the source study: its key, its searched configuration, its last test error, its status."""
+    """One trial of the source study: its key, its searched configuration, its last validation error (a study made
+    before validation splits: its test error), its status."""
 
     key: str
     config: dict
-    test_error: float | None
+    val_error: float | None
     status: str  # completed | pruned | diverged | failed
 
     @property
     def usable(self) -> bool:
         """It ran the full budget and reported a finite error."""
-        return self.status == "completed" and self.test_error is not None and math.isfinite(self.test_error)
+        return self.status == "completed" and self.val_error is not None and math.isfinite(self.val_error)
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,8 @@ class SourceStudy:
     trials: tuple[SourceTrial, ...]
 
     def best(self, n: int) -> list[SourceTrial]:
-        """The ``n`` completed trials with the lowest test error (ties: the earlier key)."""
-        return sorted((t for t in self.trials if t.usable), key=lambda t: (t.test_error, t.key))[: max(0, n)]
+        """The ``n`` completed trials with the lowest validation error (ties: the earlier key)."""
+        return sorted((t for t in self.trials if t.usable), key=lambda t: (t.val_error, t.key))[: max(0, n)]
 
     def size_text(self) -> str:
         parts = [f"K={self.proxy_K}"] if self.proxy_K is not None else []
@@ -171,7 +172,7 @@ def read_tracking(name: str, uri: str) -> SourceStudy | None:
         if tags.get("mutransfer.superseded") == "true" or TRIAL_ID_TAG not in tags:
             continue
         config = {k: _param(run.data.params[f"hp.{k}"]) for k in searched if f"hp.{k}" in run.data.params}
-        error = run.data.metrics.get("final_test_error")
+        error = run.data.metrics.get("final_val_error", run.data.metrics.get("final_test_error"))  # older: test
         trials.append(
             SourceTrial(
                 tags[TRIAL_ID_TAG], config, None if error is None else float(error), tags.get(STATUS_TAG, "failed")

@@ -35,7 +35,7 @@ def list_studies(uri: str) -> list[dict]:
                 "operator": p.get("operator") or "fno",
                 "proxy_width": _int(p.get("proxy_width", p.get("width"))),
                 "target_width": _int(p.get("target_width")),
-                "best_proxy_error": m.get("best_proxy_test_error"),
+                "best_proxy_error": m.get("best_proxy_val_error", m.get("best_proxy_test_error")),
                 "target_error": m.get("target_test_error"),
                 "proxy_device_seconds": m.get("proxy_device_seconds"),
                 "target_device_seconds": m.get("target_device_seconds"),

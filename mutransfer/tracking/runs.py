@@ -133,10 +133,15 @@ def log_batch(client, run_id: str, *, metrics=(), params: dict | None = None, ta
         first = False
 
 
-def epoch_metrics(epoch: int, *, test_error, train_loss, lr, timestamp_ms: int) -> list[tuple]:
-    """The per-epoch metrics of a trial or the target as (key, value, timestamp ms, step = epoch) tuples."""
+def epoch_metrics(epoch: int, *, test_error=None, val_error=None, train_loss, lr, timestamp_ms: int) -> list[tuple]:
+    """The per-epoch metrics of a trial or the target as (key, value, timestamp ms, step = epoch) tuples.
+
+    A proxy trial has a ``val_error`` (its held-out split is the validation split), the target a ``test_error``
+    (and a ``val_error`` when the study has a validation split).
+    """
+    errors = [(k, v) for k, v in (("test_error", test_error), ("val_error", val_error)) if v is not None]
     return [
-        ("test_error", test_error, timestamp_ms, epoch),
+        *[(k, v, timestamp_ms, epoch) for k, v in errors],
         ("train_loss", train_loss, timestamp_ms, epoch),
         ("lr", lr, timestamp_ms, epoch),
     ]
@@ -254,7 +259,14 @@ class Tracker:
         metrics = [
             m
             for r in fresh
-            for m in epoch_metrics(r.epoch, test_error=r.test_error, train_loss=r.train_loss, lr=r.lr, timestamp_ms=now)
+            for m in epoch_metrics(
+                r.epoch,
+                test_error=r.test_error,
+                val_error=r.val_error,
+                train_loss=r.train_loss,
+                lr=r.lr,
+                timestamp_ms=now,
+            )
         ]
         if metrics:
             log_batch(self.client, run_id, metrics=metrics)
@@ -268,6 +280,7 @@ class Tracker:
                 metrics += epoch_metrics(
                     r.epoch,
                     test_error=r.test_error,
+                    val_error=r.val_error,
                     train_loss=r.train_loss,
                     lr=r.lr,
                     timestamp_ms=start_ms + int(r.seconds * 1000),
@@ -275,6 +288,11 @@ class Tracker:
         now = _now_ms()
         metrics += [
             ("final_test_error", outcome.test_error, now, 0),
+            *(
+                [("final_val_error", outcome.val_error, now, 0)]
+                if getattr(outcome, "val_error", None) is not None
+                else []
+            ),
             ("trainer_seconds", outcome.trainer_seconds, now, 0),
             ("wall_seconds", outcome.wall_seconds, now, 0),
             ("device_seconds", outcome.device_seconds, now, 0),

@@ -30,9 +30,17 @@ EXPERIMENT_KIND = "custom_model_development"
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 WORKFLOW = {"workflowType": "machine_learning"}
 
-#: Metrics shown in every study's view: trial and target runs log test_error per epoch and
-#: final_test_error at the end; the parent run logs the study's summary errors.
-ERROR_METRICS = ("final_test_error", "test_error", "best_proxy_test_error", "target_test_error")
+#: Metrics shown in every study's view: proxy trials log val_error per epoch and final_val_error at the end
+#: (they never see the test split), the target test_error and val_error, final_test_error and final_val_error;
+#: the parent run logs the study's summary errors.
+ERROR_METRICS = (
+    "final_val_error",
+    "final_test_error",
+    "val_error",
+    "test_error",
+    "best_proxy_val_error",
+    "target_test_error",
+)
 
 
 def view_key(study_name: str) -> str:
@@ -53,7 +61,7 @@ def study_view_state(study_name: str, searched: Iterable[str]) -> dict:
     name = study_name.replace("'", "\\'")
     return {
         "searchFilter": f"tags.`mutransfer.study` = '{name}'",
-        "orderByKey": _column("metrics", "final_test_error"),
+        "orderByKey": _column("metrics", "final_val_error"),
         "orderByAsc": True,
         "selectedColumns": [_column("metrics", m) for m in ERROR_METRICS]
         + [_column("params", f"hp.{k}") for k in searched],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from mutransfer.data.streaming import iterate_chunks
+from mutransfer.data.streaming import LazySamples, iterate_chunks
 from mutransfer.training.losses import relative_l2
 from mutransfer.training.precision import Precision
 
@@ -20,8 +20,8 @@ def all_finite(params: list[torch.Tensor]) -> bool:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
+    x: torch.Tensor | LazySamples,
+    y: torch.Tensor | LazySamples,
     batch_size: int,
     device: torch.device,
     amp: Precision | None = None,

@@ -38,6 +38,8 @@ class EpochRecord:
     test_error: float
     lr: float
     seconds: float
+    #: mean relative L2 on the validation split, when the run was given one (else None)
+    val_error: float | None = None
 
     def as_dict(self) -> dict:
         """Plain dict, tagged ``"event": "eval"`` (the shape checkpoints and ``--json`` have always held)."""
@@ -53,6 +55,7 @@ class EpochRecord:
             test_error=float(d["test_error"]),
             lr=float(d["lr"]),
             seconds=float(d["seconds"]),
+            val_error=None if d.get("val_error") is None else float(d["val_error"]),
         )
 
 
@@ -109,6 +112,8 @@ class TrainResult:
     seconds: float = 0.0
     device: str = "cpu"
     resumed_from: int | None = None
+    #: the final validation error when the run was given a validation split
+    val_error: float | None = None
 
     def as_dict(self) -> dict:
         """Plain dict for JSON (the history through :func:`dump_history`)."""

@@ -84,22 +84,36 @@ class StopTraining(Exception):
 # --------------------------------------------------------------------------- helpers
 
 
-def _check_data(data) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    tensors = []
-    for name in ("train_x", "train_y", "test_x", "test_y"):
+Samples = torch.Tensor | LazySamples
+
+
+def _check_data(data) -> tuple[Samples, Samples, Samples, Samples, Samples | None, Samples | None]:
+    """(train_x, train_y, test_x, test_y, val_x, val_y); the validation pair is optional (None, None)."""
+    tensors: list[Samples | None] = []
+    for name in ("train_x", "train_y", "test_x", "test_y", "val_x", "val_y"):
         value = getattr(data, name, None)
+        if value is None and name.startswith("val_"):
+            tensors.append(None)
+            continue
         if not isinstance(value, (torch.Tensor, LazySamples)):
             raise UserInputError(
                 f"data.{name}: expected a torch tensor of shape (n, *grid, channels), got {type(value).__name__}"
             )
         tensors.append(value)
-    train_x, train_y, test_x, test_y = tensors
-    for split, x, y in (("train", train_x, train_y), ("test", test_x, test_y)):
+    train_x, train_y, test_x, test_y, val_x, val_y = tensors
+    assert train_x is not None and train_y is not None and test_x is not None and test_y is not None
+    if (val_x is None) != (val_y is None):
+        raise UserInputError("data.val_x/val_y: give both or neither")
+    splits: list[tuple[str, Samples | None, Samples | None]] = [("train", train_x, train_y), ("test", test_x, test_y)]
+    if val_x is not None:
+        splits.append(("val", val_x, val_y))
+    for split, x, y in splits:
+        assert x is not None and y is not None
         if x.shape[0] != y.shape[0] or x.shape[0] == 0:
             raise UserInputError(
                 f"data.{split}_x/{split}_y: need the same, non-zero number of samples (got {x.shape[0]} and {y.shape[0]})"
             )
-    return train_x, train_y, test_x, test_y
+    return train_x, train_y, test_x, test_y, val_x, val_y
 
 
 def _epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
@@ -166,7 +180,7 @@ class _Run:
             # Denormal floats (e.g. in Adam's squared-gradient state) made CPU steps up to
             # 100x slower in benchmarks/bench_fno_step.py; flushing them costs no accuracy that matters.
             torch.set_flush_denormal(True)
-        self.train_x, self.train_y, self.test_x, self.test_y = _check_data(data)
+        self.train_x, self.train_y, self.test_x, self.test_y, self.val_x, self.val_y = _check_data(data)
         self.n_train = self.train_x.shape[0]
         self.iters_per_epoch = math.ceil(self.n_train / config.batch_size)
         unit = self.iters_per_epoch if config.epochs is not None else 1
@@ -356,11 +370,15 @@ class _Run:
         return True
 
     def evaluate(self) -> EpochRecord | None:
-        """Measure the test error and append the record to the history; None (status "diverged") if it blew up."""
+        """Measure the test (and validation) error, append the record to the history; None (status "diverged") if
+        it blew up."""
         test_error = evaluate(self.model, self.test_x, self.test_y, self.config.batch_size, self.device, self.amp)
         if not math.isfinite(test_error) or test_error > EXPLODED_LOSS:
             self.status = "diverged"
             return None
+        val_error = None
+        if self.val_x is not None and self.val_y is not None:
+            val_error = evaluate(self.model, self.val_x, self.val_y, self.config.batch_size, self.device, self.amp)
         self.last_loss = self.loss_sum / self.loss_count
         self.loss_sum, self.loss_count = 0.0, 0
         self.best = min(self.best, test_error)
@@ -371,6 +389,7 @@ class _Run:
             test_error=test_error,
             lr=_base_lr(self.optimizer),
             seconds=self.elapsed(),
+            val_error=val_error,
         )
         self.history.append(record)
         return record
@@ -378,11 +397,15 @@ class _Run:
     # ---- the end -------------------------------------------------------------------------
     def finish(self) -> TrainResult:
         """Final status and errors, the last checkpoint, the result, and the end event to the callbacks."""
+        val_error: float | None = None
         if self.status == "diverged":
             test_error = train_loss = DIVERGED_METRIC
+            val_error = DIVERGED_METRIC if self.val_x is not None else None
         else:
             self.status = "stopped" if self.stopped else "completed"
             test_error = self.history[-1].test_error if self.history else DIVERGED_METRIC
+            if self.val_x is not None:
+                val_error = self.history[-1].val_error if self.history else DIVERGED_METRIC
             train_loss = _finite_or_sentinel(self.last_loss)
         if self.checkpoint_path is not None and self.iteration != self.resumed_from:
             self.write_checkpoint()
@@ -398,6 +421,7 @@ class _Run:
             seconds=time.perf_counter() - self.call_start,
             device=str(self.device),
             resumed_from=self.resumed_from,
+            val_error=val_error,
         )
         end = TrainEnd(
             status=self.status,
@@ -425,7 +449,10 @@ def train(
     """Train ``model`` on ``data`` and return a :class:`TrainResult`.
 
     ``data`` has ``train_x, train_y, test_x, test_y``: tensors of shape
-    (n, *grid, C) (channel-last). Loss: ``config.loss`` (mean relative L2 over the
+    (n, *grid, C) (channel-last), and optionally ``val_x, val_y`` (a validation split, evaluated beside the
+    test split at every evaluation: ``EpochRecord.val_error``). ``test_x``/``test_y`` is the split the
+    run is judged by; a selection run is handed the validation samples there and no test samples at all
+    (mutransfer.data.validation.SelectionSplit). Loss: ``config.loss`` (mean relative L2 over the
     batch, or the PINO Darcy loss of mutransfer.training.pino); the test metric
     is always the mean relative L2.
     Each callback gets one :class:`EpochRecord` per evaluation (``event`` "eval")

@@ -26,7 +26,9 @@ def test_epoch_flops_is_per_sample_step_flops_times_samples():
         projection_channels=study.operator.projection_channels,
         padding=study.padding,
     )["total"]
-    assert epoch_flops(study, study.target_K) == pytest.approx(per_sample * study.problem.n_train)
+    assert epoch_flops(study, study.target_K) == pytest.approx(
+        per_sample * study.problem.n_fit
+    )  # the samples trained on: n_train - n_val
     assert epoch_flops(study, study.proxy_K) < epoch_flops(study, study.target_K)
 
 

@@ -99,7 +99,7 @@ def _trial(key, status, error):
         status=status,
         config={"lr": 1e-3},
         hp={"lr": 1e-3, "init_scale": 1.0},
-        test_error=error,
+        val_error=error,
         epochs=4,
     )
 
@@ -173,7 +173,7 @@ def test_preset_plan_hands_out_its_configurations_without_asha(tmp_path):
     assert plan.next_trial() == ("t0001", preset[1])  # no waiting for t0000's result
     assert plan.next_trial() == DONE
     assert not plan.should_stop("t0000", 1, 1e9)
-    plan.record("t0000", {"epoch": 20, "test_error": 0.1}, failed=False)
+    plan.record("t0000", {"epoch": 20, "val_error": 0.1}, failed=False)
     again = SearchPlan(study, tmp_path / "trials", 1, preset=preset)  # a resumed rung
     assert again.next_trial() == ("t0001", preset[1]) and again.next_trial() == DONE
     assert set(again.outcomes) == {0}
@@ -237,7 +237,7 @@ def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_si
     ctx = SimpleNamespace(
         study=study, final_search=ladder.final_search(study), transfer=None, proxies=SimpleNamespace(trials=proxies)
     )
-    assert [t.test_error for t in candidates(ctx, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
+    assert [t.val_error for t in candidates(ctx, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
     record = carry(ctx, _trial("t0001", "completed", 0.01)).record
     assert (record["proxy_modes"], record["target_modes"]) == (16, 24)
     assert record["lr_factor"] == pytest.approx(math.sqrt(math.log(16) / math.log(24)))

@@ -33,7 +33,7 @@ def _drive(progress: ProxyProgress) -> None:
         progress.on_trial_start(t)
     for epoch, (ea, eb) in enumerate([(0.5, 0.9), (0.3, 0.8)], start=1):
         for t, e in ((a, ea), (b, eb)):
-            t.last_result = {"epoch": epoch, "test_error": e, "diverged": 0, "time_total_s": 1.5 * epoch}
+            t.last_result = {"epoch": epoch, "val_error": e, "diverged": 0, "time_total_s": 1.5 * epoch}
             progress.on_trial_result(t, t.last_result)
     b.status = "TERMINATED"
     progress.on_trial_complete(b)  # ASHA stopped it at epoch 2 of 4
@@ -41,7 +41,7 @@ def _drive(progress: ProxyProgress) -> None:
     for epoch in (3, 4):
         a.last_result = {
             "epoch": epoch,
-            "test_error": 0.3 - 0.1 * (epoch - 2),
+            "val_error": 0.3 - 0.1 * (epoch - 2),
             "diverged": 0,
             "time_total_s": 1.5 * epoch,
         }

@@ -89,7 +89,7 @@ def test_quick_study_end_to_end(quick_run):
     assert parent.info.status == "FINISHED" and parent.data.tags["mutransfer.status"] == "done"
     assert {r.data.tags["mutransfer.status"] for r in trials} <= {"completed", "pruned", "diverged"}
     for r in trials:  # per-epoch metrics, logged in one batch
-        assert r.data.metrics["epochs"] >= 1 and "final_test_error" in r.data.metrics
+        assert r.data.metrics["epochs"] >= 1 and "final_val_error" in r.data.metrics
 
     # muP transfer: the target's effective spectral LR = the best proxy's x sqrt(log Kp / log Kt)
     best = next(r for r in trials if r.data.tags["mutransfer.trial_id"] == report["best_proxy"]["trial_id"])
@@ -161,7 +161,7 @@ def test_studies_lists_the_quick_study(quick_run, capsys):
     assert len(rows) == 1
     row = rows[0]
     assert (row["study"], row["status"], row["proxy_K"], row["target_K"]) == ("quick", "done", 6, 24)
-    assert row["best_proxy_error"] == pytest.approx(report["best_proxy"]["test_error"])
+    assert row["best_proxy_error"] == pytest.approx(report["best_proxy"]["val_error"])
     assert row["target_error"] == pytest.approx(report["target"]["test_error"])
     assert main(["studies", "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}"]) == 0
     table = capsys.readouterr().out.splitlines()
@@ -286,7 +286,7 @@ def test_diverged_trial_reports_the_finite_sentinel(ray_local, tiny_data, tmp_pa
         )
     )
     by_lr = {t["config"]["lr"]: t for t in report["trial_table"]}
-    assert by_lr[1e6]["status"] == "diverged" and by_lr[1e6]["test_error"] == DIVERGED_METRIC
+    assert by_lr[1e6]["status"] == "diverged" and by_lr[1e6]["val_error"] == DIVERGED_METRIC
     assert report["best_proxy"]["config"]["lr"] == 3e-3
     statuses = {
         r.data.tags.get("mutransfer.status")

@@ -55,7 +55,8 @@ class StoreWatcher:
             ids = [e.experiment_id for e in self.client.search_experiments()]
             for run in self.client.search_runs(ids, filter_string="attributes.status = 'RUNNING'") if ids else []:
                 kind = run.data.tags.get("mutransfer.kind")
-                steps = len(self.client.get_metric_history(run.info.run_id, "test_error"))
+                metric = "val_error" if kind == "proxy_trial" else "test_error"  # a proxy never sees the test split
+                steps = len(self.client.get_metric_history(run.info.run_id, metric))
                 self.running_steps.setdefault(kind, set()).add(steps)
         except Exception:  # the store is being created, or briefly locked by the sweep's writes
             return
@@ -124,7 +125,8 @@ def test_a_study_is_visible_in_mlflow_and_on_the_terminal_while_it_runs(tmp_path
     target = next(r for r in runs if r.data.tags.get("mutransfer.kind") == "target")
     for run, epochs in [(t, EPOCHS) for t in trials] + [(target, TARGET_EPOCHS)]:
         assert run.info.status == "FINISHED" and run.data.tags["mutransfer.status"] == "completed"
-        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, "test_error"))
+        metric = "val_error" if run in trials else "test_error"
+        steps = sorted(m.step for m in client.get_metric_history(run.info.run_id, metric))
         assert steps == list(range(1, epochs + 1))
     for t in trials:
         assert int(t.data.metrics["epochs"]) == EPOCHS and "spectral_lr" in t.data.params

@@ -53,7 +53,7 @@ def _run(study, trials_dir, window, *, order, stop_after=None, rng=None):
         for epoch in range(1, study.budget.epochs + 1):
             if plan.should_stop(key, epoch, _curve(config, epoch)):
                 break
-        plan.record(key, {"epoch": epoch, "test_error": _curve(config, epoch), "diverged": 0}, failed=False)
+        plan.record(key, {"epoch": epoch, "val_error": _curve(config, epoch), "diverged": 0}, failed=False)
         finished += 1
 
 
@@ -102,9 +102,9 @@ def test_the_next_trial_waits_for_the_results_the_window_needs(tmp_path):
     k1, _c1 = plan.next_trial()
     assert (k0, k1) == ("t0000", "t0001")
     assert plan.next_trial() is None  # t0002 needs t0000's result
-    plan.record("t0001", {"epoch": 8, "test_error": 0.5}, failed=False)
+    plan.record("t0001", {"epoch": 8, "val_error": 0.5}, failed=False)
     assert plan.next_trial() is None  # t0001's is not the one it needs
-    plan.record(k0, {"epoch": 8, "test_error": 0.4}, failed=False)
+    plan.record(k0, {"epoch": 8, "val_error": 0.4}, failed=False)
     assert plan.next_trial()[0] == "t0002"
     on_disk = json.loads((tmp_path / "t0000" / "config.json").read_text())
     assert on_disk == c0 and json.loads((tmp_path / "t0000" / "outcome.json").read_text())["status"] == "completed"
@@ -117,11 +117,11 @@ def test_asha_stops_a_trial_worse_than_the_finished_ones_at_a_rung(tmp_path):
     for value in (0.3, 0.2):  # the second is better: not stopped
         key, _ = plan.next_trial()
         assert not plan.should_stop(key, 2, value) and not plan.should_stop(key, 4, value)
-        plan.record(key, {"epoch": 8, "test_error": value}, failed=False)
+        plan.record(key, {"epoch": 8, "val_error": value}, failed=False)
     key, _ = plan.next_trial()
     assert not plan.should_stop(key, 2, 0.25)  # at the median of 0.2 and 0.3: continues
     assert plan.should_stop(key, 4, 0.26)  # above it: stopped
-    plan.record(key, {"epoch": 4, "test_error": 0.26}, failed=False)
+    plan.record(key, {"epoch": 4, "val_error": 0.26}, failed=False)
     assert plan.outcomes[2].status == "pruned" and plan.outcomes[2].rungs == {2: 0.25, 4: 0.26}
 
 

@@ -45,7 +45,7 @@ def test_two_sweeps_of_the_same_study_give_the_same_trials_and_winner(tmp_path):
     for run in ("a", "b"):
         (tmp_path / run).mkdir()
         reports.append(_sweep(tmp_path / run, study))
-    tables = [[(t["trial_id"], t["config"], t["status"], t["test_error"]) for t in r["trial_table"]] for r in reports]
+    tables = [[(t["trial_id"], t["config"], t["status"], t["val_error"]) for t in r["trial_table"]] for r in reports]
     assert tables[0] == tables[1]
     assert len({json.dumps(c, sort_keys=True) for _k, c, _s, _e in tables[0]}) == 6
     assert reports[0]["best_proxy"]["trial_id"] == reports[1]["best_proxy"]["trial_id"]

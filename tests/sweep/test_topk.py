@@ -175,7 +175,7 @@ def _rows() -> list[dict]:
             {
                 "rank": rank,
                 "trial_id": key,
-                "proxy_test_error": 0.1 * rank,
+                "proxy_val_error": 0.1 * rank,
                 "target_test_error": error,
                 "status": "completed",
                 "epochs": 2,
@@ -236,8 +236,8 @@ def test_the_report_shows_the_table_and_compares_the_winner_with_its_own_proxy()
     report = build_report(**common, top_k=_rows())
     plain = build_report(**common)
     assert [r["trial_id"] for r in report["top_k"]] == ["t0001", "t0002"] and plain["top_k"] is None
-    assert report["proxy_to_target"]["proxy_test_error"] == 0.2  # the winner's proxy, not the best proxy
-    assert plain["proxy_to_target"]["proxy_test_error"] == 0.1
+    assert report["proxy_to_target"]["proxy_error"] == 0.2  # the winner's proxy, not the best proxy
+    assert plain["proxy_to_target"]["proxy_error"] == 0.1
     assert report["compute"]["mutransfer_vs_direct_flops"] > plain["compute"]["mutransfer_vs_direct_flops"]
     text = format_report(json.loads(json.dumps(report)))
     table = text[text.index("top-k:") :].splitlines()
@@ -312,10 +312,10 @@ def _check_two_targets(tmp_path: Path, report: dict) -> list:
 
     rows = report["top_k"]
     assert [r["rank"] for r in rows] == [1, 2] and sum(r["winner"] for r in rows) == 1
-    winner = min(rows, key=lambda r: r["target_test_error"])
+    winner = min(rows, key=lambda r: r["target_val_error"])  # chosen on validation data
     assert winner["winner"] and report["target"]["test_error"] == winner["target_test_error"]
     assert report["target"]["mlflow_run_id"] == winner["mlflow_run_id"]
-    ranked = sorted((t for t in report["trial_table"] if t["status"] == "completed"), key=lambda t: t["test_error"])
+    ranked = sorted((t for t in report["trial_table"] if t["status"] == "completed"), key=lambda t: t["val_error"])
     assert [r["trial_id"] for r in rows] == [t["trial_id"] for t in ranked[:2]]
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
     targets = {r.info.run_id: r for r in runs if r.data.tags.get("mutransfer.kind") == "target"}

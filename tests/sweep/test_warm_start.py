@@ -50,7 +50,7 @@ def write_source(root: Path, *, study=None, trials=TRIALS, unfinished: bool = Tr
         (d / "config.json").write_text(json.dumps(config))
         epoch = 20 if status == "completed" else 4
         (d / "outcome.json").write_text(
-            json.dumps({"status": status, "metrics": {"epoch": epoch, "test_error": error}, "error": None, "rungs": {}})
+            json.dumps({"status": status, "metrics": {"epoch": epoch, "val_error": error}, "error": None, "rungs": {}})
         )
     if unfinished:  # handed out, never finished: not a result
         d = root / "trials" / f"t{len(trials):04d}"
@@ -106,7 +106,7 @@ def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str
     )
     for key, config, status, error in outcomes:
         epoch = study.budget.epochs if status == "completed" else 2
-        logger.log_from_files(key, config, Outcome(status, {"epoch": epoch, "test_error": error}))
+        logger.log_from_files(key, config, Outcome(status, {"epoch": epoch, "val_error": error}))
     return uri
 
 
@@ -116,7 +116,7 @@ def test_a_study_reads_back_from_a_real_mlflow_store(tmp_path):
     source = read_tracking("src", uri)
     assert (source.name, source.problem, source.operator, source.parametrization) == ("src", "burgers", "fno", "mup")
     assert (source.proxy_K, source.proxy_width, source.kind, source.location) == (4, 32, "tracking", uri)
-    assert [(t.key, t.config, t.status, t.test_error) for t in source.trials] == TRIALS
+    assert [(t.key, t.config, t.status, t.val_error) for t in source.trials] == TRIALS
     assert read_tracking("other", uri) is None
     # the same record by name, when no folder of that name exists
     assert load_source("src", runs_dir=str(tmp_path / "runs"), tracking_uri=uri).trials == source.trials
@@ -333,7 +333,7 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
     for i in range(2):
         key, config = plan.next_trial()
         handed.append((key, config))
-        plan.record(key, {"epoch": here.budget.epochs, "test_error": 0.1 * (i + 1)}, failed=False)
+        plan.record(key, {"epoch": here.budget.epochs, "val_error": 0.1 * (i + 1)}, failed=False)
     key, config = plan.next_trial()  # the third warm trial, left running
     handed.append((key, config))
     assert handed == [(t.key, t.config) for t in warm.trials]
@@ -343,7 +343,7 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
 
     resumed = SearchPlan(here, trials, 1, seeds=entries)  # a new session over the same folder
     assert resumed.next_trial() == handed[2]  # the unfinished warm trial continues under its key
-    resumed.record("t0002", {"epoch": here.budget.epochs, "test_error": 0.05}, failed=False)
+    resumed.record("t0002", {"epoch": here.budget.epochs, "val_error": 0.05}, failed=False)
     key, config = resumed.next_trial()  # the first sampled trial: TPE told the warm trials' results
     told = [(t.config, v) for t, v in zip(warm.trials, (0.1, 0.2, 0.05))]
     assert key == "t0003" and config == sample_config(here, 3, told)
@@ -363,13 +363,13 @@ def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_pat
     ]
     section = warm_start_section(warm, records)
     assert section["source"] == "src" and section["trials"] == 2 and section["requested"] == 2
-    assert [(r["trial_id"], r["source_trial"], r["source_error"], r["test_error"]) for r in section["from_source"]] == [
+    assert [(r["trial_id"], r["source_trial"], r["source_error"], r["val_error"]) for r in section["from_source"]] == [
         ("t0000", "t0002", 0.05, 0.07),
         ("t0001", "t0000", 0.10, 0.4),
     ]
     text = "\n".join(_warm_start_lines(section))
     assert (
-        "warm start from study src" in text and "t0000 <- t0002: test rel. L2 0.07 here (completed), 0.05 there" in text
+        "warm start from study src" in text and "t0000 <- t0002: val rel. L2 0.07 here (completed), 0.05 there" in text
     )
     assert warm_start_section(None, records) is None and _warm_start_lines(None) == []
 

@@ -70,7 +70,7 @@ def _trial(tune_id: str = "abc"):
 def _result(epoch: int) -> dict:
     return {
         "epoch": epoch,
-        "test_error": 1.0 / epoch,
+        "val_error": 1.0 / epoch,
         "train_loss": 2.0 / epoch,
         "lr": 0.01,
         "trainer_seconds": 0.1 * epoch,
@@ -86,7 +86,7 @@ def _children(store):
 
 
 def _steps(store, run_id):
-    return sorted(m.step for m in store[0].client.get_metric_history(run_id, "test_error"))
+    return sorted(m.step for m in store[0].client.get_metric_history(run_id, "val_error"))
 
 
 def test_a_trial_run_is_running_with_its_epochs_while_the_trial_trains(store):
@@ -106,7 +106,7 @@ def test_a_trial_run_is_running_with_its_epochs_while_the_trial_trains(store):
     [run] = _children(store)
     assert run.info.status == "FINISHED" and run.data.tags["mutransfer.status"] == "completed"
     assert _steps(store, run.info.run_id) == [1, 2, 3, 4]  # each epoch once
-    assert run.data.metrics["final_test_error"] == pytest.approx(0.25) and run.data.params["spectral_lr"] == "0.02"
+    assert run.data.metrics["final_val_error"] == pytest.approx(0.25) and run.data.params["spectral_lr"] == "0.02"
 
 
 def test_the_live_interval_batches_epochs_and_the_end_logs_the_rest(store):

@@ -63,7 +63,7 @@ def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
             run.info.run_id,
             params=hp,
             metrics=[("test_error", 0.3 / (e + 1), 0, e) for e in range(3)]
-            + [("final_test_error", 0.05 * (i + 1), 0, 3)],
+            + [("final_val_error", 0.05 * (i + 1), 0, 3)],
         )
         client.set_terminated(run.info.run_id)
     log_batch(client, parent, metrics=[("best_proxy_test_error", 0.05, 0, 0), ("target_test_error", 0.04, 0, 0)])
@@ -94,8 +94,8 @@ def test_study_view_names_its_runs_errors_and_searched_hyperparameters():
 
     state = study_view_state("quick", ["lr", "weight_decay"])
     assert state["searchFilter"] == "tags.`mutransfer.study` = 'quick'"
-    assert state["orderByKey"] == "metrics.`final_test_error`" and state["orderByAsc"] is True
-    assert "metrics.`final_test_error`" in state["selectedColumns"]
+    assert state["orderByKey"] == "metrics.`final_val_error`" and state["orderByAsc"] is True
+    assert "metrics.`final_val_error`" in state["selectedColumns"]
     assert state["selectedColumns"][-2:] == ["params.`hp.lr`", "params.`hp.weight_decay`"]
     assert view_key("quick-1.b_c") == "quick-1.b_c"
     odd = view_key("my study/é")  # not URL- or tag-safe: slug plus a hash, distinct from its slug's own key
@@ -215,7 +215,7 @@ def test_the_printed_link_shows_the_study_and_its_errors_in_a_browser(served):
     link, _, _ = served
     text = visible_text(dump_dom(link, size=WIDE))
     assert STUDY in text and "trial 000" in text
-    assert "final_test_error" in text and "best_proxy_test_error" in text and "hp.lr" in text
+    assert "final_val_error" in text and "best_proxy_val_error" in text and "hp.lr" in text
     assert "Model registry" in text and GENAI_ONLY not in text
 
 
@@ -225,4 +225,4 @@ def test_without_the_view_the_same_page_is_the_genai_landing(served):
     """The control: the runs page of the same experiment, tagged, but without the link's parameters."""
     link, experiment_id, port = served
     text = visible_text(dump_dom(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs", size=WIDE))
-    assert GENAI_ONLY in text and "final_test_error" not in text
+    assert GENAI_ONLY in text and "final_val_error" not in text

@@ -279,7 +279,7 @@ def test_history_records_round_trip_through_checkpoints(tmp_path):
     """The checkpoint holds plain dicts in the layout older versions wrote; both directions read them."""
     result = train(make_fno(), make_data(), config(epochs=2, checkpoint_dir=str(tmp_path)))
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    keys = ["event", "epoch", "iteration", "train_loss", "test_error", "lr", "seconds"]
+    keys = ["event", "epoch", "iteration", "train_loss", "test_error", "lr", "seconds", "val_error"]
     assert [list(d) for d in state["history"]] == [keys, keys] and state["history"][0]["event"] == "eval"
     assert [EpochRecord.from_dict(d) for d in state["history"]] == result.history
     record = result.history[0]

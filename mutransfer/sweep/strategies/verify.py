@@ -46,12 +46,12 @@ def seed_spread(gain: dict, verification: dict, best: TrialRecord) -> None:
     """The target's seed spread at the transferred LR (--verify with more than one seed) added to the gain."""
     lr = verification["transferred_lr"]
     errors = [
-        r["test_error"]
+        r["val_error"]
         for r in verification["records"]
         if math.isclose(r["lr"], lr, rel_tol=1e-9)
         and r["status"] != "diverged"
-        and math.isfinite(r["test_error"])
-        and r["test_error"] > 0
+        and math.isfinite(r["val_error"])
+        and r["val_error"] > 0
     ]
     if len(errors) > 1:
         mean = sum(errors) / len(errors)
@@ -60,7 +60,7 @@ def seed_spread(gain: dict, verification: dict, best: TrialRecord) -> None:
             target_seeds=len(errors),
             target_error_mean=mean,
             target_error_std=std,
-            gain_range=[best.test_error / max(errors), best.test_error / min(errors)],
+            gain_range=[best.val_error / max(errors), best.val_error / min(errors)],
         )
 
 

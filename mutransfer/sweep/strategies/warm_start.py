@@ -27,7 +27,7 @@ def warm_start_lines(w: dict | None) -> list[str]:
     lines = ["", f"warm start from study {w['source']} ({w['location']}): {w['trials']} trial(s)"]
     for row in w["from_source"]:
         lines.append(
-            f"  {row['trial_id']} <- {row['source_trial']}: test rel. L2 {number(row['test_error'])} here "
+            f"  {row['trial_id']} <- {row['source_trial']}: val rel. L2 {number(row['val_error'])} here "
             f"({row['status'] or '-'}), {number(row['source_error'])} there; "
             f"effective LR x {row['lr_factor']:.4g}"
         )
