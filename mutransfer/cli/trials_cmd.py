@@ -15,7 +15,7 @@ def add_parser(subparsers) -> None:
         help="list a study's proxy trials: configuration, status, epochs reached, best/final error, device-seconds",
         description="One row per proxy trial of a study, read from its folder: number, trial id, status "
         "(completed, pruned by ASHA, diverged, failed), the searched hyperparameters, epochs reached, the best "
-        "and the final test relative L2, and device-seconds.",
+        "and the final validation relative L2, and device-seconds.",
     )
     p.add_argument("study", metavar="STUDY", help=STUDY_HELP)
     p.add_argument("--sort", metavar="COLUMN", help="sort by this column, ascending (e.g. final_error, lr, epochs)")

@@ -1,7 +1,7 @@
 """The report's figures as PNG bytes: Optuna's matplotlib plots of the search, pandas plots of the target.
 
 The proxy trials are put into an in-memory Optuna study as Ray's OptunaSearch told its sampler:
-a trial that reported an error is COMPLETE with its last reported test error (a trial ASHA stopped
+a trial that reported an error is COMPLETE with its last reported validation error (a trial ASHA stopped
 included: its error is at fewer epochs), one that never reported is FAIL; its evaluations are the
 intermediate values (step = epoch). The plots are Optuna's (``optuna.visualization.matplotlib``);
 this module only marks where ASHA stopped a trial, sets log axes and labels.
@@ -116,7 +116,7 @@ def _if_reported(study: optuna.Study, title: str, plot) -> Figure:
 
 def optimization_history(study: optuna.Study) -> Figure:
     def plot():
-        ax = optuna.visualization.matplotlib.plot_optimization_history(study, target_name="test rel. L2")
+        ax = optuna.visualization.matplotlib.plot_optimization_history(study, target_name="val rel. L2")
         ax.set_yscale("log")
         ax.set_xlabel("trial number - 1 (Optuna counts from 0)")
         return ax
@@ -141,13 +141,13 @@ def learning_curves_axes(study: optuna.Study):
             ax.scatter(*zip(*ends), marker=marker, s=90, color="black", zorder=5, label=label)
     ax.set_yscale("log")
     ax.set_xlabel("epoch")
-    ax.set_ylabel("test rel. L2")
+    ax.set_ylabel("val rel. L2")
     ax.legend(bbox_to_anchor=(1.02, 1), loc="upper left", fontsize=8)
     return ax
 
 
 def learning_curves(study: optuna.Study) -> Figure:
-    """Every trial's test error by epoch, ASHA's stops marked (:func:`learning_curves_axes`)."""
+    """Every trial's validation error by epoch, ASHA's stops marked (:func:`learning_curves_axes`)."""
     title = "Learning curves of the proxy trials"
     curves = sum(1 for t in study.trials if t.intermediate_values)
     if not curves:
@@ -174,13 +174,13 @@ def importances(study: optuna.Study) -> Figure:
     if not any(len({t.params[k] for t in _complete(study)}) > 1 for k in study.trials[0].distributions):
         return Figure(title, missing="not computed: every trial used the same configuration")
     return _draw(
-        title, lambda: optuna.visualization.matplotlib.plot_param_importances(study, target_name="test rel. L2")
+        title, lambda: optuna.visualization.matplotlib.plot_param_importances(study, target_name="val rel. L2")
     )
 
 
 def slices(study: optuna.Study) -> Figure:
     def plot():
-        axes = optuna.visualization.matplotlib.plot_slice(study, target_name="test rel. L2")
+        axes = optuna.visualization.matplotlib.plot_slice(study, target_name="val rel. L2")
         for ax in getattr(axes, "flat", [axes]):
             ax.set_yscale("log")
             ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # log-x minor labels overlap

@@ -2,8 +2,8 @@
 
 Columns: ``number`` (the trial's index in the search), ``trial_id``, ``status`` (completed | pruned |
 diverged | failed), one column per searched hyperparameter (its value in the trial's configuration),
-``epochs`` (epochs reached), ``best_error`` (lowest test relative L2 over the trial's evaluations, from
-its history.json; NaN when that file is missing), ``final_error`` (the last reported test error, as in
+``epochs`` (epochs reached), ``best_error`` (lowest validation relative L2 over the trial's evaluations, from
+its history.json; NaN when that file is missing), ``final_error`` (the last reported validation error, as in
 state.json) and ``device_seconds`` (wall time x the devices the trial held).
 """
 

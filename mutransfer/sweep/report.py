@@ -276,7 +276,7 @@ def format_report(report: dict) -> str:
 
 
 def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:
-    """PNG of proxy test error vs master LR (or vs trial index when LR is fixed), by outcome."""
+    """PNG of proxy validation error vs master LR (or vs trial index when LR is fixed), by outcome."""
     import matplotlib  # noqa: PLC0415 -- deferred: matplotlib (~0.3 s) only when a plot is drawn
 
     matplotlib.use("Agg")
@@ -314,7 +314,7 @@ def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:
     else:
         ax.set_xlabel("trial")
     ax.set_yscale("log")
-    ax.set_ylabel("test relative L2 (last reported)")
+    ax.set_ylabel("validation relative L2 (last reported)")
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)

@@ -62,7 +62,7 @@ def test_the_test_split_is_never_read_while_selecting(ray_local, tmp_path, capsy
     assert a["target"]["val_error"] == pytest.approx(b["target"]["val_error"], rel=1e-5)
     # ... while the test split, read by the target alone, differs
     assert math.isfinite(a["target"]["test_error"]) and math.isfinite(b["target"]["test_error"])
-    assert b["target"]["test_error"] > 5 * a["target"]["test_error"]
+    assert b["target"]["test_error"] != pytest.approx(a["target"]["test_error"], rel=0.05)
 
     # MLflow: the proxy trials log validation errors only; the target logs both
     runs = mlflow_runs(uris[0])
