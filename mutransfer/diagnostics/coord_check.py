@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from mutransfer.diagnostics.rule_panel import Rule, apply_rule
 from mutransfer.diagnostics.statistics import Estimate, fit_slope, mean_ci
 from mutransfer.errors import UserInputError
 from mutransfer.training.losses import relative_l2
@@ -312,8 +313,15 @@ def coord_check(
     tolerance: float = 0.1,
     projection_channels: int = 128,
     init_scale: float = 1.0,
+    rule: Rule | None = None,
 ) -> CoordCheckResult:
-    """Run the check on ``data`` (train_x (n, *grid, c_in) / train_y (n, *grid, c_out), channel-last) for every K."""
+    """Run the check on ``data`` (train_x (n, *grid, c_in) / train_y (n, *grid, c_out), channel-last) for every K.
+
+    ``rule``: a panel rule (mutransfer.diagnostics.rule_panel) whose spectral LR multiplier replaces the
+    parametrization's (``parametrizations`` must then be ``(rule.parametrization,)``).
+    """
+    if rule is not None and tuple(parametrizations) != (rule.parametrization,):
+        raise ValueError(f"rule {rule.name}: parametrizations must be ({rule.parametrization!r},)")
     modes = check_coord_check_inputs(
         data,
         dim=dim,
@@ -346,7 +354,7 @@ def coord_check(
     for parametrization in parametrizations:
         # runs[seed][k_index] = {curve name: (value, reference)}
         runs = [
-            [_one_run(x_all, y_all, grid, k, parametrization, seed, **settings) for k in modes] for seed in range(seeds)
+            [_one_run(x_all, y_all, grid, k, parametrization, seed, rule=rule, **settings) for k in modes] for seed in range(seeds)
         ]
         for name in sorted(runs[0][0], key=_curve_order):
             values = [[run[name][0] for run in per_k] for per_k in runs]
@@ -423,6 +431,7 @@ def _one_run(
     clip_value,
     projection_channels=128,
     init_scale=1.0,
+    rule: Rule | None = None,
 ) -> dict[str, tuple[float, float]]:
     """One model at K and seed: {curve name: (RMS change or size, RMS of the reference)}."""
     torch.manual_seed(seed)
@@ -438,6 +447,8 @@ def _one_run(
         projection_channels=projection_channels,
         init_scale=init_scale,
     )
+    if rule is not None:
+        apply_rule(model, rule)
     model.check_input(grid)
     generator = torch.Generator().manual_seed(10_000 + seed)
     probe = scale_invariant_probe(4, width, tuple(n + padding for n in grid), generator)

@@ -210,6 +210,7 @@ def _gate_context(tmp_path, tiny_file, parametrization):
     """A SweepContext stand-in with what coord_check_gate reads: the tiny study (K 6 → 24, width 16, 2 layers)."""
     import yaml
 
+    from mutransfer.data.validation import carve_validation
     from mutransfer.study import load_study
     from tests.sweep_helpers import write_tiny_study
 
@@ -225,6 +226,8 @@ def _gate_context(tmp_path, tiny_file, parametrization):
         study=study,
         transfer=SimpleNamespace(hp={"lr": 3e-3, "clip_value": None, "init_scale": 1.0}),
         data=load_split(tiny_file, n_train=32, n_test=16, resolution=64),
+        # the gate reads the selection split (mutransfer.data.validation): the study's 32 - 32 // 5 fit samples
+        selection_data=carve_validation(load_split(tiny_file, n_train=32, n_test=16, resolution=64), 6)[1],
         say=said.append,
         study_dir=SimpleNamespace(root=tmp_path),
         tracker=SimpleNamespace(client=SimpleNamespace(log_artifact=lambda *a: logged.append(a[1]))),

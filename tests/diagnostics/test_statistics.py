@@ -189,7 +189,7 @@ def test_one_seed_verification_says_so_and_writes_strict_json():
             "seed": 0,
             "status": "completed",
             "epochs": 1,
-            "test_error": 0.01 * math.exp(2 * (math.log10(lr) + 2.9) ** 2),
+            "val_error": 0.01 * math.exp(2 * (math.log10(lr) + 2.9) ** 2),
         }
         for lr in lr_grid(1e-3, 5)
     ]

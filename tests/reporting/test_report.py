@@ -264,7 +264,7 @@ def test_importances_need_two_trials_that_reported(studies, tmp_path, capsys):
     shutil.copytree(runs / "plain", copy, ignore=shutil.ignore_patterns("tune", "target"))
     state = json.loads((copy / "state.json").read_text())
     for t in state["trials"][1:]:
-        t.update(status="failed", test_error=None)
+        t.update(status="failed", val_error=None)
     (copy / "state.json").write_text(json.dumps(state))
     out = tmp_path / "one.html"
     assert Result(capsys, "report", copy, "--out", out).returncode == 0
@@ -288,7 +288,7 @@ def test_trials_table_one_row_per_trial_sorted_and_as_json(studies, capsys):
         t = next(t for t in state["trials"] if t["trial_id"] == record["trial_id"])
         assert record["number"] == t["index"] and record["status"] == t["status"] and record["epochs"] == t["epochs"]
         assert {k: record[k] for k in t["config"]} == t["config"]
-        assert record["final_error"] == t["test_error"] and record["device_seconds"] == t["device_seconds"]
+        assert record["final_error"] == t["val_error"] and record["device_seconds"] == t["device_seconds"]
         history = json.loads((runs / "full" / "trials" / t["trial_id"] / "history.json").read_text())
         assert record["best_error"] == min(r["test_error"] for r in history)
 

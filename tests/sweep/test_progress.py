@@ -75,8 +75,8 @@ def test_a_terminal_gets_a_live_bar_with_counts_and_the_best_configuration(monke
     text = out.getvalue()
     assert "\r" in text and "proxies:" in text  # the bar redraws in place
     last_draw = text.split("\r")[-1]
-    assert "2 done, 1 running, 1 pending" in last_draw and "best 0.1 (lr=0.01)" in last_draw
-    assert "[trial 2/4] pruned" in text and "[trial 1/4] completed test 0.1 at epoch 4/4  lr=0.01" in text
+    assert "2 done, 1 running, 1 pending" in last_draw and "best val 0.1 (lr=0.01)" in last_draw
+    assert "[trial 2/4] pruned" in text and "[trial 1/4] completed val 0.1 at epoch 4/4  lr=0.01" in text
     assert "seed" not in text  # only the searched hyperparameters are shown
 
 
@@ -86,8 +86,8 @@ def test_not_a_terminal_gets_one_line_per_finished_trial():
     _drive(progress)
     lines = out.getvalue().splitlines()
     assert lines == [
-        "[trial 2/4] pruned    test 0.8 at epoch 2/4  lr=0.1  (3.0 s)",
-        "[trial 1/4] completed test 0.1 at epoch 4/4  lr=0.01  (6.0 s)",
+        "[trial 2/4] pruned    val 0.8 at epoch 2/4  lr=0.1  (3.0 s)",
+        "[trial 1/4] completed val 0.1 at epoch 4/4  lr=0.01  (6.0 s)",
     ]
 
 

@@ -1,0 +1,47 @@
+"""The rule panel's rules (mutransfer.diagnostics.rule_panel) reach Adam, and a wrong rule moves the optimum."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mutransfer.diagnostics.rule_panel import RULES, apply_rule, get_rule
+from operators import FNO
+from operators.parametrization import optimizer_param_groups
+
+
+def _fno(parametrization: str, modes: int = 8) -> FNO:
+    return FNO(1, 1, 1, modes=modes, width=8, layers=2, parametrization=parametrization, projection_channels=8)
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("mup", lambda k: 1 / math.sqrt(math.log(k))),
+        ("mup_c_times_K", lambda k: k / math.sqrt(math.log(k))),
+        ("mup_c_squared", lambda k: 1 / math.log(k)),
+        ("mup_c_one", lambda k: 1.0),
+        ("sp", lambda k: 1.0),
+    ],
+)
+def test_each_rule_sets_the_spectral_lr_the_optimizer_uses(name, expected):
+    for k in (4, 16):
+        rule = get_rule(name)
+        model = apply_rule(_fno(rule.parametrization, k), rule)
+        spectral = [g for g in optimizer_param_groups(model, 1e-3) if g["name"] == "spectral"]
+        assert len(spectral) == 1 and spectral[0]["lr"] == pytest.approx(1e-3 * expected(k), rel=1e-12)
+
+
+def test_the_paper_rule_is_what_the_mup_model_already_does():
+    plain, ruled = _fno("mup", 12), apply_rule(_fno("mup", 12), get_rule("mup"))
+    lrs = [[g["lr"] for g in optimizer_param_groups(m, 1e-3)] for m in (plain, ruled)]
+    assert lrs[0] == pytest.approx(lrs[1], rel=1e-12)
+
+
+def test_a_rule_refuses_a_model_of_another_parametrization():
+    with pytest.raises(ValueError, match="needs mup"):
+        apply_rule(_fno("standard"), get_rule("mup_c_one"))
+    with pytest.raises(KeyError, match="one of"):
+        get_rule("c_cubed")
+    assert set(RULES) == {"sp", "mup", "mup_c_times_K", "mup_c_squared", "mup_c_one"}
