@@ -22,7 +22,8 @@ Measured (all in decades of master LR, per seed the estimator's usable optima):
 - ``search_gap`` = search winner's LR − proxy optimum: Student-t over the proxy's seeds
   (:func:`~mutransfer.diagnostics.statistics.mean_ci`; the winner is one fixed LR);
 - an effect is *resolved* only when its 95 % interval excludes 0; with one seed there is no interval
-  (``ci`` [null, null]) and nothing is resolved.
+  (``ci`` [null, null]) and nothing is resolved;
+- the transfer *held* only when neither effect is resolved and both intervals lie within half a grid step of 0.
 
 The verdict (:func:`diagnose`) names what failed — the search, the transfer, both, neither — and what to do.
 """
@@ -103,6 +104,7 @@ def compare(
     gap = mean_ci([winner - c for c in p]) if p else None
     error = difference_ci(t, p) if p and t else None
     half_span = math.log10(grid[-1] / grid[0]) / 2 if len(grid) > 1 else 0.0
+    half_step = math.log10(grid[1] / grid[0]) / 2 if len(grid) > 1 else 0.0
     return {
         "search_lr": float(search_lr),
         "proxy_grid": grid,
@@ -110,7 +112,7 @@ def compare(
         "proxy_seed_optima": proxy,
         "transfer_error": None if error is None else estimate_dict(error),
         "search_gap": None if gap is None else estimate_dict(gap),
-        "verdict": diagnose(error, gap, proxy, bool(t), target_verdict, half_span),
+        "verdict": diagnose(error, gap, proxy, bool(t), target_verdict, half_span, half_step),
     }
 
 
@@ -118,8 +120,15 @@ def _effect(estimate) -> str:
     return f"{estimate.mean:+.2f} decades {estimate.interval('+.2f')}"
 
 
-def diagnose(error, gap, proxy: list[dict], target_measured: bool, target_verdict: str, half_span: float) -> str:
-    """Which failed — the search, the transfer, both or neither — and what to do (see the module docstring)."""
+def diagnose(
+    error, gap, proxy: list[dict], target_measured: bool, target_verdict: str, half_span: float, half_step: float
+) -> str:
+    """Which failed — the search, the transfer, both or neither — and what to do (see the module docstring).
+
+    A cause is named only from a resolved effect (an interval, n >= 2, that excludes 0). "Transfer held" is said
+    only when neither is resolved *and* both intervals lie within ``half_step`` decades (half a grid step: what the
+    grid can tell apart) of 0; wider intervals that cover 0 are "not resolved at this scale".
+    """
     if gap is None:
         return _proxy_unmeasured(proxy, target_verdict, half_span)
     side = "above" if gap.mean > 0 else "below"
@@ -142,9 +151,15 @@ def diagnose(error, gap, proxy: list[dict], target_measured: bool, target_verdic
         return f"{moved}; the search gap {_effect(gap)} is not resolved"
     if not (gap.bounded and error.bounded):
         return f"{NOT_RESOLVED} ({ONE_SEED}): transfer error {error.mean:+.2f}, search gap {gap.mean:+.2f} decades"
+    if all(-half_step <= e.lo and e.hi <= half_step for e in (error, gap)):
+        return (
+            f"{HELD}: the transfer error {_effect(error)} and the search gap {_effect(gap)} "
+            f"are within half a grid step ({half_step:.3g} decades), intervals included (neither resolved)"
+        )
     return (
-        f"{HELD}: the transfer error {_effect(error)} and the search gap {_effect(gap)} "
-        f"are within their intervals (neither resolved)"
+        f"{NOT_RESOLVED} at this scale: the transfer error {_effect(error)} and the search gap {_effect(gap)} cover 0 "
+        f"but reach beyond half a grid step ({half_step:.3g} decades): neither a failure nor a transfer that held is "
+        f"shown; more seeds (--verify-seeds) narrow the intervals"
     )
 
 

@@ -5,8 +5,8 @@ The study's operator is ``fno_wrong_k`` (tests/sweep/wrong_rule_family.py): the 
 times μP's at the same master LR. The target's optimum in master LR therefore sits about POWER·log10(4) ≈ 0.6
 decades *below* the proxy's. The search range is pinned at the proxy's own optimum (≈ 1e-2 at this scale), so the
 search did not miss: what ``--verify`` measures is a resolved, negative ``transfer_error`` and a verdict that says the
-transfer rule did not hold. With POWER = 0 (the μP rule) the same study's verdict is "transfer held" (error
-+0.01 decades [-0.23, +0.24]) and this test fails: the check can fail.
+transfer rule did not hold. With POWER = 0 (the μP rule) the same study's transfer error is -0.05 decades
+[-0.33, +0.24], not resolved, and this test fails: the check can fail.
 
 Real local Ray and a real MLflow sqlite store, as the end-to-end tests in test_verify_baseline.py. Ray workers are
 separate processes, so the family is registered in each of them by Ray's ``worker_process_setup_hook``; this module
