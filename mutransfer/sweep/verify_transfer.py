@@ -22,7 +22,8 @@ Measured (all in decades of master LR, per seed the estimator's usable optima):
 - ``search_gap`` = search winner's LR − proxy optimum: Student-t over the proxy's seeds
   (:func:`~mutransfer.diagnostics.statistics.mean_ci`; the winner is one fixed LR);
 - an effect is *resolved* only when its 95 % interval excludes 0; with one seed there is no interval
-  (``ci`` [null, null]) and nothing is resolved.
+  (``ci`` [null, null]) and nothing is resolved;
+- the transfer *held* only when neither effect is resolved and both intervals lie within half a grid step of 0.
 
 The verdict (:func:`diagnose`) names what failed — the search, the transfer, both, neither — and what to do.
 """
@@ -40,6 +41,8 @@ SEARCH_ADVICE = "widen search_space.lr or run more trials"
 TRANSFER_FAILED = "the transfer rule did not hold here"
 HELD = "transfer held"
 NOT_RESOLVED = "not resolved"
+#: why one seed resolves nothing, and what to do
+ONE_SEED = "one seed: no interval; use --verify-seeds 2 or more"
 
 
 def seed_optima(records: list[dict], grid: list[float]) -> list[dict]:
@@ -101,6 +104,7 @@ def compare(
     gap = mean_ci([winner - c for c in p]) if p else None
     error = difference_ci(t, p) if p and t else None
     half_span = math.log10(grid[-1] / grid[0]) / 2 if len(grid) > 1 else 0.0
+    half_step = math.log10(grid[1] / grid[0]) / 2 if len(grid) > 1 else 0.0
     return {
         "search_lr": float(search_lr),
         "proxy_grid": grid,
@@ -108,7 +112,7 @@ def compare(
         "proxy_seed_optima": proxy,
         "transfer_error": None if error is None else estimate_dict(error),
         "search_gap": None if gap is None else estimate_dict(gap),
-        "verdict": diagnose(error, gap, proxy, bool(t), target_verdict, half_span),
+        "verdict": diagnose(error, gap, proxy, bool(t), target_verdict, half_span, half_step),
     }
 
 
@@ -116,8 +120,15 @@ def _effect(estimate) -> str:
     return f"{estimate.mean:+.2f} decades {estimate.interval('+.2f')}"
 
 
-def diagnose(error, gap, proxy: list[dict], target_measured: bool, target_verdict: str, half_span: float) -> str:
-    """Which failed — the search, the transfer, both or neither — and what to do (see the module docstring)."""
+def diagnose(
+    error, gap, proxy: list[dict], target_measured: bool, target_verdict: str, half_span: float, half_step: float
+) -> str:
+    """Which failed — the search, the transfer, both or neither — and what to do (see the module docstring).
+
+    A cause is named only from a resolved effect (an interval, n >= 2, that excludes 0). "Transfer held" is said
+    only when neither is resolved *and* both intervals lie within ``half_step`` decades (half a grid step: what the
+    grid can tell apart) of 0; wider intervals that cover 0 are "not resolved at this scale".
+    """
     if gap is None:
         return _proxy_unmeasured(proxy, target_verdict, half_span)
     side = "above" if gap.mean > 0 else "below"
@@ -137,27 +148,40 @@ def diagnose(error, gap, proxy: list[dict], target_measured: bool, target_verdic
     if gap.resolved:
         return f"{search}; the transfer error {_effect(error)} is not resolved"
     if error.resolved:
-        return f"{moved}; the search found the proxy's optimum (gap {_effect(gap)}, not resolved)"
+        return f"{moved}; the search gap {_effect(gap)} is not resolved"
     if not (gap.bounded and error.bounded):
+        return f"{NOT_RESOLVED} ({ONE_SEED}): transfer error {error.mean:+.2f}, search gap {gap.mean:+.2f} decades"
+    if all(-half_step <= e.lo and e.hi <= half_step for e in (error, gap)):
         return (
-            f"{NOT_RESOLVED} (one seed: no interval; --verify-seeds 2 or more measures one): "
-            f"transfer error {error.mean:+.2f}, search gap {gap.mean:+.2f} decades"
+            f"{HELD}: the transfer error {_effect(error)} and the search gap {_effect(gap)} "
+            f"are within half a grid step ({half_step:.3g} decades), intervals included (neither resolved)"
         )
     return (
-        f"{HELD}: the transfer error {_effect(error)} and the search gap {_effect(gap)} "
-        f"are within their intervals (neither resolved)"
+        f"{NOT_RESOLVED} at this scale: the transfer error {_effect(error)} and the search gap {_effect(gap)} cover 0 "
+        f"but reach beyond half a grid step ({half_step:.3g} decades): neither a failure nor a transfer that held is "
+        f"shown; more seeds (--verify-seeds) narrow the intervals"
     )
 
 
 def _proxy_unmeasured(proxy: list[dict], target_verdict: str, half_span: float) -> str:
-    """No usable proxy optimum: every seed's lay at the grid's edge (the search missed it) or every training diverged."""
+    """No usable proxy optimum: every seed's lay at the grid's edge (the search missed it) or every training diverged.
+
+    The search is blamed only when at least two seeds put the proxy's optimum beyond the same edge: one seed at the
+    edge is an observation (no spread, so no interval), not a finding — that verdict is "not resolved".
+    """
     edges = {s["edge"] for s in proxy if s["edge"]}
     if len(edges) == 1 and all(s["edge"] for s in proxy if s["optimum_lr"] is not None):
         edge = edges.pop()
-        caveat = " (one seed: not resolved; --verify-seeds 2 or more)" if len(proxy) < 2 else ""
+        at_edge = sum(1 for s in proxy if s["edge"])
+        if at_edge < 2:
+            return (
+                f"{NOT_RESOLVED} ({ONE_SEED}): the one proxy seed's optimum lay {edge} the grid around the search "
+                f"winner (its best point at the edge, more than {half_span:.2f} decades away) — an observation, not a "
+                f"cause; the transfer error is not measured"
+            )
         return (
             f"{SEARCH_FAILED} by more than {half_span:.2f} decades (its optimum lies {edge} the grid around the search "
-            f"winner for every seed{caveat}): {SEARCH_ADVICE}; the transfer error is not measured"
+            f"winner for every seed, {at_edge} seeds): {SEARCH_ADVICE}; the transfer error is not measured"
         )
     if not edges:
         return f"every proxy training diverged: no proxy optimum; the target: {target_verdict}"

@@ -153,10 +153,15 @@ def test_a_transfer_that_moved_the_optimum_is_blamed_not_the_search():
     assert "the search missed" not in v.verdict
 
 
-def test_transfer_held_when_neither_effect_is_resolved():
-    v = analyse(_jittered(1e-3, 1e-3, 3, 0.05, 5), 1e-3, proxy_records=_jittered(1e-3, 1e-3, 3, 0.05, 6))
+def test_transfer_held_when_neither_effect_is_resolved_and_both_intervals_are_narrow():
+    v = analyse(_jittered(1e-3, 1e-3, 5, 0.02, 5), 1e-3, proxy_records=_jittered(1e-3, 1e-3, 5, 0.02, 6))
     assert not v.transfer_error["resolved"] and not v.search_gap["resolved"]
     assert v.verdict.startswith("transfer held")
+    # 3 seeds, more jitter: neither resolved, but the intervals reach past half a grid step: nothing is shown
+    v = analyse(_jittered(1e-3, 1e-3, 3, 0.05, 5), 1e-3, proxy_records=_jittered(1e-3, 1e-3, 3, 0.05, 6))
+    assert not v.transfer_error["resolved"] and not v.search_gap["resolved"]
+    assert max(abs(b) for b in v.transfer_error["ci"] + v.search_gap["ci"]) > 0.125
+    assert v.verdict.startswith("not resolved at this scale") and "transfer held" not in v.verdict
 
 
 def test_one_seed_resolves_nothing_and_has_no_interval():
@@ -177,6 +182,82 @@ def test_a_proxy_optimum_beyond_the_grid_blames_the_search():
     assert v.proxy_optimum is None and v.search_gap is None and v.transfer_error is None
     assert v.verdict.startswith("the search missed the proxy's optimum by more than 0.50 decades")
     assert "above the grid" in v.verdict and "widen search_space.lr" in v.verdict
+
+
+def _edge_seed(seed: int, edge: str | None, lr: float | None = 1e-2) -> dict:
+    """One proxy seed's optimum as :func:`seed_optima` writes it, built by hand (``edge`` None: diverged)."""
+    return {"seed": seed, "optimum_lr": lr if edge else None, "at_edge": bool(edge), "edge": edge, "coordinate": None}
+
+
+def _claims_a_cause(verdict: str) -> bool:
+    from mutransfer.sweep.verify_transfer import HELD, SEARCH_ADVICE, SEARCH_FAILED, TRANSFER_FAILED
+
+    return any(claim in verdict for claim in (SEARCH_FAILED, SEARCH_ADVICE, TRANSFER_FAILED, HELD))
+
+
+def test_one_proxy_seed_at_the_grid_edge_is_not_resolved_and_names_no_cause():
+    """One seed's best point at the edge is an observation, not a finding: no interval, so no cause is named —
+    neither from the pure verdict nor from records built by hand (1 seed, error falling across the whole grid)."""
+    from mutransfer.sweep.verify_transfer import compare, diagnose
+
+    for proxy in ([_edge_seed(0, "above")], [_edge_seed(0, "above"), _edge_seed(1, None), _edge_seed(2, None)]):
+        verdict = diagnose(None, None, proxy, True, "target verdict", 0.25, 0.125)
+        assert verdict.startswith("not resolved (one seed: no interval; use --verify-seeds 2 or more)"), verdict
+        assert not _claims_a_cause(verdict) and "above the grid" in verdict  # the seed's optimum: only observed
+
+    grid = lr_grid(1e-3, 3)
+    proxy_records = [
+        {"lr": lr, "seed": 0, "status": "completed", "test_error": 0.1 / (i + 1), "epochs": 2}
+        for i, lr in enumerate(grid)
+    ]
+    target = [{"seed": 0, "optimum_lr": 1e-3, "at_edge": False, "edge": None, "coordinate": -3.0}]
+    v = compare(target, proxy_records, 1e-3, 1e-3, "transfer held")
+    assert v["search_gap"] is None and v["transfer_error"] is None
+    assert v["proxy_seed_optima"][0]["edge"] == "above"
+    assert v["verdict"].startswith("not resolved (one seed") and not _claims_a_cause(v["verdict"])
+
+
+def test_two_proxy_seeds_at_the_same_edge_or_a_resolved_gap_blame_the_search():
+    from mutransfer.diagnostics.statistics import Estimate
+    from mutransfer.sweep.verify_transfer import SEARCH_ADVICE, SEARCH_FAILED, TRANSFER_FAILED, diagnose
+
+    verdict = diagnose(
+        None, None, [_edge_seed(0, "below"), _edge_seed(1, "below")], True, "target verdict", 0.25, 0.125
+    )
+    assert verdict.startswith(f"{SEARCH_FAILED} by more than 0.25 decades") and "below the grid" in verdict
+    assert SEARCH_ADVICE in verdict and TRANSFER_FAILED not in verdict
+
+    gap = Estimate(-0.5, -0.6, -0.4, 3)  # resolved: the interval excludes 0
+    for error in (None, Estimate(0.05, -0.1, 0.2, 3)):
+        verdict = diagnose(error, gap, [], True, "target verdict", 0.25, 0.125)
+        assert verdict.startswith(f"{SEARCH_FAILED} by 0.50 decades") and TRANSFER_FAILED not in verdict
+
+
+def test_no_verdict_names_a_cause_from_an_unresolved_or_one_seed_effect():
+    """Every branch of ``diagnose``: an effect without an interval (n = 1) or whose interval covers 0 is never the
+    cause; only a resolved one is. "Transfer held" needs both intervals within half a grid step, not just covering 0."""
+    from mutransfer.diagnostics.statistics import Estimate
+    from mutransfer.sweep.verify_transfer import SEARCH_FAILED, TRANSFER_FAILED, diagnose
+
+    inf = math.inf
+    one_seed, unresolved, resolved = (
+        Estimate(0.6, -inf, inf, 1),
+        Estimate(0.6, -0.1, 1.3, 2),
+        Estimate(0.6, 0.4, 0.8, 3),
+    )
+    for gap in (None, one_seed, unresolved, resolved):
+        for error in (None, one_seed, unresolved, resolved):
+            for measured in (True, False):
+                verdict = diagnose(error, gap, [_edge_seed(0, "above")], measured, "target verdict", 0.25, 0.125)
+                assert (SEARCH_FAILED in verdict) == (gap is resolved), (gap, error, verdict)
+                assert (TRANSFER_FAILED in verdict) == (error is resolved and gap is not None), (gap, error, verdict)
+                if gap is not None and not (gap.resolved or (error is not None and error.resolved)):
+                    assert verdict.startswith(("not resolved", "transfer held")), verdict
+                assert not verdict.startswith("transfer held")  # no interval, or one wider than half a step
+    narrow = Estimate(0.02, -0.05, 0.09, 5)  # unresolved, and within half a grid step (0.125 decades)
+    assert diagnose(narrow, narrow, [], True, "target verdict", 0.25, 0.125).startswith("transfer held")
+    wide = diagnose(unresolved, narrow, [], True, "target verdict", 0.25, 0.125)
+    assert wide.startswith("not resolved at this scale") and not _claims_a_cause(wide)
 
 
 def test_the_proxy_grid_maps_onto_the_target_grid_by_master_lr():
