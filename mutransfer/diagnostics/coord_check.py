@@ -354,7 +354,8 @@ def coord_check(
     for parametrization in parametrizations:
         # runs[seed][k_index] = {curve name: (value, reference)}
         runs = [
-            [_one_run(x_all, y_all, grid, k, parametrization, seed, rule=rule, **settings) for k in modes] for seed in range(seeds)
+            [_one_run(x_all, y_all, grid, k, parametrization, seed, rule=rule, **settings) for k in modes]
+            for seed in range(seeds)
         ]
         for name in sorted(runs[0][0], key=_curve_order):
             values = [[run[name][0] for run in per_k] for per_k in runs]

@@ -125,13 +125,17 @@ def diagnose(
 ) -> str:
     """Which failed — the search, the transfer, both or neither — and what to do (see the module docstring).
 
-    A cause is named only from a resolved effect (an interval, n >= 2, that excludes 0). "Transfer held" is said
+    A cause is named only from a resolved effect (an interval, n >= 2, that excludes 0); the search is blamed only
+    for a gap beyond ``half_step`` (a smaller one is below what the grid resolves). "Transfer held" is said
     only when neither is resolved *and* both intervals lie within ``half_step`` decades (half a grid step: what the
     grid can tell apart) of 0; wider intervals that cover 0 are "not resolved at this scale".
     """
     if gap is None:
         return _proxy_unmeasured(proxy, target_verdict, half_span)
     side = "above" if gap.mean > 0 else "below"
+    # a resolved gap within half a grid step is below what the grid resolves: the search is not blamed for it
+    missed = gap.resolved and abs(gap.mean) > half_step
+    small = f" (within half a grid step, {half_step:.3g} decades)" if gap.resolved and not missed else ""
     search = (
         f"{SEARCH_FAILED} by {abs(gap.mean):.2f} decades {gap.interval('+.2f')} (the winner {side} it): {SEARCH_ADVICE}"
     )
@@ -141,20 +145,20 @@ def diagnose(
             if not target_measured
             else "the transfer error is not measured"
         )
-        return f"{search}; {missing}" if gap.resolved else f"{NOT_RESOLVED}: {missing}; search gap {_effect(gap)}"
+        return f"{search}; {missing}" if missed else f"{NOT_RESOLVED}: {missing}; search gap {_effect(gap)}{small}"
     moved = f"the optimum moved by {_effect(error)} from proxy to target: {TRANSFER_FAILED}"
-    if gap.resolved and error.resolved:
+    if missed and error.resolved:
         return f"{search}; and {moved}"
-    if gap.resolved:
+    if missed:
         return f"{search}; the transfer error {_effect(error)} is not resolved"
     if error.resolved:
-        return f"{moved}; the search gap {_effect(gap)} is not resolved"
+        return f"{moved}; the search gap {_effect(gap)} is " + (small.strip(" ()") if small else "not resolved")
     if not (gap.bounded and error.bounded):
         return f"{NOT_RESOLVED} ({ONE_SEED}): transfer error {error.mean:+.2f}, search gap {gap.mean:+.2f} decades"
     if all(-half_step <= e.lo and e.hi <= half_step for e in (error, gap)):
         return (
             f"{HELD}: the transfer error {_effect(error)} and the search gap {_effect(gap)} "
-            f"are within half a grid step ({half_step:.3g} decades), intervals included (neither resolved)"
+            f"are within half a grid step ({half_step:.3g} decades), intervals included"
         )
     return (
         f"{NOT_RESOLVED} at this scale: the transfer error {_effect(error)} and the search gap {_effect(gap)} cover 0 "

@@ -207,7 +207,7 @@ def test_one_proxy_seed_at_the_grid_edge_is_not_resolved_and_names_no_cause():
 
     grid = lr_grid(1e-3, 3)
     proxy_records = [
-        {"lr": lr, "seed": 0, "status": "completed", "test_error": 0.1 / (i + 1), "epochs": 2}
+        {"lr": lr, "seed": 0, "status": "completed", "val_error": 0.1 / (i + 1), "epochs": 2}
         for i, lr in enumerate(grid)
     ]
     target = [{"seed": 0, "optimum_lr": 1e-3, "at_edge": False, "edge": None, "coordinate": -3.0}]
@@ -579,3 +579,19 @@ def test_bad_verification_options_fail_before_compute(capsys, tmp_path, monkeypa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--coord-check" in err[0] and "proxy_K = target_K" in err[0]
     assert not (tmp_path / "mutransfer-runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_a_resolved_search_gap_within_half_a_grid_step_does_not_blame_the_search():
+    """Seeds that agree closely can resolve a gap the grid cannot tell apart (+0.04 decades on a 0.25-decade grid):
+    that is below the grid's resolution, so the search is not blamed — beyond half a step it is."""
+    from mutransfer.diagnostics.statistics import Estimate
+    from mutransfer.sweep.verify_transfer import SEARCH_FAILED, TRANSFER_FAILED, diagnose
+
+    small, large = Estimate(0.04, 0.02, 0.06, 5), Estimate(0.5, 0.4, 0.6, 5)
+    held = Estimate(0.01, -0.05, 0.07, 5)
+    moved = Estimate(-0.7, -1.0, -0.4, 5)
+    assert SEARCH_FAILED not in diagnose(held, small, [], True, "t", 0.5, 0.125)
+    assert "transfer held" in diagnose(held, small, [], True, "t", 0.5, 0.125)
+    verdict = diagnose(moved, small, [], True, "t", 0.5, 0.125)
+    assert TRANSFER_FAILED in verdict and SEARCH_FAILED not in verdict and "within half a grid step" in verdict
+    assert SEARCH_FAILED in diagnose(held, large, [], True, "t", 0.5, 0.125)
