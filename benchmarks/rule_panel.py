@@ -13,7 +13,10 @@ c(K), and the wrong-on-purpose c(K)·K, c(K)², c = 1):
    3 seeds, K_lo, √(K_lo·K_hi), K_hi) on the same rule at the rule's K_lo optimum: pass or flag.
 
 A gate classifies a rule correctly when it flags a rule that fails and passes one that holds or is not
-resolved (a flag with no measured failure would stop a sweep without evidence). Output: JSON and a
+resolved (a flag with no measured failure would stop a sweep without evidence). Two gates are judged from
+the same coordinate check: **all-flat** (the check's own verdict: pass only if every gated curve is ``flat``,
+so an ``unresolved`` curve flags) and **resolved-slope** (flag only when a gated curve resolvably ``grows``
+or ``shrinks``). ``--table-from JSON`` prints the table of a stored run again. Output: JSON and a
 Markdown table (``--out``). Run::
 
     python benchmarks/rule_panel.py --dataset burgers --out docs/results/rule_panel_burgers.json
@@ -179,8 +182,19 @@ def main(argv=None) -> int:
     p.add_argument("--modes", type=int, nargs=2, default=None, help="K_lo K_hi (default: the dataset's)")
     p.add_argument("--holds", type=float, default=0.25, help="a drift CI inside ±this many decades: the rule holds")
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=False)
+    p.add_argument("--table-from", type=Path, help="print the table of a stored run (re-judged) and exit")
     args = p.parse_args(argv)
+    if args.table_from is not None:
+        payload = json.loads(args.table_from.read_text())
+        payload["rules"] = [judge(r) for r in payload["rules"]]
+        payload["gate_classifies_panel"] = all(r["gate_correct"] for r in payload["rules"])
+        payload["resolved_gate_classifies_panel"] = all(r["resolved_gate_correct"] for r in payload["rules"])
+        args.table_from.write_text(json.dumps(payload, indent=1))
+        print(table(payload))
+        return 0
+    if args.out is None:
+        p.error("--out is required")
 
     ds = DATASETS[args.dataset]
     if args.epochs is not None:
@@ -242,6 +256,7 @@ def main(argv=None) -> int:
         "records": records,
         "rules": rows,
         "gate_classifies_panel": all(r["gate_correct"] for r in rows),
+        "resolved_gate_classifies_panel": all(r["resolved_gate_correct"] for r in rows),
         "seconds": time.perf_counter() - start,
         "train_seconds": train_seconds,
         "command": "python benchmarks/rule_panel.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -252,6 +267,21 @@ def main(argv=None) -> int:
     return 0
 
 
+def resolved_slope_gate(curves: list[str]) -> str:
+    """The resolved-slope gate from the check's gated curves ("fourier_1 grows, slope ..."): flag only on a resolved
+    slope beyond the tolerance (grows / shrinks); flat, unresolved and no-signal curves pass."""
+    return "flagged" if any(c.split()[1].rstrip(",") in ("grows", "shrinks") for c in curves) else "pass"
+
+
+def judge(row: dict) -> dict:
+    """Both gates' verdicts on one rule, and whether each is right about its truth."""
+    fails = row["truth"].startswith("fails")
+    row["resolved_gate"] = resolved_slope_gate(row["gate_curves"])
+    row["gate_correct"] = (row["gate"] == "flagged") == fails
+    row["resolved_gate_correct"] = (row["resolved_gate"] == "flagged") == fails
+    return row
+
+
 def table(payload: dict) -> str:
     ds = payload["dataset"]
     k_lo, k_hi = ds["modes"]
@@ -259,15 +289,23 @@ def table(payload: dict) -> str:
         f"{ds['name']}: K {k_lo} -> {k_hi}, {payload['seeds']} seeds, {ds['epochs']} epochs, "
         f"{len(payload['grid'])} LRs {payload['grid'][0]:.2g}..{payload['grid'][-1]:.2g} (validation errors)",
         "",
-        f"| rule | drift of lr* K {k_lo}→{k_hi}, decades [95 % CI] | truth | coord-check gate | gate right? |",
+        f"| rule | drift of lr* K {k_lo}→{k_hi}, decades [95 % CI] | truth | all-flat gate (today's check) | "
+        "resolved-slope gate |",
         "|---|---|---|---|---|",
     ]
     for r in payload["rules"]:
         d = r["drift"]
         text = "-" if d is None else f"{d['mean']:+.2f} [{d['ci'][0]:+.2f}, {d['ci'][1]:+.2f}] (n={d['n']})"
-        lines.append(f"| {r['rule']} | {text} | {r['truth']} | {r['gate']} | {'yes' if r['gate_correct'] else 'NO'} |")
+        right = {True: "right", False: "**wrong**"}
+        lines.append(
+            f"| {r['rule']} | {text} | {r['truth']} | {r['gate']} ({right[r['gate_correct']]}) | "
+            f"{r['resolved_gate']} ({right[r['resolved_gate_correct']]}) |"
+        )
     lines.append("")
-    lines.append(f"gate classifies the panel: {payload['gate_classifies_panel']}  ({payload['seconds']:.0f} s)")
+    lines.append(
+        f"all-flat gate classifies the panel: {payload['gate_classifies_panel']}; resolved-slope gate: "
+        f"{payload['resolved_gate_classifies_panel']}  ({payload['seconds']:.0f} s)"
+    )
     return "\n".join(lines)
 
 

@@ -74,6 +74,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         },
     )
     report["model"] = ctx.state.get("model")  # mutransfer.sweep.model_log: the target as an MLflow model
+    report["coord_check"] = ctx.state.get("coord_check")  # sweep --coord-check: reported, never blocking
     return report
 
 

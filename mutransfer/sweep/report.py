@@ -229,6 +229,13 @@ def format_report(report: dict) -> str:
                 )
             lines.append(text)
     lines += strategies.text_lines(report, "result")  # e.g. top-k, the verification, the baseline, the warm start
+    cc = report.get("coord_check")
+    if cc:
+        lines.append(
+            f"coordinate check at K = {cc['modes']}: {cc['verdict']}"
+            + (f" ({'; '.join(cc['flagged'][:2])})" if cc["flagged"] else "")
+            + " — reported only, it does not gate (docs/results.md, the rule panel)"
+        )
     c = report["compute"]
     lines.append("")
     lines.append(

@@ -230,7 +230,10 @@ def _gate_context(tmp_path, tiny_file, parametrization):
         selection_data=carve_validation(load_split(tiny_file, n_train=32, n_test=16, resolution=64), 6)[1],
         say=said.append,
         study_dir=SimpleNamespace(root=tmp_path),
-        tracker=SimpleNamespace(client=SimpleNamespace(log_artifact=lambda *a: logged.append(a[1]))),
+        tracker=SimpleNamespace(
+            client=SimpleNamespace(log_artifact=lambda *a: logged.append(a[1])),
+            set_tags=lambda run_id, tags: logged.append(tags),
+        ),
         parent_id="parent",
         update_state=lambda **kw: state.update(kw),
         logged=logged,
@@ -238,42 +241,46 @@ def _gate_context(tmp_path, tiny_file, parametrization):
     )
 
 
-def test_gate_stops_a_wrong_parametrization_before_the_target(tiny_file, tmp_path, wrong_spectral_lr):
-    from mutransfer.sweep.context import SweepError
+def test_the_check_flags_a_wrong_parametrization_and_the_sweep_goes_on(tiny_file, tmp_path, wrong_spectral_lr):
+    """A spectral LR multiplied by K makes Fourier updates grow: flagged, recorded, said in one line — and not raised
+    (the sweep trains the target anyway: the check misclassifies known rules, docs/results.md's rule panel)."""
     from mutransfer.sweep.gate import coord_check_gate
 
     ctx = _gate_context(tmp_path, tiny_file, "mup")
-    with pytest.raises(SweepError) as err:
-        coord_check_gate(ctx)
-    message = str(err.value)
-    assert "\n" not in message
-    assert message.startswith("coordinate check flagged mup: ") and ", slope " in message
-    assert "K = [6, 12, 24]" in message and "--resume and without --coord-check" in message
-    assert "coord_check_passed" not in ctx.state
+    coord_check_gate(ctx)  # no SweepError: reported only
+    message = ctx.said[-1]
+    assert "\n" not in message and message.startswith("coordinate check flagged mup: ") and ", slope " in message
+    assert "K = [6, 12, 24]" in message and "Reported only" in message and "--verify" in message
+    record = ctx.state["coord_check"]
+    assert record["verdict"] == "flagged" and record["flagged"] and record["blocks"] is False
     payload = json.loads((tmp_path / "coord_check.json").read_text())
     grows = [c["curve"] for c in payload["curves"] if c["curve"].startswith("fourier_") and c["verdict"] == "grows"]
     assert grows, "a spectral LR multiplied by K must make some Fourier layer's update grow with K"
     assert payload["parametrizations"]["mup"]["verdict"] == "flagged" and payload["seeds"] == 3
-    assert len(ctx.logged) == 2 and (tmp_path / "coord_check.png").stat().st_size > 10_000
+    assert {"mutransfer.coord_check": "flagged"} in ctx.logged and (
+        tmp_path / "coord_check.png"
+    ).stat().st_size > 10_000
 
 
-def test_gate_on_smooth_burgers_as_measured(tiny_file, tmp_path):
+def test_the_check_on_smooth_burgers_as_measured(tiny_file, tmp_path):
     """The real rules on the tiny smooth study at lr 3e-3: SP's updates are flat (passes, once); muP's first
-    Fourier layer's update shrinks with K (c(K) over-corrects on smooth data), so the gate stops muP (not flat)."""
-    from mutransfer.sweep.context import SweepError
+    Fourier layer's update shrinks with K (c(K) over-corrects on smooth data), so the check flags muP — whose
+    optimum, measured, does not move (the rule panel): why it reports and never blocks."""
     from mutransfer.sweep.gate import coord_check_gate
 
     (tmp_path / "sp").mkdir()
     ctx = _gate_context(tmp_path / "sp", tiny_file, "standard")
     coord_check_gate(ctx)
-    assert ctx.state == {"coord_check_passed": True} and "passed" in ctx.said[-1]
-    coord_check_gate(ctx)  # already passed: not run again
-    assert len(ctx.logged) == 2
+    assert ctx.state["coord_check"]["verdict"] == "pass" and "passed" in ctx.said[-1]
+    coord_check_gate(ctx)  # already run: not again
+    assert len([x for x in ctx.logged if isinstance(x, str)]) == 2
 
     (tmp_path / "mup").mkdir()
     ctx = _gate_context(tmp_path / "mup", tiny_file, "mup")
-    with pytest.raises(SweepError, match="coordinate check flagged mup: "):
-        coord_check_gate(ctx)
+    coord_check_gate(ctx)
+    assert ctx.state["coord_check"]["verdict"] == "flagged" and ctx.said[-1].startswith(
+        "coordinate check flagged mup: "
+    )
     payload = json.loads((tmp_path / "mup" / "coord_check.json").read_text())
     fourier_1 = next(c for c in payload["curves"] if c["curve"] == "fourier_1")
     # the study's own model (projection 32), the gate's 3 seeds: the mean slope is below 0 and the t CI reaches past

@@ -323,15 +323,15 @@ def test_target_trains_with_two_ddp_workers(ray_local, tiny_data, tmp_path):
     assert not any(k.startswith("module.") for k in saved["model"])  # the plain model, not the DDP wrapper
 
 
-def test_coord_check_gate_stops_a_wrong_parametrization_before_the_target(ray_local, tiny_data, tmp_path, monkeypatch):
-    """--coord-check: a spectral LR of c(K)·K makes every layer's update grow with K (flagged, no target compute);
-    SP's updates on this smooth data are flat (passes, target trains). The gate runs in the driver, where the
-    wrong multiplier is patched in (SpectralConv looks it up at construction)."""
+def test_coord_check_reports_a_wrong_parametrization_and_never_blocks(ray_local, tiny_data, tmp_path, monkeypatch):
+    """--coord-check: a spectral LR of c(K)·K makes every layer's update grow with K (flagged, said, in the report
+    and on the parent run); SP's updates on this smooth data are flat (pass). Both studies train their target: the
+    check reports and never blocks (it misclassifies known rules: docs/results.md, the rule panel). The check runs
+    in the driver, where the wrong multiplier is patched in (SpectralConv looks it up at construction)."""
     import yaml
 
     import operators.spectral
     from mutransfer.sweep import SweepOptions, run_sweep
-    from mutransfer.sweep.runner import SweepError
 
     right = operators.spectral.spectral_lr_multiplier
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -346,12 +346,17 @@ def test_coord_check_gate_stops_a_wrong_parametrization_before_the_target(ray_lo
         )
         if name == "wrong":
             monkeypatch.setattr(operators.spectral, "spectral_lr_multiplier", lambda k, d, p: right(k, d, p) * k)
-            with pytest.raises(SweepError, match=r"coordinate check flagged standard: fourier_\d grows, slope \+"):
-                run_sweep(options)
-            monkeypatch.undo()
-        else:
-            assert run_sweep(options)["target"]["status"] == "completed"
+        report = run_sweep(options)
+        monkeypatch.undo()
+        assert report["target"]["status"] == "completed"
+        cc = report["coord_check"]
+        assert cc["verdict"] == ("flagged" if name == "wrong" else "pass") and cc["blocks"] is False
+        if name == "wrong":
+            assert any(f.startswith("fourier_") and "grows, slope +" in f for f in cc["flagged"])
         gate = json.loads((runs_dir / f"gate-{name}" / "coord_check.json").read_text())
         assert gate["passed"] == {"standard": name == "standard"}
-    targets = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "target"]
-    assert [r.data.tags["mutransfer.study"] for r in targets] == ["gate-standard"]
+    runs = mlflow_runs(uri)
+    targets = [r for r in runs if r.data.tags.get("mutransfer.kind") == "target"]
+    assert sorted(r.data.tags["mutransfer.study"] for r in targets) == ["gate-standard", "gate-wrong"]
+    parents = {r.data.tags["mutransfer.study"]: r for r in runs if r.data.tags.get("mutransfer.kind") == "study"}
+    assert parents["gate-wrong"].data.tags["mutransfer.coord_check"] == "flagged"
