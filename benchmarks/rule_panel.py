@@ -232,20 +232,16 @@ def main(argv=None) -> int:
             rule=rule,
         )
         verdict = gate.verdict(rule.parametrization)
-        t = truth(d["drift"], args.holds)
-        correct = (verdict == "flagged") == t.startswith("fails")
-        rows.append(
-            {
-                "rule": name,
-                "description": rule.description,
-                **d,
-                "truth": t,
-                "gate_lr": probe_lr,
-                "gate": verdict,
-                "gate_correct": correct,
-                "gate_curves": [c.describe() for c in gate.gated(rule.parametrization)],
-            }
-        )
+        row = {
+            "rule": name,
+            "description": rule.description,
+            **d,
+            "truth": truth(d["drift"], args.holds),
+            "gate_lr": probe_lr,
+            "gate": verdict,
+            "gate_curves": [c.describe() for c in gate.gated(rule.parametrization)],
+        }
+        rows.append(judge(row))
     payload = {
         "dataset": ds.__dict__,
         "grid": grid,
