@@ -214,3 +214,19 @@ def test_a_warm_start_name_ending_in_a_newline_is_not_a_plain_study_name():
     from mutransfer.sweep.warm_start import _plain_name
 
     assert _plain_name("quick") and not _plain_name("quick\n") and not _plain_name("../quick")
+
+
+def test_a_warm_start_name_ending_in_a_newline_is_refused_by_the_cli(tmp_path, monkeypatch, capsys):
+    """Through `mutransfer sweep`: with a study folder "quick" beside it, `--warm-start "quick\\n"` is refused in one
+    line, exit 2, nothing created. (The name check above is what keeps "quick\\n" from being read as "quick"; here
+    the refusal is the CLI's contract: one line and no side effects.)"""
+    from mutransfer.study import default_study_text
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mutransfer-runs" / "quick").mkdir(parents=True)
+    (tmp_path / "mutransfer-runs" / "quick" / "study.yaml").write_text(default_study_text())
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    rc = main(["sweep", "--name", "new", "--warm-start", "quick\n"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--warm-start" in err[0]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
