@@ -180,6 +180,7 @@ def main(argv=None) -> int:
     p.add_argument("--n-test", type=int, default=20)
     p.add_argument("--epochs", type=int, default=None, help="default: the dataset's")
     p.add_argument("--modes", type=int, nargs=2, default=None, help="K_lo K_hi (default: the dataset's)")
+    p.add_argument("--lr-range", type=float, nargs=2, default=None, help="LOW HIGH (default: the dataset's)")
     p.add_argument("--holds", type=float, default=0.25, help="a drift CI inside ±this many decades: the rule holds")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", type=Path, required=False)
@@ -201,6 +202,8 @@ def main(argv=None) -> int:
         ds = Dataset(**{**ds.__dict__, "epochs": args.epochs})
     if args.modes is not None:
         ds = Dataset(**{**ds.__dict__, "modes": tuple(args.modes)})
+    if args.lr_range is not None:
+        ds = Dataset(**{**ds.__dict__, "lr_range": tuple(args.lr_range)})
     start = time.perf_counter()
     fit, select = make_data(ds.name, args.n_train, args.n_val, args.n_test)
     grid = [float(v) for v in np.geomspace(*ds.lr_range, args.points)]
