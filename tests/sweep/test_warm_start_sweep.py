@@ -31,7 +31,7 @@ def test_warm_started_studies_carry_the_cold_studys_best_trials(ray_local, tmp_p
     cold_study = write_tiny_study(tmp_path, data, name="cold", trials=4)
     cold = _sweep("--study", cold_study, "--runs-dir", tmp_path / "runs", *common)
     assert cold["warm_start"] is None
-    completed = sorted((t for t in cold["trial_table"] if t["status"] == "completed"), key=lambda t: t["test_error"])
+    completed = sorted((t for t in cold["trial_table"] if t["status"] == "completed"), key=lambda t: t["val_error"])
 
     # by name: not under this --runs-dir, so it is read from the tracking store; this study's proxy K is 8
     warm_study = write_tiny_study(tmp_path, data, name="warm", trials=4)
@@ -59,9 +59,9 @@ def test_warm_started_studies_carry_the_cold_studys_best_trials(ray_local, tmp_p
     ]
     here = {t["trial_id"]: t for t in warm["trial_table"]}
     for row, source in zip(rows, completed):
-        assert row["source_error"] == pytest.approx(source["test_error"])
+        assert row["source_error"] == pytest.approx(source["val_error"])
         assert here[row["trial_id"]]["config"] == pytest.approx(source["config"])  # master values carry over
-        assert row["test_error"] == here[row["trial_id"]]["test_error"]
+        assert row["val_error"] == here[row["trial_id"]]["val_error"]
         provenance = json.loads(
             (tmp_path / "other" / "warm" / "trials" / row["trial_id"] / "warm_start.json").read_text()
         )
