@@ -62,11 +62,11 @@ def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
             client,
             run.info.run_id,
             params=hp,
-            metrics=[("test_error", 0.3 / (e + 1), 0, e) for e in range(3)]
+            metrics=[("val_error", 0.3 / (e + 1), 0, e) for e in range(3)]
             + [("final_val_error", 0.05 * (i + 1), 0, 3)],
         )
         client.set_terminated(run.info.run_id)
-    log_batch(client, parent, metrics=[("best_proxy_test_error", 0.05, 0, 0), ("target_test_error", 0.04, 0, 0)])
+    log_batch(client, parent, metrics=[("best_proxy_val_error", 0.05, 0, 0), ("target_test_error", 0.04, 0, 0)])
     tracker.set_status(parent, "FINISHED")
     return uri, experiment_id
 
