@@ -46,10 +46,17 @@ if str(ROOT) not in sys.path:
 
 from mutransfer.data.loading import SplitData  # noqa: E402
 from mutransfer.data.validation import carve_validation  # noqa: E402
-from mutransfer.diagnostics.coord_check import coord_check  # noqa: E402
-from mutransfer.diagnostics.rule_panel import RULES, apply_rule, get_rule  # noqa: E402
+from mutransfer.diagnostics.coord_check import GROWS, SHRINKS, coord_check  # noqa: E402
+from mutransfer.diagnostics.rule_panel import (  # noqa: E402
+    NOT_RESOLVED,
+    RULES,
+    apply_rule,
+    gate_is_right,
+    get_rule,
+    truth,
+)
 from mutransfer.diagnostics.statistics import difference_ci  # noqa: E402
-from mutransfer.landscape.analysis import fit_optimum  # noqa: E402
+from mutransfer.sweep.verify_transfer import seed_optima  # noqa: E402
 from mutransfer.training import TrainConfig, train  # noqa: E402
 from operators import FNO  # noqa: E402
 
@@ -137,36 +144,20 @@ def _train(job: tuple) -> dict:
     }
 
 
-def drift(records: list[dict], rule: str, modes: tuple[int, int]) -> dict:
-    """Per-seed optima at both K and the Welch t drift of log10 lr* (decades); edge optima are not usable."""
-    optima = {}
-    for k in modes:
-        optima[k] = []
-        for seed in sorted({r["seed"] for r in records}):
-            rows = sorted(
-                (r for r in records if r["rule"] == rule and r["K"] == k and r["seed"] == seed), key=lambda r: r["lr"]
-            )
-            opt = fit_optimum(
-                [r["lr"] for r in rows], [r["val_error"] for r in rows], [r["status"] for r in rows], "lr"
-            )
-            optima[k].append({"seed": seed, "lr": opt.value, "at_edge": opt.at_edge, "usable": opt.usable})
-    lo, hi = ([o["lr"] for o in optima[k] if o["usable"]] for k in modes)
-    est = difference_ci(np.log10(hi), np.log10(lo)) if lo and hi else None
+def drift(records: list[dict], rule: str, modes: tuple[int, int], grid: list[float]) -> dict:
+    """Per-seed optima at both K (verify's estimator: mutransfer.sweep.verify_transfer.seed_optima) and the Welch t
+    drift of log10 lr* (decades); optima at the grid's edge are not usable."""
+    optima = {k: seed_optima([r for r in records if r["rule"] == rule and r["K"] == k], grid) for k in modes}
+    lo, hi = ([o["coordinate"] for o in optima[k] if o["coordinate"] is not None] for k in modes)
+    est = difference_ci(hi, lo) if lo and hi else None
     out = {"optima": {str(k): v for k, v in optima.items()}, "drift": None}
     if est is not None:
         out["drift"] = {"mean": est.mean, "ci": [est.lo, est.hi], "n": est.n, "method": est.method}
     return out
 
 
-def truth(d: dict | None, holds: float) -> str:
-    if d is None or not (math.isfinite(d["ci"][0]) and math.isfinite(d["ci"][1])):
-        return "not resolved"
-    lo, hi = d["ci"]
-    if lo > 0 or hi < 0:
-        return "fails (moves)"
-    if -holds <= lo and hi <= holds:
-        return "holds"
-    return "not resolved"
+def rule_truth(d: dict | None, holds: float) -> str:
+    return NOT_RESOLVED if d is None else truth(d["ci"][0], d["ci"][1], holds)
 
 
 def main(argv=None) -> int:
@@ -216,8 +207,8 @@ def main(argv=None) -> int:
     rows = []
     for name in args.rules:
         rule = get_rule(name)
-        d = drift(records, name, ds.modes)
-        lo_optima = [o["lr"] for o in d["optima"][str(ds.modes[0])] if o["usable"]]
+        d = drift(records, name, ds.modes, grid)
+        lo_optima = [o["optimum_lr"] for o in d["optima"][str(ds.modes[0])] if o["coordinate"] is not None]
         probe_lr = float(10 ** np.mean(np.log10(lo_optima))) if lo_optima else float(np.sqrt(grid[0] * grid[-1]))
         k_lo, k_hi = ds.modes
         mid = round(math.sqrt(k_lo * k_hi))
@@ -239,7 +230,7 @@ def main(argv=None) -> int:
             "rule": name,
             "description": rule.description,
             **d,
-            "truth": truth(d["drift"], args.holds),
+            "truth": rule_truth(d["drift"], args.holds),
             "gate_lr": probe_lr,
             "gate": verdict,
             "gate_curves": [c.describe() for c in gate.gated(rule.parametrization)],
@@ -269,15 +260,14 @@ def main(argv=None) -> int:
 def resolved_slope_gate(curves: list[str]) -> str:
     """The resolved-slope gate from the check's gated curves ("fourier_1 grows, slope ..."): flag only on a resolved
     slope beyond the tolerance (grows / shrinks); flat, unresolved and no-signal curves pass."""
-    return "flagged" if any(c.split()[1].rstrip(",") in ("grows", "shrinks") for c in curves) else "pass"
+    return "flagged" if any(c.split()[1].rstrip(",") in (GROWS, SHRINKS) for c in curves) else "pass"
 
 
 def judge(row: dict) -> dict:
     """Both gates' verdicts on one rule, and whether each is right about its truth."""
-    fails = row["truth"].startswith("fails")
     row["resolved_gate"] = resolved_slope_gate(row["gate_curves"])
-    row["gate_correct"] = (row["gate"] == "flagged") == fails
-    row["resolved_gate_correct"] = (row["resolved_gate"] == "flagged") == fails
+    row["gate_correct"] = gate_is_right(row["gate"] == "flagged", row["truth"])
+    row["resolved_gate_correct"] = gate_is_right(row["resolved_gate"] == "flagged", row["truth"])
     return row
 
 

@@ -32,7 +32,7 @@ from torch import nn
 from operators.parametrization import mup_scale, spectral_modules
 from operators.spectral import SpectralConv
 
-__all__ = ["RULES", "Rule", "apply_rule", "get_rule"]
+__all__ = ["FAILS", "HOLDS", "NOT_RESOLVED", "RULES", "Rule", "apply_rule", "gate_is_right", "get_rule", "truth"]
 
 
 def c_mup(modes: int, dim: int) -> float:
@@ -104,3 +104,25 @@ def apply_rule(model: nn.Module, rule: Rule) -> nn.Module:
             raise ValueError(f"rule {rule.name}: multiplier {mult} at K={module.modes}")
         module.lr_multiplier = mult
     return model
+
+
+#: a rule's truth on a dataset, from the drift of its optimal master LR between two K
+FAILS, HOLDS, NOT_RESOLVED = "fails (moves)", "holds", "not resolved"
+
+
+def truth(lo: float, hi: float, holds: float) -> str:
+    """A rule's truth from the 95 % interval [lo, hi] of its optimum's drift (decades): it *fails* when the interval
+    excludes 0, *holds* when it lies within ±``holds``, else (a wide interval, or none: ±inf) it is *not resolved*."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return NOT_RESOLVED
+    if lo > 0 or hi < 0:
+        return FAILS
+    if -holds <= lo and hi <= holds:
+        return HOLDS
+    return NOT_RESOLVED
+
+
+def gate_is_right(flagged: bool, rule_truth: str) -> bool:
+    """A gate is right about a rule when it flags it exactly when the rule fails: a flag without a measured failure
+    would stop a sweep without evidence, a pass on a measured failure would let a broken rule through."""
+    return flagged == (rule_truth == FAILS)

@@ -47,6 +47,18 @@ def test_a_rule_refuses_a_model_of_another_parametrization():
     assert set(RULES) == {"sp", "mup", "mup_c_times_K", "mup_c_squared", "mup_c_one"}
 
 
+def test_a_rules_truth_and_a_gates_judgement():
+    """The truth of a drift interval, and when a gate is right: a flag without a measured failure is wrong."""
+    from mutransfer.diagnostics.rule_panel import FAILS, HOLDS, NOT_RESOLVED, gate_is_right, truth
+
+    inf = float("inf")
+    assert truth(-0.51, -0.14, 0.25) == FAILS and truth(0.1, 0.3, 0.25) == FAILS
+    assert truth(-0.1, 0.2, 0.25) == HOLDS
+    assert truth(-0.94, 0.67, 0.25) == NOT_RESOLVED and truth(-inf, inf, 0.25) == NOT_RESOLVED
+    assert gate_is_right(True, FAILS) and gate_is_right(False, HOLDS) and gate_is_right(False, NOT_RESOLVED)
+    assert not gate_is_right(True, NOT_RESOLVED) and not gate_is_right(True, HOLDS) and not gate_is_right(False, FAILS)
+
+
 @pytest.mark.slow
 def test_the_panel_measures_a_wrong_rule_moving_the_optimum_and_the_paper_rule_not(tmp_path):
     """The panel's truth, small: smooth Burgers, K 4 -> 64, 3 seeds, 9 LRs over 2.5 decades. c(K)·K (a spectral LR
