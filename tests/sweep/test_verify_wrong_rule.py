@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +26,9 @@ from mutransfer.sweep.verify_transfer import TRANSFER_FAILED
 from operators.family import unregister_family
 from tests.sweep import wrong_rule_family as wrong
 from tests.sweep_helpers import mlflow_runs, write_tiny_study
+
+#: the checkout's root, which the Ray workers need on their sys.path to import the setup hook's module
+ROOT = Path(__file__).resolve().parents[2]
 
 #: the proxy's optimum at this scale (Burgers, 96 training samples, batch 16, 20 epochs, K = 6): about 1e-2
 PROXY_OPTIMUM_LOG10 = -2.0
@@ -41,7 +46,12 @@ def ray_with_wrong_rule():
         num_cpus=2,
         include_dashboard=False,
         log_to_driver=False,
-        runtime_env={"worker_process_setup_hook": wrong.SETUP_HOOK},
+        # the workers import the hook's module from this checkout: pytest puts the root on the driver's sys.path
+        # only, so it is put on theirs too
+        runtime_env={
+            "worker_process_setup_hook": wrong.SETUP_HOOK,
+            "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))},
+        },
     )
     yield ray
     ray.shutdown()
