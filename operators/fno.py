@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from operators.errors import OperatorConfigError
-from operators.parametrization import check_modes
+from operators.parametrization import check_k_exponent, check_modes
 from operators.spectral import SpectralConv, check_grid
 from operators.width_mup import MuLinear, WidthSpec
 
@@ -62,6 +62,8 @@ class FNO(nn.Module):
         width_parametrization: "standard" (default; no width rule) or "mup"
             (muP in the width m, composed with the K-parametrization).
         base_width: the base width m0 of width-muP (required with "mup").
+        k_exponent: the exponent ρ of the K rule under muP, b(K) = c(K) = (d·log K)^(−ρ/2)
+            (operators.parametrization.data_aware_scale; 1, the default, is the paper's rule).
 
     Input (B, N_1, …, N_d, in_channels) → output (B, N_1, …, N_d, out_channels).
     """
@@ -80,9 +82,11 @@ class FNO(nn.Module):
         init_scale: float = 1.0,
         width_parametrization: str = "standard",
         base_width: int | None = None,
+        k_exponent: float = 1.0,
     ):
         super().__init__()
         check_modes(modes, dim, parametrization)
+        k_exponent = check_k_exponent(k_exponent)
         for name, value in (
             ("in_channels", in_channels),
             ("out_channels", out_channels),
@@ -110,6 +114,7 @@ class FNO(nn.Module):
             init_scale=float(init_scale),
             width_parametrization=width_parametrization,
             base_width=base_width,
+            k_exponent=k_exponent,
         )
         self.width_spec = spec
         self.dim, self.modes, self.padding = dim, modes, padding
@@ -124,7 +129,14 @@ class FNO(nn.Module):
         # given seed whatever K and the parametrization are.
         self.spectral = nn.ModuleList(
             SpectralConv(
-                width, width, modes, dim, parametrization, init_scale, base_width=base_width if spec.is_mup else None
+                width,
+                width,
+                modes,
+                dim,
+                parametrization,
+                init_scale,
+                base_width=base_width if spec.is_mup else None,
+                k_exponent=k_exponent,
             )
             for _ in range(layers)
         )

@@ -62,16 +62,45 @@ def mup_scale(modes: int, dim: int) -> float:
     return 1.0 / math.sqrt(dim * math.log(modes))
 
 
-def spectral_init_multiplier(modes: int, dim: int, parametrization: str) -> float:
-    """b(K) relative to the base init std: 1/√(d·log K) under muP, 1 under SP."""
-    check_modes(modes, dim, parametrization)
-    return mup_scale(modes, dim) if parametrization == "mup" else 1.0
+#: the largest K-rule exponent a model accepts (white noise in 3D over K 2 → 64 measures about 6)
+MAX_K_EXPONENT = 8.0
 
 
-def spectral_lr_multiplier(modes: int, dim: int, parametrization: str) -> float:
-    """c(K): the spectral weights' Adam LR is c(K)·η0; 1/√(d·log K) under muP, 1 under SP."""
+def check_k_exponent(k_exponent: float) -> float:
+    """Return ``k_exponent`` as a float if it is a finite number in [0, MAX_K_EXPONENT], else a one-line error."""
+    if isinstance(k_exponent, bool) or not isinstance(k_exponent, (int, float)):
+        raise OperatorConfigError(f"k_exponent {k_exponent!r}: must be a number (1 is the paper's muP rule)")
+    if not (math.isfinite(k_exponent) and 0.0 <= k_exponent <= MAX_K_EXPONENT):
+        raise OperatorConfigError(
+            f"k_exponent {k_exponent}: must be in [0, {MAX_K_EXPONENT:g}] (1 is the paper's muP rule, 0 no K correction)"
+        )
+    return float(k_exponent)
+
+
+def data_aware_scale(modes: int, dim: int, k_exponent: float) -> float:
+    """The K rule with exponent ρ: (d·log K)^(−ρ/2), shared by b(K) and c(K) (beyond the paper).
+
+    ρ = 1 is :func:`mup_scale` (the paper, exact for a scale-invariant spectrum, whose energy in the kept
+    modes grows like log K); ρ = 0 keeps no K correction (data whose energy the added modes do not carry);
+    ρ = 2 corrects twice as much (in log). mutransfer estimates ρ from the energy the kept modes of the
+    user's data carry (mutransfer.diagnostics.k_exponent). Needs K ≥ 2.
+    """
+    check_modes(modes, dim, "mup")
+    return float((dim * math.log(modes)) ** (-0.5 * check_k_exponent(k_exponent)))
+
+
+def spectral_init_multiplier(modes: int, dim: int, parametrization: str, k_exponent: float = 1.0) -> float:
+    """b(K) relative to the base init std: (d·log K)^(−ρ/2) under muP (ρ = ``k_exponent``; 1: the paper's
+    1/√(d·log K)), 1 under SP."""
     check_modes(modes, dim, parametrization)
-    return mup_scale(modes, dim) if parametrization == "mup" else 1.0
+    return data_aware_scale(modes, dim, k_exponent) if parametrization == "mup" else 1.0
+
+
+def spectral_lr_multiplier(modes: int, dim: int, parametrization: str, k_exponent: float = 1.0) -> float:
+    """c(K): the spectral weights' Adam LR is c(K)·η0; (d·log K)^(−ρ/2) under muP (ρ = ``k_exponent``; 1: the
+    paper's 1/√(d·log K)), 1 under SP."""
+    check_modes(modes, dim, parametrization)
+    return data_aware_scale(modes, dim, k_exponent) if parametrization == "mup" else 1.0
 
 
 def transfer_lr_factor(proxy_modes: int, target_modes: int) -> float:
@@ -106,12 +135,19 @@ def base_spectral_init_std(in_channels: int, out_channels: int, parametrization:
 
 
 def init_spectral_weight_(
-    weight: torch.Tensor, *, modes: int, dim: int, parametrization: str, init_scale: float = 1.0
+    weight: torch.Tensor,
+    *,
+    modes: int,
+    dim: int,
+    parametrization: str,
+    init_scale: float = 1.0,
+    k_exponent: float = 1.0,
 ) -> torch.Tensor:
     """Initialise a complex spectral weight (m_in, m_out, K, …, K) in place.
 
     SP: real and imaginary parts ~ init_scale · U[0,1) / (m_in·m_out).
-    muP: real and imaginary parts ~ N(0, σ²), σ = init_scale · (1/m_in) / √(d·log K).
+    muP: real and imaginary parts ~ N(0, σ²), σ = init_scale · (1/m_in) · (d·log K)^(−ρ/2), ρ = ``k_exponent``
+    (1: the paper's 1/√(d·log K)).
     """
     if init_scale <= 0:
         raise OperatorConfigError(f"init_scale {init_scale}: must be positive (1.0 is the default)")
@@ -122,7 +158,7 @@ def init_spectral_weight_(
             real.uniform_(0.0, 1.0).mul_(init_scale / (in_channels * out_channels))
         else:
             std = init_scale * base_spectral_init_std(in_channels, out_channels, "mup")
-            real.normal_(0.0, std * spectral_init_multiplier(modes, dim, "mup"))
+            real.normal_(0.0, std * spectral_init_multiplier(modes, dim, "mup", k_exponent))
     return weight
 
 
@@ -223,9 +259,12 @@ def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.
     return groups
 
 
-def effective_spectral_lr(lr: float, modes: int, dim: int, parametrization: str, width_factor: float = 1.0) -> float:
-    """The spectral weights' effective Adam LR: c(K)·lr, times the width-muP factor m0/m when the width scales."""
-    return lr * spectral_lr_multiplier(modes, dim, parametrization) * width_factor
+def effective_spectral_lr(
+    lr: float, modes: int, dim: int, parametrization: str, width_factor: float = 1.0, k_exponent: float = 1.0
+) -> float:
+    """Adam LR actually applied to the spectral weights: c(K)·η0 (× the width factor), c(K) with exponent
+    ``k_exponent`` (1: the paper's)."""
+    return lr * spectral_lr_multiplier(modes, dim, parametrization, k_exponent) * width_factor
 
 
 def model_spectral_lr(model: nn.Module, lr: float) -> float:

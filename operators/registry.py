@@ -72,7 +72,7 @@ _FNO_KEYS = ("dim", "modes", "width", "layers", "in_channels", "out_channels", "
 
 
 def fno_config(spec: ModelSpec) -> ModelConfig:
-    """The FNO's constructor arguments (its ``.config``) for ``spec``; options: padding, projection_channels."""
+    """The FNO's constructor arguments (its ``.config``) for ``spec``; options: padding, projection_channels, k_exponent."""
     o = spec.options
     return {
         "dim": spec.dim,
@@ -87,6 +87,7 @@ def fno_config(spec: ModelSpec) -> ModelConfig:
         ),
         "padding": config_int(o.get("padding") or 0, "padding"),
         "init_scale": float(spec.init_scale),
+        "k_exponent": o.get("k_exponent", 1.0),
         "width_parametrization": spec.width_parametrization,
         "base_width": spec.base_width,
     }
@@ -190,7 +191,7 @@ FAMILIES = (
         planner=plan_fno_config,
         owns=_owns_fno,
         flops=fno_step_flops,
-        fields=("padding", "projection_channels"),
+        fields=("padding", "projection_channels", "k_exponent"),
         defaults=dict[str, object](FNO_DEFAULTS),
     ),
     _attention_family("galerkin", "Galerkin Transformer", GalerkinTransformer, galerkin_formula, attention_scaled=True),

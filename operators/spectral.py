@@ -25,7 +25,7 @@ from operators.contraction import (
     truncated_idft,
 )
 from operators.errors import OperatorConfigError
-from operators.parametrization import check_modes, init_spectral_weight_, spectral_lr_multiplier
+from operators.parametrization import check_k_exponent, check_modes, init_spectral_weight_, spectral_lr_multiplier
 from operators.width_mup import spectral_width_init_std, spectral_width_lr_multiplier
 
 _EINSUM = {1: "bix,iox->box", 2: "bixy,ioxy->boxy", 3: "bixyz,ioxyz->boxyz"}
@@ -147,6 +147,9 @@ class SpectralConv(nn.Module):
     ``base_width`` (default None: K-parametrization only) switches on width-muP
     with width m = in_channels: LR multiplier c(K)·m0/m and Gaussian init of
     std σ_K(m0)·b(K)·√(m0/m) (operators.width_mup).
+
+    ``k_exponent`` ρ (default 1, the paper): under muP, b(K) = c(K) = (d·log K)^(−ρ/2)
+    (operators.parametrization.data_aware_scale).
     """
 
     def __init__(
@@ -158,29 +161,38 @@ class SpectralConv(nn.Module):
         parametrization: str = "standard",
         init_scale: float = 1.0,
         base_width: int | None = None,
+        k_exponent: float = 1.0,
     ):
         super().__init__()
         check_modes(modes, dim, parametrization)
+        k_exponent = check_k_exponent(k_exponent)
         if dim not in _EINSUM:
             raise OperatorConfigError(f"dim {dim}: FNO supports 1, 2 or 3 truncated dimensions")
         self.in_channels, self.out_channels = in_channels, out_channels
         self.modes, self.dim, self.parametrization = modes, dim, parametrization
-        self.base_width = base_width
+        self.base_width, self.k_exponent = base_width, k_exponent
         shape = (in_channels, out_channels) + (modes,) * dim
         if base_width is None:
-            self.lr_multiplier = spectral_lr_multiplier(modes, dim, parametrization)
+            self.lr_multiplier = spectral_lr_multiplier(modes, dim, parametrization, k_exponent)
 
             def init(w: torch.Tensor) -> torch.Tensor:
                 return init_spectral_weight_(
-                    w, modes=modes, dim=dim, parametrization=parametrization, init_scale=init_scale
+                    w,
+                    modes=modes,
+                    dim=dim,
+                    parametrization=parametrization,
+                    init_scale=init_scale,
+                    k_exponent=k_exponent,
                 )
 
         else:
             # width-muP (operators.width_mup): the fan-in m_in is the width m.
             if init_scale <= 0:
                 raise OperatorConfigError(f"init_scale {init_scale}: must be positive (1.0 is the default)")
-            self.lr_multiplier = spectral_width_lr_multiplier(in_channels, base_width, modes, dim, parametrization)
-            std = spectral_width_init_std(in_channels, base_width, modes, dim, parametrization, init_scale)
+            self.lr_multiplier = spectral_width_lr_multiplier(
+                in_channels, base_width, modes, dim, parametrization, k_exponent
+            )
+            std = spectral_width_init_std(in_channels, base_width, modes, dim, parametrization, init_scale, k_exponent)
 
             def init(w: torch.Tensor) -> torch.Tensor:
                 torch.view_as_real(w).normal_(0.0, std)
@@ -244,4 +256,5 @@ class SpectralConv(nn.Module):
             f"{self.in_channels}, {self.out_channels}, modes={self.modes}, dim={self.dim}, "
             f"parametrization={self.parametrization}, lr_multiplier={self.lr_multiplier:.4f}"
             + ("" if self.base_width is None else f", base_width={self.base_width}")
+            + ("" if self.k_exponent == 1.0 else f", k_exponent={self.k_exponent:.3g}")
         )

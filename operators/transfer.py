@@ -117,6 +117,7 @@ class Scaling:
     ``proxy_width``/``target_width``: the widths m0 → m (None: unchanged and unknown).
     ``width_parametrization``: "mup" (Tensor Programs V, base width m0) or "standard".
     ``attention_scaled``: the operator's width rule has the 1/d_h attention scale (Galerkin, ONO).
+    ``k_exponent``: the exponent ρ of muP's K rule, (d·log K)^(−ρ/2) (1: the paper's 1/√(d·log K)).
     """
 
     dim: int
@@ -127,6 +128,7 @@ class Scaling:
     target_width: int | None = None
     width_parametrization: str = "standard"
     attention_scaled: bool = False
+    k_exponent: float = 1.0
 
     @property
     def scales_width(self) -> bool:
@@ -134,7 +136,14 @@ class Scaling:
 
 
 def effective_spectral_init_std(
-    dim: int, modes: int, width: int, parametrization: str, *, base_width: int | None = None, init_scale: float = 1.0
+    dim: int,
+    modes: int,
+    width: int,
+    parametrization: str,
+    *,
+    base_width: int | None = None,
+    init_scale: float = 1.0,
+    k_exponent: float = 1.0,
 ) -> float:
     """Std of the real/imaginary parts of a spectral entry as the model draws it (operators.spectral).
 
@@ -142,11 +151,11 @@ def effective_spectral_init_std(
     """
 
     if base_width is not None:
-        return spectral_width_init_std(width, base_width, modes, dim, parametrization, init_scale)
+        return spectral_width_init_std(width, base_width, modes, dim, parametrization, init_scale, k_exponent)
     return (
         init_scale
         * base_spectral_init_std(width, width, parametrization)
-        * spectral_init_multiplier(modes, dim, parametrization)
+        * spectral_init_multiplier(modes, dim, parametrization, k_exponent)
     )
 
 
@@ -180,6 +189,9 @@ def transfer(
         if s.proxy_modes != s.target_modes:
             notes.append(
                 "muP in K: the master LR carries over; the model applies c(K) = 1/sqrt(d log K) to the spectral weights"
+                if s.parametrization == "mup" and s.k_exponent == 1.0
+                else f"muP in K with the data's exponent rho = {s.k_exponent:.3g}: the master LR carries over; the model "
+                "applies c(K) = (d log K)^(-rho/2) to the spectral weights"
                 if s.parametrization == "mup"
                 else "standard parametrization in K: copied unchanged; the optimum may drift with K"
             )
@@ -214,10 +226,12 @@ def _spectral_rows(
         check_modes(k, s.dim, s.parametrization)
     # check_modes above rejected anything but an int
     kp, kt = cast(int, s.proxy_modes), cast(int, s.target_modes)
-    proxy_lr = effective_spectral_lr(lr, kp, s.dim, s.parametrization)
-    target_lr = effective_spectral_lr(lr, kt, s.dim, s.parametrization, width_factor)
-    k_factor = transfer_lr_factor(kp, kt) if s.parametrization == "mup" else 1.0
-    k_rule = "x sqrt(log Kp / log Kt)" if s.parametrization == "mup" and kp != kt else "unchanged in K"
+    rho = s.k_exponent
+    proxy_lr = effective_spectral_lr(lr, kp, s.dim, s.parametrization, k_exponent=rho)
+    target_lr = effective_spectral_lr(lr, kt, s.dim, s.parametrization, width_factor, k_exponent=rho)
+    k_factor = transfer_lr_factor(kp, kt) ** rho if s.parametrization == "mup" else 1.0
+    paper = "x sqrt(log Kp / log Kt)" if rho == 1.0 else f"x (log Kp / log Kt)^(rho/2), rho = {rho:.3g}"
+    k_rule = paper if s.parametrization == "mup" and kp != kt else "unchanged in K"
     if s.parametrization == "standard":
         k_rule = "standard parametrization: unchanged in K"
     w_rule = " x m0/m" if width_mup else ""
@@ -228,10 +242,10 @@ def _spectral_rows(
     w1 = s.target_width or w0
     base = w0 if width_mup else None
     proxy_std = effective_spectral_init_std(
-        s.dim, kp, w0, s.parametrization, base_width=base, init_scale=init_scale or 1.0
+        s.dim, kp, w0, s.parametrization, base_width=base, init_scale=init_scale or 1.0, k_exponent=rho
     )
     target_std = effective_spectral_init_std(
-        s.dim, kt, w1, s.parametrization, base_width=base, init_scale=init_scale or 1.0
+        s.dim, kt, w1, s.parametrization, base_width=base, init_scale=init_scale or 1.0, k_exponent=rho
     )
     if init_std is not None:  # the proxy's effective std given directly: apply the same ratio
         proxy_std, target_std = init_std, init_std * target_std / proxy_std

@@ -183,13 +183,22 @@ def forward_multiplier(role: str, width: int, base_width: int | None, width_para
 # --------------------------------------------------------------------------- FNO spectral weights
 
 
-def spectral_width_lr_multiplier(width: int, base_width: int, modes: int, dim: int, parametrization: str) -> float:
-    """Spectral-weight Adam LR multiplier under width-muP composed with K-parametrization: c(K)·m0/m."""
-    return spectral_lr_multiplier(modes, dim, parametrization) * hidden_lr_multiplier(width, base_width)
+def spectral_width_lr_multiplier(
+    width: int, base_width: int, modes: int, dim: int, parametrization: str, k_exponent: float = 1.0
+) -> float:
+    """Spectral-weight Adam LR multiplier under width-muP composed with K-parametrization: c(K)·m0/m
+    (c(K) with the K rule's exponent ``k_exponent``: operators.parametrization.data_aware_scale)."""
+    return spectral_lr_multiplier(modes, dim, parametrization, k_exponent) * hidden_lr_multiplier(width, base_width)
 
 
 def spectral_width_init_std(
-    width: int, base_width: int, modes: int, dim: int, parametrization: str, init_scale: float = 1.0
+    width: int,
+    base_width: int,
+    modes: int,
+    dim: int,
+    parametrization: str,
+    init_scale: float = 1.0,
+    k_exponent: float = 1.0,
 ) -> float:
     """Std of the real/imaginary parts of a spectral entry under width-muP: σ_K(m0)·b(K)·√(m0/m).
 
@@ -201,7 +210,8 @@ def spectral_width_init_std(
     _check_widths(width, base_width)
     check_modes(modes, dim, parametrization)
     base = base_spectral_init_std(base_width, base_width, parametrization)
-    return init_scale * base * spectral_init_multiplier(modes, dim, parametrization) * math.sqrt(base_width / width)
+    scale = spectral_init_multiplier(modes, dim, parametrization, k_exponent)
+    return init_scale * base * scale * math.sqrt(base_width / width)
 
 
 # --------------------------------------------------------------------------- modules

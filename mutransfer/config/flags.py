@@ -54,6 +54,8 @@ def flag_kwargs(spec: Setting, name: str) -> dict:
         return {"choices": choices}
     if spec.kind in ("int", "float"):
         return {"type": arg_type(spec), "metavar": name.upper()}
+    if spec.parse is not None:
+        return {"type": spec.parse, "metavar": name.upper()}
     if spec.kind == "ints":  # a list of positive integers: --ladder 4 8 16
         return {"nargs": "+", "type": arg_type(Setting(spec.help, kind="int", minimum=1)), "metavar": "N"}
     return {}

@@ -35,6 +35,7 @@ class Setting:
     choices: allowed values (a tuple, or a callable returning one, for registries).
     nullable: None is allowed (and means "unset"). flag: the CLI flag ("" for none;
     None derives ``--name-with-dashes``). read: custom YAML reader ``read(reader, name, default)``.
+    parse: a custom field's flag parser (text -> value).
     """
 
     help: str
@@ -46,6 +47,8 @@ class Setting:
     nullable: bool = False
     flag: str | None = None
     read: Callable | None = None
+    #: for a "custom" field: its flag's argparse ``type`` (text -> value, ArgumentTypeError when bad)
+    parse: Callable[[str], Any] | None = None
 
     def choice_values(self) -> tuple | None:
         return self.choices() if callable(self.choices) else self.choices

@@ -28,7 +28,7 @@ from mutransfer.study import load_study
 from mutransfer.study.data import load_study_data
 from mutransfer.study.inputs import check_address_form, check_folder
 from mutransfer.study.memory import check_grid_point_memory
-from mutransfer.study.models import merge_hyperparameters, model_for, train_config
+from mutransfer.study.models import merge_hyperparameters, model_for, resolve_k_exponent, train_config
 from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
 from mutransfer.training import train
 from operators.parametrization import check_modes
@@ -181,6 +181,9 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         for s in grid_points(options, int(study.training.seed))
     ]
     data, data_path = load_study_data(study, progress=options.progress)
+    k_rule = resolve_k_exponent(study, data)  # operator.k_exponent: data, measured between proxy_K and target_K
+    if k_rule is not None and options.progress:
+        say(k_rule.describe())
 
     tracker = Tracker(resolve_tracking_uri(options.tracking_uri or study.tracking.uri))
     experiment_id = tracker.ensure_experiment(study.tracking.experiment)

@@ -82,7 +82,7 @@ def _settings(files: StudyFiles) -> str:
         ("operator", f"{operator.get('type')} width {operator.get('width')}, {operator.get('layers')} layers"),
         ("proxy model", r.get("proxy_model") or f"K {s.get('proxy_K')}"),
         ("target model", r.get("target_model") or f"K {s.get('target_K')}"),
-        ("parametrization", s.get("parametrization")),
+        ("parametrization", _parametrization_text(s.get("parametrization"), r.get("k_rule"), operator)),
         (
             "search",
             f"{search.get('algorithm')}, {search.get('num_trials')} trials, {search.get('max_concurrent')} at "
@@ -101,6 +101,16 @@ def _settings(files: StudyFiles) -> str:
         key_table(rows, "settings")
         + f"<details><summary>study.yaml</summary><pre>{_e(files.study_text)}</pre></details>"
     )
+
+
+def _parametrization_text(parametrization, k_rule: dict | None, operator: dict) -> str | None:
+    """e.g. "mup" or "mup, K rule exponent rho = 0.42 (measured on the data; the paper's is 1)"."""
+    if k_rule:
+        return f"{parametrization}, K rule exponent rho = {k_rule['exponent']:.3g} (measured on the data; the paper's is 1)"
+    rho = operator.get("k_exponent")
+    if parametrization == "mup" and rho not in (None, 1, 1.0):
+        return f"{parametrization}, K rule exponent rho = {rho}"
+    return parametrization
 
 
 def _space_text(d: dict) -> str:

@@ -206,6 +206,7 @@ OVERRIDES = {
     "ladder": ("ladder", "--ladder"),
     "ladder_keep": ("ladder_keep", "--ladder-keep"),
     "top_k": ("search.top_k", "--top-k"),
+    "k_exponent": ("operator.k_exponent", "--k-exponent"),
 }
 
 

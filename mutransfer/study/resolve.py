@@ -19,7 +19,7 @@ from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
 from mutransfer.problems import get_problem
 from mutransfer.study.ladder import check_ladder
-from mutransfer.study.schema import Study
+from mutransfer.study.schema import K_EXPONENT_FROM_DATA, Study
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes
 from operators.planning_attention import plan_attention
@@ -210,6 +210,18 @@ def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
 
 def _check_modes(study: Study, r: Reader) -> None:
     p = study.problem
+    if study.parametrization != "mup" and study.operator.k_exponent != 1.0:
+        r.fail(
+            "operator.k_exponent",
+            f"{study.operator.k_exponent!r} sets the exponent of muP's K rule, and parametrization is "
+            f"{study.parametrization}: set parametrization: mup, or remove operator.k_exponent",
+        )
+    if study.operator.k_exponent == K_EXPONENT_FROM_DATA and study.proxy_K == study.target_K:
+        r.fail(
+            "operator.k_exponent",
+            f"'data' measures how the data's energy grows from proxy_K to target_K, and both are {study.proxy_K}: "
+            "give a number (1 is the paper's rule) or a target_K larger than proxy_K",
+        )
     if study.proxy_K > study.target_K or (study.proxy_K == study.target_K and not study.scales_width):
         r.fail(
             "proxy_K",

@@ -9,6 +9,7 @@ mutransfer.study.resolve.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -18,9 +19,12 @@ import yaml
 
 from mutransfer.config.reader import kind_of
 from mutransfer.config.settings import fraction, non_negative, positive, setting
+from mutransfer.errors import UserInputError
 from mutransfer.problems import PROBLEMS, get_problem
 from mutransfer.study.ladder import LadderSize, ladder_sizes, read_ladder
 from mutransfer.training.hyperparameters import Hyperparameters
+from operators.errors import OperatorConfigError
+from operators.parametrization import MAX_K_EXPONENT, check_k_exponent
 from operators.registry import OPERATORS, OperatorFamily
 from operators.transfer import Scaling
 
@@ -35,6 +39,42 @@ def _read_stream(r, name, default):
 
 def _read_use_gpu(r, name, default):
     return r.choice(name, default, ("auto", True, False), what="auto, true or false")
+
+
+#: ``operator.k_exponent``'s value that asks for the K rule's exponent to be estimated from the data
+K_EXPONENT_FROM_DATA = "data"
+
+
+def parse_k_exponent(text: str) -> float | str:
+    """``--k-exponent``'s value: ``data`` or a number in [0, MAX_K_EXPONENT]."""
+    if text == K_EXPONENT_FROM_DATA:
+        return text
+    try:
+        return check_k_exponent(float(text))
+    except (ValueError, OperatorConfigError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a number in [0, {MAX_K_EXPONENT:g}] (1 is the paper's muP rule) or {K_EXPONENT_FROM_DATA}"
+        ) from None
+
+
+def _read_k_exponent(r, name, default):
+    """A number in [0, MAX_K_EXPONENT] (also as text, from ``--k-exponent``), or ``data``."""
+    value = r.raw(name, default)
+    if value == K_EXPONENT_FROM_DATA:
+        return value
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    try:
+        return check_k_exponent(value)
+    except OperatorConfigError:
+        r.fail(
+            r.where(name),
+            f"must be a number in [0, {MAX_K_EXPONENT:g}] (1 is the paper's muP rule) or {K_EXPONENT_FROM_DATA!r} "
+            f"(estimated from the training data), got {value!r}, e.g. {name}: {K_EXPONENT_FROM_DATA}",
+        )
 
 
 def _read_options(r, name, default):
@@ -112,6 +152,15 @@ class OperatorSpec:
     )
     projection_channels: int = setting(
         128, "FNO: hidden size of the projection MLP", kind="int", minimum=1, example="128"
+    )
+    k_exponent: float | str = setting(
+        1.0,
+        "FNO under muP: the exponent rho of the K rule, spectral init std and Adam LR x (d log K)^(-rho/2); 1 is the "
+        "paper's rule, 'data' estimates rho from the energy the kept modes of the training data carry (beyond the "
+        "paper: docs/sweep.md)",
+        read=_read_k_exponent,
+        parse=parse_k_exponent,
+        example="data",
     )
     heads: int | None = setting(
         None,
@@ -291,6 +340,9 @@ class Study:
     tracking: TrackingSpec = field(default_factory=TrackingSpec)
     #: where the study came from ("studies/x.yaml" or "quick (built-in)"); not part of the file
     source: str = field(default="", compare=False)
+    #: the K rule's exponent measured on the training data when ``operator.k_exponent`` is 'data' (set by
+    #: mutransfer.sweep.k_rule before the search and kept in the study folder's state.json); not part of the file
+    k_exponent_estimate: float | None = field(default=None, compare=False)
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -307,6 +359,20 @@ class Study:
     def target_modes(self) -> int | None:
         """The target's K for a family with the K axis, else None."""
         return self.family.sized(self.target_K)
+
+    @property
+    def k_exponent(self) -> float:
+        """The exponent rho of the K rule the models are built with (operators.parametrization.data_aware_scale):
+        ``operator.k_exponent``, or its estimate when that is 'data'."""
+        value = self.operator.k_exponent
+        if value != K_EXPONENT_FROM_DATA:
+            return float(value)
+        if self.k_exponent_estimate is None:
+            raise UserInputError(
+                "operator.k_exponent: 'data' is estimated from the training data when `mutransfer sweep` starts a "
+                "study; this command builds models without it: give a number (1 is the paper's rule)"
+            )
+        return float(self.k_exponent_estimate)
 
     @property
     def proxy_width(self) -> int:
@@ -330,6 +396,10 @@ class Study:
             "proxy_width": self.operator.width,
             "target_width": self.target_width,
             "width_parametrization": self.width_parametrization,
+            # the K rule's exponent (a number; 'data' until the sweep has measured it)
+            "k_exponent": (self.operator.k_exponent if self.k_exponent_estimate is None else self.k_exponent_estimate)
+            if self.family.scales("K")
+            else None,
         }
 
     def transfer_scaling(self):
@@ -344,6 +414,7 @@ class Study:
             target_width=self.target_width,
             width_parametrization=self.width_parametrization or "standard",
             attention_scaled=self.family.attention_scaled,
+            k_exponent=self.k_exponent if self.family.scales("K") else 1.0,
         )
 
     def ladder_sizes(self) -> list[LadderSize]:
@@ -399,6 +470,7 @@ class Study:
         """The study as a plain mapping (the YAML schema; ``source`` is left out)."""
         d = dataclasses.asdict(self)
         d.pop("source", None)
+        d.pop("k_exponent_estimate", None)
         d["search_space"] = {k: v.to_dict() for k, v in self.search_space.items()}
         ordered = {k: d[k] for k in TOP_ORDER}
         # fields that do not apply to this operator are left out, so the mapping parses again

@@ -145,6 +145,10 @@ class StrategyRecord(Protocol):
     def as_dict(self) -> dict: ...
 
 
+#: state.json's (and the report's) record of the K rule's exponent measured from the data (operator.k_exponent:
+#: data; mutransfer.diagnostics.k_exponent.KExponentEstimate.as_dict)
+K_RULE_KEY = "k_rule"
+
 R = TypeVar("R")
 
 

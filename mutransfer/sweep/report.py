@@ -47,6 +47,7 @@ def build_report(
     study_dir: str,
     overrides: list[str],
     phases: dict | None = None,
+    k_rule: dict | None = None,
     **sections,
 ) -> dict:
     """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome;
@@ -100,6 +101,7 @@ def build_report(
         "n_test": study.problem.n_test,
         "n_val": study.problem.n_val,
         "selection": selection_section(study),
+        "k_rule": k_rule,
         "overrides": overrides,
         "trials": {"total": len(trials), **counts},
         "best_proxy": best.summary() if best is not None else None,
@@ -184,6 +186,13 @@ def format_report(report: dict) -> str:
         f"study {report['study']}: {report['problem']} {operator}, {grid}, {_split_sizes(report)}, "
         f"{report.get('scaling') or 'K ' + str(report['proxy_K']) + ' -> ' + str(report['target_K'])}"
     )
+    if report.get("k_rule"):
+        k = report["k_rule"]
+        lo, hi = k["modes"]
+        lines.append(
+            f"  K rule: rho = {k['exponent']:.3g} measured on {k['samples']} training samples (K {lo} -> {hi}; the "
+            "paper's rule is rho = 1): spectral init std and LR x (d log K)^(-rho/2)"
+        )
     if _split_label(report) == "test":
         lines.append("  note: a study made before validation splits: it selected on the test split (errors optimistic)")
     for note in report.get("overrides") or []:

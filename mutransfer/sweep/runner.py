@@ -33,9 +33,10 @@ from mutransfer.data.validation import carve_validation
 from mutransfer.errors import UserInputError
 from mutransfer.study import _UNSET
 from mutransfer.study.data import load_study_data
+from mutransfer.study.models import resolve_k_exponent
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
-from mutransfer.sweep.context import SweepContext, SweepError, SweepOptions
+from mutransfer.sweep.context import K_RULE_KEY, SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.holds import hold_if_asked
@@ -83,6 +84,7 @@ def _drive(ctx: SweepContext) -> dict:
             mlflow=mlflow,
         )
     _start_study_dir(ctx)
+    _resolve_k_rule(ctx)
     with _session(ctx):
         for name, phase in strategies.ordered_phases(PHASES, ctx):
             hold_if_asked(ctx.study_dir.root, name)  # fault tests only (MUTRANSFER_HOLD_AT)
@@ -120,6 +122,18 @@ def _start_study_dir(ctx: SweepContext) -> None:
         ctx.study_dir.write_state(ctx.state)
     for o in ctx.overrides:
         ctx.say(f"override: {o.describe()}")
+
+
+def _resolve_k_rule(ctx: SweepContext) -> None:
+    """``operator.k_exponent: data``: the K rule's exponent, measured once on the fit samples before the search and
+    kept in state.json (a resumed study builds the models it started with)."""
+    estimate = resolve_k_exponent(ctx.study, ctx.selection_data, ctx.state.get(K_RULE_KEY))
+    if estimate is None:
+        return
+    if K_RULE_KEY not in ctx.state:
+        ctx.state[K_RULE_KEY] = estimate.as_dict()
+        ctx.study_dir.write_state(ctx.state)
+    ctx.say(estimate.describe())
 
 
 def _load_data(ctx: SweepContext) -> None:

@@ -62,6 +62,23 @@ def assert_no_compute(proc, cwd: Path, *fragments):
         (lambda m: m.update(proxy_K=24, target_K=24), ["proxy_K: must be < target_K (24)"]),
         (lambda m: m.update(target_K=100), ["target_K: modes 100 too large for grid size 128"]),
         (lambda m: m.update(search_space={}), ["search_space: is empty"]),
+        (
+            lambda m: m["operator"].update(k_exponent="fast"),
+            ["operator.k_exponent: must be a number in [0, 8]", "data"],
+        ),
+        (lambda m: m["operator"].update(k_exponent=9), ["operator.k_exponent: must be a number in [0, 8]"]),
+        (
+            lambda m: m.update(parametrization="standard", operator={**m["operator"], "k_exponent": 0.5}),
+            ["operator.k_exponent: 0.5 sets the exponent of muP's K rule", "set parametrization: mup"],
+        ),
+        (
+            lambda m: m.update(target_K=6, target_width=64, operator={**m["operator"], "k_exponent": "data"}),
+            ["operator.k_exponent: 'data' measures how the data's energy grows from proxy_K to target_K"],
+        ),
+        (
+            lambda m: m.update(operator={"type": "galerkin", "width": 32, "k_exponent": "data"}),
+            ["operator.k_exponent: applies to fno only, not galerkin"],
+        ),
     ],
 )
 def test_bad_study_fails_before_any_compute(tmp_path, mutate, fragments):
@@ -73,6 +90,14 @@ def test_bad_study_fails_before_any_compute(tmp_path, mutate, fragments):
 def test_bad_override_fails_before_any_compute(tmp_path):
     proc = run_probe(tmp_path, "sweep", "--proxy-K", "6", "--target-K", "70")
     assert_no_compute(proc, tmp_path, "target_K: modes 70 too large", "(set by --target-K)")
+
+
+@pytest.mark.parametrize("value", ["fast", "-1", "nan"])
+def test_a_bad_k_exponent_flag_fails_before_any_compute(tmp_path, value):
+    proc = run_probe(tmp_path, "sweep", "--k-exponent", value)
+    assert proc.returncode == 2 and "--k-exponent" in proc.stderr and "give a number in [0, 8]" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mutransfer-runs").exists()
 
 
 def test_unschedulable_resources_fail_before_any_compute(tmp_path):

@@ -61,7 +61,7 @@ def rough(tmp_path_factory):
 def wrong_spectral_lr(monkeypatch):
     """A broken parametrization: the spectral LR multiplier is c(K)·K (SpectralConv looks it up at construction)."""
     right = operators.spectral.spectral_lr_multiplier
-    monkeypatch.setattr(operators.spectral, "spectral_lr_multiplier", lambda k, d, p: right(k, d, p) * k)
+    monkeypatch.setattr(operators.spectral, "spectral_lr_multiplier", lambda k, d, p, rho=1.0: right(k, d, p, rho) * k)
 
 
 def curves(result, parametrization, kind=None):

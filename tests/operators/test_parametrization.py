@@ -119,3 +119,61 @@ def test_checkpoint_round_trip_keeps_mup_metadata():
     assert [g["lr"] for g in optimizer_param_groups(clone, 1.0)] == [
         g["lr"] for g in optimizer_param_groups(model, 1.0)
     ]
+
+
+# ---- the K rule's exponent (beyond the paper: operators.parametrization.data_aware_scale)
+
+
+def test_the_k_rules_exponent_one_is_the_paper_zero_is_no_correction_two_is_its_square():
+    from operators.parametrization import data_aware_scale
+
+    for k, d in ((2, 1), (6, 2), (24, 3)):
+        assert data_aware_scale(k, d, 1.0) == pytest.approx(mup_scale(k, d))
+        assert data_aware_scale(k, d, 0.0) == 1.0
+        assert data_aware_scale(k, d, 2.0) == pytest.approx(mup_scale(k, d) ** 2)
+        assert spectral_lr_multiplier(k, d, "mup", 0.5) == spectral_init_multiplier(k, d, "mup", 0.5)
+        assert spectral_lr_multiplier(k, d, "standard", 0.5) == 1.0
+
+
+@pytest.mark.parametrize("bad", [-0.1, 8.5, float("nan"), float("inf"), "1", True])
+def test_a_k_exponent_out_of_range_or_not_a_number_is_refused_in_one_line(bad):
+    with pytest.raises(OperatorConfigError, match=r"^k_exponent .*(must be a number|must be in \[0, 8\])"):
+        FNO(1, 1, 1, modes=6, width=8, layers=1, parametrization="mup", k_exponent=bad)
+
+
+def test_an_fno_built_with_a_k_exponent_scales_its_spectral_init_and_lr_by_it():
+    """ρ = 0.5 at K = 24 in 1D: every spectral LR multiplier and the spectral init std are (log 24)^(-1/4), not
+    the paper's (log 24)^(-1/2); the exponent is in the model's config, so a rebuilt model is the same."""
+    torch.manual_seed(0)
+    paper = FNO(1, 1, 1, modes=24, width=32, layers=2, parametrization="mup")
+    torch.manual_seed(0)
+    half = FNO(1, 1, 1, modes=24, width=32, layers=2, parametrization="mup", k_exponent=0.5)
+    assert [m.lr_multiplier for m in half.spectral] == pytest.approx([math.log(24) ** -0.25] * 2)
+    assert [m.lr_multiplier for m in paper.spectral] == pytest.approx([math.log(24) ** -0.5] * 2)
+    assert _spectral_std(half) / _spectral_std(paper) == pytest.approx(math.log(24) ** 0.25, rel=1e-5)
+    assert half.config["k_exponent"] == 0.5 and FNO(**half.config).spectral[0].k_exponent == 0.5
+    groups = {g["name"]: g["lr"] for g in optimizer_param_groups(half, 1e-3) if g["name"].startswith("spectral")}
+    assert list(groups.values()) == [pytest.approx(1e-3 * math.log(24) ** -0.25)]
+
+
+def test_width_mup_composes_with_the_k_exponent():
+    from operators.width_mup import spectral_width_init_std, spectral_width_lr_multiplier
+
+    lr = spectral_width_lr_multiplier(64, 32, 12, 2, "mup", 0.0)
+    assert lr == pytest.approx(0.5)  # no K correction, m0/m = 1/2
+    ratio = spectral_width_init_std(64, 32, 12, 2, "mup", 1.0, 2.0) / spectral_width_init_std(64, 32, 12, 2, "mup")
+    assert ratio == pytest.approx(mup_scale(12, 2))
+
+
+def test_the_transfer_record_applies_the_k_exponent():
+    """The transfer table's spectral LR factor is (log Kp / log Kt)^(ρ/2): ρ = 0 copies it, ρ = 2 squares the
+    paper's factor, and its rule text names ρ."""
+    from operators.transfer import Scaling, transfer
+
+    paper = transfer_lr_factor(6, 24)
+    for rho, factor in ((1.0, paper), (0.0, 1.0), (2.0, paper**2)):
+        rec = transfer(Scaling(1, 6, 24, k_exponent=rho), 1e-3, init_scale=1.0)
+        rows = {q.name: q for q in rec.quantities}
+        assert rows["spectral_lr"].factor == pytest.approx(factor)
+        assert rows["spectral_init_std"].factor == pytest.approx(factor)
+        assert ("rho = " in rows["spectral_lr"].rule) == (rho != 1.0)

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from mutransfer.errors import UserInputError
@@ -365,3 +366,50 @@ def test_every_shipped_study_validates_and_round_trips(path):
     study, _ = load_study(path)
     assert study.scale_text()
     assert parse_study(yaml.safe_load(study.to_yaml()), "round trip") == study
+
+
+# --------------------------------------------------------------------------- the K rule's exponent
+
+
+def test_k_exponent_defaults_to_the_papers_rule_and_reads_a_number_or_data(tmp_path):
+    study, _ = load_study(None)
+    assert study.operator.k_exponent == 1.0 and study.k_exponent == 1.0
+    m = quick_mapping()
+    m["operator"]["k_exponent"] = 0.5
+    assert load_study(write(tmp_path, m))[0].k_exponent == 0.5
+    study, applied = load_study(None, {"k_exponent": "data"})
+    assert study.operator.k_exponent == "data" and applied[0].flag == "--k-exponent"
+    assert study.to_dict()["operator"]["k_exponent"] == "data"  # the file keeps the request, the state the value
+    assert parse_study(study.to_dict(), "again") == study
+
+
+def test_a_model_built_before_the_data_k_rule_is_measured_is_refused_in_one_line():
+    from mutransfer.study.models import model_spec
+
+    study, _ = load_study(None, {"k_exponent": "data"})
+    with pytest.raises(UserInputError, match=r"^operator.k_exponent: 'data' is estimated .* give a number"):
+        model_spec(study)
+
+
+def test_the_data_k_rule_is_measured_on_the_training_inputs_or_taken_from_the_study_folder():
+    """Measured: ρ from the proxy's Fourier-layer inputs on the first 64 training inputs (smooth here: near 0;
+    white noise: larger). Stored (a resumed study): taken as it is, nothing measured (the data are not read)."""
+    from types import SimpleNamespace
+
+    from mutransfer.study.models import model_spec, resolve_k_exponent
+
+    study, _ = load_study(None, {"k_exponent": "data"})
+    x = torch.linspace(0, 1, 128)
+    wave = torch.sin(2 * math.pi * x)[None, :, None].repeat(8, 1, 1)
+    smooth = SimpleNamespace(train_x=wave, train_y=wave)
+    torch.manual_seed(1)
+    noise = torch.randn(8, 128, 1)
+    rough = SimpleNamespace(train_x=noise, train_y=noise)
+    lo = resolve_k_exponent(study, smooth)
+    assert lo is not None and study.k_exponent == lo.exponent and lo.modes == (6, 24) and lo.samples == 8
+    assert model_spec(study).options["k_exponent"] == lo.exponent
+    hi = resolve_k_exponent(study, rough)
+    assert hi is not None and hi.exponent > lo.exponent
+    stored = dict(hi.as_dict(), exponent=0.123)
+    assert resolve_k_exponent(study, None, stored).exponent == 0.123 and study.k_exponent == 0.123
+    assert resolve_k_exponent(load_study(None)[0], rough) is None  # a number: nothing to measure

@@ -345,7 +345,9 @@ def test_coord_check_reports_a_wrong_parametrization_and_never_blocks(ray_local,
             study_path=str(path), runs_dir=str(runs_dir), overrides={"tracking_uri": uri}, quiet=True, coord_check=True
         )
         if name == "wrong":
-            monkeypatch.setattr(operators.spectral, "spectral_lr_multiplier", lambda k, d, p: right(k, d, p) * k)
+            monkeypatch.setattr(
+                operators.spectral, "spectral_lr_multiplier", lambda k, d, p, rho=1.0: right(k, d, p, rho) * k
+            )
         report = run_sweep(options)
         monkeypatch.undo()
         assert report["target"]["status"] == "completed"

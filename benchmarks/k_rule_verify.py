@@ -1,0 +1,228 @@
+"""The data-aware K rule against the paper's, measured by `sweep --verify` (issue "Verdicts you can trust", item 5).
+
+For each dataset (smooth Burgers, initial field α = 2; rough Burgers, α = 0.6) and each K rule (``paper``:
+operator.k_exponent 1, c(K) = 1/√(d·log K); ``data``: operator.k_exponent data, ρ measured on the training data
+before the search, mutransfer.diagnostics.k_exponent), one real study runs end to end through the CLI:
+``mutransfer sweep --study <file> --verify --verify-points P --verify-seeds S --json`` (local Ray, MLflow in
+sqlite). Its ``--verify`` trains the target and the proxy on the same LR grid around the transferred LR with
+S seeds each and reports the **transfer error** (target optimum − proxy optimum, decades, Welch's 95 % t
+interval) and the **search gap**. A rule transfers better when its transfer error is smaller in magnitude;
+the difference between the two rules' errors is given with Welch's interval over the seeds' optima.
+
+    python benchmarks/k_rule_verify.py --out docs/results/k_rule_verify.json
+    python benchmarks/k_rule_verify.py --table-from docs/results/k_rule_verify.json   # the table again
+
+Everything (data, study files, study folders, MLflow store) goes under ``--work`` (default a temporary folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: dataset name -> the initial field's smoothness α of the Burgers generator (lower is rougher)
+DATASETS = {"burgers": 2.0, "burgers_rough": 0.6}
+#: K rule name -> operator.k_exponent
+RULES = {"paper": 1.0, "data": "data"}
+
+
+def make_data(work: Path, name: str, n: int) -> Path:
+    """Burgers at 256 points (strided to 128 by the study), ``n`` samples, seed 0, written as the project's HDF5."""
+    from mutransfer.data.burgers import generate_burgers  # noqa: PLC0415 -- deferred: only when data is made
+    from mutransfer.data.hdf5_io import write_dataset  # noqa: PLC0415
+
+    path = work / f"{name}.h5"
+    if not path.exists():
+        write_dataset(path, generate_burgers(n, 256, seed=0, alpha=DATASETS[name], progress=False))
+    return path
+
+
+def study_mapping(name: str, data: Path, rule: str, args) -> dict:
+    return {
+        "name": f"krule-{name}-{rule}",
+        "problem": {
+            "name": "burgers",
+            "data": str(data),
+            "resolution": 128,
+            "n_train": args.n_train,
+            "n_val": args.n_val,
+            "n_test": args.n_test,
+        },
+        "operator": {"type": "fno", "width": 32, "layers": 4, "k_exponent": RULES[rule]},
+        "parametrization": "mup",
+        "proxy_K": args.modes[0],
+        "target_K": args.modes[1],
+        "search_space": {
+            "lr": {"type": "loguniform", "low": args.lr_range[0], "high": args.lr_range[1]},
+        },
+        "training": {"batch_size": 20, "schedule": "cosine", "seed": 0},
+        "search": {"algorithm": "tpe", "num_trials": args.trials, "seed": 0, "max_concurrent": 2},
+        "budget": {"epochs": args.epochs, "grace_period": args.epochs},
+        "target": {"epochs": args.epochs},
+    }
+
+
+def run_one(work: Path, name: str, rule: str, args) -> dict:
+    data = make_data(work, name, args.n_train + args.n_test)
+    study_file = work / f"{name}-{rule}.yaml"
+    study_file.write_text(yaml.safe_dump(study_mapping(name, data, rule, args), sort_keys=False))
+    cmd = [
+        sys.executable,
+        "-m",
+        "mutransfer",
+        "sweep",
+        "--study",
+        str(study_file),
+        "--verify",
+        "--verify-points",
+        str(args.points),
+        "--verify-seeds",
+        str(args.seeds),
+        "--runs-dir",
+        str(work / "runs"),
+        "--tracking-uri",
+        f"sqlite:///{work / 'mlflow.db'}",
+        "--json",
+    ]
+    if (work / "runs" / f"krule-{name}-{rule}" / "study.yaml").exists():
+        cmd.append("--resume")  # a study this folder already holds: finished, it reports again; else it goes on
+    start = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=work)
+    if out.returncode != 0:
+        raise SystemExit(f"{name}/{rule}: sweep exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
+    report = json.loads(out.stdout)
+    verify = report["verification"]
+    return {
+        "dataset": name,
+        "rule": rule,
+        "k_exponent": report.get("k_exponent"),
+        "k_rule": report.get("k_rule"),
+        "transfer_error": verify.get("transfer_error"),
+        "search_gap": verify.get("search_gap"),
+        "verdict": verify.get("verdict"),
+        "proxy_seed_optima": verify.get("proxy_seed_optima"),
+        "target_seed_optima": verify.get("seed_optima"),
+        "transferred_lr": verify.get("transferred_lr"),
+        "target_test_error": (report.get("target") or {}).get("test_error"),
+        "seconds": time.time() - start,
+    }
+
+
+def compare(rows: list[dict]) -> list[dict]:
+    """Per dataset: the data rule's |transfer error| against the paper's, from their point estimates and CIs."""
+    out = []
+    for name in DATASETS:
+        pair = {r["rule"]: r for r in rows if r["dataset"] == name}
+        if set(pair) != set(RULES):
+            continue
+        te = {rule: (pair[rule]["transfer_error"] or {}) for rule in RULES}
+        out.append(
+            {
+                "dataset": name,
+                "paper": te["paper"],
+                "data": te["data"],
+                "rho": pair["data"]["k_exponent"],
+                "better": _better(te["paper"], te["data"]),
+            }
+        )
+    return out
+
+
+def _better(paper: dict, data: dict) -> str:
+    """'data' / 'paper' when one rule's transfer-error interval excludes 0 and the other's does not, else
+    'not resolved' (both intervals cover 0, or both exclude it)."""
+
+    def resolved(e: dict) -> bool | None:
+        lo, hi = e.get("ci") or (None, None)
+        if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+            return None
+        return lo > 0 or hi < 0
+
+    rp, rd = resolved(paper), resolved(data)
+    if rp is None or rd is None or rp == rd:
+        return "not resolved"
+    return "data" if rp else "paper"
+
+
+def _ci(e: dict | None) -> str:
+    if not e or e.get("value") is None:
+        return "-"
+    lo, hi = e.get("ci") or (None, None)
+    if lo is None or hi is None:
+        return f"{e['value']:+.2f} (no interval, n={e.get('n')})"
+    return f"{e['value']:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={e.get('n')})"
+
+
+def table(payload: dict) -> str:
+    lines = [
+        "| dataset | K rule | rho | transfer error, decades [95 % CI] | search gap, decades [95 % CI] | verdict | "
+        "target test rel. L2 | wall s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in payload["rows"]:
+        rho = r["k_exponent"]
+        lines.append(
+            f"| {r['dataset']} | {r['rule']} | {rho if isinstance(rho, str) else f'{rho:.2f}'} | "
+            f"{_ci(r['transfer_error'])} | {_ci(r['search_gap'])} | {r['verdict']} | "
+            f"{r['target_test_error']:.4f} | {r['seconds']:.0f} |"
+        )
+    lines.append("")
+    for c in payload.get("comparison", []):
+        lines.append(f"- {c['dataset']} (rho = {c['rho']:.2f}): smaller transfer error: {c['better']}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--datasets", nargs="+", choices=tuple(DATASETS), default=list(DATASETS))
+    p.add_argument("--rules", nargs="+", choices=tuple(RULES), default=list(RULES))
+    p.add_argument("--modes", nargs=2, type=int, default=[2, 64], metavar=("K_PROXY", "K_TARGET"))
+    p.add_argument("--n-train", type=int, default=200)
+    p.add_argument("--n-val", type=int, default=40)
+    p.add_argument("--n-test", type=int, default=50)
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--lr-range", nargs=2, type=float, default=[3e-4, 3e-2])
+    p.add_argument("--points", type=int, default=7, help="--verify-points (0.25 decades apart)")
+    p.add_argument("--seeds", type=int, default=5, help="--verify-seeds")
+    p.add_argument("--work", type=Path, default=None, help="folder for data, studies and runs (default: a temp dir)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--table-from", type=Path, default=None)
+    args = p.parse_args(argv)
+    if args.table_from:
+        print(table(json.loads(args.table_from.read_text())))
+        return 0
+    work = args.work or Path(tempfile.mkdtemp(prefix="k_rule_verify_"))
+    work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    rows = []
+    for name in args.datasets:
+        for rule in args.rules:
+            rows.append(run_one(work, name, rule, args))
+            print(f"{name}/{rule}: {_ci(rows[-1]['transfer_error'])} ({rows[-1]['seconds']:.0f} s)", flush=True)
+    payload = {
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "rows": rows,
+        "comparison": compare(rows),
+    }
+    if args.out:
+        args.out.write_text(json.dumps(payload, indent=2))
+    print(table(payload))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

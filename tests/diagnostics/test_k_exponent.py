@@ -1,0 +1,110 @@
+"""The K rule's exponent from the data (mutransfer.diagnostics.k_exponent), checked against spectra whose energy
+in the kept modes is known in closed form."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mutransfer.diagnostics.k_exponent import (
+    KExponentEstimate,
+    estimate_k_exponent,
+    exponent_between,
+    fourier_layer_inputs,
+    kept_mode_energy,
+)
+from operators import FNO
+
+N = 128
+
+
+def _grid(n: int = N) -> torch.Tensor:
+    return torch.arange(n, dtype=torch.float64) / n
+
+
+def test_a_cosine_carries_its_energy_only_once_k_passes_its_frequency():
+    """a·cos(2π f x) has energy a²/2, all of it at mode f: E(K) = 0 for K ≤ f and a²/2 for K > f."""
+    h = (3.0 * torch.cos(2 * math.pi * 5 * _grid())).reshape(1, 1, N)
+    assert kept_mode_energy(h, 5, 1) == pytest.approx(0.0, abs=1e-12)
+    assert kept_mode_energy(h, 6, 1) == pytest.approx(4.5)
+    assert kept_mode_energy(h, 40, 1) == pytest.approx(4.5)
+
+
+def test_every_mode_kept_gives_parseval():
+    """With every mode kept, the energy is the mean of h² over the grid (samples and channels averaged)."""
+    torch.manual_seed(0)
+    h = torch.randn(3, 2, 16, 14, dtype=torch.float64)  # K = 8: k1 in -8..7, k2 in 0..7 (14 // 2 = 7 is the last)
+    assert kept_mode_energy(h, 8, 2) == pytest.approx(float(h.square().mean()), rel=1e-10)
+
+
+def test_two_d_keeps_both_signs_on_the_first_axis():
+    """cos(2π(3x + 2y)) sits at (±3, 2) in rfft2's half plane: kept by K = 4 (|k1| < 4, k2 < 4), not by K = 3."""
+    x = _grid(16)
+    h = torch.cos(2 * math.pi * (3 * x[:, None] + 2 * x[None, :])).reshape(1, 1, 16, 16)
+    assert kept_mode_energy(h, 3, 2) == pytest.approx(0.0, abs=1e-12)
+    assert kept_mode_energy(h, 4, 2) == pytest.approx(0.5)
+    h = torch.cos(2 * math.pi * (-3 * x[:, None] + 2 * x[None, :])).reshape(1, 1, 16, 16)
+    assert kept_mode_energy(h, 4, 2) == pytest.approx(0.5)
+
+
+def _random_phase_field(power, samples: int = 64, seed: int = 0) -> torch.Tensor:
+    """(samples, 1, N) real fields with |û_k|² = power(k) at every k ≥ 1 and random phases; mean 0."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.arange(1, N // 2)
+    phase = 2 * math.pi * torch.rand(samples, k.numel(), generator=g, dtype=torch.float64)
+    amp = torch.sqrt(torch.as_tensor([power(int(v)) for v in k], dtype=torch.float64))
+    x = _grid()
+    h = (2 * amp[None, :, None] * torch.cos(2 * math.pi * k[None, :, None] * x + phase[..., None])).sum(1)
+    return h[:, None, :] / 2
+
+
+def test_the_exponent_is_zero_on_smooth_data_near_one_on_a_scale_invariant_spectrum_and_above_on_white_noise():
+    """E(K) ∝ Σ_{1≤k<K} P(k): for P(k) = 1/k (scale-invariant in 1D) E ∝ H_{K−1} ≈ ln K + γ, so ρ between
+    K 4 and 32 is ln(H_31/H_3)/ln(ln 32/ln 4) = 0.86 (the paper's rule is ρ = 1 for E ∝ ln K exactly); for a
+    spectrum that ends below K = 4, ρ = 0; for white noise (P = 1, E ∝ K − 1), ρ = ln(31/3)/ln(2.5) = 2.55."""
+    harmonic = lambda n: sum(1 / j for j in range(1, n + 1))  # noqa: E731
+    cases = {
+        "smooth": (lambda k: 1.0 if k < 3 else 0.0, 0.0),
+        "scale-invariant": (
+            lambda k: 1.0 / k,
+            math.log(harmonic(31) / harmonic(3)) / math.log(math.log(32) / math.log(4)),
+        ),
+        "white": (lambda k: 1.0, math.log(31 / 3) / math.log(math.log(32) / math.log(4))),
+    }
+    measured = {}
+    for name, (power, expected) in cases.items():
+        h = _random_phase_field(power)
+        measured[name] = exponent_between(kept_mode_energy(h, 4, 1), kept_mode_energy(h, 32, 1), 4, 32)
+        assert measured[name] == pytest.approx(expected, rel=1e-6), name
+    assert measured["smooth"] < 0.1 < measured["scale-invariant"] < 1.0 < 2.0 < measured["white"]
+
+
+def test_the_exponent_refuses_what_it_cannot_measure():
+    with pytest.raises(ValueError, match="2 <= K_lo < K_hi"):
+        exponent_between(1.0, 2.0, 8, 8)
+    with pytest.raises(ValueError, match="all zero"):
+        exponent_between(0.0, 0.0, 4, 8)
+    with pytest.raises(ValueError, match="2K <= N"):
+        kept_mode_energy(torch.zeros(1, 1, 8, 8), 5, 2)
+
+
+def test_the_estimate_reads_every_fourier_layers_input_and_rises_with_the_datas_roughness():
+    """On an FNO (μP, K = 4): one input per Fourier layer; data rough in every mode measure a larger ρ than a
+    single low mode, and the model's training mode is left as it was."""
+    torch.manual_seed(0)
+    model = FNO(1, 1, 1, modes=4, width=16, layers=3, parametrization="mup").train()
+    smooth = torch.sin(2 * math.pi * _grid().float())[None, :, None].repeat(16, 1, 1)
+    rough = torch.randn(16, N, 1)
+    assert len(fourier_layer_inputs(model, smooth)) == 3 and model.training
+    lo, hi = (estimate_k_exponent(model, x, 4, 32) for x in (smooth, rough))
+    assert len(lo.layer_exponents) == 3 and lo.samples == 16 and lo.modes == (4, 32)
+    assert lo.exponent < hi.exponent
+    assert KExponentEstimate.from_dict(hi.as_dict()) == hi
+    assert "rho = " in hi.describe()
+
+
+def test_a_model_without_fourier_layers_is_refused():
+    with pytest.raises(ValueError, match="no Fourier layer"):
+        fourier_layer_inputs(torch.nn.Linear(1, 1), torch.zeros(2, 1))
