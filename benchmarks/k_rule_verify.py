@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -32,6 +33,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from mutransfer.diagnostics.statistics import t_quantile  # noqa: E402
 
 #: dataset name -> the initial field's smoothness α of the Burgers generator (lower is rougher)
 DATASETS = {"burgers": 2.0, "burgers_rough": 0.6}
@@ -111,18 +114,46 @@ def run_one(work: Path, name: str, rule: str, args) -> dict:
         "k_exponent": report.get("k_exponent"),
         "k_rule": report.get("k_rule"),
         "transfer_error": verify.get("transfer_error"),
+        "distance": _estimate(verify.get("distance_decades")),
+        "regret": _estimate(verify.get("regret")),
         "search_gap": verify.get("search_gap"),
         "verdict": verify.get("verdict"),
         "proxy_seed_optima": verify.get("proxy_seed_optima"),
         "target_seed_optima": verify.get("seed_optima"),
         "transferred_lr": verify.get("transferred_lr"),
         "target_test_error": (report.get("target") or {}).get("test_error"),
-        "seconds": time.time() - start,
+        "seconds": (report.get("compute") or {}).get("sweep_wall_seconds") or time.time() - start,
     }
 
 
+def _estimate(d: dict | None) -> dict | None:
+    """verify's {mean, ci, n} as the {value, ci, n} of its transfer error."""
+    return None if not d else {"value": d.get("mean"), "ci": d.get("ci"), "n": d.get("n")}
+
+
+def _coordinates(row: dict) -> tuple[list[float], list[float]]:
+    """(target, proxy) per-seed optima in log10 master LR, the ones verify's transfer error uses (no edge)."""
+    target = [math.log10(s["optimum_lr"]) for s in row["target_seed_optima"] or [] if not s.get("at_edge")]
+    proxy = [float(s["coordinate"]) for s in row["proxy_seed_optima"] or [] if s.get("coordinate") is not None]
+    return target, proxy
+
+
+def rule_difference(data: dict, paper: dict) -> dict | None:
+    """transfer error(data) − transfer error(paper), decades, with a Welch–Satterthwaite 95 % t interval over the
+    four independent sets of per-seed optima (each rule's target and proxy)."""
+    groups = [*_coordinates(data), *_coordinates(paper)]
+    if any(len(g) < 2 for g in groups):
+        return None
+    means = [float(np.mean(g)) for g in groups]
+    v = [float(np.var(g, ddof=1)) / len(g) for g in groups]
+    diff = (means[0] - means[1]) - (means[2] - means[3])
+    df = sum(v) ** 2 / sum(vi**2 / (len(g) - 1) for vi, g in zip(v, groups, strict=True))
+    half = t_quantile(0.95, df) * math.sqrt(sum(v))
+    return {"value": diff, "ci": [diff - half, diff + half], "n": min(len(g) for g in groups), "df": df}
+
+
 def compare(rows: list[dict]) -> list[dict]:
-    """Per dataset: the data rule's |transfer error| against the paper's, from their point estimates and CIs."""
+    """Per dataset: the data rule's transfer error against the paper's (their difference with its interval)."""
     out = []
     for name in DATASETS:
         pair = {r["rule"]: r for r in rows if r["dataset"] == name}
@@ -135,6 +166,7 @@ def compare(rows: list[dict]) -> list[dict]:
                 "paper": te["paper"],
                 "data": te["data"],
                 "rho": pair["data"]["k_exponent"],
+                "difference": rule_difference(pair["data"], pair["paper"]),
                 "better": _better(te["paper"], te["data"]),
             }
         )
@@ -168,20 +200,25 @@ def _ci(e: dict | None) -> str:
 
 def table(payload: dict) -> str:
     lines = [
-        "| dataset | K rule | rho | transfer error, decades [95 % CI] | search gap, decades [95 % CI] | verdict | "
-        "target test rel. L2 | wall s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| dataset | K rule | rho | transfer error, decades [95 % CI] | search gap, decades [95 % CI] | "
+        "target optimum - transferred LR, decades | regret at the transferred LR (fraction) | target test rel. L2 | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in payload["rows"]:
         rho = r["k_exponent"]
         lines.append(
             f"| {r['dataset']} | {r['rule']} | {rho if isinstance(rho, str) else f'{rho:.2f}'} | "
-            f"{_ci(r['transfer_error'])} | {_ci(r['search_gap'])} | {r['verdict']} | "
-            f"{r['target_test_error']:.4f} | {r['seconds']:.0f} |"
+            f"{_ci(r['transfer_error'])} | {_ci(r['search_gap'])} | {_ci(r.get('distance'))} | "
+            f"{_ci(r.get('regret'))} | {r['target_test_error']:.4f} | {r['seconds']:.0f} |"
         )
     lines.append("")
+    for r in payload["rows"]:
+        lines.append(f"- {r['dataset']}, {r['rule']}: {r['verdict']}")
     for c in payload.get("comparison", []):
-        lines.append(f"- {c['dataset']} (rho = {c['rho']:.2f}): smaller transfer error: {c['better']}")
+        lines.append(
+            f"- {c['dataset']} (rho = {c['rho']:.2f}): transfer error, data rule - paper rule: "
+            f"{_ci(c.get('difference'))} decades; the rule whose interval alone excludes 0: {c['better']}"
+        )
     return "\n".join(lines)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mutransfer.cli.common import memory_size, non_negative_float, non_negative_int, positive_int, print_json
+from mutransfer.errors import UserInputError
 from mutransfer.training.memory import available_memory
 from operators.planning import format_bytes, largest_batch, plan_fno
 from operators.precision import PRECISIONS
@@ -20,10 +21,10 @@ def add_parser(subparsers) -> None:
         "(--device-memory, default: this machine's free GPU memory, else its available RAM) and the largest batch "
         "that fits.",
     )
-    p.add_argument("--dim", type=positive_int, required=True, help="number of truncated dimensions d (1, 2 or 3)")
-    p.add_argument("--modes", type=positive_int, required=True, help="K, modes per sign per truncated dimension")
-    p.add_argument("--width", type=positive_int, required=True, help="hidden channels m")
-    p.add_argument("--layers", type=positive_int, required=True, help="Fourier layers L")
+    p.add_argument("--dim", type=positive_int, help="number of truncated dimensions d (1, 2 or 3)")
+    p.add_argument("--modes", type=positive_int, help="K, modes per sign per truncated dimension")
+    p.add_argument("--width", type=positive_int, help="hidden channels m")
+    p.add_argument("--layers", type=positive_int, help="Fourier layers L")
     p.add_argument("--grid", type=positive_int, nargs="+", help="grid size per axis (one value for all axes)")
     p.add_argument(
         "--batch-size",
@@ -67,11 +68,39 @@ def add_parser(subparsers) -> None:
         default=0.0,
         help="Adam weight decay (> 0 doubles Adam's temporaries; default 0)",
     )
+    p.add_argument(
+        "--study",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="instead of one FNO: a study file's proxy against its target, the cost line `mutransfer sweep` says "
+        "before training (FLOPs per epoch, a measured step, the expected cost against tuning the target directly); "
+        "--study alone: the built-in default study",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(run=run)
 
 
+def _run_study(args: argparse.Namespace) -> int:
+    from mutransfer.study import load_study  # noqa: PLC0415 -- deferred: the study reader, only for --study
+    from mutransfer.sweep.cost_estimate import estimate_proxy_cost  # noqa: PLC0415
+
+    study, _ = load_study(args.study or None)
+    cost = estimate_proxy_cost(study)
+    if args.json:
+        print_json({"study": study.name, **cost.as_dict()})
+    else:
+        print(f"study {study.name}: {study.model_text(False)} proxy, {study.model_text(True)} target")
+        print(cost.line())
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.study is not None:
+        return _run_study(args)
+    missing = [f"--{name}" for name in ("dim", "modes", "width", "layers") if getattr(args, name) is None]
+    if missing:
+        raise UserInputError(f"give {', '.join(missing)} (one FNO), or --study FILE (a study's proxy and target)")
     options = dict(
         in_channels=args.in_channels,
         out_channels=args.out_channels,

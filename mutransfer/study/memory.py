@@ -24,13 +24,11 @@ operators are checked by the trainer too (in each trial, before the optimizer ex
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
 from mutransfer.study.models import model_spec
-from mutransfer.study.schema import K_EXPONENT_FROM_DATA
 from mutransfer.training.memory import available_memory, check_fits, check_padding
 from operators.planning import FNOPlan
 from operators.planning_attention import AttentionPlan
@@ -48,8 +46,7 @@ def _largest_searched(study: Study, name: str, fixed):
 def _plan(study: Study, modes: int | None, width: int, batch: int, device: str = "cuda"):
     """The family's plan of one training step at ``modes`` K (families with the K axis) and ``width``."""
     grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
-    if study.k_exponent_estimate is None and study.operator.k_exponent == K_EXPONENT_FROM_DATA:
-        study = dataclasses.replace(study, k_exponent_estimate=1.0)  # not measured yet; it changes no size
+    study = study.sized()  # the K rule's exponent may not be measured yet; it changes no size
     return study.family.plan(
         model_spec(study, modes=modes, width=width),
         grid=grid,

@@ -374,6 +374,13 @@ class Study:
             )
         return float(self.k_exponent_estimate)
 
+    def sized(self) -> Study:
+        """This study, or a copy whose models can be built before the K rule's exponent is measured ('data': the
+        paper's rule stands in; the exponent changes no size, FLOP or memory count)."""
+        if self.operator.k_exponent == K_EXPONENT_FROM_DATA and self.k_exponent_estimate is None:
+            return dataclasses.replace(self, k_exponent_estimate=1.0)
+        return self
+
     @property
     def proxy_width(self) -> int:
         return int(self.operator.width)

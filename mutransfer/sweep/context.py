@@ -148,6 +148,8 @@ class StrategyRecord(Protocol):
 #: state.json's (and the report's) record of the K rule's exponent measured from the data (operator.k_exponent:
 #: data; mutransfer.diagnostics.k_exponent.KExponentEstimate.as_dict)
 K_RULE_KEY = "k_rule"
+#: state.json's record of the cost estimate said before training (mutransfer.sweep.cost_estimate.ProxyCost.as_dict)
+COST_KEY = "cost_estimate"
 
 R = TypeVar("R")
 

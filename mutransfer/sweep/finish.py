@@ -14,7 +14,7 @@ import time
 
 from mutransfer.study_folder.state import write_atomic
 from mutransfer.sweep import strategies
-from mutransfer.sweep.context import K_RULE_KEY, SweepContext
+from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext
 from mutransfer.sweep.holds import hold_if_asked
 from mutransfer.sweep.report import build_report, format_report, plot_trials
 from mutransfer.tracking.runs import log_batch
@@ -66,6 +66,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         study_dir=str(ctx.study_dir.root),
         overrides=[o.describe() for o in ctx.overrides],
         k_rule=ctx.state.get(K_RULE_KEY),
+        cost_estimate=ctx.state.get(COST_KEY),
         **strategies.sections(ctx),  # each search strategy's section (mutransfer.sweep.strategies)
         phases={
             "setup_seconds": ctx.setup_seconds,

@@ -48,6 +48,7 @@ def build_report(
     overrides: list[str],
     phases: dict | None = None,
     k_rule: dict | None = None,
+    cost_estimate: dict | None = None,
     **sections,
 ) -> dict:
     """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome;
@@ -67,6 +68,8 @@ def build_report(
         "target_trainer_seconds": target["trainer_seconds"] if target else None,
         "target_wall_seconds": target["wall_seconds"] if target else None,
         "sweep_wall_seconds": wall_seconds,
+        # what the study said before training: the proxy's cost per epoch vs the target's, the expected ratio
+        "estimate_before_training": cost_estimate,
     }
     if target and target["device_seconds"]:
         compute["proxy_to_target_cost"] = proxy_device_seconds / target["device_seconds"]
@@ -267,6 +270,12 @@ def format_report(report: dict) -> str:
                 if seconds
                 else ""
             )
+        )
+    before = c.get("estimate_before_training") or {}
+    if before.get("study_ratio") is not None:
+        lines.append(
+            f"  said before training: the proxy {before['flop_ratio']:.2f}x the target per epoch in FLOPs, the study "
+            f"about {before['study_ratio']:.2f}x of direct tuning (all trials run to the end)"
         )
     if c.get("sweep_wall_seconds"):
         share = c.get("overhead_share")

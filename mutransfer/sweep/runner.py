@@ -36,7 +36,8 @@ from mutransfer.study.data import load_study_data
 from mutransfer.study.models import resolve_k_exponent
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
-from mutransfer.sweep.context import K_RULE_KEY, SweepContext, SweepError, SweepOptions
+from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext, SweepError, SweepOptions
+from mutransfer.sweep.cost_estimate import estimate_proxy_cost
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.holds import hold_if_asked
@@ -85,6 +86,7 @@ def _drive(ctx: SweepContext) -> dict:
         )
     _start_study_dir(ctx)
     _resolve_k_rule(ctx)
+    _say_cost(ctx)
     with _session(ctx):
         for name, phase in strategies.ordered_phases(PHASES, ctx):
             hold_if_asked(ctx.study_dir.root, name)  # fault tests only (MUTRANSFER_HOLD_AT)
@@ -122,6 +124,17 @@ def _start_study_dir(ctx: SweepContext) -> None:
         ctx.study_dir.write_state(ctx.state)
     for o in ctx.overrides:
         ctx.say(f"override: {o.describe()}")
+
+
+def _say_cost(ctx: SweepContext) -> None:
+    """The proxy's cost against the target's and what the search should cost against tuning the target directly,
+    before any training (mutransfer.sweep.cost_estimate); measured once, kept in state.json for the report."""
+    if COST_KEY not in ctx.state:
+        y = ctx.data.train_y
+        cost = estimate_proxy_cost(ctx.study, tuple(ctx.data.train_x.shape[1:]), int(y.shape[-1]))
+        ctx.state[COST_KEY] = cost.as_dict()
+        ctx.study_dir.write_state(ctx.state)
+        ctx.say(cost.line())
 
 
 def _resolve_k_rule(ctx: SweepContext) -> None:

@@ -26,7 +26,9 @@ def tiny_data(tmp_path_factory):
     return write_tiny_data(tmp_path_factory.mktemp("data") / "burgers_tiny.h5")
 
 
-def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_with_it(ray_local, tiny_data, tmp_path):
+def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_with_it(
+    ray_local, tiny_data, tmp_path, capsys
+):
     from mutransfer.data.hdf5_io import read_dataset
     from mutransfer.sweep import SweepOptions, run_sweep
 
@@ -37,6 +39,10 @@ def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_wi
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     options = SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri})
     report = run_sweep(options)
+    said = capsys.readouterr().err
+    # the exponent and the cost line come before any training
+    assert said.index("K rule exponent rho = ") < said.index("cost: the proxy costs") < said.index("[trial 1/2]")
+    assert report["compute"]["estimate_before_training"]["flop_ratio"] > 0
 
     k = report["k_rule"]
     rho = k["exponent"]

@@ -1,0 +1,180 @@
+"""What a study's proxy will cost, said before any training (issue "Proxies that pay", item 2).
+
+One line: the proxy's training cost per epoch as a fraction of the target's, from the analytic FLOPs
+(mutransfer.sweep.cost.epoch_flops: the planner's count for FNO, a counted forward + backward for the attention
+operators) and, when one step of the target takes well under a second or two here, from a measured training
+step of each model on this machine; then the μTransfer / direct-tuning cost this study's search should come to.
+
+With N trials of E epochs on the proxy and E_t target epochs, and p, t the proxy's and the target's cost per
+epoch, μTransfer spends N·E·p + E_t·t where tuning the target directly spends N·E·t (the same trials on the
+target, its winner the final model; ASHA stops trials early on both sides alike, so N·E is an upper bound on
+both), a ratio of p/t + E_t/(N·E). A proxy costing more than :data:`CHEAP_ENOUGH` of the target per epoch
+cannot bring the study near the paper's 0.30×, and the line says which change of the proxy would cheapen it
+(advice, not an error). ``--verify``, ``--baseline``, a ladder or top-k add trainings not counted here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import torch
+
+from mutransfer.study import Study
+from mutransfer.study.models import build_model
+from mutransfer.sweep.cost import epoch_flops
+from operators.parametrization import optimizer_param_groups
+
+#: per epoch, a proxy dearer than this fraction of the target cannot make the study cheap (the paper's 0.30×)
+CHEAP_ENOUGH = 0.3
+#: a training step is timed only when the target's forward + backward is at most this many FLOPs (about a second
+#: on one laptop core); larger models get the analytic estimate alone
+MEASURE_MAX_FLOPS = 5e9
+
+
+@dataclass(frozen=True)
+class ProxyCost:
+    """The proxy's and the target's cost per epoch (FLOPs; measured step seconds when timed) and the search's
+    size; ``advice``: cheaper proxies this study could use, each with its FLOPs per epoch vs the target's."""
+
+    proxy_epoch_flops: float | None
+    target_epoch_flops: float | None
+    trials: int
+    proxy_epochs: int
+    target_epochs: int
+    proxy_step_seconds: float | None = None
+    target_step_seconds: float | None = None
+    advice: tuple[str, ...] = ()
+
+    @property
+    def flop_ratio(self) -> float | None:
+        """The proxy's FLOPs per epoch / the target's."""
+        if not self.proxy_epoch_flops or not self.target_epoch_flops:
+            return None
+        return self.proxy_epoch_flops / self.target_epoch_flops
+
+    @property
+    def time_ratio(self) -> float | None:
+        """The proxy's measured step time / the target's (None when not timed)."""
+        if not self.proxy_step_seconds or not self.target_step_seconds:
+            return None
+        return self.proxy_step_seconds / self.target_step_seconds
+
+    def study_ratio(self, per_epoch: float | None) -> float | None:
+        """μTransfer / direct tuning for this search at a proxy/target cost ``per_epoch``: p/t + E_t/(N·E)."""
+        if per_epoch is None or self.trials < 1 or self.proxy_epochs < 1:
+            return None
+        return per_epoch + self.target_epochs / (self.trials * self.proxy_epochs)
+
+    def line(self) -> str:
+        """The one line the sweep prints before training."""
+        flops, timed = self.flop_ratio, self.time_ratio
+        if flops is None:
+            return "cost: the proxy's cost per epoch is not known before the data are read (point sets)"
+        measured = f", {timed:.2f}x in a measured training step" if timed is not None else ""
+        ratio = self.study_ratio(flops)
+        timed_ratio = self.study_ratio(timed)
+        study = f"{ratio:.2f}x" + (f" ({timed_ratio:.2f}x by the measured step)" if timed_ratio is not None else "")
+        text = (
+            f"cost: the proxy costs {flops:.2f}x the target per epoch in FLOPs{measured}; this search "
+            f"({self.trials} trials x {self.proxy_epochs} epochs, target {self.target_epochs} epochs) should cost "
+            f"about {study} of tuning the target directly"
+        )
+        if flops > CHEAP_ENOUGH:
+            text += f"; above {CHEAP_ENOUGH}x per epoch the proxy cannot pay for itself: " + (
+                "; ".join(self.advice) if self.advice else "no cheaper proxy of this study's axes fits its data"
+            )
+        return text
+
+    def as_dict(self) -> dict[str, object]:
+        d: dict[str, object] = dataclasses.asdict(self)
+        d["advice"] = list(self.advice)
+        d.update(flop_ratio=self.flop_ratio, time_ratio=self.time_ratio, study_ratio=self.study_ratio(self.flop_ratio))
+        return d
+
+
+def estimate_proxy_cost(
+    study: Study,
+    input_shape: tuple[int, ...] | None = None,
+    output_channels: int = 1,
+    *,
+    measure: bool = True,
+) -> ProxyCost:
+    """The proxy's cost against the target's for ``study`` (``input_shape``: one sample's input tensor shape, the
+    data's; None: the problem's grid with one channel). ``measure``: time one training step of each model when
+    the target's is small (:data:`MEASURE_MAX_FLOPS`)."""
+    study = study.sized()
+    proxy = epoch_flops(study, study.proxy_K, study.operator.width, input_shape)
+    target = epoch_flops(study, study.target_K, study.target_width, input_shape)
+    timed: tuple[float | None, float | None] = (None, None)
+    shape = input_shape or ((int(study.problem.resolution),) * study.dim + (1,) if not study.point_problem else None)
+    n_fit = max(1, int(study.problem.n_fit))
+    if measure and shape is not None and target is not None and target / n_fit <= MEASURE_MAX_FLOPS:
+        batch = int(study.training.batch_size)
+        timed = (
+            step_seconds(study, study.proxy_modes, study.operator.width, shape, output_channels, batch),
+            step_seconds(study, study.target_modes, study.target_width, shape, output_channels, batch),
+        )
+    return ProxyCost(
+        proxy_epoch_flops=proxy,
+        target_epoch_flops=target,
+        trials=int(study.trial_count),
+        proxy_epochs=int(study.budget.epochs),
+        target_epochs=int(study.target.epochs),
+        proxy_step_seconds=timed[0],
+        target_step_seconds=timed[1],
+        advice=tuple(_advice(study, target, input_shape)) if proxy and target and proxy / target > CHEAP_ENOUGH else (),
+    )
+
+
+def _advice(study: Study, target: float | None, input_shape: tuple[int, ...] | None) -> list[str]:
+    """Cheaper proxies along the axes this study's family has, each with its FLOPs per epoch vs the target's:
+    a narrower proxy (width-muP carries the hyperparameters to the target's width), a smaller K; only those that
+    cut the proxy's cost per epoch by at least a quarter."""
+    if not target:
+        return []
+    now = epoch_flops(study, study.proxy_K, study.operator.width, input_shape) or target
+    out = []
+    width = int(study.operator.width)
+    target_width = int(study.target_width or width)
+    if study.family.scales("width") and width >= 8:
+        narrow = epoch_flops(study, study.proxy_K, width // 2, input_shape)
+        if narrow and narrow <= 0.75 * now:
+            out.append(
+                f"a narrower proxy (operator.width {width // 2}, target_width {target_width}, width-muP): "
+                f"{narrow / target:.2f}x"
+            )
+    k = study.proxy_modes
+    if study.family.scales("K") and k is not None and k > 2:
+        small = epoch_flops(study, max(2, k // 2), width, input_shape)
+        if small and small <= 0.75 * now:
+            out.append(f"a smaller K (proxy_K {max(2, k // 2)}): {small / target:.2f}x")
+    return out
+
+
+def step_seconds(
+    study: Study, modes: int | None, width: int | None, shape: tuple[int, ...], output_channels: int, batch: int
+) -> float:
+    """Seconds of one Adam training step (forward, backward, step) of the study's model at ``modes`` and ``width``
+    on random data of ``shape`` (one warm-up step, then the median of three)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = build_model(
+            study,
+            modes=modes,
+            width=width,
+            input_channels=int(shape[-1]),
+            output_channels=int(output_channels),
+        )
+        x = torch.randn(batch, *shape)
+        y = torch.randn(batch, *shape[:-1], int(output_channels))
+        opt = torch.optim.Adam(optimizer_param_groups(model, 1e-3))
+        times = []
+        for _ in range(4):
+            start = time.perf_counter()
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            times.append(time.perf_counter() - start)
+    return sorted(times[1:])[1]

@@ -1,0 +1,68 @@
+"""The cost line said before training (mutransfer.sweep.cost_estimate) and `mutransfer plan --study`."""
+
+from __future__ import annotations
+
+import pytest
+
+from mutransfer.cli.main import main
+from mutransfer.study import load_study
+from mutransfer.study.models import build_model
+from mutransfer.sweep import cost_estimate
+from mutransfer.sweep.cost import counted_step_flops
+from mutransfer.sweep.cost_estimate import CHEAP_ENOUGH, ProxyCost, estimate_proxy_cost
+
+
+def test_the_expected_study_ratio_is_the_proxys_share_plus_one_target_training_over_the_search():
+    """N·E·p + E_t·t against N·E·t: 8 trials x 20 epochs at p/t = 0.5 with a 20-epoch target: 0.5 + 20/160."""
+    cost = ProxyCost(50.0, 100.0, trials=8, proxy_epochs=20, target_epochs=20)
+    assert cost.flop_ratio == 0.5 and cost.study_ratio(cost.flop_ratio) == pytest.approx(0.625)
+    assert cost.time_ratio is None and "0.62x of tuning the target directly" in cost.line()
+
+
+def test_the_analytic_flops_follow_a_counted_forward_and_backward():
+    """The quick study's proxy (K 6) and target (K 24): the planner's FLOPs per epoch against torch's counter on
+    one sample (matmuls and FFTs it counts), both models; the ratio of the two counts within 15 %."""
+    study, _ = load_study(None)
+    cost = estimate_proxy_cost(study, (128, 1), measure=False)
+    counted = [
+        counted_step_flops(build_model(study, modes=k, input_channels=1, output_channels=1), (128, 1)) for k in (6, 24)
+    ]
+    assert cost.flop_ratio == pytest.approx(counted[0] / counted[1], rel=0.15)
+    assert cost.proxy_epoch_flops < cost.target_epoch_flops
+
+
+def test_a_dear_proxy_gets_advice_that_really_cheapens_it_and_a_cheap_one_gets_none():
+    """K alone (6 -> 24 at width 32): the proxy costs 0.83x the target per epoch, above 0.3x: the line names a
+    narrower proxy, whose cost it quotes (checked: a proxy built that way costs what the advice says). A proxy
+    of width 8 for a width-32 target is below 0.3x: no advice."""
+    study, _ = load_study(None)
+    dear = estimate_proxy_cost(study, (128, 1), measure=False)
+    assert dear.flop_ratio > CHEAP_ENOUGH and "cannot pay for itself" in dear.line()
+    assert any("operator.width 16, target_width 32" in a for a in dear.advice)
+    narrow, _ = load_study(None, {"proxy_width": 16, "target_width": 32})
+    quoted = float(next(a for a in dear.advice if "operator.width 16" in a).rsplit(": ", 1)[1].rstrip("x"))
+    assert estimate_proxy_cost(narrow, (128, 1), measure=False).flop_ratio == pytest.approx(quoted, abs=0.005)
+    cheap, _ = load_study(None, {"proxy_width": 8, "target_width": 32})
+    cheap_cost = estimate_proxy_cost(cheap, (128, 1), measure=False)
+    assert cheap_cost.flop_ratio < CHEAP_ENOUGH and cheap_cost.advice == () and "cannot pay" not in cheap_cost.line()
+
+
+def test_a_training_step_is_timed_only_for_small_models(monkeypatch):
+    study, _ = load_study(None)
+    timed = estimate_proxy_cost(study, (128, 1))
+    assert timed.proxy_step_seconds > 0 and timed.target_step_seconds > 0 and "measured training step" in timed.line()
+    monkeypatch.setattr(cost_estimate, "MEASURE_MAX_FLOPS", 0.0)
+    untimed = estimate_proxy_cost(study, (128, 1))
+    assert untimed.time_ratio is None and "measured" not in untimed.line()
+
+
+def test_plan_prints_a_studys_cost_line(tmp_path, capsys):
+    assert main(["plan", "--study"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("study quick: FNO-1D K=6 width 32 proxy") and out[1].startswith("cost: the proxy costs")
+
+
+def test_plan_without_a_model_or_a_study_is_one_line_exit_2(capsys):
+    assert main(["plan", "--dim", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "give --modes, --width, --layers" in err[0] and "--study FILE" in err[0]
