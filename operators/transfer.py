@@ -118,6 +118,8 @@ class Scaling:
     ``width_parametrization``: "mup" (Tensor Programs V, base width m0) or "standard".
     ``attention_scaled``: the operator's width rule has the 1/d_h attention scale (Galerkin, ONO).
     ``k_exponent``: the exponent ρ of muP's K rule, (d·log K)^(−ρ/2) (1: the paper's 1/√(d·log K)).
+    ``proxy_resolution``/``target_resolution``: grid points per space axis the proxy and the target train on
+    (None: the same grid).
     """
 
     dim: int
@@ -129,10 +131,35 @@ class Scaling:
     width_parametrization: str = "standard"
     attention_scaled: bool = False
     k_exponent: float = 1.0
+    proxy_resolution: int | None = None
+    target_resolution: int | None = None
 
     @property
     def scales_width(self) -> bool:
         return self.proxy_width is not None and self.target_width is not None and self.proxy_width != self.target_width
+
+    @property
+    def scales_resolution(self) -> bool:
+        return (
+            self.proxy_resolution is not None
+            and self.target_resolution is not None
+            and self.proxy_resolution != self.target_resolution
+        )
+
+
+def resolution_transfer_factor(proxy_resolution: int, target_resolution: int) -> float:
+    """The rule of the grid axis (beyond the paper): every hyperparameter carries over unchanged, factor 1.
+
+    An FNO's spectral weights act on any grid with at least 2K points per axis: the forward FFT's sum over N
+    points and the inverse's 1/N cancel, so a band-limited input gives the same kept-mode amplitudes, and the
+    same operator, on every grid. The proxy can therefore train on a coarser grid than the target. Whether the
+    optimal learning rate moves with the grid (the relative L2 averages over fewer points, and the proxy never
+    sees the modes above its grid's Nyquist frequency) is measured, not assumed: docs/results.md.
+    """
+    for name, n in (("proxy resolution", proxy_resolution), ("target resolution", target_resolution)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise OperatorConfigError(f"{name} {n!r}: grid points per axis, an integer >= 2")
+    return 1.0
 
 
 def effective_spectral_init_std(
@@ -201,6 +228,21 @@ def transfer(
             f"width-muP (base width {s.proxy_width}): hidden weights train at LR x m0/m, readouts are scaled by m0/m"
             if width_mup
             else "standard width parametrization: copied unchanged; the optimum may drift with width"
+        )
+    if s.scales_resolution and s.proxy_resolution is not None and s.target_resolution is not None:
+        factor = resolution_transfer_factor(s.proxy_resolution, s.target_resolution)
+        rows.append(
+            RescaledQuantity(
+                "grid_points_per_axis",
+                float(s.proxy_resolution),
+                float(s.target_resolution),
+                s.target_resolution / s.proxy_resolution,
+                f"the data's grid; hyperparameters x {factor:g} (carried over: FNO acts on any grid with >= 2K points)",
+            )
+        )
+        notes.append(
+            f"resolution: the proxy trained on {s.proxy_resolution} points per axis, the target on "
+            f"{s.target_resolution}: hyperparameters carried over unchanged"
         )
     rule = _UNCHANGED_RULE if s.parametrization == "mup" else "unchanged"
     rows += [RescaledQuantity(name, value, value, 1.0, rule) for name, value in (unchanged or {}).items()]

@@ -40,6 +40,12 @@ def add_parser(subparsers) -> None:
         default="mup",
         help="the width rule when the width changes (default: mup)",
     )
+    p.add_argument(
+        "--proxy-resolution",
+        type=positive_int,
+        help="grid points per space axis the proxy trained on (with --target-resolution; carried over: factor 1)",
+    )
+    p.add_argument("--target-resolution", type=positive_int, help="grid points per space axis of the target")
     add_flags(p, TrainingSpec, ["lr"], defaults={"lr": REQUIRED})
     add_flags(
         p,
@@ -76,7 +82,11 @@ def run(args: argparse.Namespace) -> int:
         proxy_width=args.width,
         target_width=args.target_width or args.width,
         width_parametrization=args.width_parametrization,
+        proxy_resolution=args.proxy_resolution,
+        target_resolution=args.target_resolution,
     )
+    if (args.proxy_resolution is None) != (args.target_resolution is None):
+        raise UserInputError("--proxy-resolution and --target-resolution go together: give both, or neither")
     record = transfer(scaling, args.lr, init_scale=args.init_scale, unchanged=unchanged)
     if args.json:
         print_json(record.as_dict())

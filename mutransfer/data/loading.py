@@ -62,7 +62,8 @@ def valid_resolutions(from_resolution: int, *, periodic: bool) -> list[int]:
     return [r for r in res if r >= 2]
 
 
-def _stride(from_resolution: int, to_resolution: int, periodic: bool) -> int:
+def stride(from_resolution: int, to_resolution: int, periodic: bool) -> int:
+    """The step that strides a grid of ``from_resolution`` points to ``to_resolution`` (one-line error if none)."""
     f = _positive_int("from_resolution", from_resolution, 1024)
     t = _positive_int("resolution", to_resolution, 64)
     if t == f:
@@ -93,7 +94,7 @@ def downsample(array, from_resolution: int, to_resolution: int, *, periodic: boo
     ``from_resolution``) to (n, *[to_resolution] * len(grid)). Works on numpy
     arrays and torch tensors; returns a strided view when possible.
     """
-    step = _stride(from_resolution, to_resolution, periodic)
+    step = stride(from_resolution, to_resolution, periodic)
     shape = tuple(array.shape)
     if len(shape) < 2 or any(s != from_resolution for s in shape[1:]):
         raise UserInputError(
@@ -272,7 +273,7 @@ def load_split(
                         f"be downsampled; use one of {', '.join(grid_problems())} data (or name the problem) or "
                         f"resolution {native}"
                     )
-                space_step = _stride(native, res, periodic)
+                space_step = stride(native, res, periodic)
                 inp, out = inp.stride_space(space_step), out.stride_space(space_step)
         if time_resolution is not None:
             tr = _positive_int("time_resolution", time_resolution, 16)

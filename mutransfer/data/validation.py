@@ -20,10 +20,11 @@ from typing import TypeVar
 
 import torch
 
-from mutransfer.data.loading import SplitData
+from mutransfer.data.loading import SplitData, stride
 from mutransfer.data.streaming import LazySamples, StreamingSplit
+from mutransfer.errors import UserInputError
 
-__all__ = ["SelectionSplit", "carve_validation", "rows"]
+__all__ = ["SelectionSplit", "carve_validation", "coarsen", "rows"]
 
 Split = TypeVar("Split", SplitData, StreamingSplit)
 
@@ -95,3 +96,36 @@ def carve_validation(split: Split, n_val: int) -> tuple[Split, SelectionSplit]:
     val_x, val_y = rows(split.train_x, n_fit, n_train), rows(split.train_y, n_fit, n_train)
     fit = dataclasses.replace(split, train_x=train_x, train_y=train_y, val_x=val_x, val_y=val_y)  # type: ignore[arg-type]
     return fit, selection(train_x, train_y, val_x, val_y, "validation")
+
+
+def coarsen(split: SelectionSplit, resolution: int, *, periodic: bool, space_axes: int) -> SelectionSplit:
+    """``split`` strided to ``resolution`` points on each of its first ``space_axes`` grid axes (a time axis after
+    them and the channel axis are kept): the data a proxy on a coarser grid trains and is selected on.
+
+    The samples are (n, *grid, C) tensors; periodic data keep points 0, s, …, N − s, node grids (Darcy) keep both
+    boundaries, 0, s, …, N − 1, as the loader strides (mutransfer.data.loading.downsample). Views, no copy.
+    """
+    full = int(split.grid_shape[0])
+    if resolution == full:
+        return split
+    step = stride(full, resolution, periodic)
+    if split.streaming or any(isinstance(t, LazySamples) for t in (split.train_x, split.test_x)):
+        raise UserInputError(
+            "proxy_resolution: a proxy on a coarser grid needs the data in memory, and this study streams them; "
+            "set problem.stream: false, or drop proxy_resolution"
+        )
+    index = (slice(None),) + (slice(0, full, step),) * space_axes
+
+    def strided(t):
+        return t[index]
+
+    shape = tuple(int(n) for n in strided(split.train_x).shape[1:-1])
+    return dataclasses.replace(
+        split,
+        train_x=strided(split.train_x),
+        train_y=strided(split.train_y),
+        test_x=strided(split.test_x),
+        test_y=strided(split.test_y),
+        grid_shape=shape,
+        grid={},  # the coordinates of the full grid no longer apply
+    )

@@ -112,9 +112,12 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
     operator = _read_operator(r.sub("operator"))
     family = OPERATORS[operator.type]
     if not family.scales("K"):
-        for key in ("proxy_K", "target_K", "parametrization"):
+        for key in ("proxy_K", "target_K", "parametrization", "proxy_resolution"):
             if r.has(key):
-                fix = "use target_width to scale the width" if key != "parametrization" else "use width_parametrization"
+                fix = {
+                    "parametrization": "use width_parametrization",
+                    "proxy_resolution": "shrink the proxy in width (operator.width < target_width)",
+                }.get(key, "use target_width to scale the width")
                 r.fail(
                     key,
                     f"applies to {_spectral_names()} only ({operator.type} has no Fourier modes); remove it and {fix}",
@@ -132,6 +135,7 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         proxy_K=read("proxy_K", REQUIRED) if family.scales("K") else None,
         target_K=read("target_K", REQUIRED) if family.scales("K") else None,
         target_width=read("target_width"),
+        proxy_resolution=read("proxy_resolution") if family.scales("K") else None,
         width_parametrization=read("width_parametrization"),
         ladder=read("ladder"),
         ladder_keep=read("ladder_keep"),
@@ -207,6 +211,7 @@ OVERRIDES = {
     "ladder_keep": ("ladder_keep", "--ladder-keep"),
     "top_k": ("search.top_k", "--top-k"),
     "k_exponent": ("operator.k_exponent", "--k-exponent"),
+    "proxy_resolution": ("proxy_resolution", "--proxy-resolution"),
 }
 
 

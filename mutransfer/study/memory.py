@@ -43,9 +43,11 @@ def _largest_searched(study: Study, name: str, fixed):
     return dist.high
 
 
-def _plan(study: Study, modes: int | None, width: int, batch: int, device: str = "cuda"):
-    """The family's plan of one training step at ``modes`` K (families with the K axis) and ``width``."""
-    grid = tuple(n - study.padding for n in study.grid_shape)  # grid_shape includes the padding
+def _plan(study: Study, modes: int | None, width: int, batch: int, device: str = "cuda", *, proxy_grid: bool = False):
+    """The family's plan of one training step at ``modes`` K (families with the K axis) and ``width``, on the
+    target's grid (``proxy_grid``: the proxy's, ``proxy_resolution``)."""
+    shape = study.proxy_grid_shape if proxy_grid else study.grid_shape
+    grid = tuple(n - study.padding for n in shape)  # grid_shape includes the padding
     study = study.sized()  # the K rule's exponent may not be measured yet; it changes no size
     return study.family.plan(
         model_spec(study, modes=modes, width=width),
@@ -78,7 +80,7 @@ def plan_step(study: Study, *, target: bool, device: str, workers: int = 1) -> P
         return _plan(
             study, study.target_modes, study.target_width or study.operator.width, max(1, batch // workers), device
         )
-    return _plan(study, study.proxy_modes, study.operator.width, batch, device)
+    return _plan(study, study.proxy_modes, study.operator.width, batch, device, proxy_grid=True)
 
 
 def _device_limit(gpu: bool, share: float, divide: int, gpu_text: str, cpu_text: str) -> tuple[int | None, str | None]:

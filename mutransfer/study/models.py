@@ -14,7 +14,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from mutransfer.data.validation import SelectionSplit, coarsen
 from mutransfer.diagnostics.k_exponent import KExponentEstimate, estimate_k_exponent
+from mutransfer.problems import get_problem
 from mutransfer.study import Study
 from mutransfer.study.schema import K_EXPONENT_FROM_DATA
 from mutransfer.training import TrainConfig
@@ -234,3 +236,14 @@ def resolve_k_exponent(study: Study, data, stored: dict | None = None) -> KExpon
         estimate = estimate_k_exponent(model, torch.as_tensor(x), k_lo, k_hi)
     study.k_exponent_estimate = estimate.exponent
     return estimate
+
+
+def proxy_split(study: Study, selection: SelectionSplit) -> SelectionSplit:
+    """The selection split on the proxy's grid: strided to ``proxy_resolution`` on the space axes (the split itself
+    when the proxy trains on the target's grid)."""
+    resolution = study.proxy_resolution
+    if resolution is None or not study.scales_resolution:
+        return selection
+    space_axes = study.dim - (1 if study.problem.time_resolution is not None else 0)
+    periodic = get_problem(study.problem.name).periodic
+    return coarsen(selection, resolution, periodic=periodic, space_axes=space_axes)

@@ -208,6 +208,27 @@ def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
     check_search_algorithm(study, r)
 
 
+def _check_proxy_resolution(study: Study, r: Reader) -> None:
+    """``proxy_resolution``: a coarser grid the study's data stride to, without a ladder (whose rungs would need a
+    grid each)."""
+    res, full = study.proxy_resolution, int(study.problem.resolution or 0)
+    if res is None:
+        return
+    problem = get_problem(study.problem.name)
+    valid = [v for v in valid_resolutions(full, periodic=problem.periodic) if v < full]
+    if res not in valid:
+        below = [v for v in valid if v <= res][-1:] + [v for v in valid if v > res][:1]
+        hint = f"e.g. proxy_resolution: {below[0]}" if below else "the training grid cannot be coarsened"
+        r.fail(
+            "proxy_resolution",
+            f"{res} is not a coarser grid problem.resolution {full} strides to "
+            f"({'periodic' if problem.periodic else 'node-grid'} data; coarser: "
+            f"{', '.join(map(str, valid[-6:])) or 'none'}); {hint}",
+        )
+    if study.ladder:
+        r.fail("proxy_resolution", "a ladder's rungs train at the target's grid; drop the ladder or proxy_resolution")
+
+
 def _check_modes(study: Study, r: Reader) -> None:
     p = study.problem
     if study.parametrization != "mup" and study.operator.k_exponent != 1.0:
@@ -228,15 +249,18 @@ def _check_modes(study: Study, r: Reader) -> None:
             f"must be < target_K ({study.target_K}): the proxy is the small model, e.g. proxy_K: {max(2, study.target_K // 4)} "
             "(equal K is fine when the width scales: target_width > operator.width)",
         )
+    _check_proxy_resolution(study, r)
     for key in ("proxy_K", "target_K"):
         k = getattr(study, key)
         try:
             check_modes(k, study.dim, study.parametrization)
-            check_grid(study.grid_shape, k)
+            check_grid(study.proxy_grid_shape if key == "proxy_K" else study.grid_shape, k)
         except OperatorConfigError as exc:
-            grid = "x".join(str(n) for n in study.grid_shape)
+            proxy_grid = key == "proxy_K" and study.scales_resolution
+            grid = "x".join(str(n) for n in (study.proxy_grid_shape if proxy_grid else study.grid_shape))
             times = f", time_resolution {p.time_resolution}" if p.time_resolution is not None else ""
-            r.fail(key, f"{exc} (training grid {grid} = resolution {p.resolution}{times} + padding {study.padding})")
+            res = f"proxy_resolution {study.proxy_resolution}" if proxy_grid else f"resolution {p.resolution}"
+            r.fail(key, f"{exc} (training grid {grid} = {res}{times} + padding {study.padding})")
 
 
 def check_top_k(study: Study, r: Reader) -> None:

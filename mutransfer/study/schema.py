@@ -274,6 +274,7 @@ TOP_ORDER = (
     "proxy_K",
     "target_K",
     "target_width",
+    "proxy_resolution",
     "width_parametrization",
     "ladder",
     "ladder_keep",
@@ -310,6 +311,15 @@ class Study:
         minimum=1,
         nullable=True,
         example="128",
+    )
+    proxy_resolution: int | None = setting(
+        None,
+        "FNO: the proxy's training resolution, reached by striding the study's data (null: problem.resolution, "
+        "the target's); the hyperparameters carry over to the target's grid unchanged",
+        kind="int",
+        minimum=2,
+        nullable=True,
+        example="64",
     )
     width_parametrization: str | None = setting(
         None,
@@ -393,6 +403,11 @@ class Study:
     def scales_width(self) -> bool:
         return self.target_width is not None and self.target_width != self.operator.width
 
+    @property
+    def scales_resolution(self) -> bool:
+        """The proxy trains on a coarser grid than the target (``proxy_resolution``)."""
+        return self.proxy_resolution is not None and self.proxy_resolution != self.problem.resolution
+
     def scaling(self) -> dict:
         """The operator and what scales from proxy to target, as flat fields (report, MLflow parent params)."""
         return {
@@ -403,6 +418,8 @@ class Study:
             "proxy_width": self.operator.width,
             "target_width": self.target_width,
             "width_parametrization": self.width_parametrization,
+            "proxy_resolution": self.proxy_resolution if self.scales_resolution else None,
+            "target_resolution": self.problem.resolution if self.scales_resolution else None,
             # the K rule's exponent (a number; 'data' until the sweep has measured it)
             "k_exponent": (self.operator.k_exponent if self.k_exponent_estimate is None else self.k_exponent_estimate)
             if self.family.scales("K")
@@ -422,6 +439,8 @@ class Study:
             width_parametrization=self.width_parametrization or "standard",
             attention_scaled=self.family.attention_scaled,
             k_exponent=self.k_exponent if self.family.scales("K") else 1.0,
+            proxy_resolution=self.proxy_resolution if self.scales_resolution else None,
+            target_resolution=int(self.problem.resolution) if self.scales_resolution else None,
         )
 
     def ladder_sizes(self) -> list[LadderSize]:
@@ -440,6 +459,8 @@ class Study:
             parts.append(f"K {self.proxy_K} -> {self.target_K}")
         if self.scales_width:
             parts.append(f"width {self.operator.width} -> {self.target_width} (width-{self.width_parametrization})")
+        if self.scales_resolution:
+            parts.append(f"grid {self.proxy_resolution} -> {self.problem.resolution}")
         return ", ".join(parts)
 
     @property
@@ -467,11 +488,20 @@ class Study:
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
-        """The training grid the spectral layers see (resolution + padding on each axis; time last if any)."""
+        """The target's training grid the spectral layers see (resolution + padding on each axis; time last if any)."""
+        return self.grid_shape_at(int(self.problem.resolution))
+
+    @property
+    def proxy_grid_shape(self) -> tuple[int, ...]:
+        """The proxy's training grid (``proxy_resolution``, else the target's), padding included."""
+        return self.grid_shape_at(int(self.proxy_resolution or self.problem.resolution))
+
+    def grid_shape_at(self, resolution: int) -> tuple[int, ...]:
+        """The grid the spectral layers see at ``resolution`` points per space axis (+ padding; time last if any)."""
         pad = self.padding
         if self.problem.time_resolution is not None:
-            return (int(self.problem.resolution) + pad,) * (self.dim - 1) + (int(self.problem.time_resolution) + pad,)
-        return (int(self.problem.resolution) + pad,) * self.dim
+            return (int(resolution) + pad,) * (self.dim - 1) + (int(self.problem.time_resolution) + pad,)
+        return (int(resolution) + pad,) * self.dim
 
     def to_dict(self) -> dict:
         """The study as a plain mapping (the YAML schema; ``source`` is left out)."""
@@ -485,7 +515,7 @@ class Study:
             if key not in self.family.fields:
                 ordered["operator"].pop(key)
         if not self.family.scales("K"):
-            for key in ("proxy_K", "target_K", "parametrization"):
+            for key in ("proxy_K", "target_K", "parametrization", "proxy_resolution"):
                 ordered.pop(key)
         return ordered
 

@@ -176,6 +176,8 @@ class SweepContext:
     data: SplitData | StreamingSplit | None = None
     #: the selection split: the same training samples, the validation samples held out, no test rows (every search)
     selection_data: SelectionSplit | None = None
+    #: the selection split on the proxy's grid (``proxy_resolution``; the selection split itself without one)
+    proxy_data: SelectionSplit | None = None
     data_path: Path | None = None
     started_ray: bool = False
     tracker: Tracker | None = None
@@ -198,6 +200,13 @@ class SweepContext:
     preset: list[dict] | None = None
     #: what the search is called on the console ("proxies", "direct search", "rung 1")
     label: str | None = None
+
+    @property
+    def search_data(self) -> SelectionSplit | None:
+        """What this context's search trains and selects on: the selection split on the grid of the models it
+        trains (the proxy's, or the target's for a search at the target's size)."""
+        return self.selection_data if self.search_at_target else (self.proxy_data or self.selection_data)
+
     #: tags every trial's MLflow run carries (a ladder: mutransfer.rung)
     trial_tags: dict = field(default_factory=dict)
     #: the memory plans of this context's models, by (target model?, device kind, workers): see memory_plan

@@ -46,9 +46,14 @@ def counted_step_flops(model, input_shape: tuple[int, ...]) -> float:
 
 
 def epoch_flops(
-    study, modes: int | None, width: int | None = None, input_shape: tuple[int, ...] | None = None
+    study,
+    modes: int | None,
+    width: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    resolution: int | None = None,
 ) -> float | None:
-    """Training FLOPs of one epoch at K = ``modes`` and ``width`` (default: the proxy's width).
+    """Training FLOPs of one epoch at K = ``modes`` and ``width`` (default: the proxy's width), on the grid of
+    ``resolution`` points per space axis (default: the study's, the target's).
 
     FNO: analytic (every term of step_flops is linear in the batch). Attention
     operators: counted at ``input_shape`` (one sample's input tensor shape, e.g.
@@ -57,7 +62,8 @@ def epoch_flops(
     width = int(study.operator.width if width is None else width)
     family = study.family
     if family.flops is not None:
-        grid = (int(study.problem.resolution),) * study.dim
+        padded = study.grid_shape_at(int(resolution or study.problem.resolution))
+        grid = tuple(n - study.padding for n in padded)  # the data's grid; the FNO pads it itself
         per_sample = family.flops(family.configure(model_spec(study, modes=modes, width=width)), grid)
         return per_sample * study.problem.n_fit
     if input_shape is None:
@@ -74,7 +80,7 @@ def epoch_flops(
 def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int, ...] | None = None) -> dict:
     """FLOPs and device-seconds of the proxies (TrialRecords), the target and a direct sweep of the target."""
     epochs = sum(int(t.epochs) for t in trials)
-    proxy_epoch = epoch_flops(study, study.proxy_K, study.operator.width, input_shape)
+    proxy_epoch = epoch_flops(study, study.proxy_K, study.operator.width, input_shape, study.proxy_resolution)
     target_epoch = epoch_flops(study, study.target_K, study.target_width, input_shape)
     proxy_flops = None if proxy_epoch is None else epochs * proxy_epoch
     direct_flops = None if target_epoch is None else epochs * target_epoch

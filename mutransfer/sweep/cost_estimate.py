@@ -21,10 +21,14 @@ from dataclasses import dataclass
 
 import torch
 
+from mutransfer.data.loading import valid_resolutions
+from mutransfer.problems import get_problem
 from mutransfer.study import Study
 from mutransfer.study.models import build_model
 from mutransfer.sweep.cost import epoch_flops
+from operators.errors import OperatorConfigError
 from operators.parametrization import optimizer_param_groups
+from operators.spectral import check_grid
 
 #: per epoch, a proxy dearer than this fraction of the target cannot make the study cheap (the paper's 0.30×)
 CHEAP_ENOUGH = 0.3
@@ -105,15 +109,25 @@ def estimate_proxy_cost(
     data's; None: the problem's grid with one channel). ``measure``: time one training step of each model when
     the target's is small (:data:`MEASURE_MAX_FLOPS`)."""
     study = study.sized()
-    proxy = epoch_flops(study, study.proxy_K, study.operator.width, input_shape)
+    proxy = epoch_flops(study, study.proxy_K, study.operator.width, input_shape, study.proxy_resolution)
     target = epoch_flops(study, study.target_K, study.target_width, input_shape)
     timed: tuple[float | None, float | None] = (None, None)
-    shape = input_shape or ((int(study.problem.resolution),) * study.dim + (1,) if not study.point_problem else None)
+    shape = input_shape
+    if shape is None and not study.point_problem:
+        shape = tuple(n - study.padding for n in study.grid_shape) + (1,)
     n_fit = max(1, int(study.problem.n_fit))
     if measure and shape is not None and target is not None and target / n_fit <= MEASURE_MAX_FLOPS:
         batch = int(study.training.batch_size)
+        proxy_shape = tuple(n - study.padding for n in study.proxy_grid_shape) + shape[-1:]
         timed = (
-            step_seconds(study, study.proxy_modes, study.operator.width, shape, output_channels, batch),
+            step_seconds(
+                study,
+                study.proxy_modes,
+                study.operator.width,
+                proxy_shape if study.scales_resolution else shape,
+                output_channels,
+                batch,
+            ),
             step_seconds(study, study.target_modes, study.target_width, shape, output_channels, batch),
         )
     return ProxyCost(
@@ -130,16 +144,18 @@ def estimate_proxy_cost(
 
 def _advice(study: Study, target: float | None, input_shape: tuple[int, ...] | None) -> list[str]:
     """Cheaper proxies along the axes this study's family has, each with its FLOPs per epoch vs the target's:
-    a narrower proxy (width-muP carries the hyperparameters to the target's width), a smaller K; only those that
-    cut the proxy's cost per epoch by at least a quarter."""
+    a narrower proxy (width-muP carries the hyperparameters to the target's width), a smaller K, a coarser grid
+    (FNO: the same weights on any grid with 2K points); only those that cut the proxy's cost per epoch by at least
+    a quarter."""
     if not target:
         return []
-    now = epoch_flops(study, study.proxy_K, study.operator.width, input_shape) or target
+    res = study.proxy_resolution
+    now = epoch_flops(study, study.proxy_K, study.operator.width, input_shape, res) or target
     out = []
     width = int(study.operator.width)
     target_width = int(study.target_width or width)
     if study.family.scales("width") and width >= 8:
-        narrow = epoch_flops(study, study.proxy_K, width // 2, input_shape)
+        narrow = epoch_flops(study, study.proxy_K, width // 2, input_shape, res)
         if narrow and narrow <= 0.75 * now:
             out.append(
                 f"a narrower proxy (operator.width {width // 2}, target_width {target_width}, width-muP): "
@@ -147,10 +163,34 @@ def _advice(study: Study, target: float | None, input_shape: tuple[int, ...] | N
             )
     k = study.proxy_modes
     if study.family.scales("K") and k is not None and k > 2:
-        small = epoch_flops(study, max(2, k // 2), width, input_shape)
+        small = epoch_flops(study, max(2, k // 2), width, input_shape, res)
         if small and small <= 0.75 * now:
             out.append(f"a smaller K (proxy_K {max(2, k // 2)}): {small / target:.2f}x")
+    coarse = coarser_resolution(study)
+    if coarse is not None:
+        cheaper = epoch_flops(study, study.proxy_K, width, input_shape, coarse)
+        if cheaper and cheaper <= 0.75 * now:
+            out.append(f"a coarser proxy grid (proxy_resolution {coarse}): {cheaper / target:.2f}x")
     return out
+
+
+def coarser_resolution(study: Study) -> int | None:
+    """The finest grid at most half the proxy's that the data stride to and the proxy's K still fits (FNO grid
+    problems), or None."""
+    modes = study.proxy_modes
+    if modes is None or study.point_problem or study.ladder:
+        return None
+    full = int(study.problem.resolution or 0)
+    current = int(study.proxy_resolution or full)
+    periodic = get_problem(study.problem.name).periodic
+    for res in reversed(valid_resolutions(full, periodic=periodic)):
+        if res <= current // 2 + (0 if periodic else 1):
+            try:
+                check_grid(study.grid_shape_at(res), modes)
+            except OperatorConfigError:
+                return None
+            return res
+    return None
 
 
 def step_seconds(

@@ -96,7 +96,7 @@ def _plan(ctx: SweepContext, concurrency: int):
 def _logger(ctx: SweepContext, total: int):
     from mutransfer.sweep.strategies import registry as strategies  # noqa: PLC0415 -- deferred: cycle, as in _plan
 
-    study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
+    study, at_target, r, data = ctx.study, ctx.search_at_target, ctx.study.resources, ctx.search_data
     uses_gpu = r.gpus_per_trial > 0
     return TrialLogger(
         uri=ctx.tracking_uri,
@@ -105,6 +105,7 @@ def _logger(ctx: SweepContext, total: int):
         study_name=study.name,
         proxy_K=study.target_K if at_target else study.proxy_K,
         proxy_width=(study.target_width or study.operator.width) if at_target else study.operator.width,
+        grid=None if study.point_problem or data is None else "x".join(map(str, data.grid_shape)),
         budget_epochs=study.budget.epochs,
         hyperparameters=functools.partial(merge_hyperparameters, study),
         total_trials=total,
@@ -157,7 +158,7 @@ def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
     trainable = tune.with_resources(
         tune.with_parameters(
             proxy_trial,
-            data=ctx.selection_data,  # validation rows held out, no test rows: nothing a search picks read them
+            data=ctx.search_data,  # validation rows held out, no test rows: nothing a search picks read them
             study=study,
             options={
                 "study_dir": str(sdir.root),

@@ -33,7 +33,7 @@ from mutransfer.data.validation import carve_validation
 from mutransfer.errors import UserInputError
 from mutransfer.study import _UNSET
 from mutransfer.study.data import load_study_data
-from mutransfer.study.models import resolve_k_exponent
+from mutransfer.study.models import proxy_split, resolve_k_exponent
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext, SweepError, SweepOptions
@@ -129,9 +129,9 @@ def _start_study_dir(ctx: SweepContext) -> None:
 def _say_cost(ctx: SweepContext) -> None:
     """The proxy's cost against the target's and what the search should cost against tuning the target directly,
     before any training (mutransfer.sweep.cost_estimate); measured once, kept in state.json for the report."""
-    if COST_KEY not in ctx.state:
-        y = ctx.data.train_y
-        cost = estimate_proxy_cost(ctx.study, tuple(ctx.data.train_x.shape[1:]), int(y.shape[-1]))
+    data = ctx.data
+    if COST_KEY not in ctx.state and data is not None:
+        cost = estimate_proxy_cost(ctx.study, tuple(data.train_x.shape[1:]), int(data.train_y.shape[-1]))
         ctx.state[COST_KEY] = cost.as_dict()
         ctx.study_dir.write_state(ctx.state)
         ctx.say(cost.line())
@@ -157,6 +157,7 @@ def _load_data(ctx: SweepContext) -> None:
     split, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
     # selections read the validation split only; the final models report on the test split
     ctx.data, ctx.selection_data = carve_validation(split, int(ctx.study.problem.n_val or 0))
+    ctx.proxy_data = proxy_split(ctx.study, ctx.selection_data)  # the proxy's grid (proxy_resolution)
 
 
 @contextlib.contextmanager

@@ -79,6 +79,7 @@ class TrialLogger:
         study_name: str,
         proxy_K: int | None,
         proxy_width: int | None = None,
+        grid: str | None = None,
         budget_epochs: int,
         hyperparameters: Callable[[dict], dict],
         total_trials: int,
@@ -96,6 +97,8 @@ class TrialLogger:
         self.study_name = study_name
         self.proxy_K = proxy_K
         self.proxy_width = proxy_width
+        #: the grid the trials train on, e.g. "64" or "16x16" (None: not a grid problem)
+        self.grid = grid
         self.budget_epochs = budget_epochs
         #: a trial's Tune config -> its merged hyperparameters (mutransfer.study.models.merge_hyperparameters)
         self.hyperparameters = hyperparameters
@@ -180,7 +183,10 @@ class TrialLogger:
 
     def _params(self, key: str, config: dict) -> dict:
         hp = self.hyperparameters(config)
-        return {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width, **{f"hp.{k}": v for k, v in hp.items()}}
+        own = {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width}
+        if self.grid is not None:
+            own["grid"] = self.grid
+        return {**own, **{f"hp.{k}": v for k, v in hp.items()}}
 
     def _run_tags(self, key: str, index: int) -> dict:
         return {

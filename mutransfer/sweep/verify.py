@@ -291,7 +291,10 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
     target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in ``grids``' order."""
     import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
-    data_ref = ray.put(ctx.selection_data)  # the optima are selections: validation rows, never the test split
+    # the optima are selections: validation rows, never the test split; the proxy's on its own grid
+    target_ref = ray.put(ctx.selection_data)
+    proxy = ctx.proxy_data or ctx.selection_data
+    proxy_ref = target_ref if proxy is ctx.selection_data else ray.put(proxy)
     pending = {}
     for i, grid in enumerate(grids):
         r = grid.study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
@@ -301,6 +304,7 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
         device = "cuda" if gpus > 0 else "cpu"
         for lr in grid.lrs:
             for seed in grid.seeds:
+                data_ref = target_ref if grid.target else proxy_ref
                 task = remote.remote(grid.study, grid.hp, data_ref, lr, seed, threads, device, grid.target)
                 pending[task] = (i, lr, seed)
     records: list[list[dict]] = [[] for _ in grids]
@@ -382,7 +386,7 @@ def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records
     }
     if proxies:
         search = final_search(ctx).study
-        per_proxy = epoch_flops(search, search.proxy_K, search.operator.width, shape)
+        per_proxy = epoch_flops(search, search.proxy_K, search.operator.width, shape, search.proxy_resolution)
         proxy_flops = None if per_proxy is None else sum(int(r["epochs"]) for r in proxies) * per_proxy
         cost["flops"] = None if flops is None or proxy_flops is None else flops + proxy_flops
         cost["proxy"] = {
