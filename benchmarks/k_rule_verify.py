@@ -19,22 +19,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mutransfer.diagnostics.statistics import t_quantile  # noqa: E402
+from benchmarks.verify_runs import (  # noqa: E402
+    ci_text,
+    make_burgers,
+    run_verify_study,
+    transfer_error_difference,
+    verify_summary,
+)
 
 #: dataset name -> the initial field's smoothness α of the Burgers generator (lower is rougher)
 DATASETS = {"burgers": 2.0, "burgers_rough": 0.6}
@@ -43,14 +46,7 @@ RULES = {"paper": 1.0, "data": "data"}
 
 
 def make_data(work: Path, name: str, n: int) -> Path:
-    """Burgers at 256 points (strided to 128 by the study), ``n`` samples, seed 0, written as the project's HDF5."""
-    from mutransfer.data.burgers import generate_burgers  # noqa: PLC0415 -- deferred: only when data is made
-    from mutransfer.data.hdf5_io import write_dataset  # noqa: PLC0415
-
-    path = work / f"{name}.h5"
-    if not path.exists():
-        write_dataset(path, generate_burgers(n, 256, seed=0, alpha=DATASETS[name], progress=False))
-    return path
+    return make_burgers(work, name, n, DATASETS[name])
 
 
 def study_mapping(name: str, data: Path, rule: str, args) -> dict:
@@ -79,77 +75,16 @@ def study_mapping(name: str, data: Path, rule: str, args) -> dict:
 
 
 def run_one(work: Path, name: str, rule: str, args) -> dict:
+    started = time.time()
     data = make_data(work, name, args.n_train + args.n_test)
-    study_file = work / f"{name}-{rule}.yaml"
-    study_file.write_text(yaml.safe_dump(study_mapping(name, data, rule, args), sort_keys=False))
-    cmd = [
-        sys.executable,
-        "-m",
-        "mutransfer",
-        "sweep",
-        "--study",
-        str(study_file),
-        "--verify",
-        "--verify-points",
-        str(args.points),
-        "--verify-seeds",
-        str(args.seeds),
-        "--runs-dir",
-        str(work / "runs"),
-        "--tracking-uri",
-        f"sqlite:///{work / 'mlflow.db'}",
-        "--json",
-    ]
-    if (work / "runs" / f"krule-{name}-{rule}" / "study.yaml").exists():
-        cmd.append("--resume")  # a study this folder already holds: finished, it reports again; else it goes on
-    start = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=work)
-    if out.returncode != 0:
-        raise SystemExit(f"{name}/{rule}: sweep exited {out.returncode}: {out.stderr.strip().splitlines()[-1:]}")
-    report = json.loads(out.stdout)
-    verify = report["verification"]
+    report = run_verify_study(work, study_mapping(name, data, rule, args), args.points, args.seeds)
     return {
         "dataset": name,
         "rule": rule,
         "k_exponent": report.get("k_exponent"),
         "k_rule": report.get("k_rule"),
-        "transfer_error": verify.get("transfer_error"),
-        "distance": _estimate(verify.get("distance_decades")),
-        "regret": _estimate(verify.get("regret")),
-        "search_gap": verify.get("search_gap"),
-        "verdict": verify.get("verdict"),
-        "proxy_seed_optima": verify.get("proxy_seed_optima"),
-        "target_seed_optima": verify.get("seed_optima"),
-        "transferred_lr": verify.get("transferred_lr"),
-        "target_test_error": (report.get("target") or {}).get("test_error"),
-        "seconds": (report.get("compute") or {}).get("sweep_wall_seconds") or time.time() - start,
+        **verify_summary(report, started),
     }
-
-
-def _estimate(d: dict | None) -> dict | None:
-    """verify's {mean, ci, n} as the {value, ci, n} of its transfer error."""
-    return None if not d else {"value": d.get("mean"), "ci": d.get("ci"), "n": d.get("n")}
-
-
-def _coordinates(row: dict) -> tuple[list[float], list[float]]:
-    """(target, proxy) per-seed optima in log10 master LR, the ones verify's transfer error uses (no edge)."""
-    target = [math.log10(s["optimum_lr"]) for s in row["target_seed_optima"] or [] if not s.get("at_edge")]
-    proxy = [float(s["coordinate"]) for s in row["proxy_seed_optima"] or [] if s.get("coordinate") is not None]
-    return target, proxy
-
-
-def rule_difference(data: dict, paper: dict) -> dict | None:
-    """transfer error(data) − transfer error(paper), decades, with a Welch–Satterthwaite 95 % t interval over the
-    four independent sets of per-seed optima (each rule's target and proxy)."""
-    groups = [*_coordinates(data), *_coordinates(paper)]
-    if any(len(g) < 2 for g in groups):
-        return None
-    means = [float(np.mean(g)) for g in groups]
-    v = [float(np.var(g, ddof=1)) / len(g) for g in groups]
-    diff = (means[0] - means[1]) - (means[2] - means[3])
-    df = sum(v) ** 2 / sum(vi**2 / (len(g) - 1) for vi, g in zip(v, groups, strict=True))
-    half = t_quantile(0.95, df) * math.sqrt(sum(v))
-    return {"value": diff, "ci": [diff - half, diff + half], "n": min(len(g) for g in groups), "df": df}
 
 
 def compare(rows: list[dict]) -> list[dict]:
@@ -166,7 +101,7 @@ def compare(rows: list[dict]) -> list[dict]:
                 "paper": te["paper"],
                 "data": te["data"],
                 "rho": pair["data"]["k_exponent"],
-                "difference": rule_difference(pair["data"], pair["paper"]),
+                "difference": transfer_error_difference(pair["data"], pair["paper"]),
                 "better": _better(te["paper"], te["data"]),
             }
         )
@@ -189,15 +124,6 @@ def _better(paper: dict, data: dict) -> str:
     return "data" if rp else "paper"
 
 
-def _ci(e: dict | None) -> str:
-    if not e or e.get("value") is None:
-        return "-"
-    lo, hi = e.get("ci") or (None, None)
-    if lo is None or hi is None:
-        return f"{e['value']:+.2f} (no interval, n={e.get('n')})"
-    return f"{e['value']:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={e.get('n')})"
-
-
 def table(payload: dict) -> str:
     lines = [
         "| dataset | K rule | rho | transfer error, decades [95 % CI] | search gap, decades [95 % CI] | "
@@ -208,8 +134,8 @@ def table(payload: dict) -> str:
         rho = r["k_exponent"]
         lines.append(
             f"| {r['dataset']} | {r['rule']} | {rho if isinstance(rho, str) else f'{rho:.2f}'} | "
-            f"{_ci(r['transfer_error'])} | {_ci(r['search_gap'])} | {_ci(r.get('distance'))} | "
-            f"{_ci(r.get('regret'))} | {r['target_test_error']:.4f} | {r['seconds']:.0f} |"
+            f"{ci_text(r['transfer_error'])} | {ci_text(r['search_gap'])} | {ci_text(r.get('distance'))} | "
+            f"{ci_text(r.get('regret'))} | {r['target_test_error']:.4f} | {r['seconds']:.0f} |"
         )
     lines.append("")
     for r in payload["rows"]:
@@ -217,7 +143,7 @@ def table(payload: dict) -> str:
     for c in payload.get("comparison", []):
         lines.append(
             f"- {c['dataset']} (rho = {c['rho']:.2f}): transfer error, data rule - paper rule: "
-            f"{_ci(c.get('difference'))} decades; the rule whose interval alone excludes 0: {c['better']}"
+            f"{ci_text(c.get('difference'))} decades; the rule whose interval alone excludes 0: {c['better']}"
         )
     return "\n".join(lines)
 
@@ -249,7 +175,7 @@ def main(argv=None) -> int:
     for name in args.datasets:
         for rule in args.rules:
             rows.append(run_one(work, name, rule, args))
-            print(f"{name}/{rule}: {_ci(rows[-1]['transfer_error'])} ({rows[-1]['seconds']:.0f} s)", flush=True)
+            print(f"{name}/{rule}: {ci_text(rows[-1]['transfer_error'])} ({rows[-1]['seconds']:.0f} s)", flush=True)
     payload = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
         "rows": rows,

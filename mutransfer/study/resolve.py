@@ -243,11 +243,12 @@ def _check_modes(study: Study, r: Reader) -> None:
             f"'data' measures how the data's energy grows from proxy_K to target_K, and both are {study.proxy_K}: "
             "give a number (1 is the paper's rule) or a target_K larger than proxy_K",
         )
-    if study.proxy_K > study.target_K or (study.proxy_K == study.target_K and not study.scales_width):
+    same_k_scales = study.scales_width or study.scales_resolution
+    if study.proxy_K > study.target_K or (study.proxy_K == study.target_K and not same_k_scales):
         r.fail(
             "proxy_K",
             f"must be < target_K ({study.target_K}): the proxy is the small model, e.g. proxy_K: {max(2, study.target_K // 4)} "
-            "(equal K is fine when the width scales: target_width > operator.width)",
+            "(equal K is fine when the width or the grid scales: target_width > operator.width, or proxy_resolution)",
         )
     _check_proxy_resolution(study, r)
     for key in ("proxy_K", "target_K"):

@@ -139,3 +139,10 @@ def test_the_cost_line_names_a_coarser_grid_when_the_proxy_is_dear():
     plain, _ = load_study(None)
     advice = estimate_proxy_cost(plain, (128, 1), measure=False).advice
     assert any("a coarser proxy grid (proxy_resolution 64)" in a for a in advice)
+
+
+def test_the_same_k_on_both_sides_is_a_study_when_the_grid_scales():
+    study, _ = load_study(None, {"proxy_K": 12, "target_K": 12, "proxy_resolution": 32})
+    assert study.scale_text() == "K 12 -> 12, grid 32 -> 128"
+    with pytest.raises(UserInputError, match="equal K is fine when the width or the grid scales"):
+        load_study(None, {"proxy_K": 12, "target_K": 12})
