@@ -54,6 +54,8 @@ class TransferRecord:
     proxy_width: int | None = None
     target_width: int | None = None
     notes: tuple[str, ...] = ()
+    #: the width both models share when the width is not part of the transfer (the init std rows are at it)
+    width: int | None = None
 
     @property
     def lr_factor(self) -> float:
@@ -98,6 +100,8 @@ class TransferRecord:
             header += f"  K_proxy={self.proxy_modes} -> K_target={self.target_modes}"
         if self.proxy_width is not None:
             header += f"  width_proxy={self.proxy_width} -> width_target={self.target_width}"
+        elif self.width is not None:
+            header += f"  width={self.width}"
         rows = [("quantity", "proxy", "factor", "target", "rule")]
         rows += [(q.name, f"{q.proxy:.6g}", f"{q.factor:.6g}", f"{q.target:.6g}", q.rule) for q in self.quantities]
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
@@ -254,6 +258,7 @@ def transfer(
         proxy_width=s.proxy_width if s.scales_width else None,
         target_width=s.target_width if s.scales_width else None,
         notes=tuple(notes),
+        width=None if s.scales_width else s.proxy_width,
     )
 
 

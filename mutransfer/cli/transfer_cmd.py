@@ -8,6 +8,8 @@ from mutransfer.cli.common import positive_int, print_json
 from mutransfer.config.flags import add_flags
 from mutransfer.config.settings import REQUIRED
 from mutransfer.errors import UserInputError
+from mutransfer.study import load_study
+from mutransfer.study.files import declared
 from mutransfer.study.schema import TrainingSpec
 from operators.parametrization import PARAMETRIZATIONS
 from operators.transfer import Scaling, transfer
@@ -24,14 +26,25 @@ def add_parser(subparsers) -> None:
         "and the width rules (hidden LR x m0/m, readout x m0/m) under width-muP. The same function runs in "
         "`mutransfer sweep` (operators.transfer.transfer).",
     )
-    p.add_argument("--dim", type=positive_int, required=True, help="number of truncated dimensions d (1, 2 or 3)")
-    p.add_argument("--proxy-K", dest="proxy_modes", type=positive_int, required=True, help="modes of the proxy")
-    p.add_argument("--target-K", dest="target_modes", type=positive_int, required=True, help="modes of the target")
+    p.add_argument(
+        "--study",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="take d, K, the widths, the parametrizations and the grids from a study file (--study alone: the "
+        "built-in default study), instead of --dim/--proxy-K/--target-K/--width/...",
+    )
+    p.add_argument("--dim", type=positive_int, help="number of truncated dimensions d (1, 2 or 3)")
+    p.add_argument("--proxy-K", dest="proxy_modes", type=positive_int, help="modes of the proxy")
+    p.add_argument("--target-K", dest="target_modes", type=positive_int, help="modes of the target")
     p.add_argument(
         "--parametrization", choices=PARAMETRIZATIONS, default="mup", help="the K-parametrization (default: mup)"
     )
     p.add_argument(
-        "--width", type=positive_int, default=64, help="the proxy's width m0, for the effective init std (default: 64)"
+        "--width",
+        type=positive_int,
+        default=DEFAULT_WIDTH,
+        help=f"the proxy's width m0, for the effective init std (default: {DEFAULT_WIDTH}, the default study's)",
     )
     p.add_argument("--target-width", type=positive_int, help="the target's width m (default: the proxy's)")
     p.add_argument(
@@ -74,7 +87,33 @@ def run(args: argparse.Namespace) -> int:
         for name in ("batch_size", "beta2", "weight_decay", "clip_value")
         if getattr(args, name) is not None
     }
-    scaling = Scaling(
+    scaling = _study_scaling(args) if args.study is not None else _flag_scaling(args)
+    record = transfer(scaling, args.lr, init_scale=args.init_scale, unchanged=unchanged)
+    if args.json:
+        print_json(record.as_dict())
+    else:
+        print(record.format_table())
+    return 0
+
+
+#: the proxy's width when none is given: the default study's (the declaration of operator.width)
+DEFAULT_WIDTH = int(declared("operator.width")[1])
+
+#: the flags a study file replaces
+_MODEL_FLAGS = ("dim", "proxy_modes", "target_modes", "target_width", "proxy_resolution", "target_resolution")
+
+
+def _flag_scaling(args: argparse.Namespace) -> Scaling:
+    missing = [
+        flag
+        for flag, name in (("--dim", "dim"), ("--proxy-K", "proxy_modes"), ("--target-K", "target_modes"))
+        if getattr(args, name) is None
+    ]
+    if missing:
+        raise UserInputError(f"give {', '.join(missing)}, or --study FILE to take them from a study")
+    if (args.proxy_resolution is None) != (args.target_resolution is None):
+        raise UserInputError("--proxy-resolution and --target-resolution go together: give both, or neither")
+    return Scaling(
         args.dim,
         args.proxy_modes,
         args.target_modes,
@@ -85,11 +124,12 @@ def run(args: argparse.Namespace) -> int:
         proxy_resolution=args.proxy_resolution,
         target_resolution=args.target_resolution,
     )
-    if (args.proxy_resolution is None) != (args.target_resolution is None):
-        raise UserInputError("--proxy-resolution and --target-resolution go together: give both, or neither")
-    record = transfer(scaling, args.lr, init_scale=args.init_scale, unchanged=unchanged)
-    if args.json:
-        print_json(record.as_dict())
-    else:
-        print(record.format_table())
-    return 0
+
+
+def _study_scaling(args: argparse.Namespace) -> Scaling:
+    given = [name for name in _MODEL_FLAGS if getattr(args, name) is not None]
+    if given or args.width != DEFAULT_WIDTH:
+        flags = ", ".join("--" + n.replace("_modes", "-K").replace("_", "-") for n in given) or "--width"
+        raise UserInputError(f"--study takes the model from the study file; drop {flags} (or drop --study)")
+    study, _ = load_study(args.study or None)
+    return study.sized().transfer_scaling()

@@ -60,6 +60,37 @@ def test_transfer_table(capsys):
     assert "spectral_init_variance" in out and "K_proxy=6 -> K_target=6" in out
 
 
+def test_transfer_takes_the_model_from_a_study_and_defaults_to_the_default_studys_width(capsys):
+    """The same --init-scale gives the same effective init std as the default study's sweep table: both at width
+    32 (the flag's default is the declaration of operator.width), and the header says which width."""
+    args = ["--lr", "3e-3", "--init-scale", "1", "--json"]
+    assert main(["transfer", "--study", *args]) == 0
+    from_study = json.loads(capsys.readouterr().out)
+    assert main(["transfer", "--dim", "1", "--proxy-K", "6", "--target-K", "24", *args]) == 0
+    from_flags = json.loads(capsys.readouterr().out)
+    assert from_study["quantities"] == from_flags["quantities"]
+    std = {q["name"]: q for q in from_study["quantities"]}["spectral_init_std"]["proxy"]
+    assert std == pytest.approx(1 / 32 / np.sqrt(np.log(6)))  # muP: (1/m_in) / sqrt(d log K) at m = 32
+    assert main(["transfer", "--study", "--lr", "3e-3"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "muTransfer  d=1  K_proxy=6 -> K_target=24  width=32"
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (
+            ["transfer", "--study", "--dim", "2", "--lr", "1e-3"],
+            "--study takes the model from the study file; drop --dim",
+        ),
+        (["transfer", "--lr", "1e-3"], "give --dim, --proxy-K, --target-K, or --study FILE"),
+    ],
+)
+def test_transfer_needs_a_model_from_flags_or_a_study_not_both(capsys, argv, fragment):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and fragment in err[0]
+
+
 def test_plan_paper_scale_json(capsys):
     assert (
         main(
