@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from mutransfer.config.settings import REQUIRED, Setting, settings_of
 from mutransfer.errors import UserInputError
@@ -56,6 +57,9 @@ class Reader:
     def fail(self, where: str, message: str):
         flag = self.flags.get(where)
         suffix = f" (set by {flag})" if flag else ""
+        if flag:  # advice in the form the value was given: "e.g. proxy_K: 6" -> "e.g. --proxy-K 6"
+            field = where.rsplit(".", 1)[-1]
+            message = re.sub(rf"\b(e\.g\. ){re.escape(field)}: ", rf"\g<1>{flag} ", message)
         raise UserInputError(f"study {self.source}: {where}: {message}{suffix}")
 
     # -- access --

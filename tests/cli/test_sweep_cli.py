@@ -255,3 +255,13 @@ def test_a_warm_start_name_ending_in_a_newline_is_refused_by_the_cli(tmp_path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--warm-start" in err[0]
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_advice_comes_in_the_form_the_value_was_given(tmp_path):
+    """Set by a flag, the advice is a flag ("e.g. --proxy-K 6"); set in a study file, it is YAML ("e.g. proxy_K: 6")."""
+    proc = run_probe(tmp_path, "sweep", "--proxy-K", "24", "--target-K", "24")
+    assert_no_compute(proc, tmp_path, "e.g. --proxy-K 6", "(set by --proxy-K)")
+    assert "proxy_K: 6" not in proc.stderr
+    path = write_study(tmp_path, lambda m: m.update(proxy_K=24, target_K=24))
+    proc = run_probe(tmp_path, "sweep", "--study", path)
+    assert_no_compute(proc, tmp_path, "e.g. proxy_K: 6")
