@@ -9,8 +9,7 @@ from mutransfer.config.flags import add_flags
 from mutransfer.config.settings import REQUIRED
 from mutransfer.errors import UserInputError
 from mutransfer.study import load_study
-from mutransfer.study.files import declared
-from mutransfer.study.schema import TrainingSpec
+from mutransfer.study.schema import OperatorSpec, TrainingSpec
 from operators.parametrization import PARAMETRIZATIONS
 from operators.transfer import Scaling, transfer
 from operators.width_mup import WIDTH_PARAMETRIZATIONS
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 #: the proxy's width when none is given: the default study's (the declaration of operator.width)
-DEFAULT_WIDTH = int(declared("operator.width")[1])
+DEFAULT_WIDTH: int = OperatorSpec().width
 
 #: the flags a study file replaces
 _MODEL_FLAGS = ("dim", "proxy_modes", "target_modes", "target_width", "proxy_resolution", "target_resolution")

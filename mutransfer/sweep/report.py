@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
+from mutransfer.study_folder.state import DEFAULT_RUNS_DIR
 from mutransfer.sweep import strategies
 from mutransfer.sweep.cost import study_cost
 from mutransfer.sweep.strategies.base import number as _g
+from mutransfer.tracking.runs import default_tracking_uri
 
 
 def target_summary(outcome, run_id: str | None) -> dict | None:
@@ -297,7 +300,60 @@ def format_report(report: dict) -> str:
             f"MLflow: {m.get('tracking_uri')}  experiment {m.get('experiment_id')}  parent run {m.get('parent_run_id')}"
         )
     lines.append(f"study directory: {report['study_dir']}")
+    lines += summary_lines(report)
     return "\n".join(lines)
+
+
+def transfer_verdict(report: dict) -> list[str]:
+    """What the study found, in words: the proxy -> target gain, each strategy that ran (a verification, the
+    direct baseline, ...), the coordinate check, and the cost against tuning the target directly."""
+    out = []
+    g = report.get("proxy_to_target") or {}
+    target = report.get("target_model") or "the target"
+    if g.get("gain") is not None:
+        split = "validation" if g.get("split") == "validation" else "test"
+        if g["gain"] > 1:
+            out.append(f"{target} reached a {g['gain']:.2f}x lower {split} error than its proxy")
+        else:
+            out.append(
+                f"{target} is no better than its proxy ({split} error {1 / g['gain']:.2f}x the proxy's): the "
+                "transferred hyperparameters may not suit it"
+            )
+    elif (report.get("target") or {}).get("status") not in (None, "completed"):
+        out.append(f"{target} did not complete ({report['target']['status']})")
+    out += strategies.verdicts(report)
+    cc = report.get("coord_check")
+    if cc:
+        out.append(f"coordinate check: {cc.get('verdict')} (it reports and never blocks)")
+    if not report.get("verification"):
+        out.append("whether the target's optimum sits at the transferred LR is not measured")
+    ratio = (report.get("compute") or {}).get("mutransfer_vs_direct_flops")
+    if ratio is not None:
+        saving = "a saving" if ratio < 0.5 else "a small saving" if ratio < 1 else "no saving"
+        if ratio >= 0.5:
+            saving += ": a proxy smaller in width or grid would pay more (docs/sweep.md, Cheap proxies)"
+        out.append(f"muTransfer cost about {ratio:.2f}x of tuning the target directly in FLOPs (estimated): {saving}")
+    return out
+
+
+def summary_lines(report: dict) -> list[str]:
+    """The summary's last lines: the verdict in words, then the next commands with real paths."""
+    lines = ["", "verdict:"] + [f"  - {text}" for text in transfer_verdict(report)]
+    study, folder = report["study"], Path(report["study_dir"])
+    runs_dir = "" if folder.parent == Path(DEFAULT_RUNS_DIR).absolute() else f" --runs-dir {folder.parent}"
+    uri = (report.get("mlflow") or {}).get("tracking_uri")
+    store = "" if uri in (None, default_tracking_uri()) else f" --tracking-uri {uri}"
+    commands = [
+        (f"mutransfer report {study}{runs_dir}", f"the study page, {folder / 'report.html'}"),
+        (f"mutransfer ui{store}", "the MLflow UI at http://127.0.0.1:5000: this study's runs under its parent run"),
+    ]
+    commands += [
+        (f"mutransfer sweep <the same flags> {flag} --name {study}-2", what)
+        for flag, what in strategies.suggestions(report)
+    ]
+    lines.append("next:")
+    lines += [f"  {command}\n      {what}" for command, what in commands]
+    return lines
 
 
 def plot_trials(trials: list, path, *, searched_lr: bool, title: str) -> None:

@@ -126,6 +126,14 @@ def test_quick_study_end_to_end(quick_run):
     state = json.loads((work / "mutransfer-runs" / "quick" / "state.json").read_text())
     assert state["phase"] == "done" and state["parent_run_id"] == parent.info.run_id
 
+    # the summary ends with a verdict in words and the next commands, the report's real path among them
+    from mutransfer.sweep.report import format_report
+
+    tail = format_report(report).split("\nverdict:\n", 1)[1]
+    page = work / "mutransfer-runs" / "quick" / "report.html"
+    assert page.exists() and f"the study page, {page}" in tail and "reached a" in tail or "no better" in tail
+    assert "--verify --name quick-2" in tail
+
 
 def test_quick_run_executed_each_trial_once(quick_run):
     from mutransfer.sweep.trial import read_executions

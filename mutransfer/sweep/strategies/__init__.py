@@ -24,8 +24,10 @@ from mutransfer.sweep.strategies.registry import (
     refine_gain,
     register,
     sections,
+    suggestions,
     text_lines,
     unregister,
+    verdicts,
 )
 from mutransfer.sweep.strategies.top_k import TopKStrategy
 from mutransfer.sweep.strategies.verify import Verify
@@ -53,6 +55,8 @@ __all__ = [
     "refine_gain",
     "register",
     "sections",
+    "suggestions",
     "text_lines",
     "unregister",
+    "verdicts",
 ]

@@ -10,6 +10,8 @@ a loop over the registered strategies (mutransfer.sweep.strategies):
   mutransfer.sweep.runner, or instead of one);
 - :meth:`Strategy.restore`: its finished record back from ``state.json`` (``--resume``: the phase is skipped);
 - :meth:`Strategy.section`: its report value; :meth:`Strategy.text_lines`: its lines of the text report;
+  :meth:`Strategy.verdict`: its finding in words for the summary (and ``suggestion``: what it would add, when it
+  did not run);
   :meth:`Strategy.html_section`: its section of the HTML page;
 - :meth:`Strategy.count_cost` and :meth:`Strategy.extra_costs`: the trainings it adds on μTransfer's side of
   the μTransfer-vs-direct ratios (in the report's ``compute``, and in the direct baseline's measured costs);
@@ -79,6 +81,8 @@ class Strategy(ABC):
     flag: str | None = None
     #: where its lines go in the text report: after the best proxy ("search") or after the target ("result")
     text_place: str = "result"
+    #: what it would add, for the summary's "next" lines when it did not run (None: nothing to suggest)
+    suggestion: str | None = None
 
     @abstractmethod
     def active(self, ctx: SweepContext) -> bool:
@@ -130,6 +134,10 @@ class Strategy(ABC):
     def text_lines(self, section: Any, report: dict) -> list[str]:
         """Its lines of the text report (none without a section)."""
         return []
+
+    def verdict(self, section: Any, report: dict) -> str | None:
+        """Its finding in words for the summary's verdict (one sentence), None when it has none."""
+        return None
 
     def html_section(self, section: Any) -> str:
         """Its section of the HTML page (mutransfer.reporting.html), "" for none; ``section`` is its report value,

@@ -45,6 +45,19 @@ def baseline_lines(b: dict | None) -> list[str]:
     ]
 
 
+def baseline_verdict(b: dict) -> str:
+    """The baseline in words: muTransfer's test error and cost against tuning the target directly."""
+    r = b["mutransfer_vs_direct"]
+    error, cost = r.get("error"), r.get("trainer_device_seconds")
+    if error is None:
+        return "--baseline direct: no error ratio (a side did not finish)"
+    quality = "as good as" if error <= 1.02 else "worse than"
+    text = f"--baseline direct: muTransfer's target is {quality} tuning the target directly (test error ratio {error:.2f}x)"
+    if cost is not None:
+        text += f" at {cost:.2f}x its training time" + (" (a saving)" if cost < 1 else " (no saving)")
+    return text
+
+
 def baseline_html(b: dict) -> str:
     """The HTML page's baseline section: the summary and a muTransfer-vs-direct table."""
     import pandas as pd  # noqa: PLC0415 -- deferred: pandas + reporting load ~0.5-1 s; only a drawn page needs them, not `import mutransfer.sweep`
@@ -80,6 +93,7 @@ class Baseline(Strategy):
     name = NAME
     report_key = "direct_baseline"
     flag = "--baseline direct"
+    suggestion = "runs the same search on the target itself and compares error and cost with muTransfer's"
 
     def active(self, ctx: SweepContext) -> bool:
         return ctx.options.baseline == "direct"
@@ -96,6 +110,9 @@ class Baseline(Strategy):
 
     def text_lines(self, section: Any, report: dict) -> list[str]:
         return baseline_lines(section)
+
+    def verdict(self, section: Any, report: dict) -> str | None:
+        return baseline_verdict(section)
 
     def html_section(self, section: Any) -> str:
         return baseline_html(section)

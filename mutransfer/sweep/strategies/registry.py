@@ -121,6 +121,22 @@ def text_lines(report: dict, place: str) -> list[str]:
     ]
 
 
+def verdicts(report: dict) -> list[str]:
+    """The strategies' findings in words, for the summary (those that ran and have one)."""
+    out = []
+    for s in STRATEGIES:
+        section = report.get(s.report_key)
+        text = s.verdict(section, report) if section else None
+        if text:
+            out.append(text)
+    return out
+
+
+def suggestions(report: dict) -> list[tuple[str, str]]:
+    """(flag, what it adds) of the strategies that did not run and have something to offer."""
+    return [(s.flag, s.suggestion) for s in STRATEGIES if s.flag and s.suggestion and not report.get(s.report_key)]
+
+
 def html_sections(report: dict | None, state: dict) -> list[str]:
     """The strategies' sections of the HTML page, from the report (or ``state.json`` while the study runs)."""
     out = []

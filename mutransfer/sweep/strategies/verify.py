@@ -93,6 +93,9 @@ class Verify(Strategy):
     name = NAME
     report_key = "verification"
     flag = "--verify"
+    suggestion = (
+        "trains the target around the transferred LR to measure whether its optimum is where the transfer put it"
+    )
 
     def active(self, ctx: SweepContext) -> bool:
         return bool(ctx.options.verify)
@@ -114,6 +117,11 @@ class Verify(Strategy):
 
     def text_lines(self, section: Any, report: dict) -> list[str]:
         return verification_lines(section)
+
+    def verdict(self, section: Any, report: dict) -> str | None:
+        text = section.get("target_verdict") or section.get("verdict")
+        transfer = section.get("verdict") if section.get("target_verdict") else None
+        return f"--verify: {transfer or text}"
 
     def html_section(self, section: Any) -> str:
         return verification_html(section)

@@ -1,0 +1,68 @@
+"""The summary's last lines: the transfer verdict in words and the next commands with real paths (issue "The first
+five minutes", item 2). Pure functions of the report; the end-to-end check is in test_sweep.py."""
+
+from __future__ import annotations
+
+from mutransfer.sweep.report import summary_lines, transfer_verdict
+from mutransfer.sweep.strategies.baseline import baseline_verdict
+
+
+def _report(**fields) -> dict:
+    base = {
+        "study": "quick",
+        "study_dir": "/work/runs/quick",
+        "target_model": "FNO-1D K=24 width 32",
+        "proxy_to_target": {"split": "validation", "gain": 2.0},
+        "target": {"status": "completed"},
+        "compute": {"mutransfer_vs_direct_flops": 0.96},
+        "mlflow": {"tracking_uri": "sqlite:////work/m.db"},
+        "verification": None,
+        "direct_baseline": None,
+        "coord_check": None,
+    }
+    return base | fields
+
+
+def test_the_verdict_says_what_the_study_measured_and_what_it_did_not():
+    words = transfer_verdict(_report())
+    assert words[0] == "FNO-1D K=24 width 32 reached a 2.00x lower validation error than its proxy"
+    assert "whether the target's optimum sits at the transferred LR is not measured" in words
+    assert words[-1].startswith(
+        "muTransfer cost about 0.96x of tuning the target directly in FLOPs (estimated): a small"
+    )
+    worse = transfer_verdict(_report(proxy_to_target={"split": "validation", "gain": 0.8}))
+    assert worse[0].startswith("FNO-1D K=24 width 32 is no better than its proxy (validation error 1.25x the proxy's)")
+    cheap = transfer_verdict(_report(compute={"mutransfer_vs_direct_flops": 0.2}))
+    assert cheap[-1].endswith("(estimated): a saving")
+    dear = transfer_verdict(_report(compute={"mutransfer_vs_direct_flops": 1.2}))
+    assert "no saving: a proxy smaller in width or grid would pay more" in dear[-1]
+
+
+def test_a_verification_and_a_baseline_add_their_findings_and_leave_the_suggestions():
+    verify = {"verdict": "the transfer held: ...", "target_verdict": None}
+    baseline = {"mutransfer_vs_direct": {"error": 1.01, "trainer_device_seconds": 0.4}}
+    report = _report(verification=verify, direct_baseline=baseline, coord_check={"verdict": "pass"})
+    words = transfer_verdict(report)
+    assert "--verify: the transfer held: ..." in words
+    assert any(w.startswith("--baseline direct: muTransfer's target is as good as tuning") for w in words)
+    assert "coordinate check: pass (it reports and never blocks)" in words
+    assert not any("not measured" in w for w in words)
+    text = "\n".join(summary_lines(report))
+    assert "--verify --name" not in text and "--baseline direct --name" not in text
+
+
+def test_the_next_commands_carry_the_studys_real_paths():
+    text = "\n".join(summary_lines(_report()))
+    assert "  mutransfer report quick --runs-dir /work/runs\n      the study page, /work/runs/quick/report.html" in text
+    assert "  mutransfer ui --tracking-uri sqlite:////work/m.db" in text
+    assert "mutransfer sweep <the same flags> --verify --name quick-2" in text
+    assert "mutransfer sweep <the same flags> --baseline direct --name quick-2" in text
+    assert text.splitlines()[1] == "verdict:"
+
+
+def test_the_baseline_verdict_says_as_good_or_worse_and_the_cost():
+    assert baseline_verdict({"mutransfer_vs_direct": {"error": 1.3, "trainer_device_seconds": 1.5}}) == (
+        "--baseline direct: muTransfer's target is worse than tuning the target directly (test error ratio 1.30x) at "
+        "1.50x its training time (no saving)"
+    )
+    assert "no error ratio" in baseline_verdict({"mutransfer_vs_direct": {"error": None}})
