@@ -23,6 +23,7 @@ from mutransfer.cli import (
     trials_cmd,
     ui_cmd,
 )
+from mutransfer.cli.quiet import quiet_third_party
 from mutransfer.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
@@ -89,7 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_parser(sub)
     for module in (report_cmd, trials_cmd):  # a study folder read back (mutransfer.reporting)
         module.add_parser(sub)
+    _add_verbose(sub)
     return parser
+
+
+def _add_verbose(sub: argparse._SubParsersAction) -> None:
+    """``--verbose`` on every command that runs (nested ones too: ``data generate``)."""
+    for command in sub.choices.values():
+        nested = [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            _add_verbose(nested[0])
+            continue
+        command.add_argument(
+            "--verbose",
+            action="store_true",
+            help="show third-party INFO logs and known-harmless warnings (hidden by default: mutransfer.cli.quiet)",
+        )
 
 
 def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
@@ -110,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(command, OneLineParser):
             command.unrecognized(extras)
         parser.error(f"unrecognized arguments: {' '.join(extras)}")
+    quiet_third_party(bool(getattr(args, "verbose", False)))
     try:
         return args.run(args)
     except USER_ERRORS as exc:

@@ -18,6 +18,7 @@ import time
 import urllib.request
 
 from mutransfer.cli.common import positive_int
+from mutransfer.cli.quiet import server_environment, server_options
 from mutransfer.errors import UserInputError
 from mutransfer.tracking.listings import study_to_show
 from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
@@ -57,8 +58,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run_ui_cmd)
 
 
-def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000) -> list[str]:
-    """The argument list that starts the MLflow UI for ``uri`` (no shell; one worker: one local reader)."""
+def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000, verbose: bool = False) -> list[str]:
+    """The argument list that starts the MLflow UI for ``uri`` (no shell; one worker: one local reader; uvicorn's
+    INFO lines off unless ``verbose``)."""
     return [
         sys.executable,
         "-m",
@@ -72,6 +74,7 @@ def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000) -> list[s
         str(port),
         "--workers",
         "1",
+        *server_options(verbose),
     ]
 
 
@@ -164,7 +167,11 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     print(f"mutransfer ui: starting MLflow on {args.host}:{args.port} ...", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too, as Ctrl-C does
     # an argument list, no shell; the server's log goes to stderr so stdout holds only the link
-    proc = subprocess.Popen(ui_command(uri, host=args.host, port=args.port), stdout=2)
+    proc = subprocess.Popen(
+        ui_command(uri, host=args.host, port=args.port, verbose=args.verbose),
+        stdout=2,
+        env=server_environment(args.verbose),
+    )
     try:
         problem = wait_until_serving(proc, args.host, args.port, args.wait)
         if problem is not None:

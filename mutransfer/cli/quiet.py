@@ -1,0 +1,60 @@
+"""Quiet by default: third-party INFO logs and known-harmless warnings hidden unless ``--verbose``.
+
+What is hidden is listed here and nothing else: MLflow's INFO lines (its store's "Creating initial MLflow
+database tables...", the server's start-up), Ray's notice that token authentication is *enabled* (its warning
+that authentication is *disabled* stays: a user may have to act on it), uvicorn's per-start INFO lines and
+Starlette's deprecation of the WSGI middleware MLflow's server imports. Warnings and errors of every library
+still reach the console.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+#: the environment variable MLflow reads for its loggers' level (mlflow.utils.logging_utils)
+MLFLOW_LEVEL_ENV = "MLFLOW_LOGGING_LEVEL"
+#: the logger and the start of the one Ray notice hidden by default
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+RAY_AUTH_ENABLED = "Token authentication is enabled for this Ray cluster"
+#: Python warning filters for the MLflow server's process (PYTHONWARNINGS syntax)
+SERVER_WARNINGS = "ignore:starlette.middleware.wsgi is deprecated"
+
+
+class _DropNotice(logging.Filter):
+    """Drops the log records whose message starts with ``prefix``."""
+
+    def __init__(self, prefix: str):
+        super().__init__()
+        self.prefix = prefix
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(self.prefix)
+
+
+def quiet_third_party(verbose: bool) -> None:
+    """Hide the notices above in this process (and in the processes it starts, through the environment), unless
+    ``verbose``."""
+    if verbose:
+        os.environ[MLFLOW_LEVEL_ENV] = "INFO"
+        return
+    os.environ.setdefault(MLFLOW_LEVEL_ENV, "WARNING")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    auth = logging.getLogger(RAY_AUTH_LOGGER)
+    if not any(isinstance(f, _DropNotice) for f in auth.filters):
+        auth.addFilter(_DropNotice(RAY_AUTH_ENABLED))
+
+
+def server_environment(verbose: bool) -> dict[str, str]:
+    """The environment of the MLflow server `mutransfer ui` starts: its INFO lines and Starlette's deprecation
+    warning hidden unless ``verbose``."""
+    env = dict(os.environ)
+    if not verbose:
+        env[MLFLOW_LEVEL_ENV] = "WARNING"
+        env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), SERVER_WARNINGS]))
+    return env
+
+
+def server_options(verbose: bool) -> list[str]:
+    """Extra `mlflow ui` options: uvicorn's log level (its INFO start-up lines) unless ``verbose``."""
+    return [] if verbose else ["--uvicorn-opts", "--log-level warning"]
