@@ -11,6 +11,7 @@ the study's lock is taken (mutransfer.study_folder.lock: one driver per study). 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -54,9 +55,18 @@ def prepare(options: SweepOptions) -> SweepContext:
     check_folder("--runs-dir", options.runs_dir)
     study_dir = StudyDir.for_study(study.name, options.runs_dir)
 
+    if not options.resume and study_dir.exists() and _finished_with(study_dir, study):
+        # the same command again on a finished study: its report again, as --resume would (nothing runs)
+        options = dataclasses.replace(options, resume=True)
     if not options.resume:
         if study_dir.exists():
             refuse_if_locked(study_dir)  # a driver runs it now: say who
+            differs = _differences(study_dir, study)
+            if differs:
+                raise UserInputError(
+                    f"study directory {study_dir.root} already exists: study {study.name!r} ran to the end here with "
+                    f"other settings ({', '.join(differs[:4])}); pass --name NEW to start a new study"
+                )
             raise UserInputError(
                 f"study directory {study_dir.root} already exists (study {study.name!r} ran here before); "
                 f"pass --resume to continue it, or --name NEW to start a new study"
@@ -130,6 +140,24 @@ def _source_text(path) -> str:
     if path is None:
         return default_study_text()
     return Path(path).read_text(encoding="utf-8")
+
+
+def _finished_with(study_dir: StudyDir, study: Study) -> bool:
+    """Whether ``study_dir`` holds a finished study with exactly ``study``'s settings (the tracking URI aside)."""
+    return _differences(study_dir, study) == []
+
+
+def _differences(study_dir: StudyDir, study: Study) -> list[str] | None:
+    """The fields in which the finished study of ``study_dir`` differs from ``study`` ([] : none, the tracking URI
+    aside); None when the folder holds no finished study (or one that cannot be read)."""
+    try:
+        state = study_dir.read_state()
+        if state.get("phase") != "done" or not state.get("report"):
+            return None
+        stored = read_study_file(study_dir)
+    except (UserInputError, OSError, ValueError):
+        return None
+    return [d for d in _diff(stored.to_dict(), study.to_dict()) if d != "tracking.uri"]
 
 
 def _check_resume_consistent(stored: Study, given: Study, options: SweepOptions) -> None:

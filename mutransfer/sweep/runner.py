@@ -74,7 +74,7 @@ def _drive(ctx: SweepContext) -> dict:
     if ctx.state.get("phase") == "done" and ctx.state.get("report"):
         _check_nothing_new_asked(ctx)
         register_completed(ctx)
-        ctx.say(f"study {ctx.study.name!r} is already complete; its report:")
+        ctx.say(f"study {ctx.study.name!r} is already complete; its report (--name NEW runs a new study):")
         report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
         mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
         return dict(

@@ -161,6 +161,29 @@ def test_resume_of_a_finished_study_reports_it_again_without_new_runs(quick_run,
     assert len(mlflow_runs(f"sqlite:///{work / 'mlflow.db'}")) == before
 
 
+def test_the_same_command_again_reports_a_finished_study_and_a_changed_one_is_refused(quick_run, capsys):
+    """The README's order: Set up runs the quick study, the Quickstart runs the same command again: its report
+    again, exit 0, nothing new run. The same name with other settings is still refused (one line, exit 2)."""
+    from mutransfer.cli.main import main
+
+    work, report = quick_run
+    before = len(mlflow_runs(f"sqlite:///{work / 'mlflow.db'}"))
+    same = ["sweep", "--proxy-K", "6", "--target-K", "24", "--num-trials", "4", "--epochs", "2", "--target-epochs", "2"]
+    old = os.getcwd()
+    os.chdir(work)
+    try:
+        assert main([*same, "--json"]) == 0
+        again = json.loads(capsys.readouterr().out)
+        assert main([*same[:-1], "3"]) == 2  # --target-epochs 3: another study under the same name
+        err = capsys.readouterr().err
+    finally:
+        os.chdir(old)
+    assert again["already_complete"] and again["best_proxy"] == report["best_proxy"]
+    assert "ran to the end here with other settings (target.epochs)" in err and "--name NEW" in err
+    assert len(err.strip().splitlines()) == 1
+    assert len(mlflow_runs(f"sqlite:///{work / 'mlflow.db'}")) == before
+
+
 def test_studies_lists_the_quick_study(quick_run, capsys):
     from mutransfer.cli.main import main
 
