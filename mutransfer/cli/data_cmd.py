@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
+from mutransfer.config import smoke
 from mutransfer.data.pointclouds import inspect_point_dataset, is_point_file
 from mutransfer.data.problem_facts import get_facts
 from mutransfer.data.readers import describe
@@ -117,6 +118,9 @@ def run_generate(args: argparse.Namespace) -> int:
         raise UserInputError(
             f"--out {args.out}: the file exists and is kept; pass --force to replace it, or choose another --out"
         )
+    if smoke.smoke() and args.n > smoke.SAMPLES:
+        args.n = smoke.SAMPLES
+        smoke.say("data generate", f"{smoke.SAMPLES} samples")
     _check_generation_fits(problem, args.n, args.resolution, options)
     start = time.perf_counter()
     data = problem.generator(args.n, args.resolution, seed=args.seed, progress=args.progress, **options)

@@ -8,6 +8,7 @@ import shlex
 import sys
 
 from mutransfer.cli.common import model_name, positive_int, print_json
+from mutransfer.config import smoke
 from mutransfer.config.flags import flag_kwargs
 from mutransfer.config.settings import REQUIRED
 from mutransfer.study.files import OVERRIDES, declared
@@ -120,9 +121,17 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
     from mutransfer.sweep.report import format_report  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
     from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep  # noqa: PLC0415
 
+    overrides = {key: getattr(args, key) for key in OVERRIDES}
+    if smoke.smoke():
+        overrides.update(
+            num_trials=smoke.capped(overrides["num_trials"], smoke.TRIALS),
+            epochs=smoke.capped(overrides["epochs"], smoke.EPOCHS),
+            target_epochs=smoke.capped(overrides["target_epochs"], smoke.EPOCHS),
+        )
+        smoke.say("sweep", f"{overrides['num_trials']} trials, {smoke.EPOCHS} epoch each and for the target")
     options = SweepOptions(
         study_path=args.study,
-        overrides={key: getattr(args, key) for key in OVERRIDES},
+        overrides=overrides,
         address=args.address,
         resume=args.resume,
         coord_check=args.coord_check,

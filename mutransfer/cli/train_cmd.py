@@ -16,6 +16,7 @@ from mutransfer.cli.common import (
     unit_interval,
 )
 from mutransfer.cli.data_cmd import add_reader_arguments, reader_options
+from mutransfer.config import smoke
 from mutransfer.config.flags import add_flags
 from mutransfer.config.settings import setting_of
 from mutransfer.data.loading import load_split
@@ -369,6 +370,9 @@ def run(args: argparse.Namespace) -> int:
     epochs, iterations = args.epochs, args.iterations
     if epochs is None and iterations is None:
         epochs = 20
+    if smoke.smoke():
+        epochs, iterations = (None, smoke.EPOCHS) if iterations is not None else (smoke.EPOCHS, None)
+        smoke.say("train", f"{smoke.EPOCHS} {'iteration' if iterations else 'epoch'}")
     loss = getattr(args, "loss", "relative_l2")
     ratio = getattr(args, "pino_ratio", None)
     if ratio is not None and loss != "pino":
