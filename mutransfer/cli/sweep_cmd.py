@@ -10,8 +10,7 @@ import sys
 from mutransfer.cli.common import model_name, positive_int, print_json
 from mutransfer.config import smoke
 from mutransfer.config.flags import flag_kwargs
-from mutransfer.config.settings import REQUIRED
-from mutransfer.study.files import OVERRIDES, declared
+from mutransfer.study.files import OVERRIDES, declared, load_study
 from mutransfer.tracking.listings import format_studies, list_studies
 from mutransfer.tracking.runs import resolve_tracking_uri
 
@@ -36,46 +35,64 @@ def _add_sweep(subparsers) -> None:
         "evaluate it on the test split and record everything in MLflow. Without --study the built-in quick "
         "study runs (Burgers 1D, a few minutes on a laptop CPU). Flags override the study file and are reported.",
     )
-    p.add_argument(
+    groups = {
+        name: p.add_argument_group(title)
+        for name, title in (
+            ("study", "the study (each flag overrides the study file; the value shown is the built-in quick study's)"),
+            ("search", "the search"),
+            ("target", "the target"),
+            ("checks", "measuring the transfer"),
+            ("store", "the study folder and the tracking store"),
+            ("cluster", "the cluster"),
+            ("output", "output"),
+        )
+    }
+    groups["study"].add_argument(
         "--study", metavar="FILE", help="study YAML file (default: the built-in quick study = studies/quick.yaml)"
     )
-    _add_override_flags(p)
-    p.add_argument("--address", help="Ray cluster to use: auto or ray://HOST:PORT (default: start a local Ray)")
-    p.add_argument("--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)")
-    p.add_argument("--resume", action="store_true", help="continue the study of the same name after an interruption")
-    p.add_argument(
+    _add_override_flags(groups)
+    groups["cluster"].add_argument(
+        "--address", help="Ray cluster to use: auto or ray://HOST:PORT (default: start a local Ray)"
+    )
+    store = groups["store"]
+    store.add_argument("--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)")
+    store.add_argument(
+        "--resume", action="store_true", help="continue the study of the same name after an interruption"
+    )
+    checks = groups["checks"]
+    checks.add_argument(
         "--coord-check",
         action="store_true",
         help="run the coordinate check across K before the target and report its verdict (it never stops the sweep: "
         "it misclassifies known rules, docs/results.md; --verify measures whether the optimum moved)",
     )
-    p.add_argument(
+    checks.add_argument(
         "--verify",
         action="store_true",
         help="after the target, train it at --verify-points LRs 0.25 decades apart around the transferred LR "
         "and report how far the target's own optimum is (distance in decades, regret)",
     )
-    p.add_argument(
+    checks.add_argument(
         "--verify-points",
         type=positive_int,
         default=5,
         metavar="N",
-        help="LRs of the --verify grid, the transferred one among them (default 5: +-0.5 decades; >= 3)",
+        help="LRs of the --verify grid, the transferred one among them (default: 5, +-0.5 decades; >= 3)",
     )
-    p.add_argument(
+    checks.add_argument(
         "--verify-seeds",
         type=positive_int,
         default=3,
         metavar="S",
-        help="seeds per --verify LR (default 3; the t CI of the distance needs >= 2)",
+        help="seeds per --verify LR (default: 3; the t CI of the distance needs >= 2)",
     )
-    p.add_argument(
+    checks.add_argument(
         "--baseline",
         choices=("direct",),
         help="direct: run the same search (searcher, ASHA, trials, epochs) at the target's size and report "
-        "muTransfer vs direct tuning: error and cost (the paper's Table 1)",
+        "muTransfer vs direct tuning: error and cost (the paper's Table 1) (default: none)",
     )
-    p.add_argument(
+    groups["target"].add_argument(
         "--register",
         metavar="NAME",
         type=model_name,
@@ -83,7 +100,8 @@ def _add_sweep(subparsers) -> None:
         help="register the trained target in MLflow's model registry as a new version of NAME "
         "(models:/NAME/<version>; needs a database-backed store such as sqlite) (default: not registered)",
     )
-    p.add_argument(
+    search = groups["search"]
+    search.add_argument(
         "--warm-start",
         metavar="STUDY",
         default=None,
@@ -91,30 +109,50 @@ def _add_sweep(subparsers) -> None:
         "--runs-dir, or a study name in the tracking store), rescaled by muP to this study's proxy size "
         "(default: a cold start)",
     )
-    p.add_argument(
+    search.add_argument(
         "--warm-start-top",
         type=positive_int,
         default=None,
         metavar="N",
         help="how many of its best completed trials seed the search (default: max(1, num_trials // 4))",
     )
-    p.add_argument(
+    search.add_argument(
         "--warm-start-any",
         action="store_true",
         help="accept a --warm-start study of another problem or operator (default: refused)",
     )
-    p.add_argument("--json", action="store_true", help="print the transfer report as JSON")
+    groups["output"].add_argument("--json", action="store_true", help="print the transfer report as JSON")
     p.set_defaults(run=run_sweep_cmd)
 
 
-def _add_override_flags(p) -> None:
-    """One flag per entry of mutransfer.study.OVERRIDES, typed and described by the field's own declaration."""
+#: the --help group of each override flag (the others are the study's)
+_OVERRIDE_GROUPS = {
+    "num_trials": "search",
+    "epochs": "search",
+    "ladder": "search",
+    "ladder_keep": "search",
+    "top_k": "search",
+    "target_epochs": "target",
+    "tracking_uri": "store",
+}
 
+
+def _add_override_flags(groups: dict) -> None:
+    """One flag per entry of mutransfer.study.OVERRIDES, typed and described by the field's own declaration; the
+    default shown is the built-in quick study's value (what runs without --study)."""
+
+    quick, _ = load_study(None)
+    values = quick.to_dict()
     for key, (path, flag) in OVERRIDES.items():
-        spec, default = declared(path)
-        fallback = "" if default is None or default is REQUIRED else f", else {default}"
-        help_text = f"override {path}: {spec.help} (default: the study file's{fallback})"
-        p.add_argument(flag, dest=key, help=help_text, **flag_kwargs(spec, key))
+        spec, _default = declared(path)
+        value = values
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        shown = "unset" if value is None else " ".join(map(str, value)) if isinstance(value, list) else value
+        help_text = f"{spec.help} (overrides {path}; default: {shown})"
+        groups[_OVERRIDE_GROUPS.get(key, "study")].add_argument(
+            flag, dest=key, help=help_text, **flag_kwargs(spec, key)
+        )
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:

@@ -65,3 +65,32 @@ def test_new_commands_list_in_help(command, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--help"])
     assert command in capsys.readouterr().out
+
+
+def test_sweep_help_is_grouped_and_shows_the_defaults_that_run(capsys):
+    """The groups of `sweep --help`, and each override's default is the built-in quick study's value (what runs
+    without --study), read from it: --epochs 20, not the declaration's 10."""
+    import re
+
+    import yaml
+
+    from mutransfer.cli.main import main
+    from mutransfer.study import default_study_text
+
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for title in (
+        "the study (",
+        "the search:",
+        "the target:",
+        "measuring the transfer:",
+        "the study folder and the tracking store:",
+        "the cluster:",
+        "output:",
+    ):
+        assert title in text, title
+    quick = yaml.safe_load(default_study_text())
+    assert re.search(rf"--proxy-K PROXY_K .*?overrides proxy_K; default: {quick['proxy_K']}\)", text)
+    assert re.search(rf"--epochs EPOCHS .*?overrides budget.epochs; default: {quick['budget']['epochs']}\)", text)
+    assert "else 10" not in text and "the study file's" not in text
