@@ -145,7 +145,7 @@ def _add_override_flags(groups: dict) -> None:
     values = quick.to_dict()
     for key, (path, flag) in OVERRIDES.items():
         spec, _default = declared(path)
-        value = values
+        value: object = values
         for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         shown = "unset" if value is None else " ".join(map(str, value)) if isinstance(value, list) else value

@@ -81,11 +81,13 @@ def optuna_study(files: StudyFiles) -> tuple[optuna.Study, list[str]]:
 
 
 def _png(ax_or_axes) -> bytes:
-    """The PNG of the figure holding ``ax_or_axes`` (one Axes, or Optuna's array of them: 3.5 inches each), closed."""
+    """The PNG of the figure holding ``ax_or_axes`` (one Axes, or Optuna's array of them: 3.5 inches each), closed;
+    a figure that placed axes of its own (a colour bar) keeps its layout."""
     axes = list(ax_or_axes.flat) if hasattr(ax_or_axes, "flat") else [ax_or_axes]
     fig = axes[0].figure
-    fig.set_size_inches(max(SIZE[0], 3.5 * len(axes) + 1.0), SIZE[1])
-    fig.tight_layout()
+    if len(fig.axes) == len(axes):
+        fig.set_size_inches(max(SIZE[0], 3.5 * len(axes) + 1.0), SIZE[1])
+        fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI)
     plt.close(fig)
@@ -179,11 +181,41 @@ def importances(study: optuna.Study) -> Figure:
 
 
 def slices(study: optuna.Study) -> Figure:
+    """One panel per searched hyperparameter: each completed trial's error against its value, coloured by trial
+    number. Every panel has its own labelled error axis, and the colour bar takes its own room beside the panels
+    (Optuna's drew it over the last one)."""
+
     def plot():
-        axes = optuna.visualization.matplotlib.plot_slice(study, target_name="val rel. L2")
-        for ax in getattr(axes, "flat", [axes]):
-            ax.set_yscale("log")
-            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # log-x minor labels overlap
+        trials = _complete(study)
+        names = sorted({name for t in trials for name in t.params})
+        fig, axes = plt.subplots(1, len(names), squeeze=False)
+        errors = [float(t.value) for t in trials]
+        log_y = min(errors) > 0 and max(errors) / min(errors) > 10
+        points = None
+        for ax, name in zip(axes.flat, names, strict=True):
+            rows = [t for t in trials if name in t.params]
+            points = ax.scatter(
+                [t.params[name] for t in rows],
+                [float(t.value) for t in rows],
+                c=[t.number for t in rows],
+                cmap="viridis",
+                vmin=0,
+                vmax=max(1, max(t.number for t in trials)),
+                edgecolors="black",
+                linewidths=0.4,
+                zorder=3,
+            )
+            if getattr(rows[0].distributions[name], "log", False):
+                ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # log-x minor labels overlap
+            if log_y:
+                ax.set_yscale("log")
+            ax.set_xlabel(name)
+            ax.set_ylabel("val rel. L2")
+        fig.set_size_inches(max(SIZE[0], 3.5 * len(names) + 1.5), SIZE[1])
+        fig.tight_layout(rect=(0, 0, 0.9, 1))  # the colour bar's room on the right
+        bar = fig.add_axes((0.92, 0.2, 0.015, 0.65))
+        fig.colorbar(points, cax=bar, label="trial")
         return axes
 
     return _if_reported(study, "Slice plots: error against each searched hyperparameter", plot)

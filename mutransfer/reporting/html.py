@@ -161,19 +161,30 @@ def _result(report: dict | None) -> str:
     return key_table(rows, "result")
 
 
+#: the compute section's rows: (report key, label, unit formatter)
+_COMPUTE_ROWS = (
+    ("proxy_device_seconds", "proxy trials, device time", lambda v: f"{v:.1f} device-seconds"),
+    ("target_device_seconds", "target, device time", lambda v: f"{v:.1f} device-seconds"),
+    ("proxy_to_target_cost", "proxy trials / target, device time", lambda v: f"{v:.2f}x"),
+    ("proxy_flops", "proxy trials, training FLOPs", lambda v: f"{v:.3g} FLOPs"),
+    ("target_flops", "target, training FLOPs", lambda v: f"{v:.3g} FLOPs"),
+    ("direct_sweep_flops", "tuning the target directly, training FLOPs (estimated)", lambda v: f"{v:.3g} FLOPs"),
+    ("mutransfer_vs_direct_flops", "muTransfer / tuning directly, FLOPs (estimated)", lambda v: f"{v:.2f}x"),
+    (
+        "mutransfer_vs_direct_training_seconds",
+        "muTransfer / tuning directly, training time (estimated)",
+        lambda v: f"{v:.2f}x",
+    ),
+    ("sweep_wall_seconds", "wall time of the study", lambda v: f"{v:.1f} s"),
+    ("overhead_share", "Ray, MLflow and start-up share of the wall time", lambda v: f"{100 * v:.0f} %"),
+)
+
+
 def _compute(report: dict | None) -> str:
     c = (report or {}).get("compute") or {}
-    keys = (
-        "proxy_device_seconds",
-        "target_device_seconds",
-        "proxy_to_target_cost",
-        "proxy_flops",
-        "target_flops",
-        "direct_sweep_flops",
-        "sweep_wall_seconds",
-        "overhead_share",
-    )
-    rows = [(k, c[k]) for k in keys if c.get(k) is not None]
+    rows: list[tuple[str, object]] = [
+        (label, show(c[key])) for key, label, show in _COMPUTE_ROWS if c.get(key) is not None
+    ]
     return key_table(rows, "compute") if rows else "<p>Not known until the study is done.</p>"
 
 
@@ -195,8 +206,12 @@ def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
         "Optuna's PED-ANOVA importances of the searched hyperparameters for the test error.",
         "Each trial's last reported error against each searched hyperparameter; colour: trial order.",
     ]
+    verdict = (report or {}).get("verdict") or []
     parts = [
         f'<h1>Study {_e(files.name)}</h1><p class="lead">{_e(lead)}</p>',
+        '<section id="verdict"><h2>Verdict</h2><ul>' + "".join(f"<li>{_e(v)}</li>" for v in verdict) + "</ul></section>"
+        if verdict
+        else "",
         "<h2>Settings</h2>",
         _settings(files),
         "<h2>muP transfer</h2>",

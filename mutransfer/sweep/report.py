@@ -121,6 +121,7 @@ def build_report(
         **values,  # the strategies' sections (verification, direct_baseline, rungs, top_k, warm_start, ...)
         "trial_table": [t.as_dict() for t in trials],
     }
+    out["verdict"] = transfer_verdict(out)  # in words; the summary's last lines and the top of the study page
     return out
 
 
@@ -338,7 +339,7 @@ def transfer_verdict(report: dict) -> list[str]:
 
 def summary_lines(report: dict) -> list[str]:
     """The summary's last lines: the verdict in words, then the next commands with real paths."""
-    lines = ["", "verdict:"] + [f"  - {text}" for text in transfer_verdict(report)]
+    lines = ["", "verdict:"] + [f"  - {text}" for text in report.get("verdict") or transfer_verdict(report)]
     study, folder = report["study"], Path(report["study_dir"])
     runs_dir = "" if folder.parent == Path(DEFAULT_RUNS_DIR).absolute() else f" --runs-dir {folder.parent}"
     uri = (report.get("mlflow") or {}).get("tracking_uri")
