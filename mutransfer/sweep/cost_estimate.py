@@ -35,6 +35,8 @@ CHEAP_ENOUGH = 0.3
 #: a training step is timed only when the target's forward + backward is at most this many FLOPs (about a second
 #: on one laptop core); larger models get the analytic estimate alone
 MEASURE_MAX_FLOPS = 5e9
+#: timed rounds of the measured step (each model once per round, alternating)
+ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ def estimate_proxy_cost(
     study = study.sized()
     proxy = epoch_flops(study, study.proxy_K, study.operator.width, input_shape, study.proxy_resolution)
     target = epoch_flops(study, study.target_K, study.target_width, input_shape)
-    timed: tuple[float | None, float | None] = (None, None)
+    timed: tuple[float | None, ...] = (None, None)
     shape = input_shape
     if shape is None and not study.point_problem:
         shape = tuple(n - study.padding for n in study.grid_shape) + (1,)
@@ -119,16 +121,12 @@ def estimate_proxy_cost(
     if measure and shape is not None and target is not None and target / n_fit <= MEASURE_MAX_FLOPS:
         batch = int(study.training.batch_size)
         proxy_shape = tuple(n - study.padding for n in study.proxy_grid_shape) + shape[-1:]
-        timed = (
-            step_seconds(
-                study,
-                study.proxy_modes,
-                study.operator.width,
-                proxy_shape if study.scales_resolution else shape,
-                output_channels,
-                batch,
-            ),
-            step_seconds(study, study.target_modes, study.target_width, shape, output_channels, batch),
+        proxy_shape = proxy_shape if study.scales_resolution else shape
+        timed = step_seconds(
+            study,
+            [(study.proxy_modes, study.operator.width, proxy_shape), (study.target_modes, study.target_width, shape)],
+            output_channels,
+            batch,
         )
     return ProxyCost(
         proxy_epoch_flops=proxy,
@@ -194,27 +192,33 @@ def coarser_resolution(study: Study) -> int | None:
 
 
 def step_seconds(
-    study: Study, modes: int | None, width: int | None, shape: tuple[int, ...], output_channels: int, batch: int
-) -> float:
-    """Seconds of one Adam training step (forward, backward, step) of the study's model at ``modes`` and ``width``
-    on random data of ``shape`` (one warm-up step, then the median of three)."""
+    study: Study, models: list[tuple[int | None, int | None, tuple[int, ...]]], output_channels: int, batch: int
+) -> tuple[float, ...]:
+    """Seconds of one Adam training step (forward, backward, step) of the study's model at each (K, width, data
+    shape) of ``models``, on random data: one warm-up step each, then :data:`ROUNDS` rounds that alternate the
+    models (so a change of the machine's load falls on all of them alike); the median per model."""
+    steps = []
     with torch.random.fork_rng():
         torch.manual_seed(0)
-        model = build_model(
-            study,
-            modes=modes,
-            width=width,
-            input_channels=int(shape[-1]),
-            output_channels=int(output_channels),
-        )
-        x = torch.randn(batch, *shape)
-        y = torch.randn(batch, *shape[:-1], int(output_channels))
-        opt = torch.optim.Adam(optimizer_param_groups(model, 1e-3))
-        times = []
-        for _ in range(4):
-            start = time.perf_counter()
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(model(x), y).backward()
-            opt.step()
-            times.append(time.perf_counter() - start)
-    return sorted(times[1:])[1]
+        for modes, width, shape in models:
+            model = build_model(
+                study, modes=modes, width=width, input_channels=int(shape[-1]), output_channels=int(output_channels)
+            )
+            x = torch.randn(batch, *shape)
+            y = torch.randn(batch, *shape[:-1], int(output_channels))
+            opt = torch.optim.Adam(optimizer_param_groups(model, 1e-3))
+
+            def step(model=model, x=x, y=y, opt=opt) -> float:
+                start = time.perf_counter()
+                opt.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                return time.perf_counter() - start
+
+            step()  # warm-up
+            steps.append(step)
+        times: list[list[float]] = [[] for _ in steps]
+        for _ in range(ROUNDS):
+            for i, step in enumerate(steps):
+                times[i].append(step())
+    return tuple(float(sorted(t)[len(t) // 2]) for t in times)
