@@ -57,14 +57,16 @@ def _column(kind: str, key: str) -> str:
 
 
 def study_view_state(study_name: str, searched: Iterable[str]) -> dict:
-    """The runs table of one study: its runs only, error metrics and searched hyperparameters, best first."""
+    """The runs table of one study: its trials and target (the study's parent run apart: the summary is on the
+    parent run's own page), the searched hyperparameters first (visible without scrolling), then the errors, best
+    first."""
     name = study_name.replace("'", "\\'")
     return {
-        "searchFilter": f"tags.`mutransfer.study` = '{name}'",
+        "searchFilter": f"tags.`mutransfer.study` = '{name}' AND tags.`mutransfer.kind` != 'study'",
         "orderByKey": _column("metrics", "final_val_error"),
         "orderByAsc": True,
-        "selectedColumns": [_column("metrics", m) for m in ERROR_METRICS]
-        + [_column("params", f"hp.{k}") for k in searched],
+        "selectedColumns": [_column("params", f"hp.{k}") for k in searched]
+        + [_column("metrics", m) for m in ERROR_METRICS],
     }
 
 

@@ -25,7 +25,11 @@ from mutransfer.browser import dump_dom, find_chromium, visible_text
 ENV = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
 GENAI_ONLY = "Judges"  # a GenAI-mode navigation entry: absent from the classic runs view
 STUDY = "uistudy"
-WIDE = (1900, 900)  # MLflow's runs table renders only the columns that fit: a wide window holds them all
+WIDE = (1900, 900)
+SCREEN = (
+    1600,
+    1000,
+)  # a laptop's browser window  # MLflow's runs table renders only the columns that fit: a wide window holds them all
 
 
 def _free_port() -> int:
@@ -93,10 +97,10 @@ def test_study_view_names_its_runs_errors_and_searched_hyperparameters():
     from mutransfer.tracking.views import searched_keys, study_view_state, view_key
 
     state = study_view_state("quick", ["lr", "weight_decay"])
-    assert state["searchFilter"] == "tags.`mutransfer.study` = 'quick'"
+    assert state["searchFilter"] == "tags.`mutransfer.study` = 'quick' AND tags.`mutransfer.kind` != 'study'"
     assert state["orderByKey"] == "metrics.`final_val_error`" and state["orderByAsc"] is True
     assert "metrics.`final_val_error`" in state["selectedColumns"]
-    assert state["selectedColumns"][-2:] == ["params.`hp.lr`", "params.`hp.weight_decay`"]
+    assert state["selectedColumns"][:2] == ["params.`hp.lr`", "params.`hp.weight_decay`"]  # first: seen unscrolled
     assert view_key("quick-1.b_c") == "quick-1.b_c"
     odd = view_key("my study/é")  # not URL- or tag-safe: slug plus a hash, distinct from its slug's own key
     assert odd.startswith("my-study-") and odd != view_key("my-study") and odd == view_key("my study/é")
@@ -212,10 +216,14 @@ def test_link_is_printed_once_the_server_answers_on_localhost_only(served):
 @pytest.mark.slow
 @needs_chromium
 def test_the_printed_link_shows_the_study_and_its_errors_in_a_browser(served):
+    """At 1600 x 1000 (MLflow's runs table renders only the columns that fit the window): the study's three trials,
+    its parent run apart ("3 matching runs"), the searched hyperparameters as the first columns, then the error."""
     link, _, _ = served
-    text = visible_text(dump_dom(link, size=WIDE))
-    assert STUDY in text and "trial 000" in text
-    assert "final_val_error" in text and "best_proxy_val_error" in text and "hp.lr" in text
+    text = visible_text(dump_dom(link, size=SCREEN))
+    assert "trial 000" in text and "trial 002" in text and "3 matching runs" in text
+    assert "hp.lr" in text and "hp.batch_size" in text and "final_val_error" in text
+    header = text.index("Run Name")  # the table's header row ("Sort: final_val_error" comes before it)
+    assert text.index("hp.lr", header) < text.index("final_val_error", header), "the hyperparameters come first"
     assert "Model registry" in text and GENAI_ONLY not in text
 
 
