@@ -59,12 +59,14 @@ def frame_table(frame: pd.DataFrame, table_id: str) -> str:
     return frame.to_html(index=False, table_id=table_id, border=0, na_rep="-", float_format=lambda v: format(v, ".6g"))
 
 
-def figure_html(fig: figures.Figure, caption: str = "") -> str:
-    """The figure as an inline PNG, or the sentence that says why it is missing."""
+def figure_html(fig: figures.Figure, caption: str = "", ident: str = "") -> str:
+    """The figure as an inline PNG (``ident``: its anchor, page.html#ident), or the sentence that says why it is
+    missing."""
     if fig.png is None:
         return f'<p class="note">{_e(fig.title)}: {_e(fig.missing)}</p>'
     data = base64.b64encode(fig.png).decode("ascii")
     extra = f' data-curves="{fig.curves}"' if fig.curves else ""
+    extra += f' id="{_e(ident)}"' if ident else ""
     text = f"{fig.title}. {caption}".strip()
     return (
         f'<figure{extra}><img alt="{_e(fig.title)}" src="data:image/png;base64,{data}">'
@@ -220,7 +222,7 @@ def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
         _result(report),
         "<h2>Proxy trials</h2>",
         frame_table(frame, "trials") if not frame.empty else "",
-        *[figure_html(f, c) for f, c in zip(search, captions)],
+        *[figure_html(f, c, i) for f, c, i in zip(search, captions, ("history", "curves", "importances", "slices"))],
         "<h2>Target</h2>",
         figure_html(figures.target_curve(files)),
     ]

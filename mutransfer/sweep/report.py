@@ -316,9 +316,16 @@ def transfer_verdict(report: dict) -> list[str]:
         if g["gain"] > 1:
             out.append(f"{target} reached a {g['gain']:.2f}x lower {split} error than its proxy")
         else:
+            t_epochs = (report.get("target") or {}).get("epochs")
+            p_epochs = (report.get("best_proxy") or {}).get("epochs")
+            shorter = (
+                f" or its {t_epochs} epochs to the proxy's {p_epochs} were too few"
+                if t_epochs is not None and p_epochs is not None and t_epochs < p_epochs
+                else ""
+            )
             out.append(
                 f"{target} is no better than its proxy ({split} error {1 / g['gain']:.2f}x the proxy's): the "
-                "transferred hyperparameters may not suit it"
+                f"transferred hyperparameters may not suit it{shorter}"
             )
     elif (report.get("target") or {}).get("status") not in (None, "completed"):
         out.append(f"{target} did not complete ({report['target']['status']})")
