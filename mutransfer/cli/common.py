@@ -27,6 +27,15 @@ def positive_int(text: str) -> int:
     return _parse(text, int, lambda v: v >= 1, "must be a positive integer")
 
 
+def positive_int_at_most(maximum: int):
+    """argparse type: an integer in [1, ``maximum``] (a count of trainings a run could never finish is refused)."""
+
+    def parse(text: str) -> int:
+        return _parse(text, int, lambda v: 1 <= v <= maximum, f"must be an integer from 1 to {maximum}")
+
+    return parse
+
+
 def non_negative_int(text: str) -> int:
     """argparse type: an integer ≥ 0."""
     return _parse(text, int, lambda v: v >= 0, "must be zero or positive")

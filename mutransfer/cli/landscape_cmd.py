@@ -6,10 +6,11 @@ import argparse
 
 import numpy as np
 
-from mutransfer.cli.common import positive_float, positive_int, print_json
+from mutransfer.cli.common import positive_float, positive_int, positive_int_at_most, print_json
 from mutransfer.errors import UserInputError
 from mutransfer.landscape.analysis import TRANSFORMS
 from mutransfer.landscape.runner import LandscapeOptions, format_table, run_landscape
+from mutransfer.study.schema import MAX_EPOCHS
 from operators.parametrization import PARAMETRIZATIONS
 from operators.precision import PRECISIONS
 
@@ -54,7 +55,11 @@ def add_parser(subparsers) -> None:
         help="parametrizations to compare (default: standard mup)",
     )
     p.add_argument("--seeds", type=positive_int, default=3, help="seeds per point (default 3)")
-    p.add_argument("--epochs", type=positive_int, help="epochs per training (default: the study's budget.epochs)")
+    p.add_argument(
+        "--epochs",
+        type=positive_int_at_most(MAX_EPOCHS),
+        help="epochs per training (default: the study's budget.epochs)",
+    )
     p.add_argument("--cpus-per-task", type=positive_int, default=1, help="CPU threads per training (default 1)")
     p.add_argument(
         "--precision",

@@ -7,10 +7,11 @@ import contextlib
 import shlex
 import sys
 
-from mutransfer.cli.common import model_name, positive_int, print_json
+from mutransfer.cli.common import model_name, positive_int_at_most, print_json
 from mutransfer.config import smoke
 from mutransfer.config.flags import flag_kwargs
 from mutransfer.study.files import OVERRIDES, declared, load_study
+from mutransfer.study.schema import MAX_TRIALS
 from mutransfer.tracking.listings import format_studies, list_studies
 from mutransfer.tracking.runs import resolve_tracking_uri
 
@@ -74,14 +75,14 @@ def _add_sweep(subparsers) -> None:
     )
     checks.add_argument(
         "--verify-points",
-        type=positive_int,
+        type=positive_int_at_most(41),
         default=5,
         metavar="N",
         help="LRs of the --verify grid, the transferred one among them (default: 5, +-0.5 decades; >= 3)",
     )
     checks.add_argument(
         "--verify-seeds",
-        type=positive_int,
+        type=positive_int_at_most(100),
         default=3,
         metavar="S",
         help="seeds per --verify LR (default: 3; the t CI of the distance needs >= 2)",
@@ -111,7 +112,7 @@ def _add_sweep(subparsers) -> None:
     )
     search.add_argument(
         "--warm-start-top",
-        type=positive_int,
+        type=positive_int_at_most(MAX_TRIALS),
         default=None,
         metavar="N",
         help="how many of its best completed trials seed the search (default: max(1, num_trials // 4))",

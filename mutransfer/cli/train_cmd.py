@@ -12,6 +12,7 @@ from mutransfer.cli.common import (
     memory_size,
     non_negative_int,
     positive_int,
+    positive_int_at_most,
     print_json,
     unit_interval,
 )
@@ -25,7 +26,7 @@ from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
 from mutransfer.problems import PROBLEMS, default_dataset, get_problem
 from mutransfer.study.models import HPARAM_KEYS
-from mutransfer.study.schema import TrainingSpec
+from mutransfer.study.schema import MAX_EPOCHS, TrainingSpec
 from mutransfer.training import TrainConfig
 from mutransfer.training.memory import check_before_building
 from mutransfer.training.trainer import resolve_device
@@ -93,8 +94,10 @@ def add_parser(subparsers) -> None:
     )
     add_flags(p, TrainingSpec, ["init_scale"], suppress_default=True)
     budget = p.add_mutually_exclusive_group()
-    budget.add_argument("--epochs", type=positive_int, help="training epochs (default 20)")
-    budget.add_argument("--iterations", type=positive_int, help="optimizer steps instead of epochs")
+    budget.add_argument("--epochs", type=positive_int_at_most(MAX_EPOCHS), help="training epochs (default 20)")
+    budget.add_argument(
+        "--iterations", type=positive_int_at_most(MAX_EPOCHS * 1000), help="optimizer steps instead of epochs"
+    )
     # the training hyperparameters: declared once in mutransfer.training.hyperparameters (train's own default LR)
     add_flags(p, TrainingSpec, ["lr", "batch_size"], defaults={"lr": 3e-3})
     p.add_argument("--beta1", type=unit_interval, default=0.9, help="Adam beta1 (default: 0.9)")

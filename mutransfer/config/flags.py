@@ -24,6 +24,8 @@ def arg_type(spec: Setting):
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if spec.minimum is not None and value < spec.minimum:
             raise argparse.ArgumentTypeError(f"{value} {integer_requirement(spec.minimum)}")
+        if spec.maximum is not None and value > spec.maximum:
+            raise argparse.ArgumentTypeError(f"{value} must be <= {spec.maximum}")
         return value
 
     def parse_float(text: str) -> float:

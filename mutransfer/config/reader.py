@@ -75,7 +75,7 @@ class Reader:
             self.fail(self.where(name), f"is required{hint}")
         return default
 
-    def integer(self, name, default=REQUIRED, *, minimum=None, example="", allow_none=False):
+    def integer(self, name, default=REQUIRED, *, minimum=None, maximum=None, example="", allow_none=False):
         value = self.raw(name, default, example=example)
         if value is None and allow_none:
             return None
@@ -83,6 +83,8 @@ class Reader:
             self.fail(self.where(name), f"must be an integer, got {kind_of(value)}{_eg(example)}")
         if minimum is not None and value < minimum:
             self.fail(self.where(name), f"must be >= {minimum}, got {value}{_eg(example)}")
+        if maximum is not None and value > maximum:
+            self.fail(self.where(name), f"must be <= {maximum}, got {value}{_eg(example)}")
         return value
 
     def number(self, name, default=REQUIRED, *, example="", allow_none=False, check=None):
@@ -144,7 +146,14 @@ class Reader:
         if spec.read is not None:
             return spec.read(self, name, default)
         if spec.kind == "int":
-            return self.integer(name, default, minimum=spec.minimum, example=spec.example, allow_none=spec.nullable)
+            return self.integer(
+                name,
+                default,
+                minimum=spec.minimum,
+                maximum=spec.maximum,
+                example=spec.example,
+                allow_none=spec.nullable,
+            )
         if spec.kind == "float":
             return self.number(name, default, example=spec.example, allow_none=spec.nullable, check=spec.check)
         if spec.kind == "str":

@@ -42,6 +42,8 @@ class Setting:
     kind: str = "custom"
     example: str = ""
     minimum: int | None = None
+    #: the largest int allowed (a count of trainings or epochs a study could never finish: refused up front)
+    maximum: int | None = None
     check: Callable[[float], str | None] | None = None
     choices: tuple | Callable[[], tuple] | None = None
     nullable: bool = False
@@ -127,6 +129,8 @@ def problem_with(spec: Setting, value) -> str | None:
             return "must be an integer"
         if spec.minimum is not None and value < spec.minimum:
             return integer_requirement(spec.minimum)
+        if spec.maximum is not None and value > spec.maximum:
+            return f"must be <= {spec.maximum}"
     elif spec.kind == "float":
         if not is_number(value) or not math.isfinite(value):
             return "must be a finite number"

@@ -41,6 +41,11 @@ def _read_use_gpu(r, name, default):
     return r.choice(name, default, ("auto", True, False), what="auto, true or false")
 
 
+#: the most proxy trials a study may ask for (a search of more could never finish; split it into studies)
+MAX_TRIALS = 10_000
+#: the most epochs a proxy trial or the target may ask for
+MAX_EPOCHS = 100_000
+
 #: ``operator.k_exponent``'s value that asks for the K rule's exponent to be estimated from the data
 K_EXPONENT_FROM_DATA = "data"
 
@@ -204,7 +209,7 @@ class TrainingSpec(Hyperparameters):
 @dataclass
 class SearchSpec:
     algorithm: str = setting("tpe", "search algorithm", kind="str", choices=("tpe", "random", "grid"))
-    num_trials: int = setting(8, "proxy trials", kind="int", minimum=1, example="8")
+    num_trials: int = setting(8, "proxy trials", kind="int", minimum=1, maximum=MAX_TRIALS, example="8")
     seed: int = setting(0, "sampler seed", kind="int", minimum=0, example="0")
     max_concurrent: int | None = setting(
         None, "trials at once (null: as many as the CPUs/GPUs hold)", kind="int", minimum=1, nullable=True, example="2"
@@ -222,7 +227,7 @@ class SearchSpec:
 class BudgetSpec:
     """Per-trial budget and ASHA early stopping (on the test error, mode min)."""
 
-    epochs: int = setting(10, "epochs per proxy trial", kind="int", minimum=1, example="10")
+    epochs: int = setting(10, "epochs per proxy trial", kind="int", minimum=1, maximum=MAX_EPOCHS, example="10")
     grace_period: int = setting(2, "ASHA: epochs before the first rung", kind="int", minimum=1, example="2")
     reduction_factor: int = setting(
         2, "ASHA: rungs at grace_period x reduction_factor^k", kind="int", minimum=2, example="2"
@@ -246,7 +251,7 @@ class ResourcesSpec:
 
 @dataclass
 class TargetSpec:
-    epochs: int = setting(20, "target training epochs", kind="int", minimum=1, example="20")
+    epochs: int = setting(20, "target training epochs", kind="int", minimum=1, maximum=MAX_EPOCHS, example="20")
     num_workers: int = setting(1, "Ray Train data-parallel workers", kind="int", minimum=1, example="1")
     use_gpu: Any = setting("auto", "auto (GPUs when the cluster has them), true or false", read=_read_use_gpu)
     cpus_per_worker: int = setting(1, "CPUs (torch threads) per worker", kind="int", minimum=1, example="1")

@@ -75,6 +75,9 @@ def assert_no_compute(proc, cwd: Path, *fragments):
             lambda m: m.update(target_K=6, target_width=64, operator={**m["operator"], "k_exponent": "data"}),
             ["operator.k_exponent: 'data' measures how the data's energy grows from proxy_K to target_K"],
         ),
+        (lambda m: m["search"].update(num_trials=10**13), ["search.num_trials: must be <= 10000, got 10000000000000"]),
+        (lambda m: m["target"].update(epochs=10**20), ["target.epochs: must be <= 100000"]),
+        (lambda m: m["budget"].update(epochs=10**6), ["budget.epochs: must be <= 100000"]),
         (
             lambda m: m.update(operator={"type": "galerkin", "width": 32, "k_exponent": "data"}),
             ["operator.k_exponent: applies to fno only, not galerkin"],
@@ -265,3 +268,19 @@ def test_advice_comes_in_the_form_the_value_was_given(tmp_path):
     path = write_study(tmp_path, lambda m: m.update(proxy_K=24, target_K=24))
     proc = run_probe(tmp_path, "sweep", "--study", path)
     assert_no_compute(proc, tmp_path, "e.g. proxy_K: 6")
+
+
+@pytest.mark.parametrize(
+    "flag, value, fragment",
+    [
+        ("--num-trials", "10000000000000", "must be <= 10000"),
+        ("--target-epochs", "100000000000000000000", "must be <= 100000"),
+        ("--verify-seeds", "1000000", "must be an integer from 1 to 100"),
+    ],
+)
+def test_a_count_no_run_could_finish_is_refused_before_anything_starts(tmp_path, flag, value, fragment):
+    extra = ["--verify"] if flag.startswith("--verify") else []
+    proc = run_probe(tmp_path, "sweep", *extra, flag, value)
+    assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mutransfer-runs").exists()
