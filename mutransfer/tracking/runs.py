@@ -59,13 +59,49 @@ def default_tracking_uri(cwd: str | os.PathLike | None = None) -> str:
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    """None → sqlite:///mlflow.db in the cwd; relative sqlite paths are made absolute; others pass through."""
+    """None → sqlite:///mlflow.db in the cwd; relative sqlite paths are made absolute; others pass through.
+
+    A sqlite URI naming a directory, or a file that is not an SQLite database, is refused in one line
+    (:func:`check_sqlite_file`)."""
     if uri is None:
-        return default_tracking_uri()
-    _check_tracking_uri(uri)
-    if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-        return f"sqlite:///{Path(uri[len('sqlite:///') :]).absolute()}"
-    return uri
+        resolved = default_tracking_uri()
+    else:
+        _check_tracking_uri(uri)
+        resolved = uri
+        if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+            resolved = f"sqlite:///{Path(uri[len('sqlite:///') :]).absolute()}"
+    check_sqlite_file(resolved)
+    return resolved
+
+
+#: the first 16 bytes of every SQLite 3 database file
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_sqlite_file(uri: str) -> None:
+    """A sqlite store must be a database file or not exist yet (MLflow creates it): a directory, a file of
+    something else, or a missing folder is a one-line UserInputError naming the path, before MLflow opens it."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserInputError(
+            f"tracking store {path}: is a directory; name a database file in it, e.g. sqlite:///{path / 'mlflow.db'}"
+        )
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise UserInputError(f"tracking store {path}: its folder {path.parent} does not exist; create it first")
+        return
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise UserInputError(f"tracking store {path}: cannot be read ({exc.strerror}); check its permissions") from None
+    if head and head != SQLITE_HEADER:
+        raise UserInputError(
+            f"tracking store {path}: is not an SQLite database (MLflow's store); name another file, e.g. "
+            f"sqlite:///{path.with_suffix('.db')}"
+        )
 
 
 #: URI schemes of MLflow's tracking stores (a plain path is a file store)

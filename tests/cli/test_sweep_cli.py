@@ -284,3 +284,21 @@ def test_a_count_no_run_could_finish_is_refused_before_anything_starts(tmp_path,
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mutransfer-runs").exists()
+
+
+@pytest.mark.parametrize(
+    "make, fragment",
+    [
+        (lambda d: (d / "notes.txt").write_text("not a database\n"), "is not an SQLite database"),
+        (lambda d: (d / "notes.txt").mkdir(), "is a directory; name a database file in it"),
+    ],
+)
+def test_a_tracking_uri_that_is_no_sqlite_database_is_one_line(tmp_path, make, fragment):
+    """Edge case 5 of "A team deployment": an 87- or 193-line traceback before; one line, exit 2, now."""
+    make(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = run_probe(tmp_path, "sweep", "--tracking-uri", "sqlite:///notes.txt")
+    assert_no_compute(proc, tmp_path, f"tracking store {tmp_path / 'notes.txt'}: {fragment}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    if (tmp_path / "notes.txt").is_file():
+        assert (tmp_path / "notes.txt").read_text() == "not a database\n"
