@@ -44,6 +44,8 @@ class Samples:
 
 def sample_count(path: str, point_problem: bool) -> tuple[int, str | None]:
     """(samples, problem attribute) of a data file, read from its header; one-line errors for bad files."""
+    if Path(path).is_dir():
+        raise UserInputError(f"--data {path}: is a directory; pass the path of a data file in it")
     if not Path(path).is_file():
         raise UserInputError(
             f"--data {path}: file not found; pass an existing data file (mutransfer data inspect FILE)"

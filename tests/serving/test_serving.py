@@ -168,6 +168,7 @@ def test_bad_inputs_are_one_line_and_exit_2(served, tmp_path, capsys, monkeypatc
     cases = [
         (["evaluate", "nosuch", "--data", "data.h5"], "study 'nosuch' not found"),
         (["evaluate", "tiny", "--runs-dir", "runs", "--data", "missing.h5"], "missing.h5: file not found"),
+        (["evaluate", "tiny", "--runs-dir", "runs", "--data", str(tmp_path)], f"--data {tmp_path}: is a directory"),
         (["evaluate", "tiny", "--runs-dir", "runs", "--data", str(darcy)], "holds darcy data"),
         (["evaluate", "models:/nosuch/1", "--data", "data.h5"], "models:/nosuch/1: not found"),
         (["predict", "tiny", "--runs-dir", "runs", "--data", "data.h5", "--out", str(tmp_path)], "is a directory"),
