@@ -26,6 +26,7 @@ from mutransfer.problems import get_problem
 from mutransfer.study import Study
 from mutransfer.study.models import build_model
 from mutransfer.sweep.cost import epoch_flops
+from operators.adapters import PackedPointSet
 from operators.errors import OperatorConfigError
 from operators.parametrization import optimizer_param_groups
 from operators.spectral import check_grid
@@ -120,8 +121,9 @@ def estimate_proxy_cost(
     n_fit = max(1, int(study.problem.n_fit))
     if measure and shape is not None and target is not None and target / n_fit <= MEASURE_MAX_FLOPS:
         batch = int(study.training.batch_size)
-        proxy_shape = tuple(n - study.padding for n in study.proxy_grid_shape) + shape[-1:]
-        proxy_shape = proxy_shape if study.scales_resolution else shape
+        proxy_shape = shape
+        if study.scales_resolution:  # the data strided to the proxy's grid (grid problems only)
+            proxy_shape = tuple(n - study.padding for n in study.proxy_grid_shape) + shape[-1:]
         timed = step_seconds(
             study,
             [(study.proxy_modes, study.operator.width, proxy_shape), (study.target_modes, study.target_width, shape)],
@@ -205,6 +207,8 @@ def step_seconds(
                 study, modes=modes, width=width, input_channels=int(shape[-1]), output_channels=int(output_channels)
             )
             x = torch.randn(batch, *shape)
+            if isinstance(model, PackedPointSet):  # a packed point set's last channel is its mask: every point real
+                x[..., -1] = 1.0
             y = torch.randn(batch, *shape[:-1], int(output_channels))
             opt = torch.optim.Adam(optimizer_param_groups(model, 1e-3))
 

@@ -66,3 +66,14 @@ def test_plan_without_a_model_or_a_study_is_one_line_exit_2(capsys):
     assert main(["plan", "--dim", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "give --modes, --width, --layers" in err[0] and "--study FILE" in err[0]
+
+
+def test_a_point_set_study_gets_its_cost_line_from_the_datas_shape():
+    """An attention operator on an irregular mesh: FLOPs counted on one packed sample (P points x [coords |
+    features | mask]) and a measured step with every point real; without the data's shape, the line says so."""
+    from tests.repo_paths import ROOT
+
+    study, _ = load_study(ROOT / "studies" / "ono_darcy_mesh.yaml")
+    cost = estimate_proxy_cost(study, (64, 4))
+    assert 0 < cost.flop_ratio < 1 and cost.time_ratio is not None and cost.time_ratio > 0
+    assert "not known before the data are read" in estimate_proxy_cost(study, None, measure=False).line()
