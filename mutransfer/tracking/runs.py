@@ -30,6 +30,7 @@ the trial logger is mutransfer.sweep.trial_logger, and the ``studies`` table and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -138,7 +139,31 @@ def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None
 def _client(uri: str):
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a store is opened
 
-    return MlflowClient(tracking_uri=uri)
+    path = sqlite_path(uri)
+    if path is None or _has_tables(path):
+        return MlflowClient(tracking_uri=uri)
+    # MLflow creates and migrates a new sqlite store's tables when it first opens it; two processes doing that at
+    # once fail ("table ... already exists", alembic's "expected to match one row"). The first to take the lock
+    # creates them; the others find them made.
+    from filelock import FileLock  # noqa: PLC0415 -- deferred: only for a store not created yet
+
+    with FileLock(f"{path}.lock", timeout=600):
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)
+    return client
+
+
+def _has_tables(path: Path) -> bool:
+    """Whether the sqlite file at ``path`` holds MLflow's tables already (its alembic_version row is written last)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    import sqlite3  # noqa: PLC0415 -- deferred: only when a store is opened
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as db:
+            return db.execute("SELECT count(*) FROM alembic_version").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
 
 
 def _now_ms() -> int:
