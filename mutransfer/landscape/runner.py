@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from mutransfer.diagnostics.k_exponent import resolve_k_exponent
 from mutransfer.errors import UserInputError
 from mutransfer.landscape.analysis import analyze, transform
 from mutransfer.landscape.plot import plot_landscape
@@ -28,7 +29,7 @@ from mutransfer.study import load_study
 from mutransfer.study.data import load_study_data
 from mutransfer.study.inputs import check_address_form, check_folder
 from mutransfer.study.memory import check_grid_point_memory
-from mutransfer.study.models import merge_hyperparameters, model_for, resolve_k_exponent, train_config
+from mutransfer.study.models import merge_hyperparameters, model_for, train_config
 from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
 from mutransfer.training import train
 from operators.parametrization import check_modes

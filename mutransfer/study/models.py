@@ -11,21 +11,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
 from mutransfer.data.validation import SelectionSplit, coarsen
-from mutransfer.diagnostics.k_exponent import KExponentEstimate, estimate_k_exponent
 from mutransfer.problems import get_problem
 from mutransfer.study import Study
-from mutransfer.study.schema import K_EXPONENT_FROM_DATA
 from mutransfer.training import TrainConfig
 from operators.adapters import normalization_from
 from operators.family import ModelSpec
 from operators.parametrization import model_spectral_lr
-
-#: training samples whose Fourier-layer inputs estimate the K rule's exponent (one forward pass of the proxy)
-K_EXPONENT_SAMPLES = 64
 
 #: the hyperparameter keys a trial / the target is described by
 HPARAM_KEYS = ("lr", "batch_size", "beta1", "beta2", "weight_decay", "clip_value", "init_scale")
@@ -210,32 +204,6 @@ def eval_metrics(record, spectral_lr0: float, *, error_key: str = "test_error") 
 def effective_spectral_lr(model, lr: float) -> float:
     """The spectral weights' Adam LR at step 0 (c(K)·lr), by the rule in operators.parametrization."""
     return model_spectral_lr(model, lr)
-
-
-def resolve_k_exponent(study: Study, data, stored: dict | None = None) -> KExponentEstimate | None:
-    """When ``operator.k_exponent`` is 'data', the K rule's exponent for ``study`` (set on it; None otherwise).
-
-    ``stored``: the estimate a study folder kept (``KExponentEstimate.as_dict``), taken as it is so a resumed
-    study builds the models it started with; else it is measured now (mutransfer.diagnostics.k_exponent) on the
-    first K_EXPONENT_SAMPLES training inputs of ``data`` (the fit samples: a selection split holds no test rows),
-    through the proxy at its own K, between the proxy's and the target's K.
-    """
-    if study.operator.k_exponent != K_EXPONENT_FROM_DATA:
-        return None
-    if stored:
-        estimate = KExponentEstimate.from_dict(stored)
-    else:
-        k_lo, k_hi = study.proxy_modes, study.target_modes
-        if k_lo is None or k_hi is None:  # the study reader refuses 'data' without a K axis or with equal K
-            raise ValueError(f"operator.k_exponent 'data' needs the K axis, the study has K {k_lo} -> {k_hi}")
-        x = data.train_x[:K_EXPONENT_SAMPLES]
-        probe = dataclasses.replace(study, k_exponent_estimate=1.0)  # the proxy as the paper builds it
-        with torch.random.fork_rng():
-            torch.manual_seed(int(study.training.seed))
-            model = model_for(probe, data)
-        estimate = estimate_k_exponent(model, torch.as_tensor(x), k_lo, k_hi)
-    study.k_exponent_estimate = estimate.exponent
-    return estimate
 
 
 def proxy_split(study: Study, selection: SelectionSplit) -> SelectionSplit:

@@ -18,8 +18,9 @@ from mutransfer.data.pointclouds import is_point_file, point_file_header
 from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
 from mutransfer.problems import get_problem
+from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA
 from mutransfer.study.ladder import check_ladder
-from mutransfer.study.schema import K_EXPONENT_FROM_DATA, Study
+from mutransfer.study.schema import Study
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes
 from operators.planning_attention import plan_attention

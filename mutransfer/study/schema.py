@@ -9,7 +9,6 @@ mutransfer.study.resolve.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -21,10 +20,9 @@ from mutransfer.config.reader import kind_of
 from mutransfer.config.settings import fraction, non_negative, positive, setting
 from mutransfer.errors import UserInputError
 from mutransfer.problems import PROBLEMS, get_problem
+from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA, parse_k_exponent, read_k_exponent
 from mutransfer.study.ladder import LadderSize, ladder_sizes, read_ladder
 from mutransfer.training.hyperparameters import Hyperparameters
-from operators.errors import OperatorConfigError
-from operators.parametrization import MAX_K_EXPONENT, check_k_exponent
 from operators.registry import OPERATORS, OperatorFamily
 from operators.transfer import Scaling
 
@@ -45,41 +43,6 @@ def _read_use_gpu(r, name, default):
 MAX_TRIALS = 10_000
 #: the most epochs a proxy trial or the target may ask for
 MAX_EPOCHS = 100_000
-
-#: ``operator.k_exponent``'s value that asks for the K rule's exponent to be estimated from the data
-K_EXPONENT_FROM_DATA = "data"
-
-
-def parse_k_exponent(text: str) -> float | str:
-    """``--k-exponent``'s value: ``data`` or a number in [0, MAX_K_EXPONENT]."""
-    if text == K_EXPONENT_FROM_DATA:
-        return text
-    try:
-        return check_k_exponent(float(text))
-    except (ValueError, OperatorConfigError):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give a number in [0, {MAX_K_EXPONENT:g}] (1 is the paper's muP rule) or {K_EXPONENT_FROM_DATA}"
-        ) from None
-
-
-def _read_k_exponent(r, name, default):
-    """A number in [0, MAX_K_EXPONENT] (also as text, from ``--k-exponent``), or ``data``."""
-    value = r.raw(name, default)
-    if value == K_EXPONENT_FROM_DATA:
-        return value
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            pass
-    try:
-        return check_k_exponent(value)
-    except OperatorConfigError:
-        r.fail(
-            r.where(name),
-            f"must be a number in [0, {MAX_K_EXPONENT:g}] (1 is the paper's muP rule) or {K_EXPONENT_FROM_DATA!r} "
-            f"(estimated from the training data), got {value!r}, e.g. {name}: {K_EXPONENT_FROM_DATA}",
-        )
 
 
 def _read_options(r, name, default):
@@ -163,7 +126,7 @@ class OperatorSpec:
         "FNO under muP: the exponent rho of the K rule, spectral init std and Adam LR x (d log K)^(-rho/2); 1 is the "
         "paper's rule, 'data' estimates rho from the energy the kept modes of the training data carry (beyond the "
         "paper: docs/sweep.md)",
-        read=_read_k_exponent,
+        read=read_k_exponent,
         parse=parse_k_exponent,
         example="data",
     )

@@ -30,10 +30,11 @@ import time
 from dataclasses import asdict
 
 from mutransfer.data.validation import carve_validation
+from mutransfer.diagnostics.k_exponent import resolve_k_exponent
 from mutransfer.errors import UserInputError
 from mutransfer.study import _UNSET
 from mutransfer.study.data import load_study_data
-from mutransfer.study.models import proxy_split, resolve_k_exponent
+from mutransfer.study.models import proxy_split
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext, SweepError, SweepOptions

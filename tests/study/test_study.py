@@ -396,7 +396,8 @@ def test_the_data_k_rule_is_measured_on_the_training_inputs_or_taken_from_the_st
     white noise: larger). Stored (a resumed study): taken as it is, nothing measured (the data are not read)."""
     from types import SimpleNamespace
 
-    from mutransfer.study.models import model_spec, resolve_k_exponent
+    from mutransfer.diagnostics.k_exponent import resolve_k_exponent
+    from mutransfer.study.models import model_spec
 
     study, _ = load_study(None, {"k_exponent": "data"})
     x = torch.linspace(0, 1, 128)
