@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 from operators.planning import parse_bytes
 
@@ -79,3 +80,17 @@ def print_json(payload) -> None:
     """Write ``payload`` as indented JSON to stdout."""
     json.dump(payload, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
+
+
+#: ``--study`` given without a file: the built-in default study
+BUILTIN_STUDY = "<the built-in quick study>"
+
+
+def study_argument(value: str) -> str | None:
+    """``--study``'s value as load_study takes it: None for the built-in study (``--study`` alone); an empty path
+    is refused in one line."""
+    if value == BUILTIN_STUDY:
+        return None
+    if not value.strip():
+        raise UserInputError("--study: an empty path; give a study file, or --study alone for the built-in study")
+    return value

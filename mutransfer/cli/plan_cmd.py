@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from mutransfer.cli.common import memory_size, non_negative_float, non_negative_int, positive_int, print_json
+from mutransfer.cli.common import (
+    BUILTIN_STUDY,
+    memory_size,
+    non_negative_float,
+    non_negative_int,
+    positive_int,
+    print_json,
+    study_argument,
+)
 from mutransfer.errors import UserInputError
 from mutransfer.training.memory import available_memory
 from operators.planning import format_bytes, largest_batch, plan_fno
@@ -71,7 +79,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--study",
         nargs="?",
-        const="",
+        const=BUILTIN_STUDY,
         metavar="FILE",
         help="instead of one FNO: a study file's proxy against its target, the cost line `mutransfer sweep` says "
         "before training (FLOPs per epoch, a measured step, the expected cost against tuning the target directly); "
@@ -85,7 +93,7 @@ def _run_study(args: argparse.Namespace) -> int:
     from mutransfer.study import load_study  # noqa: PLC0415 -- deferred: the study reader, only for --study
     from mutransfer.sweep.cost_estimate import estimate_proxy_cost  # noqa: PLC0415
 
-    study, _ = load_study(args.study or None)
+    study, _ = load_study(study_argument(args.study))
     cost = estimate_proxy_cost(study)
     if args.json:
         print_json({"study": study.name, **cost.as_dict()})
@@ -97,6 +105,9 @@ def _run_study(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     if args.study is not None:
+        given = [f"--{name}" for name in ("dim", "modes", "width", "layers", "grid") if getattr(args, name) is not None]
+        if given:
+            raise UserInputError(f"--study takes the models from the study file; drop {', '.join(given)}")
         return _run_study(args)
     missing = [f"--{name}" for name in ("dim", "modes", "width", "layers") if getattr(args, name) is None]
     if missing:

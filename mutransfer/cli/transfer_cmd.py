@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mutransfer.cli.common import positive_int, print_json
+from mutransfer.cli.common import BUILTIN_STUDY, positive_int, print_json, study_argument
 from mutransfer.config.flags import add_flags
 from mutransfer.config.settings import REQUIRED
 from mutransfer.errors import UserInputError
@@ -28,7 +28,7 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--study",
         nargs="?",
-        const="",
+        const=BUILTIN_STUDY,
         metavar="FILE",
         help="take d, K, the widths, the parametrizations and the grids from a study file (--study alone: the "
         "built-in default study), instead of --dim/--proxy-K/--target-K/--width/...",
@@ -130,5 +130,5 @@ def _study_scaling(args: argparse.Namespace) -> Scaling:
     if given or args.width != DEFAULT_WIDTH:
         flags = ", ".join("--" + n.replace("_modes", "-K").replace("_", "-") for n in given) or "--width"
         raise UserInputError(f"--study takes the model from the study file; drop {flags} (or drop --study)")
-    study, _ = load_study(args.study or None)
+    study, _ = load_study(study_argument(args.study))
     return study.sized().transfer_scaling()
