@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -32,11 +31,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.verify_runs import (  # noqa: E402
+    add_study_arguments,
     ci_text,
     make_burgers,
     run_verify_study,
     transfer_error_difference,
     verify_summary,
+    work_folder,
 )
 
 #: dataset name -> the initial field's smoothness α of the Burgers generator (lower is rougher)
@@ -153,23 +154,12 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", nargs="+", choices=tuple(DATASETS), default=list(DATASETS))
     p.add_argument("--rules", nargs="+", choices=tuple(RULES), default=list(RULES))
     p.add_argument("--modes", nargs=2, type=int, default=[2, 64], metavar=("K_PROXY", "K_TARGET"))
-    p.add_argument("--n-train", type=int, default=200)
-    p.add_argument("--n-val", type=int, default=40)
-    p.add_argument("--n-test", type=int, default=50)
-    p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--trials", type=int, default=8)
-    p.add_argument("--lr-range", nargs=2, type=float, default=[3e-4, 3e-2])
-    p.add_argument("--points", type=int, default=7, help="--verify-points (0.25 decades apart)")
-    p.add_argument("--seeds", type=int, default=5, help="--verify-seeds")
-    p.add_argument("--work", type=Path, default=None, help="folder for data, studies and runs (default: a temp dir)")
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--table-from", type=Path, default=None)
+    add_study_arguments(p)
     args = p.parse_args(argv)
     if args.table_from:
         print(table(json.loads(args.table_from.read_text())))
         return 0
-    work = args.work or Path(tempfile.mkdtemp(prefix="k_rule_verify_"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(args, "k_rule_verify_")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     rows = []
     for name in args.datasets:

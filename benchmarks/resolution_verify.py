@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,7 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.verify_runs import ci_text, make_burgers, run_verify_study, verify_summary  # noqa: E402
+from benchmarks.verify_runs import (  # noqa: E402
+    add_study_arguments,
+    ci_text,
+    make_burgers,
+    run_verify_study,
+    verify_summary,
+    work_folder,
+)
 
 #: dataset -> (initial field α of the Burgers data, proxy grid, target grid, K of both)
 DATASETS = {
@@ -79,23 +85,12 @@ def table(payload: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", nargs="+", choices=tuple(DATASETS), default=list(DATASETS))
-    p.add_argument("--n-train", type=int, default=200)
-    p.add_argument("--n-val", type=int, default=40)
-    p.add_argument("--n-test", type=int, default=50)
-    p.add_argument("--epochs", type=int, default=15)
-    p.add_argument("--trials", type=int, default=8)
-    p.add_argument("--lr-range", nargs=2, type=float, default=[3e-4, 3e-2])
-    p.add_argument("--points", type=int, default=7, help="--verify-points (0.25 decades apart)")
-    p.add_argument("--seeds", type=int, default=5, help="--verify-seeds")
-    p.add_argument("--work", type=Path, default=None, help="folder for data, studies and runs (default: a temp dir)")
-    p.add_argument("--out", type=Path, default=None)
-    p.add_argument("--table-from", type=Path, default=None)
+    add_study_arguments(p)
     args = p.parse_args(argv)
     if args.table_from:
         print(table(json.loads(args.table_from.read_text())))
         return 0
-    work = args.work or Path(tempfile.mkdtemp(prefix="resolution_verify_"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = work_folder(args, "resolution_verify_")
     rows = []
     for name in args.datasets:
         alpha, coarse, fine, modes = DATASETS[name]

@@ -9,10 +9,12 @@ search gap, the target's optimum against the transferred LR, the regret, the ver
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -119,3 +121,26 @@ def ci_text(e: dict | None) -> str:
     if lo is None or hi is None:
         return f"{e['value']:+.2f} (no interval, n={e.get('n')})"
     return f"{e['value']:+.2f} [{lo:+.2f}, {hi:+.2f}] (n={e.get('n')})"
+
+
+def add_study_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags both verify benchmarks share: the data's split, the recipe, the search, --verify's grid and seeds,
+    the work folder and the output."""
+    p.add_argument("--n-train", type=int, default=200)
+    p.add_argument("--n-val", type=int, default=40)
+    p.add_argument("--n-test", type=int, default=50)
+    p.add_argument("--epochs", type=int, default=15)
+    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--lr-range", nargs=2, type=float, default=[3e-4, 3e-2])
+    p.add_argument("--points", type=int, default=7, help="--verify-points (0.25 decades apart)")
+    p.add_argument("--seeds", type=int, default=5, help="--verify-seeds")
+    p.add_argument("--work", type=Path, default=None, help="folder for data, studies and runs (default: a temp dir)")
+    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--table-from", type=Path, default=None)
+
+
+def work_folder(args: argparse.Namespace, prefix: str) -> Path:
+    """``--work``, or a new temporary folder; made if missing."""
+    work = args.work or Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    return work

@@ -16,14 +16,9 @@ from mutransfer.diagnostics.k_exponent import estimate_k_exponent
 from mutransfer.sweep.report import format_report
 from operators import FNO
 from operators.parametrization import data_aware_scale
-from tests.sweep_helpers import write_tiny_data, write_tiny_study
+from tests.sweep_helpers import write_tiny_study
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    return write_tiny_data(tmp_path_factory.mktemp("data") / "burgers_tiny.h5")
 
 
 def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_with_it(

@@ -9,14 +9,9 @@ import yaml
 from mutransfer.errors import UserInputError
 from mutransfer.study import load_study
 from mutransfer.sweep.cost import epoch_flops
-from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
+from tests.sweep_helpers import mlflow_runs, write_tiny_study
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def tiny_data(tmp_path_factory):
-    return write_tiny_data(tmp_path_factory.mktemp("data") / "burgers_tiny.h5")
 
 
 def test_a_proxy_small_in_k_width_and_grid_trains_on_its_grid_and_transfers_to_the_full_one(
