@@ -35,12 +35,15 @@ class _DropNotice(logging.Filter):
 def quiet_third_party(verbose: bool) -> None:
     """Hide the notices above in this process (and in the processes it starts, through the environment), unless
     ``verbose``."""
-    if verbose:
+    auth = logging.getLogger(RAY_AUTH_LOGGER)
+    if verbose:  # everything shown, whatever an earlier command in this process hid
         os.environ[MLFLOW_LEVEL_ENV] = "INFO"
+        logging.getLogger("mlflow").setLevel(logging.INFO)
+        for f in [f for f in auth.filters if isinstance(f, _DropNotice)]:
+            auth.removeFilter(f)
         return
     os.environ.setdefault(MLFLOW_LEVEL_ENV, "WARNING")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    auth = logging.getLogger(RAY_AUTH_LOGGER)
     if not any(isinstance(f, _DropNotice) for f in auth.filters):
         auth.addFilter(_DropNotice(RAY_AUTH_ENABLED))
 

@@ -43,7 +43,9 @@ def test_the_enabled_token_notice_is_hidden_and_the_disabled_warning_is_not(rest
 
 
 def test_verbose_hides_nothing(restore_logging):
+    quiet.quiet_third_party(verbose=False)  # an earlier command in the same process hid them
     quiet.quiet_third_party(verbose=True)
+    assert logging.getLogger("mlflow.store.db.utils").isEnabledFor(logging.INFO)
     assert os.environ[quiet.MLFLOW_LEVEL_ENV] == "INFO"
     assert not any(isinstance(f, quiet._DropNotice) for f in logging.getLogger(quiet.RAY_AUTH_LOGGER).filters)
     assert quiet.server_options(True) == [] and quiet.server_options(False) == ["--uvicorn-opts", "--log-level warning"]
