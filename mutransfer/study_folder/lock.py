@@ -71,7 +71,9 @@ class StudyLock:
         self._beats: threading.Thread | None = None
 
     def acquire(self) -> StudyLock:
-        """Take the file lock, then the lease; on refusal nothing is changed. Says so when a dead holder is taken over."""
+        """Take the file lock, then the lease; on refusal nothing is changed (a folder or lock file made for the
+        attempt is removed again). Says so when a dead holder is taken over."""
+        made = [p for p in (*reversed(self.lock_file.parents), self.lock_file) if not p.exists()]
         self.lock_file.parent.mkdir(parents=True, exist_ok=True)
         try:
             self._file.acquire(timeout=0)
@@ -81,6 +83,9 @@ class StudyLock:
             dead = {h.token: h for h in (_read_holder(self.record), self._lease.acquire()) if h is not None}
         except BaseException:
             self._file.release()
+            for path in reversed(made):  # the lock file, then the folders this attempt made, innermost first
+                with contextlib.suppress(OSError):
+                    path.unlink() if path == self.lock_file else path.rmdir()
             raise
         for h in dead.values():
             self._say(f"study {self.study!r}: taking over from a driver that is gone ({h.describe()})")

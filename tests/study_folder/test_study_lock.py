@@ -167,3 +167,14 @@ def test_holder_liveness_on_this_host():
     other_ns = Holder(me.host, proc.pid, time.time(), "t", pidns="pid:[1]")
     assert not other_ns.is_gone(time.time(), stale_after=60) and other_ns.is_gone(time.time() - 120, stale_after=60)
     assert Holder.from_json("not json") is None and Holder.from_json(me.to_json()) == me
+
+
+def test_a_driver_refused_by_the_lease_leaves_nothing_behind(place, tmp_path):
+    """Edge case 6 of "A team deployment": a second folder of the same study on the same store takes its own file
+    lock but not the store's lease; before, it left its new folder with an empty lock file in it."""
+    study_dir, uri = place
+    with StudyLock(study_dir, uri, say=lambda _: None).acquire():
+        other = StudyDir.for_study("s", tmp_path / "elsewhere" / "runs")
+        with pytest.raises(UserInputError, match="s"):
+            StudyLock(other, uri, say=lambda _: None).acquire()
+        assert not (tmp_path / "elsewhere").exists()
