@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import errno
 import os
 import re
 import sys
@@ -139,6 +140,25 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout went away (`mutransfer trials X | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's final flush is quiet
         return 0
+    except OSError as exc:  # a folder that cannot be written (read-only, immutable, not ours), in any phase
+        if exc.errno not in UNWRITABLE or not exc.filename:
+            raise
+        print(f"mutransfer {args.command}: error: {unwritable_message(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+
+
+#: the errors of a write the file system refuses
+UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def unwritable_message(exc: OSError) -> str:
+    """One line naming the folder that refused a write, and how to go on without losing what was written."""
+    path = os.fspath(exc.filename)
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    return (
+        f"cannot write in {folder} ({exc.strerror}: {path}); make the folder writable, then run the same command "
+        "again (with --resume if a sweep had started: what it wrote is kept)"
+    )
 
 
 if __name__ == "__main__":
