@@ -208,7 +208,8 @@ def test_the_sweep_tags_its_experiment_for_the_ui(quick_run):
     tags = MlflowClient(f"sqlite:///{work / 'mlflow.db'}").get_experiment(report["mlflow"]["experiment_id"]).tags
     assert tags["mlflow.experimentKind"] == "custom_model_development"
     view = json.loads(tags["mlflow.sharedViewState.quick"])
-    assert "params.`hp.lr`" in view["selectedColumns"] and view["searchFilter"] == "tags.`mutransfer.study` = 'quick'"
+    assert view["selectedColumns"][:2] == ["params.`hp.lr`", "params.`hp.batch_size`"]  # first: seen unscrolled
+    assert view["searchFilter"] == "tags.`mutransfer.study` = 'quick' AND tags.`mutransfer.kind` != 'study'"
 
 
 def _free_port() -> int:
