@@ -21,7 +21,6 @@ exponents.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -164,7 +163,7 @@ def resolve_k_exponent(study: Study, data, stored: dict | None = None) -> KExpon
         if k_lo is None or k_hi is None:  # the study reader refuses 'data' without a K axis or with equal K
             raise ValueError(f"operator.k_exponent 'data' needs the K axis, the study has K {k_lo} -> {k_hi}")
         x = data.train_x[:K_EXPONENT_SAMPLES]
-        probe = dataclasses.replace(study, k_exponent_estimate=1.0)  # the proxy as the paper builds it
+        probe = study.sized()  # the proxy as the paper builds it (the exponent is what is being measured)
         with torch.random.fork_rng():
             torch.manual_seed(int(study.training.seed))
             model = model_for(probe, data)

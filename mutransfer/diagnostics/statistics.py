@@ -151,3 +151,25 @@ def difference_ci(a, b, level: float = LEVEL) -> Estimate:
     se = math.sqrt(var_a / a.size + var_b / b.size)
     half = t_quantile(level, welch_df(var_a, a.size, var_b, b.size)) * se
     return Estimate(mean, mean - half, mean + half, n, level, WELCH_T)
+
+
+def contrast_ci(a, b, c, d, level: float = LEVEL) -> Estimate:
+    """(mean(a) − mean(b)) − (mean(c) − mean(d)) for four independent sets of per-seed samples, with a Welch–
+    Satterthwaite t interval (the two-set rule of :func:`difference_ci` carried to four): how much one effect
+    (a − b, e.g. a transfer error under one rule) differs from another (c − d). ``n`` is the smallest set's size;
+    a set with fewer than two finite samples leaves no interval."""
+    groups = [finite_samples(g) for g in (a, b, c, d)]
+    if any(g.size == 0 for g in groups):
+        raise ValueError("every set needs at least one finite sample")
+    means = [float(g.mean()) for g in groups]
+    mean = (means[0] - means[1]) - (means[2] - means[3])
+    n = int(min(g.size for g in groups))
+    if n < 2:
+        return Estimate(mean, -math.inf, math.inf, n, level, NO_INTERVAL)
+    v = [float(g.var(ddof=1)) / g.size for g in groups]
+    total = sum(v)
+    if total == 0:
+        return Estimate(mean, mean, mean, n, level, WELCH_T)
+    df = total**2 / sum(vi**2 / (g.size - 1) for vi, g in zip(v, groups, strict=True))
+    half = t_quantile(level, df) * math.sqrt(total)
+    return Estimate(mean, mean - half, mean + half, n, level, WELCH_T)

@@ -228,6 +228,8 @@ def _check_proxy_resolution(study: Study, r: Reader) -> None:
         )
     if study.ladder:
         r.fail("proxy_resolution", "a ladder's rungs train at the target's grid; drop the ladder or proxy_resolution")
+    if study.problem.stream is True:  # 'auto' streams only data larger than half the RAM: known once they are opened
+        r.fail("proxy_resolution", "a coarser proxy grid needs the data in memory; set problem.stream: false or auto")
 
 
 def _check_modes(study: Study, r: Reader) -> None:

@@ -26,6 +26,7 @@ from mutransfer.problems import get_problem
 from mutransfer.study import Study
 from mutransfer.study.models import build_model
 from mutransfer.sweep.cost import epoch_flops
+from mutransfer.training.precision import Precision, training_step
 from operators.adapters import PackedPointSet
 from operators.errors import OperatorConfigError
 from operators.parametrization import optimizer_param_groups
@@ -33,8 +34,8 @@ from operators.spectral import check_grid
 
 #: per epoch, a proxy dearer than this fraction of the target cannot make the study cheap (the paper's 0.30×)
 CHEAP_ENOUGH = 0.3
-#: a training step is timed only when the target's forward + backward is at most this many FLOPs (about a second
-#: on one laptop core); larger models get the analytic estimate alone
+#: a training step is timed only when one step of the target (forward + backward over a batch) is at most this
+#: many FLOPs (about a second on one laptop core); larger models get the analytic estimate alone
 MEASURE_MAX_FLOPS = 5e9
 #: timed rounds of the measured step (each model once per round, alternating)
 ROUNDS = 5
@@ -119,8 +120,8 @@ def estimate_proxy_cost(
     if shape is None and not study.point_problem:
         shape = tuple(n - study.padding for n in study.grid_shape) + (1,)
     n_fit = max(1, int(study.problem.n_fit))
-    if measure and shape is not None and target is not None and target / n_fit <= MEASURE_MAX_FLOPS:
-        batch = int(study.training.batch_size)
+    batch = int(study.training.batch_size)
+    if measure and shape is not None and target is not None and batch * target / n_fit <= MEASURE_MAX_FLOPS:
         proxy_shape = shape
         if study.scales_resolution:  # the data strided to the proxy's grid (grid problems only)
             proxy_shape = tuple(n - study.padding for n in study.proxy_grid_shape) + shape[-1:]
@@ -211,12 +212,11 @@ def step_seconds(
                 x[..., -1] = 1.0
             y = torch.randn(batch, *shape[:-1], int(output_channels))
             opt = torch.optim.Adam(optimizer_param_groups(model, 1e-3))
+            amp = Precision(study.training.precision, torch.device("cpu"))
 
-            def step(model=model, x=x, y=y, opt=opt) -> float:
+            def step(model=model, x=x, y=y, opt=opt, amp=amp) -> float:
                 start = time.perf_counter()
-                opt.zero_grad()
-                torch.nn.functional.mse_loss(model(x), y).backward()
-                opt.step()
+                training_step(model, opt, amp, x, y)  # the trainer's step: relative L2, its precision
                 return time.perf_counter() - start
 
             step()  # warm-up

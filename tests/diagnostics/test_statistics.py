@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mutransfer.diagnostics.statistics import Estimate, difference_ci, mean_ci
+from mutransfer.diagnostics.statistics import Estimate, contrast_ci, difference_ci, mean_ci
 
 REPS = 2000  # replications per n; the coverage's standard error is about 0.005 at 95 %
 MEAN, SIGMA = 1.0, 2.0
@@ -30,6 +30,12 @@ def _one_sample(n: int) -> np.ndarray:
 def _two_samples(n: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng([0, n, 2])
     return rng.normal(A_MEAN, A_SIGMA, (REPS, n)), rng.normal(B_MEAN, B_SIGMA, (REPS, n))
+
+
+def _four_samples(n: int) -> tuple[np.ndarray, ...]:
+    """Four seed sets with unequal variances (the per-seed optima of two studies' targets and proxies)."""
+    rng = np.random.default_rng([0, n, 4])
+    return tuple(rng.normal(m, s, (REPS, n)) for m, s in ((1.0, 0.5), (0.0, 2.0), (0.5, 1.0), (0.2, 3.0)))
 
 
 def _coverage(estimates: list[Estimate], truth: float) -> float:
@@ -63,6 +69,21 @@ def test_mean_ci_covers_the_true_mean_at_small_n(n):
 def test_difference_ci_covers_the_true_difference_at_small_n(n):
     a, b = _two_samples(n)
     assert _coverage([difference_ci(x, y) for x, y in zip(a, b)], A_MEAN - B_MEAN) >= 0.93
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_contrast_ci_covers_the_true_difference_of_differences_at_small_n(n):
+    a, b, c, d = _four_samples(n)
+    truth = (1.0 - 0.0) - (0.5 - 0.2)
+    assert _coverage([contrast_ci(*rows) for rows in zip(a, b, c, d)], truth) >= 0.93
+
+
+def test_contrast_ci_with_a_normal_quantile_under_covers_so_its_coverage_test_can_fail():
+    """The same contrast with z = 1.96 in place of the Satterthwaite t quantile covers far less at n = 2."""
+    a, b, c, d = _four_samples(2)
+    estimate = (a.mean(1) - b.mean(1)) - (c.mean(1) - d.mean(1))
+    se = np.sqrt(sum(x.var(1, ddof=1) / 2 for x in (a, b, c, d)))
+    assert np.mean(np.abs(estimate - 0.7) <= 1.96 * se) < 0.90
 
 
 def test_the_old_percentile_bootstrap_under_covers_so_the_coverage_tests_can_fail():

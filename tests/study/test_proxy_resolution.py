@@ -146,3 +146,18 @@ def test_the_same_k_on_both_sides_is_a_study_when_the_grid_scales():
     assert study.scale_text() == "K 12 -> 12, grid 32 -> 128"
     with pytest.raises(UserInputError, match="equal K is fine when the width or the grid scales"):
         load_study(None, {"proxy_K": 12, "target_K": 12})
+
+
+def test_a_streamed_study_with_a_proxy_grid_is_refused_when_read(tmp_path):
+    """problem.stream: true and proxy_resolution: refused by the reader, before any data is opened."""
+    import yaml
+
+    from mutransfer.study import default_study_text
+
+    m = yaml.safe_load(default_study_text())
+    m["problem"]["stream"] = True
+    m["proxy_resolution"] = 32
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(m))
+    with pytest.raises(UserInputError, match="proxy_resolution: a coarser proxy grid needs the data in memory"):
+        load_study(path)
