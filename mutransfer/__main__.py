@@ -1,5 +1,5 @@
 """`python -m mutransfer …` runs the CLI (the same as the `mutransfer` command)."""
 
-from mutransfer.cli.main import main
+from mutransfer.cli.launch import main
 
 raise SystemExit(main())

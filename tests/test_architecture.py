@@ -108,7 +108,7 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 #: above (imports inside functions count). docs/architecture.md draws the same picture.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("operators",),
-    ("mutransfer", "mutransfer.errors", "mutransfer.atomic"),
+    ("mutransfer", "mutransfer.errors", "mutransfer.atomic", "mutransfer.allocator", "mutransfer.local_ray"),
     ("mutransfer.config",),
     ("mutransfer.data",),
     ("mutransfer.problems",),

@@ -45,9 +45,9 @@ _RAY_SCRIPT = """
 import json, os, sys
 from tests.net_helpers import exposed, listeners, process_tree
 if sys.argv[1] == "sweep":
-    from mutransfer.sweep.runner import _init_ray
-    _init_ray(None)
-else:  # the way _init_ray started Ray before: ray.init on Linux prepares for a cluster
+    from mutransfer.local_ray import start_ray  # how sweep and landscape start Ray
+    start_ray(None)
+else:  # the way Ray was started before: ray.init on Linux prepares for a cluster
     import ray
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
 import ray

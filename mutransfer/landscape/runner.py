@@ -25,6 +25,7 @@ from mutransfer.diagnostics.k_exponent import resolve_k_exponent
 from mutransfer.errors import UserInputError
 from mutransfer.landscape.analysis import analyze, transform
 from mutransfer.landscape.plot import plot_landscape
+from mutransfer.local_ray import start_ray
 from mutransfer.study import load_study
 from mutransfer.study.data import load_study_data
 from mutransfer.study.inputs import check_address_form, check_folder
@@ -212,13 +213,7 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         },
     )
 
-    started_ray = False
-    if not ray.is_initialized():
-        if options.address:
-            ray.init(address=options.address)
-        else:
-            ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
-        started_ray = True
+    started_ray = start_ray(options.address or None)  # on 127.0.0.1, workers under the tuned allocator
     wall = time.perf_counter()
     records: list[dict] = []
     try:

@@ -24,14 +24,13 @@ finished trial, creating a second parent or child run, or logging the report twi
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import time
 from dataclasses import asdict
 
 from mutransfer.data.validation import carve_validation
 from mutransfer.diagnostics.k_exponent import resolve_k_exponent
 from mutransfer.errors import UserInputError
+from mutransfer.local_ray import start_ray
 from mutransfer.study import _UNSET
 from mutransfer.study.data import load_study_data
 from mutransfer.study.models import proxy_split
@@ -42,7 +41,6 @@ from mutransfer.sweep.cost_estimate import estimate_proxy_cost
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.holds import hold_if_asked
-from mutransfer.sweep.local_ray import loopback_only
 from mutransfer.sweep.model_log import log_model_phase, register_completed
 from mutransfer.sweep.parent_run import create_parent, tag_study_view
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
@@ -165,7 +163,7 @@ def _load_data(ctx: SweepContext) -> None:
 def _session(ctx: SweepContext):
     """Ray and the MLflow parent run around the phases; an interruption or failure is recorded on the parent."""
     try:
-        ctx.started_ray = _init_ray(ctx.options.address)
+        ctx.started_ray = start_ray(ctx.options.address)
     except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         raise SweepError(
@@ -218,25 +216,3 @@ def _mark(tracker, run_id, status: str) -> None:
         tracker.end_open_children(run_id, status)  # the proxy trials it was running
     except Exception:  # never mask the original error
         pass
-
-
-def _init_ray(address: str | None) -> bool:
-    """Start a local Ray (or connect to ``address``); False if Ray was already initialised by the caller."""
-    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if ray.is_initialized():
-        return False
-    # Worker stdout/stderr stay in Ray's session logs (/tmp/ray/session_latest/logs): Ray Train's
-    # controller is chatty. Trial and worker errors still reach the driver as exceptions.
-    if address is None:
-        with loopback_only():  # every Ray server of a local run listens on 127.0.0.1; no dashboard
-            ray.init(
-                num_cpus=os.cpu_count() or 1,
-                include_dashboard=False,
-                logging_level=logging.WARNING,
-                log_to_driver=False,
-            )
-    else:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    return True

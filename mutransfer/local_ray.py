@@ -15,8 +15,11 @@ joins a cluster (``--address``) is not touched.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
+
+from mutransfer.allocator import tuned_for_children, wanted_env
 
 CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -40,3 +43,32 @@ def loopback_only():
             os.environ[CLUSTER_ENV] = before
         if constants is not None:
             constants.ENABLE_RAY_CLUSTER = saved
+
+
+def start_ray(address: str | None) -> bool:
+    """Start a local Ray (or connect to ``address``); False if Ray was already initialised by the caller.
+
+    Every worker runs under the tuned allocator (:mod:`mutransfer.allocator`): a local
+    Ray's processes inherit it from the driver's environment while it starts; a
+    cluster's workers get it through the job's runtime environment.
+    """
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if ray.is_initialized():
+        return False
+    # Worker stdout/stderr stay in Ray's session logs (/tmp/ray/session_latest/logs): Ray Train's
+    # controller is chatty. Trial and worker errors still reach the driver as exceptions.
+    if address is None:
+        with loopback_only(), tuned_for_children():  # servers on 127.0.0.1, no dashboard; workers' allocator tuned
+            ray.init(
+                num_cpus=os.cpu_count() or 1,
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+                log_to_driver=False,
+            )
+    else:
+        wanted = wanted_env()  # the cluster's workers do not inherit the driver's environment
+        runtime_env = {"env_vars": wanted} if wanted else None
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, runtime_env=runtime_env)
+    return True

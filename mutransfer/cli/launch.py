@@ -1,0 +1,30 @@
+"""The `mutransfer` command's entry point: start under the tuned allocator, then run the CLI.
+
+glibc reads its allocator settings once, at process start (see :mod:`mutransfer.allocator`),
+so when they are missing the command re-executes itself once with them, before torch
+is imported. ``MUTRANSFER_TUNED_ALLOCATOR=0`` runs it as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from mutransfer.allocator import allocator_env
+
+
+def restart_tuned() -> None:
+    """Re-execute this process's own command line under the tuned allocator where it is missing; else return."""
+    added = allocator_env()
+    if added:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **added})
+
+
+def main() -> int:
+    """The `mutransfer` command: under the tuned allocator, the CLI on ``sys.argv``."""
+    restart_tuned()
+    from mutransfer.cli.main import main as cli_main  # noqa: PLC0415 -- deferred: torch loads after the re-exec
+
+    return cli_main()
