@@ -71,11 +71,11 @@ def row(report: dict) -> dict:
     r = d["mutransfer_vs_direct"]
     out = {
         "study": report["study"],
-        "proxy_error": report["best_proxy"]["test_error"],
+        "proxy_error": report["proxy_to_target"]["proxy_error"],  # on the split the study selected on
         "mutransfer_error": report["target"]["test_error"],
         "direct_error": d["test_error"],
         "error_ratio": r["error"],
-        "gain": report["best_proxy"]["test_error"] / report["target"]["test_error"],
+        "gain": report["proxy_to_target"]["gain"],
         "device_seconds_ratio": r["device_seconds"],
         "training_seconds_ratio": r["trainer_device_seconds"],
         "flops_ratio": r["flops"],

@@ -1,4 +1,4 @@
-"""Shared helpers for the sweep tests: a tiny Burgers data file and a tiny study derived from quick.yaml."""
+"""Shared helpers for the sweep tests: a tiny Burgers data file and a tiny study derived from the K-only quick study."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ from pathlib import Path
 
 import yaml
 
-from mutransfer.study import default_study_text
+#: the default study before its proxy shrank in width and grid: the fixture of tests written for a K-only proxy
+K_ONLY_STUDY = Path(__file__).resolve().parent / "studies" / "quick_k_only.yaml"
+
+
+def k_only_study_text() -> str:
+    return K_ONLY_STUDY.read_text()
 
 
 def write_tiny_data(path: Path) -> Path:
@@ -30,8 +35,8 @@ def write_tiny_study(
     max_failures: int = 1,
     **sections,
 ) -> Path:
-    """quick.yaml shrunk: resolution 64 (K = 24 still fits: 24 <= 64/2 + 1), 32/16 samples, width 16, 2 layers."""
-    m = yaml.safe_load(default_study_text())
+    """The K-only quick study shrunk: resolution 64 (K = 24 fits: 24 <= 64/2 + 1), 32/16 samples, width 16, 2 layers."""
+    m = yaml.safe_load(k_only_study_text())
     m["name"] = name
     m["problem"] = {"name": "burgers", "data": str(data), "resolution": 64, "n_train": 32, "n_test": 16}
     m["operator"].update(width=16, layers=2, projection_channels=32)

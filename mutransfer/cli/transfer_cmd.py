@@ -43,7 +43,7 @@ def add_parser(subparsers) -> None:
         "--width",
         type=positive_int,
         default=DEFAULT_WIDTH,
-        help=f"the proxy's width m0, for the effective init std (default: {DEFAULT_WIDTH}, the default study's)",
+        help=f"the proxy's width m0, for the effective init std (default: {DEFAULT_WIDTH}, operator.width's default)",
     )
     p.add_argument("--target-width", type=positive_int, help="the target's width m (default: the proxy's)")
     p.add_argument(
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: the proxy's width when none is given: the default study's (the declaration of operator.width)
+#: the proxy's width when none is given: operator.width's declared default
 DEFAULT_WIDTH: int = OperatorSpec().width
 
 #: the flags a study file replaces

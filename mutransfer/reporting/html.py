@@ -179,6 +179,14 @@ _COMPUTE_ROWS = (
     ),
     ("sweep_wall_seconds", "wall time of the study", lambda v: f"{v:.1f} s"),
     ("overhead_share", "Ray, MLflow and start-up share of the wall time", lambda v: f"{100 * v:.0f} %"),
+    (
+        "overheads",
+        "fixed overhead: setup, trial start-up, proxy scheduling, target start-up",
+        lambda v: (
+            f"{v['fixed_seconds']:.1f} s ({100 * v['fixed_share']:.0f} %): {v['setup_seconds']:.1f} + "
+            f"{v['trial_startup_seconds']:.1f} + {v['proxy_scheduling_seconds']:.1f} + {v['target_startup_seconds']:.1f} s"
+        ),
+    ),
 )
 
 

@@ -227,7 +227,11 @@ def _check_proxy_resolution(study: Study, r: Reader) -> None:
             f"{', '.join(map(str, valid[-6:])) or 'none'}); {hint}",
         )
     if study.ladder:
-        r.fail("proxy_resolution", "a ladder's rungs train at the target's grid; drop the ladder or proxy_resolution")
+        r.fail(
+            "proxy_resolution",
+            f"a ladder's rungs train at the target's grid; drop the ladder, or set proxy_resolution to the target's "
+            f"grid ({study.problem.resolution}; the flag --proxy-resolution {study.problem.resolution})",
+        )
     if study.problem.stream is True:  # 'auto' streams only data larger than half the RAM: known once they are opened
         r.fail("proxy_resolution", "a coarser proxy grid needs the data in memory; set problem.stream: false or auto")
 

@@ -35,6 +35,8 @@ class TrialRecord:
     trainer_seconds: float = 0.0
     wall_seconds: float = 0.0
     device_seconds: float = 0.0
+    #: from Tune starting the trial to its end on the driver's clock (start-up included); 0 when not seen
+    span_seconds: float = 0.0
     spectral_lr: float | None = None
     mlflow_run_id: str | None = None
     best: bool = False

@@ -235,6 +235,7 @@ def _record(study, index: int, key: str, plan, child) -> TrialRecord:
         trainer_seconds=float(m.get("trainer_seconds", outcome.metrics.get("trainer_seconds", 0.0)) or 0.0),
         wall_seconds=float(m.get("wall_seconds", 0.0)),
         device_seconds=float(m.get("device_seconds", 0.0)),
+        span_seconds=float(m.get("span_seconds", 0.0)),
         spectral_lr=None if spectral is None else float(spectral),
         mlflow_run_id=child.info.run_id if child else None,
     )

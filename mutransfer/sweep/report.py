@@ -21,6 +21,8 @@ from pathlib import Path
 from mutransfer.study_folder.state import DEFAULT_RUNS_DIR
 from mutransfer.sweep import strategies
 from mutransfer.sweep.cost import study_cost
+from mutransfer.sweep.overheads import describe as describe_overheads
+from mutransfer.sweep.overheads import overheads
 from mutransfer.sweep.strategies.base import number as _g
 from mutransfer.tracking.runs import default_tracking_uri
 
@@ -90,6 +92,15 @@ def build_report(
             critical += extra.target
         compute["trainer_seconds_critical_path"] = critical
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
+    compute["overheads"] = overheads(
+        trials,
+        concurrency=concurrency,
+        setup_seconds=phases.get("setup_seconds"),
+        proxy_phase_seconds=phases.get("proxy_phase_seconds"),
+        target_wall_seconds=target["wall_seconds"] if target else None,
+        target_trainer_seconds=target["trainer_seconds"] if target else None,
+        wall_seconds=wall_seconds,
+    )
     gain_from = strategies.gain_source(values, trials, best)  # e.g. top-k's winner is compared with its own proxy
     gain = proxy_to_target(gain_from, target)
     if gain is not None and gain_from is not None:
@@ -295,6 +306,8 @@ def format_report(report: dict) -> str:
                 f"Ray/MLflow/start-up overhead {100 * share:.0f}%"
             )
         lines.append(" ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else ""))
+    if c.get("overheads"):
+        lines.append(describe_overheads(c["overheads"]))
     m = report.get("mlflow") or {}
     if m:
         lines.append(
@@ -340,7 +353,7 @@ def transfer_verdict(report: dict) -> list[str]:
         saving = "a saving" if ratio < 0.5 else "a small saving" if ratio < 1 else "no saving"
         if ratio >= 0.5:
             saving += ": a proxy smaller in width or grid would pay more (docs/sweep.md, Cheap proxies)"
-        out.append(f"muTransfer cost about {ratio:.2f}x of tuning the target directly in FLOPs (estimated): {saving}")
+        out.append(f"muTransfer cost about {ratio:.2f}x of tuning {target} directly in FLOPs (estimated): {saving}")
     return out
 
 

@@ -187,8 +187,11 @@ def target_loop(cfg: dict) -> dict:
     model = model_for(study, data, target=True, init_scale=hp["init_scale"])
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     config = model.config
-    model = ray.train.torch.prepare_model(model)  # DDP when world > 1; moves to the worker's device
-    device = ray.train.torch.get_device()
+    if cfg.get("process_group", True):
+        model = ray.train.torch.prepare_model(model)  # DDP when world > 1; moves to the worker's device
+        device = ray.train.torch.get_device()
+    else:  # one CPU worker without a torch process group (run_target): nothing to wrap or move
+        device = torch.device("cpu")
 
     local = Path(tempfile.mkdtemp(prefix="mutransfer-target-"))
     restored = ray.train.get_checkpoint()
@@ -286,6 +289,22 @@ def _fit_in_thread(trainer, on_poll=None):
     return box["result"]
 
 
+def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) -> tuple[type, dict, bool]:
+    """(Ray Train trainer class, its backend keyword, whether torch's process group starts) for the target.
+
+    ``process_group`` None: only for several workers or a GPU; otherwise the plain data-parallel
+    trainer TorchTrainer builds on (Ray Train v1 or v2, whichever is running).
+    """
+    from ray.train.torch import TorchConfig, TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+
+    if process_group is None:
+        process_group = workers > 1 or use_gpu
+    if process_group:
+        return TorchTrainer, {"torch_config": TorchConfig(backend="nccl" if use_gpu else "gloo")}, True
+    plain = next(c for c in TorchTrainer.__mro__[1:] if c.__name__ == "DataParallelTrainer")
+    return plain, {}, False
+
+
 def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
     if setting == "auto":
         return cluster_gpus >= 1
@@ -302,6 +321,7 @@ def run_target(
     max_failures: int,
     on_poll=None,
     plan: Plan | None = None,
+    process_group: bool | None = None,
 ) -> TargetOutcome:
     """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``.
 
@@ -310,11 +330,16 @@ def run_target(
 
     Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
     ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
+
+    ``process_group``: None (default) starts torch's process group (TorchTrainer) only where
+    it does something, for several workers or a GPU; one CPU worker runs under Ray Train's
+    plain data-parallel trainer, the base TorchTrainer builds on, with the same loop, reports
+    and checkpoints (equal results: tests/sweep/test_target_startup.py) and without the
+    process group's start-up (docs/results.md, "Cheap proxies on the default study").
     """
 
     import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-    from ray.train.torch import TorchConfig, TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
     # The Train controller polls its workers at this interval (default 2 s); every report and the
     # end of the run wait for a poll. 0.5 s keeps small local runs from idling.
@@ -323,9 +348,11 @@ def run_target(
     resources = {"CPU": t.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = 1
-    trainer = TorchTrainer(
+    trainer_class, backend, process_group = trainer_for(t.num_workers, use_gpu, process_group)
+    trainer = trainer_class(
         target_loop,
         train_loop_config={
+            "process_group": process_group,
             "study": study,
             "hp": hp,
             "epochs": t.epochs,
@@ -335,7 +362,7 @@ def run_target(
             "plan": plan,
         },
         scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
-        torch_config=TorchConfig(backend="nccl" if use_gpu else "gloo"),
+        **backend,
         run_config=RunConfig(
             name="target",
             storage_path=str(storage_dir),

@@ -323,6 +323,7 @@ class TrialLogger:
             params["spectral_lr"] = last["spectral_lr0"]
         wall = float(last.get("time_total_s", 0.0) or 0.0)
         end = time.time()
+        seen_start = start is not None  # on_trial_start's clock: the span includes the trial's start-up
         start = end - wall if start is None else start
         start_ms = int(start * 1000)
         run = self._open.pop(tid, None)
@@ -348,6 +349,8 @@ class TrialLogger:
             ("wall_seconds", wall, now, 0),
             ("device_seconds", wall * self.devices_per_trial, now, 0),
         ]
+        if seen_start:  # from Tune starting the trial to its end, on the driver's clock (mutransfer.sweep.overheads)
+            metrics.append(("span_seconds", end - start, now, 0))
         tags = {STATUS_TAG: status, "mutransfer.retries": max(0, retries)}
         if index or run is None:
             tags["mutransfer.trial_index"] = index

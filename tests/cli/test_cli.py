@@ -60,19 +60,23 @@ def test_transfer_table(capsys):
     assert "spectral_init_variance" in out and "K_proxy=6 -> K_target=6" in out
 
 
-def test_transfer_takes_the_model_from_a_study_and_defaults_to_the_default_studys_width(capsys):
-    """The same --init-scale gives the same effective init std as the default study's sweep table: both at width
-    32 (the flag's default is the declaration of operator.width), and the header says which width."""
+def test_transfer_takes_the_model_from_a_study_and_defaults_to_operator_widths_default(capsys):
+    """`transfer --study` (the default study: K 6 -> 24, width 16 -> 64, grid 32 -> 128) gives the table the same
+    model given by flags gives; without --width the flags' width is operator.width's default, 32."""
     args = ["--lr", "3e-3", "--init-scale", "1", "--json"]
     assert main(["transfer", "--study", *args]) == 0
     from_study = json.loads(capsys.readouterr().out)
-    assert main(["transfer", "--dim", "1", "--proxy-K", "6", "--target-K", "24", *args]) == 0
+    model = ["--dim", "1", "--proxy-K", "6", "--target-K", "24", "--width", "16", "--target-width", "64"]
+    assert main(["transfer", *model, "--proxy-resolution", "32", "--target-resolution", "128", *args]) == 0
     from_flags = json.loads(capsys.readouterr().out)
     assert from_study["quantities"] == from_flags["quantities"]
     std = {q["name"]: q for q in from_study["quantities"]}["spectral_init_std"]["proxy"]
-    assert std == pytest.approx(1 / 32 / np.sqrt(np.log(6)))  # muP: (1/m_in) / sqrt(d log K) at m = 32
+    assert std == pytest.approx(1 / 16 / np.sqrt(np.log(6)))  # muP: (1/m_in) / sqrt(d log K) at m = 16
     assert main(["transfer", "--study", "--lr", "3e-3"]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == "muTransfer  d=1  K_proxy=6 -> K_target=24  width=32"
+    header = "muTransfer  d=1  K_proxy=6 -> K_target=24  width_proxy=16 -> width_target=64"
+    assert capsys.readouterr().out.splitlines()[0] == header
+    assert main(["transfer", "--dim", "1", "--proxy-K", "6", "--target-K", "24", "--lr", "3e-3"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].endswith("width=32")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from mutransfer.cli.main import main
-from mutransfer.study import default_study_text
+from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
 #: runs the CLI, then reports on stdout whether Ray / MLflow were ever imported
 PROBE = (
@@ -31,7 +31,7 @@ def run_probe(cwd: Path, *args):
 
 
 def quick_mapping() -> dict:
-    return yaml.safe_load(default_study_text())
+    return yaml.safe_load(k_only_study_text())
 
 
 def write_study(tmp_path: Path, mutate=None, name="study.yaml") -> Path:
@@ -138,7 +138,7 @@ def test_resume_with_a_conflicting_flag(tmp_path, monkeypatch, capsys):
     from mutransfer.study_folder.state import StudyDir
 
     monkeypatch.chdir(tmp_path)
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     sdir = StudyDir.for_study("quick")
     sdir.root.mkdir(parents=True)
     sdir.study_file.write_text(study.to_yaml())
@@ -215,7 +215,7 @@ def test_cluster_fit_check_rejects_requests_no_single_node_can_hold():
     from mutransfer.study import load_study
     from mutransfer.sweep.runner import check_cluster_fits
 
-    study, _ = load_study(None)  # quick: target.cpus_per_worker 2, cpus_per_trial 1
+    study, _ = load_study(K_ONLY_STUDY)  # quick: target.cpus_per_worker 2, cpus_per_trial 1
     check_cluster_fits(study, [{"CPU": 2.0}, {"CPU": 1.0}])
     with pytest.raises(
         UserInputError, match="target.cpus_per_worker: 2 but the largest node of the cluster has 1 CPUs"
@@ -248,11 +248,11 @@ def test_a_warm_start_name_ending_in_a_newline_is_refused_by_the_cli(tmp_path, m
     """Through `mutransfer sweep`: with a study folder "quick" beside it, `--warm-start "quick\\n"` is refused in one
     line, exit 2, nothing created. (The name check above is what keeps "quick\\n" from being read as "quick"; here
     the refusal is the CLI's contract: one line and no side effects.)"""
-    from mutransfer.study import default_study_text
+    from tests.sweep_helpers import k_only_study_text
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mutransfer-runs" / "quick").mkdir(parents=True)
-    (tmp_path / "mutransfer-runs" / "quick" / "study.yaml").write_text(default_study_text())
+    (tmp_path / "mutransfer-runs" / "quick" / "study.yaml").write_text(k_only_study_text())
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     rc = main(["sweep", "--name", "new", "--warm-start", "quick\n"])
     err = capsys.readouterr().err.strip().splitlines()
@@ -262,7 +262,7 @@ def test_a_warm_start_name_ending_in_a_newline_is_refused_by_the_cli(tmp_path, m
 
 def test_advice_comes_in_the_form_the_value_was_given(tmp_path):
     """Set by a flag, the advice is a flag ("e.g. --proxy-K 6"); set in a study file, it is YAML ("e.g. proxy_K: 6")."""
-    proc = run_probe(tmp_path, "sweep", "--proxy-K", "24", "--target-K", "24")
+    proc = run_probe(tmp_path, "sweep", "--study", str(K_ONLY_STUDY), "--proxy-K", "24", "--target-K", "24")
     assert_no_compute(proc, tmp_path, "e.g. --proxy-K 6", "(set by --proxy-K)")
     assert "proxy_K: 6" not in proc.stderr
     path = write_study(tmp_path, lambda m: m.update(proxy_K=24, target_K=24))

@@ -20,17 +20,18 @@ from mutransfer.sweep.cost import epoch_flops
 from mutransfer.sweep.cost_estimate import estimate_proxy_cost
 from operators import OperatorConfigError
 from operators.transfer import Scaling, resolution_transfer_factor, transfer
+from tests.sweep_helpers import K_ONLY_STUDY
 
 
 def test_a_coarser_proxy_grid_is_declared_once_and_reported_everywhere():
-    study, applied = load_study(None, {"proxy_resolution": 64})
+    study, applied = load_study(K_ONLY_STUDY, {"proxy_resolution": 64})
     assert applied[0].flag == "--proxy-resolution" and study.scales_resolution
     assert study.proxy_grid_shape == (64,) and study.grid_shape == (128,)
     assert study.scale_text() == "K 6 -> 24, grid 64 -> 128"
     assert study.scaling()["proxy_resolution"] == 64 and study.scaling()["target_resolution"] == 128
     s = study.transfer_scaling()
     assert (s.proxy_resolution, s.target_resolution) == (64, 128)
-    plain, _ = load_study(None)
+    plain, _ = load_study(K_ONLY_STUDY)
     assert not plain.scales_resolution and plain.scaling()["proxy_resolution"] is None
     assert plain.transfer_scaling().scales_resolution is False
 
@@ -50,7 +51,7 @@ def test_a_coarser_proxy_grid_is_declared_once_and_reported_everywhere():
 )
 def test_a_proxy_grid_that_cannot_be_is_refused_in_one_line(overrides, fragment):
     with pytest.raises(UserInputError) as info:
-        load_study(None, overrides)
+        load_study(K_ONLY_STUDY, overrides)
     message = str(info.value)
     assert "\n" not in message and fragment in message
     assert "(set by --proxy-resolution)" in message or "proxy_K" in fragment
@@ -102,9 +103,9 @@ def test_a_streamed_study_cannot_coarsen_its_proxy_grid(tmp_path):
 def test_proxy_split_coarsens_only_when_the_study_asks(tmp_path):
     path = _burgers_file(tmp_path)
     _, selection = carve_validation(load_split(path, n_train=8, n_test=2, resolution=128, problem="burgers"), 2)
-    plain, _ = load_study(None)
+    plain, _ = load_study(K_ONLY_STUDY)
     assert proxy_split(plain, selection) is selection
-    study, _ = load_study(None, {"proxy_resolution": 64})
+    study, _ = load_study(K_ONLY_STUDY, {"proxy_resolution": 64})
     assert proxy_split(study, selection).grid_shape == (64,)
 
 
@@ -124,8 +125,8 @@ def test_the_grid_rule_carries_every_hyperparameter_over_and_says_so():
 def test_memory_and_flops_of_the_proxy_are_counted_at_its_grid():
     """The proxy's memory plan is at 64 points; its FLOPs per epoch at 64 are about half those at 128 (every term
     of an FNO step is linear in the points but the FFT's N log N and the fixed K-mode contraction)."""
-    study, _ = load_study(None, {"proxy_resolution": 64})
-    plain, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY, {"proxy_resolution": 64})
+    plain, _ = load_study(K_ONLY_STUDY)
     assert plan_step(study, target=False, device="cpu").grid == (64,)
     assert plan_step(study, target=True, device="cpu").grid == (128,)
     ratio = epoch_flops(study, 6, 32, None, 64) / epoch_flops(study, 6, 32, None, 128)
@@ -136,25 +137,25 @@ def test_memory_and_flops_of_the_proxy_are_counted_at_its_grid():
 
 
 def test_the_cost_line_names_a_coarser_grid_when_the_proxy_is_dear():
-    plain, _ = load_study(None)
+    plain, _ = load_study(K_ONLY_STUDY)
     advice = estimate_proxy_cost(plain, (128, 1), measure=False).advice
     assert any("a coarser proxy grid (proxy_resolution 64)" in a for a in advice)
 
 
 def test_the_same_k_on_both_sides_is_a_study_when_the_grid_scales():
-    study, _ = load_study(None, {"proxy_K": 12, "target_K": 12, "proxy_resolution": 32})
+    study, _ = load_study(K_ONLY_STUDY, {"proxy_K": 12, "target_K": 12, "proxy_resolution": 32})
     assert study.scale_text() == "K 12 -> 12, grid 32 -> 128"
     with pytest.raises(UserInputError, match="equal K is fine when the width or the grid scales"):
-        load_study(None, {"proxy_K": 12, "target_K": 12})
+        load_study(K_ONLY_STUDY, {"proxy_K": 12, "target_K": 12})
 
 
 def test_a_streamed_study_with_a_proxy_grid_is_refused_when_read(tmp_path):
     """problem.stream: true and proxy_resolution: refused by the reader, before any data is opened."""
     import yaml
 
-    from mutransfer.study import default_study_text
+    from tests.sweep_helpers import k_only_study_text
 
-    m = yaml.safe_load(default_study_text())
+    m = yaml.safe_load(k_only_study_text())
     m["problem"]["stream"] = True
     m["proxy_resolution"] = 32
     path = tmp_path / "s.yaml"

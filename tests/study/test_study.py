@@ -17,12 +17,15 @@ from mutransfer.study import (
     parse_study,
 )
 from tests.repo_paths import ROOT
+from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
 STUDIES = ROOT / "studies"
 
 
 def quick_mapping() -> dict:
-    return yaml.safe_load(default_study_text())
+    """The K-only quick study (the fixture these checks were written for; the default's proxy grid would
+    refuse a large proxy K before the check a test aims at)."""
+    return yaml.safe_load(k_only_study_text())
 
 
 def write(tmp_path, mapping, name="study.yaml") -> Path:
@@ -298,7 +301,7 @@ def test_hyperparameter_merge_and_transfer_of_the_best():
     from mutransfer.study.models import merge_hyperparameters
     from mutransfer.sweep.runner import transfer
 
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     hp = merge_hyperparameters(study, {"lr": 2e-3, "batch_size": 10})
     assert hp["lr"] == 2e-3 and hp["batch_size"] == 10 and hp["beta2"] == 0.999
     record, target_hp = transfer(study, {"hp": hp})
@@ -372,7 +375,7 @@ def test_every_shipped_study_validates_and_round_trips(path):
 
 
 def test_k_exponent_defaults_to_the_papers_rule_and_reads_a_number_or_data(tmp_path):
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     assert study.operator.k_exponent == 1.0 and study.k_exponent == 1.0
     m = quick_mapping()
     m["operator"]["k_exponent"] = 0.5
@@ -413,4 +416,4 @@ def test_the_data_k_rule_is_measured_on_the_training_inputs_or_taken_from_the_st
     assert hi is not None and hi.exponent > lo.exponent
     stored = dict(hi.as_dict(), exponent=0.123)
     assert resolve_k_exponent(study, None, stored).exponent == 0.123 and study.k_exponent == 0.123
-    assert resolve_k_exponent(load_study(None)[0], rough) is None  # a number: nothing to measure
+    assert resolve_k_exponent(load_study(K_ONLY_STUDY)[0], rough) is None  # a number: nothing to measure

@@ -6,6 +6,7 @@ from mutransfer.study import load_study
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.cost import epoch_flops, study_cost
 from operators.planning import step_flops
+from tests.sweep_helpers import K_ONLY_STUDY
 
 
 def _trial(epochs: int, device_seconds: float, trainer_seconds: float = 0.0) -> TrialRecord:
@@ -15,7 +16,7 @@ def _trial(epochs: int, device_seconds: float, trainer_seconds: float = 0.0) -> 
 
 
 def test_epoch_flops_is_per_sample_step_flops_times_samples():
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     per_sample = step_flops(
         study.dim,
         study.target_K,
@@ -33,7 +34,7 @@ def test_epoch_flops_is_per_sample_step_flops_times_samples():
 
 
 def test_ratio_counts_proxies_plus_target_against_a_direct_sweep():
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     trials = [
         _trial(20, 10.0, 8.0),  # completed
         _trial(4, 2.0, 1.0),  # pruned by ASHA after the grace period
@@ -62,6 +63,6 @@ def test_ratio_counts_proxies_plus_target_against_a_direct_sweep():
 
 
 def test_no_target_leaves_ratios_unset():
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     cost = study_cost(study, [_trial(3, 1.0)], None)
     assert cost["target_flops"] is None and cost["mutransfer_vs_direct_flops"] is None

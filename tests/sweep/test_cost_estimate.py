@@ -10,6 +10,7 @@ from mutransfer.study.models import build_model
 from mutransfer.sweep import cost_estimate
 from mutransfer.sweep.cost import counted_step_flops
 from mutransfer.sweep.cost_estimate import CHEAP_ENOUGH, ProxyCost, estimate_proxy_cost
+from tests.sweep_helpers import K_ONLY_STUDY
 
 
 def test_the_expected_study_ratio_is_the_proxys_share_plus_one_target_training_over_the_search():
@@ -22,7 +23,7 @@ def test_the_expected_study_ratio_is_the_proxys_share_plus_one_target_training_o
 def test_the_analytic_flops_follow_a_counted_forward_and_backward():
     """The quick study's proxy (K 6) and target (K 24): the planner's FLOPs per epoch against torch's counter on
     one sample (matmuls and FFTs it counts), both models; the ratio of the two counts within 15 %."""
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     cost = estimate_proxy_cost(study, (128, 1), measure=False)
     counted = [
         counted_step_flops(build_model(study, modes=k, input_channels=1, output_channels=1), (128, 1)) for k in (6, 24)
@@ -35,20 +36,20 @@ def test_a_dear_proxy_gets_advice_that_really_cheapens_it_and_a_cheap_one_gets_n
     """K alone (6 -> 24 at width 32): the proxy costs 0.83x the target per epoch, above 0.3x: the line names a
     narrower proxy, whose cost it quotes (checked: a proxy built that way costs what the advice says). A proxy
     of width 8 for a width-32 target is below 0.3x: no advice."""
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     dear = estimate_proxy_cost(study, (128, 1), measure=False)
     assert dear.flop_ratio > CHEAP_ENOUGH and "cannot pay for itself" in dear.line()
     assert any("operator.width 16, target_width 32" in a for a in dear.advice)
-    narrow, _ = load_study(None, {"proxy_width": 16, "target_width": 32})
+    narrow, _ = load_study(K_ONLY_STUDY, {"proxy_width": 16, "target_width": 32})
     quoted = float(next(a for a in dear.advice if "operator.width 16" in a).rsplit(": ", 1)[1].rstrip("x"))
     assert estimate_proxy_cost(narrow, (128, 1), measure=False).flop_ratio == pytest.approx(quoted, abs=0.005)
-    cheap, _ = load_study(None, {"proxy_width": 8, "target_width": 32})
+    cheap, _ = load_study(K_ONLY_STUDY, {"proxy_width": 8, "target_width": 32})
     cheap_cost = estimate_proxy_cost(cheap, (128, 1), measure=False)
     assert cheap_cost.flop_ratio < CHEAP_ENOUGH and cheap_cost.advice == () and "cannot pay" not in cheap_cost.line()
 
 
 def test_a_training_step_is_timed_only_for_small_models(monkeypatch):
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     timed = estimate_proxy_cost(study, (128, 1))
     assert timed.proxy_step_seconds > 0 and timed.target_step_seconds > 0 and "measured training step" in timed.line()
     monkeypatch.setattr(cost_estimate, "MEASURE_MAX_FLOPS", 0.0)
@@ -59,7 +60,9 @@ def test_a_training_step_is_timed_only_for_small_models(monkeypatch):
 def test_plan_prints_a_studys_cost_line(tmp_path, capsys):
     assert main(["plan", "--study"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("study quick: FNO-1D K=6 width 32 proxy") and out[1].startswith("cost: the proxy costs")
+    assert out[0].startswith("study quick: FNO-1D K=6 width 16 proxy, FNO-1D K=24 width 64 target") and out[
+        1
+    ].startswith("cost: the proxy costs")
 
 
 def test_plan_without_a_model_or_a_study_is_one_line_exit_2(capsys):

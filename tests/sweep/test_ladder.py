@@ -12,14 +12,15 @@ from mutransfer.study.ladder import LadderSize, rung_study, step_study, target_s
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import ranked
 from mutransfer.sweep.ladder import LadderResults, RungResult, keep_count, rung_lines, rung_metrics
+from tests.sweep_helpers import K_ONLY_STUDY
 
 
 def _study(**overrides):
-    return load_study(None, overrides)[0]
+    return load_study(K_ONLY_STUDY, overrides)[0]
 
 
 def test_ladder_flag_sets_the_proxy_to_its_first_size_and_says_so():
-    study, applied = load_study(None, {"ladder": [4, 8, 16]})
+    study, applied = load_study(K_ONLY_STUDY, {"ladder": [4, 8, 16]})
     assert study.proxy_K == 4 and study.ladder == [4, 8, 16] and study.ladder_keep == 0.5
     assert study.ladder_sizes() == [LadderSize(4, 32), LadderSize(8, 32), LadderSize(16, 32)]
     assert "--proxy-K 4 overrides proxy_K (study file: 6)" in [o.describe() for o in applied]
@@ -261,7 +262,7 @@ def test_top_k_beyond_the_last_rung_and_widths_the_heads_do_not_divide_are_refus
 @pytest.mark.parametrize(
     "argv, fragment",
     [
-        (["--ladder", "4", "30"], "ladder[1]: K=30 width 32 is larger than the target"),
+        (["--ladder", "4", "30"], "ladder[1]: K=30 width 16 is larger than the target (K=24 width 64)"),
         (
             ["--ladder", "4", "8", "16", "--ladder-keep", "0.25", "--top-k", "3"],
             "search.top_k: 3 is more than the 1 trial(s)",

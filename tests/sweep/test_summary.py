@@ -28,7 +28,7 @@ def test_the_verdict_says_what_the_study_measured_and_what_it_did_not():
     assert words[0] == "FNO-1D K=24 width 32 reached a 2.00x lower validation error than its proxy"
     assert "whether the target's optimum sits at the transferred LR is not measured" in words
     assert words[-1].startswith(
-        "muTransfer cost about 0.96x of tuning the target directly in FLOPs (estimated): a small"
+        "muTransfer cost about 0.96x of tuning FNO-1D K=24 width 32 directly in FLOPs (estimated): a small"
     )
     worse = transfer_verdict(_report(proxy_to_target={"split": "validation", "gain": 0.8}))
     assert worse[0].startswith("FNO-1D K=24 width 32 is no better than its proxy (validation error 1.25x the proxy's)")
@@ -44,7 +44,8 @@ def test_a_verification_and_a_baseline_add_their_findings_and_leave_the_suggesti
     report = _report(verification=verify, direct_baseline=baseline, coord_check={"verdict": "pass"})
     words = transfer_verdict(report)
     assert "--verify: the transfer held: ..." in words
-    assert any(w.startswith("--baseline direct: muTransfer's target is as good as tuning") for w in words)
+    assert any(w.startswith("--baseline direct (measured): muTransfer cost 0.40x in training time") for w in words)
+    assert any(w.endswith("its target is as good as direct tuning's winner (test error ratio 1.01x)") for w in words)
     assert "coordinate check: pass (it reports and never blocks)" in words
     assert not any("not measured" in w for w in words)
     text = "\n".join(summary_lines(report))
@@ -62,7 +63,12 @@ def test_the_next_commands_carry_the_studys_real_paths():
 
 def test_the_baseline_verdict_says_as_good_or_worse_and_the_cost():
     assert baseline_verdict({"mutransfer_vs_direct": {"error": 1.3, "trainer_device_seconds": 1.5}}) == (
-        "--baseline direct: muTransfer's target is worse than tuning the target directly (test error ratio 1.30x) at "
-        "1.50x its training time (no saving)"
+        "--baseline direct (measured): muTransfer cost 1.50x in training time of tuning the target directly "
+        "(no saving); its target is worse than direct tuning's winner (test error ratio 1.30x)"
+    )
+    cheap = {"mutransfer_vs_direct": {"error": 1.0, "trainer_device_seconds": 0.45, "flops": 0.24}}
+    assert baseline_verdict(cheap).startswith(
+        "--baseline direct (measured): muTransfer cost 0.24x in FLOPs and 0.45x in training time of tuning the "
+        "target directly (a saving); its target is as good as"
     )
     assert "no error ratio" in baseline_verdict({"mutransfer_vs_direct": {"error": None}})

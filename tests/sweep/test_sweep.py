@@ -119,6 +119,14 @@ def test_quick_study_end_to_end(quick_run):
     # compute accounting and the study directory
     c = report["compute"]
     assert c["proxy_device_seconds"] > 0 and c["target_device_seconds"] > 0 and 0 <= c["overhead_share"] < 1
+    # each fixed overhead measured on its own: Ray Train's start-up is the target's wall beyond its trainer
+    o = c["overheads"]
+    assert o["setup_seconds"] > 0 and o["trial_startup_mean_seconds"] > 0 and o["target_startup_seconds"] > 0
+    assert o["target_startup_seconds"] == pytest.approx(c["target_wall_seconds"] - c["target_trainer_seconds"])
+    parts = ("setup_seconds", "trial_startup_seconds", "proxy_scheduling_seconds", "target_startup_seconds")
+    assert (
+        sum(o[k] for k in parts) == pytest.approx(o["fixed_seconds"]) and o["fixed_seconds"] < c["sweep_wall_seconds"]
+    )
     # FLOP accounting: proxies (K=6) cost less per epoch than the target (K=24); ratio vs direct tuning logged
     assert 0 < c["proxy_flops"] < c["direct_sweep_flops"] and c["target_flops"] > 0
     assert parent.data.metrics["mutransfer_vs_direct_flops"] == pytest.approx(c["mutransfer_vs_direct_flops"])

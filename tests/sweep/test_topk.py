@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from mutransfer.errors import UserInputError
-from mutransfer.study import default_study_text, load_study, parse_study
+from mutransfer.study import load_study, parse_study
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import FinalSearch, ProxyResults, SweepContext, SweepOptions, pick_best, ranked
 from mutransfer.sweep.topk import (
@@ -32,6 +32,7 @@ from mutransfer.sweep.topk import (
     topk_metrics,
     train_top_k,
 )
+from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
 
 def _trial(i: int, status: str, error: float | None, lr: float = 1e-3) -> TrialRecord:
@@ -81,7 +82,7 @@ def test_the_winner_is_the_lowest_target_error_never_a_diverged_or_nan_one():
 
 def test_carry_is_the_mup_transfer_of_the_candidate():
     """K 6 -> 24 (the quick study, 1-D): the spectral LR and init std scale by sqrt(log 6 / log 24); master LR unchanged."""
-    study, _ = load_study(None)
+    study, _ = load_study(K_ONLY_STUDY)
     trial = _trial(7, "completed", 0.1, lr=3e-3)
     result = carry(SimpleNamespace(study=study, final_search=FinalSearch([trial], trial, study), transfer=None), trial)
     factor = math.sqrt(math.log(study.proxy_K) / math.log(study.target_K))
@@ -125,7 +126,7 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
     """Session 1 stops during candidate 2 (after its run was created); session 2 trains 2 and 3 only, reusing 2's run."""
     from mutransfer.tracking.runs import Tracker
 
-    study, _ = load_study(None, {"top_k": 3})
+    study, _ = load_study(K_ONLY_STUDY, {"top_k": 3})
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
     errors = {"t0001": 0.5, "t0000": 0.25, "t0002": 0.35}  # ranks: t0001, t0000, t0002 (pruned)
     calls: list[tuple] = []
@@ -217,7 +218,7 @@ def test_the_report_shows_the_table_and_compares_the_winner_with_its_own_proxy()
     from mutransfer.sweep.report import build_report, format_report
     from mutransfer.sweep.target import TargetOutcome
 
-    study, _ = load_study(None, {"top_k": 2})
+    study, _ = load_study(K_ONLY_STUDY, {"top_k": 2})
     trials = [_trial(1, "completed", 0.1), _trial(2, "completed", 0.2)]
     target = TargetOutcome("completed", 0.25, 2, trainer_seconds=1.5, wall_seconds=8.0, device_seconds=8.0)
     common = dict(
@@ -255,7 +256,7 @@ def test_the_report_shows_the_table_and_compares_the_winner_with_its_own_proxy()
 
 
 def _mapping(**search) -> dict:
-    m = yaml.safe_load(default_study_text())
+    m = yaml.safe_load(k_only_study_text())
     m["search"].update(search)
     return m
 

@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from mutransfer.errors import UserInputError
-from mutransfer.study import default_study_text
 from mutransfer.study.files import parse_study
 from mutransfer.sweep.warm_start import load_source, read_folder, read_tracking
+from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
 
 def _mapping(**changes) -> dict:
-    m = yaml.safe_load(default_study_text())
+    m = yaml.safe_load(k_only_study_text())
     for key, value in changes.items():
         m[key] = value
     return m
@@ -283,7 +283,9 @@ def _resumable(tmp_path, state: dict) -> None:
     """A study folder 'here' as a first session leaves it (study.yaml + state.json)."""
     from mutransfer.study import load_study
 
-    study, _ = load_study(None, {"name": "here", "proxy_K": 8, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    study, _ = load_study(
+        K_ONLY_STUDY, {"name": "here", "proxy_K": 8, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    )
     root = tmp_path / "runs" / "here"
     root.mkdir(parents=True)
     (root / "study.yaml").write_text(study.to_yaml())
@@ -380,7 +382,7 @@ def test_a_source_value_that_is_not_a_number_is_left_out_with_a_note():
     from mutransfer.sweep.warm_plan import _fit
     from mutransfer.sweep.warm_start import SourceTrial
 
-    study = load_study(None)[0]
+    study = load_study(K_ONLY_STUDY)[0]
     for bad in ("abc", [1e-3], float("inf")):
         missing: list = []
         assert (

@@ -46,16 +46,21 @@ def baseline_lines(b: dict | None) -> list[str]:
 
 
 def baseline_verdict(b: dict) -> str:
-    """The baseline in words: muTransfer's test error and cost against tuning the target directly."""
+    """The baseline in words: muTransfer's measured cost and test error against tuning the target directly."""
     r = b["mutransfer_vs_direct"]
-    error, cost = r.get("error"), r.get("trainer_device_seconds")
+    error, cost, flops = r.get("error"), r.get("trainer_device_seconds"), r.get("flops")
     if error is None:
         return "--baseline direct: no error ratio (a side did not finish)"
-    quality = "as good as" if error <= 1.02 else "worse than"
-    text = f"--baseline direct: muTransfer's target is {quality} tuning the target directly (test error ratio {error:.2f}x)"
+    parts = [f"{flops:.2f}x in FLOPs"] if flops is not None else []
     if cost is not None:
-        text += f" at {cost:.2f}x its training time" + (" (a saving)" if cost < 1 else " (no saving)")
-    return text
+        parts.append(f"{cost:.2f}x in training time")
+    text = "--baseline direct (measured): muTransfer cost " + (
+        " and ".join(parts) + " of tuning the target directly" if parts else "an unknown share of direct tuning"
+    )
+    if cost is not None:
+        text += " (a saving)" if cost < 1 else " (no saving)"
+    quality = "as good as" if error <= 1.02 else "worse than"
+    return text + f"; its target is {quality} direct tuning's winner (test error ratio {error:.2f}x)"
 
 
 def baseline_html(b: dict) -> str:

@@ -1,0 +1,69 @@
+"""Where a study's wall time went that was not training: each fixed overhead measured on its own.
+
+A study's wall time splits into (seconds, this session's clock):
+
+- ``setup``: before the first proxy: loading the data, starting Ray, the MLflow parent run;
+- ``trial_startup``: per proxy trial, its span (from Tune starting it to its end, on the
+  driver's clock) minus its trainer time (Ray's actor start, imports, fetching the data from
+  the object store, building the model, the last report), summed over trials and divided by
+  the trials run at a time (its share of the proxy phase);
+- ``proxy_scheduling``: the rest of the proxy phase (Tune's driver loop, idle slots, the
+  searcher, the last trial's stragglers);
+- ``target_startup``: the target's Ray Train wall time minus its trainer time (the worker
+  group, the process group, checkpoints reported to Ray Train, shutting down);
+- ``after``: what follows the target (the transfer record, strategies such as ``--verify``
+  and ``--baseline`` that train more models, the report, the MLflow model);
+
+and the trainer time on the critical path. ``fixed_share`` = (setup + trial start-up +
+scheduling + target start-up) / wall: the overhead the issue "Proxies that pay" asks to keep
+at ≤ 10 % of the default study's wall time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mutransfer.study_folder.records import TrialRecord
+
+
+def overheads(
+    trials: Sequence[TrialRecord],
+    *,
+    concurrency: int,
+    setup_seconds: float | None,
+    proxy_phase_seconds: float | None,
+    target_wall_seconds: float | None,
+    target_trainer_seconds: float | None,
+    wall_seconds: float | None,
+) -> dict[str, float] | None:
+    """The overheads above, in seconds, with ``fixed_seconds`` and ``fixed_share``; None without the phase times."""
+    if not wall_seconds or setup_seconds is None or proxy_phase_seconds is None:
+        return None
+    lanes = max(1, concurrency)
+    seen = [t for t in trials if t.span_seconds]  # trials whose start the driver saw
+    startup = sum(max(0.0, t.span_seconds - t.trainer_seconds) for t in seen)
+    trials_wall = sum(max(t.span_seconds, t.wall_seconds) for t in trials)
+    out = {
+        "setup_seconds": setup_seconds,
+        "trial_startup_seconds": startup / lanes,
+        "trial_startup_mean_seconds": startup / max(1, len(seen)),
+        "proxy_scheduling_seconds": max(0.0, proxy_phase_seconds - trials_wall / lanes),
+        "target_startup_seconds": max(0.0, (target_wall_seconds or 0.0) - (target_trainer_seconds or 0.0)),
+        "after_seconds": max(0.0, wall_seconds - setup_seconds - proxy_phase_seconds - (target_wall_seconds or 0.0)),
+    }
+    fixed = sum(
+        out[k] for k in ("setup_seconds", "trial_startup_seconds", "proxy_scheduling_seconds", "target_startup_seconds")
+    )
+    out["fixed_seconds"] = fixed
+    out["fixed_share"] = fixed / wall_seconds
+    return out
+
+
+def describe(o: dict[str, float]) -> str:
+    """One line of the text report: each overhead in seconds and the fixed part's share of the wall time."""
+    return (
+        f"fixed overhead {o['fixed_seconds']:.1f} s = {100 * o['fixed_share']:.0f}% of the wall time: setup "
+        f"{o['setup_seconds']:.1f} s (data, Ray, MLflow), trial start-up {o['trial_startup_seconds']:.1f} s "
+        f"({o['trial_startup_mean_seconds']:.1f} s per trial, span minus trainer), proxy scheduling {o['proxy_scheduling_seconds']:.1f} s, "
+        f"target start-up {o['target_startup_seconds']:.1f} s (Ray Train); after the target {o['after_seconds']:.1f} s"
+    )
