@@ -63,7 +63,7 @@ def describe(o: dict[str, float]) -> str:
     """One line of the text report: each overhead in seconds and the fixed part's share of the wall time."""
     return (
         f"fixed overhead {o['fixed_seconds']:.1f} s = {100 * o['fixed_share']:.0f}% of the wall time: setup "
-        f"{o['setup_seconds']:.1f} s (data, Ray, MLflow), trial start-up {o['trial_startup_seconds']:.1f} s "
-        f"({o['trial_startup_mean_seconds']:.1f} s per trial, span minus trainer), proxy scheduling {o['proxy_scheduling_seconds']:.1f} s, "
+        f"{o['setup_seconds']:.1f} s (data, Ray, MLflow), proxy phase outside the trainers "
+        f"{o['trial_startup_seconds'] + o['proxy_scheduling_seconds']:.1f} s (trial actors' start, Tune's loop), "
         f"target start-up {o['target_startup_seconds']:.1f} s (Ray Train); after the target {o['after_seconds']:.1f} s"
     )
