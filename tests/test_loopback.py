@@ -85,6 +85,45 @@ def test_the_local_ray_of_a_sweep_listens_on_loopback_only():
     assert plain["exposed"], plain["listeners"]
 
 
+_TARGET_SCRIPT = """
+import json, os, sys
+from mutransfer.local_ray import start_ray
+from mutransfer.sweep.target import trainer_for
+from tests.net_helpers import exposed
+
+start_ray(None)
+from ray.train import RunConfig, ScalingConfig
+
+def loop(cfg):  # each worker, while the target's trainer would run: what does this process listen on?
+    import ray.train
+    return {"rank": ray.train.get_context().get_world_rank(), "exposed": len(exposed([os.getpid()]))}
+
+found = {}
+for workers in (1, 2):  # 1: the default target (no process group); 2: DDP over gloo
+    cls, backend, group = trainer_for(workers, False)
+    trainer = cls(loop, scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1}),
+                  run_config=RunConfig(storage_path=sys.argv[1], name=f"w{workers}"), **backend)
+    found[workers] = {"group": group, "exposed": trainer.fit().return_value["exposed"]}  # rank 0's
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.slow  # a local Ray and two Ray Train runs
+def test_the_default_targets_worker_opens_no_rendezvous_and_ddps_does(tmp_path):
+    """Edge case 1 of the issue "A team deployment": a one-worker CPU target (the default) trains without torch's
+    process group, so its worker listens on no outside address; with two workers (DDP) rank 0's TCPStore listens
+    on all interfaces (the known gap in docs/security.md), which shows the check sees a rendezvous."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    out = subprocess.run(
+        [sys.executable, "-c", _TARGET_SCRIPT, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["1"] == {"group": False, "exposed": 0}
+    assert found["2"]["group"] is True and found["2"]["exposed"] >= 1
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
