@@ -29,6 +29,9 @@ TUNED_ENV: dict[str, str] = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": 
 #: set to 0 to leave the allocator as the environment has it
 OPT_OUT_ENV = "MUTRANSFER_TUNED_ALLOCATOR"
 
+#: set by the command's re-exec (mutransfer.cli.launch) beside the variables it added
+SET_BY_US_ENV = "MUTRANSFER_TUNED_ALLOCATOR_SET"
+
 #: an LD_PRELOAD naming one of these is the user's own allocator
 OTHER_ALLOCATORS = ("jemalloc", "tcmalloc", "mimalloc")
 
@@ -55,6 +58,20 @@ def allocator_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables to add to ``environ`` (default ``os.environ``) for the tuned allocator; {} when none is missing."""
     env = os.environ if environ is None else environ
     return {name: value for name, value in wanted_env(env).items() if env.get(name) != value}
+
+
+def cluster_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables to hand a cluster's workers through the job's runtime environment (``env_vars``).
+
+    A cluster's workers do not inherit the driver's environment, so the tuned variables go
+    with the job, unless they came from elsewhere: a driver running as a submitted Ray job
+    already has its job's ``env_vars`` (Ray refuses the same key from both), and the user's
+    own values are theirs. Only what this product's command set (``SET_BY_US_ENV``) or what
+    is missing is sent.
+    """
+    env = os.environ if environ is None else environ
+    ours = env.get(SET_BY_US_ENV) == "1"
+    return {name: value for name, value in wanted_env(env).items() if ours or env.get(name) != value}
 
 
 @contextlib.contextmanager

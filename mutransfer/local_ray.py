@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from mutransfer.allocator import tuned_for_children, wanted_env
+from mutransfer.allocator import cluster_env, tuned_for_children
 
 CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
@@ -68,7 +68,7 @@ def start_ray(address: str | None) -> bool:
                 log_to_driver=False,
             )
     else:
-        wanted = wanted_env()  # the cluster's workers do not inherit the driver's environment
+        wanted = cluster_env()  # the cluster's workers do not inherit the driver's environment
         runtime_env = {"env_vars": wanted} if wanted else None
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, runtime_env=runtime_env)
     return True

@@ -12,7 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from mutransfer.allocator import OPT_OUT_ENV, TUNED_ENV, allocator_env, tuned_for_children, wanted_env
+from mutransfer.allocator import (
+    OPT_OUT_ENV,
+    SET_BY_US_ENV,
+    TUNED_ENV,
+    allocator_env,
+    cluster_env,
+    tuned_for_children,
+    wanted_env,
+)
 from mutransfer.local_ray import start_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +100,17 @@ def test_what_is_set_and_what_is_left_alone():
 
 
 @needs_glibc
+def test_a_clusters_workers_get_what_the_command_set_and_never_a_key_the_job_already_holds():
+    """A submitted Ray job's env_vars are in its driver's environment, and Ray refuses the same key from the job and
+    from ray.init: sent only when missing, or when this product's command set them."""
+    assert cluster_env({}) == TUNED_ENV  # a plain driver: the workers get them with the job
+    assert cluster_env({**TUNED_ENV, SET_BY_US_ENV: "1"}) == TUNED_ENV  # the command's re-exec set them
+    assert cluster_env(dict(TUNED_ENV)) == {}  # the job's env_vars (or the user's shell) already hold them
+    assert cluster_env({"MALLOC_MMAP_MAX_": "0"}) == {"MALLOC_TRIM_THRESHOLD_": str(2**36)}
+    assert cluster_env({OPT_OUT_ENV: "0"}) == {}
+
+
+@needs_glibc
 def test_the_driver_environment_is_restored_after_the_children_start(monkeypatch):
     for name in TUNED_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -106,7 +125,7 @@ def launch(env: dict[str, str]) -> list[str]:
         "import os, sys; print(os.environ.get('MALLOC_MMAP_MAX_'), flush=True); "
         "sys.argv = ['mutransfer', '--version']; from mutransfer.cli.launch import main; sys.exit(main())"
     )
-    base = {k: v for k, v in os.environ.items() if k not in (*TUNED_ENV, OPT_OUT_ENV)}
+    base = {k: v for k, v in os.environ.items() if k not in (*TUNED_ENV, OPT_OUT_ENV, SET_BY_US_ENV)}
     out = subprocess.run(
         [sys.executable, "-c", code],
         env={**base, "PYTHONPATH": str(ROOT), **env},

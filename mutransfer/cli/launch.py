@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from mutransfer.allocator import allocator_env
+from mutransfer.allocator import SET_BY_US_ENV, allocator_env
 
 
 def restart_tuned() -> None:
@@ -19,7 +19,7 @@ def restart_tuned() -> None:
     if added:
         sys.stdout.flush()
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **added})
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **added, SET_BY_US_ENV: "1"})
 
 
 def main() -> int:
