@@ -20,7 +20,7 @@ seeds, and every seed) goes to ``--out/strategies.json`` and is printed as Markd
 Reports are kept in ``--out/reports/<arm>-s<seed>.json``; re-running continues.
 
 Usage:
-    python benchmarks/search_strategies.py --study studies/quick.yaml --seeds 0 1 2 \
+    python benchmarks/search_strategies.py --study tests/studies/quick_k_only.yaml --seeds 0 1 2 \
         --ladder 6 12 --ladder-keep 0.25 --top-k 3 --warm --out results/strategies-burgers
 """
 

@@ -5,7 +5,7 @@ per thread count with ``mutransfer.sweep.verify.train_target_at`` and prints the
 to the sweep's own target (Ray Train, ``target.cpus_per_worker`` threads) and, when the report has
 one, the direct baseline's winner (a Tune trial, ``resources.cpus_per_trial`` threads).
 
-    python benchmarks/table1.py --study studies/quick.yaml --seeds 0 --out results/table1-burgers --verify
+    python benchmarks/table1.py --study tests/studies/quick_k_only.yaml --seeds 0 --out results/table1-burgers --verify
     python benchmarks/threads_reproducibility.py --study results/table1-burgers/studies/quick-s0.yaml \\
         --report results/table1-burgers/reports/s0.json
 """

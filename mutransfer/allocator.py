@@ -2,9 +2,10 @@
 
 glibc serves an allocation above its mmap threshold (128 KiB, rising to 32 MiB) with a
 fresh ``mmap`` and returns it to the OS when freed, so every training step page-faults
-its large tensors back in: 94,000 minor faults and 282 ms per step for a 2D FNO
-(64×64, width 32, batch 20) on this project's 2-core machine, against 1 fault and
-174 ms with the two variables below (``python benchmarks/bench_allocator.py``).
+its large tensors back in: 84,000 minor faults and 273 ms per step for a 2D FNO
+(64×64, K 12, width 32, batch 20) on this project's 2-core machine, against 1 fault and
+169 ms with the two variables below (``python benchmarks/bench_allocator.py``,
+docs/benchmarks.md).
 glibc reads them once, when a process starts, so they are set in the environment of
 the processes the product starts: the CLI re-executes itself once with them
 (:mod:`mutransfer.cli.launch`), a local Ray inherits them from the driver, and a
@@ -29,7 +30,7 @@ TUNED_ENV: dict[str, str] = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": 
 #: set to 0 to leave the allocator as the environment has it
 OPT_OUT_ENV = "MUTRANSFER_TUNED_ALLOCATOR"
 
-#: set by the command's re-exec (mutransfer.cli.launch) beside the variables it added
+#: set by the command's re-exec (mutransfer.cli.launch): the names of the variables it added, comma-separated
 SET_BY_US_ENV = "MUTRANSFER_TUNED_ALLOCATOR_SET"
 
 #: an LD_PRELOAD naming one of these is the user's own allocator
@@ -64,14 +65,14 @@ def cluster_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables to hand a cluster's workers through the job's runtime environment (``env_vars``).
 
     A cluster's workers do not inherit the driver's environment, so the tuned variables go
-    with the job, unless they came from elsewhere: a driver running as a submitted Ray job
-    already has its job's ``env_vars`` (Ray refuses the same key from both), and the user's
-    own values are theirs. Only what this product's command set (``SET_BY_US_ENV``) or what
-    is missing is sent.
+    with the job, but never one that came from elsewhere: a driver running as a submitted Ray
+    job already has its job's ``env_vars`` (Ray refuses the same key from the job and from
+    ``ray.init``), and the user's own values are theirs. Sent: the variables missing here, and
+    those this product's command added itself (named in ``SET_BY_US_ENV``).
     """
     env = os.environ if environ is None else environ
-    ours = env.get(SET_BY_US_ENV) == "1"
-    return {name: value for name, value in wanted_env(env).items() if ours or env.get(name) != value}
+    ours = set(env.get(SET_BY_US_ENV, "").split(","))
+    return {name: value for name, value in wanted_env(env).items() if name in ours or env.get(name) != value}
 
 
 @contextlib.contextmanager

@@ -104,7 +104,10 @@ def test_a_clusters_workers_get_what_the_command_set_and_never_a_key_the_job_alr
     """A submitted Ray job's env_vars are in its driver's environment, and Ray refuses the same key from the job and
     from ray.init: sent only when missing, or when this product's command set them."""
     assert cluster_env({}) == TUNED_ENV  # a plain driver: the workers get them with the job
-    assert cluster_env({**TUNED_ENV, SET_BY_US_ENV: "1"}) == TUNED_ENV  # the command's re-exec set them
+    assert cluster_env({**TUNED_ENV, SET_BY_US_ENV: ",".join(TUNED_ENV)}) == TUNED_ENV  # the command added both
+    # a job that set one of them: the command added the other, and only that one goes with ray.init
+    job_one = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36), SET_BY_US_ENV: "MALLOC_TRIM_THRESHOLD_"}
+    assert cluster_env(job_one) == {"MALLOC_TRIM_THRESHOLD_": str(2**36)}
     assert cluster_env(dict(TUNED_ENV)) == {}  # the job's env_vars (or the user's shell) already hold them
     assert cluster_env({"MALLOC_MMAP_MAX_": "0"}) == {"MALLOC_TRIM_THRESHOLD_": str(2**36)}
     assert cluster_env({OPT_OUT_ENV: "0"}) == {}
@@ -142,3 +145,5 @@ def test_the_command_restarts_itself_once_under_the_tuned_allocator():
     assert launch({}) == ["None", "0", "mutransfer", "0.1.0"]  # started without, re-executed with it
     assert launch({OPT_OUT_ENV: "0"}) == ["None", "mutransfer", "0.1.0"]  # turned off: no restart
     assert launch({"MALLOC_MMAP_MAX_": "7"}) == ["7", "mutransfer", "0.1.0"]  # the user's own: kept
+    # never twice: a re-executed process whose variables were dropped (secure exec) carries on untuned
+    assert launch({SET_BY_US_ENV: ",".join(TUNED_ENV)}) == ["None", "mutransfer", "0.1.0"]

@@ -14,12 +14,22 @@ from mutransfer.allocator import SET_BY_US_ENV, allocator_env
 
 
 def restart_tuned() -> None:
-    """Re-execute this process's own command line under the tuned allocator where it is missing; else return."""
+    """Re-execute this process's own command line under the tuned allocator where it is missing; else return.
+
+    Once only: a process that is itself the re-execution (``SET_BY_US_ENV`` set) carries on as it
+    is, even if the variables did not survive (a secure-exec interpreter drops ``MALLOC_*``), and
+    so does one that cannot be re-executed.
+    """
     added = allocator_env()
-    if added:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], {**os.environ, **added, SET_BY_US_ENV: "1"})
+    if not added or SET_BY_US_ENV in os.environ:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    env = {**os.environ, **added, SET_BY_US_ENV: ",".join(added)}
+    try:
+        os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)  # the same command line
+    except OSError:
+        return  # e.g. no sys.executable: run untuned
 
 
 def main() -> int:

@@ -3,16 +3,18 @@
 A study's wall time splits into (seconds, this session's clock):
 
 - ``setup``: before the first proxy: loading the data, starting Ray, the MLflow parent run;
-- ``trial_startup``: per proxy trial, its span (from Tune starting it to its end, on the
-  driver's clock) minus its trainer time (Ray's actor start, imports, fetching the data from
-  the object store, building the model, the last report), summed over trials and divided by
-  the trials run at a time (its share of the proxy phase);
-- ``proxy_scheduling``: the rest of the proxy phase (Tune's driver loop, idle slots, the
-  searcher, the last trial's stragglers);
+- ``trial_startup``: per proxy trial, its span (from Tune's ``on_trial_start`` to its end, on
+  the driver's clock) minus its trainer time, summed over trials and divided by the trials
+  run at a time. Tune calls ``on_trial_start`` once the trial's actor runs, so this holds
+  what follows (building the model, the data, the last report): 0.04-0.06 s per trial on
+  the default study;
+- ``proxy_scheduling``: the rest of the proxy phase: the trial actors' start (a new Python
+  process, imports), Tune's driver loop, the searcher, idle slots;
 - ``target_startup``: the target's Ray Train wall time minus its trainer time (the worker
   group, the process group, checkpoints reported to Ray Train, shutting down);
-- ``after``: what follows the target (the transfer record, strategies such as ``--verify``
-  and ``--baseline`` that train more models, the report, the MLflow model);
+- ``other``: the wall time outside those three phases: the transfer, the coordinate-check
+  gate, a ladder's rungs, top-k's other candidates, ``--verify`` and ``--baseline`` trainings,
+  the report and the MLflow model (and the setup of earlier sessions of a resumed study);
 
 and the trainer time on the critical path. ``fixed_share`` = (setup + trial start-up +
 scheduling + target start-up) / wall: the overhead the issue "Proxies that pay" asks to keep
@@ -49,7 +51,7 @@ def overheads(
         "trial_startup_mean_seconds": startup / max(1, len(seen)),
         "proxy_scheduling_seconds": max(0.0, proxy_phase_seconds - trials_wall / lanes),
         "target_startup_seconds": max(0.0, (target_wall_seconds or 0.0) - (target_trainer_seconds or 0.0)),
-        "after_seconds": max(0.0, wall_seconds - setup_seconds - proxy_phase_seconds - (target_wall_seconds or 0.0)),
+        "other_seconds": max(0.0, wall_seconds - setup_seconds - proxy_phase_seconds - (target_wall_seconds or 0.0)),
     }
     fixed = sum(
         out[k] for k in ("setup_seconds", "trial_startup_seconds", "proxy_scheduling_seconds", "target_startup_seconds")
@@ -65,5 +67,5 @@ def describe(o: dict[str, float]) -> str:
         f"fixed overhead {o['fixed_seconds']:.1f} s = {100 * o['fixed_share']:.0f}% of the wall time: setup "
         f"{o['setup_seconds']:.1f} s (data, Ray, MLflow), proxy phase outside the trainers "
         f"{o['trial_startup_seconds'] + o['proxy_scheduling_seconds']:.1f} s (trial actors' start, Tune's loop), "
-        f"target start-up {o['target_startup_seconds']:.1f} s (Ray Train); after the target {o['after_seconds']:.1f} s"
+        f"target start-up {o['target_startup_seconds']:.1f} s (Ray Train); other phases {o['other_seconds']:.1f} s"
     )

@@ -303,7 +303,7 @@ def format_report(report: dict) -> str:
         if share is not None:
             parts.append(
                 f"trainer on the critical path {c['trainer_seconds_critical_path']:.1f} s, "
-                f"Ray/MLflow/start-up overhead {100 * share:.0f}%"
+                f"everything else {100 * share:.0f}% of the wall time"
             )
         lines.append(" ".join(parts[:2]) + ("; " + parts[2] if len(parts) > 2 else ""))
     if c.get("overheads"):

@@ -297,11 +297,12 @@ def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) 
     """
     from ray.train.torch import TorchConfig, TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
-    if process_group is None:
-        process_group = workers > 1 or use_gpu
-    if process_group:
+    needed = workers > 1 or use_gpu  # DDP's all-reduce, or the device placement TorchTrainer does
+    if process_group is False and needed:
+        raise ValueError("a target of several workers or on a GPU needs torch's process group")
+    plain = next((c for c in TorchTrainer.__mro__[1:] if c.__name__ == "DataParallelTrainer"), None)
+    if process_group or needed or plain is None:  # plain None: a Ray whose TorchTrainer has no such base
         return TorchTrainer, {"torch_config": TorchConfig(backend="nccl" if use_gpu else "gloo")}, True
-    plain = next(c for c in TorchTrainer.__mro__[1:] if c.__name__ == "DataParallelTrainer")
     return plain, {}, False
 
 

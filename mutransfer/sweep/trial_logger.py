@@ -323,7 +323,7 @@ class TrialLogger:
             params["spectral_lr"] = last["spectral_lr0"]
         wall = float(last.get("time_total_s", 0.0) or 0.0)
         end = time.time()
-        seen_start = start is not None  # on_trial_start's clock: the span includes the trial's start-up
+        seen_start = start is not None  # on_trial_start's clock (it fires once the trial's actor runs)
         start = end - wall if start is None else start
         start_ms = int(start * 1000)
         run = self._open.pop(tid, None)

@@ -30,7 +30,7 @@ def test_the_parts_add_up_and_each_is_its_definition():
     assert o["trial_startup_mean_seconds"] == pytest.approx(2.0)
     assert o["proxy_scheduling_seconds"] == pytest.approx(20 - 36 / 2)
     assert o["target_startup_seconds"] == pytest.approx(2.0)
-    assert o["after_seconds"] == pytest.approx(40 - 5 - 20 - 12)
+    assert o["other_seconds"] == pytest.approx(40 - 5 - 20 - 12)
     assert o["fixed_seconds"] == pytest.approx(5 + 3 + 2 + 2) and o["fixed_share"] == pytest.approx(12 / 40)
     assert "fixed overhead 12.0 s = 30% of the wall time" in describe(o)
 

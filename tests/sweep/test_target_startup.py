@@ -53,3 +53,11 @@ def test_the_process_group_is_started_where_it_does_something(workers, gpu, forc
         assert trainer is TorchTrainer
     else:  # the base TorchTrainer builds on: the same loop API, no torch backend
         assert trainer is not TorchTrainer and issubclass(TorchTrainer, trainer)
+
+
+def test_a_process_group_cannot_be_left_out_where_it_is_needed():
+    from mutransfer.sweep.target import trainer_for
+
+    for workers, gpu in ((2, False), (1, True)):
+        with pytest.raises(ValueError, match="needs torch's process group"):
+            trainer_for(workers, gpu, False)
