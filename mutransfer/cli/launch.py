@@ -3,6 +3,9 @@
 glibc reads its allocator settings once, at process start (see :mod:`mutransfer.allocator`),
 so when they are missing the command re-executes itself once with them, before torch
 is imported. ``MUTRANSFER_TUNED_ALLOCATOR=0`` runs it as it is.
+
+:func:`main` is the console script's entry point and re-executes ``sys.orig_argv``: from inside
+another Python program call :func:`mutransfer.cli.main.main` with an argument list instead.
 """
 
 from __future__ import annotations
