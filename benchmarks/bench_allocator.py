@@ -27,6 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mutransfer.allocator import TUNED_ENV
+
 ROOT = Path(__file__).resolve().parents[1]
 
 CONFIGS = {  # dim: (grid, modes, width, batch), docs/benchmarks.md's step configurations
@@ -37,7 +39,7 @@ CONFIGS = {  # dim: (grid, modes, width, batch), docs/benchmarks.md's step confi
 MODES = {
     "product": {},
     "untuned": {"MUTRANSFER_TUNED_ALLOCATOR": "0"},
-    "by hand": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)},
+    "by hand": TUNED_ENV,
 }
 
 
@@ -73,7 +75,7 @@ def child(dim: int, steps: int, warmup: int, threads: int) -> None:
         step()
         times.append(1000 * (time.perf_counter() - start))
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    env = {k: os.environ.get(k) for k in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")}
+    env = {k: os.environ.get(k) for k in TUNED_ENV}
     print(json.dumps({"ms": statistics.median(times), "faults": statistics.median(faults), "env": env}))
 
 
@@ -90,7 +92,7 @@ def main() -> None:
     if args.child:
         child(args.child, args.steps, args.warmup, args.threads)
         return
-    base = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_")}
+    base = {k: v for k, v in os.environ.items() if k not in TUNED_ENV}
     base["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
     rows = []
     for dim in [int(d) for d in args.dims.split(",")]:

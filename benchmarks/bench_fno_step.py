@@ -64,6 +64,7 @@ import time
 import torch
 
 import operators.spectral as spectral_module
+from mutransfer.allocator import TUNED_ENV
 from operators.fno import FNO
 from operators.parametrization import optimizer_param_groups
 from operators.planning import step_flops
@@ -307,7 +308,7 @@ def set_implementation(contraction: str, transform: str) -> dict:
     return {"contraction": contraction, "transform": "rfftn/irfftn" if contraction == "einsum" else resolved}
 
 
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+MALLOC_ENV = TUNED_ENV  # the product's own settings (mutransfer.allocator)
 
 
 def reexec_with_malloc_env(argv) -> None:
