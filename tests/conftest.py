@@ -30,3 +30,17 @@ def ray_local():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def team_store(tmp_path_factory):
+    """A real PostgreSQL + `mlflow server` on loopback for the session (tests/team_store.py); skipped with the reason
+    where PostgreSQL or psycopg2 is missing. Tests that stop the server start their own TeamStore."""
+    from tests.team_store import TeamStore, team_store_or_skip
+
+    reason = team_store_or_skip()
+    if reason:
+        pytest.skip(reason)
+    store = TeamStore(tmp_path_factory.mktemp("team-store"))
+    yield store
+    store.close()

@@ -22,7 +22,8 @@ def test_compose_has_ray_head_worker_and_mlflow_with_postgres(compose):
     assert {"ray-head", "ray-worker", "mlflow", "postgres"} <= set(services)
     mlflow_cmd = services["mlflow"]["command"]
     backend = mlflow_cmd[mlflow_cmd.index("--backend-store-uri") + 1]
-    assert backend.startswith("postgresql://") and "@postgres:5432/" in backend
+    # the image installs psycopg2; SQLAlchemy 2.1 maps a bare postgresql:// to psycopg 3
+    assert backend.startswith("postgresql+psycopg2://") and "@postgres:5432/" in backend
     assert mlflow_cmd[mlflow_cmd.index("--artifacts-destination") + 1] == "/mlartifacts"
     assert "artifacts:/mlartifacts" in services["mlflow"]["volumes"]
     assert "--head" in services["ray-head"]["command"]

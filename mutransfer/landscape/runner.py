@@ -31,7 +31,7 @@ from mutransfer.study.data import load_study_data
 from mutransfer.study.inputs import check_address_form, check_folder
 from mutransfer.study.memory import check_grid_point_memory
 from mutransfer.study.models import merge_hyperparameters, model_for, train_config
-from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, Tracker, log_batch, resolve_tracking_uri
+from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, Tracker, create_run, log_batch, resolve_tracking_uri
 from mutransfer.training import train
 from operators.parametrization import check_modes
 from operators.spectral import check_grid
@@ -189,14 +189,15 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
 
     tracker = Tracker(resolve_tracking_uri(options.tracking_uri or study.tracking.uri))
     experiment_id = tracker.ensure_experiment(study.tracking.experiment)
-    parent = tracker.client.create_run(
+    parent = create_run(
+        tracker.client,
         experiment_id,
-        tags={
+        {
             "mutransfer.kind": "landscape",
             "mutransfer.study": study.name,
             RUN_NAME_TAG: f"{study.name} landscape ({options.hyperparameter})",
         },
-    ).info.run_id
+    )
     log_batch(
         tracker.client,
         parent,
@@ -306,9 +307,10 @@ def _log_point(
     tracker, experiment_id: str, parent: str, study_name: str, hyperparameter: str, record: dict, axis: str = "K"
 ) -> None:
     name = f"{record['parametrization']} {axis}={record['scale']} {hyperparameter}={record['value']:.4g} seed={record['seed']}"
-    run = tracker.client.create_run(
+    run_id = create_run(
+        tracker.client,
         experiment_id,
-        tags={
+        {
             PARENT_TAG: parent,
             RUN_NAME_TAG: name,
             "mutransfer.kind": "landscape_point",
@@ -322,7 +324,7 @@ def _log_point(
     metrics += [("final_test_error", record["test_error"], now, 0), ("seconds", record["seconds"], now, 0)]
     log_batch(
         tracker.client,
-        run.info.run_id,
+        run_id,
         metrics=metrics,
         params={
             "parametrization": record["parametrization"],
@@ -331,7 +333,7 @@ def _log_point(
             "seed": record["seed"],
         },
     )
-    tracker.set_status(run.info.run_id, "FINISHED")
+    tracker.set_status(run_id, "FINISHED")
 
 
 def _star_ci(ci: list, inverse) -> str:

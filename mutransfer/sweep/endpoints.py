@@ -54,8 +54,45 @@ def check_tracking_uri(uri: str) -> None:
             path, f"tracking URI {uri}", "create the folder, or pass a --tracking-uri in a writable one"
         )
     elif scheme in _DB_PORTS:
+        check_database_driver(uri)
         parts = urlsplit(uri)
         _check_tcp(parts.hostname or "localhost", parts.port or _DB_PORTS[scheme], f"tracking URI {uri}", fix)
+
+
+#: the pip package of each database driver SQLAlchemy may name (its dialect's ``driver``)
+_DRIVER_PACKAGES = {
+    "psycopg": "psycopg[binary]",
+    "psycopg2": "psycopg2-binary",
+    "mysqldb": "mysqlclient",
+    "pymysql": "pymysql",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+}
+
+
+def check_database_driver(uri: str) -> None:
+    """A database tracking URI needs its SQLAlchemy driver installed: SQLAlchemy 2.1 maps ``postgresql://`` to
+    psycopg 3, which mutransfer does not install; a missing driver is one line naming the package, not MLflow's
+    traceback from inside the first run."""
+    from sqlalchemy.engine import make_url  # noqa: PLC0415 -- deferred: only for a database URI
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError  # noqa: PLC0415 -- deferred: as above
+
+    try:
+        dialect = make_url(uri).get_dialect()
+    except (NoSuchModuleError, ArgumentError) as exc:
+        raise UserInputError(f"tracking URI {uri}: {_first_line(exc)}; name a dialect SQLAlchemy knows") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError:
+        scheme = urlsplit(uri).scheme.split("+")[0]
+        package = _DRIVER_PACKAGES.get(dialect.driver, dialect.driver)
+        alternative = (
+            " or name psycopg2 (postgresql+psycopg2://, pip install psycopg2-binary)" if scheme == "postgresql" else ""
+        )
+        raise UserInputError(
+            f"tracking URI {uri}: its database driver {dialect.driver} is not installed; pip install '{package}'"
+            f"{alternative}"
+        ) from None
 
 
 def _check_mlflow_server(uri: str, fix: str) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.sweep.context import SweepContext
-from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, log_batch
+from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, create_run, log_batch
 
 
 def nested_context(
@@ -36,16 +36,17 @@ def nested_context(
     sub.data, sub.data_path, sub.tracker, sub.experiment_id = ctx.data, ctx.data_path, ctx.tracker, ctx.experiment_id
     parent = state.get("parent_run_id")
     if not (parent and ctx.tracker.run_exists(parent)):
-        parent = ctx.tracker.client.create_run(
+        parent = create_run(
+            ctx.tracker.client,
             ctx.experiment_id,
-            tags={
+            {
                 PARENT_TAG: ctx.parent_id,
                 KIND_TAG: kind,
                 STUDY_TAG: ctx.study.name,
                 RUN_NAME_TAG: run_name,
                 **fields.get("trial_tags", {}),
             },
-        ).info.run_id
+        )
         if params:
             log_batch(ctx.tracker.client, parent, params=params)
     sub.parent_id = parent

@@ -34,6 +34,7 @@ from mutransfer.tracking.runs import (
     TRIAL_ID_TAG,
     Tracker,
     _client,
+    create_run,
     epoch_metrics,
     log_batch,
     logged_steps,
@@ -174,8 +175,8 @@ class TrialLogger:
         if run is None:
             params = self._params(key, dict(trial.config or {}))
             tags = dict(self._run_tags(key, self._index(trial)), **{STATUS_TAG: OPEN_STATUS})
-            created = self.client.create_run(self.experiment_id, tags=tags)
-            run = self._open[key] = OpenRun(created.info.run_id, steps=set(), params=set(params), live=True)
+            created = create_run(self.client, self.experiment_id, tags)
+            run = self._open[key] = OpenRun(created, steps=set(), params=set(params), live=True)
             log_batch(self.client, run.run_id, params=params)
         elif not run.live:  # left unfinished by an earlier driver: running again
             self.client.update_run(run.run_id, status="RUNNING")
@@ -357,9 +358,7 @@ class TrialLogger:
         if failed:
             tags["mutransfer.error"] = error or "unknown error"
         if run is None:  # never seen starting (finished before a driver was killed, or an older store)
-            run_id = self.client.create_run(
-                self.experiment_id, start_time=start_ms, tags=self._run_tags(tid, index)
-            ).info.run_id
+            run_id = create_run(self.client, self.experiment_id, self._run_tags(tid, index), start_time=start_ms)
         else:
             run_id = run.run_id
             params = {k: v for k, v in params.items() if k not in run.params}  # MLflow params are write-once

@@ -49,7 +49,7 @@ from mutransfer.sweep.cost import epoch_flops
 from mutransfer.sweep.train_target import first_line
 from mutransfer.sweep.verify_transfer import compare, proxy_grid
 from mutransfer.sweep.verify_transfer import seed_optima as fit_seeds
-from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, log_batch
+from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, create_run, log_batch
 from mutransfer.training import train
 
 #: the verification's slot in ``SweepContext.records``, its ``state.json`` and report key
@@ -333,9 +333,10 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
 def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool = True) -> None:
 
     client = ctx.tracker.client
-    run = client.create_run(
+    run_id = create_run(
+        client,
         ctx.experiment_id,
-        tags={
+        {
             PARENT_TAG: ctx.parent_id,
             RUN_NAME_TAG: f"{kind} lr={record['lr']:.4g} seed={record['seed']}",
             "mutransfer.kind": kind,
@@ -349,7 +350,7 @@ def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool =
     metrics.append(("final_val_error", record["val_error"], now, 0))
     log_batch(
         client,
-        run.info.run_id,
+        run_id,
         metrics=metrics,
         params={
             "lr": record["lr"],
@@ -358,7 +359,7 @@ def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool =
             "width": (study.target_width or study.operator.width) if target else study.operator.width,
         },
     )
-    ctx.tracker.set_status(run.info.run_id, "FINISHED")
+    ctx.tracker.set_status(run_id, "FINISHED")
 
 
 def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records: list[dict] | None = None) -> dict:

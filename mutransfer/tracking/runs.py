@@ -175,6 +175,13 @@ def _param_value(value) -> str:
     return text[:6000]
 
 
+def create_run(client, experiment_id: str, tags: dict, *, start_time: int | None = None) -> str:
+    """Create a run with ``tags`` and return its id. Tag values are made strings here: a sqlite store takes an int,
+    a tracking server (the REST store) refuses it (``bad argument type`` in the protobuf)."""
+    strings = {k: _param_value(v) for k, v in tags.items()}
+    return client.create_run(experiment_id, start_time=start_time, tags=strings).info.run_id
+
+
 def log_batch(client, run_id: str, *, metrics=(), params: dict | None = None, tags: dict | None = None) -> None:
     """One log_batch call per 1000 metrics / 100 params (MLflow's limits)."""
     from mlflow.entities import Metric, Param, RunTag  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a store is written
@@ -252,11 +259,11 @@ class Tracker:
             return exp.experiment_id
 
     def create_parent(self, experiment_id: str, study, *, params: dict, tags: dict, files: dict[str, str]) -> str:
-        run = self.client.create_run(
+        run_id = create_run(
+            self.client,
             experiment_id,
-            tags={KIND_TAG: "study", STUDY_TAG: study.name, RUN_NAME_TAG: study.name, STATUS_TAG: "running", **tags},
+            {KIND_TAG: "study", STUDY_TAG: study.name, RUN_NAME_TAG: study.name, STATUS_TAG: "running", **tags},
         )
-        run_id = run.info.run_id
         log_batch(self.client, run_id, params=params)
         for name, text in files.items():
             self.client.log_text(run_id, text, name)
@@ -292,9 +299,10 @@ class Tracker:
                 return runs
 
     def create_target_run(self, experiment_id: str, parent_run_id: str, study_name: str, params: dict) -> str:
-        run = self.client.create_run(
+        run_id = create_run(
+            self.client,
             experiment_id,
-            tags={
+            {
                 PARENT_TAG: parent_run_id,
                 KIND_TAG: "target",
                 STUDY_TAG: study_name,
@@ -302,8 +310,8 @@ class Tracker:
                 STATUS_TAG: "running",
             },
         )
-        log_batch(self.client, run.info.run_id, params=params)
-        return run.info.run_id
+        log_batch(self.client, run_id, params=params)
+        return run_id
 
     def end_open_children(self, parent_run_id: str, status: str) -> None:
         """Give every child run still RUNNING (a proxy trial the driver was watching) the parent's end ``status``."""

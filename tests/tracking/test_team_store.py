@@ -1,0 +1,122 @@
+"""A study logged to a team's store: a real `mlflow server` on a real PostgreSQL (tests/team_store.py).
+
+The sweep is given ``--tracking-uri http://127.0.0.1:PORT`` as a team would give it; what it logged is read
+back three ways: through the server's REST API (runs, metric histories, artifacts), from PostgreSQL's own
+tables (what the server stored), and from the server's artifact folder on disk. The server's log must hold
+no error. Skipped, with the reason, where PostgreSQL or psycopg2 is not installed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mutransfer.errors import UserInputError
+from tests.sweep_helpers import write_tiny_data, write_tiny_study
+
+EPOCHS, TARGET_EPOCHS, TRIALS = 2, 2, 2
+
+
+@pytest.fixture(scope="module")
+def team_run(team_store, ray_local, tmp_path_factory):
+    from mutransfer.sweep import SweepOptions, run_sweep
+
+    work = tmp_path_factory.mktemp("team-run")
+    data = write_tiny_data(work / "burgers_tiny.h5")
+    study = write_tiny_study(work, data, name="teamstudy", trials=TRIALS, epochs=EPOCHS, target_epochs=TARGET_EPOCHS)
+    report = run_sweep(
+        SweepOptions(
+            study_path=str(study),
+            runs_dir=str(work / "runs"),
+            overrides={"tracking_uri": team_store.uri},
+            quiet=True,
+        )
+    )
+    return report
+
+
+def _study_runs(uri: str, experiment_id: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri).search_runs([experiment_id], max_results=1000)
+
+
+def test_a_study_logs_every_run_metric_and_artifact_to_the_team_store(team_store, team_run):
+    from mlflow.tracking import MlflowClient
+
+    report = team_run
+    assert report["target"]["status"] == "completed"
+    client = MlflowClient(team_store.uri)
+    runs = _study_runs(team_store.uri, report["mlflow"]["experiment_id"])
+    kinds = sorted(r.data.tags.get("mutransfer.kind") for r in runs)
+    assert kinds == ["proxy_trial"] * TRIALS + ["study", "target"]
+    assert all(r.info.status == "FINISHED" for r in runs)
+    trial_ids = [r.data.tags["mutransfer.trial_id"] for r in runs if r.data.tags["mutransfer.kind"] == "proxy_trial"]
+    assert len(set(trial_ids)) == TRIALS, "one run per trial, none twice"
+
+    for run in runs:
+        kind = run.data.tags["mutransfer.kind"]
+        if kind == "study":
+            continue
+        key, epochs = ("val_error", EPOCHS) if kind == "proxy_trial" else ("test_error", TARGET_EPOCHS)
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        if kind == "proxy_trial" and run.data.tags["mutransfer.status"] == "pruned":
+            epochs = len(steps)
+        assert sorted(steps) == list(range(1, epochs + 1)) or sorted(steps) == list(range(epochs)), (kind, steps)
+
+    # the server stored them in PostgreSQL: the same runs, their metrics, no row twice
+    ids = {r.info.run_id for r in runs}
+    in_db = {row[0] for row in team_store.postgres.query("mlflow", "SELECT run_uuid FROM runs")}
+    assert ids <= in_db
+    duplicates = team_store.postgres.query(
+        "mlflow",
+        "SELECT run_uuid, key, step, count(*) FROM metrics GROUP BY run_uuid, key, step, timestamp, value "
+        "HAVING count(*) > 1",
+    )
+    assert not duplicates
+
+    # artifacts go through the server (mlflow-artifacts:/) to its folder: the target's checkpoint, the parent's files
+    target = next(r for r in runs if r.data.tags["mutransfer.kind"] == "target")
+    parent = next(r for r in runs if r.data.tags["mutransfer.kind"] == "study")
+    assert target.info.artifact_uri.startswith("mlflow-artifacts:/")
+    assert [a.path for a in client.list_artifacts(target.info.run_id, "checkpoint")]
+    assert client.list_artifacts(parent.info.run_id)
+    on_disk = [p for p in team_store.server.artifacts.rglob("*") if p.is_file()]
+    assert any(target.info.run_id in str(p) for p in on_disk)
+    assert any(parent.info.run_id in str(p) for p in on_disk)
+    assert team_store.server.errors() == []
+
+
+def test_the_error_log_reader_finds_a_traceback(team_store, tmp_path):
+    """The clean-log check above can fail: the reader picks out a traceback and a 500 in a server log."""
+    from tests.team_store import MlflowServer
+
+    server = MlflowServer(team_store.server.backend_uri, tmp_path)
+    server.log_path.write_text(
+        'INFO: 127.0.0.1:1 - "POST /api/2.0/mlflow/runs/log-batch HTTP/1.1" 200 OK\n'
+        "Traceback (most recent call last):\n"
+        'INFO: 127.0.0.1:1 - "POST /api/2.0/mlflow/runs/create HTTP/1.1" 500 Internal Server Error\n'
+    )
+    assert len(server.errors()) == 2
+
+
+def test_a_postgres_uri_without_its_driver_is_one_line_before_anything_starts():
+    """SQLAlchemy 2.1 maps postgresql:// to psycopg 3, which is not installed: one line naming the package."""
+    from mutransfer.sweep.endpoints import check_tracking_uri
+
+    try:
+        import psycopg  # noqa: F401
+
+        pytest.skip("psycopg 3 is installed here: postgresql:// has its driver")
+    except ImportError:
+        pass
+    with pytest.raises(UserInputError, match=r"driver psycopg is not installed; pip install 'psycopg\[binary\]'"):
+        check_tracking_uri("postgresql://mlflow@127.0.0.1:5432/mlflow")
+    with pytest.raises(UserInputError, match="Can't load plugin"):
+        check_tracking_uri("postgresql+nosuchdriver://mlflow@127.0.0.1:5432/mlflow")
+
+
+def test_the_team_stores_postgres_uri_passes_the_check(team_store):
+    """postgresql+psycopg2:// with a running PostgreSQL passes the endpoint check (driver present, port open)."""
+    from mutransfer.sweep.endpoints import check_tracking_uri
+
+    check_tracking_uri(team_store.server.backend_uri)
