@@ -44,3 +44,20 @@ def team_store(tmp_path_factory):
     store = TeamStore(tmp_path_factory.mktemp("team-store"))
     yield store
     store.close()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A 2-node Ray cluster on loopback, one CPU per node (tests/ray_cluster.py); skipped without the `ray` CLI."""
+    import shutil
+
+    from tests.ray_cluster import LocalCluster
+
+    if shutil.which("ray") is None:
+        pytest.skip("the `ray` CLI is not on PATH")
+    c = LocalCluster(tmp_path)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()

@@ -53,6 +53,16 @@ def test_dockerfiles_install_torch_before_the_project_and_run_unprivileged(docke
     assert "USER mutransfer" in text
 
 
+@pytest.mark.parametrize("dockerfile", ["Dockerfile.cpu", "Dockerfile.cuda"])
+def test_dockerfiles_take_their_base_image_as_a_build_argument(dockerfile):
+    """`--build-arg BASE_IMAGE=...` picks another base (a mirror, a digest); the default is the usual public one."""
+    lines = [line.strip() for line in (DOCKER / dockerfile).read_text().splitlines()]
+    default = next(line for line in lines if line.startswith("ARG BASE_IMAGE="))
+    assert default.split("=", 1)[1].startswith(("python:", "nvidia/cuda:"))
+    froms = [line for line in lines if line.startswith("FROM ")]
+    assert froms == ["FROM ${BASE_IMAGE}"] and lines.index(default) < lines.index(froms[0])
+
+
 def _compose_client():
     if shutil.which("docker") and subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
         return ["docker", "compose"]

@@ -66,10 +66,20 @@ def run_proxies(ctx: SweepContext) -> None:
             tuner.fit()
         if not plan.finished():
             raise KeyboardInterrupt("the Tune experiment was interrupted")
+    _drain(ctx, logger)
     trials = collect_trials(ctx.study, plan, logger)
     seconds = float(ctx.state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
     ctx.proxies = ProxyResults(trials, next(t for t in trials if t.best), concurrency, seconds)
     ctx.update_state(phase="target", **ctx.proxies.as_dict())
+
+
+def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
+    """Wait for the trials' MLflow writes the search queued (a tracking server that was down gets them now)."""
+    waiting = logger.pending()
+    if waiting:
+        ctx.say(f"mlflow: sending {waiting} queued trial writes to {ctx.tracking_uri} ...")
+    for failure in logger.drain():
+        ctx.say(f"warning: an MLflow write failed ({failure}); the trial's run is written again from its files")
 
 
 def _concurrency(ctx: SweepContext) -> int:
@@ -115,6 +125,7 @@ def _logger(ctx: SweepContext, total: int):
         trials_dir=str(ctx.study_dir.trials_dir),
         tags=ctx.trial_tags,
         key_tags=strategies.trial_tags(ctx),
+        background=True,  # Tune never waits on the store: the trials train on through a server outage
     )
 
 

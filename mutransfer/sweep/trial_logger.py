@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mutransfer.sweep.plan import error_text, key_number, key_of, trial_status
 from mutransfer.sweep.trial import read_trial_history
+from mutransfer.tracking.background import Background
 from mutransfer.tracking.runs import (
     KIND_TAG,
     PARENT_TAG,
@@ -40,8 +41,40 @@ from mutransfer.tracking.runs import (
     logged_steps,
 )
 
+#: the per-epoch metric keys of a trial's run (mutransfer.tracking.runs.epoch_metrics); the others are logged once
+EPOCH_KEYS = ("val_error", "test_error", "train_loss", "lr")
+
 #: the mutransfer.status tag of a child run whose trial has not finished
 OPEN_STATUS = "running"
+
+
+@dataclass(frozen=True)
+class TrialView:
+    """What the logger reads of a Tune trial, copied when Tune reports the event (Tune changes the trial after,
+    and the background thread writes later)."""
+
+    trial_id: str
+    config: dict
+    last_result: dict
+    num_failures: int
+    path: str | None
+    error: str | None
+
+    @classmethod
+    def of(cls, trial, *, failed: bool = False) -> TrialView:
+        """The copy; a failed trial's error line is read now (:func:`~mutransfer.sweep.plan.error_text`)."""
+        return cls(
+            trial_id=str(trial.trial_id),
+            config=dict(trial.config or {}),
+            last_result=dict(trial.last_result or {}),
+            num_failures=int(getattr(trial, "num_failures", 0) or 0),
+            path=getattr(trial, "path", None),
+            error=error_text(trial) if failed else None,
+        )
+
+    def get_error(self) -> str | None:
+        """Tune's ``Trial.get_error``, as it was at the event (read by mutransfer.sweep.plan.error_text)."""
+        return self.error
 
 
 @dataclass
@@ -51,6 +84,9 @@ class OpenRun:
     run_id: str
     steps: set[int] | None = None  # None: not read yet (a run of an earlier session)
     params: set[str] = field(default_factory=set)
+    #: the single-value metrics it holds already (final_val_error, epochs, ...: a driver killed between the
+    #: final log_batch and the run's end wrote them; they are not logged again)
+    finals: set[str] = field(default_factory=set)
     live: bool = False  # set RUNNING by this driver
     flushed: float = 0.0  # time.time() of the last live log_batch
 
@@ -91,6 +127,7 @@ class TrialLogger:
         trial_key=None,
         tags: dict | None = None,
         key_tags: dict[str, dict[str, str]] | None = None,
+        background: bool = False,
     ):
         self.uri = uri
         self.experiment_id = experiment_id
@@ -115,10 +152,14 @@ class TrialLogger:
         self.tags = dict(tags or {})
         #: key -> extra tags of that trial's run (the strategies': a warm start's source trial)
         self.key_tags = dict(key_tags or {})
+        #: True: Tune's events are copied and written on a thread of their own (mutransfer.tracking.background),
+        #: so a tracking server that is down stalls the writes, not the trials; call :meth:`drain` before reading
+        self.background = background
         self._reset()
 
     def _reset(self) -> None:
         self._client = None
+        self._background: Background | None = None
         self._logged: set[str] | None = None
         self._open: dict[str, OpenRun] = {}
         self._buffers: dict[str, dict[int, dict]] = {}
@@ -129,7 +170,7 @@ class TrialLogger:
 
     def __getstate__(self):
         state = dict(self.__dict__)
-        for key in ("_client", "_logged", "_open", "_buffers", "_last", "_start", "_retries", "_done"):
+        for key in ("_client", "_background", "_logged", "_open", "_buffers", "_last", "_start", "_retries", "_done"):
             state.pop(key, None)
         return state
 
@@ -159,16 +200,54 @@ class TrialLogger:
                 if _finished(r):
                     self._logged.add(key)
                 elif r.data.tags.get("mutransfer.superseded") != "true" and key not in self._open:
-                    self._open[key] = OpenRun(r.info.run_id, params=set(r.data.params))
+                    finals = set(r.data.metrics) - set(EPOCH_KEYS)
+                    self._open[key] = OpenRun(r.info.run_id, params=set(r.data.params), finals=finals)
             self._done = len(self._logged)
         return self._logged
 
     def _key(self, trial) -> str:
         return self.trial_key(trial) if self.trial_key is not None else _key(trial)
 
+    # ---- Tune's events: in order, on the background thread when there is one -------------
     def on_trial_start(self, trial) -> None:
+        self._do(self._started, TrialView.of(trial), time.time())
+
+    def on_trial_result(self, trial, result: dict) -> None:
+        self._do(self._result, TrialView.of(trial), dict(result))
+
+    def on_trial_recover(self, trial) -> None:
+        self._do(self._recovered, TrialView.of(trial))
+
+    def on_trial_complete(self, trial) -> None:
+        self._do(self._flush, TrialView.of(trial), False)
+
+    def on_trial_error(self, trial) -> None:
+        self._do(self._flush, TrialView.of(trial, failed=True), True)
+
+    def _do(self, fn: Callable[..., None], *args) -> None:
+        if not self.background:
+            fn(*args)
+            return
+        if self._background is None:
+            self._background = Background(f"mlflow {self.study_name}")
+        self._background.submit(fn, *args)
+
+    def pending(self) -> int:
+        """Events queued for the store and not written yet (0 without a background thread)."""
+        return 0 if self._background is None else self._background.pending()
+
+    def drain(self, timeout: float | None = None) -> list[str]:
+        """Wait until every event so far is in the store (background mode); returns the writes that failed
+        after MLflow's retries (one line each), raises TimeoutError if ``timeout`` passed first."""
+        if self._background is None:
+            return []
+        if not self._background.drain(timeout):
+            raise TimeoutError(f"{self._background.pending()} MLflow writes still waiting after {timeout} s")
+        return list(self._background.failures)
+
+    def _started(self, trial, at: float) -> None:
         key = self._key(trial)
-        self._start.setdefault(key, time.time())
+        self._start.setdefault(key, at)
         if key in self.logged_trial_ids():  # a finished trial replayed: its run is complete
             return
         run = self._open.get(key)
@@ -243,21 +322,15 @@ class TrialLogger:
                 "seconds": float(result.get("trainer_seconds", 0.0)),
             }
 
-    def on_trial_result(self, trial, result: dict) -> None:
+    def _result(self, trial, result: dict) -> None:
         tid = self._key(trial)
         self._buffer(self._buffers.setdefault(tid, {}), result)
-        self._last[tid] = dict(result)
+        self._last[tid] = result
         self._log_live(tid)
 
-    def on_trial_recover(self, trial) -> None:
+    def _recovered(self, trial) -> None:
         key = self._key(trial)
         self._retries[key] = self._retries.get(key, 0) + 1
-
-    def on_trial_complete(self, trial) -> None:
-        self._flush(trial, failed=False)
-
-    def on_trial_error(self, trial) -> None:
-        self._flush(trial, failed=True)
 
     # ---- helpers --------------------------------------------------------------------
     def _index(self, trial) -> int:
@@ -279,6 +352,7 @@ class TrialLogger:
             )
 
     def _flush(self, trial, failed: bool) -> None:
+        """Write a finished trial's run (``trial``: a :class:`TrialView` or a Tune trial)."""
         tid = self._key(trial)
         last = self._last.pop(tid, None) or dict(trial.last_result or {})
         self._write_run(
@@ -352,6 +426,8 @@ class TrialLogger:
         ]
         if seen_start:  # from Tune starting the trial to its end, on the driver's clock (mutransfer.sweep.overheads)
             metrics.append(("span_seconds", end - start, now, 0))
+        if run is not None:
+            metrics = [m for m in metrics if m[0] not in run.finals]
         tags = {STATUS_TAG: status, "mutransfer.retries": max(0, retries)}
         if index or run is None:
             tags["mutransfer.trial_index"] = index

@@ -140,7 +140,10 @@ def _client(uri: str):
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a store is opened
 
     path = sqlite_path(uri)
-    if path is None or _has_tables(path):
+    if path is None:
+        return MlflowClient(tracking_uri=uri)
+    if _has_tables(path):
+        _write_ahead(path)
         return MlflowClient(tracking_uri=uri)
     # MLflow creates and migrates a new sqlite store's tables when it first opens it; two processes doing that at
     # once fail ("table ... already exists", alembic's "expected to match one row"). The first to take the lock
@@ -150,7 +153,22 @@ def _client(uri: str):
     with FileLock(f"{path}.lock", timeout=600):
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
+        _write_ahead(path)
     return client
+
+
+def _write_ahead(path: Path) -> None:
+    """Put the sqlite store in WAL mode (a setting of the file, kept once made): readers do not block the writer
+    and several drivers logging at once wait less on each other (MLflow's busy timeout is 20 s). Best effort: a
+    store on a file system without shared memory (NFS) stays in its journal mode."""
+    import sqlite3  # noqa: PLC0415 -- deferred: only when a store is opened
+
+    try:
+        with contextlib.closing(sqlite3.connect(path, timeout=30)) as db:
+            if db.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                db.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error:
+        pass
 
 
 def _has_tables(path: Path) -> bool:

@@ -21,225 +21,19 @@ any process still carrying this test's unique RAY_AUTH_TOKEN in its environment.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import shlex
-import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
+from tests.ray_cluster import RAY
 from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
-RAY = shutil.which("ray") or "ray"
-START_TIMEOUT_S = 90  # both nodes registered
 JOB_TIMEOUT_S = 300  # submission to SUCCEEDED, on a loaded 2-core machine
-
-
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-class LocalCluster:
-    """A head + a worker node on 127.0.0.1, started with `ray start --block` as our own subprocesses."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.token = secrets.token_hex(32)
-        (
-            self.gcs_port,
-            self.dashboard_port,
-            self.client_port,
-            head_agent,
-            worker_agent,
-            head_metrics,
-            worker_metrics,
-        ) = _free_ports(7)
-        self._agent_ports = {"head": head_agent, "worker": worker_agent}
-        self._metrics_ports = {"head": head_metrics, "worker": worker_metrics}
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
-        env.update(
-            RAY_AUTH_MODE="token",
-            RAY_AUTH_TOKEN=self.token,
-            RAY_USAGE_STATS_ENABLED="0",
-            MLFLOW_DISABLE_TELEMETRY="true",
-            TQDM_DISABLE="1",
-            MUTRANSFER_CACHE=str(root / "cache"),
-        )
-        env.pop("RAY_AUTH_TOKEN_PATH", None)
-        self.env = env
-        self.procs: dict[str, subprocess.Popen] = {}
-        # Short temp dir: Ray's unix sockets live under it (AF_UNIX paths are limited to ~107 bytes).
-        self.temp_dir = Path(tempfile.mkdtemp(prefix="mtray"))
-
-    @property
-    def dashboard(self) -> str:
-        return f"http://127.0.0.1:{self.dashboard_port}"
-
-    def _start(self, role: str, args: list[str]) -> None:
-        log = open(self.root / f"ray-{role}.log", "w")
-        common = [
-            "--num-cpus=1",
-            "--num-gpus=0",
-            "--block",
-            "--disable-usage-stats",
-            f"--dashboard-agent-listen-port={self._agent_ports[role]}",
-            f"--metrics-export-port={self._metrics_ports[role]}",
-        ]
-        self.procs[role] = subprocess.Popen(
-            [RAY, "start", *args, *common],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # its own process group: ours alone to signal
-        )
-
-    def start(self) -> None:
-        self._start(
-            "head",
-            [
-                "--head",
-                f"--port={self.gcs_port}",
-                "--node-ip-address=127.0.0.1",
-                "--include-dashboard=true",
-                "--dashboard-host=127.0.0.1",
-                f"--dashboard-port={self.dashboard_port}",
-                f"--ray-client-server-port={self.client_port}",
-                f"--temp-dir={self.temp_dir}",
-            ],
-        )
-        self._wait_nodes(1)
-        self._start("worker", [f"--address=127.0.0.1:{self.gcs_port}", "--node-ip-address=127.0.0.1"])
-        self._wait_nodes(2)
-
-    def run(self, *args: str, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            list(args),
-            env=self.env,
-            cwd=self.root,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(
-                f"{' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}\n{self.logs()}"
-            )
-        return proc
-
-    def state(self, what: str) -> list[dict]:
-        """`ray.util.state.list_<what>` from a subprocess with the token (keeps Ray out of pytest's process)."""
-        code = (
-            "import json, sys\n"
-            "from ray.util import state\n"
-            f"rows = state.list_{what}(address={self.dashboard!r}, detail=True, limit=10000, raise_on_missing_output=False)\n"
-            "json.dump([r if isinstance(r, dict) else r.__dict__ for r in rows], sys.stdout, default=str)\n"
-        )
-        out = self.run(sys.executable, "-c", code, timeout=90).stdout
-        return json.loads(out)
-
-    def _wait_nodes(self, n: int) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        last = ""
-        while time.monotonic() < deadline:
-            for role, proc in self.procs.items():
-                if proc.poll() is not None:
-                    raise AssertionError(f"`ray start` ({role}) exited {proc.returncode}\n{self.logs()}")
-            try:
-                alive = [node for node in self.state("nodes") if node.get("state") == "ALIVE"]
-                if len(alive) >= n:
-                    return
-                last = f"{len(alive)} alive node(s)"
-            except (AssertionError, subprocess.TimeoutExpired, ValueError) as exc:
-                last = str(exc)[-2000:]
-            time.sleep(2)
-        raise AssertionError(f"the cluster did not reach {n} node(s) in {START_TIMEOUT_S} s: {last}\n{self.logs()}")
-
-    def logs(self) -> str:
-        parts = []
-        for role in self.procs:
-            path = self.root / f"ray-{role}.log"
-            if path.exists():
-                parts.append(f"--- ray start ({role}) ---\n{path.read_text()[-3000:]}")
-        return "\n".join(parts)
-
-    def stop(self) -> None:
-        for role in ("worker", "head"):
-            proc = self.procs.get(role)
-            if proc is not None and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for role in ("worker", "head"):
-            proc = self.procs.get(role)
-            if proc is None:
-                continue
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
-                proc.wait(timeout=10)
-        # Anything left (raylet, GCS, workers, the job driver) still has our token in its environment.
-        deadline = time.monotonic() + 15
-        while _processes_with_env(f"RAY_AUTH_TOKEN={self.token}") and time.monotonic() < deadline:
-            time.sleep(1)
-        for pid in _processes_with_env(f"RAY_AUTH_TOKEN={self.token}"):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        shutil.rmtree(self.temp_dir, ignore_errors=True)
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def _processes_with_env(entry: str) -> list[int]:
-    needle = entry.encode() + b"\0"
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            if needle in (d / "environ").read_bytes() + b"\0":
-                found.append(int(d.name))
-        except OSError:
-            continue
-    return found
-
-
-@pytest.fixture
-def cluster(tmp_path):
-    if shutil.which("ray") is None:
-        pytest.skip("the `ray` CLI is not on PATH")
-    c = LocalCluster(tmp_path)
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
 
 
 def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
@@ -334,3 +128,65 @@ def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
         f"trials did not run on both nodes: {placement}; nodes: "
         f"{ {k: ('head' if v.get('is_head_node') else 'worker') for k, v in nodes.items()} }"
     )
+
+
+def test_a_worker_node_killed_mid_trial_the_trial_resumes_on_the_head_and_the_study_completes(cluster, tmp_path):
+    """Two long trials, one per node; the worker node (its `ray start`, raylet and workers) is SIGKILLed once both
+    have checkpoints. Tune retries the lost trial on the head node from its last checkpoint; the study completes
+    with one MLflow run per trial holding every epoch once."""
+    import os
+    import signal
+    import sys
+
+    from mutransfer.sweep.trial import read_executions, read_trial_history
+
+    epochs = 60
+    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
+    study = write_tiny_study(
+        tmp_path, data, name="nodekill", trials=2, epochs=epochs, grace=epochs, target_epochs=1, max_failures=2
+    )
+    db, runs = tmp_path / "mlflow.db", tmp_path / "runs"
+    cmd = [
+        *(sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study)),
+        *("--address", f"127.0.0.1:{cluster.gcs_port}", "--tracking-uri", f"sqlite:///{db}"),
+        *("--runs-dir", str(runs), "--json"),
+    ]
+    trials = runs / "nodekill" / "trials"
+    err = tmp_path / "driver.err"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(cmd, env=cluster.env, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+
+        def both_checkpointed() -> bool:
+            keys = [d for d in trials.glob("t*") if d.is_dir()] if trials.exists() else []
+            return len(keys) == 2 and all(len(read_trial_history(d)) >= 3 for d in keys)
+
+        while not both_checkpointed():
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()[-3000:]
+            time.sleep(0.2)
+        done_at_kill = {d.name: len(read_trial_history(d)) for d in trials.glob("t*")}
+        os.killpg(cluster.procs["worker"].pid, signal.SIGKILL)  # the node: `ray start`, its raylet, its workers
+        out, _ = proc.communicate(timeout=JOB_TIMEOUT_S)
+    assert proc.returncode == 0, err.read_text()[-3000:]
+    report = json.loads(out)
+    assert report["trials"]["total"] == 2 and report["target"]["status"] == "completed"
+
+    starts = {d.name: [e for e in read_executions(d) if e["kind"] == "train"] for d in sorted(trials.glob("t*"))}
+    retried = [key for key, s in starts.items() if len(s) > 1]
+    assert len(retried) == 1, (starts, done_at_kill)  # the trial on the lost node, and only it, ran again
+    assert starts[retried[0]][-1]["resumed_from_epoch"] is not None, starts[retried[0]]  # from its checkpoint
+    for table in report["trial_table"]:
+        assert table["status"] == "completed", table
+
+    runs_by_kind: dict[str, list] = {}
+    for run in mlflow_runs(f"sqlite:///{db}"):
+        runs_by_kind.setdefault(run.data.tags.get("mutransfer.kind"), []).append(run)
+    assert sorted(r.data.tags["mutransfer.trial_id"] for r in runs_by_kind["proxy_trial"]) == ["t0000", "t0001"]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    for run in runs_by_kind["proxy_trial"]:
+        assert run.info.status == "FINISHED"
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_error")]
+        assert sorted(steps) == sorted(set(steps)) and len(steps) == epochs, (run.info.run_name, len(steps))
+    print("worker node killed:", json.dumps({"epochs_at_kill": done_at_kill, "retried": retried[0]}))

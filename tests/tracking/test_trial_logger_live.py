@@ -153,8 +153,79 @@ def test_a_restarted_driver_keeps_the_trials_one_run_and_its_history(store):
 
 
 def test_the_logger_still_pickles_and_forgets_its_runs(store):
-    logger = _logger(store)
+    logger = _logger(store, background=True)
     logger.trial_key = None  # a lambda does not pickle; the sweep passes the module-level proxies.trial_dirname
     logger.on_trial_start(_trial())
-    copy = pickle.loads(pickle.dumps(logger))
+    assert logger.drain(timeout=120) == []
+    copy = pickle.loads(pickle.dumps(logger))  # Tune pickles its callbacks: the writer thread stays behind
     assert copy._open == {} and copy._logged is None and copy.uri == logger.uri
+    assert copy._background is None and copy.background
+
+
+def test_in_the_background_tunes_events_return_while_the_store_waits_and_the_writes_follow_in_order(store):
+    """The sweep's mode: an event returns before its write (a store that does not answer holds the writes, not
+    Tune); once the store answers, drain() sees them all written, in order, each epoch once."""
+    import threading
+
+    logger, trial = _logger(store, background=True), _trial()
+    answer = threading.Event()
+    started = logger._started
+    logger._started = lambda t, at: (answer.wait(60), started(t, at))  # the store answers when the test says
+    logger.on_trial_start(trial)
+    for epoch in (1, 2, 3, 4):
+        trial.last_result = _result(epoch)
+        logger.on_trial_result(trial, trial.last_result)
+    logger.on_trial_complete(trial)
+    trial.last_result = {}  # Tune changes its trial after the event: the logger wrote a copy
+    assert logger.pending() == 6 and _children(store) == []  # all six events returned, none written
+    with pytest.raises(TimeoutError, match="6 MLflow writes still waiting"):
+        logger.drain(timeout=0.2)
+    answer.set()
+    assert logger.drain(timeout=120) == [] and logger.pending() == 0
+    [run] = _children(store)
+    assert run.info.status == "FINISHED" and _steps(store, run.info.run_id) == [1, 2, 3, 4]
+    assert run.data.metrics["final_val_error"] == pytest.approx(0.25)
+
+
+def test_a_write_that_fails_is_said_and_the_next_ones_still_run(tmp_path):
+    from mutransfer.tracking.background import Background
+
+    done: list[int] = []
+
+    def fail():
+        raise ConnectionError("127.0.0.1:5000 connection refused\nmore")
+
+    background = Background("test")
+    background.submit(done.append, 1)
+    background.submit(fail)
+    background.submit(done.append, 2)
+    assert background.drain(timeout=30)
+    assert done == [1, 2] and background.failures == ["fail: 127.0.0.1:5000 connection refused more"]
+
+
+def test_a_driver_killed_after_the_final_write_leaves_the_final_metrics_once(store):
+    """Killed between the trial's final log_batch and the run's end: the next driver ends the run without logging
+    final_val_error, epochs, ... a second time (a tracking server outage made this window minutes long)."""
+    first, trial = _logger(store), _trial()
+    first.on_trial_start(trial)
+    for epoch in (1, 2, 3, 4):
+        trial.last_result = _result(epoch)
+        first.on_trial_result(trial, trial.last_result)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("the driver is killed here")
+
+    first.client.set_terminated = killed
+    with pytest.raises(KeyboardInterrupt):
+        first.on_trial_complete(trial)
+    first._client = None
+    [run] = _children(store)
+    assert run.info.status == "RUNNING" and "final_val_error" in run.data.metrics
+
+    second = _logger(store)  # the resumed driver writes the finished trial's run from its files
+    second.on_trial_complete(trial)
+    [done] = _children(store)
+    assert done.info.status == "FINISHED"
+    for key in ("final_val_error", "epochs", "wall_seconds"):
+        assert len(store[0].client.get_metric_history(done.info.run_id, key)) == 1, key
+    assert _steps(store, done.info.run_id) == [1, 2, 3, 4]

@@ -1,0 +1,106 @@
+"""Load (slow): four studies at once on the 2-node loopback Ray cluster, all logging to one tracking store.
+
+Each study has :data:`TRIALS` proxy trials, :data:`AT_ONCE` at a time, and a target; the four drivers
+(`mutransfer sweep --address HOST:PORT`) start together and share the cluster's two CPUs. The store is a real
+`mlflow server` on PostgreSQL (tests/team_store.py), or the embedded default, one SQLite file (WAL mode) that
+all four drivers write. Afterwards: every study has one parent run, one run per trial (none twice), each with
+one point per epoch, one target run, all FINISHED; PostgreSQL holds no metric twice and the server's log no
+error. The figures (studies, trials, metrics stored, wall time) are printed; docs/robustness.md quotes them
+(``python -m pytest -s`` on this file).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.sweep_helpers import write_tiny_data, write_tiny_study
+from tests.team_store import TeamStore, team_store_or_skip
+
+pytestmark = pytest.mark.slow
+
+STUDIES, TRIALS, AT_ONCE, EPOCHS = 4, 8, 2, 2
+
+
+def _check_study(client, report: dict) -> int:
+    """The runs of one study are complete; returns the number of metric points its trials and target hold."""
+    runs = client.search_runs([report["mlflow"]["experiment_id"]], max_results=1000)
+    mine = [r for r in runs if r.data.tags.get("mutransfer.study") == report["study"]]
+    assert len([r for r in mine if r.data.tags.get("mutransfer.kind") == "study"]) == 1
+    trials = [r for r in mine if r.data.tags.get("mutransfer.kind") == "proxy_trial"]
+    assert sorted(r.data.tags["mutransfer.trial_id"] for r in trials) == [f"t{i:04d}" for i in range(TRIALS)]
+    assert len([r for r in mine if r.data.tags.get("mutransfer.kind") == "target"]) == 1
+    assert all(r.info.status == "FINISHED" for r in mine), [(r.info.run_name, r.info.status) for r in mine]
+    points = 0
+    for run in trials:
+        history = client.get_metric_history(run.info.run_id, "val_error")
+        assert len(history) == len({m.step for m in history}) == int(run.data.metrics["epochs"]), run.info.run_name
+        points += len(history)
+    return points
+
+
+@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
+def test_four_studies_at_once_on_the_cluster_lose_and_repeat_nothing(cluster, tmp_path, backend):
+    from mlflow.tracking import MlflowClient
+
+    team = None
+    if backend == "postgresql":
+        reason = team_store_or_skip()
+        if reason:
+            pytest.skip(reason)
+        team = TeamStore(tmp_path / "store")
+    try:
+        uri = team.uri if team is not None else f"sqlite:///{tmp_path / 'mlflow.db'}"
+        data = write_tiny_data(tmp_path / "burgers_tiny.h5")
+        studies = [
+            write_tiny_study(
+                tmp_path, data, name=f"load{i}", trials=TRIALS, epochs=EPOCHS, grace=EPOCHS, max_concurrent=AT_ONCE
+            )
+            for i in range(STUDIES)
+        ]
+        env = dict(cluster.env, MUTRANSFER_CACHE=str(tmp_path / "cache"))
+        start = time.monotonic()
+        procs = []
+        for study in studies:
+            cmd = [
+                *(sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study)),
+                *("--address", f"127.0.0.1:{cluster.gcs_port}", "--tracking-uri", uri),
+                *("--runs-dir", str(tmp_path / "runs"), "--json"),
+            ]
+            err = open(tmp_path / f"{study.stem}.err", "w")  # closed when its driver ends
+            procs.append(
+                (study.stem, err, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True))
+            )
+        reports = []
+        for name, err, proc in procs:
+            out, _ = proc.communicate(timeout=1500)
+            err.close()
+            assert proc.returncode == 0, f"{name}: {(tmp_path / f'{name}.err').read_text()[-3000:]}"
+            reports.append(json.loads(out))
+        wall = time.monotonic() - start
+
+        client = MlflowClient(uri)
+        points = sum(_check_study(client, report) for report in reports)
+        figures = {
+            "backend": backend,
+            "studies": STUDIES,
+            "trials": STUDIES * TRIALS,
+            "trial_metric_points": points,
+            "wall_s": round(wall, 1),
+        }
+        if team is not None:
+            twice = team.postgres.query(
+                "mlflow", "SELECT run_uuid, key, step FROM metrics GROUP BY run_uuid, key, step HAVING count(*) > 1"
+            )
+            assert not twice, twice
+            figures["metrics_stored"] = team.count("SELECT count(*) FROM metrics")
+            figures["runs_stored"] = team.count("SELECT count(*) FROM runs")
+            assert team.server.errors() == [], team.server.errors()[:5]
+        print("load figures:", json.dumps(figures))
+    finally:
+        if team is not None:
+            team.close()
