@@ -34,6 +34,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -162,6 +163,25 @@ def _rows(array, rank: int, n: int, world: int):
     return array[rank:n:world]
 
 
+def driver_gone(driver: dict | None) -> bool:
+    """Whether the driver that started this target has exited (``driver``: its pid and host; a worker on another
+    host cannot tell and leaves it to Ray). Each worker asks at every epoch, before it writes anything: Ray
+    notices a killed driver only seconds later, and until then its workers went on writing checkpoints."""
+    if not driver or driver.get("host") != socket.gethostname():
+        return False
+    pid = int(driver["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    try:  # a killed driver its parent has not reaped yet is a zombie (Linux: state Z)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def target_loop(cfg: dict) -> dict:
     """Ray Train per-worker function."""
     import ray.train.torch  # noqa: PLC0415 -- deferred: (binds ray, ray.train too) Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
@@ -214,6 +234,8 @@ def target_loop(cfg: dict) -> dict:
     total = epochs * iters_per_epoch
 
     def on_event(event) -> None:
+        if isinstance(event, EpochRecord) and driver_gone(cfg.get("driver")):
+            os._exit(1)  # the driver was killed: write nothing more (Ray would stop this worker seconds later)
         if rank == 0 and isinstance(event, EpochRecord):
             append_progress(cfg.get("progress_file"), event)
         # Report only when the trainer has just written checkpoint.pt (every `every` epochs, not
@@ -361,6 +383,7 @@ def run_target(
             "data_ref": ray.put(data),
             "progress_file": str(Path(storage_dir) / "target" / PROGRESS_FILE),
             "plan": plan,
+            "driver": {"pid": os.getpid(), "host": socket.gethostname()},
         },
         scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
         **backend,

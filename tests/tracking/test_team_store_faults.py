@@ -32,7 +32,9 @@ from tests.team_store import TeamStore, team_store_or_skip
 pytestmark = pytest.mark.slow
 
 OUTAGE_S = 60.0
-TRIALS, EPOCHS, TARGET_EPOCHS = 6, 40, 400  # long enough that each outage falls inside its phase
+TRIALS, EPOCHS = 6, 40  # long enough that the first outage falls inside the proxies
+TARGET_EPOCHS = 400  # long enough that the second falls inside the target's training
+RESUMED_TARGET_EPOCHS = 20
 NAME = "outage"
 
 
@@ -46,10 +48,10 @@ def store(tmp_path):
     team.close()
 
 
-def _setup(tmp_path: Path) -> tuple[list[str], dict, Path]:
+def _setup(tmp_path: Path, target_epochs: int) -> tuple[list[str], dict, Path]:
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(
-        tmp_path, data, name=NAME, trials=TRIALS, epochs=EPOCHS, grace=EPOCHS, target_epochs=TARGET_EPOCHS
+        tmp_path, data, name=NAME, trials=TRIALS, epochs=EPOCHS, grace=EPOCHS, target_epochs=target_epochs
     )
     env = dict(
         os.environ,
@@ -74,7 +76,7 @@ def _done(folder: Path) -> int:
     return len(list((folder / "trials").glob("*/outcome.json")))
 
 
-def _check_store(store: TeamStore, report: dict) -> dict:
+def _check_store(store: TeamStore, report: dict, target_epochs: int) -> dict:
     """Every trial one FINISHED run with one point per epoch; the target all its epochs; no metric twice."""
     from mlflow.tracking import MlflowClient
 
@@ -90,7 +92,7 @@ def _check_store(store: TeamStore, report: dict) -> dict:
         assert len({m.step for m in history}) == len(history)
     (target,) = [r for r in runs if r.data.tags.get("mutransfer.kind") == "target"]
     history = client.get_metric_history(target.info.run_id, "test_error")
-    assert len({m.step for m in history}) == len(history) == TARGET_EPOCHS
+    assert len({m.step for m in history}) == len(history) == target_epochs
     twice = store.postgres.query(
         "mlflow", "SELECT run_uuid, key, step FROM metrics GROUP BY run_uuid, key, step HAVING count(*) > 1"
     )
@@ -103,7 +105,7 @@ def _check_store(store: TeamStore, report: dict) -> dict:
 
 
 def test_two_outages_of_the_tracking_server_the_study_completes_and_logs_everything_once(store, tmp_path):
-    cmd, env, folder = _setup(tmp_path)
+    cmd, env, folder = _setup(tmp_path, TARGET_EPOCHS)
     err = tmp_path / "sweep.err"
     figures: dict = {"outage_s": OUTAGE_S}
     start = time.monotonic()
@@ -144,12 +146,12 @@ def test_two_outages_of_the_tracking_server_the_study_completes_and_logs_everyth
     # the trials and the target kept training while the server was down
     assert figures["proxies"]["trials_done_while_down"] >= 1, figures
     assert figures["target"]["epochs_while_down"] >= 1, figures
-    figures.update(_check_store(store, report))
+    figures.update(_check_store(store, report, TARGET_EPOCHS))
     print("tracking outage figures:", json.dumps(figures))
 
 
 def test_the_driver_killed_while_the_server_is_down_resumes_after_it_is_back(store, tmp_path):
-    cmd, env, folder = _setup(tmp_path)
+    cmd, env, folder = _setup(tmp_path, RESUMED_TARGET_EPOCHS)
     cmd = [*cmd, "--tracking-uri", store.uri]
     err = tmp_path / "first.err"
     with err.open("w") as stderr:
@@ -169,5 +171,5 @@ def test_the_driver_killed_while_the_server_is_down_resumes_after_it_is_back(sto
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     report = json.loads(resumed.stdout)
     assert report["target"]["status"] == "completed"
-    figures = {"trials_done_at_kill": done_at_kill, **_check_store(store, report)}
+    figures = {"trials_done_at_kill": done_at_kill, **_check_store(store, report, RESUMED_TARGET_EPOCHS)}
     print("driver killed during an outage:", json.dumps(figures))

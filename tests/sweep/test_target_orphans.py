@@ -1,0 +1,68 @@
+"""The target's workers stop with their driver (edge case 6 of "A team deployment").
+
+Before, a Ray Train worker went on training and writing checkpoints and progress for seconds after its
+driver's process group was SIGKILLed (Ray notices a dead driver late). Each worker now asks, at every epoch
+and before it writes, whether the driver that started it (its pid, on this host) is still there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.sweep_helpers import write_tiny_study
+
+
+def test_driver_gone_tells_a_live_driver_from_a_dead_one_and_a_zombie():
+    from mutransfer.sweep.target import driver_gone
+
+    here = socket.gethostname()
+    assert not driver_gone({"pid": os.getpid(), "host": here})
+    assert not driver_gone(None) and not driver_gone({"pid": 1, "host": "another-host"})
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert driver_gone({"pid": child.pid, "host": here})  # exited, not reaped yet: a zombie
+    child.wait()
+    assert driver_gone({"pid": child.pid, "host": here})  # reaped: no such process
+
+
+@pytest.mark.slow
+def test_a_killed_drivers_target_workers_write_nothing_more(tiny_data, tmp_path):
+    """SIGKILL the driver's process group while the target trains: its progress file gets no further epoch
+    (before: 2 more on this loaded 2-core machine, with their checkpoints)."""
+    study = write_tiny_study(tmp_path, tiny_data, name="orphan", trials=2, epochs=2, target_epochs=2000)
+    env = dict(
+        os.environ,
+        MLFLOW_DISABLE_TELEMETRY="true",
+        RAY_USAGE_STATS_ENABLED="0",
+        MUTRANSFER_CACHE=str(tmp_path / "cache"),
+        TQDM_DISABLE="1",
+    )
+    cmd = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"]
+    progress = tmp_path / "mutransfer-runs" / "orphan" / "target" / "progress.jsonl"
+    err = tmp_path / "driver.err"
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+        )
+        try:
+            deadline = time.monotonic() + 600
+            while not (progress.exists() and len(progress.read_text().splitlines()) >= 5):
+                assert proc.poll() is None and time.monotonic() < deadline, err.read_text()[-3000:]
+                time.sleep(0.05)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+    at_kill = len(progress.read_text().splitlines())
+    time.sleep(8)  # Ray's own notice of the dead driver comes within seconds
+    after = len(progress.read_text().splitlines()) - at_kill
+    proc.wait(timeout=60)
+    assert after == 0, f"{after} epochs written after the driver was killed"
