@@ -36,6 +36,7 @@ def nested_context(
     sub.data, sub.data_path, sub.tracker, sub.experiment_id = ctx.data, ctx.data_path, ctx.tracker, ctx.experiment_id
     parent = state.get("parent_run_id")
     if not (parent and ctx.tracker.run_exists(parent)):
+        assert ctx.experiment_id is not None, "the study's experiment is made before any nested phase"
         parent = create_run(
             ctx.tracker.client,
             ctx.experiment_id,

@@ -333,6 +333,7 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
 def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool = True) -> None:
 
     client = ctx.tracker.client
+    assert ctx.experiment_id is not None, "the study's experiment is made before the verification"
     run_id = create_run(
         client,
         ctx.experiment_id,

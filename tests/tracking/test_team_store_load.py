@@ -4,7 +4,7 @@ Each study has :data:`TRIALS` proxy trials, :data:`AT_ONCE` at a time, and a tar
 (`mutransfer sweep --address HOST:PORT`) start together and share the cluster's two CPUs. The store is a real
 `mlflow server` on PostgreSQL (tests/team_store.py), or the embedded default, one SQLite file (WAL mode) that
 all four drivers write. Afterwards: every study has one parent run, one run per trial (none twice), each with
-one point per epoch, one target run, all FINISHED; PostgreSQL holds no metric twice and the server's log no
+one point per epoch, one target run with its checkpoint artifacts, all FINISHED; PostgreSQL holds no metric twice and the server's log no
 error. The figures (studies, trials, metrics stored, wall time) are printed; docs/robustness.md quotes them
 (``python -m pytest -s`` on this file).
 """
@@ -33,7 +33,9 @@ def _check_study(client, report: dict) -> int:
     assert len([r for r in mine if r.data.tags.get("mutransfer.kind") == "study"]) == 1
     trials = [r for r in mine if r.data.tags.get("mutransfer.kind") == "proxy_trial"]
     assert sorted(r.data.tags["mutransfer.trial_id"] for r in trials) == [f"t{i:04d}" for i in range(TRIALS)]
-    assert len([r for r in mine if r.data.tags.get("mutransfer.kind") == "target"]) == 1
+    targets = [r for r in mine if r.data.tags.get("mutransfer.kind") == "target"]
+    assert len(targets) == 1
+    assert client.list_artifacts(targets[0].info.run_id, "checkpoint"), "the target's checkpoint artifacts"
     assert all(r.info.status == "FINISHED" for r in mine), [(r.info.run_name, r.info.status) for r in mine]
     points = 0
     for run in trials:
