@@ -14,6 +14,22 @@ def k_only_study_text() -> str:
     return K_ONLY_STUDY.read_text()
 
 
+def driver_command(study: Path, tmp_path: Path) -> tuple[list[str], dict]:
+    """`mutransfer sweep --study STUDY --json` as a subprocess, and its environment (no telemetry, a cache in
+    ``tmp_path``, no progress bars)."""
+    import os
+    import sys
+
+    env = dict(
+        os.environ,
+        MLFLOW_DISABLE_TELEMETRY="true",
+        RAY_USAGE_STATS_ENABLED="0",
+        MUTRANSFER_CACHE=str(tmp_path / "cache"),
+        TQDM_DISABLE="1",
+    )
+    return [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"], env
+
+
 def write_tiny_data(path: Path) -> Path:
     from mutransfer.data.burgers import generate_burgers
     from mutransfer.data.hdf5_io import write_dataset

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.sweep_helpers import write_tiny_study
+from tests.sweep_helpers import driver_command, write_tiny_study
 
 
 def test_driver_gone_tells_a_live_driver_from_a_dead_one_and_a_zombie():
@@ -40,14 +40,7 @@ def test_a_killed_drivers_target_workers_write_nothing_more(tiny_data, tmp_path)
     """SIGKILL the driver's process group while the target trains: its progress file gets no further epoch
     (before: 2 more on this loaded 2-core machine, with their checkpoints)."""
     study = write_tiny_study(tmp_path, tiny_data, name="orphan", trials=2, epochs=2, target_epochs=2000)
-    env = dict(
-        os.environ,
-        MLFLOW_DISABLE_TELEMETRY="true",
-        RAY_USAGE_STATS_ENABLED="0",
-        MUTRANSFER_CACHE=str(tmp_path / "cache"),
-        TQDM_DISABLE="1",
-    )
-    cmd = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"]
+    cmd, env = driver_command(study, tmp_path)
     progress = tmp_path / "mutransfer-runs" / "orphan" / "target" / "progress.jsonl"
     err = tmp_path / "driver.err"
     with err.open("w") as stderr:

@@ -20,13 +20,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import write_tiny_data, write_tiny_study
+from tests.sweep_helpers import driver_command, write_tiny_data, write_tiny_study
 from tests.team_store import TeamStore, team_store_or_skip
 
 pytestmark = pytest.mark.slow
@@ -53,14 +52,7 @@ def _setup(tmp_path: Path, target_epochs: int) -> tuple[list[str], dict, Path]:
     study = write_tiny_study(
         tmp_path, data, name=NAME, trials=TRIALS, epochs=EPOCHS, grace=EPOCHS, target_epochs=target_epochs
     )
-    env = dict(
-        os.environ,
-        MLFLOW_DISABLE_TELEMETRY="true",
-        RAY_USAGE_STATS_ENABLED="0",
-        MUTRANSFER_CACHE=str(tmp_path / "cache"),
-        TQDM_DISABLE="1",
-    )
-    cmd = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"]
+    cmd, env = driver_command(study, tmp_path)
     return cmd, env, tmp_path / "mutransfer-runs" / NAME
 
 
