@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -57,8 +58,13 @@ def team_store_or_skip() -> str | None:
         import psycopg2  # noqa: F401
     except ImportError:
         return "psycopg2 is not installed (pip install -e '.[test]' brings psycopg2-binary)"
-    if os.geteuid() == 0 and shutil.which("runuser") is None:
-        return "running as root without runuser: PostgreSQL cannot be started as root"
+    if os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            return "running as root without runuser: PostgreSQL cannot be started as root"
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            return "running as root and no `postgres` user (Debian's postgresql package makes it)"
     return None
 
 

@@ -81,8 +81,10 @@ def check_database_driver(uri: str) -> None:
         dialect = make_url(uri).get_dialect()
     except (NoSuchModuleError, ArgumentError) as exc:
         raise UserInputError(f"tracking URI {uri}: {_first_line(exc)}; name a dialect SQLAlchemy knows") from None
+    load = getattr(dialect, "import_dbapi", None) or getattr(dialect, "dbapi", None)  # SQLAlchemy 2 / 1.4
     try:
-        dialect.import_dbapi()
+        if callable(load):
+            load()
     except ImportError:
         scheme = urlsplit(uri).scheme.split("+")[0]
         package = _DRIVER_PACKAGES.get(dialect.driver, dialect.driver)

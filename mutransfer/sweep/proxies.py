@@ -62,15 +62,23 @@ def run_proxies(ctx: SweepContext) -> None:
     _announce(ctx, plan, concurrency)
     if not plan.finished():
         tuner = _tuner(ctx, plan, logger, concurrency)
-        with keep_sigint_handler():
-            tuner.fit()
-        if not plan.finished():
-            raise KeyboardInterrupt("the Tune experiment was interrupted")
+        try:
+            with keep_sigint_handler():
+                tuner.fit()
+            if not plan.finished():
+                raise KeyboardInterrupt("the Tune experiment was interrupted")
+        except BaseException:
+            logger.close(timeout=INTERRUPTED_WRITES_S)  # before the study marks its open runs ended
+            raise
     _drain(ctx, logger)
     trials = collect_trials(ctx.study, plan, logger)
     seconds = float(ctx.state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
     ctx.proxies = ProxyResults(trials, next(t for t in trials if t.best), concurrency, seconds)
     ctx.update_state(phase="target", **ctx.proxies.as_dict())
+
+
+#: seconds an interrupted search gives the trial writes still queued (the rest is logged by --resume)
+INTERRUPTED_WRITES_S = 10.0
 
 
 def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
@@ -80,6 +88,7 @@ def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
         ctx.say(f"mlflow: sending {waiting} queued trial writes to {ctx.tracking_uri} ...")
     for failure in logger.drain():
         ctx.say(f"warning: an MLflow write failed ({failure}); the trial's run is written again from its files")
+    logger.close()
 
 
 def _concurrency(ctx: SweepContext) -> int:

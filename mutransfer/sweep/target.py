@@ -163,11 +163,44 @@ def _rows(array, rank: int, n: int, world: int):
     return array[rank:n:world]
 
 
+def _where() -> str | None:
+    """This machine's boot and this process's PID namespace (Linux), or None where they cannot be read: two
+    processes with the same hostname may still not see each other's pids (a container on the host network)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields 3.. of /proc/PID/stat (state first, start time at index 19), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def driver_identity() -> dict:
+    """What a target's workers need to tell whether this driver still runs (:func:`driver_gone`)."""
+    pid = os.getpid()
+    fields = _stat(pid)
+    return {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "where": _where(),
+        "start": fields[19] if fields else None,
+    }
+
+
 def driver_gone(driver: dict | None) -> bool:
-    """Whether the driver that started this target has exited (``driver``: its pid and host; a worker on another
-    host cannot tell and leaves it to Ray). Each worker asks at every epoch, before it writes anything: Ray
-    notices a killed driver only seconds later, and until then its workers went on writing checkpoints."""
+    """Whether the driver that started this target has exited (``driver``: :func:`driver_identity`). Only a worker
+    that sees the driver's pids can tell (same host, boot and PID namespace); any other leaves it to Ray. Each
+    worker asks at every epoch, before it writes anything: Ray notices a killed driver only seconds later, and
+    until then its workers went on writing checkpoints."""
     if not driver or driver.get("host") != socket.gethostname():
+        return False
+    if driver.get("where") is None or driver.get("where") != _where():
         return False
     pid = int(driver["pid"])
     try:
@@ -175,11 +208,12 @@ def driver_gone(driver: dict | None) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:  # alive, another user's
-        return False
-    try:  # a killed driver its parent has not reaped yet is a zombie (Linux: state Z)
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
+        pass
+    fields = _stat(pid)
+    if fields is None:
+        return True
+    # a killed driver its parent has not reaped yet is a zombie; another start time is another process (pid reused)
+    return fields[0] == "Z" or (driver.get("start") is not None and fields[19] != driver["start"])
 
 
 def target_loop(cfg: dict) -> dict:
@@ -383,7 +417,7 @@ def run_target(
             "data_ref": ray.put(data),
             "progress_file": str(Path(storage_dir) / "target" / PROGRESS_FILE),
             "plan": plan,
-            "driver": {"pid": os.getpid(), "host": socket.gethostname()},
+            "driver": driver_identity(),
         },
         scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
         **backend,

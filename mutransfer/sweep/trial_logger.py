@@ -146,7 +146,7 @@ class TrialLogger:
         self.quiet = quiet
         #: <study dir>/trials: each trial's history.json (mutransfer.sweep.trial); None: beside Tune's trial dir
         self.trials_dir = trials_dir
-        #: a picklable function trial -> the name of its run (mutransfer.sweep.proxies.trial_dirname)
+        #: a picklable function trial -> the name of its run (mutransfer.sweep.plan_tune.trial_dirname)
         self.trial_key = trial_key
         #: tags every trial's run carries besides the standard ones (a ladder rung: mutransfer.rung)
         self.tags = dict(tags or {})
@@ -194,15 +194,15 @@ class TrialLogger:
         if self._logged is None:
             runs = Tracker(self.uri)
             runs._client = self.client
-            self._logged = set()
+            logged: set[str] = set()  # assigned once read whole: a store that fails here is asked again
             for r in runs.children(self.experiment_id, self.parent_run_id, kind="proxy_trial"):
                 key = r.data.tags.get(TRIAL_ID_TAG)
                 if _finished(r):
-                    self._logged.add(key)
+                    logged.add(key)
                 elif r.data.tags.get("mutransfer.superseded") != "true" and key not in self._open:
                     finals = set(r.data.metrics) - set(EPOCH_KEYS)
                     self._open[key] = OpenRun(r.info.run_id, params=set(r.data.params), finals=finals)
-            self._done = len(self._logged)
+            self._logged, self._done = logged, len(logged)
         return self._logged
 
     def _key(self, trial) -> str:
@@ -219,10 +219,10 @@ class TrialLogger:
         self._do(self._recovered, TrialView.of(trial))
 
     def on_trial_complete(self, trial) -> None:
-        self._do(self._flush, TrialView.of(trial), False)
+        self._do(self._flush, TrialView.of(trial), False, time.time())
 
     def on_trial_error(self, trial) -> None:
-        self._do(self._flush, TrialView.of(trial, failed=True), True)
+        self._do(self._flush, TrialView.of(trial, failed=True), True, time.time())
 
     def _do(self, fn: Callable[..., None], *args) -> None:
         if not self.background:
@@ -235,6 +235,14 @@ class TrialLogger:
     def pending(self) -> int:
         """Events queued for the store and not written yet (0 without a background thread)."""
         return 0 if self._background is None else self._background.pending()
+
+    def close(self, timeout: float | None = None) -> int:
+        """End the background thread: the queued events get ``timeout`` seconds, the rest is dropped (returns how
+        many; an interrupted study's files hold them and ``--resume`` logs them)."""
+        if self._background is None:
+            return 0
+        dropped, self._background = self._background.close(timeout), None
+        return dropped
 
     def drain(self, timeout: float | None = None) -> list[str]:
         """Wait until every event so far is in the store (background mode); returns the writes that failed
@@ -255,8 +263,9 @@ class TrialLogger:
             params = self._params(key, dict(trial.config or {}))
             tags = dict(self._run_tags(key, self._index(trial)), **{STATUS_TAG: OPEN_STATUS})
             created = create_run(self.client, self.experiment_id, tags)
-            run = self._open[key] = OpenRun(created, steps=set(), params=set(params), live=True)
+            run = self._open[key] = OpenRun(created, steps=set(), live=True)
             log_batch(self.client, run.run_id, params=params)
+            run.params = set(params)  # only once written: a failed write leaves them to the trial's end
         elif not run.live:  # left unfinished by an earlier driver: running again
             self.client.update_run(run.run_id, status="RUNNING")
             run.live = True
@@ -351,7 +360,7 @@ class TrialLogger:
                 r.epoch, {"val_error": r.test_error, "train_loss": r.train_loss, "lr": r.lr, "seconds": r.seconds}
             )
 
-    def _flush(self, trial, failed: bool) -> None:
+    def _flush(self, trial, failed: bool, at: float | None = None) -> None:
         """Write a finished trial's run (``trial``: a :class:`TrialView` or a Tune trial)."""
         tid = self._key(trial)
         last = self._last.pop(tid, None) or dict(trial.last_result or {})
@@ -364,6 +373,7 @@ class TrialLogger:
             error=error_text(trial) if failed else None,
             retries=self._retries.pop(tid, int(getattr(trial, "num_failures", 0) or 0) - (1 if failed else 0)),
             start=self._start.pop(tid, None),
+            end=at,
             index=self._index(trial),
             tune_path=getattr(trial, "path", None),
         )
@@ -387,7 +397,9 @@ class TrialLogger:
             index=key_number(key),
         )
 
-    def _write_run(self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None) -> None:
+    def _write_run(
+        self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None, end: float | None = None
+    ) -> None:
         """Finish the trial's child run (the open one, else a new one): the epochs it lacks, final metrics, tags."""
         if tid in self.logged_trial_ids():
             return
@@ -397,11 +409,11 @@ class TrialLogger:
         if "spectral_lr0" in last:
             params["spectral_lr"] = last["spectral_lr0"]
         wall = float(last.get("time_total_s", 0.0) or 0.0)
-        end = time.time()
+        end = time.time() if end is None else end  # the event's time (the write may come later)
         seen_start = start is not None  # on_trial_start's clock (it fires once the trial's actor runs)
         start = end - wall if start is None else start
         start_ms = int(start * 1000)
-        run = self._open.pop(tid, None)
+        run = self._open.get(tid)  # dropped once the run is terminated: a failed write keeps it for the retry
         logged = self._steps(run) if run is not None else set()
         metrics = []
         for epoch in sorted(set(buf) - logged):
@@ -435,11 +447,17 @@ class TrialLogger:
             tags["mutransfer.error"] = error or "unknown error"
         if run is None:  # never seen starting (finished before a driver was killed, or an older store)
             run_id = create_run(self.client, self.experiment_id, self._run_tags(tid, index), start_time=start_ms)
+            run = self._open[tid] = OpenRun(run_id, steps=set())  # a failed write below is retried in this run
         else:
             run_id = run.run_id
             params = {k: v for k, v in params.items() if k not in run.params}  # MLflow params are write-once
         log_batch(self.client, run_id, metrics=metrics, params=params, tags=tags)
+        # written: a retry after a failure below (the run's end) adds none of it again
+        run.finals.update(m[0] for m in metrics if m[0] not in EPOCH_KEYS)
+        run.steps = (run.steps or set()) | set(buf)
+        run.params.update(params)
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=now)
+        self._open.pop(tid, None)
         self._logged.add(tid)
         self._done += 1
 

@@ -17,6 +17,10 @@ import time
 from collections.abc import Callable
 
 
+def _stop() -> None:
+    """The marker that ends the thread (:meth:`Background.close`)."""
+
+
 class Background:
     """One daemon thread that runs submitted calls in order (a killed driver loses what was queued: the
     study's files hold it, and ``--resume`` logs it)."""
@@ -47,9 +51,27 @@ class Background:
                 self._jobs.all_tasks_done.wait(left)
         return True
 
+    def close(self, timeout: float | None = None) -> int:
+        """Give the queue up to ``timeout`` seconds, drop what is still waiting and end the thread after the call
+        it is in (an interrupted study: its files hold what was dropped); returns how many calls were dropped."""
+        self.drain(timeout)
+        dropped = 0
+        while True:
+            try:
+                self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            self._jobs.task_done()
+            dropped += 1
+        self._jobs.put((_stop, ()))
+        return dropped
+
     def _work(self) -> None:
         while True:
             fn, args = self._jobs.get()
+            if fn is _stop:
+                self._jobs.task_done()
+                return
             try:
                 fn(*args)
             except Exception as exc:  # after MLflow's own retries: say it, keep the order of the rest

@@ -143,7 +143,6 @@ def _client(uri: str):
     if path is None:
         return MlflowClient(tracking_uri=uri)
     if _has_tables(path):
-        _write_ahead(path)
         return MlflowClient(tracking_uri=uri)
     # MLflow creates and migrates a new sqlite store's tables when it first opens it; two processes doing that at
     # once fail ("table ... already exists", alembic's "expected to match one row"). The first to take the lock
@@ -158,9 +157,9 @@ def _client(uri: str):
 
 
 def _write_ahead(path: Path) -> None:
-    """Put the sqlite store in WAL mode (a setting of the file, kept once made): readers do not block the writer
-    and several drivers logging at once wait less on each other (MLflow's busy timeout is 20 s). Best effort: a
-    store on a file system without shared memory (NFS) stays in its journal mode."""
+    """Make a new sqlite store's file WAL mode (a setting of the file, kept once made): readers do not block the
+    writer and several drivers logging at once wait less on each other (MLflow's busy timeout is 20 s). Only
+    when the store is made: switching an older one needs it to itself. Best effort (an error leaves the mode)."""
     import sqlite3  # noqa: PLC0415 -- deferred: only when a store is opened
 
     try:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,20 +18,27 @@ import pytest
 from tests.sweep_helpers import driver_command, write_tiny_study
 
 
-def test_driver_gone_tells_a_live_driver_from_a_dead_one_and_a_zombie():
-    from mutransfer.sweep.target import driver_gone
+def test_driver_gone_tells_a_live_driver_from_a_dead_one_a_zombie_and_a_reused_pid():
+    from mutransfer.sweep.target import driver_gone, driver_identity
 
-    here = socket.gethostname()
-    assert not driver_gone({"pid": os.getpid(), "host": here})
-    assert not driver_gone(None) and not driver_gone({"pid": 1, "host": "another-host"})
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    me = driver_identity()
+    assert not driver_gone(me) and not driver_gone(None)
+    assert not driver_gone(dict(me, host="another-host"))  # cannot see its pids: left to Ray
+    assert not driver_gone(dict(me, where="another-namespace"))  # same hostname, another container
+    assert driver_gone(dict(me, start="1"))  # the pid now belongs to another process
+
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    stat = open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()
+    driver = dict(me, pid=child.pid, start=stat[19])
+    assert not driver_gone(driver)
+    child.stdin.close()
     deadline = time.monotonic() + 30
     while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert driver_gone({"pid": child.pid, "host": here})  # exited, not reaped yet: a zombie
+    assert driver_gone(driver)  # exited, not reaped yet: a zombie
     child.wait()
-    assert driver_gone({"pid": child.pid, "host": here})  # reaped: no such process
+    assert driver_gone(driver)  # reaped: no such process
 
 
 @pytest.mark.slow

@@ -229,3 +229,26 @@ def test_a_driver_killed_after_the_final_write_leaves_the_final_metrics_once(sto
     for key in ("final_val_error", "epochs", "wall_seconds"):
         assert len(store[0].client.get_metric_history(done.info.run_id, key)) == 1, key
     assert _steps(store, done.info.run_id) == [1, 2, 3, 4]
+
+
+def test_a_final_write_that_fails_is_done_again_in_the_same_run(store):
+    """The store fails the trial's final write (after MLflow's retries); when the proxies end the trial is written
+    again from its files, into its one run (before: a second run, and the first left RUNNING)."""
+    logger, trial = _logger(store), _trial()
+    logger.on_trial_start(trial)
+    for epoch in (1, 2, 3, 4):
+        trial.last_result = _result(epoch)
+        logger.on_trial_result(trial, trial.last_result)
+    terminate = logger.client.set_terminated
+
+    def down(*args, **kwargs):
+        raise ConnectionError("the tracking server is down")
+
+    logger.client.set_terminated = down
+    with pytest.raises(ConnectionError):
+        logger.on_trial_complete(trial)
+    logger.client.set_terminated = terminate
+    logger.on_trial_complete(trial)  # collect_trials -> log_from_files: the same writer, once the store is back
+    [run] = _children(store)
+    assert run.info.status == "FINISHED" and _steps(store, run.info.run_id) == [1, 2, 3, 4]
+    assert len(store[0].client.get_metric_history(run.info.run_id, "final_val_error")) == 1
