@@ -50,6 +50,12 @@ class StoreWatcher:
     def look(self) -> None:
         from mlflow.tracking import MlflowClient
 
+        from mutransfer.tracking.runs import _has_tables, sqlite_path
+
+        # A client opened on a store still being made runs MLflow's migrations too, racing the sweep's
+        # ("table ... already exists" in the sweep): read it only once the sweep has made its tables.
+        if self.client is None and not _has_tables(sqlite_path(self.uri)):
+            return
         try:
             self.client = self.client or MlflowClient(self.uri)
             ids = [e.experiment_id for e in self.client.search_experiments()]
