@@ -77,15 +77,18 @@ def run_proxies(ctx: SweepContext) -> None:
     ctx.update_state(phase="target", **ctx.proxies.as_dict())
 
 
+#: seconds the end of a search waits on its queued trial writes before it says that it waits
+QUIET_DRAIN_S = 2.0
 #: seconds an interrupted search gives the trial writes still queued (the rest is logged by --resume)
 INTERRUPTED_WRITES_S = 10.0
 
 
 def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
     """Wait for the trials' MLflow writes the search queued (a tracking server that was down gets them now)."""
-    waiting = logger.pending()
-    if waiting:
-        ctx.say(f"mlflow: sending {waiting} queued trial writes to {ctx.tracking_uri} ...")
+    try:
+        logger.drain(timeout=QUIET_DRAIN_S)
+    except TimeoutError:  # the store is slow or away: say what the study is waiting for
+        ctx.say(f"mlflow: sending {logger.pending()} queued trial writes to {ctx.tracking_uri} ...")
     for failure in logger.drain():
         ctx.say(f"warning: an MLflow write failed ({failure}); the trial's run is written again from its files")
     logger.close()
