@@ -86,3 +86,54 @@ def test_compose_config_validates_with_a_real_client():
         [*client, "-f", str(DOCKER / "compose.yaml"), "config"], capture_output=True, text=True, env=env
     )
     assert missing.returncode != 0 and "RAY_AUTH_TOKEN" in missing.stderr
+
+
+def _engine_or_skip() -> list[str]:
+    client = _compose_client()
+    if client is None:
+        pytest.skip("no docker compose client on this machine")
+    info = subprocess.run(["docker", "info"], capture_output=True, text=True)
+    if info.returncode != 0:
+        pytest.skip(
+            "no Docker engine answers `docker info` (Debian: apt-get install docker.io; the development "
+            "machines have none)"
+        )
+    return client
+
+
+@pytest.mark.slow
+def test_the_compose_cluster_builds_starts_and_runs_a_sweep():
+    """Where a Docker engine runs: build the CPU image, start the compose cluster (PostgreSQL, MLflow, Ray head and
+    worker), run a small sweep on it with --address auto, read its runs back from the MLflow server, tear it down.
+    The one command for users is the README's (`docker compose -p mutransfer -f docker/compose.yaml up -d --build`)."""
+    import json
+    import secrets
+
+    client = _engine_or_skip()
+    project = f"mutransfer-test-{secrets.token_hex(3)}"
+    env = dict(os.environ, RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_HEAD_CPUS="1", RAY_WORKER_CPUS="1")
+    compose = [*client, "-p", project, "-f", str(DOCKER / "compose.yaml")]
+    try:
+        up = subprocess.run([*compose, "up", "-d", "--build"], capture_output=True, text=True, env=env, timeout=3600)
+        assert up.returncode == 0, up.stderr[-3000:]
+        sweep = subprocess.run(
+            [
+                *compose, "exec", "-T", "ray-head",
+                "mutransfer", "sweep", "--address", "auto", "--tracking-uri", "http://mlflow:5000",
+                "--name", "compose-test", "--num-trials", "2", "--epochs", "2", "--target-epochs", "1", "--json",
+            ],
+            capture_output=True, text=True, env=env, timeout=1800,
+        )  # fmt: skip
+        assert sweep.returncode == 0, sweep.stderr[-3000:]
+        report = json.loads(sweep.stdout)
+        assert report["trials"]["total"] == 2 and report["target"]["status"] == "completed"
+        count = (
+            "from mlflow.tracking import MlflowClient; c = MlflowClient('http://mlflow:5000'); "
+            "print(len(c.search_runs([e.experiment_id for e in c.search_experiments()], max_results=100)))"
+        )
+        runs = subprocess.run(
+            [*compose, "exec", "-T", "ray-head", "python", "-c", count], capture_output=True, text=True, env=env
+        )
+        assert runs.returncode == 0 and int(runs.stdout.strip()) >= 4, runs.stdout + runs.stderr  # parent, 2, target
+    finally:
+        subprocess.run([*compose, "down", "-v"], capture_output=True, env=env, timeout=600)
