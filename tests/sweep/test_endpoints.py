@@ -67,8 +67,8 @@ def test_local_tracking_stores(tmp_path):
     check_tracking_uri(f"sqlite:///{tmp_path}/mlflow.db")  # a new store in an existing folder
     check_tracking_uri(str(tmp_path / "mlruns"))
     assert list(tmp_path.iterdir()) == []  # the checks created nothing
-    with pytest.raises(UserInputError, match="postgresql.*connection refused"):
-        check_tracking_uri(f"postgresql://u@127.0.0.1:{closed_port()}/db")
+    with pytest.raises(UserInputError, match="postgresql.*connection refused"):  # the driver is there, the port shut
+        check_tracking_uri(f"postgresql+psycopg2://u@127.0.0.1:{closed_port()}/db")
 
 
 def test_ray_address(monkeypatch):
