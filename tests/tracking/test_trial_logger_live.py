@@ -160,6 +160,7 @@ def test_the_logger_still_pickles_and_forgets_its_runs(store):
     copy = pickle.loads(pickle.dumps(logger))  # Tune pickles its callbacks: the writer thread stays behind
     assert copy._open == {} and copy._logged is None and copy.uri == logger.uri
     assert copy._background is None and copy.background
+    logger.close()
 
 
 def test_in_the_background_tunes_events_return_while_the_store_waits_and_the_writes_follow_in_order(store):
@@ -185,6 +186,7 @@ def test_in_the_background_tunes_events_return_while_the_store_waits_and_the_wri
     [run] = _children(store)
     assert run.info.status == "FINISHED" and _steps(store, run.info.run_id) == [1, 2, 3, 4]
     assert run.data.metrics["final_val_error"] == pytest.approx(0.25)
+    assert logger.close() == 0 and logger.pending() == 0  # the writer thread ends
 
 
 def test_a_write_that_fails_is_said_and_the_next_ones_still_run(tmp_path):
