@@ -27,6 +27,7 @@ from mutransfer.sweep.plan import error_text, key_number, key_of, trial_status
 from mutransfer.sweep.trial import read_trial_history
 from mutransfer.tracking.background import Background
 from mutransfer.tracking.runs import (
+    EPOCH_METRIC_KEYS,
     KIND_TAG,
     PARENT_TAG,
     RUN_NAME_TAG,
@@ -40,9 +41,6 @@ from mutransfer.tracking.runs import (
     log_batch,
     logged_steps,
 )
-
-#: the per-epoch metric keys of a trial's run (mutransfer.tracking.runs.epoch_metrics); the others are logged once
-EPOCH_KEYS = ("val_error", "test_error", "train_loss", "lr")
 
 #: the mutransfer.status tag of a child run whose trial has not finished
 OPEN_STATUS = "running"
@@ -200,7 +198,7 @@ class TrialLogger:
                 if _finished(r):
                     logged.add(key)
                 elif r.data.tags.get("mutransfer.superseded") != "true" and key not in self._open:
-                    finals = set(r.data.metrics) - set(EPOCH_KEYS)
+                    finals = set(r.data.metrics) - set(EPOCH_METRIC_KEYS)
                     self._open[key] = OpenRun(r.info.run_id, params=set(r.data.params), finals=finals)
             self._logged, self._done = logged, len(logged)
         return self._logged
@@ -453,7 +451,7 @@ class TrialLogger:
             params = {k: v for k, v in params.items() if k not in run.params}  # MLflow params are write-once
         log_batch(self.client, run_id, metrics=metrics, params=params, tags=tags)
         # written: a retry after a failure below (the run's end) adds none of it again
-        run.finals.update(m[0] for m in metrics if m[0] not in EPOCH_KEYS)
+        run.finals.update(m[0] for m in metrics if m[0] not in EPOCH_METRIC_KEYS)
         run.steps = (run.steps or set()) | set(buf)
         run.params.update(params)
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=now)

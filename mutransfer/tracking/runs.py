@@ -218,6 +218,10 @@ def log_batch(client, run_id: str, *, metrics=(), params: dict | None = None, ta
         first = False
 
 
+#: the keys :func:`epoch_metrics` logs at every epoch (step = epoch); a run's other metrics are logged once
+EPOCH_METRIC_KEYS = ("test_error", "val_error", "train_loss", "lr")
+
+
 def epoch_metrics(epoch: int, *, test_error=None, val_error=None, train_loss, lr, timestamp_ms: int) -> list[tuple]:
     """The per-epoch metrics of a trial or the target as (key, value, timestamp ms, step = epoch) tuples.
 

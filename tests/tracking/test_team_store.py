@@ -71,7 +71,7 @@ def test_a_study_logs_every_run_metric_and_artifact_to_the_team_store(team_store
         "mlflow",
         "SELECT run_uuid, key, step, count(*) FROM metrics GROUP BY run_uuid, key, step HAVING count(*) > 1",
     )
-    assert not duplicates
+    assert not [d for d in duplicates if d[0] in ids]  # this study's runs (the session's store is shared)
 
     # artifacts go through the server (mlflow-artifacts:/) to its folder: the target's checkpoint, the parent's files
     target = next(r for r in runs if r.data.tags["mutransfer.kind"] == "target")
@@ -119,3 +119,32 @@ def test_the_team_stores_postgres_uri_passes_the_check(team_store):
     from mutransfer.sweep.endpoints import check_tracking_uri
 
     check_tracking_uri(team_store.server.backend_uri)
+
+
+def test_the_sweep_refuses_a_postgres_uri_without_its_driver_with_exit_2_and_creates_nothing(tmp_path, monkeypatch):
+    from mutransfer.cli.main import main
+
+    try:
+        import psycopg  # noqa: F401
+
+        pytest.skip("psycopg 3 is installed here: postgresql:// has its driver")
+    except ImportError:
+        pass
+    monkeypatch.chdir(tmp_path)
+    assert main(["sweep", "--tracking-uri", "postgresql://mlflow@127.0.0.1:5432/mlflow"]) == 2
+    assert list(tmp_path.iterdir()) == []  # no study folder, no store
+
+
+def test_the_duplicate_query_finds_a_metric_logged_twice(team_store):
+    """The 'no metric twice' check of the team-store tests can fail: one key and step logged at two times is found."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(team_store.uri)
+    experiment = client.create_experiment("duplicate-check")
+    run = client.create_run(experiment).info.run_id
+    client.log_metric(run, "final_val_error", 0.5, timestamp=1, step=4)
+    client.log_metric(run, "final_val_error", 0.5, timestamp=2, step=4)
+    twice = team_store.postgres.query(
+        "mlflow", "SELECT run_uuid, key, step FROM metrics GROUP BY run_uuid, key, step HAVING count(*) > 1"
+    )
+    assert (run, "final_val_error", 4) in twice
