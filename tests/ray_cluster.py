@@ -163,6 +163,19 @@ class LocalCluster:
                 parts.append(f"--- ray start ({role}) ---\n{path.read_text()[-3000:]}")
         return "\n".join(parts)
 
+    def kill_node(self, role: str) -> list[int]:
+        """SIGKILL a node as a machine loss would: its `ray start`, raylet and every worker. Ray 2.60 puts each
+        worker in a process group of its own (``process_group_cleanup_enabled``), so a signal to the group of
+        `ray start` leaves the workers running: a trial on the node went on to the end and was never retried (CI).
+        Returns the pids killed."""
+        pids = _descendants(self.procs[role].pid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return pids
+
     def stop(self) -> None:
         for role in ("worker", "head"):
             proc = self.procs.get(role)
@@ -194,6 +207,26 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it (by parent pid, read from /proc), the root first."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name in parentheses may hold spaces
+        children.setdefault(ppid, []).append(int(d.name))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 def _processes_with_env(entry: str) -> list[int]:

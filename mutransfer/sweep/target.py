@@ -351,14 +351,17 @@ def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) 
     ``process_group`` None: only for several workers or a GPU; otherwise the plain data-parallel
     trainer TorchTrainer builds on (Ray Train v1 or v2, whichever is running).
     """
-    from ray.train.torch import TorchConfig, TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+    from ray.train.torch import TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+
+    from mutransfer.sweep.loopback_group import LoopbackTorchConfig  # noqa: PLC0415 -- deferred: imports Ray
 
     needed = workers > 1 or use_gpu  # DDP's all-reduce, or the device placement TorchTrainer does
     if process_group is False and needed:
         raise ValueError("a target of several workers or on a GPU needs torch's process group")
     plain = next((c for c in TorchTrainer.__mro__[1:] if c.__name__ == "DataParallelTrainer"), None)
     if process_group or needed or plain is None:  # plain None: a Ray whose TorchTrainer has no such base
-        return TorchTrainer, {"torch_config": TorchConfig(backend="nccl" if use_gpu else "gloo")}, True
+        config = LoopbackTorchConfig(backend="nccl" if use_gpu else "gloo")  # the rendezvous on 127.0.0.1 locally
+        return TorchTrainer, {"torch_config": config}, True
     return plain, {}, False
 
 

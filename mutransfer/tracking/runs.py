@@ -31,6 +31,7 @@ the trial logger is mutransfer.sweep.trial_logger, and the ``studies`` table and
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -171,16 +172,31 @@ def _write_ahead(path: Path) -> None:
 
 
 def _has_tables(path: Path) -> bool:
-    """Whether the sqlite file at ``path`` holds MLflow's tables already (its alembic_version row is written last)."""
+    """Whether the sqlite file at ``path`` holds MLflow's tables at their newest revision. The alembic_version row
+    is written after the first migration and updated after each one, so a row alone can be a store half-way
+    through its migrations (a client opened then migrates it too: "table _alembic_tmp_metrics already exists")."""
     if not path.is_file() or path.stat().st_size == 0:
         return False
     import sqlite3  # noqa: PLC0415 -- deferred: only when a store is opened
 
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as db:
-            return db.execute("SELECT count(*) FROM alembic_version").fetchone()[0] > 0
+            row = db.execute("SELECT version_num FROM alembic_version").fetchone()
     except sqlite3.Error:
         return False
+    return row is not None and row[0] == _newest_schema_revision()
+
+
+@functools.cache
+def _newest_schema_revision() -> str | None:
+    """The alembic head of the installed MLflow's tracking schema (None where MLflow no longer tells it: then no
+    store counts as made and its opening always takes the creation lock, which is safe, only slower)."""
+    try:
+        from mlflow.store.db.utils import _get_latest_schema_revision  # noqa: PLC0415 -- deferred: mlflow (~1 s)
+
+        return str(_get_latest_schema_revision())
+    except Exception:
+        return None
 
 
 def _now_ms() -> int:

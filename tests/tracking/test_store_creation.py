@@ -61,3 +61,36 @@ def test_the_embedded_store_is_made_in_wal_mode(tmp_path):
         tmp_path / "ours.db",
     )
     assert mode(tmp_path / "ours.db") == "wal"
+
+
+def test_a_store_half_way_through_its_migrations_is_opened_only_after_its_maker(tmp_path):
+    """The alembic_version row is written after MLflow's first migration and moved on after each: a store with a
+    row at an older revision is one whose maker is still migrating it. A second opener waits for the maker's lock
+    instead of migrating it too (CI: the sweep failed with "table _alembic_tmp_metrics already exists" while a
+    client in the live test opened the store). Fails if any alembic_version row counted as a made store."""
+    import contextlib
+    import sqlite3
+    import threading
+
+    from filelock import FileLock
+
+    from mutransfer.tracking.runs import _client
+
+    path = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{path}"
+    _client(uri)  # a made store, at the newest revision
+
+    def set_revision(revision: str) -> str:
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            old = db.execute("SELECT version_num FROM alembic_version").fetchone()[0]
+            db.execute("UPDATE alembic_version SET version_num = ?", (revision,))
+        return old
+
+    newest = set_revision("451aebb31d03")  # MLflow's first migration: the maker is half-way
+    opened = threading.Event()
+    with FileLock(f"{path}.lock"):  # the maker holds the creation lock while it migrates
+        opener = threading.Thread(target=lambda: (_client(uri), opened.set()), daemon=True)
+        opener.start()
+        assert not opened.wait(2), "a store half-way through its migrations was opened beside its maker"
+        set_revision(newest)  # the maker finishes
+    assert opened.wait(60)
