@@ -3,6 +3,8 @@
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -101,6 +103,31 @@ def _engine_or_skip() -> list[str]:
     return client
 
 
+def _local_sources(env: dict) -> list[Path]:
+    """Where MUTRANSFER_DOCKER_BASE_IMAGE names a base (a machine without Docker Hub: docs/robustness.md says how
+    one is made with debootstrap), build the images from it: the CPU image on that base, PostgreSQL from Debian's
+    package (tests/docker/postgres.Dockerfile), torch from MUTRANSFER_DOCKER_TORCH_WHEEL copied into
+    docker/wheels/. Returns the files to remove afterwards."""
+    base = os.environ.get("MUTRANSFER_DOCKER_BASE_IMAGE")
+    if not base:
+        return []
+    tag = "mutransfer-test-postgres:local"
+    build = subprocess.run(
+        ["docker", "build", "-q", "-f", str(ROOT / "tests/docker/postgres.Dockerfile"), "--build-arg",
+         f"BASE_IMAGE={base}", "-t", tag, str(ROOT)],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    env.update(BASE_IMAGE=base, POSTGRES_IMAGE=tag)
+    wheel = os.environ.get("MUTRANSFER_DOCKER_TORCH_WHEEL")
+    if not wheel:
+        return []
+    copied = DOCKER / "wheels" / Path(wheel).name
+    shutil.copy2(wheel, copied)
+    env.update(TORCH_INDEX_URL="", TORCH_SPEC=f"torch=={Path(wheel).name.split('-')[1]}")
+    return [copied]
+
+
 @pytest.mark.slow
 def test_the_compose_cluster_builds_starts_and_runs_a_sweep():
     """Where a Docker engine runs: build the CPU image, start the compose cluster (PostgreSQL, MLflow, Ray head and
@@ -113,9 +140,12 @@ def test_the_compose_cluster_builds_starts_and_runs_a_sweep():
     project = f"mutransfer-test-{secrets.token_hex(3)}"
     env = dict(os.environ, RAY_AUTH_TOKEN=secrets.token_hex(16), RAY_HEAD_CPUS="1", RAY_WORKER_CPUS="1")
     compose = [*client, "-p", project, "-f", str(DOCKER / "compose.yaml")]
+    started = time.monotonic()
+    made = _local_sources(env)
     try:
         up = subprocess.run([*compose, "up", "-d", "--build"], capture_output=True, text=True, env=env, timeout=3600)
         assert up.returncode == 0, up.stderr[-3000:]
+        up_seconds = time.monotonic() - started
         sweep = subprocess.run(
             [
                 *compose, "exec", "-T", "ray-head",
@@ -135,5 +165,9 @@ def test_the_compose_cluster_builds_starts_and_runs_a_sweep():
             [*compose, "exec", "-T", "ray-head", "python", "-c", count], capture_output=True, text=True, env=env
         )
         assert runs.returncode == 0 and int(runs.stdout.strip()) >= 4, runs.stdout + runs.stderr  # parent, 2, target
+        figures = {"build_and_up_s": round(up_seconds), "total_s": round(time.monotonic() - started)}
+        print("compose cluster:", json.dumps({**figures, "runs": int(runs.stdout.strip())}))
     finally:
         subprocess.run([*compose, "down", "-v"], capture_output=True, env=env, timeout=600)
+        for path in made:
+            path.unlink(missing_ok=True)
