@@ -236,12 +236,15 @@ def _block(x: torch.Tensor, dim: int, modes: int) -> torch.Tensor:
     return out.view(_mode_count(dim, modes), 2 * p, 2 * q)
 
 
-def _weights_stacked(weights: Sequence[torch.Tensor], dim: int, modes: int) -> torch.Tensor:
-    """Corner weights (Q, R, K, …, K) complex → real (M, 2Q, R) = [Re W ; Im W] per mode, corner-major."""
+def _weights_stacked(
+    weights: Sequence[torch.Tensor], dim: int, modes: int, dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """Corner weights (Q, R, K, …, K) complex → real (M, 2Q, R) = [Re W ; Im W] per mode, corner-major, in
+    ``dtype`` (default the weights' real dtype; bfloat16 for the bf16 spectral path)."""
     q, r = weights[0].shape[:2]
     per_corner = modes**dim
     real = torch.view_as_real(weights[0])
-    out = torch.empty((len(weights), 2 * per_corner, q * r), dtype=real.dtype, device=real.device)
+    out = torch.empty((len(weights), 2 * per_corner, q * r), dtype=dtype or real.dtype, device=real.device)
     for c, w in enumerate(weights):
         # (Q·R, K^d·2) → (K^d·2, Q·R), i.e. per mode (2, Q, R): a plain 2D transposing copy.
         out[c].copy_(torch.view_as_real(w).reshape(q * r, 2 * per_corner).t())
@@ -261,7 +264,7 @@ class SpectralContraction(torch.autograd.Function):
         dim, modes = weights[0].dim() - 2, weights[0].shape[-1]
         x = x.contiguous()
         b, r = x.shape[2], weights[0].shape[1]
-        y = torch.bmm(_block(x, dim, modes), _weights_stacked(weights, dim, modes))  # (M, 2B, m_out)
+        y = torch.bmm(_block(x, dim, modes), _weights_stacked(weights, dim, modes, x.dtype))  # (M, 2B, m_out)
         out = x.new_empty((2, x.shape[1], b, r))
         _corner_major(out, dim, modes).copy_(y.view(_corner_major(out, dim, modes).shape))
         ctx.save_for_backward(x, *weights)
@@ -282,7 +285,7 @@ class SpectralContraction(torch.autograd.Function):
         grad_w: list[torch.Tensor | None] = [None] * len(weights)
         if ctx.needs_input_grad[0]:
             # Y = [Re G ; Im G] @ [Re W ; Im W]ᵀ (M, 2B, 2m_in); Re grad_x = Y₀₀ + Y₁₁, Im = Y₁₀ − Y₀₁.
-            y = torch.bmm(g, _weights_stacked(weights, dim, modes).transpose(1, 2))
+            y = torch.bmm(g, _weights_stacked(weights, dim, modes, x.dtype).transpose(1, 2))
             y = y.view(_corner_major(x, dim, modes).shape[:-3] + (2, b, 2, q))
             grad_x = torch.empty_like(x)
             gv = _corner_major(grad_x, dim, modes)
@@ -295,7 +298,8 @@ class SpectralContraction(torch.autograd.Function):
             gw = gw.view(len(weights), 2 * per_corner, q * r)
             for c, w in enumerate(weights):
                 if ctx.needs_input_grad[1 + c]:
-                    grad = gw[c].t().contiguous()  # (Q·R, K^d·2): the parameter's own layout
+                    # (Q·R, K^d·2): the parameter's own layout, in its own real dtype
+                    grad = gw[c].t().to(torch.view_as_real(w).dtype).contiguous()
                     grad_w[c] = torch.view_as_complex(grad.view(w.shape + (2,)))
         return (grad_x, *grad_w)
 

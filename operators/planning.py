@@ -12,7 +12,8 @@ Activations saved for backward (exact for this implementation, checked in the te
 with torch's saved-tensor hooks), with G = ∏N, G_p = ∏(N+padding), b = 4 (fp32) or
 2 (bf16/fp16) bytes:
   B·G·(C_in+d)·b (lifting input) + (2L−1)·B·m·G_p·b (layer inputs and GELU inputs)
-  + L·2^(d−1)·B·m·K^d·8 (kept spectra, always complex64) + B·G·(m + 2P)·b
+  + L·2^(d−1)·B·m·K^d·8 (kept spectra, complex64; 4 bytes per entry where the spectrum runs in bf16:
+  bf16 on a CPU with bf16 matrix units, operators.spectral.spectrum_in_bf16) + B·G·(m + 2P)·b
   (projection); under autocast also the low-precision copies of the weights whose
   input needs a gradient, (L·m² + m·P + P·C_out)·b.
 
@@ -43,7 +44,7 @@ from operators.errors import OperatorConfigError
 from operators.interfaces import ModelConfig, config_int
 from operators.parametrization import FNO_DIMS
 from operators.precision import Precision, check_precision
-from operators.spectral import check_grid
+from operators.spectral import check_grid, spectrum_in_bf16
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -185,15 +186,18 @@ def activation_bytes(
     projection_channels: int,
     padding: int,
     precision: Precision,
+    spectrum_bytes: int = COMPLEX_BYTES,
 ) -> int:
-    """Bytes autograd saves for backward in one forward pass (module docstring; exact for operators.fno)."""
+    """Bytes autograd saves for backward in one forward pass (module docstring; exact for operators.fno).
+    ``spectrum_bytes``: of one kept complex entry, 8 (complex64), or 4 where the spectrum runs in bf16
+    (operators.spectral.spectrum_in_bf16)."""
     b = PRECISION_BYTES[precision]
     g = math.prod(grid)
     gp = math.prod(n + padding for n in grid)
     saved = (
         batch * g * (in_channels + dim) * b
         + (2 * layers - 1) * batch * width * gp * b
-        + layers * 2 ** (dim - 1) * batch * width * modes**dim * COMPLEX_BYTES
+        + layers * 2 ** (dim - 1) * batch * width * modes**dim * spectrum_bytes
         + batch * g * (width + 2 * projection_channels) * b
     )
     if precision != "fp32":  # autocast's low-precision copies of the weights that need an input gradient
@@ -258,6 +262,9 @@ def plan_fno(
             projection_channels=projection_channels,
             padding=padding,
             precision=checked,
+            spectrum_bytes=2 * PRECISION_BYTES["bf16"]
+            if spectrum_in_bf16(checked, device, padded, modes)
+            else COMPLEX_BYTES,
         )
         b = PRECISION_BYTES[checked]
         workspace = batch * math.prod(grid) * (projection_channels + out_channels) * b

@@ -26,6 +26,7 @@ from operators.contraction import (
 )
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_k_exponent, check_modes, init_spectral_weight_, spectral_lr_multiplier
+from operators.precision import cpu_multiplies_bf16
 from operators.width_mup import spectral_width_init_std, spectral_width_lr_multiplier
 
 _EINSUM = {1: "bix,iox->box", 2: "bixy,ioxy->boxy", 3: "bixyz,ioxyz->boxyz"}
@@ -35,8 +36,12 @@ _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 #   full rfftn, one complex einsum per corner, full irfftn; _TRANSFORM is then ignored).
 # _TRANSFORM: "dft" (truncated DFT as GEMMs), "fft" (torch.fft, pruned axis by axis) or "auto"
 #   (``_auto_transform``: "dft" on CPU when few modes are kept per FFT length, else "fft").
+# _SPECTRAL_BF16: "auto" (bf16 transforms and contraction under CPU bf16 autocast where the CPU multiplies bf16
+#   in hardware, operators.precision.cpu_multiplies_bf16), "on" (wherever the GEMM transform runs under bf16
+#   autocast), "off" (always float32, as before).
 _CONTRACTION = "bmm"
 _TRANSFORM = "auto"
+_SPECTRAL_BF16 = "auto"
 
 
 class _KeptRfftCtx(FunctionCtx):
@@ -59,6 +64,26 @@ def _auto_transform(grid: tuple[int, ...], modes: int, device: torch.device) -> 
     dim = len(grid)
     ratio = max((2 * modes if axis < dim - 1 else modes) / math.log2(max(n, 2)) for axis, n in enumerate(grid))
     return "dft" if ratio <= (6.0 if dim > 1 else 3.0) else "fft"
+
+
+def spectrum_in_bf16(precision: str, device_type: str, grid: tuple[int, ...], modes: int) -> bool:
+    """Whether a spectral layer on ``grid`` runs its truncated transforms and contraction in bf16 when trained at
+    ``precision`` on ``device_type``: bf16 on a CPU with bf16 matrix units (or forced by ``_SPECTRAL_BF16``),
+    where the transform is the GEMM DFT. The GEMMs accumulate in float32 (oneDNN); the spectrum and the
+    contraction's output are rounded to bf16 like every other activation under autocast; the weights, their
+    gradients and Adam's states stay float32/complex64 (docs/benchmarks.md, "Mixed precision"). The planner
+    (operators.planning) asks the same question for the bytes of the kept spectra."""
+    if _SPECTRAL_BF16 == "off" or _CONTRACTION == "einsum" or precision != "bf16" or device_type != "cpu":
+        return False
+    transform = _TRANSFORM if _TRANSFORM != "auto" else _auto_transform(grid, modes, torch.device(device_type))
+    return transform == "dft" and (_SPECTRAL_BF16 == "on" or cpu_multiplies_bf16())
+
+
+def _autocast_precision(device: torch.device) -> str:
+    """The training precision autocast says for ``device`` ("fp32" when it is off)."""
+    if not torch.is_autocast_enabled(device.type):
+        return "fp32"
+    return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(torch.get_autocast_dtype(device.type), "fp32")
 
 
 class _KeptRfft(torch.autograd.Function):
@@ -140,7 +165,8 @@ class SpectralConv(nn.Module):
 
     Input and output: (B, C, N_1, …, N_d), channel-first, real. The transforms and
     the contraction run in float32 (float64 for float64 input) with autocast off; the
-    result comes back in the input's dtype. Pipeline (operators.contraction): the
+    result comes back in the input's dtype. Under bf16 autocast on a CPU with bf16 matrix
+    units they run in bf16 instead, with float32 accumulation (:func:`spectrum_in_bf16`). Pipeline (operators.contraction): the
     kept modes in a planar mode-major layout (a truncated DFT as GEMMs on CPU, or
     torch.fft), all corners contracted in one real ``bmm``, then the inverse.
 
@@ -217,7 +243,13 @@ class SpectralConv(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         grid = tuple(x.shape[2:])
         check_grid(grid, self.modes)
-        # Transforms and contraction in float32/complex64 (float64 stays float64) whatever
+        if spectrum_in_bf16(_autocast_precision(x.device), x.device.type, grid, self.modes):
+            # bf16 GEMMs end to end (float32 accumulation): no cast of the activation to float32 and back
+            with torch.autocast(device_type="cpu", enabled=False):
+                h = x.to(torch.bfloat16)
+                spectrum = truncated_dft(h, self.modes, self.dim)
+                return truncated_idft(spectral_contraction(spectrum, self.weights), self.modes, grid)
+        # Otherwise transforms and contraction in float32/complex64 (float64 stays float64) whatever
         # autocast says: no bf16 FFTs, and the spectrum's dynamic range wants fp32.
         with torch.autocast(device_type=x.device.type, enabled=False):
             h = x if x.dtype == torch.float64 else x.float()

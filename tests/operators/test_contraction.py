@@ -193,15 +193,20 @@ def test_fno_under_autocast_keeps_the_spectral_layer_in_float32(dim, dtype, tole
     assert all(p.grad is not None and p.grad.dtype == p.dtype for p in model.parameters())
 
 
-def test_spectral_layer_returns_the_input_dtype():
+def test_spectral_layer_returns_the_input_dtype(monkeypatch):
     conv = SpectralConv(4, 4, 3, 2)
     x = torch.randn(1, 4, 8, 8)
     expected = conv(x)
     got = conv(x.bfloat16())
     assert got.dtype == torch.bfloat16
     assert ((got.float() - expected).norm() / expected.norm()).item() < 1e-2
+    monkeypatch.setattr(spectral_module, "_SPECTRAL_BF16", "off")
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert conv(x).dtype == torch.float32  # FFTs and contraction stay fp32 under autocast
+        assert conv(x).dtype == torch.float32  # FFTs and contraction in fp32 under autocast
+    monkeypatch.setattr(spectral_module, "_SPECTRAL_BF16", "on")
+    monkeypatch.setattr(spectral_module, "_TRANSFORM", "dft")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert conv(x).dtype == torch.bfloat16  # the bf16 spectrum (CPUs with bf16 units): bf16, as autocast's ops
     assert conv(x.double()).dtype == torch.float64
 
 

@@ -149,10 +149,17 @@ def test_bf16_activation_bytes_equal_saved_tensors(dim, padding, transform, monk
     grid = {1: (32,), 2: (16, 12), 3: (8, 8, 6)}[dim]
     model = FNO(dim, 1, 1, modes=2, width=4, layers=3, padding=padding, projection_channels=9)
     saved, _ = saved_activation_bytes(model, torch.randn(3, *grid, 1), autocast_dtype=torch.bfloat16)
-    bf16 = plan_fno(dim, 2, 4, 3, grid=grid, batch=3, padding=padding, projection_channels=9, precision="bf16")
+    bf16 = plan_fno(
+        dim, 2, 4, 3, grid=grid, batch=3, padding=padding, projection_channels=9, precision="bf16", device="cpu"
+    )
     fp32 = bf16.replan(precision="fp32")
     assert bf16.activations_bytes == saved
     assert bf16.activations_bytes < fp32.activations_bytes
+    # the kept spectra in bf16 (CPUs with bf16 matrix units, the GEMM transform) or complex64: the plan knows which
+    monkeypatch.setattr(spectral, "_SPECTRAL_BF16", "off" if spectral.cpu_multiplies_bf16() else "on")
+    other, _ = saved_activation_bytes(model, torch.randn(3, *grid, 1), autocast_dtype=torch.bfloat16)
+    assert bf16.replan(precision="bf16").activations_bytes == other
+    assert (other != saved) == (transform == "dft")
 
 
 #: (dim, grid, K, width, batch, padding, projection): activation-bound (the peak at the start of backward)
