@@ -5,7 +5,11 @@
    benchmark configurations in 1D/2D/3D (the FFTs and the spectral contraction stay fp32).
 2. Training: Darcy (the problem's default data: 400 train / 100 test at 31×31), FNO-2D
    K 8, width 32, muP, Adam lr 3e-3, cosine, ``--epochs`` epochs, ``--seeds`` seeds, in each
-   precision; the final test relative L2, its mean and standard deviation over seeds.
+   precision; the final test relative L2, its mean and standard deviation over seeds, and each precision's
+   paired difference to fp32 (same seeds, same initial weights) with a Student-t 95 % interval
+   (mutransfer.diagnostics.statistics.mean_ci). ``bf16-fp32-spectrum`` is bf16 with the spectral part kept in
+   float32 (operators.spectral._SPECTRAL_BF16 = "off"), bf16 as it ran before CPUs with bf16 matrix units got
+   the bf16 spectrum.
 
     python benchmarks/bench_precision.py --device cpu --epochs 20 --seeds 3 --json precision_cpu.json
 """
@@ -23,7 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import operators.spectral as spectral  # noqa: E402
 from mutransfer.data.loading import load_split  # noqa: E402
+from mutransfer.diagnostics.statistics import mean_ci  # noqa: E402
 from mutransfer.problems import default_dataset, get_problem  # noqa: E402
 from mutransfer.training import TrainConfig, train  # noqa: E402
 from operators import FNO  # noqa: E402
@@ -51,7 +57,7 @@ def forward_errors(device: torch.device) -> list[dict]:
     return rows
 
 
-def training_errors(device: torch.device, epochs: int, seeds: int) -> dict:
+def training_errors(device: torch.device, epochs: int, seeds: int, precisions: list[str]) -> dict:
     problem = get_problem("darcy")
     data = load_split(
         default_dataset(problem, progress=False),
@@ -61,7 +67,9 @@ def training_errors(device: torch.device, epochs: int, seeds: int) -> dict:
         problem="darcy",
     )
     out = {}
-    for precision in ("fp32", "bf16", "fp16"):
+    for name in precisions:
+        precision = name.split("-")[0]
+        spectral._SPECTRAL_BF16 = "off" if name == "bf16-fp32-spectrum" else "auto"
         errors, seconds = [], []
         for seed in range(seeds):
             torch.manual_seed(seed)
@@ -79,17 +87,19 @@ def training_errors(device: torch.device, epochs: int, seeds: int) -> dict:
             result = train(model, data, config)
             errors.append(result.test_error)
             seconds.append(result.seconds)
-        out[precision] = {
+        out[name] = {
             "test_errors": errors,
             "mean": statistics.mean(errors),
             "std": statistics.stdev(errors) if len(errors) > 1 else 0.0,
             "seconds_per_run": statistics.mean(seconds),
         }
-        print(
-            f"train Darcy {precision}: test rel. L2 {out[precision]['mean']:.4f} ± {out[precision]['std']:.4f} "
-            f"({seeds} seeds, {statistics.mean(seconds):.1f} s/run)",
-            flush=True,
-        )
+        line = f"train Darcy {name}: test rel. L2 {out[name]['mean']:.4f} ± {out[name]['std']:.4f} "
+        if name != "fp32" and "fp32" in out:
+            diff = mean_ci([a - b for a, b in zip(errors, out["fp32"]["test_errors"])])
+            out[name]["minus_fp32"] = {"mean": diff.mean, "ci95": [diff.lo, diff.hi], "n": diff.n}
+            line += f"(− fp32, paired: {diff.mean:+.4f} [{diff.lo:+.4f}, {diff.hi:+.4f}]) "
+        print(line + f"({seeds} seeds, {statistics.mean(seconds):.1f} s/run)", flush=True)
+    spectral._SPECTRAL_BF16 = "auto"
     return out
 
 
@@ -100,6 +110,9 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--no-training", dest="training", action="store_false")
+    p.add_argument(
+        "--precisions", default="fp32,bf16,bf16-fp32-spectrum,fp16", help="of: fp32, bf16, bf16-fp32-spectrum, fp16"
+    )
     p.add_argument("--json")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -112,7 +125,7 @@ def main(argv=None) -> int:
         "forward": forward_errors(device),
     }
     if args.training:
-        result["training"] = training_errors(device, args.epochs, args.seeds)
+        result["training"] = training_errors(device, args.epochs, args.seeds, args.precisions.split(","))
         result["training_setup"] = {
             "problem": "darcy",
             "resolution": 31,

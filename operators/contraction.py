@@ -121,10 +121,16 @@ def _dft_mats(n: int, modes: int, last: bool, synthesis: bool, dtype: torch.dtyp
 
 
 def _analysis_step(mats: Sequence[torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """(p, L, n) → (n_out, L): Σ_j mats[j] @ x[j]ᵀ (p = len(mats) GEMMs, transposed views only)."""
-    out = torch.mm(mats[0], x[0].t())
+    """(p, L, n) → (n_out, L): Σ_j mats[j] @ x[j]ᵀ (p = len(mats) GEMMs, transposed views only).
+
+    Computed as its transpose, outᵀ = Σ_j x[j] @ mats[j]ᵀ written into the transposed view of the
+    result: the same numbers in the same layout, but a GEMM whose long dimension L is the row count,
+    which MKL ran 2.4–3.3× faster for a long axis (L = 1280, n = 1024, 2K = 32: 0.70 ms against 2.3 ms).
+    """
+    out = x.new_empty((mats[0].shape[0], x.shape[1]))
+    torch.mm(x[0], mats[0].t(), out=out.t())
     for j in range(1, len(mats)):
-        out.addmm_(mats[j], x[j].t())
+        out.t().addmm_(x[j], mats[j].t())
     return out
 
 

@@ -23,10 +23,9 @@ from torch import nn
 
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_k_exponent, check_modes
+from operators.pointwise import POINTWISE, pointwise
 from operators.spectral import SpectralConv, check_grid
 from operators.width_mup import MuLinear, WidthSpec
-
-_POINTWISE = {1: nn.Conv1d, 2: nn.Conv2d, 3: nn.Conv3d}
 
 
 def grid_coordinates(
@@ -98,7 +97,7 @@ class FNO(nn.Module):
                 raise OperatorConfigError(f"{name} {value!r}: must be a positive integer")
         if not isinstance(padding, int) or padding < 0:
             raise OperatorConfigError(f"padding {padding!r}: must be a non-negative number of grid points")
-        if dim not in _POINTWISE:
+        if dim not in POINTWISE:
             raise OperatorConfigError(f"dim {dim}: FNO supports 1, 2 or 3 truncated dimensions")
         spec = WidthSpec(width_parametrization, width, base_width)
         self.config = dict(
@@ -119,7 +118,7 @@ class FNO(nn.Module):
         self.width_spec = spec
         self.dim, self.modes, self.padding = dim, modes, padding
         self.lift = nn.Linear(in_channels + dim, width)
-        self.pointwise = nn.ModuleList(_POINTWISE[dim](width, width, kernel_size=1) for _ in range(layers))
+        self.pointwise = nn.ModuleList(POINTWISE[dim](width, width, kernel_size=1) for _ in range(layers))
         self.project = nn.Sequential(
             MuLinear(width, projection_channels, "output", spec),
             nn.GELU(),
@@ -170,15 +169,24 @@ class FNO(nn.Module):
         self.check_input(grid_shape)
         coords = grid_coordinates(grid_shape, device=x.device, dtype=x.dtype)
         coords = coords.expand(x.shape[0], *coords.shape)
-        h = self.lift(torch.cat([x, coords], dim=-1))
-        h = h.movedim(-1, 1)  # (B, m, N_1, …, N_d)
+        # One activation layout end to end: channel-first from the lift to the projection's output, each
+        # pointwise map one baddbmm (operators.pointwise); no layer-sized re-layout copy in either pass.
+        inputs = torch.cat([x, coords], dim=-1).movedim(-1, 1)  # (B, C_in + d, N_1, …, N_d)
+        h = pointwise(inputs, self.lift.weight, self.lift.bias)  # (B, m, N_1, …, N_d)
         if self.padding:
             h = F.pad(h, [0, self.padding] * self.dim)
-        for i, (spectral, pointwise) in enumerate(zip(self.spectral, self.pointwise)):
-            h = spectral(h) + pointwise(h)
+        for i, (spectral, linear) in enumerate(zip(self.spectral, self.pointwise)):
+            h = spectral(h) + linear(h)
             if i < len(self.spectral) - 1:
                 h = F.gelu(h)
         if self.padding:
-            h = h[(slice(None), slice(None)) + (slice(0, -self.padding),) * self.dim]
-        out: torch.Tensor = self.project(h.movedim(1, -1))
-        return out
+            h = h[(slice(None), slice(None)) + (slice(0, -self.padding),) * self.dim].contiguous()
+        return self._project(h).movedim(1, -1).contiguous()
+
+    def _project(self, h: torch.Tensor) -> torch.Tensor:
+        """Q = Linear ∘ GELU ∘ readout on channel-first (B, m, N…) → (B, C_out, N…): ``self.project``'s layers
+        and parameters (the readout's width-muP multiplier m0/m included), computed channel-first."""
+        readout = cast(MuLinear, self.project[0])
+        last = cast(nn.Linear, self.project[2])
+        weight = readout.weight if readout.multiplier == 1.0 else readout.weight * readout.multiplier
+        return pointwise(F.gelu(pointwise(h, weight, readout.bias)), last.weight, last.bias)

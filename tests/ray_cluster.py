@@ -186,9 +186,9 @@ class LocalCluster:
             if proc is None:
                 continue
             try:
-                proc.wait(timeout=30)
+                proc.wait(timeout=5)  # `ray start --block` on SIGTERM: often 30 s and more, cleaning up gracefully
             except subprocess.TimeoutExpired:
-                _kill_group(proc.pid)
+                self.kill_node(role)  # its whole tree: Ray's workers have process groups of their own
                 proc.wait(timeout=10)
         # Anything left (raylet, GCS, workers, the job driver) still has our token in its environment.
         deadline = time.monotonic() + 15

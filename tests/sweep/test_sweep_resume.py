@@ -241,7 +241,7 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(tmp_path, data, name="ctrlc", trials=2, epochs=2, target_epochs=2)
     env = _env(tmp_path)
-    cmd = _sweep(study) + ["--target-epochs", "200"]
+    cmd = _sweep(study) + ["--target-epochs", "60"]
     target_dir = tmp_path / "mutransfer-runs" / "ctrlc" / "target"
     # A child inherits an ignored SIGINT (and Python then keeps ignoring it), as a user's terminal never
     # would pass on: start the driver with the default disposition, whatever earlier tests left behind.
@@ -267,7 +267,7 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert proc.returncode == 130, err[-2000:]
-    assert f"continue it with `mutransfer sweep --resume --study {study} --target-epochs 200`" in err
+    assert f"continue it with `mutransfer sweep --resume --study {study} --target-epochs 60`" in err
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
     status = {
         r.data.tags.get("mutransfer.kind"): r.info.status
@@ -279,7 +279,7 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
     resumed = subprocess.run(cmd + ["--resume"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     report = json.loads(resumed.stdout)
-    assert report["target"]["status"] == "completed" and report["target"]["epochs"] == 200
+    assert report["target"]["status"] == "completed" and report["target"]["epochs"] == 60
     assert report["target"]["resumed_from_epoch"] is not None and report["target"]["resumed_from_epoch"] > 0
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert sorted(r.data.tags.get("mutransfer.kind") for r in runs) == ["proxy_trial", "proxy_trial", "study", "target"]
