@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from mutransfer.diagnostics.statistics import mean_ci
+
 
 def seeded_study(path: Path, seed: int, out: Path) -> Path:
     study = yaml.safe_load(path.read_text())
@@ -89,6 +91,7 @@ def row(report: dict) -> dict:
         "transferred_lr": report["target_hyperparameters"]["lr"],
         "sweep_wall_seconds": report["compute"].get("sweep_wall_seconds"),
         "overheads": report["compute"].get("overheads"),  # mutransfer.sweep.overheads
+        "fixed_overhead_share": (report["compute"].get("overheads") or {}).get("fixed_share"),
         "direct_best_config": d["best_config"],
         "same_configuration": all(
             abs(float(d["best_config"][k]) - float(v)) <= 1e-9 * abs(float(v))
@@ -113,6 +116,7 @@ def summarize(rows: list[dict]) -> dict:
                 "mean": float(values.mean()),
                 "std": float(values.std(ddof=1)) if values.size > 1 else 0.0,
                 "n": int(values.size),
+                "ci": mean_ci(values).ci,  # 95 % Student-t over the study seeds (None bounds with one seed)
             }
     return out
 
@@ -120,10 +124,14 @@ def summarize(rows: list[dict]) -> dict:
 def markdown(summary: dict, n: int) -> str:
     def f(k, fmt=".4g"):
         s = summary.get(k)
-        return "-" if s is None else f"{s['mean']:{fmt}} ± {s['std']:{fmt}}"
+        if s is None:
+            return "-"
+        lo, hi = s.get("ci") or (None, None)
+        interval = "" if lo is None or hi is None else f" [{lo:{fmt}}, {hi:{fmt}}]"
+        return f"{s['mean']:{fmt}} ± {s['std']:{fmt}}{interval}"
 
     lines = [
-        f"| quantity ({n} study seeds, mean ± std) | value |",
+        f"| quantity ({n} study seeds, mean ± std [95 % t CI]) | value |",
         "|---|---|",
         f"| direct tuning chose μTransfer's configuration | {summary.get('same_configuration_count', 0)} of {n} seeds |",
     ]
@@ -136,6 +144,7 @@ def markdown(summary: dict, n: int) -> str:
         ("device_seconds_ratio", "cost μTransfer / direct, device-seconds"),
         ("training_seconds_ratio", "cost μTransfer / direct, training time"),
         ("flops_ratio", "cost μTransfer / direct, FLOPs"),
+        ("fixed_overhead_share", "fixed overheads / the study's wall time (with the baseline)"),
         ("verify_distance_decades", "--verify: target optimum − transferred LR, decades"),
         ("verify_regret", "--verify: regret at the transferred LR"),
     ):

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import SweepContext, SweepError
-from mutransfer.sweep.cost import epoch_flops, target_cost, trial_devices
+from mutransfer.sweep.cost import model_epoch_flops, target_cost, trial_devices
 from mutransfer.sweep.nested import nested_context
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.target import resolve_use_gpu, run_target
@@ -61,9 +61,7 @@ def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shap
     device = sum(t.device_seconds for t in trials)
     # the trainer's clock and Tune's differ by milliseconds: training cannot outlast the device it held
     trainer = min(device, sum(t.trainer_seconds for t in trials) * trial_devices(study))
-    modes = study.target_K if at_target else study.proxy_K
-    width = (study.target_width or study.operator.width) if at_target else study.operator.width
-    per_epoch = epoch_flops(study, modes, width, input_shape)
+    per_epoch = model_epoch_flops(study, at_target=at_target, input_shape=input_shape)  # the proxy on its grid
     epochs = sum(int(t.epochs) for t in trials)
     return {
         "device_seconds": device,
@@ -137,9 +135,13 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
     search = trials_cost(study, sub.proxies.trials, at_target=True, input_shape=shape)
     final, parts = None, [search]
     legacy = not study.problem.n_val  # selected on the test split: its best trial's error was a test error
-    if not legacy or best.status != "completed" or study.budget.epochs != study.target.epochs:
-        final = _train_winner(ctx, sub, best)
-        parts.append(final["cost"])
+    # a winner that trained the target's epochs to the end is direct tuning's final model: retrained only to
+    # measure its test error the way the target's is measured (Ray Train, the target's threads), not billed
+    billed = best.status != "completed" or study.budget.epochs != study.target.epochs
+    if not legacy or billed:
+        final = dict(_train_winner(ctx, sub, best), billed=billed)
+        if billed:
+            parts.append(final["cost"])
     direct_error = final["test_error"] if final else best.val_error
     direct = add_costs(*parts)
     search_extra, target_extra = (extra.search, extra.target) if extra is not None else ((), ())

@@ -77,11 +77,20 @@ def epoch_flops(
     return per_sample * study.problem.n_fit
 
 
+def model_epoch_flops(study, *, at_target: bool, input_shape: tuple[int, ...] | None = None) -> float | None:
+    """Training FLOPs of one epoch of the study's target model (``at_target``: target_K, target_width, the full
+    grid) or of its proxy (proxy_K, the proxy's width, on the proxy's grid ``proxy_resolution``): the one place
+    each side's size is read for a cost."""
+    if at_target:
+        return epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
+    return epoch_flops(study, study.proxy_K, study.operator.width, input_shape, study.proxy_resolution)
+
+
 def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int, ...] | None = None) -> dict:
     """FLOPs and device-seconds of the proxies (TrialRecords), the target and a direct sweep of the target."""
     epochs = sum(int(t.epochs) for t in trials)
-    proxy_epoch = epoch_flops(study, study.proxy_K, study.operator.width, input_shape, study.proxy_resolution)
-    target_epoch = epoch_flops(study, study.target_K, study.target_width, input_shape)
+    proxy_epoch = model_epoch_flops(study, at_target=False, input_shape=input_shape)
+    target_epoch = model_epoch_flops(study, at_target=True, input_shape=input_shape)
     proxy_flops = None if proxy_epoch is None else epochs * proxy_epoch
     direct_flops = None if target_epoch is None else epochs * target_epoch
     out = {
@@ -128,7 +137,7 @@ def add_to_mutransfer(compute: dict, flops: float | None, training_seconds: floa
 def target_cost(study, outcome, input_shape) -> dict:
     """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
     devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)
-    per_epoch = epoch_flops(study, study.target_K, study.target_width or study.operator.width, input_shape)
+    per_epoch = model_epoch_flops(study, at_target=True, input_shape=input_shape)
     trainer = min(outcome.device_seconds, outcome.trainer_seconds * devices)  # clocks differ by milliseconds
     return {
         "device_seconds": outcome.device_seconds,

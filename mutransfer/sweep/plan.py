@@ -87,6 +87,56 @@ def rung_milestones(study: Study) -> list[int]:
     return out
 
 
+def asha_stops(value: float, pool: Sequence[float] | np.ndarray, reduction_factor: int) -> bool:
+    """ASHA's rule at one rung: a value above the 1/reduction_factor quantile of the ``pool`` (the values at the
+    same rung of the trials it is compared with) stops the trial; an empty pool stops nothing."""
+    if len(pool) == 0:
+        return False
+    return value > float(np.nanpercentile(pool, 100.0 / reduction_factor))
+
+
+#: trials simulated by :func:`expected_search_epochs` (later trials are counted at the simulated ones' late mean)
+SIMULATED_TRIALS = 128
+#: simulated searches averaged by :func:`expected_search_epochs`
+SIMULATED_ROUNDS = 32
+
+
+def expected_search_epochs(study: Study, window: int) -> float:
+    """Epochs the study's proxy (or direct) search is expected to train under the plan's ASHA, before any trial runs.
+
+    Simulated with :func:`asha_stops` exactly as :meth:`SearchPlan.should_stop` applies it (trial i compared at
+    each rung with trials 0 … i-``window`` that reached it): trials of random quality (seeded, the same for every
+    call) whose errors keep their rank from rung to rung, :data:`SIMULATED_ROUNDS` searches averaged. Beyond
+    :data:`SIMULATED_TRIALS` trials each further trial counts the late simulated trials' mean. Without rungs (the
+    grace period at or past the budget) every trial trains ``budget.epochs``: trials x epochs.
+    """
+    epochs, rf = int(study.budget.epochs), int(study.budget.reduction_factor)
+    milestones, trials, w = rung_milestones(study), int(study.trial_count), max(1, int(window))
+    if not milestones or trials < 1:
+        return float(trials * epochs)
+    n = min(trials, SIMULATED_TRIALS)
+    rng = np.random.default_rng(0)
+    trained = np.zeros((SIMULATED_ROUNDS, n))
+    for r in range(SIMULATED_ROUNDS):
+        quality = rng.random(n)
+        reached: dict[int, tuple[list[int], list[float]]] = {
+            m: ([], []) for m in milestones
+        }  # per rung: trial indices (ascending) and their values
+        for i in range(n):
+            trained[r, i] = epochs
+            for m in milestones:
+                index, values = reached[m]
+                visible = int(np.searchsorted(index, i - w, side="right"))  # trials 0 … i-w that reached m
+                index.append(i)
+                values.append(quality[i])
+                if asha_stops(quality[i], values[:visible], rf):
+                    trained[r, i] = m
+                    break
+    per_trial = trained.mean(axis=0)
+    late = per_trial[n // 2 :].mean()
+    return float(per_trial.sum() + (trials - n) * late)
+
+
 def key_number(key: str) -> int:
     """1-based trial number of a key: its index + 1; 0 for a name that is not a key."""
     try:
@@ -319,10 +369,7 @@ class SearchPlan:
             for j in range(0, index - self.window + 1)
             if j in self.outcomes and milestone in self.outcomes[j].rungs
         ]
-        if not pool:
-            return False
-        cutoff = float(np.nanpercentile(pool, 100.0 / self.study.budget.reduction_factor))
-        return value > cutoff
+        return asha_stops(value, pool, self.study.budget.reduction_factor)
 
     def _history(self, key: str) -> dict[int, float]:
         return {int(r.epoch): float(r.test_error) for r in read_trial_history(self.trials_dir / key)}

@@ -66,3 +66,24 @@ def test_no_target_leaves_ratios_unset():
     study, _ = load_study(K_ONLY_STUDY)
     cost = study_cost(study, [_trial(3, 1.0)], None)
     assert cost["target_flops"] is None and cost["mutransfer_vs_direct_flops"] is None
+
+
+def test_a_searchs_cost_counts_the_proxy_on_its_own_grid():
+    """The default study's proxy trains on 32 of the 128 points: its trials cost that grid's FLOPs per epoch on
+    muTransfer's side of --baseline direct, as in the report's compute section (the comparison once counted the
+    proxy on the target's grid, overstating muTransfer's FLOPs)."""
+    from mutransfer.sweep.baseline import trials_cost
+    from mutransfer.sweep.cost import model_epoch_flops
+    from tests.repo_paths import ROOT
+
+    study, _ = load_study(ROOT / "studies" / "quick.yaml")
+    assert study.proxy_resolution == 32 and study.problem.resolution == 128
+    trials = [_trial(20, 10.0, 8.0), _trial(4, 2.0, 1.0)]
+    on_its_grid = epoch_flops(study, study.proxy_K, study.operator.width, None, 32)
+    on_the_targets = epoch_flops(study, study.proxy_K, study.operator.width)
+    assert on_its_grid < 0.5 * on_the_targets
+    assert model_epoch_flops(study, at_target=False) == pytest.approx(on_its_grid)
+    assert trials_cost(study, trials, at_target=False, input_shape=None)["flops"] == pytest.approx(24 * on_its_grid)
+    assert study_cost(study, trials, None)["proxy_flops"] == pytest.approx(24 * on_its_grid)
+    target = epoch_flops(study, study.target_K, study.target_width)
+    assert trials_cost(study, trials, at_target=True, input_shape=None)["flops"] == pytest.approx(24 * target)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -412,8 +413,20 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
     # measured, not estimated: the direct trials' own epochs (ASHA stops them where their errors say) x the
     # target's FLOPs per epoch
     target_epoch_flops = report["compute"]["target_flops"] / report["target"]["epochs"]
+    # the retraining is billed only where direct tuning needs it: its winner stopped early (budget = target epochs)
+    best = json.loads(
+        (Path(report["study_dir"]) / "direct" / "trials" / d["best_trial_id"] / "outcome.json").read_text()
+    )
+    billed = d["final_training"]["billed"]
+    assert billed == (best["status"] != "completed")
+    if not billed:
+        assert d["cost"]["device_seconds"] == pytest.approx(d["cost"]["search"]["device_seconds"])
     assert d["cost"]["flops"] == pytest.approx(
-        (d["cost"]["search"]["epochs"] + d["final_training"]["epochs"]) * target_epoch_flops, rel=1e-9
+        (d["cost"]["search"]["epochs"] + billed * d["final_training"]["epochs"]) * target_epoch_flops, rel=1e-9
+    )
+    # muTransfer's side: its proxies' epochs at the proxy's FLOPs per epoch, and its target's
+    assert d["mutransfer"]["flops"] == pytest.approx(
+        report["compute"]["proxy_flops"] + report["compute"]["target_flops"], rel=1e-9
     )
     for side in (d["cost"], d["mutransfer"]):
         assert side["device_seconds"] == pytest.approx(side["trainer_device_seconds"] + side["overhead_device_seconds"])
@@ -560,7 +573,7 @@ def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_pat
     assert len(v["records"]) == 3 and v["seeds"] == [0] and v["cost"]["flops"] > 0
     # trials ran 1 epoch, the target 2: the direct winner is retrained for 2 epochs and that error counts
     assert d["final_training"]["epochs"] == 2 and d["test_error"] == d["final_training"]["test_error"]
-    assert d["cost"]["device_seconds"] > d["cost"]["search"]["device_seconds"]
+    assert d["final_training"]["billed"] and d["cost"]["device_seconds"] > d["cost"]["search"]["device_seconds"]
     widths = {
         r.data.params.get("width") for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "proxy_trial"
     }
