@@ -66,14 +66,24 @@ def training_errors(device: torch.device, epochs: int, seeds: int, precisions: l
         resolution=problem.resolution,
         problem="darcy",
     )
-    out = {}
+    out: dict = {}
+    try:
+        _train_each(device, epochs, seeds, precisions, data, out)
+    finally:
+        spectral._SPECTRAL_BF16 = "auto"  # the module's switch back to its default, whatever happened
+    return out
+
+
+def _train_each(device: torch.device, epochs: int, seeds: int, precisions: list[str], data, out: dict) -> None:
     for name in precisions:
         precision = name.split("-")[0]
         spectral._SPECTRAL_BF16 = "off" if name == "bf16-fp32-spectrum" else "auto"
         errors, seconds = [], []
         for seed in range(seeds):
             torch.manual_seed(seed)
-            model = FNO(2, 1, 1, modes=8, width=32, layers=4, parametrization="mup", padding=problem.padding)
+            model = FNO(
+                2, 1, 1, modes=8, width=32, layers=4, parametrization="mup", padding=get_problem("darcy").padding
+            )
             config = TrainConfig(
                 lr=3e-3,
                 batch_size=20,
@@ -99,8 +109,6 @@ def training_errors(device: torch.device, epochs: int, seeds: int, precisions: l
             out[name]["minus_fp32"] = {"mean": diff.mean, "ci95": [diff.lo, diff.hi], "n": diff.n}
             line += f"(− fp32, paired: {diff.mean:+.4f} [{diff.lo:+.4f}, {diff.hi:+.4f}]) "
         print(line + f"({seeds} seeds, {statistics.mean(seconds):.1f} s/run)", flush=True)
-    spectral._SPECTRAL_BF16 = "auto"
-    return out
 
 
 def main(argv=None) -> int:

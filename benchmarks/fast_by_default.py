@@ -12,7 +12,7 @@ FNO's training step and, where ``neuralop`` imports (benchmarks/README.md), neur
 configuration, interleaved step by step (benchmarks/bench_fno_step.py), and the machine's 2048² matmul in fp32
 and bf16 in the same run (the ceiling of the MFU column). It prints one table and writes everything as JSON.
 
-    python benchmarks/fast_by_default.py --out docs/results/fast_by_default.json        # CPU, about 10 min
+    python benchmarks/fast_by_default.py --out docs/results/fast_by_default.json        # CPU, 3 rounds: about 25 min
     /tmp/nobench/bin/python benchmarks/fast_by_default.py ...                           # with neuraloperator
     python benchmarks/fast_by_default.py --device cuda --envs product                   # on a GPU
 """
@@ -135,10 +135,10 @@ def main() -> None:
             f"{row['mfu_vs_fp32_matmul']:.2f} | {row['faults_per_step']:,.0f} |"
         )
     first = next(iter(runs.values()))[0]
-    ceiling = {k: statistics.median(r["fp32_matmul_gflops"] for r in rows.values()) for k in ("fp32",)}
+    fp32 = statistics.median(r["fp32_matmul_gflops"] for r in rows.values())
     bf16 = [r["bf16_matmul_gflops"] for r in rows.values() if "bf16_matmul_gflops" in r]
     print(
-        f"2048^2 matmul in the same runs: fp32 {ceiling['fp32']:.0f} GFLOP/s"
+        f"2048^2 matmul in the same runs: fp32 {fp32:.0f} GFLOP/s"
         + (f", bf16 {statistics.median(bf16):.0f} GFLOP/s" if bf16 else "")
         + f"; torch {first['machine']['torch']}, neuralop {first['machine']['neuralop']}, "
         f"{first['machine']['platform']}, {args.threads} threads"

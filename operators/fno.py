@@ -188,5 +188,4 @@ class FNO(nn.Module):
         and parameters (the readout's width-muP multiplier m0/m included), computed channel-first."""
         readout = cast(MuLinear, self.project[0])
         last = cast(nn.Linear, self.project[2])
-        weight = readout.weight if readout.multiplier == 1.0 else readout.weight * readout.multiplier
-        return pointwise(F.gelu(pointwise(h, weight, readout.bias)), last.weight, last.bias)
+        return pointwise(F.gelu(readout.forward_channel_first(h)), last.weight, last.bias)

@@ -54,6 +54,7 @@ from operators.parametrization import (
     spectral_init_multiplier,
     spectral_lr_multiplier,
 )
+from operators.pointwise import pointwise
 
 WIDTH_PARAMETRIZATIONS = ("standard", "mup")
 ROLES = ("input", "hidden", "output", "fixed")
@@ -267,6 +268,12 @@ class MuLinear(nn.Linear):
             return F.linear(x, self.weight, self.bias)
         y = F.linear(x, self.weight) * self.multiplier
         return y if self.bias is None else y + self.bias
+
+    def forward_channel_first(self, x: torch.Tensor) -> torch.Tensor:
+        """The same map on channel-first input (B, in_features, N_1, …) → (B, out_features, N_1, …), one
+        ``baddbmm`` (operators.pointwise); (m0/m)·W folded into the weight for an output layer under muP."""
+        weight = self.weight if self.multiplier == 1.0 else self.weight * self.multiplier
+        return pointwise(x, weight, self.bias)
 
     def mutransfer_lr_multipliers(self) -> Iterator[tuple[nn.Parameter, str, float]]:
         """(parameter, group name, LR multiplier) for each width-scaled parameter of this layer."""

@@ -9,8 +9,8 @@ With S the epochs the search's trials are expected to train (at most N trials x 
 mutransfer.sweep.plan.expected_search_epochs simulates its rule), E_t target epochs, and p, t the proxy's and the
 target's cost per epoch, μTransfer spends S·p + E_t·t where tuning the target directly spends S·t (the same
 search on the target, its winner the final model), a ratio of p/t + E_t/S. (Before ASHA was counted the line
-used S = N·E, which understated the target's share: 0.22x estimated where 0.27x was measured on
-studies/table1_darcy_cheap_cpu.yaml.) A proxy costing more than :data:`CHEAP_ENOUGH` of the target per epoch
+used S = N·E, which understated the target's share: 0.22x estimated where 0.31x was measured over 3 seeds on
+studies/table1_darcy_cheap_cpu.yaml, docs/results.md.) A proxy costing more than :data:`CHEAP_ENOUGH` of the target per epoch
 cannot bring the study near the paper's 0.30×, and the line says which change of the proxy would cheapen it
 (advice, not an error). ``--verify``, ``--baseline``, a ladder or top-k add trainings not counted here.
 """
@@ -127,11 +127,11 @@ def estimate_proxy_cost(
     output_channels: int = 1,
     *,
     measure: bool = True,
-    window: int | None = None,
 ) -> ProxyCost:
     """The proxy's cost against the target's for ``study`` (``input_shape``: one sample's input tensor shape, the
     data's; None: the problem's grid with one channel). ``measure``: time one training step of each model when
-    the target's is small (:data:`MEASURE_MAX_FLOPS`)."""
+    the target's is small (:data:`MEASURE_MAX_FLOPS`). The epochs ASHA is expected to leave the search are
+    simulated at this machine's concurrency (:func:`local_window`)."""
     study = study.sized()
     proxy = model_epoch_flops(study, at_target=False, input_shape=input_shape)
     target = model_epoch_flops(study, at_target=True, input_shape=input_shape)
@@ -160,7 +160,7 @@ def estimate_proxy_cost(
         proxy_step_seconds=timed[0],
         target_step_seconds=timed[1],
         advice=tuple(_advice(study, target, input_shape)) if proxy and target and proxy / target > CHEAP_ENOUGH else (),
-        search_epochs=expected_search_epochs(study, window if window is not None else local_window(study)),
+        search_epochs=expected_search_epochs(study, local_window(study)),
     )
 
 

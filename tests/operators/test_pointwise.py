@@ -57,3 +57,32 @@ def test_under_autocast_the_weight_is_cast_once_not_per_sample():
     assert y.dtype == torch.bfloat16
     weight_copies = [nbytes for dtype, nbytes in saved if dtype == torch.bfloat16 and nbytes < x.numel() * 2]
     assert weight_copies == [8 * 8 * 2]  # one bf16 copy of the 8x8 weight, not 16
+
+
+@pytest.mark.parametrize("base_width", [16, 4])  # 16: the standard model; 4: width-muP, readout x 4/16
+def test_the_fnos_channel_first_projection_is_its_projection_module(base_width):
+    """FNO._project computes self.project (readout with its muP multiplier, GELU, last layer) channel-first:
+    the same numbers as the module applied channel-last. Without the multiplier (x 1 instead of 4/16) it differs."""
+    from operators.fno import FNO
+
+    torch.manual_seed(0)
+    model = FNO(
+        dim=2,
+        in_channels=1,
+        out_channels=2,
+        modes=3,
+        width=16,
+        layers=2,
+        width_parametrization="mup",
+        base_width=base_width,
+    )
+    h = torch.randn(3, 16, 5, 7)
+    ours = model._project(h).movedim(1, -1)
+    reference = model.project(h.movedim(1, -1))
+    assert torch.allclose(ours, reference, atol=1e-5)
+    readout = model.project[0]
+    if readout.multiplier != 1.0:
+        dropped = model.project[2](
+            torch.nn.functional.gelu(torch.nn.functional.linear(h.movedim(1, -1), readout.weight, readout.bias))
+        )
+        assert not torch.allclose(dropped, reference, atol=1e-5)
