@@ -1,6 +1,8 @@
 """Shared test settings: quiet, deterministic, CPU-friendly."""
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -9,9 +11,45 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+pytest_plugins = ["pytester"]  # tests/test_fresh_process.py runs pytest on a conftest like this one
+
 # One thread: the suite shares 2 cores with Ray workers and subprocesses, and
 # oversubscribed OpenMP threads made torch 3-10x slower in our measurements.
 torch.set_num_threads(1)
+
+
+#: set in the child process a ``fresh_process`` test runs in (it then runs there as usual)
+FRESH_PROCESS_ENV = "MUTRANSFER_TEST_FRESH_PROCESS"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "fresh_process: runs in a child pytest of its own; the suite's in-process Ray sessions (ray.init, then "
+        "ray.shutdown, many times over) can leave threads that crash a later test (ray-project/ray#31145)",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A ``fresh_process`` test runs as ``python -m pytest <its node id>`` in a new interpreter; its outcome is the
+    child's (a crash, a failure, or nothing collected fails it here, with the child's output)."""
+    if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(FRESH_PROCESS_ENV):
+        return None
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", pyfuncitem.nodeid, "-q", "-p", "no:cacheprovider"],
+        cwd=str(pyfuncitem.config.rootpath),
+        env=dict(os.environ, **{FRESH_PROCESS_ENV: "1"}),
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"{pyfuncitem.nodeid} in a fresh process: exit code {proc.returncode}\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}",
+            pytrace=False,
+        )
+    return True
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import FRESH_PROCESS_ENV
 from tests.fuzz_harness import COUNTS, assert_refused, record, run_cli, write_grid_file
 from tests.fuzz_inputs import (
     BAD_YAML,
@@ -210,24 +211,28 @@ _STUDIES = bad_study_texts(yaml.safe_load((ROOT / "mutransfer/studies_data/quick
 # ----------------------------------------------------------------------------- the fast suite
 
 
+@pytest.mark.fresh_process
 @FAST
 @given(data=st.data())
 def test_bad_cli_flags_are_refused(files, data):
     _check_cli(data.draw(cli_case(files)), files)
 
 
+@pytest.mark.fresh_process
 @settings(FAST, max_examples=max(5, FAST.max_examples // 4))
 @given(command=commands, flag=unknown_flags)
 def test_unknown_flags_are_refused(files, command, flag):
     _check_unknown_flag(command, flag, files)
 
 
+@pytest.mark.fresh_process
 @FAST
 @given(case=study_texts)
 def test_bad_study_files_are_refused(files, tmp_path_factory, case):
     _check_study(case[1], files, tmp_path_factory)
 
 
+@pytest.mark.fresh_process
 @FAST
 @given(kind=data_cases[0], where=data_cases[1], command=data_cases[2])
 def test_bad_data_files_are_refused(files, tmp_path_factory, kind, where, command):
@@ -237,6 +242,7 @@ def test_bad_data_files_are_refused(files, tmp_path_factory, kind, where, comman
 # ----------------------------------------------------------------------------- the long suite
 
 
+@pytest.mark.fresh_process
 @pytest.mark.slow
 @SLOW
 @given(data=st.data())
@@ -244,6 +250,7 @@ def test_bad_cli_flags_are_refused_long(files, data):
     _check_cli(data.draw(cli_case(files)), files)
 
 
+@pytest.mark.fresh_process
 @pytest.mark.slow
 @settings(SLOW, max_examples=max(20, SLOW.max_examples // 5))
 @given(command=commands, flag=unknown_flags)
@@ -251,6 +258,7 @@ def test_unknown_flags_are_refused_long(files, command, flag):
     _check_unknown_flag(command, flag, files)
 
 
+@pytest.mark.fresh_process
 @pytest.mark.slow
 @SLOW
 @given(case=study_texts)
@@ -258,6 +266,7 @@ def test_bad_study_files_are_refused_long(files, tmp_path_factory, case):
     _check_study(case[1], files, tmp_path_factory)
 
 
+@pytest.mark.fresh_process
 @pytest.mark.slow
 @settings(SLOW, max_examples=max(50, SLOW.max_examples // 3))
 @given(kind=data_cases[0], where=data_cases[1], command=data_cases[2])
@@ -267,10 +276,18 @@ def test_bad_data_files_are_refused_long(files, tmp_path_factory, kind, where, c
 
 @pytest.fixture(scope="module", autouse=True)
 def _write_counts():
-    yield
+    """With MUTRANSFER_FUZZ_REPORT=FILE: the counts per family and outcome, summed over the tests' fresh processes."""
     target = os.environ.get("MUTRANSFER_FUZZ_REPORT")
+    if target and not os.environ.get(FRESH_PROCESS_ENV):
+        Path(target).unlink(missing_ok=True)  # this session starts the report; each test's child process adds to it
+    yield
     if target:
-        Path(target).write_text(json.dumps({k: dict(v) for k, v in sorted(COUNTS.items())}, indent=2) + "\n")
+        totals = json.loads(Path(target).read_text()) if Path(target).exists() else {}
+        for family, counts in COUNTS.items():
+            mine = totals.setdefault(family, {})
+            for outcome, n in counts.items():
+                mine[outcome] = mine.get(outcome, 0) + n
+        Path(target).write_text(json.dumps(dict(sorted(totals.items())), indent=2) + "\n")
 
 
 # ----------------------------------------------------------------------------- real subprocesses
