@@ -26,7 +26,8 @@ class EpochRecord:
     steps; ``train_loss`` is the mean training loss since the previous evaluation,
     ``test_error`` the mean relative L2 on the test split, ``lr`` the schedule's
     master LR (the multiplier-1 parameter group), ``seconds`` the run's cumulative
-    training time (across resumed sessions).
+    training time (across resumed sessions): steps and evaluations, without setup, checkpoint
+    writes or the callbacks.
     """
 
     #: the ``event`` tag of evaluations (callbacks get :class:`EpochRecord` and :class:`TrainEnd` events)

@@ -14,11 +14,12 @@ in :mod:`mutransfer.training.checkpoint`, the records in :mod:`mutransfer.traini
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +174,12 @@ class _Run:
     def __init__(self, model: nn.Module, data, config: TrainConfig, callbacks: Iterable[Callback], plan=None):
         config.validate()
         self.call_start = time.perf_counter()
+        #: when training starts (:meth:`loop`): the run's clock leaves out setup, whose first optimizer of a
+        #: process imports torch._dynamo (about 1.3 s, once per process: docs/results.md)
+        self.clock_start: float | None = None
+        #: seconds since clock_start spent writing checkpoints and in the callbacks (a trial's report to Tune, the
+        #: target's to Ray Train): overhead, left out of the clock like setup
+        self.off_clock = 0.0
         self.config = config
         self.callbacks = list(callbacks)
         self.device = device = resolve_device(config.device)
@@ -269,8 +276,20 @@ class _Run:
             self.last_loss = self.history[-1].train_loss
 
     def elapsed(self) -> float:
-        """Training seconds of the run so far, across resumed sessions."""
-        return self.prior_seconds + time.perf_counter() - self.call_start
+        """Training seconds of the run so far, across resumed sessions: from the start of :meth:`loop` (setup, resume
+        and imports left out) to now."""
+        if self.clock_start is None:
+            return self.prior_seconds
+        return self.prior_seconds + time.perf_counter() - self.clock_start - self.off_clock
+
+    @contextlib.contextmanager
+    def _clock_stopped(self) -> Iterator[None]:
+        """The clock stands still inside: checkpoints and callbacks are overhead, not training."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.off_clock += time.perf_counter() - start
 
     def write_checkpoint(self) -> None:
         if self.checkpoint_path is None:
@@ -296,6 +315,7 @@ class _Run:
     # ---- the loop ------------------------------------------------------------------------
     def loop(self) -> None:
         """Epochs until the budget is spent, the run diverges or a callback stops it."""
+        self.clock_start = time.perf_counter()
         bar = tqdm(
             total=self.total_iterations,
             initial=self.iteration,
@@ -338,8 +358,11 @@ class _Run:
                     break
                 bar.set_postfix(train=f"{record.train_loss:.4g}", test=f"{record.test_error:.4g}")
                 if len(self.history) % config.checkpoint_every == 0 and self.iteration < self.total_iterations:
-                    self.write_checkpoint()
-                if _notify(self.callbacks, record):
+                    with self._clock_stopped():
+                        self.write_checkpoint()
+                with self._clock_stopped():
+                    stop = _notify(self.callbacks, record)
+                if stop:
                     self.stopped = True
                     break
 
@@ -408,7 +431,8 @@ class _Run:
                 val_error = self.history[-1].val_error if self.history else DIVERGED_METRIC
             train_loss = _finite_or_sentinel(self.last_loss)
         if self.checkpoint_path is not None and self.iteration != self.resumed_from:
-            self.write_checkpoint()
+            with self._clock_stopped():
+                self.write_checkpoint()
         best_test_error = self.best if math.isfinite(self.best) else DIVERGED_METRIC
         result = TrainResult(
             status=self.status,

@@ -364,3 +364,41 @@ def test_exploded_but_finite_loss_counts_as_diverged():
     data.test_y = data.test_y * 1e-9
     result = train(make_fno(), data, config(epochs=2))
     assert result.status == "diverged" and result.test_error == DIVERGED_METRIC
+
+
+def test_the_training_clock_leaves_setup_out(monkeypatch):
+    """The run's seconds (history, end event) count the loop only; setup (the first optimizer of a process imports
+    torch._dynamo, about 1.3 s) counts in the call's wall time. Fails if the clock starts with setup."""
+    import time
+
+    from mutransfer.training import trainer
+
+    slow_setup = 0.4
+    build = trainer._Run._optimizer
+
+    def slow_optimizer(self, unit):
+        time.sleep(slow_setup)
+        return build(self, unit)
+
+    monkeypatch.setattr(trainer._Run, "_optimizer", slow_optimizer)
+    events = []
+    result = train(make_fno(), make_data(), config(epochs=2), callbacks=[events.append])
+    assert result.seconds >= slow_setup  # the call's wall time holds setup
+    assert 0 < result.history[-1].seconds < slow_setup  # two tiny epochs: well under the setup's sleep
+    assert events[-1].seconds == pytest.approx(result.history[-1].seconds, abs=0.2)
+
+
+def test_the_training_clock_leaves_checkpoints_and_callbacks_out(tmp_path):
+    """A callback's time (a trial's report to Tune, the target's checkpoint to Ray Train) and the checkpoint writes
+    are overhead: a callback that sleeps moves the call's wall time, not the run's seconds. Fails if they count."""
+    import time
+
+    pause = 0.15
+    result = train(
+        make_fno(),
+        make_data(),
+        config(epochs=3, checkpoint_dir=str(tmp_path)),
+        callbacks=[lambda event: time.sleep(pause)],
+    )
+    assert result.seconds >= 3 * pause  # the three evaluations slept (the end event comes after the result)
+    assert 0 < result.history[-1].seconds < pause  # three tiny epochs, no sleep counted
