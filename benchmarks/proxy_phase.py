@@ -11,7 +11,8 @@ finished):
   waits only when two older trials are unfinished; ASHA and the sampler then see one result fewer).
 
 While each study runs, every process's command line is sampled from ``/proc`` every 0.2 s. Printed per run:
-the proxy phase's wall seconds and the part outside the trainers (``compute.overheads.proxy_scheduling_seconds``
+the proxy phase's wall seconds and the part outside the trials' own spans (Tune's loop, the trial actors' start,
+idle slots: ``compute.overheads.proxy_scheduling_seconds``
 of the report), the proxies' epochs and trainer seconds, the distinct processes the trials trained in (their
 ``executions.jsonl``), and the Ray worker processes that were started during the proxy phase and never
 trained a trial (Tune 2.x ends a trial actor when no trial is waiting for it, and starts a new process for
@@ -98,7 +99,7 @@ def one_run(extra_window: int) -> dict:
     return {
         "window": window,
         "proxy_phase_s": compute["proxy_phase_seconds"],
-        "outside_trainers_s": compute["overheads"]["proxy_scheduling_seconds"],
+        "scheduling_s": compute["overheads"]["proxy_scheduling_seconds"],
         "proxy_epochs": sum(int(t["epochs"]) for t in report["trial_table"]),
         "proxy_trainer_s": compute["proxy_trainer_seconds"],
         "trial_processes": len(trial_pids),
@@ -119,7 +120,7 @@ def main() -> None:
             label = "w = concurrency" if extra == 0 else "w = concurrency + 1"
             print(
                 f"round {r + 1} {label}: proxy phase {row['proxy_phase_s']:.1f} s "
-                f"({row['outside_trainers_s']:.1f} s outside the trainers), {row['proxy_epochs']} epochs, "
+                f"({row['scheduling_s']:.1f} s outside the trials' spans), {row['proxy_epochs']} epochs, "
                 f"trainers {row['proxy_trainer_s']:.1f} s; trials trained in {row['trial_processes']} processes; "
                 f"{row['idle_workers']} more worker processes started in the phase and never trained a trial "
                 f"(window {row['window']})",

@@ -33,22 +33,24 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """A ``fresh_process`` test runs as ``python -m pytest <its node id>`` in a new interpreter; its outcome is the
-    child's (a crash, a failure, or nothing collected fails it here, with the child's output)."""
+    child's: passed only if the child reports it passed, skipped if it skipped there, else failed (a crash, a
+    failure, nothing collected), with the child's output."""
     if pyfuncitem.get_closest_marker("fresh_process") is None or os.environ.get(FRESH_PROCESS_ENV):
         return None
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", pyfuncitem.nodeid, "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", pyfuncitem.nodeid, "-q", "-rs", "-p", "no:cacheprovider"],
         cwd=str(pyfuncitem.config.rootpath),
         env=dict(os.environ, **{FRESH_PROCESS_ENV: "1"}),
         capture_output=True,
         text=True,
         timeout=3600,
     )
-    if proc.returncode != 0:
-        pytest.fail(
-            f"{pyfuncitem.nodeid} in a fresh process: exit code {proc.returncode}\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}",
-            pytrace=False,
-        )
+    print(proc.stdout, proc.stderr, sep="\n")  # shown under "Captured stdout" if the test fails
+    summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+    if proc.returncode == 0 and "1 skipped" in summary:
+        pytest.skip(f"skipped in a fresh process: {summary}")
+    if proc.returncode != 0 or "1 passed" not in summary:
+        pytest.fail(f"{pyfuncitem.nodeid} in a fresh process: exit code {proc.returncode}, {summary!r}", pytrace=False)
     return True
 
 

@@ -31,10 +31,16 @@ def test_fails():
     assert False, "the child's own failure"
 
 
+@pytest.mark.fresh_process
+def test_skips():
+    pytest.skip("not here")
+
+
 def test_after_the_crash():
     assert not os.environ.get("MUTRANSFER_TEST_FRESH_PROCESS")  # unmarked: the parent runs it
 """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2, failed=2)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(passed=2, failed=2, skipped=1)
     result.stdout.fnmatch_lines(["*test_crashes in a fresh process: exit code -11*", "*the child's own failure*"])
+    result.stdout.fnmatch_lines(["*skipped in a fresh process*"])

@@ -279,6 +279,8 @@ def _write_counts():
     """With MUTRANSFER_FUZZ_REPORT=FILE: the counts per family and outcome, summed over the tests' fresh processes."""
     target = os.environ.get("MUTRANSFER_FUZZ_REPORT")
     if target and not os.environ.get(FRESH_PROCESS_ENV):
+        target = str(Path(target).resolve())  # the children run from the repository root
+        os.environ["MUTRANSFER_FUZZ_REPORT"] = target
         Path(target).unlink(missing_ok=True)  # this session starts the report; each test's child process adds to it
     yield
     if target:

@@ -59,7 +59,7 @@ def trials_cost(study, trials: list[TrialRecord], *, at_target: bool, input_shap
     """Device-seconds (trainer / overhead) and FLOPs of a search's trials."""
 
     device = sum(t.device_seconds for t in trials)
-    # the trainer's clock and Tune's differ by milliseconds: training cannot outlast the device it held
+    # the trainer's clock counts training only (a part of Tune's): training cannot outlast the device it held
     trainer = min(device, sum(t.trainer_seconds for t in trials) * trial_devices(study))
     per_epoch = model_epoch_flops(study, at_target=at_target, input_shape=input_shape)  # the proxy on its grid
     epochs = sum(int(t.epochs) for t in trials)

@@ -138,7 +138,7 @@ def target_cost(study, outcome, input_shape) -> dict:
     """Device-seconds (trainer / overhead) and FLOPs of one Ray Train target training (a TargetOutcome)."""
     devices = target_devices(outcome.num_workers, outcome.use_gpu, outcome.cpus_per_worker)
     per_epoch = model_epoch_flops(study, at_target=True, input_shape=input_shape)
-    trainer = min(outcome.device_seconds, outcome.trainer_seconds * devices)  # clocks differ by milliseconds
+    trainer = min(outcome.device_seconds, outcome.trainer_seconds * devices)  # training cannot outlast the device
     return {
         "device_seconds": outcome.device_seconds,
         "trainer_device_seconds": trainer,

@@ -6,8 +6,9 @@ A study's wall time splits into (seconds, this session's clock):
 - ``trial_startup``: per proxy trial, its span (from Tune's ``on_trial_start`` to its end, on
   the driver's clock) minus its trainer time, summed over trials and divided by the trials
   run at a time. Tune calls ``on_trial_start`` once the trial's actor runs, so this holds
-  what follows (building the model, the data, the last report): 0.04-0.06 s per trial on
-  the default study;
+  what follows and what the trainer's clock leaves out (building the model and the optimizer,
+  the per-epoch checkpoints, ``history.json`` and reports to Tune): 0.33-0.40 s per trial on
+  the default study (docs/results/table1_v3_quick_cheap_3seeds.json);
 - ``proxy_scheduling``: the rest of the proxy phase: the trial actors' start (a new Python
   process, imports), Tune's driver loop, the searcher, idle slots;
 - ``target_startup``: the target's Ray Train wall time minus its trainer time (the worker

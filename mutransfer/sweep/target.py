@@ -289,7 +289,7 @@ def target_loop(cfg: dict) -> dict:
         val_error=result.val_error,
         epochs=int(result.epochs_completed),
         history=result.history,
-        trainer_seconds=result.history[-1].seconds if result.history else float(result.seconds),
+        trainer_seconds=float(result.trainer_seconds),
         spectral_lr0=spectral_lr0,
         world_size=world,
         per_worker_batch=per_rank_batch,

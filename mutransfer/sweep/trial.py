@@ -236,7 +236,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
         val_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
         train_loss=float(result.train_loss),
         lr=last.lr if last else hp["lr"],
-        trainer_seconds=last.seconds if last else float(result.seconds),
+        trainer_seconds=float(result.trainer_seconds),
         spectral_lr0=spectral_lr0,
         diverged=1 if result.status == "diverged" else 0,
     )

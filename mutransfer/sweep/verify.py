@@ -255,7 +255,7 @@ def train_target_at(
     torch.manual_seed(int(seed))
     model = model_for(seeded, data, target=target, init_scale=point["init_scale"])
     result = train(model, data, train_config(seeded, point, epochs=epochs, device=device))
-    trainer = result.history[-1].seconds if result.history else float(result.seconds)
+    trainer = float(result.trainer_seconds)
     return {
         "lr": float(lr),
         "seed": int(seed),

@@ -75,7 +75,8 @@ def load_history(items: Iterable[dict]) -> list[EpochRecord]:
 
 @dataclass(frozen=True)
 class TrainEnd:
-    """The last callback event of a run (after the last evaluation, or at divergence/stop)."""
+    """The last callback event of a run (after the last evaluation, or at divergence/stop); ``seconds`` is the run's
+    cumulative training time, as :class:`EpochRecord`'s."""
 
     event: ClassVar[str] = "end"
 
@@ -99,7 +100,9 @@ class TrainResult:
     ``test_error`` is the final mean relative L2 on the test set, or
     :data:`DIVERGED_METRIC` when diverged. ``history`` holds one
     :class:`EpochRecord` per evaluation (cumulative ``seconds`` across resumed
-    sessions); ``seconds`` is this call's wall time. ``resumed_from`` is the
+    sessions); ``seconds`` is this call's wall time (setup, checkpoints and callbacks
+    included), ``trainer_seconds`` the run's cumulative training time at its end (the
+    history's clock, steps after the last evaluation included). ``resumed_from`` is the
     checkpoint's iteration.
     """
 
@@ -115,6 +118,7 @@ class TrainResult:
     resumed_from: int | None = None
     #: the final validation error when the run was given a validation split
     val_error: float | None = None
+    trainer_seconds: float = 0.0
 
     def as_dict(self) -> dict:
         """Plain dict for JSON (the history through :func:`dump_history`)."""

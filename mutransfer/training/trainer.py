@@ -446,6 +446,7 @@ class _Run:
             device=str(self.device),
             resumed_from=self.resumed_from,
             val_error=val_error,
+            trainer_seconds=self.elapsed(),
         )
         end = TrainEnd(
             status=self.status,
