@@ -175,7 +175,7 @@ class _Run:
         config.validate()
         self.call_start = time.perf_counter()
         #: when training starts (:meth:`loop`): the run's clock leaves out setup, whose first optimizer of a
-        #: process imports torch._dynamo (about 1.3 s, once per process: docs/results.md)
+        #: process imports torch._dynamo (1.1-1.5 s, once per process: docs/results.md)
         self.clock_start: float | None = None
         #: seconds since clock_start spent writing checkpoints and in the callbacks (a trial's report to Tune, the
         #: target's to Ray Train): overhead, left out of the clock like setup
@@ -292,25 +292,27 @@ class _Run:
             self.off_clock += time.perf_counter() - start
 
     def write_checkpoint(self) -> None:
+        """The exact-resume state to ``checkpoint_dir`` (off the clock: writing it is overhead)."""
         if self.checkpoint_path is None:
             return
-        state = checkpoint_state(
-            model=self.model,
-            optimizer=self.optimizer,
-            scheduler=self.scheduler,
-            amp=self.amp,
-            iteration=self.iteration,
-            iters_per_epoch=self.iters_per_epoch,
-            status=self.status,
-            history=self.history,
-            best=self.best,
-            seconds=self.elapsed(),
-            n_train=self.n_train,
-            model_config=self.model_config,
-            config=self.config,
-            device=self.device,
-        )
-        save_checkpoint(state, self.checkpoint_path)
+        with self._clock_stopped():
+            state = checkpoint_state(
+                model=self.model,
+                optimizer=self.optimizer,
+                scheduler=self.scheduler,
+                amp=self.amp,
+                iteration=self.iteration,
+                iters_per_epoch=self.iters_per_epoch,
+                status=self.status,
+                history=self.history,
+                best=self.best,
+                seconds=self.elapsed(),
+                n_train=self.n_train,
+                model_config=self.model_config,
+                config=self.config,
+                device=self.device,
+            )
+            save_checkpoint(state, self.checkpoint_path)
 
     # ---- the loop ------------------------------------------------------------------------
     def loop(self) -> None:
@@ -358,8 +360,7 @@ class _Run:
                     break
                 bar.set_postfix(train=f"{record.train_loss:.4g}", test=f"{record.test_error:.4g}")
                 if len(self.history) % config.checkpoint_every == 0 and self.iteration < self.total_iterations:
-                    with self._clock_stopped():
-                        self.write_checkpoint()
+                    self.write_checkpoint()
                 with self._clock_stopped():
                     stop = _notify(self.callbacks, record)
                 if stop:
@@ -431,8 +432,7 @@ class _Run:
                 val_error = self.history[-1].val_error if self.history else DIVERGED_METRIC
             train_loss = _finite_or_sentinel(self.last_loss)
         if self.checkpoint_path is not None and self.iteration != self.resumed_from:
-            with self._clock_stopped():
-                self.write_checkpoint()
+            self.write_checkpoint()
         best_test_error = self.best if math.isfinite(self.best) else DIVERGED_METRIC
         result = TrainResult(
             status=self.status,
