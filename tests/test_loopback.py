@@ -88,7 +88,7 @@ def test_the_local_ray_of_a_sweep_listens_on_loopback_only():
 _TARGET_SCRIPT = """
 import json, os, sys
 from mutransfer.local_ray import start_ray
-from mutransfer.sweep.target import trainer_for
+from mutransfer.sweep.target_run import trainer_for
 from tests.net_helpers import exposed, listeners
 
 start_ray(None)

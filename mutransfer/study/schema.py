@@ -219,6 +219,9 @@ class TargetSpec:
     use_gpu: Any = setting("auto", "auto (GPUs when the cluster has them), true or false", read=_read_use_gpu)
     cpus_per_worker: int = setting(1, "CPUs (torch threads) per worker", kind="int", minimum=1, example="1")
     checkpoint_every: int = setting(1, "epochs between the target's checkpoints", kind="int", minimum=1, example="1")
+    start_early: bool = setting(
+        True, "start the target's Ray Train workers while the last proxy trials run", kind="bool", example="true"
+    )
 
 
 @dataclass

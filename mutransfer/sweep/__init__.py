@@ -5,7 +5,9 @@
 - :mod:`~mutransfer.sweep.proxies`      the proxy search (Ray Tune: TPE/random/grid + ASHA)
 - :mod:`~mutransfer.sweep.rescale`      the transfer of the best proxy to the target (operators.transfer)
 - :mod:`~mutransfer.sweep.gate`         the optional coordinate-check gate
-- :mod:`~mutransfer.sweep.train_target` the target phase; :mod:`~mutransfer.sweep.target` its Ray Train worker loop
+- :mod:`~mutransfer.sweep.train_target` the target phase; :mod:`~mutransfer.sweep.target` its Ray Train worker loop,
+  :mod:`~mutransfer.sweep.target_run` its Ray Train run (started with its order or early,
+  :mod:`~mutransfer.sweep.early_target`)
 - :mod:`~mutransfer.sweep.finish`       the report phase; :mod:`~mutransfer.sweep.report` the report itself
 - :mod:`~mutransfer.sweep.runner`       the orchestrator (:func:`run_sweep`)
 - :mod:`~mutransfer.sweep.trial`        the proxy trial (Tune function trainable) and the fault-injection hook

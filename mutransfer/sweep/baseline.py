@@ -33,7 +33,7 @@ from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.cost import model_epoch_flops, target_cost, trial_devices
 from mutransfer.sweep.nested import nested_context
 from mutransfer.sweep.proxies import run_proxies
-from mutransfer.sweep.target import resolve_use_gpu, run_target
+from mutransfer.sweep.target_run import resolve_use_gpu, run_target
 from mutransfer.sweep.train_target import TargetWatch, first_line
 from mutransfer.tracking.runs import log_batch
 

@@ -28,7 +28,18 @@ if TYPE_CHECKING:
     from mutransfer.data.validation import SelectionSplit
     from mutransfer.study_folder.lock import StudyLock
     from mutransfer.sweep.target import TargetOutcome
+    from mutransfer.sweep.target_run import TargetRun
     from mutransfer.tracking.runs import Tracker
+
+
+class EarlyTarget(Protocol):
+    """The target's run started while the last proxies train (mutransfer.sweep.early_target.EarlyTarget)."""
+
+    def start(self, live_trials: int) -> None: ...
+
+    def take(self, storage_dir: Path) -> TargetRun | None: ...
+
+    def cancel(self) -> None: ...
 
 
 class SweepError(RuntimeError):
@@ -194,6 +205,10 @@ class SweepContext:
     #: the search strategies' records (mutransfer.sweep.strategies), by strategy name: "ladder", "top_k", "warm_start",
     #: "verification", "direct_baseline"; a strategy that is not active has none
     records: dict[str, StrategyRecord] = field(default_factory=dict)
+    #: the target's Ray Train run started while the last proxies train (mutransfer.sweep.early_target); None: the
+    #: target starts in its phase (``target.start_early: false``, a strategy that trains the target otherwise, a
+    #: nested search)
+    early_target: EarlyTarget | None = None
     #: the search trains the target's model (the direct-tuning baseline's and a ladder rung's sub-context)
     search_at_target: bool = False
     #: the configurations a nested search runs instead of sampling, without ASHA (a ladder rung's promoted trials)

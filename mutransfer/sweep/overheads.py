@@ -11,8 +11,11 @@ A study's wall time splits into (seconds, this session's clock):
   the default study (docs/results/table1_v3_quick_cheap_3seeds.json);
 - ``proxy_scheduling``: the rest of the proxy phase: the trial actors' start (a new Python
   process, imports), Tune's driver loop, the searcher, idle slots;
-- ``target_startup``: the target's Ray Train wall time minus its trainer time (the worker
-  group, the process group, checkpoints reported to Ray Train, shutting down);
+- ``target_startup``: the target's Ray Train wall time, from the order to train, minus its trainer
+  time (the worker group, the process group, checkpoints reported to Ray Train, shutting down);
+  a target started while the last proxies trained (``target.start_early``) had started
+  ``target_head_start`` seconds before its order: that part ran beside the proxies and is not
+  counted again;
 - ``other``: the wall time outside those three phases: the transfer, the coordinate-check
   gate, a ladder's rungs, top-k's other candidates, ``--verify`` and ``--baseline`` trainings,
   the report and the MLflow model (and the setup of earlier sessions of a resumed study);
@@ -38,6 +41,7 @@ def overheads(
     target_wall_seconds: float | None,
     target_trainer_seconds: float | None,
     wall_seconds: float | None,
+    target_head_start_seconds: float = 0.0,
 ) -> dict[str, float] | None:
     """The overheads above, in seconds, with ``fixed_seconds`` and ``fixed_share``; None without the phase times."""
     if not wall_seconds or setup_seconds is None or proxy_phase_seconds is None:
@@ -52,6 +56,7 @@ def overheads(
         "trial_startup_mean_seconds": startup / max(1, len(seen)),
         "proxy_scheduling_seconds": max(0.0, proxy_phase_seconds - trials_wall / lanes),
         "target_startup_seconds": max(0.0, (target_wall_seconds or 0.0) - (target_trainer_seconds or 0.0)),
+        "target_head_start_seconds": target_head_start_seconds,
         "other_seconds": max(0.0, wall_seconds - setup_seconds - proxy_phase_seconds - (target_wall_seconds or 0.0)),
     }
     fixed = sum(
@@ -68,5 +73,11 @@ def describe(o: dict[str, float]) -> str:
         f"fixed overhead {o['fixed_seconds']:.1f} s = {100 * o['fixed_share']:.0f}% of the wall time: setup "
         f"{o['setup_seconds']:.1f} s (data, Ray, MLflow), proxy phase outside the trainers "
         f"{o['trial_startup_seconds'] + o['proxy_scheduling_seconds']:.1f} s (trial actors' start, Tune's loop), "
-        f"target start-up {o['target_startup_seconds']:.1f} s (Ray Train); other phases {o['other_seconds']:.1f} s"
+        f"target start-up {o['target_startup_seconds']:.1f} s (Ray Train{_head_start(o)}); "
+        f"other phases {o['other_seconds']:.1f} s"
     )
+
+
+def _head_start(o: dict[str, float]) -> str:
+    head = o.get("target_head_start_seconds") or 0.0
+    return f", after {head:.1f} s started beside the last proxies" if head > 0 else ""

@@ -286,6 +286,10 @@ class SearchPlan:
     def finished(self) -> bool:
         return len(self.outcomes) >= self.total
 
+    def handed_out(self) -> bool:
+        """Every trial has been handed out: no new trial will ask for resources (a failed one may be retried)."""
+        return not self._queue and self._next >= self.total
+
     def remaining(self) -> int:
         """Trials still to run this session (resumed unfinished ones and new ones)."""
         return self.total - len(self.outcomes)

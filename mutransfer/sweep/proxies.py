@@ -195,6 +195,11 @@ def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
         ),
         {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial},
     )
+    from mutransfer.sweep.tune_callback import WhenHandedOut  # noqa: PLC0415 -- deferred: imports Ray
+
+    callbacks = [as_tune_callback(logger), progress.proxy_callback(ctx, plan.total, len(plan.outcomes))]
+    if ctx.early_target is not None:  # the target's workers start while the last trials run
+        callbacks.append(WhenHandedOut(plan, ctx.early_target.start))
     sdir.tune_dir.mkdir(parents=True, exist_ok=True)
     n = 1
     while (sdir.tune_dir / f"run-{n}").exists():
@@ -205,7 +210,7 @@ def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
         run_config=tune.RunConfig(
             name=f"run-{n}",
             storage_path=str(sdir.tune_dir),
-            callbacks=[as_tune_callback(logger), progress.proxy_callback(ctx, plan.total, len(plan.outcomes))],
+            callbacks=callbacks,
             failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
             verbose=0,
         ),

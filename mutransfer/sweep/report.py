@@ -72,6 +72,8 @@ def build_report(
         "target_device_seconds": target["device_seconds"] if target else None,
         "target_trainer_seconds": target["trainer_seconds"] if target else None,
         "target_wall_seconds": target["wall_seconds"] if target else None,
+        # Ray Train's start-up that ran while the last proxies trained (target.start_early), not in the wall above
+        "target_head_start_seconds": target.get("head_start_seconds", 0.0) if target else None,
         "sweep_wall_seconds": wall_seconds,
         # what the study said before training: the proxy's cost per epoch vs the target's, the expected ratio
         "estimate_before_training": cost_estimate,
@@ -99,6 +101,7 @@ def build_report(
         proxy_phase_seconds=phases.get("proxy_phase_seconds"),
         target_wall_seconds=target["wall_seconds"] if target else None,
         target_trainer_seconds=target["trainer_seconds"] if target else None,
+        target_head_start_seconds=target.get("head_start_seconds", 0.0) if target else 0.0,
         wall_seconds=wall_seconds,
     )
     gain_from = strategies.gain_source(values, trials, best)  # e.g. top-k's winner is compared with its own proxy

@@ -38,6 +38,7 @@ from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.cost_estimate import estimate_proxy_cost
+from mutransfer.sweep.early_target import EarlyTarget
 from mutransfer.sweep.finish import write_report
 from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.holds import hold_if_asked
@@ -46,6 +47,7 @@ from mutransfer.sweep.parent_run import create_parent, tag_study_view
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
+from mutransfer.sweep.strategies.base import Phase
 from mutransfer.sweep.train_target import train_target
 from mutransfer.tracking.runs import Tracker
 
@@ -86,11 +88,33 @@ def _drive(ctx: SweepContext) -> dict:
     _start_study_dir(ctx)
     _resolve_k_rule(ctx)
     _say_cost(ctx)
+    phases = strategies.ordered_phases(PHASES, ctx)
+    if ctx.study.target.start_early and target_follows_proxies(
+        strategies.ordered_phases(PHASES, ctx, only_active=True)
+    ):
+        ctx.early_target = EarlyTarget(ctx)
     with _session(ctx):
-        for name, phase in strategies.ordered_phases(PHASES, ctx):
+        for name, phase in phases:
             hold_if_asked(ctx.study_dir.root, name)  # fault tests only (MUTRANSFER_HOLD_AT)
             phase(ctx)
     return ctx.report
+
+
+#: the phases that may run between the proxies and the target while the target's workers wait (they train nothing
+#: on the cluster, so the waiting workers hold no resources another phase needs)
+_WHILE_WAITING = (transfer_phase.__name__, coord_check_gate.__name__)
+
+
+def target_follows_proxies(phases: list[tuple[str, Phase]]) -> bool:
+    """Whether the core target phase trains the target right after the proxies (only the transfer and the gate
+    between): then the target's workers can start while the last proxies train (mutransfer.sweep.early_target).
+    Not where a strategy trains the target otherwise (top-k) or trains more searches first (a ladder's rungs)."""
+    names = [name for name, _ in phases]
+    if run_proxies.__name__ not in names or train_target.__name__ not in names:
+        return False
+    between = names[names.index(run_proxies.__name__) + 1 : names.index(train_target.__name__)]
+    target = phases[names.index(train_target.__name__)][1]
+    return target is train_target and all(name in _WHILE_WAITING for name in between)
 
 
 def _check_nothing_new_asked(ctx: SweepContext) -> None:
@@ -186,6 +210,8 @@ def _session(ctx: SweepContext):
         _mark(ctx.tracker, ctx.parent_id, "FAILED")
         raise
     finally:
+        if ctx.early_target is not None:  # started, and the study stopped before its target phase took it
+            ctx.early_target.cancel()
         if ctx.started_ray:
             import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 

@@ -36,8 +36,6 @@ import os
 import shutil
 import socket
 import tempfile
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +43,6 @@ import torch
 
 from mutransfer.study.memory import Plan
 from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
-from mutransfer.sweep.cost import target_devices
 from mutransfer.training import DIVERGED_METRIC, train
 from mutransfer.training.records import EpochRecord, dump_history, load_history
 
@@ -136,6 +133,8 @@ class TargetOutcome:
     resumed_from_epoch: int | None = None
     #: the final validation error (what top-k chooses by); None for a study made before validation splits
     val_error: float | None = None
+    #: seconds Ray Train had been starting before the order came (a target started while the last proxies trained)
+    head_start_seconds: float = 0.0
 
     def as_dict(self) -> dict:
         """Plain dict for state.json (the history as EpochRecord dicts)."""
@@ -216,6 +215,42 @@ def driver_gone(driver: dict | None) -> bool:
     return fields[0] == "Z" or (driver.get("start") is not None and fields[19] != driver["start"])
 
 
+#: the status of a target started early and called off before its order came (it trained nothing)
+CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class TargetOrder:
+    """What a target trains with: the transferred hyperparameters and the driver's memory plan per worker (None:
+    each worker plans the model itself)."""
+
+    hp: dict
+    plan: Plan | None = None
+
+
+#: seconds between a waiting worker's looks at whether its driver still runs
+ORDER_POLL_S = 1.0
+
+
+def await_order(orders, driver: dict | None) -> TargetOrder | None:
+    """A worker started early (:func:`start_target` without an order): wait for the driver's order on the
+    ``orders`` queue (a ``ray.util.queue.Queue``; None: called off). Exits the worker if the driver is gone.
+
+    While it waits it imports what the first training step would (``torch._dynamo``, which the first optimizer of a
+    process imports: 1.1-1.5 s on this project's CI machine, ``python benchmarks/proxy_epoch.py``), so the wait
+    hides that too.
+    """
+    import torch._dynamo  # noqa: F401, PLC0415 -- deferred: warm-up while waiting (see above)
+    from ray.util.queue import Empty  # noqa: PLC0415 -- deferred: runs in a Ray worker only
+
+    while True:
+        try:
+            return orders.get(timeout=ORDER_POLL_S)
+        except Empty:
+            if driver_gone(driver):
+                os._exit(1)  # the driver was killed while the proxies ran: nothing to train for
+
+
 def target_loop(cfg: dict) -> dict:
     """Ray Train per-worker function."""
     import ray.train.torch  # noqa: PLC0415 -- deferred: (binds ray, ray.train too) Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
@@ -223,8 +258,12 @@ def target_loop(cfg: dict) -> dict:
     torch.set_num_threads(max(1, int(cfg["threads"])))
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    study, hp, epochs = cfg["study"], cfg["hp"], int(cfg["epochs"])
+    study, epochs = cfg["study"], int(cfg["epochs"])
     data = ray.get(cfg["data_ref"])
+    order = cfg["order"] if cfg.get("order") is not None else await_order(cfg["orders"], cfg.get("driver"))
+    if order is None:  # started early and called off (the study stopped, or trains its target another way)
+        return TargetSummary(status=CANCELLED, world_size=world).as_dict()
+    hp = order.hp
 
     n = (data.train_x.shape[0] // world) * world
     shard = _Shard(
@@ -281,7 +320,7 @@ def target_loop(cfg: dict) -> dict:
             eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event.epoch:05d}"
         )
 
-    result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=cfg.get("plan"))
+    result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=order.plan)
 
     summary = TargetSummary(
         status=result.status,
@@ -312,157 +351,3 @@ def target_loop(cfg: dict) -> dict:
     final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
     ray.train.report(dict(final, final=1), checkpoint=checkpoint, checkpoint_dir_name="final")
     return summary.as_dict()
-
-
-def _fit_in_thread(trainer, on_poll=None):
-    """Run ``trainer.fit()`` off the main thread.
-
-    Ray Train installs its own SIGINT handler when fit runs on the main thread, and
-    that handler ends the process (exit 1) without letting the driver record the
-    interruption. Off the main thread it installs none, so Ctrl-C raises
-    KeyboardInterrupt here; the driver marks the runs KILLED and shuts Ray down.
-    ``on_poll()`` is called every 0.2 s while it runs, and once after.
-    """
-
-    box: dict = {}
-
-    def work():
-        try:
-            box["result"] = trainer.fit()
-        except BaseException as exc:  # re-raised on the main thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=work, name="mutransfer-target-fit", daemon=True)
-    thread.start()
-    while thread.is_alive():
-        thread.join(0.2)
-        if on_poll is not None:
-            on_poll()
-    if on_poll is not None:
-        on_poll()
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
-def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) -> tuple[type, dict, bool]:
-    """(Ray Train trainer class, its backend keyword, whether torch's process group starts) for the target.
-
-    ``process_group`` None: only for several workers or a GPU; otherwise the plain data-parallel
-    trainer TorchTrainer builds on (Ray Train v1 or v2, whichever is running).
-    """
-    from ray.train.torch import TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
-    from mutransfer.sweep.loopback_group import LoopbackTorchConfig  # noqa: PLC0415 -- deferred: imports Ray
-
-    needed = workers > 1 or use_gpu  # DDP's all-reduce, or the device placement TorchTrainer does
-    if process_group is False and needed:
-        raise ValueError("a target of several workers or on a GPU needs torch's process group")
-    plain = next((c for c in TorchTrainer.__mro__[1:] if c.__name__ == "DataParallelTrainer"), None)
-    if process_group or needed or plain is None:  # plain None: a Ray whose TorchTrainer has no such base
-        config = LoopbackTorchConfig(backend="nccl" if use_gpu else "gloo")  # the rendezvous on 127.0.0.1 locally
-        return TorchTrainer, {"torch_config": config}, True
-    return plain, {}, False
-
-
-def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
-    if setting == "auto":
-        return cluster_gpus >= 1
-    return bool(setting)
-
-
-def run_target(
-    study,
-    hp: dict,
-    data,
-    storage_dir: Path,
-    *,
-    use_gpu: bool,
-    max_failures: int,
-    on_poll=None,
-    plan: Plan | None = None,
-    process_group: bool | None = None,
-) -> TargetOutcome:
-    """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``.
-
-    ``plan``: the target's memory plan per worker, made by the driver (SweepContext.memory_plan);
-    each worker holds it against its device (None: each worker plans the model itself).
-
-    Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
-    ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
-
-    ``process_group``: None (default) starts torch's process group (TorchTrainer) only where
-    it does something, for several workers or a GPU; one CPU worker runs under Ray Train's
-    plain data-parallel trainer, the base TorchTrainer builds on, with the same loop, reports
-    and checkpoints (equal results: tests/sweep/test_target_startup.py) and without the
-    process group's start-up (docs/results.md, "Cheap proxies on the default study").
-    """
-
-    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
-    # The Train controller polls its workers at this interval (default 2 s); every report and the
-    # end of the run wait for a poll. 0.5 s keeps small local runs from idling.
-    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
-    t = study.target
-    resources = {"CPU": t.cpus_per_worker}
-    if use_gpu:
-        resources["GPU"] = 1
-    trainer_class, backend, process_group = trainer_for(t.num_workers, use_gpu, process_group)
-    trainer = trainer_class(
-        target_loop,
-        train_loop_config={
-            "process_group": process_group,
-            "study": study,
-            "hp": hp,
-            "epochs": t.epochs,
-            "threads": t.cpus_per_worker,
-            "data_ref": ray.put(data),
-            "progress_file": str(Path(storage_dir) / "target" / PROGRESS_FILE),
-            "plan": plan,
-            "driver": driver_identity(),
-        },
-        scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
-        **backend,
-        run_config=RunConfig(
-            name="target",
-            storage_path=str(storage_dir),
-            failure_config=FailureConfig(max_failures=max_failures),
-            checkpoint_config=CheckpointConfig(num_to_keep=2),
-        ),
-    )
-    start = time.perf_counter()
-    result = _fit_in_thread(trainer, on_poll)
-    wall = time.perf_counter() - start
-    if result.return_value is None and result.error is None:
-        # Ray Train's own Ctrl-C handler aborts the run and returns without a result.
-        raise KeyboardInterrupt("target training was aborted")
-    raw = result.return_value or {}
-    checkpoint_dir = None
-    if result.checkpoint is not None:
-        checkpoint_dir = result.checkpoint.path
-    if not raw and checkpoint_dir and (Path(checkpoint_dir) / SUMMARY_FILE).exists():
-        raw = json.loads((Path(checkpoint_dir) / SUMMARY_FILE).read_text())
-    summary = TargetSummary.from_dict(raw)
-    test_error = summary.test_error
-    if test_error is None:
-        test_error = result.metrics.get("test_error", float("nan")) if result.metrics else float("nan")
-
-    devices = target_devices(t.num_workers, use_gpu, t.cpus_per_worker)
-    return TargetOutcome(
-        status=summary.status,
-        test_error=float(test_error),
-        val_error=None if summary.val_error is None else float(summary.val_error),
-        epochs=int(summary.epochs),
-        history=summary.history,
-        trainer_seconds=float(summary.trainer_seconds),
-        wall_seconds=wall,
-        spectral_lr0=float(summary.spectral_lr0),
-        num_workers=t.num_workers,
-        use_gpu=use_gpu,
-        cpus_per_worker=t.cpus_per_worker,
-        per_worker_batch=int(summary.per_worker_batch),
-        checkpoint_dir=checkpoint_dir,
-        device_seconds=wall * devices,
-        resumed_from_epoch=summary.resumed_from_epoch,
-    )

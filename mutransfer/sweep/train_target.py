@@ -19,7 +19,8 @@ from mutransfer.study_folder.portable import resolved_path, stored_path
 from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.progress import TargetProgress, for_options
 from mutransfer.sweep.proxies import keep_sigint_handler
-from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, read_progress, resolve_use_gpu, run_target
+from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
+from mutransfer.sweep.target_run import resolve_use_gpu, run_target
 from mutransfer.tracking.runs import logged_steps
 
 
@@ -134,25 +135,30 @@ def fit_target(
         if tags:
             tracker.set_tags(run_id, tags)
         remember_run(run_id)
+    early = ctx.early_target.take(storage_dir) if ctx.early_target is not None else None
     ctx.say(
         f"{label}: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
-        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train) ...",
+        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train"
+        f"{', started while the last proxies trained' if early is not None else ''}) ...",
     )
+    plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
     watch = TargetWatch(ctx, storage_dir, run_id=run_id, label=label)
     try:
         with keep_sigint_handler():
-            outcome = run_target(
-                study,
-                hp,
-                ctx.data,
-                storage_dir,
-                use_gpu=use_gpu,
-                max_failures=study.budget.max_failures,
-                on_poll=watch,
-                plan=ctx.memory_plan(
-                    target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers
-                ),
-            )
+            if early is not None:
+                early.order(hp, plan)
+                outcome = early.outcome(watch)
+            else:
+                outcome = run_target(
+                    study,
+                    hp,
+                    ctx.data,
+                    storage_dir,
+                    use_gpu=use_gpu,
+                    max_failures=study.budget.max_failures,
+                    on_poll=watch,
+                    plan=plan,
+                )
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
         tracker.set_status(run_id, "KILLED")

@@ -36,3 +36,32 @@ class MlflowTrialCallback(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self.inner.on_trial_error(trial)
+
+
+#: Tune's trial states of a trial that holds (or waits for) its resources
+LIVE = ("PENDING", "RUNNING", "PAUSED")
+
+
+class WhenHandedOut(Callback):
+    """Calls ``action(live)`` at each trial's start and end once ``plan`` (a SearchPlan) has handed out every trial:
+    from then on no new trial asks for resources (mutransfer.sweep.early_target starts the target's workers when
+    the ``live`` trials, those still holding or waiting for resources, leave room for them)."""
+
+    def __init__(self, plan, action):
+        self.plan, self.action = plan, action
+
+    def __getstate__(self):  # Tune pickles its callbacks (never read back): a copy acts on nothing
+        return {"plan": None, "action": None}
+
+    def _maybe(self, trials, ended=None) -> None:
+        if self.action is not None and self.plan.handed_out():
+            self.action(sum(1 for t in trials if t is not ended and t.status in LIVE))
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self._maybe(trials)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._maybe(trials, ended=trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._maybe(trials, ended=trial)

@@ -126,7 +126,7 @@ def test_attention_target_trains_with_two_ddp_workers(operator, ray_local, mesh_
     from mutransfer.data.pointclouds import load_point_split
     from mutransfer.study import parse_study
     from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.target import run_target
+    from mutransfer.sweep.target_run import run_target
     from operators.adapters import PackedPointSet
 
     study = parse_study(

@@ -17,7 +17,7 @@ from tests.sweep_helpers import write_tiny_study
 
 def _train(study, data, tmp_path, name, process_group):
     from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.target import run_target
+    from mutransfer.sweep.target_run import run_target
 
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
     return run_target(study, hp, data, tmp_path / name, use_gpu=False, max_failures=0, process_group=process_group)
@@ -45,7 +45,7 @@ def test_one_cpu_worker_without_a_process_group_trains_the_same_target(ray_local
 def test_the_process_group_is_started_where_it_does_something(workers, gpu, forced, group):
     from ray.train.torch import TorchTrainer
 
-    from mutransfer.sweep.target import trainer_for
+    from mutransfer.sweep.target_run import trainer_for
 
     trainer, backend, started = trainer_for(workers, gpu, forced)
     assert started is group and ("torch_config" in backend) is group
@@ -56,7 +56,7 @@ def test_the_process_group_is_started_where_it_does_something(workers, gpu, forc
 
 
 def test_a_process_group_cannot_be_left_out_where_it_is_needed():
-    from mutransfer.sweep.target import trainer_for
+    from mutransfer.sweep.target_run import trainer_for
 
     for workers, gpu in ((2, False), (1, True)):
         with pytest.raises(ValueError, match="needs torch's process group"):

@@ -57,9 +57,10 @@ def trial_tags(ctx: SweepContext) -> dict[str, dict[str, str]]:
     return tags
 
 
-def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext) -> list[tuple[str, Phase]]:
+def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext, *, only_active: bool = False) -> list[tuple[str, Phase]]:
     """(hold-point name, phase) in the order the sweep runs them: each core phase (or the active strategy's phase
-    that replaces it), then the strategies' phases placed after it."""
+    that replaces it), then the strategies' phases placed after it (``only_active``: the active strategies' only;
+    otherwise every strategy's, each of which does nothing when its strategy is not active)."""
     out: list[tuple[str, Phase]] = []
     for phase in core:
         anchor = phase.__name__
@@ -77,7 +78,7 @@ def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext) -> list[tuple[str
             (p.phase.__name__, run_phase(s, p.phase))
             for s in STRATEGIES
             for p in s.phases()
-            if p.anchor == anchor and p.where == "after"
+            if p.anchor == anchor and p.where == "after" and (s.active(ctx) or not only_active)
         ]
     return out
 

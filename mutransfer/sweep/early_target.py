@@ -1,0 +1,106 @@
+"""The target's Ray Train run started while the last proxy trials train (study key ``target.start_early``).
+
+Ray Train's start-up for one CPU worker (the controller, its helper actors, the worker's process, its imports and the
+data) sat on the study's critical path: the target could only start once the proxies had finished and the winner
+was known (10.8-13.1 s of the default study's wall time on this project's CI machine, ``target_startup_seconds`` in
+the 5 late-start runs of ``python benchmarks/early_target.py --rounds 5``).
+
+Once the search has handed out its last trial, no new trial will ask for resources; as soon as the trials still
+running leave room for the target's workers (on 2 cores with 2 trials at a time: when the first of the last two
+ends), the target's run is started (:func:`mutransfer.sweep.target_run.start_target` without an order): its workers
+start, load the data and wait. Not earlier: on a machine whose cores all train proxies, Ray Train's start-up (7
+processes with their imports) slowed the last trial about 2x (docs/results.md). When the
+target phase comes, :meth:`EarlyTarget.take` gives it the waiting run, which trains at the transferred
+hyperparameters (:meth:`~mutransfer.sweep.target_run.TargetRun.order`); a study that stops first calls it off
+(:meth:`EarlyTarget.cancel`: its workers return without training, and nothing is written that a resume reads).
+
+No deadlock: the target is started early only where its resources and one more trial's fit in the cluster
+(:func:`fits_beside_a_trial`), so a trial Tune retries after a failure still finds room once the others end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.target_run import TargetRun, resolve_use_gpu, start_target
+
+
+def room_for(needed: dict[str, float], resources: dict) -> bool:
+    """Whether ``resources`` (``ray.cluster_resources()``) hold ``needed``, kind by kind."""
+    return all(amount <= resources.get(kind, 0.0) for kind, amount in needed.items() if amount > 0)
+
+
+def target_resources(study, use_gpu: bool) -> dict[str, float]:
+    """What the target's workers hold: CPUs, and GPUs for a GPU target."""
+    t = study.target
+    return {"CPU": float(t.num_workers * t.cpus_per_worker), "GPU": float(t.num_workers if use_gpu else 0)}
+
+
+def free_beside(study, cluster: dict, live_trials: int) -> dict[str, float]:
+    """The cluster's resources less what ``live_trials`` proxy trials hold (Tune's count, which unlike
+    ``ray.available_resources()`` does not include a finished trial's actor Tune keeps for reuse)."""
+    r = study.resources
+    return {
+        "CPU": cluster.get("CPU", 0.0) - live_trials * r.cpus_per_trial,
+        "GPU": cluster.get("GPU", 0.0) - live_trials * r.gpus_per_trial,
+    }
+
+
+def fits_beside_a_trial(study, cluster: dict, use_gpu: bool) -> bool:
+    """Whether the target's workers and one proxy trial fit in the cluster's resources (``ray.cluster_resources()``)
+    together: then the target can hold its resources while the last trials run, and a retried trial still fits."""
+    t, r = study.target, study.resources
+    cpus = t.num_workers * t.cpus_per_worker + r.cpus_per_trial
+    gpus = (t.num_workers if use_gpu else 0) + r.gpus_per_trial
+    return room_for({"CPU": float(cpus), "GPU": float(gpus)}, cluster)
+
+
+class EarlyTarget:
+    """The study's target run (``run``), started by :meth:`start` once the search has handed out its last trial and
+    the trials still running leave room for it; None until then, and again once taken or called off."""
+
+    def __init__(self, ctx: SweepContext):
+        self.ctx = ctx
+        self.run: TargetRun | None = None
+        #: the run was started (it may have been taken or called off since)
+        self.started = False
+        self.storage_dir = Path(ctx.study_dir.root)
+
+    def start(self, live_trials: int) -> None:
+        """Start the target's run (once) when the ``live_trials`` still running leave room for it in the cluster,
+        and only where the cluster holds it beside a retried trial; otherwise the target starts in its phase."""
+        import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+
+        if self.started or self.ctx.data is None:
+            return
+        study, cluster = self.ctx.study, ray.cluster_resources()
+        use_gpu = resolve_use_gpu(study.target.use_gpu, cluster.get("GPU", 0.0))
+        if not fits_beside_a_trial(study, cluster, use_gpu):
+            self.started = True  # never: a retried trial could wait for the target, which waits for the trials
+            return
+        if not room_for(target_resources(study, use_gpu), free_beside(study, cluster, live_trials)):
+            return  # the last trials use every core: Ray Train's start-up would slow them (a later trial event)
+        self.started = True
+        try:
+            self.run = start_target(
+                study, self.ctx.data, self.storage_dir, use_gpu=use_gpu, max_failures=study.budget.max_failures,
+                order=None,
+            )  # fmt: skip
+        except Exception as exc:  # the target then starts as usual, after the proxies
+            self.ctx.say(f"note: the target could not start early ({type(exc).__name__}: {exc}); it starts later")
+
+    def take(self, storage_dir: Path) -> TargetRun | None:
+        """The waiting run for a target trained in ``storage_dir`` (once), or None (not started, or another folder:
+        that run is called off)."""
+        run, self.run = self.run, None
+        if run is not None and Path(storage_dir) != self.storage_dir:
+            run.cancel()
+            return None
+        return run
+
+    def cancel(self) -> None:
+        """Call the waiting run off (the study stops, or trains its target some other way)."""
+        run, self.run = self.run, None
+        if run is not None:
+            run.cancel()

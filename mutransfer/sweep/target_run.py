@@ -1,0 +1,246 @@
+"""The driver's side of the target's Ray Train run: start it (with its order, or early, waiting for it), wait for it.
+
+:func:`run_target` trains the target with its hyperparameters; :func:`start_target` without an order starts the run
+early (mutransfer.sweep.early_target), and :class:`TargetRun` gives the order, calls the run off, or waits for its
+:class:`~mutransfer.sweep.target.TargetOutcome`. The workers' side (the loop each Ray Train worker runs, the summary
+they return, the progress file) is mutransfer.sweep.target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from mutransfer.study.memory import Plan
+from mutransfer.sweep.cost import target_devices
+from mutransfer.sweep.target import (
+    PROGRESS_FILE,
+    SUMMARY_FILE,
+    TargetOrder,
+    TargetOutcome,
+    TargetSummary,
+    driver_identity,
+    target_loop,
+)
+
+
+def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) -> tuple[type, dict, bool]:
+    """(Ray Train trainer class, its backend keyword, whether torch's process group starts) for the target.
+
+    ``process_group`` None: only for several workers or a GPU; otherwise the plain data-parallel
+    trainer TorchTrainer builds on (Ray Train v1 or v2, whichever is running).
+    """
+    from ray.train.torch import TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+
+    from mutransfer.sweep.loopback_group import LoopbackTorchConfig  # noqa: PLC0415 -- deferred: imports Ray
+
+    needed = workers > 1 or use_gpu  # DDP's all-reduce, or the device placement TorchTrainer does
+    if process_group is False and needed:
+        raise ValueError("a target of several workers or on a GPU needs torch's process group")
+    plain = next((c for c in TorchTrainer.__mro__[1:] if c.__name__ == "DataParallelTrainer"), None)
+    if process_group or needed or plain is None:  # plain None: a Ray whose TorchTrainer has no such base
+        config = LoopbackTorchConfig(backend="nccl" if use_gpu else "gloo")  # the rendezvous on 127.0.0.1 locally
+        return TorchTrainer, {"torch_config": config}, True
+    return plain, {}, False
+
+
+def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
+    if setting == "auto":
+        return cluster_gpus >= 1
+    return bool(setting)
+
+
+def run_target(
+    study,
+    hp: dict,
+    data,
+    storage_dir: Path,
+    *,
+    use_gpu: bool,
+    max_failures: int,
+    on_poll=None,
+    plan: Plan | None = None,
+    process_group: bool | None = None,
+) -> TargetOutcome:
+    """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``.
+
+    ``plan``: the target's memory plan per worker, made by the driver (SweepContext.memory_plan);
+    each worker holds it against its device (None: each worker plans the model itself).
+
+    Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
+    ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
+
+    ``process_group``: None (default) starts torch's process group (TorchTrainer) only where
+    it does something, for several workers or a GPU; one CPU worker runs under Ray Train's
+    plain data-parallel trainer, the base TorchTrainer builds on, with the same loop, reports
+    and checkpoints (equal results: tests/sweep/test_target_startup.py) and without the
+    process group's start-up (docs/results.md, "Cheap proxies on the default study").
+    """
+    run = start_target(
+        study, data, storage_dir, use_gpu=use_gpu, max_failures=max_failures, process_group=process_group,
+        order=TargetOrder(hp, plan),
+    )  # fmt: skip
+    return run.outcome(on_poll)
+
+
+def start_target(
+    study,
+    data,
+    storage_dir: Path,
+    *,
+    use_gpu: bool,
+    max_failures: int,
+    order: TargetOrder | None,
+    process_group: bool | None = None,
+) -> TargetRun:
+    """Start the target's Ray Train run in a thread (:class:`TargetRun`); ``run_target`` is this and its outcome.
+
+    ``order`` None starts it early: the workers start, load the data and wait for :meth:`TargetRun.order`
+    (or :meth:`TargetRun.cancel`), so Ray Train's start-up (the controller, its helper actors, the worker's process
+    and imports: mutransfer.sweep.early_target) can run while the last proxies train.
+    """
+    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
+    from ray.util.queue import Queue  # noqa: PLC0415 -- deferred: as above
+
+    # The Train controller polls its workers at this interval (default 2 s); every report and the
+    # end of the run wait for a poll. 0.5 s keeps small local runs from idling.
+    os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+    t = study.target
+    resources = {"CPU": t.cpus_per_worker}
+    if use_gpu:
+        resources["GPU"] = 1
+    orders = None if order is not None else Queue(actor_options={"num_cpus": 0})
+    driver = driver_identity()
+
+    def make_trainer():
+        # in the run's thread: importing Ray Train (1.7 s in a driver that has imported Ray Tune) and putting the data
+        # in Ray's store do not hold up the caller (for an early start, Tune's loop)
+        from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: PLC0415 -- deferred: as above
+
+        trainer_class, backend, group = trainer_for(t.num_workers, use_gpu, process_group)
+        return trainer_class(
+            target_loop,
+            train_loop_config={
+                "process_group": group,
+                "study": study,
+                "order": order,
+                "orders": orders,
+                "epochs": t.epochs,
+                "threads": t.cpus_per_worker,
+                "data_ref": ray.put(data),
+                "progress_file": str(Path(storage_dir) / "target" / PROGRESS_FILE),
+                "driver": driver,
+            },
+            scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
+            **backend,
+            run_config=RunConfig(
+                name="target",
+                storage_path=str(storage_dir),
+                failure_config=FailureConfig(max_failures=max_failures),
+                checkpoint_config=CheckpointConfig(num_to_keep=2),
+            ),
+        )
+
+    return TargetRun(make_trainer, orders, study.target, use_gpu)
+
+
+class TargetRun:
+    """A target's Ray Train ``fit()`` running in a thread of the driver.
+
+    Off the main thread Ray Train installs no SIGINT handler (on the main thread its handler ends
+    the process, exit 1, without letting the driver record the interruption), so Ctrl-C raises
+    KeyboardInterrupt in :meth:`outcome`; the driver marks the runs KILLED and shuts Ray down.
+    """
+
+    def __init__(self, make_trainer, orders, target, use_gpu: bool):
+        self._orders, self._target, self._use_gpu = orders, target, use_gpu
+        self._box: dict = {}
+        self.started = time.perf_counter()
+        #: when the order was given (the start for a run started with its order)
+        self.ordered = self.started if orders is None else None
+        self._thread = threading.Thread(
+            target=self._fit, args=(make_trainer,), name="mutransfer-target-fit", daemon=True
+        )
+        self._thread.start()
+
+    def _fit(self, make_trainer) -> None:
+        try:
+            self._box["result"] = make_trainer().fit()
+        except BaseException as exc:  # re-raised on the main thread
+            self._box["error"] = exc
+
+    def _tell(self, order: TargetOrder | None) -> None:
+        if self._orders is None or self.ordered is not None:
+            raise RuntimeError("this target run already has its order")
+        for _ in range(self._target.num_workers):  # each worker takes one
+            self._orders.put(order)
+
+    def order(self, hp: dict, plan: Plan | None = None) -> None:
+        """A run started early: train now with ``hp`` (each worker receives the order)."""
+        self._tell(TargetOrder(hp, plan))
+        self.ordered = time.perf_counter()
+
+    def cancel(self, timeout: float = 10.0) -> None:
+        """A run started early that will not train: its workers return without training; waits up to ``timeout``
+        seconds for Ray Train to finish (``ray.shutdown`` ends whatever is left)."""
+        if self.ordered is None:
+            try:
+                self._tell(None)
+            except Exception:  # Ray is already going away: nothing is waiting
+                pass
+            self.ordered = time.perf_counter()
+        self._thread.join(timeout)
+
+    def outcome(self, on_poll=None) -> TargetOutcome:
+        """Wait for the run (``on_poll()`` about every 0.2 s, and once after) and return what it trained.
+
+        ``wall_seconds`` counts from the order (what the study waits for); ``device_seconds`` from the run's start
+        (the workers' devices were held while they waited); ``head_start_seconds`` is the difference.
+        """
+        while self._thread.is_alive():
+            self._thread.join(0.2)
+            if on_poll is not None:
+                on_poll()
+        if on_poll is not None:
+            on_poll()
+        if "error" in self._box:
+            raise self._box["error"]
+        end = time.perf_counter()
+        ordered = self.ordered if self.ordered is not None else end
+        result = self._box["result"]
+        if result.return_value is None and result.error is None:
+            # Ray Train's own Ctrl-C handler aborts the run and returns without a result.
+            raise KeyboardInterrupt("target training was aborted")
+        raw = result.return_value or {}
+        checkpoint_dir = None
+        if result.checkpoint is not None:
+            checkpoint_dir = result.checkpoint.path
+        if not raw and checkpoint_dir and (Path(checkpoint_dir) / SUMMARY_FILE).exists():
+            raw = json.loads((Path(checkpoint_dir) / SUMMARY_FILE).read_text())
+        summary = TargetSummary.from_dict(raw)
+        test_error = summary.test_error
+        if test_error is None:
+            test_error = result.metrics.get("test_error", float("nan")) if result.metrics else float("nan")
+        t = self._target
+        devices = target_devices(t.num_workers, self._use_gpu, t.cpus_per_worker)
+        return TargetOutcome(
+            status=summary.status,
+            test_error=float(test_error),
+            val_error=None if summary.val_error is None else float(summary.val_error),
+            epochs=int(summary.epochs),
+            history=summary.history,
+            trainer_seconds=float(summary.trainer_seconds),
+            wall_seconds=end - ordered,
+            spectral_lr0=float(summary.spectral_lr0),
+            num_workers=t.num_workers,
+            use_gpu=self._use_gpu,
+            cpus_per_worker=t.cpus_per_worker,
+            per_worker_batch=int(summary.per_worker_batch),
+            checkpoint_dir=checkpoint_dir,
+            device_seconds=(end - self.started) * devices,
+            resumed_from_epoch=summary.resumed_from_epoch,
+            head_start_seconds=ordered - self.started,
+        )

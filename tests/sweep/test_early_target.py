@@ -1,0 +1,161 @@
+"""The target's Ray Train run started while the last proxies train (mutransfer.sweep.early_target).
+
+Started without an order, its workers wait; ordered, they train exactly what a target started with its order
+trains; called off, they train nothing and leave the folder to a later target. It starts only once the search has
+handed out every trial, only where the target and one trial fit in the cluster together (no deadlock with a retried
+trial), and only where the core target phase follows the proxies.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+
+import pytest
+import torch
+
+from mutransfer.study import load_study
+from mutransfer.study.models import merge_hyperparameters
+from mutransfer.sweep.early_target import fits_beside_a_trial
+from mutransfer.sweep.plan import DONE, SearchPlan
+from mutransfer.sweep.runner import PHASES, target_follows_proxies
+from mutransfer.sweep.train_target import train_target
+from tests.sweep_helpers import write_tiny_study
+
+
+def _study(tmp_path, tiny_data, **target):
+    path = write_tiny_study(
+        tmp_path, tiny_data, target_epochs=2, target={"num_workers": 1, "cpus_per_worker": 1, **target}
+    )
+    return load_study(path)[0]
+
+
+def _data(tiny_data):
+    from mutransfer.data.loading import load_split
+
+    return load_split(tiny_data, n_train=32, n_test=16, resolution=64)
+
+
+def test_a_target_started_early_trains_what_a_target_started_with_its_order_trains(ray_local, tiny_data, tmp_path):
+    from mutransfer.sweep.target_run import run_target, start_target
+
+    study, data = _study(tmp_path, tiny_data), _data(tiny_data)
+    hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
+    early = start_target(study, data, tmp_path / "early", use_gpu=False, max_failures=0, order=None)
+    early.order(hp)
+    waited = early.outcome()
+    late = run_target(study, hp, data, tmp_path / "late", use_gpu=False, max_failures=0)
+    assert waited.status == late.status == "completed" and math.isfinite(waited.test_error)
+    assert waited.test_error == late.test_error  # bit for bit: the same training
+    assert [e.val_error for e in waited.history] == [e.val_error for e in late.history]
+    # trained at the order's hyperparameters (the final model records them)
+    saved = torch.load(f"{waited.checkpoint_dir}/model.pt", weights_only=True)
+    assert saved["hyperparameters"] == hp
+    # the clocks: the wall counts from the order, the devices from the start
+    assert waited.head_start_seconds > 0 and late.head_start_seconds == 0
+    assert waited.device_seconds == pytest.approx(waited.wall_seconds + waited.head_start_seconds, rel=1e-6)
+
+
+def test_a_target_called_off_trains_nothing_and_a_later_target_trains_in_its_folder(ray_local, tiny_data, tmp_path):
+    from mutransfer.sweep.target import CANCELLED
+    from mutransfer.sweep.target_run import run_target, start_target
+
+    study, data = _study(tmp_path, tiny_data), _data(tiny_data)
+    early = start_target(study, data, tmp_path, use_gpu=False, max_failures=0, order=None)
+    early.cancel(timeout=120)
+    called_off = early.outcome()
+    assert called_off.status == CANCELLED and called_off.epochs == 0 and called_off.checkpoint_dir is None
+    with pytest.raises(RuntimeError, match="already has its order"):
+        early.order({"lr": 1e-3})
+    hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
+    later = run_target(study, hp, data, tmp_path, use_gpu=False, max_failures=0)
+    assert later.status == "completed" and later.epochs == 2 and later.resumed_from_epoch is None
+
+
+@pytest.mark.parametrize(
+    "cluster, target, trial, fits",
+    [
+        ({"CPU": 2.0}, {"cpus_per_worker": 1}, {"cpus_per_trial": 1}, True),  # the default study on 2 cores
+        ({"CPU": 1.0}, {"cpus_per_worker": 1}, {"cpus_per_trial": 1}, False),  # a retried trial would wait forever
+        ({"CPU": 2.0}, {"cpus_per_worker": 2}, {"cpus_per_trial": 1}, False),
+        ({"CPU": 4.0}, {"num_workers": 2, "cpus_per_worker": 1}, {"cpus_per_trial": 2}, True),
+        ({"CPU": 8.0, "GPU": 1.0}, {"use_gpu": True}, {"cpus_per_trial": 1, "gpus_per_trial": 1}, False),
+        ({"CPU": 8.0, "GPU": 2.0}, {"use_gpu": True}, {"cpus_per_trial": 1, "gpus_per_trial": 1}, True),
+    ],
+)
+def test_the_target_starts_early_only_where_it_and_one_trial_fit_together(
+    tiny_data, tmp_path, cluster, target, trial, fits
+):
+    path = write_tiny_study(tmp_path, tiny_data, target={"num_workers": 1, **target}, resources=trial)
+    study = load_study(path)[0]
+    assert fits_beside_a_trial(study, cluster, bool(target.get("use_gpu"))) is fits
+
+
+def test_the_target_starts_early_only_where_the_target_phase_follows_the_proxies():
+    from mutransfer.sweep.ladder import climb_ladder
+    from mutransfer.sweep.strategies.top_k import top_k_phase
+
+    core = [(p.__name__, p) for p in PHASES]
+    assert target_follows_proxies(core)
+    ladder = core[:1] + [(climb_ladder.__name__, climb_ladder)] + core[1:]
+    assert not target_follows_proxies(ladder)  # more searches before the target: the workers would hold a lane
+    top_k = [(name, top_k_phase if name == train_target.__name__ else p) for name, p in core]
+    assert not target_follows_proxies(top_k)  # top-k trains its targets another way
+    assert not target_follows_proxies([(n, p) for n, p in core if n != "run_proxies"])
+
+
+def test_the_plan_says_when_every_trial_is_handed_out(tiny_data, tmp_path):
+    study = load_study(write_tiny_study(tmp_path, tiny_data, trials=3))[0]
+    plan = SearchPlan(study, tmp_path / "trials", window=3)
+    for _ in range(3):
+        assert not plan.handed_out()
+        assert isinstance(plan.next_trial(), tuple)
+    assert plan.handed_out() and plan.next_trial() == DONE
+
+
+class _Trial:
+    def __init__(self, status):
+        self.status = status
+
+
+def test_the_start_callback_acts_once_everything_is_handed_out_and_its_pickled_copy_never():
+    from mutransfer.sweep.tune_callback import WhenHandedOut
+
+    class Plan:
+        out = False
+
+        def handed_out(self):
+            return self.out
+
+    calls: list[int] = []
+    plan = Plan()
+    callback = WhenHandedOut(plan, calls.append)
+    running, ending = _Trial("RUNNING"), _Trial("RUNNING")
+    callback.on_trial_start(0, [running, ending], running)
+    assert calls == []  # trials still to hand out
+    plan.out = True
+    callback.on_trial_start(0, [running, ending, _Trial("TERMINATED")], running)
+    callback.on_trial_complete(0, [running, ending], ending)  # the ending trial no longer counts
+    callback.on_trial_error(0, [running, ending], running)
+    assert calls == [2, 1, 1]
+    copy = pickle.loads(pickle.dumps(callback))  # Tune pickles its callbacks; the copy must not start a target
+    copy.on_trial_complete(0, [running], running)
+    assert calls == [2, 1, 1]
+
+
+def test_the_target_waits_until_the_live_trials_leave_room(tiny_data, tmp_path):
+    from mutransfer.sweep.early_target import free_beside, room_for, target_resources
+
+    study = load_study(write_tiny_study(tmp_path, tiny_data, target={"num_workers": 1, "cpus_per_worker": 1}))[0]
+    need = target_resources(study, False)
+    assert not room_for(need, free_beside(study, {"CPU": 2.0}, live_trials=2))  # both cores train proxies
+    assert room_for(need, free_beside(study, {"CPU": 2.0}, live_trials=1))
+    assert room_for(need, free_beside(study, {"CPU": 16.0}, live_trials=8))  # a big machine: at once
+
+
+def test_room_for_the_target_is_counted_per_resource():
+    from mutransfer.sweep.early_target import room_for
+
+    assert room_for({"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0})
+    assert not room_for({"CPU": 1.0, "GPU": 0.0}, {"CPU": 0.5, "GPU": 4.0})
+    assert not room_for({"CPU": 1.0, "GPU": 1.0}, {"CPU": 8.0})
