@@ -91,10 +91,10 @@ class EarlyTarget:
             self.ctx.say(f"note: the target could not start early ({type(exc).__name__}: {exc}); it starts later")
 
     def take(self, storage_dir: Path) -> TargetRun | None:
-        """The waiting run for a target trained in ``storage_dir`` (once), or None (not started, or another folder:
-        that run is called off)."""
+        """The waiting run for a target trained in ``storage_dir`` (once), or None: not started, for another folder,
+        or already ended (it failed to start: the target then starts as usual); such a run is called off."""
         run, self.run = self.run, None
-        if run is not None and Path(storage_dir) != self.storage_dir:
+        if run is not None and (Path(storage_dir) != self.storage_dir or run.finished()):
             run.cancel()
             return None
         return run

@@ -233,8 +233,9 @@ ORDER_POLL_S = 1.0
 
 
 def await_order(orders, driver: dict | None) -> TargetOrder | None:
-    """A worker started early (:func:`start_target` without an order): wait for the driver's order on the
-    ``orders`` queue (a ``ray.util.queue.Queue``; None: called off). Exits the worker if the driver is gone.
+    """A worker started early (mutransfer.sweep.target_run.start_target without an order): wait for the driver's
+    order on the ``orders`` queue (a ``ray.util.queue.Queue``; None: called off), and leave it there for a restarted
+    worker. Exits the worker if the driver is gone.
 
     While it waits it imports what the first training step would (``torch._dynamo``, which the first optimizer of a
     process imports: 1.1-1.5 s on this project's CI machine, ``python benchmarks/proxy_epoch.py``), so the wait
@@ -245,10 +246,14 @@ def await_order(orders, driver: dict | None) -> TargetOrder | None:
 
     while True:
         try:
-            return orders.get(timeout=ORDER_POLL_S)
+            order = orders.get(timeout=ORDER_POLL_S)
         except Empty:
             if driver_gone(driver):
                 os._exit(1)  # the driver was killed while the proxies ran: nothing to train for
+            continue
+        # put back: a worker Ray Train restarts after a failure (budget.max_failures) reads the order again
+        orders.put(order)
+        return order
 
 
 def target_loop(cfg: dict) -> dict:

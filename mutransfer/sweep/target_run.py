@@ -172,10 +172,14 @@ class TargetRun:
         except BaseException as exc:  # re-raised on the main thread
             self._box["error"] = exc
 
+    def finished(self) -> bool:
+        """Whether Ray Train's run has ended (a run started early that ended before its order failed to start)."""
+        return not self._thread.is_alive()
+
     def _tell(self, order: TargetOrder | None) -> None:
         if self._orders is None or self.ordered is not None:
             raise RuntimeError("this target run already has its order")
-        for _ in range(self._target.num_workers):  # each worker takes one
+        for _ in range(self._target.num_workers):  # each worker reads one (and puts it back for a restarted worker)
             self._orders.put(order)
 
     def order(self, hp: dict, plan: Plan | None = None) -> None:

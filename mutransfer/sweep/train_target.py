@@ -135,14 +135,14 @@ def fit_target(
         if tags:
             tracker.set_tags(run_id, tags)
         remember_run(run_id)
-    early = ctx.early_target.take(storage_dir) if ctx.early_target is not None else None
+    plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
+    watch = TargetWatch(ctx, storage_dir, run_id=run_id, label=label)
+    early = ctx.early_target.take(storage_dir) if ctx.early_target is not None else None  # ordered right below
     ctx.say(
         f"{label}: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
         f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train"
         f"{', started while the last proxies trained' if early is not None else ''}) ...",
     )
-    plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
-    watch = TargetWatch(ctx, storage_dir, run_id=run_id, label=label)
     try:
         with keep_sigint_handler():
             if early is not None:
