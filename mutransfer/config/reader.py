@@ -160,6 +160,8 @@ class Reader:
             return self.string(
                 name, default, choices=spec.choice_values(), example=spec.example, allow_none=spec.nullable
             )
+        if spec.kind == "bool":
+            return self.choice(name, default, (True, False), what="true or false")
         return self.raw(name, default, example=spec.example)
 
 

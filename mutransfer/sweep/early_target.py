@@ -50,10 +50,8 @@ def free_beside(study, cluster: dict, live_trials: int) -> dict[str, float]:
 def fits_beside_a_trial(study, cluster: dict, use_gpu: bool) -> bool:
     """Whether the target's workers and one proxy trial fit in the cluster's resources (``ray.cluster_resources()``)
     together: then the target can hold its resources while the last trials run, and a retried trial still fits."""
-    t, r = study.target, study.resources
-    cpus = t.num_workers * t.cpus_per_worker + r.cpus_per_trial
-    gpus = (t.num_workers if use_gpu else 0) + r.gpus_per_trial
-    return room_for({"CPU": float(cpus), "GPU": float(gpus)}, cluster)
+    r, target = study.resources, target_resources(study, use_gpu)
+    return room_for({"CPU": target["CPU"] + r.cpus_per_trial, "GPU": target["GPU"] + r.gpus_per_trial}, cluster)
 
 
 class EarlyTarget:

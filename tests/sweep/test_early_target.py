@@ -215,3 +215,27 @@ def test_the_target_phase_takes_only_a_waiting_run_for_its_folder(tmp_path, fini
     got = early.take(Path(tmp_path / folder))
     assert (got is run) is taken and run.cancelled is not taken  # a run it does not take is called off
     assert early.take(tmp_path / "study") is None  # taken once
+
+
+@pytest.mark.parametrize("value, read", [("false", False), ("true", True)])
+def test_the_study_key_reads_true_or_false(tiny_data, tmp_path, value, read):
+    path = write_tiny_study(tmp_path, tiny_data, target={"num_workers": 1})
+    path.write_text(path.read_text().replace("  num_workers: 1\n", f"  num_workers: 1\n  start_early: {value}\n", 1))
+    assert load_study(path)[0].target.start_early is read
+
+
+def test_a_start_early_that_is_not_a_boolean_is_refused_in_one_line_with_exit_2(tiny_data, tmp_path):
+    import subprocess
+    import sys
+
+    path = write_tiny_study(tmp_path, tiny_data, target={"num_workers": 1})
+    path.write_text(path.read_text().replace("  num_workers: 1\n", "  num_workers: 1\n  start_early: maybe\n", 1))
+    done = subprocess.run(
+        [sys.executable, "-m", "mutransfer.cli.main", "plan", "--study", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "target.start_early: must be true or false, got a string ('maybe')" in lines[0]

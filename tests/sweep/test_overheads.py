@@ -50,3 +50,10 @@ def test_a_slow_start_is_charged_to_its_own_part():
 def test_without_the_phase_times_there_is_no_breakdown():
     assert breakdown([trial(10, 8)], setup_seconds=None) is None
     assert breakdown([trial(10, 8)], wall_seconds=0.0) is None
+
+
+def test_the_line_says_how_much_of_the_targets_start_up_ran_beside_the_proxies():
+    early = breakdown([trial(10, 8)], target_head_start_seconds=4.2)
+    assert ", after 4.2 s started beside the last proxies" in describe(early)
+    assert early["target_startup_seconds"] == pytest.approx(2.0)  # the head start is not counted again
+    assert "beside the last proxies" not in describe(breakdown([trial(10, 8)]))
