@@ -9,6 +9,7 @@ import sys
 
 from mutransfer.cli.common import model_name, positive_int_at_most, print_json
 from mutransfer.config import smoke
+from mutransfer.config.executors import EXECUTORS
 from mutransfer.config.flags import flag_kwargs
 from mutransfer.study.files import OVERRIDES, declared, load_study
 from mutransfer.study.schema import MAX_TRIALS
@@ -54,6 +55,13 @@ def _add_sweep(subparsers) -> None:
     _add_override_flags(groups)
     groups["cluster"].add_argument(
         "--address", help="Ray cluster to use: auto or ray://HOST:PORT (default: start a local Ray)"
+    )
+    groups["cluster"].add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="ray",
+        help="where the trainings run: ray (Ray Tune trials, a Ray Train target; default) or inprocess (one at a "
+        "time in this process, no Ray: the same trials and results)",
     )
     store = groups["store"]
     store.add_argument("--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)")
@@ -184,6 +192,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         warm_start=args.warm_start,
         warm_start_top=args.warm_start_top,
         warm_start_any=args.warm_start_any,
+        executor=args.executor,
     )
 
     try:

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep._executors import TargetJob
 from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.cost import model_epoch_flops, target_cost, trial_devices
 from mutransfer.sweep.nested import nested_context
 from mutransfer.sweep.proxies import run_proxies
-from mutransfer.sweep.target_run import resolve_use_gpu, run_target
+from mutransfer.sweep.target_run import resolve_use_gpu
 from mutransfer.sweep.train_target import TargetWatch, first_line
 from mutransfer.tracking.runs import log_batch
 
@@ -179,24 +180,15 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
 
 
 def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> dict:
-    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
     study = ctx.study
-    use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
+    use_gpu = resolve_use_gpu(study.target.use_gpu, ctx.executor.resources()[1])
 
     ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
     watch = TargetWatch(ctx, sub.study_dir.root, label="direct winner")
     try:
-        outcome = run_target(
-            study,
-            best.hp,
-            ctx.data,
-            sub.study_dir.root,
-            use_gpu=use_gpu,
-            max_failures=study.budget.max_failures,
-            on_poll=watch,
-            plan=ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers),
-        )
+        plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
+        job = TargetJob(study, best.hp, ctx.data, sub.study_dir.root, use_gpu, study.budget.max_failures, plan)
+        outcome = ctx.executor.target(job, watch)
     except Exception as exc:
         raise SweepError(
             f"the direct winner's training failed after {study.budget.max_failures} retries ({first_line(exc)}); "

@@ -21,6 +21,7 @@ from mutransfer.study import Override, Study
 from mutransfer.study.memory import Plan, plan_step
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.study_folder.state import StudyDir
+from mutransfer.sweep._executors import Executor, executor_for
 
 if TYPE_CHECKING:
     from mutransfer.data.loading import SplitData
@@ -66,6 +67,9 @@ class SweepOptions:
     warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)
     warm_start_top: int | None = None  # how many (None: max(1, num_trials // 4))
     warm_start_any: bool = False  # accept a source of another problem or operator
+    executor: str = (
+        "ray"  # where the trainings run: "ray" (Ray Tune / Ray Train) or "inprocess" (mutransfer.sweep._executors)
+    )
 
 
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:
@@ -226,6 +230,11 @@ class SweepContext:
     trial_tags: dict = field(default_factory=dict)
     #: the memory plans of this context's models, by (target model?, device kind, workers): see memory_plan
     plans: dict[tuple[bool, str, int], Plan | None] = field(default_factory=dict)
+
+    @property
+    def executor(self) -> Executor:
+        """Where this study's trainings run (``options.executor``; mutransfer.sweep._executors)."""
+        return executor_for(self.options.executor)
 
     @property
     def search_name(self) -> str:

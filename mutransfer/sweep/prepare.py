@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from mutransfer.config.executors import EXECUTORS
 from mutransfer.errors import UserInputError
 from mutransfer.study import OVERRIDES, Override, Study, default_study_text, load_study
 from mutransfer.study.inputs import check_address_form, check_folder
@@ -250,6 +251,12 @@ def _check_verification_options(options: SweepOptions) -> None:
         raise UserInputError(f"--verify-seeds {options.verify_seeds}: must be at least 1 (2 or more give a CI)")
     if options.baseline not in (None, "direct"):
         raise UserInputError(f"--baseline {options.baseline}: the one baseline is 'direct'")
+    if options.executor not in EXECUTORS:
+        raise UserInputError(f"--executor {options.executor}: one of {', '.join(EXECUTORS)}")
+    if options.executor == "inprocess" and options.address is not None:
+        raise UserInputError(
+            f"--executor inprocess trains in this process; drop --address {options.address} or use --executor ray"
+        )
 
 
 def _check_target_size_memory(study: Study) -> None:

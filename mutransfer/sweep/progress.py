@@ -12,8 +12,8 @@ Three modes (:func:`display_mode`), on stderr (stdout is kept for the report):
   finished trial (and per retried attempt); nothing per target epoch.
 - ``off`` (``SweepOptions.quiet``): nothing.
 
-:class:`ProxyProgress` has the trial methods of a Tune ``Callback`` (wrapped by
-:func:`as_tune_callback`); :class:`TargetProgress` is fed the target's epochs by the
+:class:`ProxyProgress` has the trial methods of a Tune ``Callback`` (the executor feeds it the search's
+events: mutransfer.sweep._executors); :class:`TargetProgress` is fed the target's epochs by the
 driver (mutransfer.sweep.train_target). Neither imports Ray nor MLflow.
 """
 
@@ -93,7 +93,7 @@ class _Display:
 
 
 class ProxyProgress(_Display):
-    """The proxy search on the console (see the module docstring); a Tune callback via :func:`as_tune_callback`.
+    """The proxy search on the console (see the module docstring); fed trial events by the executor (on Ray, as a Tune callback).
 
     total: the number of trials; budget_epochs: a trial's full budget; searched: the searched
     hyperparameters (those shown for a trial). Trial events arrive as Tune's ``Trial`` objects
@@ -255,30 +255,22 @@ class TargetProgress(_Display):
         bar.refresh()
 
 
-def as_tune_callback(progress: ProxyProgress):
-    """Wrap a :class:`ProxyProgress` in a ``ray.tune.Callback`` (imports Ray only when needed)."""
-    from mutransfer.sweep.tune_callback import MlflowTrialCallback  # noqa: PLC0415 -- deferred: tune_callback subclasses ray.tune.Callback at import
-
-    return MlflowTrialCallback(progress)
-
-
 def for_options(options) -> str:
     """The display mode of a sweep's options (SweepOptions: quiet, json)."""
     return display_mode(quiet=bool(options.quiet), json=bool(getattr(options, "json", False)))
 
 
 def proxy_callback(ctx, total: int, finished: int = 0):
-    """The Tune callback showing a sweep's search (ctx: a SweepContext; total: its number of trials, ``finished`` of them before this session)."""
+    """The display of a sweep's search, fed its trials' events by the executor (ctx: a SweepContext; total: its
+    number of trials, ``finished`` of them before this session)."""
     study = ctx.study
-    return as_tune_callback(
-        ProxyProgress(
-            total,
-            budget_epochs=study.budget.epochs,
-            searched=list(study.search_space),
-            mode=for_options(ctx.options),
-            finished=finished,
-            label=ctx.search_name,
-        )
+    return ProxyProgress(
+        total,
+        budget_epochs=study.budget.epochs,
+        searched=list(study.search_space),
+        mode=for_options(ctx.options),
+        finished=finished,
+        label=ctx.search_name,
     )
 
 
@@ -286,7 +278,6 @@ __all__ = [
     "MODES",
     "ProxyProgress",
     "TargetProgress",
-    "as_tune_callback",
     "display_mode",
     "for_options",
     "proxy_callback",

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import os
 import re
 import signal
 import threading
@@ -29,12 +28,11 @@ import time
 
 from mutransfer.study.models import merge_hyperparameters
 from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep import progress, search
+from mutransfer.sweep import progress
+from mutransfer.sweep._executors import SearchRun
 from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, pick_best
 from mutransfer.sweep.plan import SearchPlan, trial_key
-from mutransfer.sweep.search import max_concurrent
-from mutransfer.sweep.trial import proxy_trial
-from mutransfer.sweep.trial_logger import TrialLogger, as_tune_callback
+from mutransfer.sweep.trial_logger import TrialLogger
 from mutransfer.tracking.runs import TRIAL_ID_TAG, Tracker
 
 
@@ -56,15 +54,14 @@ def run_proxies(ctx: SweepContext) -> None:
         ctx.proxies = ProxyResults.from_state(ctx.state)
         return
     start = time.perf_counter()
-    concurrency = _concurrency(ctx)
-    plan = _plan(ctx, concurrency)
+    window, concurrency = ctx.executor.search_shape(ctx.study)
+    plan = _plan(ctx, window)
     logger = _logger(ctx, plan.total)
     _announce(ctx, plan, concurrency)
     if not plan.finished():
-        tuner = _tuner(ctx, plan, logger, concurrency)
         try:
             with keep_sigint_handler():
-                tuner.fit()
+                ctx.executor.search(_search_run(ctx, plan, logger, concurrency))
             if not plan.finished():
                 raise KeyboardInterrupt("the Tune experiment was interrupted")
         except BaseException:
@@ -94,19 +91,12 @@ def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
     logger.close()
 
 
-def _concurrency(ctx: SweepContext) -> int:
-    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
-    resources = ray.cluster_resources()
-    return max_concurrent(ctx.study, resources.get("CPU", 1.0), resources.get("GPU", 0.0))
-
-
-def _plan(ctx: SweepContext, concurrency: int):
-    """The study's plan; its window is the first session's concurrency (kept in state.json), so a resume samples alike."""
+def _plan(ctx: SweepContext, first_window: int):
+    """The study's plan; its window is the first session's (kept in state.json), so a resume samples alike."""
 
     window = ctx.state.get("search_window")
     if not isinstance(window, int) or window < 1:
-        window = concurrency
+        window = first_window
         ctx.update_state(search_window=window)
 
     # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)
@@ -165,55 +155,33 @@ def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
         )
 
 
-def _tuner(ctx: SweepContext, plan, logger, concurrency: int):
-    """A fresh Tune experiment (tune/run-<n>) over the plan's remaining trials."""
-    from ray import tune  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
-    study, sdir, r = ctx.study, ctx.study_dir, ctx.study.resources
+def _search_run(ctx: SweepContext, plan, logger, concurrency: int) -> SearchRun:
+    """The plan's remaining trials as the executor runs them (on Ray: a fresh Tune experiment, tune/run-<n>)."""
+    study, r = ctx.study, ctx.study.resources
     uses_gpu = r.gpus_per_trial > 0
-    # Tune's default ("new") console output ignores verbose=0; the classic reporter honours it.
-    # Progress comes from mutransfer.sweep.progress instead (a live bar, or one line per finished trial).
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # Ctrl-C raises KeyboardInterrupt here (the study is resumable from its JSON files and trials
-    # are idempotent) instead of Tune's handler, which ends the run quietly and would let the
-    # driver carry on to the target with an unfinished sweep.
-    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
-    trainable = tune.with_resources(
-        tune.with_parameters(
-            proxy_trial,
-            data=ctx.search_data,  # validation rows held out, no test rows: nothing a search picks read them
-            study=study,
-            options={
-                "study_dir": str(sdir.root),
-                "threads": r.cpus_per_trial,
-                "device": "cuda" if uses_gpu else "cpu",
-                "fail_trials": ctx.fail_trials,
-                "target_size": ctx.search_at_target,
-                # the driver's plan of this search's model: the trials hold it against their device
-                "plan": ctx.memory_plan(target=ctx.search_at_target, device="cuda" if uses_gpu else "cpu"),
-            },
-        ),
-        {"cpu": r.cpus_per_trial, "gpu": r.gpus_per_trial},
-    )
-    from mutransfer.sweep.tune_callback import WhenHandedOut  # noqa: PLC0415 -- deferred: imports Ray
+    tune_callbacks = []
+    if ctx.early_target is not None:  # the target's workers start while the last trials run (Ray only)
+        from mutransfer.sweep.tune_callback import WhenHandedOut  # noqa: PLC0415 -- deferred: imports Ray
 
-    callbacks = [as_tune_callback(logger), progress.proxy_callback(ctx, plan.total, len(plan.outcomes))]
-    if ctx.early_target is not None:  # the target's workers start while the last trials run
-        callbacks.append(WhenHandedOut(plan, ctx.early_target.start))
-    sdir.tune_dir.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while (sdir.tune_dir / f"run-{n}").exists():
-        n += 1
-    return tune.Tuner(
-        trainable,
-        tune_config=search.tune_config(plan, concurrency=concurrency),
-        run_config=tune.RunConfig(
-            name=f"run-{n}",
-            storage_path=str(sdir.tune_dir),
-            callbacks=callbacks,
-            failure_config=tune.FailureConfig(max_failures=study.budget.max_failures),
-            verbose=0,
-        ),
+        tune_callbacks.append(WhenHandedOut(plan, ctx.early_target.start))
+    return SearchRun(
+        plan=plan,
+        study=study,
+        data=ctx.search_data,  # validation rows held out, no test rows: nothing a search picks read them
+        options={
+            "study_dir": str(ctx.study_dir.root),
+            "threads": r.cpus_per_trial,
+            "device": "cuda" if uses_gpu else "cpu",
+            "fail_trials": ctx.fail_trials,
+            "target_size": ctx.search_at_target,
+            # the driver's plan of this search's model: the trials hold it against their device
+            "plan": ctx.memory_plan(target=ctx.search_at_target, device="cuda" if uses_gpu else "cpu"),
+        },
+        concurrency=concurrency,
+        callbacks=[logger, progress.proxy_callback(ctx, plan.total, len(plan.outcomes))],
+        max_failures=study.budget.max_failures,
+        tune_dir=ctx.study_dir.tune_dir,
+        tune_callbacks=tune_callbacks,
     )
 
 

@@ -30,7 +30,6 @@ from dataclasses import asdict
 from mutransfer.data.validation import carve_validation
 from mutransfer.diagnostics.k_exponent import resolve_k_exponent
 from mutransfer.errors import UserInputError
-from mutransfer.local_ray import start_ray
 from mutransfer.study import _UNSET
 from mutransfer.study.data import load_study_data
 from mutransfer.study.models import proxy_split
@@ -89,9 +88,11 @@ def _drive(ctx: SweepContext) -> dict:
     _resolve_k_rule(ctx)
     _say_cost(ctx)
     phases = strategies.ordered_phases(PHASES, ctx)
-    if ctx.study.target.start_early and target_follows_proxies(
-        strategies.ordered_phases(PHASES, ctx, only_active=True)
-    ):
+    if (
+        ctx.executor.name == "ray"
+        and ctx.study.target.start_early
+        and target_follows_proxies(strategies.ordered_phases(PHASES, ctx, only_active=True))
+    ):  # Ray Train's workers start while the last proxies train (an in-process study trains one thing at a time)
         ctx.early_target = EarlyTarget(ctx)
     with _session(ctx):
         for name, phase in phases:
@@ -186,8 +187,9 @@ def _load_data(ctx: SweepContext) -> None:
 @contextlib.contextmanager
 def _session(ctx: SweepContext):
     """Ray and the MLflow parent run around the phases; an interruption or failure is recorded on the parent."""
+    session = ctx.executor.session(ctx.options.address)
     try:
-        ctx.started_ray = start_ray(ctx.options.address)
+        ctx.started_ray = session.__enter__()
     except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         raise SweepError(
@@ -212,10 +214,7 @@ def _session(ctx: SweepContext):
     finally:
         if ctx.early_target is not None:  # started, and the study stopped before its target phase took it
             ctx.early_target.cancel()
-        if ctx.started_ray:
-            import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
-            ray.shutdown()
+        session.__exit__(None, None, None)  # Ray shut down if the study started it
 
 
 def _open_parent_run(ctx: SweepContext) -> None:

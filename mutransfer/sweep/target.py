@@ -256,6 +256,21 @@ def await_order(orders, driver: dict | None) -> TargetOrder | None:
         return order
 
 
+def save_final(folder: Path, model: torch.nn.Module, hp: dict, summary: TargetSummary) -> None:
+    """The trained target's files in ``folder``: ``model.pt`` (the plain state dict, the model's config and class, the
+    hyperparameters; read back with ``weights_only=True``) and ``summary.json``."""
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "model_config": model.config,
+            "model_class": type(model).__name__,
+            "hyperparameters": hp,
+        },
+        folder / "model.pt",
+    )
+    (folder / SUMMARY_FILE).write_text(json.dumps(summary.as_dict()))
+
+
 def target_loop(cfg: dict) -> dict:
     """Ray Train per-worker function."""
     import ray.train.torch  # noqa: PLC0415 -- deferred: (binds ray, ray.train too) Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
@@ -284,7 +299,6 @@ def target_loop(cfg: dict) -> dict:
     torch.manual_seed(study.training.seed)  # same init on every rank (DDP also broadcasts rank 0's)
     model = model_for(study, data, target=True, init_scale=hp["init_scale"])
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
-    config = model.config
     if cfg.get("process_group", True):
         model = ray.train.torch.prepare_model(model)  # DDP when world > 1; moves to the worker's device
         device = ray.train.torch.get_device()
@@ -341,17 +355,7 @@ def target_loop(cfg: dict) -> dict:
     )
     checkpoint = None
     if rank == 0:
-        plain = model.module if hasattr(model, "module") else model
-        torch.save(
-            {
-                "model": plain.state_dict(),
-                "model_config": config,
-                "model_class": type(plain).__name__,
-                "hyperparameters": hp,
-            },
-            local / "model.pt",
-        )
-        (local / SUMMARY_FILE).write_text(json.dumps(summary.as_dict()))
+        save_final(local, model.module if hasattr(model, "module") else model, hp, summary)
         checkpoint = ray.train.Checkpoint.from_directory(str(local))
     final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
     ray.train.report(dict(final, final=1), checkpoint=checkpoint, checkpoint_dir_name="final")

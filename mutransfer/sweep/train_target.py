@@ -16,11 +16,12 @@ import time
 from pathlib import Path
 
 from mutransfer.study_folder.portable import resolved_path, stored_path
+from mutransfer.sweep._executors import TargetJob
 from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.progress import TargetProgress, for_options
 from mutransfer.sweep.proxies import keep_sigint_handler
 from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
-from mutransfer.sweep.target_run import resolve_use_gpu, run_target
+from mutransfer.sweep.target_run import resolve_use_gpu
 from mutransfer.tracking.runs import logged_steps
 
 
@@ -73,6 +74,12 @@ class TargetWatch:
         self.display.close()
 
 
+def _runs_on(ctx: SweepContext, early: bool) -> str:
+    if ctx.executor.name != "ray":
+        return "in this process"
+    return "Ray Train, started while the last proxies trained" if early else "Ray Train"
+
+
 def train_target(ctx: SweepContext) -> None:
     """Train the target with the transferred hyperparameters (with ``search.top_k`` > 1 the top-k strategy's
     phase runs instead, mutransfer.sweep.strategies.top_k)."""
@@ -111,11 +118,9 @@ def fit_target(
     """Train the target at ``transfer.hp`` (a TransferResult) with Ray Train in ``storage_dir/target``, logged to
     MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
     before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
-    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
     study, tracker = ctx.study, ctx.tracker
     hp, record = transfer.hp, transfer.record
-    use_gpu = resolve_use_gpu(study.target.use_gpu, ray.cluster_resources().get("GPU", 0.0))
+    use_gpu = resolve_use_gpu(study.target.use_gpu, ctx.executor.resources()[1])
     start_ms = int(time.time() * 1000)
     if run_id and tracker.run_exists(run_id):
         tracker.set_status(run_id, "RUNNING")
@@ -140,8 +145,7 @@ def fit_target(
     early = ctx.early_target.take(storage_dir) if ctx.early_target is not None else None  # ordered right below
     ctx.say(
         f"{label}: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
-        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} (Ray Train"
-        f"{', started while the last proxies trained' if early is not None else ''}) ...",
+        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} ({_runs_on(ctx, early is not None)}) ...",
     )
     try:
         with keep_sigint_handler():
@@ -149,16 +153,8 @@ def fit_target(
                 early.order(hp, plan)
                 outcome = early.outcome(watch)
             else:
-                outcome = run_target(
-                    study,
-                    hp,
-                    ctx.data,
-                    storage_dir,
-                    use_gpu=use_gpu,
-                    max_failures=study.budget.max_failures,
-                    on_poll=watch,
-                    plan=plan,
-                )
+                job = TargetJob(study, hp, ctx.data, Path(storage_dir), use_gpu, study.budget.max_failures, plan)
+                outcome = ctx.executor.target(job, watch)
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
         tracker.set_status(run_id, "KILLED")

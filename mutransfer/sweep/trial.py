@@ -43,7 +43,7 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -189,17 +189,24 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     """
     from ray import tune  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
-    options = options or {}
+    key = str(config.get("trial_key") or tune.get_context().get_trial_id())  # our key (mutransfer.sweep.plan)
+    run_trial(key, config, data, study, options or {}, tune.report)
+
+
+def run_trial(key: str, config: dict, data, study, options: dict, report: Callable[[dict], None]) -> None:
+    """Train proxy trial ``key`` at ``config`` (its searched values), sending each :class:`TrialReport`'s metrics to
+    ``report``: Tune's ``tune.report`` (:func:`proxy_trial`), or the in-process executor's, which raises to stop the
+    trial where ASHA stops it (mutransfer.sweep.executors). ``options`` as :func:`proxy_trial`'s."""
     # One intra-op thread pool per trial CPU: oversubscribing 2 cores made torch 10-100x slower.
     torch.set_num_threads(max(1, int(options.get("threads", 1))))
-    trial_id = str(config.get("trial_key") or tune.get_context().get_trial_id())  # our key (mutransfer.sweep.plan)
+    trial_id = key
     trial_dir = Path(options["study_dir"]) / "trials" / trial_id
     trial_dir.mkdir(parents=True, exist_ok=True)
     maybe_inject_fault(Path(options["study_dir"]) / "faults", int(options.get("fail_trials", 0)), trial_id)
 
     if (trial_dir / DONE_FILE).exists():
         _log_execution(trial_dir, "replay")
-        tune.report(_read_done(trial_dir).metrics())
+        report(_read_done(trial_dir).metrics())
         return
 
     hp = merge_hyperparameters(study, config)
@@ -226,7 +233,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
         history.append(event)
         write_trial_history(trial_dir, history)  # before the report: ASHA may end the trial there
         reported["n"] += 1
-        tune.report(TrialReport(**eval_metrics(event, spectral_lr0, error_key="val_error"), diverged=0).metrics())
+        report(TrialReport(**eval_metrics(event, spectral_lr0, error_key="val_error"), diverged=0).metrics())
 
     result = train(model, data, tconfig, callbacks=[report_eval], resume=True, plan=options.get("plan"))
 
@@ -243,4 +250,4 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
     write_trial_history(trial_dir, result.history)
     _write_done(trial_dir, result.status, final)
     if reported["n"] == 0 or result.status == "diverged":
-        tune.report(final.metrics())
+        report(final.metrics())

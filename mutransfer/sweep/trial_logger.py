@@ -13,7 +13,7 @@ configuration carries as ``trial_key`` and which is its directory name and the `
   in one ``log_batch`` and terminates the run (FINISHED, or FAILED).
 
 A trial whose child run is finished is skipped (idempotent on resume). The console lines
-come from mutransfer.sweep.progress. ``as_tune_callback`` wraps it as a ``ray.tune.Callback``.
+come from mutransfer.sweep.progress. The executor feeds it the search's events (on Ray, as a ``ray.tune.Callback``).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ class TrialLogger:
         self.__dict__.update(state)
         self._reset()
 
-    # ---- Tune Callback protocol (duck-typed; wrapped by as_tune_callback) -----------
+    # ---- Tune Callback protocol (duck-typed; fed by the executor, mutransfer.sweep._executors) -----------
     @property
     def client(self):
         if self._client is None:
@@ -463,13 +463,6 @@ class TrialLogger:
 def _key(trial) -> str:
     """A Tune trial's key of ours (Tune's id for a trial without one)."""
     return key_of(trial) or trial.trial_id
-
-
-def as_tune_callback(logger: TrialLogger):
-    """Wrap a :class:`TrialLogger` in a ``ray.tune.Callback`` (imports Ray only when needed)."""
-    from mutransfer.sweep.tune_callback import MlflowTrialCallback  # noqa: PLC0415 -- deferred: tune_callback subclasses ray.tune.Callback at import
-
-    return MlflowTrialCallback(logger)
 
 
 # --------------------------------------------------------------------------- studies table

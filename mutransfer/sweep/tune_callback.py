@@ -2,7 +2,7 @@
 
 Kept apart from tracking.py so that `mutransfer studies` / `mutransfer ui` do not import Ray. It imports
 neither the MLflow logger (mutransfer.sweep.trial_logger) nor the console display (mutransfer.sweep.progress):
-their ``as_tune_callback`` import it (no cycle). It forwards to any object with TrialLogger's five
+the executor (mutransfer.sweep._executors) imports it when a Ray search starts (no cycle). It forwards to any object with TrialLogger's five
 ``on_trial_*`` methods, and to its ``on_step_end(trials)`` if it has one.
 """
 

@@ -44,6 +44,7 @@ from mutransfer.diagnostics.statistics import mean_ci
 from mutransfer.landscape.analysis import NOT_RESOLVED
 from mutransfer.study.models import model_for, train_config
 from mutransfer.study_folder.state import write_atomic
+from mutransfer.sweep._executors import JobFailed
 from mutransfer.sweep.context import SweepContext, SweepError, final_search
 from mutransfer.sweep.cost import epoch_flops
 from mutransfer.sweep.train_target import first_line
@@ -287,44 +288,43 @@ def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -
 
 
 def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
-    """Every grid's (lr, seed) trainings as Ray tasks submitted together (the proxy's short ones fill the slots the
-    target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in ``grids``' order."""
-    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
+    """Every grid's (lr, seed) trainings through the study's executor, submitted together (the proxy's short ones fill
+    the slots the target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in
+    ``grids``' order."""
     # the optima are selections: validation rows, never the test split; the proxy's on its own grid
-    target_ref = ray.put(ctx.selection_data)
     proxy = ctx.proxy_data or ctx.selection_data
-    proxy_ref = target_ref if proxy is ctx.selection_data else ray.put(proxy)
-    pending = {}
+    points, jobs = [], []
     for i, grid in enumerate(grids):
         r = grid.study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
-        threads, gpus = r.cpus_per_trial, r.gpus_per_trial
-        retries = grid.study.budget.max_failures
-        remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_retries=retries)(train_target_at)
-        device = "cuda" if gpus > 0 else "cpu"
+        device = "cuda" if r.gpus_per_trial > 0 else "cpu"
         for lr in grid.lrs:
             for seed in grid.seeds:
-                data_ref = target_ref if grid.target else proxy_ref
-                task = remote.remote(grid.study, grid.hp, data_ref, lr, seed, threads, device, grid.target)
-                pending[task] = (i, lr, seed)
+                data = ctx.selection_data if grid.target else proxy
+                jobs.append((grid.study, grid.hp, data, lr, seed, r.cpus_per_trial, device, grid.target))
+                points.append((i, lr, seed))
     records: list[list[dict]] = [[] for _ in grids]
-    total = len(pending)
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
-        i, lr, seed = pending.pop(done[0])
-        grid = grids[i]
+    total, finished = len(jobs), 0
+    r = ctx.study.resources
+    done = ctx.executor.grid(
+        train_target_at, jobs, threads=r.cpus_per_trial, gpus=r.gpus_per_trial, retries=ctx.study.budget.max_failures
+    )
+    while finished < total:
         try:
-            record = ray.get(done[0])
-        except Exception as exc:
+            j, record = next(done)
+        except JobFailed as exc:
+            i, lr, seed = points[exc.index]
             raise SweepError(
-                f"{grid.kind} training at lr={lr:.4g} seed={seed} failed after {grid.study.budget.max_failures} "
-                f"retries ({first_line(exc)}); the target and the proxies are kept: fix the cause and run again with "
-                "--resume"
-            ) from exc
+                f"{grids[i].kind} training at lr={lr:.4g} seed={seed} failed after {grids[i].study.budget.max_failures} "
+                f"retries ({first_line(exc.cause)}); the target and the proxies are kept: fix the cause and run again "
+                "with --resume"
+            ) from exc.cause
+        finished += 1
+        i = points[j][0]
+        grid = grids[i]
         records[i].append(record)
         _log_point(ctx, grid.kind, record, grid.study, grid.target)
         ctx.say(
-            f"  {grid.kind} [{total - len(pending)}/{total}] lr={record['lr']:.4g} seed={record['seed']}: "
+            f"  {grid.kind} [{finished}/{total}] lr={record['lr']:.4g} seed={record['seed']}: "
             f"{record['status']} val {record['val_error']:.4g}"
         )
     return records
@@ -367,12 +367,10 @@ def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records
     """Device-seconds of ``records`` and ``proxy_records`` (the phase's wall × the CPUs its tasks held), the trainers'
     part, the rest (Ray task start-up, data transfer, MLflow, idle slots) as overhead, and FLOPs (the target's per
     epoch for ``records``, the proxy's for ``proxy_records``); ``proxy``: the proxy grid's own share."""
-    import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
     proxies = list(proxy_records or [])
     every = records + proxies
     threads = max((int(r["threads"]) for r in every), default=1)
-    held = min(float(ray.cluster_resources().get("CPU", 1.0)), len(every) * threads)
+    held = ctx.executor.held_cpus(len(every), threads)
     trainer = sum(r["trainer_seconds"] * r["threads"] for r in every)
     device = max(wall * held, sum(r["wall_seconds"] * r["threads"] for r in every))
     shape = tuple(ctx.data.train_x.shape[1:])

@@ -1,0 +1,5 @@
+"""The names of the executors a study's trainings run on (mutransfer.sweep._executors), declared once: the CLI's
+``--executor`` and ``mutransfer.create_study(executor=...)`` offer these."""
+
+#: ``ray``: Ray Tune trials, a Ray Train target, Ray tasks (the default); ``inprocess``: one at a time in this process
+EXECUTORS = ("ray", "inprocess")

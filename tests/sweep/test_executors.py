@@ -1,0 +1,86 @@
+"""The executors (mutransfer.sweep._executors): a study run in this process trains what the same study trains on Ray.
+
+The in-process executor is a real executor: it trains every trial and the target with the project's trainer, writes
+the same trial files and MLflow runs, and takes ASHA's decisions from the same plan. No Ray is started by it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.sweep_helpers import mlflow_runs, write_tiny_study
+
+
+def _run(tmp_path, study, executor: str, name: str, **options):
+    from mutransfer.sweep import SweepOptions, run_sweep
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    report = run_sweep(
+        SweepOptions(
+            study_path=str(study),
+            runs_dir=str(tmp_path / "runs"),
+            quiet=True,
+            executor=executor,
+            overrides={"tracking_uri": uri, "name": name},
+            **options,
+        )
+    )
+    return report, uri
+
+
+def _trials(report: dict) -> list[tuple]:
+    return [(t["trial_id"], t["config"], t["status"], t["epochs"], t["val_error"]) for t in report["trial_table"]]
+
+
+def test_an_inprocess_study_trains_and_logs_without_ray(tiny_data, tmp_path):
+    import ray
+
+    study = write_tiny_study(tmp_path, tiny_data, trials=4, epochs=3, grace=1)
+    report, uri = _run(tmp_path, study, "inprocess", "here")
+    assert not ray.is_initialized()
+    statuses = [t["status"] for t in report["trial_table"]]
+    assert len(statuses) == 4 and "completed" in statuses
+    assert math.isfinite(report["target"]["test_error"])
+    kinds = sorted(r.data.tags.get("mutransfer.kind", "") for r in mlflow_runs(uri))
+    assert kinds.count("proxy_trial") == 4 and "target" in kinds
+    folder = tmp_path / "runs" / "here"
+    for trial in report["trial_table"]:  # every trial's files, as a Ray trial writes them
+        outcome = json.loads((folder / "trials" / trial["trial_id"] / "outcome.json").read_text())
+        assert outcome["status"] == trial["status"]
+    assert (folder / "model" / "MLmodel").exists()
+
+
+def test_an_inprocess_trial_is_retried_then_recorded_failed(tiny_data, tmp_path, monkeypatch):
+    study = write_tiny_study(tmp_path, tiny_data, trials=2, epochs=1, max_failures=1)
+    monkeypatch.setenv("MUTRANSFER_FAIL_TRIALS", "3")  # t0000 fails twice (out of retries), t0001 once, then trains
+    report, _ = _run(tmp_path, study, "inprocess", "faults")
+    first, second = report["trial_table"]
+    assert first["status"] == "failed" and second["status"] == "completed"
+    outcome = json.loads((tmp_path / "runs" / "faults" / "trials" / "t0000" / "outcome.json").read_text())
+    assert "injected fault" in outcome["error"]
+
+
+def test_an_inprocess_study_refuses_a_ray_address(tiny_data, tmp_path):
+    from mutransfer.errors import UserInputError
+    from mutransfer.sweep import SweepOptions, prepare
+
+    study = write_tiny_study(tmp_path, tiny_data)
+    with pytest.raises(UserInputError, match="--executor inprocess"):
+        prepare(SweepOptions(study_path=str(study), executor="inprocess", address="auto", runs_dir=str(tmp_path)))
+    with pytest.raises(UserInputError, match="--executor threads: one of ray, inprocess"):
+        prepare(SweepOptions(study_path=str(study), executor="threads", runs_dir=str(tmp_path)))
+    assert not (tmp_path / "tiny").exists()
+
+
+@pytest.mark.slow
+def test_the_same_study_trains_the_same_trials_on_ray_and_in_process(ray_local, tiny_data, tmp_path):
+    """The same seeded study: the same configurations, ASHA decisions, errors, winner and target error."""
+    study = write_tiny_study(tmp_path, tiny_data, trials=5, epochs=3, grace=1)
+    on_ray, _ = _run(tmp_path, study, "ray", "on-ray")
+    here, _ = _run(tmp_path, study, "inprocess", "here")
+    assert _trials(here) == _trials(on_ray)
+    assert here["best_proxy"]["trial_id"] == on_ray["best_proxy"]["trial_id"]
+    assert here["target"]["test_error"] == pytest.approx(on_ray["target"]["test_error"], rel=1e-5)
