@@ -9,7 +9,7 @@ import os
 import re
 import sys
 
-from mutransfer import __version__
+from mutransfer._version import __version__
 from mutransfer.cli import (
     coord_check_cmd,
     data_cmd,

@@ -10,7 +10,7 @@ import datetime as _dt
 
 import numpy as np
 
-import mutransfer
+from mutransfer._version import __version__
 from mutransfer.errors import UserInputError
 
 __all__ = ["GRID_SCHEMA", "POINT_SCHEMA", "decode_attr", "read_attrs", "attr_value", "utc_now", "schema_of"]
@@ -64,6 +64,6 @@ def finish_attrs(attrs: dict) -> dict:
     """The attributes every written file carries (seed, mutransfer_version, created) filled in, values made HDF5-safe."""
 
     attrs.setdefault("seed", -1)
-    attrs.setdefault("mutransfer_version", mutransfer.__version__)
+    attrs.setdefault("mutransfer_version", __version__)
     attrs.setdefault("created", utc_now())
     return {str(k): attr_value(str(k), v) for k, v in attrs.items()}

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import yaml
 
-import mutransfer
+from mutransfer._version import __version__
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 from operators.family import family_of_config
@@ -85,7 +85,7 @@ def card_for(
         study=study.name,
         hyperparameters=_plain(hyperparameters),
         test_error=test_error,
-        mutransfer_version=mutransfer.__version__,
+        mutransfer_version=__version__,
     )
 
 

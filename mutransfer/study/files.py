@@ -163,9 +163,12 @@ def default_study_text() -> str:
     return resources.files("mutransfer").joinpath("studies_data", f"{DEFAULT_STUDY}.yaml").read_text(encoding="utf-8")
 
 
-def read_study_mapping(path: str | os.PathLike | None) -> tuple[dict, str]:
-    """(raw mapping, source label) for a study file, or the built-in default when ``path`` is None."""
-    if path is None:
+def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) -> tuple[dict, str]:
+    """(raw mapping, source label) for a study file, or the built-in default when ``path`` is None; ``text``: the
+    study's YAML given as text (mutransfer.StudySpec; ``path`` then only labels it)."""
+    if text is not None:
+        source = str(path) if path is not None else "the study spec"
+    elif path is None:
         text, source = default_study_text(), f"{DEFAULT_STUDY} (built-in)"
     else:
         source = str(path)
@@ -272,14 +275,14 @@ def _set_path(mapping: dict, path: str, value) -> None:
 
 
 def load_study(
-    path: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None
+    path: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None, *, text: str | None = None
 ) -> tuple[Study, list[Override]]:
     """Load, override and validate a study (no compute, no Ray, no data generation).
 
-    ``overrides`` uses the keys of :data:`OVERRIDES` (None values are ignored).
-    Returns the study and the overrides that changed a value.
+    ``overrides`` uses the keys of :data:`OVERRIDES` (None values are ignored); ``text``: the study's YAML given as
+    text (``path`` then only labels it). Returns the study and the overrides that changed a value.
     """
-    mapping, source = read_study_mapping(path)
+    mapping, source = read_study_mapping(path, text)
     applied: list[Override] = []
     flags: dict[str, str] = {}
     overrides = _with_ladder_start(mapping, overrides or {})

@@ -21,9 +21,11 @@ from mutransfer.study import Override, Study
 from mutransfer.study.memory import Plan, plan_step
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.study_folder.state import StudyDir
-from mutransfer.sweep._executors import Executor, executor_for
+from mutransfer.sweep._executors import Executor, TrialCallback, executor_for
 
 if TYPE_CHECKING:
+    import optuna
+
     from mutransfer.data.loading import SplitData
     from mutransfer.data.streaming import StreamingSplit
     from mutransfer.data.validation import SelectionSplit
@@ -67,9 +69,14 @@ class SweepOptions:
     warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)
     warm_start_top: int | None = None  # how many (None: max(1, num_trials // 4))
     warm_start_any: bool = False  # accept a source of another problem or operator
-    executor: str = (
-        "ray"  # where the trainings run: "ray" (Ray Tune / Ray Train) or "inprocess" (mutransfer.sweep._executors)
-    )
+    #: where the trainings run: "ray" (Ray Tune / Ray Train) or "inprocess" (mutransfer.sweep._executors)
+    executor: str = "ray"
+    #: an Optuna sampler object in place of the study's search.algorithm (mutransfer.create_study(sampler=...))
+    sampler: optuna.samplers.BaseSampler | None = None
+    #: the study's YAML text, given instead of study_path (mutransfer.StudySpec; study_path then only labels it)
+    study_text: str | None = None
+    #: more observers of each search's trials (the Python API's callbacks: mutransfer.sweep._executors.TrialCallback)
+    trial_callbacks: tuple[TrialCallback, ...] = ()
 
 
 def ranked(trials: list[TrialRecord]) -> list[TrialRecord]:

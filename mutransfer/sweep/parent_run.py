@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from mutransfer import __version__
+from mutransfer._version import __version__
 from mutransfer.sweep.context import SweepContext
 from mutransfer.sweep.search import total_trials
 from mutransfer.tracking.views import tag_study

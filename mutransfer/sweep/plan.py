@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
+import optuna
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
@@ -239,6 +240,7 @@ class SearchPlan:
     ``trials_dir``: ``<study dir>/trials``. ``window``: w >= 1, fixed for the study.
     ``preset``: the configurations to run, in key order, instead of sampling, all to the
     full budget (no ASHA): a ladder rung's promoted trials (mutransfer.sweep.ladder).
+    ``sampler``: an Optuna sampler object in place of the study's ``search.algorithm`` (the Python API's).
     ``seeds``: (configuration, provenance) of the first trials, handed out in place of samples
     (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their ``warm_start.json``).
     """
@@ -251,8 +253,10 @@ class SearchPlan:
         seeds: Sequence[tuple[dict, dict]] = (),
         *,
         preset: list[dict] | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
     ):
         self.study = study
+        self.sampler = sampler
         self.seeds = list(seeds)
         self.trials_dir = Path(trials_dir)
         self.preset = None if preset is None else [dict(c) for c in preset]
@@ -320,7 +324,9 @@ class SearchPlan:
         if self.preset is not None:
             return dict(self.preset[index])
 
-        return sample_config(self.study, index, [(self.configs[j], self.outcomes[j].value) for j in known])
+        return sample_config(
+            self.study, index, [(self.configs[j], self.outcomes[j].value) for j in known], self.sampler
+        )
 
     # ---- results --------------------------------------------------------------------
     def record(self, key: str, metrics: dict, *, failed: bool, error: str | None = None) -> Outcome:

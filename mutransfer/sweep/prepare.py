@@ -38,7 +38,7 @@ def prepare(options: SweepOptions) -> SweepContext:
     """Load and validate everything; decide new study vs resume. Starts nothing (the lock: :func:`take_lock`)."""
 
     fail_trials = fail_trials_from_env()
-    study, applied = load_study(options.study_path, options.overrides)
+    study, applied = load_study(options.study_path, options.overrides, text=options.study_text)
     if options.coord_check and not study.family.coord_checkable:
         raise UserInputError(
             f"--coord-check measures FNO's spectral layers across K; operator.type {study.operator.type} has none, drop the flag"
@@ -51,7 +51,7 @@ def prepare(options: SweepOptions) -> SweepContext:
     _check_verification_options(options)
     if study.problem.data is not None:
         study.problem.data = os.path.normpath(Path(study.problem.data).absolute())
-    source_text = _source_text(options.study_path)
+    source_text = options.study_text if options.study_text is not None else _source_text(options.study_path)
     check_address_form(options.address)
     check_folder("--runs-dir", options.runs_dir)
     study_dir = StudyDir.for_study(study.name, options.runs_dir)
@@ -164,13 +164,13 @@ def _differences(study_dir: StudyDir, study: Study) -> list[str] | None:
 def _check_resume_consistent(stored: Study, given: Study, options: SweepOptions) -> None:
     """On --resume, flags and a --study file must agree with the stored study (never silently ignored)."""
     stored_d, given_d = stored.to_dict(), given.to_dict()
-    if options.study_path is not None:
+    if options.study_path is not None or options.study_text is not None:
         # a study made before validation splits (n_val 0) resumes as it started, whatever the file's default
         legacy = {"problem.n_val"} if stored.problem.n_val == 0 else set()
         diff = [d for d in _diff(stored_d, given_d) if d != "tracking.uri" and d not in legacy]
         if diff:
             raise UserInputError(
-                f"--resume: {options.study_path} differs from the stored study {stored.name!r} in {', '.join(diff[:5])}; "
+                f"--resume: {options.study_path or 'the study spec'} differs from the stored study {stored.name!r} in {', '.join(diff[:5])}; "
                 "resume without --study, or pass a new --name to start another study"
             )
     for key, value in options.overrides.items():

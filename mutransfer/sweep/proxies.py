@@ -102,7 +102,14 @@ def _plan(ctx: SweepContext, first_window: int):
     # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)
     from mutransfer.sweep.strategies import registry as strategies  # noqa: PLC0415
 
-    return SearchPlan(ctx.study, ctx.study_dir.trials_dir, window, seeds=strategies.seed_trials(ctx), preset=ctx.preset)
+    return SearchPlan(
+        ctx.study,
+        ctx.study_dir.trials_dir,
+        window,
+        seeds=strategies.seed_trials(ctx),
+        preset=ctx.preset,
+        sampler=ctx.options.sampler,
+    )
 
 
 def _logger(ctx: SweepContext, total: int):
@@ -178,7 +185,9 @@ def _search_run(ctx: SweepContext, plan, logger, concurrency: int) -> SearchRun:
             "plan": ctx.memory_plan(target=ctx.search_at_target, device="cuda" if uses_gpu else "cpu"),
         },
         concurrency=concurrency,
-        callbacks=[logger, progress.proxy_callback(ctx, plan.total, len(plan.outcomes))],
+        # the Python API's callbacks watch the study's own search (not a ladder rung's or the direct baseline's)
+        callbacks=[logger, progress.proxy_callback(ctx, plan.total, len(plan.outcomes))]
+        + ([] if ctx.search_at_target else list(ctx.options.trial_callbacks)),
         max_failures=study.budget.max_failures,
         tune_dir=ctx.study_dir.tune_dir,
         tune_callbacks=tune_callbacks,

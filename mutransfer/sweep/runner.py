@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import asdict
 
 from mutransfer.data.validation import carve_validation
@@ -50,7 +51,17 @@ from mutransfer.sweep.strategies.base import Phase
 from mutransfer.sweep.train_target import train_target
 from mutransfer.tracking.runs import Tracker
 
-__all__ = ["PHASES", "SweepError", "SweepOptions", "check_cluster_fits", "prepare", "run_sweep", "transfer"]
+__all__ = [
+    "COMPLETE",
+    "PHASES",
+    "SweepError",
+    "SweepOptions",
+    "check_cluster_fits",
+    "prepare",
+    "run_sweep",
+    "sweep_steps",
+    "transfer",
+]
 
 #: the core phases after the start, in order; the search strategies (mutransfer.sweep.strategies) place theirs
 #: after one of them (a ladder after run_proxies, --verify and --baseline direct after log_model_phase) or instead
@@ -60,6 +71,23 @@ PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, log_model
 
 def run_sweep(options: SweepOptions) -> dict:
     """Run (or resume) a study end to end and return the transfer report."""
+    report = None
+    for _, ctx in sweep_steps(options):
+        report = ctx.report
+    assert report is not None
+    return report
+
+
+#: the step :func:`sweep_steps` yields for a study that was complete before it started
+COMPLETE = "complete"
+
+
+def sweep_steps(options: SweepOptions) -> Iterator[tuple[str, SweepContext]]:
+    """Run (or resume) a study one phase at a time: yields (the phase's name, the context) after each phase, with the
+    study's lock, Ray and the MLflow parent run held in between (the Python API's ``Study`` advances it step by step;
+    :func:`run_sweep` to the end). A study that was complete yields :data:`COMPLETE` once, its report on the context.
+    Closing the generator early releases everything; the study's parent run is marked KILLED, and a resume continues
+    it."""
     ctx = prepare(options)
     if ctx.state.get("phase") != "done":
         _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before any lock, folder or run exists
@@ -67,23 +95,25 @@ def run_sweep(options: SweepOptions) -> dict:
     with (
         ctx.lock
     ):  # one driver per study (mutransfer.study_folder.lock): held until this returns, raises or is interrupted
-        return _drive(ctx)
+        yield from _drive(ctx)
 
 
-def _drive(ctx: SweepContext) -> dict:
+def _drive(ctx: SweepContext) -> Iterator[tuple[str, SweepContext]]:
     if ctx.state.get("phase") == "done" and ctx.state.get("report"):
         _check_nothing_new_asked(ctx)
         register_completed(ctx)
         ctx.say(f"study {ctx.study.name!r} is already complete; its report (--name NEW runs a new study):")
         report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
         mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
-        return dict(
+        ctx.report = dict(
             report,
             already_complete=True,
             model=ctx.state.get("model"),
             study_dir=str(ctx.study_dir.root),
             mlflow=mlflow,
         )
+        yield COMPLETE, ctx
+        return
     _start_study_dir(ctx)
     _resolve_k_rule(ctx)
     _say_cost(ctx)
@@ -98,7 +128,7 @@ def _drive(ctx: SweepContext) -> dict:
         for name, phase in phases:
             hold_if_asked(ctx.study_dir.root, name)  # fault tests only (MUTRANSFER_HOLD_AT)
             phase(ctx)
-    return ctx.report
+            yield name, ctx
 
 
 #: the phases that may run between the proxies and the target while the target's workers wait (they train nothing
@@ -204,7 +234,7 @@ def _session(ctx: SweepContext):
         _open_parent_run(ctx)
         ctx.setup_seconds = time.perf_counter() - ctx.wall_start
         yield
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, GeneratorExit):  # Ctrl-C, or a Python API study closed before its end
         _mark(ctx.tracker, ctx.parent_id, "KILLED")
         ctx.update_state(wall_seconds=ctx.wall_seconds)
         raise

@@ -55,21 +55,32 @@ def grid_config(study: Study, index: int) -> dict:
     return dict(zip(names, values))
 
 
-def sample_config(study: Study, index: int, told: Sequence[tuple[dict, float | None]]) -> dict:
-    """Trial ``index``'s configuration. ``told``: (configuration, test error; None = failed) of earlier trials, by index."""
+def sample_config(
+    study: Study,
+    index: int,
+    told: Sequence[tuple[dict, float | None]],
+    sampler: optuna.samplers.BaseSampler | None = None,
+) -> dict:
+    """Trial ``index``'s configuration. ``told``: (configuration, test error; None = failed) of earlier trials, by index.
+
+    ``sampler``: an Optuna sampler object given through the Python API (``mutransfer.create_study(sampler=...)``),
+    used in place of the study's ``search.algorithm``: it is told the same earlier trials and asked once. Its own
+    state (its random generator) carries from one call to the next, so a resumed study samples alike only with the
+    study file's named samplers, which are seeded per trial.
+    """
     algorithm = study.search.algorithm
-    if algorithm == "grid":
+    if algorithm == "grid" and sampler is None:
         return grid_config(study, index)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seed = trial_seed(study.search.seed, index)
-    if algorithm == "random":
+    if sampler is None and algorithm == "random":
         sampler = optuna.samplers.RandomSampler(seed=seed)
-    else:
+    elif sampler is None:
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(study))
     distributions = _distributions(study)
     ostudy = optuna.create_study(direction="minimize", sampler=sampler)
-    if algorithm == "tpe":
+    if algorithm == "tpe" or not isinstance(sampler, optuna.samplers.RandomSampler):
         for config, value in told:
             state = optuna.trial.TrialState.FAIL if value is None else optuna.trial.TrialState.COMPLETE
             ostudy.add_trial(

@@ -1,0 +1,431 @@
+"""The Python API's study: :func:`create_study`, :func:`load_study` and :class:`Study`, shaped after Optuna's.
+
+A :class:`Study` runs the same phases as ``mutransfer sweep`` (mutransfer.sweep.runner.sweep_steps), one step at a
+time: :meth:`Study.optimize` the proxy search, :meth:`Study.transfer` the μP rescaling, :meth:`Study.train_target`
+the target, :meth:`Study.report` the rest. Between calls it holds the study's lock, its executor's session (Ray, for
+the Ray executor) and the MLflow parent run; :meth:`Study.close` (or ``with``) releases them, and a study closed
+before its end continues where it stopped when it is loaded again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import optuna
+
+from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialResult
+from mutransfer._api.spec import StudySpec
+from mutransfer.config.executors import EXECUTORS
+from mutransfer.errors import UserInputError
+from mutransfer.serving.artifact import read_model_dir
+from mutransfer.study_folder.records import MODEL_DIR
+from mutransfer.study_folder.state import StudyDir
+from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions
+from mutransfer.sweep.plan import key_index, trial_status
+from mutransfer.sweep.runner import COMPLETE, sweep_steps
+from mutransfer.sweep.target import TargetOutcome
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: what each step of the API runs up to (the phases of mutransfer.sweep.runner)
+_OPTIMIZE, _TRANSFER, _TARGET, _REPORT = "run_proxies", "transfer_phase", "log_model_phase", "write_report"
+_ORDER = (_OPTIMIZE, _TRANSFER, _TARGET, _REPORT)
+
+Executor = Literal["ray", "inprocess"]
+TrialCallbackFn = Callable[["Study", TrialResult], None]
+
+
+class Study:
+    """A μTransfer study: a proxy search, the transfer of its winner, the target trained once, a report.
+
+    Made by :func:`create_study` or :func:`load_study`, never directly. Its folder is ``<storage>/<name>`` (the one
+    ``mutransfer sweep``, ``report``, ``trials``, ``evaluate`` and ``predict`` read), its runs are in the study's MLflow
+    store.
+
+    Example:
+        >>> import mutransfer as mt
+        >>> spec = mt.StudySpec.default().replace({"name": "demo", "budget.epochs": 2, "target.epochs": 2})
+        >>> study = mt.create_study(spec, storage="mutransfer-runs", executor="inprocess")  # doctest: +SKIP
+        >>> study.optimize(n_trials=4)  # doctest: +SKIP
+        >>> study.best_params  # doctest: +SKIP
+        {'lr': 0.0041..., 'batch_size': 10}
+    """
+
+    def __init__(self, spec: StudySpec, options: SweepOptions, *, _token: object = None):
+        if _token is not _TOKEN:
+            raise TypeError("make a study with mutransfer.create_study(...) or mutransfer.load_study(...)")
+        self._spec, self._options = spec, options
+        self._steps: Iterator[tuple[str, SweepContext]] | None = None
+        self._ctx: SweepContext | None = None
+        self._reached: set[str] = set()
+
+    # ---- the steps ----------------------------------------------------------------------------
+    def optimize(self, n_trials: int | None = None, callbacks: Sequence[TrialCallbackFn] = ()) -> None:
+        """Run (or continue) the proxy search.
+
+        Args:
+            n_trials: the search's number of trials (the spec's ``search.num_trials`` when None). A study resumed
+                later continues up to the same number; another number is refused in one line.
+            callbacks: functions ``callback(study, trial)`` called after each trial ends, with a :class:`TrialResult`.
+
+        Example:
+            >>> study.optimize(n_trials=8)  # doctest: +SKIP
+        """
+        if n_trials is not None and (not isinstance(n_trials, int) or n_trials < 1):
+            raise UserInputError(f"n_trials {n_trials!r}: a whole number of trials, at least 1 (e.g. n_trials=8)")
+        if n_trials is not None and self._steps is not None and n_trials != self._spec.study.search.num_trials:
+            raise UserInputError(
+                f"n_trials {n_trials}: this study searches {self._spec.study.search.num_trials} trials; "
+                "drop n_trials, or create a study with another name"
+            )
+        if n_trials is not None:
+            self._spec = self._spec.replace({"search.num_trials": n_trials})
+        self._options.trial_callbacks = (_UserCallbacks(self, callbacks),) if callbacks else ()
+        self._advance(_OPTIMIZE)
+
+    def transfer(self) -> TransferRecord:
+        """The best proxy's hyperparameters rescaled to the target by the μP rules (runs the search first if needed).
+
+        Returns:
+            A :class:`TransferRecord`: the proxy's and the target's hyperparameters, and the rules applied.
+
+        Example:
+            >>> study.transfer().target["lr"]  # doctest: +SKIP
+        """
+        ctx = self._advance(_TRANSFER)
+        if ctx.transfer is not None:
+            t = ctx.transfer
+            return TransferRecord(
+                proxy=dict(t.source.hp) if t.source is not None else {},
+                target=dict(t.hp),
+                rules=dict(t.record),
+                source=t.source_key,
+            )
+        report = self._report_data(ctx)
+        best = report.get("best_proxy") or {}
+        return TransferRecord(
+            proxy=dict(best.get("hp") or {}),
+            target=dict(report.get("target_hyperparameters") or {}),
+            rules=dict(report.get("transfer") or {}),
+            source=best.get("trial_id"),
+        )
+
+    def train_target(self) -> TargetResult:
+        """Train the target once at the transferred hyperparameters (after the search and the transfer, if needed).
+
+        Returns:
+            A :class:`TargetResult` with the trained ``model`` (an ``nn.Module``), its ``history`` and ``test_error``.
+
+        Example:
+            >>> target = study.train_target()  # doctest: +SKIP
+            >>> prediction = target.model(x)  # doctest: +SKIP
+        """
+        ctx = self._advance(_TARGET)
+        outcome = TargetOutcome.from_dict(ctx.state["target_outcome"])
+        model_dir = ctx.study_dir.root / MODEL_DIR
+        model, card = read_model_dir(model_dir)
+        return TargetResult(
+            model=model,
+            history=outcome.history,
+            test_error=float(outcome.test_error),
+            val_error=outcome.val_error,
+            hyperparameters=dict(card.hyperparameters),
+            model_dir=model_dir,
+        )
+
+    def report(self) -> Report:
+        """Finish the study (every phase left, ``--verify``'s and ``--baseline``'s included) and return its report.
+
+        Returns:
+            A :class:`Report`: ``to_json()``, ``to_text()``, ``to_html()``.
+
+        Example:
+            >>> print(study.report().to_text())  # doctest: +SKIP
+        """
+        ctx = self._advance(_REPORT)
+        return Report(self._report_data(ctx), ctx.study_dir.root)
+
+    def close(self) -> None:
+        """Release the study's lock, its Ray and its MLflow parent run (marked KILLED if it did not finish: loading
+        it again continues it). Called by ``with``; a closed study opens them again at its next step."""
+        if self._steps is not None:
+            self._steps.close()
+        self._steps = None
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- what it found ------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The study's name (its folder under the storage)."""
+        return self._spec.name
+
+    @property
+    def spec(self) -> StudySpec:
+        """The study's settings."""
+        return self._spec
+
+    @property
+    def study_dir(self) -> Path:
+        """The study's folder."""
+        return StudyDir.for_study(self.name, self._options.runs_dir).root
+
+    @property
+    def trials(self) -> list[TrialResult]:
+        """Every proxy trial of the finished search, in the order they were handed out."""
+        return [TrialResult.of(t) for t in self._proxies().trials]
+
+    @property
+    def best_trial(self) -> TrialResult:
+        """The trial the transfer starts from: the lowest validation error among those that ran the full budget."""
+        return TrialResult.of(self._proxies().best)
+
+    @property
+    def best_params(self) -> dict[str, float | int]:
+        """The best trial's searched values (``best_trial.params``)."""
+        return dict(self.best_trial.params)
+
+    @property
+    def best_value(self) -> float | None:
+        """The best trial's validation error."""
+        return self.best_trial.value
+
+    def trials_dataframe(self) -> pd.DataFrame:
+        """The trials as a pandas DataFrame, with Optuna's columns: ``number``, ``value``, ``state``, ``params_<name>``,
+        and ``epochs``, ``key``.
+
+        Example:
+            >>> study.trials_dataframe().sort_values("value").head()  # doctest: +SKIP
+        """
+        import pandas as pd  # noqa: PLC0415 -- deferred: pandas costs ~0.3 s, only this method needs it
+
+        rows = [
+            {
+                "number": t.number,
+                "value": t.value,
+                "state": t.state,
+                **{f"params_{k}": v for k, v in t.params.items()},
+                "epochs": t.epochs,
+                "key": t.key,
+            }
+            for t in self.trials
+        ]
+        return pd.DataFrame(rows)
+
+    # ---- the engine ---------------------------------------------------------------------------
+    def _advance(self, until: str) -> SweepContext:
+        """Run the study's phases until ``until`` has run (in this session or an earlier one)."""
+        if self._ctx is not None and (COMPLETE in self._reached or _passed(self._reached, until)):
+            return self._ctx
+        if self._steps is None:
+            if self.study_dir.exists():
+                self._options.resume = True  # a folder of this study: it continues (the stored settings must agree)
+            self._options.study_text = self._spec.text
+            self._options.study_path = None
+            self._reached = set()
+            self._steps = sweep_steps(self._options)
+        try:
+            for name, ctx in self._steps:
+                self._ctx = ctx
+                self._reached.add(name)
+                if name == COMPLETE or name == until:
+                    return ctx
+        except BaseException:
+            self._steps = None  # what ran is kept in the folder: the next step resumes it
+            raise
+        self._steps = None
+        assert self._ctx is not None
+        return self._ctx
+
+    def _proxies(self) -> ProxyResults:
+        ctx = self._advance(_OPTIMIZE)
+        if ctx.proxies is not None:
+            return ctx.proxies
+        return ProxyResults.from_state(ctx.state)
+
+    @staticmethod
+    def _report_data(ctx: SweepContext) -> dict:
+        return ctx.report or dict(ctx.state.get("report") or {})
+
+
+def _passed(reached: set[str], until: str) -> bool:
+    """Whether the phases in ``reached`` include ``until`` or a later API step."""
+    later = _ORDER[_ORDER.index(until) :]
+    return any(step in reached for step in later)
+
+
+class _UserCallbacks:
+    """The Python API's callbacks as an observer of the search's trials (mutransfer.sweep._executors.TrialCallback)."""
+
+    def __init__(self, study: Study, callbacks: Sequence[TrialCallbackFn]):
+        self.study, self.callbacks = study, list(callbacks)
+
+    def __getstate__(self) -> dict:  # Ray Tune stores its callbacks (never read back): a copy calls nothing
+        return {"study": None, "callbacks": []}
+
+    def on_trial_start(self, trial) -> None:
+        pass
+
+    def on_trial_result(self, trial, result: dict) -> None:
+        pass
+
+    def on_trial_recover(self, trial) -> None:
+        pass
+
+    def on_trial_complete(self, trial) -> None:
+        self._tell(trial, failed=False)
+
+    def on_trial_error(self, trial) -> None:
+        self._tell(trial, failed=True)
+
+    def _tell(self, trial, *, failed: bool) -> None:
+        if self.study is None:
+            return
+        config = dict(trial.config or {})
+        key = str(config.pop("trial_key"))
+        last = dict(trial.last_result or {})
+        value = last.get("val_error")
+        result = TrialResult(
+            number=key_index(key),
+            key=key,
+            params=config,
+            hyperparameters={},
+            value=None if failed or value is None else float(value),
+            state=trial_status(last, failed, self.study.spec.study.budget.epochs),
+            epochs=int(last.get("epoch", 0) or 0),
+            mlflow_run_id=None,
+        )
+        for callback in self.callbacks:
+            callback(self.study, result)
+
+
+_TOKEN = object()
+
+
+def create_study(
+    spec: StudySpec | None = None,
+    *,
+    storage: str | Path = "mutransfer-runs",
+    sampler: optuna.samplers.BaseSampler | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
+    executor: Executor = "ray",
+    tracking_uri: str | None = None,
+    load_if_exists: bool = False,
+    quiet: bool = True,
+) -> Study:
+    """A new study of ``spec`` in ``<storage>/<spec.name>``. Nothing runs until :meth:`Study.optimize` (or a later
+    step).
+
+    Args:
+        spec: the study's settings (default: the built-in quick study).
+        storage: the folder of study folders (``mutransfer sweep --runs-dir``).
+        sampler: an Optuna sampler (e.g. ``optuna.samplers.TPESampler(seed=0)``, ``GPSampler()``) used in place of
+            the spec's ``search.algorithm``; it sees the results of the trials finished before each trial's window,
+            as the built-in ones do.
+        pruner: ``optuna.pruners.SuccessiveHalvingPruner(min_resource=G, reduction_factor=R)`` (ASHA with grace
+            period G epochs) or ``optuna.pruners.NopPruner()`` (no early stops); None: the spec's ``budget``.
+        executor: ``"ray"`` (Ray Tune trials, a Ray Train target; the default) or ``"inprocess"`` (one training at a
+            time in this process, no Ray: the same trials and results).
+        tracking_uri: the MLflow store (default: the spec's ``tracking.uri``, else ``sqlite:///mlflow.db`` here).
+        load_if_exists: continue a study of that name in ``storage`` instead of refusing it.
+        quiet: no progress lines on stderr.
+
+    Returns:
+        The :class:`Study`.
+
+    Example:
+        >>> study = mt.create_study(mt.StudySpec.default(), sampler=optuna.samplers.TPESampler(seed=0))  # doctest: +SKIP
+    """
+    spec = spec if spec is not None else StudySpec.default()
+    if not isinstance(spec, StudySpec):
+        raise UserInputError(
+            f"spec: a mutransfer.StudySpec, got {type(spec).__name__} (e.g. mt.StudySpec.from_yaml(path))"
+        )
+    if executor not in EXECUTORS:
+        raise UserInputError(f"executor {executor!r}: one of {', '.join(EXECUTORS)}")
+    if sampler is not None and (
+        not isinstance(sampler, optuna.samplers.BaseSampler) or isinstance(sampler, optuna.samplers.GridSampler)
+    ):
+        raise UserInputError(
+            f"sampler {type(sampler).__name__}: an Optuna sampler object such as optuna.samplers.TPESampler(seed=0); "
+            "for a grid, set search.algorithm: grid in the spec"
+        )
+    spec = _with_pruner(spec, pruner)
+    folder = StudyDir.for_study(spec.name, storage)
+    if folder.exists() and not load_if_exists:
+        raise UserInputError(
+            f"study {spec.name!r} exists in {storage}: pass load_if_exists=True to continue it, or another name "
+            "(spec.replace({'name': 'NEW'}))"
+        )
+    overrides = {"tracking_uri": tracking_uri} if tracking_uri is not None else {}
+    options = SweepOptions(
+        runs_dir=str(storage), quiet=quiet, json=True, executor=executor, sampler=sampler, overrides=overrides
+    )
+    return Study(spec, options, _token=_TOKEN)
+
+
+def load_study(
+    study_name: str,
+    *,
+    storage: str | Path = "mutransfer-runs",
+    sampler: optuna.samplers.BaseSampler | None = None,
+    executor: Executor = "ray",
+    quiet: bool = True,
+) -> Study:
+    """The study ``study_name`` of ``storage``, finished or not (a study stopped part-way continues at its next step).
+
+    Args:
+        study_name: its name (``spec.name``).
+        storage: the folder of study folders.
+        sampler: as :func:`create_study`'s, for the trials it has still to hand out.
+        executor: where the trainings it still has to run go.
+        quiet: no progress lines on stderr.
+
+    Returns:
+        The :class:`Study`.
+
+    Example:
+        >>> study = mt.load_study("quick", storage="mutransfer-runs")  # doctest: +SKIP
+        >>> study.best_params  # doctest: +SKIP
+    """
+    folder = StudyDir.for_study(study_name, storage)
+    if not folder.study_file.is_file():
+        found = (
+            sorted(p.name for p in Path(storage).iterdir() if (p / "study.yaml").is_file())
+            if Path(storage).is_dir()
+            else []
+        )
+        raise UserInputError(
+            f"study {study_name!r}: not found in {storage} ({', '.join(found) or 'no studies there'}); "
+            "pass the name and storage it was created with"
+        )
+    spec = StudySpec.from_yaml(folder.study_file)
+    return create_study(spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet)
+
+
+def _with_pruner(spec: StudySpec, pruner: optuna.pruners.BasePruner | None) -> StudySpec:
+    """The spec's ASHA settings as ``pruner`` asks (mutransfer's searches stop trials by ASHA, decided by the plan)."""
+    if pruner is None:
+        return spec
+    if isinstance(pruner, optuna.pruners.NopPruner):
+        return spec.replace({"budget.grace_period": spec.study.budget.epochs})
+    if isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner):
+        grace, factor = getattr(pruner, "_min_resource", None), getattr(pruner, "_reduction_factor", None)
+        rate = getattr(pruner, "_min_early_stopping_rate", 0)
+        if isinstance(grace, int) and isinstance(factor, int) and rate == 0:
+            return spec.replace({"budget.grace_period": grace, "budget.reduction_factor": factor})
+        raise UserInputError(
+            "pruner: SuccessiveHalvingPruner needs a whole min_resource (epochs), a whole reduction_factor and "
+            "min_early_stopping_rate 0, e.g. SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)"
+        )
+    raise UserInputError(
+        f"pruner {type(pruner).__name__}: mutransfer stops trials by ASHA; pass "
+        "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2) or optuna.pruners.NopPruner()"
+    )
