@@ -180,3 +180,21 @@ def test_the_snippet_runs_as_written_on_ray(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "'lr'" in out.stdout
     assert (tmp_path / "mutransfer-runs" / "quick" / "model" / "MLmodel").exists()
+
+
+@pytest.mark.slow
+def test_the_notebook_session_of_docs_api_runs_cell_by_cell(tmp_path, monkeypatch):
+    """docs/api.md's notebook cells, in order, in one namespace (the in-process executor, data generated)."""
+    import re
+
+    text = (ROOT / "docs" / "api.md").read_text()
+    part = text[text.index("## A notebook session") : text.index("## What is not there yet")]
+    cells = re.findall(r"```python\n(.*?)```", part, re.S)
+    assert len(cells) == 4
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    namespace: dict = {}
+    for cell in cells:
+        exec(compile(cell, "docs/api.md", "exec"), namespace)
+    assert tuple(namespace["u1"].shape) == (4, 128, 1)
+    assert (tmp_path / "mutransfer-runs" / "nb" / "model" / "MLmodel").exists()

@@ -21,6 +21,10 @@ class TrialResult:
     (``t0000``); ``params`` are the searched values, ``hyperparameters`` every training value it used; ``value`` is
     its last validation error (None for a failed trial); ``state`` is completed, pruned (stopped by ASHA), diverged or
     failed.
+
+    Example:
+        >>> study.best_trial.params  # doctest: +SKIP
+        >>> [(t.number, t.state, t.value) for t in study.trials]  # doctest: +SKIP
     """
 
     number: int
@@ -53,6 +57,10 @@ class TransferRecord:
     ``proxy`` and ``target`` are the hyperparameters before and after; ``rules`` says what changed by which rule
     (``lr_factor``, ``init_variance_factor`` and the sizes, as operators.transfer records them); ``source`` is the
     trial it came from.
+
+    Example:
+        >>> record = study.transfer()  # doctest: +SKIP
+        >>> record.proxy["lr"], record.target["lr"], record.rules["lr_factor"]  # doctest: +SKIP
     """
 
     proxy: dict[str, object]
@@ -64,7 +72,12 @@ class TransferRecord:
 @dataclass(frozen=True)
 class TargetResult:
     """The trained target: the model (an ``nn.Module`` in eval mode on the CPU), its learning curve, its errors and
-    where it is saved (a folder that ``mutransfer evaluate``/``predict`` and ``mutransfer.load_study`` read back)."""
+    where it is saved (a folder that ``mutransfer evaluate``/``predict`` and ``mutransfer.load_study`` read back).
+
+    Example:
+        >>> target = study.train_target()  # doctest: +SKIP
+        >>> target.test_error, target.history[-1].epoch, target.model_dir  # doctest: +SKIP
+    """
 
     model: nn.Module
     history: list[EpochRecord]
@@ -76,7 +89,12 @@ class TargetResult:
 
 @dataclass(frozen=True)
 class Report:
-    """The study's report: the same record ``mutransfer sweep --json`` prints, as JSON, text or the HTML page."""
+    """The study's report: the same record ``mutransfer sweep --json`` prints, as JSON, text or the HTML page.
+
+    Example:
+        >>> report = study.report()  # doctest: +SKIP
+        >>> print(report.to_text())  # doctest: +SKIP
+    """
 
     data: dict
     study_dir: Path

@@ -119,5 +119,5 @@ class StudySpec:
 
     @property
     def name(self) -> str:
-        """The study's name: its folder under the storage and its MLflow parent run."""
+        """The study's name (its folder under the storage and its MLflow parent run)."""
         return self.study.name

@@ -9,7 +9,7 @@ before its end continues where it stopped when it is loaded again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -58,7 +58,7 @@ class Study:
         if _token is not _TOKEN:
             raise TypeError("make a study with mutransfer.create_study(...) or mutransfer.load_study(...)")
         self._spec, self._options = spec, options
-        self._steps: Iterator[tuple[str, SweepContext]] | None = None
+        self._steps: Generator[tuple[str, SweepContext], None, None] | None = None
         self._ctx: SweepContext | None = None
         self._reached: set[str] = set()
 
@@ -90,7 +90,7 @@ class Study:
         """The best proxy's hyperparameters rescaled to the target by the μP rules (runs the search first if needed).
 
         Returns:
-            A :class:`TransferRecord`: the proxy's and the target's hyperparameters, and the rules applied.
+            A :class:`TransferRecord` with the proxy's and the target's hyperparameters, and the rules applied.
 
         Example:
             >>> study.transfer().target["lr"]  # doctest: +SKIP
@@ -140,7 +140,7 @@ class Study:
         """Finish the study (every phase left, ``--verify``'s and ``--baseline``'s included) and return its report.
 
         Returns:
-            A :class:`Report`: ``to_json()``, ``to_text()``, ``to_html()``.
+            A :class:`Report`, with ``to_json()``, ``to_text()`` and ``to_html()``.
 
         Example:
             >>> print(study.report().to_text())  # doctest: +SKIP
@@ -184,7 +184,7 @@ class Study:
 
     @property
     def best_trial(self) -> TrialResult:
-        """The trial the transfer starts from: the lowest validation error among those that ran the full budget."""
+        """The trial the transfer starts from (the lowest validation error among those that ran the full budget)."""
         return TrialResult.of(self._proxies().best)
 
     @property
@@ -341,7 +341,8 @@ def create_study(
         The :class:`Study`.
 
     Example:
-        >>> study = mt.create_study(mt.StudySpec.default(), sampler=optuna.samplers.TPESampler(seed=0))  # doctest: +SKIP
+        >>> sampler = optuna.samplers.TPESampler(seed=0)  # doctest: +SKIP
+        >>> study = mt.create_study(mt.StudySpec.default(), sampler=sampler)  # doctest: +SKIP
     """
     spec = spec if spec is not None else StudySpec.default()
     if not isinstance(spec, StudySpec):

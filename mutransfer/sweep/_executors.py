@@ -39,6 +39,11 @@ from mutransfer.sweep.trial import run_trial
 from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
 
 if TYPE_CHECKING:
+    from ray.tune import Callback
+
+    from mutransfer.data.loading import SplitData
+    from mutransfer.data.streaming import StreamingSplit
+    from mutransfer.data.validation import SelectionSplit
     from mutransfer.study import Study
 
 
@@ -64,14 +69,14 @@ class SearchRun:
 
     plan: SearchPlan
     study: Study
-    data: object
+    data: SelectionSplit | None
     options: dict
     concurrency: int
     callbacks: Sequence[TrialCallback]
     max_failures: int
     #: Ray only: a Tune experiment's folder (``<study dir>/tune``) and extra Tune callbacks (an early target's)
     tune_dir: Path | None = None
-    tune_callbacks: Sequence[object] = ()
+    tune_callbacks: Sequence[Callback] = ()
 
 
 @dataclass(frozen=True)
@@ -81,7 +86,7 @@ class TargetJob:
 
     study: Study
     hp: dict
-    data: object
+    data: SplitData | StreamingSplit | None
     storage_dir: Path
     use_gpu: bool
     max_failures: int
@@ -191,7 +196,7 @@ class RayExecutor:
             run_config=tune.RunConfig(
                 name=f"run-{n}",
                 storage_path=str(run.tune_dir),
-                callbacks=[MlflowTrialCallback(c) for c in run.callbacks] + list(run.tune_callbacks),
+                callbacks=[*(MlflowTrialCallback(c) for c in run.callbacks), *run.tune_callbacks],
                 failure_config=tune.FailureConfig(max_failures=run.max_failures),
                 verbose=0,
             ),
@@ -388,6 +393,7 @@ INPROCESS_TARGET = "inprocess"
 def _train_target_here(job: TargetJob, on_poll: Callable[[], None] | None) -> tuple[TargetSummary, Path]:
     """The target trained in this process on one device, resumed from its checkpoint; (summary, its folder)."""
     study, hp, data = job.study, job.hp, job.data
+    assert data is not None, "the target trains on the study's fit split"
     folder = Path(job.storage_dir) / "target" / INPROCESS_TARGET
     folder.mkdir(parents=True, exist_ok=True)
     progress = str(Path(job.storage_dir) / "target" / PROGRESS_FILE)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import asdict
 
 from mutransfer.data.validation import carve_validation
@@ -82,7 +82,7 @@ def run_sweep(options: SweepOptions) -> dict:
 COMPLETE = "complete"
 
 
-def sweep_steps(options: SweepOptions) -> Iterator[tuple[str, SweepContext]]:
+def sweep_steps(options: SweepOptions) -> Generator[tuple[str, SweepContext], None, None]:
     """Run (or resume) a study one phase at a time: yields (the phase's name, the context) after each phase, with the
     study's lock, Ray and the MLflow parent run held in between (the Python API's ``Study`` advances it step by step;
     :func:`run_sweep` to the end). A study that was complete yields :data:`COMPLETE` once, its report on the context.
@@ -98,7 +98,7 @@ def sweep_steps(options: SweepOptions) -> Iterator[tuple[str, SweepContext]]:
         yield from _drive(ctx)
 
 
-def _drive(ctx: SweepContext) -> Iterator[tuple[str, SweepContext]]:
+def _drive(ctx: SweepContext) -> Generator[tuple[str, SweepContext], None, None]:
     if ctx.state.get("phase") == "done" and ctx.state.get("report"):
         _check_nothing_new_asked(ctx)
         register_completed(ctx)
