@@ -220,7 +220,10 @@ class RayExecutor:
         refs: dict[int, object] = {}  # data shared by several jobs is put in Ray's store once
         pending = {}
         for i, job in enumerate(jobs):
-            args = [refs.setdefault(id(a), ray.put(a)) if _large(a) else a for a in job]
+            for a in job:
+                if _large(a) and id(a) not in refs:
+                    refs[id(a)] = ray.put(a)
+            args = [refs[id(a)] if _large(a) else a for a in job]
             pending[remote.remote(*args)] = i
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
