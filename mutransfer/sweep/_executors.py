@@ -36,7 +36,7 @@ from mutransfer.sweep.plan import DONE, SearchPlan
 from mutransfer.sweep.search import max_concurrent, tune_config
 from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, TargetSummary, append_progress, save_final
 from mutransfer.sweep.trial import run_trial
-from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
+from mutransfer.training import EpochRecord, train
 
 if TYPE_CHECKING:
     from ray.tune import Callback
@@ -418,18 +418,7 @@ def _train_target_here(job: TargetJob, on_poll: Callable[[], None] | None) -> tu
 
     result = train(model, data, tconfig, callbacks=[on_event], resume=True, plan=job.plan)
     batches = max(1, -(-int(data.train_x.shape[0]) // int(hp["batch_size"])))
-    summary = TargetSummary(
-        status=result.status,
-        test_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
-        val_error=result.val_error,
-        epochs=int(result.epochs_completed),
-        history=result.history,
-        trainer_seconds=float(result.trainer_seconds),
-        spectral_lr0=spectral_lr0,
-        world_size=1,
-        per_worker_batch=int(hp["batch_size"]),
-        resumed_from_epoch=None if result.resumed_from is None else result.resumed_from // batches,
-    )
+    summary = TargetSummary.of(result, spectral_lr0, 1, int(hp["batch_size"]), batches)
     save_final(folder, model, hp, summary)
     return summary, folder
 

@@ -102,6 +102,23 @@ class TargetSummary:
     per_worker_batch: int = 0
     resumed_from_epoch: int | None = None
 
+    @classmethod
+    def of(cls, result, spectral_lr0: float, world: int, per_worker_batch: int, iters_per_epoch: int) -> TargetSummary:
+        """The summary of a finished training (a training.TrainResult) on ``world`` workers of ``per_worker_batch``
+        samples a step, ``iters_per_epoch`` steps an epoch."""
+        return cls(
+            status=result.status,
+            test_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
+            val_error=result.val_error,
+            epochs=int(result.epochs_completed),
+            history=result.history,
+            trainer_seconds=float(result.trainer_seconds),
+            spectral_lr0=spectral_lr0,
+            world_size=world,
+            per_worker_batch=per_worker_batch,
+            resumed_from_epoch=None if result.resumed_from is None else result.resumed_from // iters_per_epoch,
+        )
+
     def as_dict(self) -> dict:
         """Plain dict (JSON, Ray return value). The one serialisation of a target summary."""
 
@@ -341,18 +358,7 @@ def target_loop(cfg: dict) -> dict:
 
     result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=order.plan)
 
-    summary = TargetSummary(
-        status=result.status,
-        test_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
-        val_error=result.val_error,
-        epochs=int(result.epochs_completed),
-        history=result.history,
-        trainer_seconds=float(result.trainer_seconds),
-        spectral_lr0=spectral_lr0,
-        world_size=world,
-        per_worker_batch=per_rank_batch,
-        resumed_from_epoch=None if result.resumed_from is None else result.resumed_from // iters_per_epoch,
-    )
+    summary = TargetSummary.of(result, spectral_lr0, world, per_rank_batch, iters_per_epoch)
     checkpoint = None
     if rank == 0:
         save_final(local, model.module if hasattr(model, "module") else model, hp, summary)
