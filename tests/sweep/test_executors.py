@@ -84,3 +84,12 @@ def test_the_same_study_trains_the_same_trials_on_ray_and_in_process(ray_local, 
     assert _trials(here) == _trials(on_ray)
     assert here["best_proxy"]["trial_id"] == on_ray["best_proxy"]["trial_id"]
     assert here["target"]["test_error"] == pytest.approx(on_ray["target"]["test_error"], rel=1e-5)
+
+
+def test_the_cli_refuses_an_unknown_executor_with_exit_2(tmp_path, capsys):
+    from mutransfer.cli.main import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["sweep", "--executor", "threads", "--runs-dir", str(tmp_path / "runs")])
+    assert stop.value.code == 2
+    assert "--executor" in capsys.readouterr().err and not (tmp_path / "runs").exists()
