@@ -47,6 +47,15 @@ def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) 
     return plain, {}, False
 
 
+def _on_this_node():
+    """Ray's scheduling strategy that places an actor on the driver's node: the early target's order queue lives and
+    dies with the driver, not with a worker node the cluster may lose while the run waits."""
+    import ray  # noqa: PLC0415 -- deferred: as in start_target
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: PLC0415 -- deferred: as above
+
+    return NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+
+
 def resolve_use_gpu(setting, cluster_gpus: float) -> bool:
     if setting == "auto":
         return cluster_gpus >= 1
@@ -112,7 +121,7 @@ def start_target(
     resources = {"CPU": t.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = 1
-    orders = None if order is not None else Queue(actor_options={"num_cpus": 0})
+    orders = None if order is not None else Queue(actor_options={"num_cpus": 0, "scheduling_strategy": _on_this_node()})
     driver = driver_identity()
 
     def make_trainer():

@@ -21,7 +21,7 @@ from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.progress import TargetProgress, for_options
 from mutransfer.sweep.proxies import keep_sigint_handler
 from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
-from mutransfer.sweep.target_run import resolve_use_gpu
+from mutransfer.sweep.target_run import TargetRun, resolve_use_gpu
 from mutransfer.tracking.runs import logged_steps
 
 
@@ -78,6 +78,18 @@ def _runs_on(ctx: SweepContext, early: bool) -> str:
     if ctx.executor.name != "ray":
         return "in this process"
     return "Ray Train, started while the last proxies trained" if early else "Ray Train"
+
+
+def _early_outcome(ctx: SweepContext, early: TargetRun, job: TargetJob, watch: TargetWatch) -> TargetOutcome:
+    """The target trained by the run started early, given its order; if that run fails (its node was lost while it
+    waited, and Ray Train's retries found the node not yet marked dead), the target is trained by a run started as
+    usual, which resumes from the early run's last checkpoint: an early start saves time, it never fails a study."""
+    try:
+        early.order(job.hp, job.plan)
+        return early.outcome(watch)
+    except Exception as exc:  # noqa: BLE001 -- any failure of the early run: the usual run below has its own retries
+        ctx.say(f"note: the target's run started early failed ({first_line(exc)}); a new run trains it")
+        return ctx.executor.target(job, watch)
 
 
 def train_target(ctx: SweepContext) -> None:
@@ -149,12 +161,8 @@ def fit_target(
     )
     try:
         with keep_sigint_handler():
-            if early is not None:
-                early.order(hp, plan)
-                outcome = early.outcome(watch)
-            else:
-                job = TargetJob(study, hp, ctx.data, Path(storage_dir), use_gpu, study.budget.max_failures, plan)
-                outcome = ctx.executor.target(job, watch)
+            job = TargetJob(study, hp, ctx.data, Path(storage_dir), use_gpu, study.budget.max_failures, plan)
+            outcome = _early_outcome(ctx, early, job, watch) if early is not None else ctx.executor.target(job, watch)
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
         tracker.set_status(run_id, "KILLED")

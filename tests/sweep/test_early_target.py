@@ -79,6 +79,28 @@ def test_a_target_called_off_trains_nothing_and_a_later_target_trains_in_its_fol
     assert later.status == "completed" and later.epochs == 2 and later.resumed_from_epoch is None
 
 
+def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray_local, tiny_data, tmp_path):
+    """The early run's order queue lost (as when the node holding it dies while the run waits): the order cannot be
+    given, and the target is trained by a new run, not failed (tests/sweep/test_cluster.py kills such a node)."""
+    import ray
+
+    from mutransfer.sweep._executors import RayExecutor, TargetJob
+    from mutransfer.sweep.target_run import start_target
+    from mutransfer.sweep.train_target import _early_outcome
+
+    study, data = _study(tmp_path, tiny_data), _data(tiny_data)
+    hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
+    early = start_target(study, data, tmp_path, use_gpu=False, max_failures=0, order=None)
+    ray.kill(early._orders.actor)
+    said: list[str] = []
+    ctx = SimpleNamespace(say=said.append, executor=RayExecutor())
+    job = TargetJob(study, hp, data, tmp_path, False, 0)
+    outcome = _early_outcome(ctx, early, job, lambda: None)
+    assert outcome.status == "completed" and outcome.epochs == 2 and outcome.head_start_seconds == 0
+    assert len(said) == 1 and said[0].startswith("note: the target's run started early failed"), said
+    early.cancel(timeout=60)
+
+
 @pytest.mark.parametrize(
     "cluster, target, trial, fits",
     [
