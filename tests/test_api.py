@@ -198,3 +198,54 @@ def test_the_notebook_session_of_docs_api_runs_cell_by_cell(tmp_path, monkeypatc
         exec(compile(cell, "docs/api.md", "exec"), namespace)
     assert tuple(namespace["u1"].shape) == (4, 128, 1)
     assert (tmp_path / "mutransfer-runs" / "nb" / "model" / "MLmodel").exists()
+
+
+def test_optuna_opens_the_study_with_the_trials_mutransfer_trials_lists(tiny, tmp_path, capsys):
+    """The trials in one Optuna storage (the study folder's journal): optuna.load_study returns them with the numbers,
+    parameters, states and values `mutransfer trials --json` prints; a folder without a journal (written before it
+    existed) gets it back from its trial files when the study is resumed."""
+    from mutransfer.cli.main import main
+
+    folder, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "opt", "budget": {"grace_period": 1}})
+    with _create(tmp_path, spec) as study:
+        study.optimize()
+        journal = study.study_dir / "optuna.journal"
+        storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(journal)))
+        loaded = optuna.load_study(study_name="opt", storage=storage)
+        assert main(["trials", "opt", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+        listed = json.loads(capsys.readouterr().out)
+        states = {"completed": "COMPLETE", "pruned": "PRUNED", "diverged": "FAIL", "failed": "FAIL"}
+
+        def rows(trials):
+            return [(t.number, t.params, t.state.name, t.value, t.user_attrs["mutransfer.trial_id"]) for t in trials]
+
+        expected = [
+            (
+                r["number"] - 1,
+                {k: r[k] for k in ("lr", "batch_size")},
+                states[r["status"]],
+                r["final_error"] if r["status"] in ("completed", "pruned") else None,
+                r["trial_id"],
+            )
+            for r in listed
+        ]  # the table counts trials from 1, Optuna (and the API) from 0
+        assert rows(loaded.trials) == expected and len(expected) == 4
+        assert {"COMPLETE", "PRUNED"} <= {t.state.name for t in loaded.trials}  # ASHA stopped one at least
+        assert all(t.intermediate_values for t in loaded.trials)  # each evaluation's validation error
+        assert loaded.best_trial.params == study.best_params
+        assert rows(study.optuna_study.trials) == expected
+
+        study.train_target()
+        study.report()
+    journal.unlink()  # a study folder finished before the journal: its trials are written there when it is resumed
+    again = mt.load_study("opt", storage=tmp_path / "runs", executor="inprocess")
+    assert again.best_params == study.best_params
+    assert rows(again.optuna_study.trials) == expected
+
+
+def test_the_optuna_view_of_a_study_not_yet_searched_is_refused_in_one_line(tiny, tmp_path):
+    folder, path = tiny
+    with _create(tmp_path, mt.StudySpec.from_yaml(path).replace({"name": "fresh"})) as study:
+        with pytest.raises(mt.UserInputError, match="call study.optimize"):
+            _ = study.optuna_study

@@ -22,6 +22,7 @@ from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import read_model_dir
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
+from mutransfer.sweep._trial_journal import JOURNAL_FILE, journal_storage
 from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions
 from mutransfer.sweep.plan import key_index, trial_status
 from mutransfer.sweep.runner import COMPLETE, sweep_steps
@@ -196,6 +197,20 @@ class Study:
     def best_value(self) -> float | None:
         """The best trial's validation error."""
         return self.best_trial.value
+
+    @property
+    def optuna_study(self) -> optuna.Study:
+        """The proxy trials as an :class:`optuna.Study`, read from the study folder's journal (``optuna.journal``):
+        the same trials, numbers, parameters and values, with each evaluation's validation error as an intermediate
+        value; what optuna-dashboard shows (``mutransfer dashboard NAME``). A view: trials added to it are not run.
+
+        Example:
+            >>> study.optuna_study.best_trial.params  # doctest: +SKIP
+        """
+        path = self.study_dir / JOURNAL_FILE
+        if not path.is_file():
+            raise UserInputError(f"study {self.name!r} has no proxy trial yet ({path}); call study.optimize() first")
+        return optuna.load_study(study_name=self.name, storage=journal_storage(path))
 
     def trials_dataframe(self) -> pd.DataFrame:
         """The trials as a pandas DataFrame, with Optuna's columns: ``number``, ``value``, ``state``, ``params_<name>``,

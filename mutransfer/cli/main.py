@@ -12,6 +12,7 @@ import sys
 from mutransfer._version import __version__
 from mutransfer.cli import (
     coord_check_cmd,
+    dashboard_cmd,
     data_cmd,
     evaluate_cmd,
     landscape_cmd,
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
         predict_cmd,
     ):
         module.add_parser(sub)
-    for module in (report_cmd, trials_cmd):  # a study folder read back (mutransfer.reporting)
+    for module in (report_cmd, trials_cmd, dashboard_cmd):  # a study folder read back (mutransfer.reporting)
         module.add_parser(sub)
     _add_verbose(sub)
     return parser

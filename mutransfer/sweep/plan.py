@@ -38,7 +38,8 @@ import optuna
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
 from mutransfer.study_folder.state import write_atomic
-from mutransfer.sweep.sampling import sample_config
+from mutransfer.sweep._trial_journal import TrialJournal, journal_path
+from mutransfer.sweep.sampling import sample_config, search_distributions
 from mutransfer.sweep.trial import read_trial_history
 
 CONFIG_FILE = "config.json"
@@ -268,6 +269,10 @@ class SearchPlan:
         #: rung values of trials still running (epoch -> validation error), judged once each
         self._rungs: dict[int, dict[int, float]] = {}
         self._load()
+        #: the trials in Optuna's storage (mutransfer.sweep._trial_journal), brought up to the files here
+        self.journal = TrialJournal(journal_path(self.trials_dir), study.name, search_distributions(study))
+        for i in sorted(self.configs):
+            self._journal(i)
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
         self._next = len(self.configs)
 
@@ -317,6 +322,7 @@ class SearchPlan:
             write_atomic(directory / SEED_FILE, json.dumps(self.seeds[i][1]))
         write_atomic(directory / CONFIG_FILE, json.dumps(config))
         self.configs[i] = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
+        self._journal(i)
         self._next += 1
         return trial_key(i), dict(self.configs[i])
 
@@ -344,7 +350,19 @@ class SearchPlan:
         directory.mkdir(parents=True, exist_ok=True)
         write_atomic(directory / OUTCOME_FILE, json.dumps(outcome.as_dict()))
         self.outcomes[i] = Outcome.from_dict(json.loads(json.dumps(outcome.as_dict())))
+        self._journal(i)
         return self.outcomes[i]
+
+    def _journal(self, index: int) -> None:
+        """Write trial ``index`` to the journal as the files here hold it: handed out, or finished."""
+        key, config, outcome = trial_key(index), self.configs.get(index), self.outcomes.get(index)
+        if config is None or index in self.journal.done:
+            return
+        if outcome is None:
+            self.journal.handed_out(index, key, config)
+            return
+        history = [(r.epoch, r.test_error) for r in read_trial_history(self.trials_dir / key)]
+        self.journal.finished(index, key, config, outcome.status, outcome.value, history)
 
     def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
         """ASHA: stop trial ``key`` (which just reported ``val_error`` at ``epoch``)?
@@ -383,3 +401,11 @@ class SearchPlan:
 
     def _history(self, key: str) -> dict[int, float]:
         return {int(r.epoch): float(r.test_error) for r in read_trial_history(self.trials_dir / key)}
+
+
+def write_journal(study: Study, trials_dir: str | Path) -> None:
+    """Bring the Optuna journal of the search in ``trials_dir`` up to its trial files (nothing where the folder holds
+    no trial): what a plan does when it loads, for a study resumed after its search ended (one finished before the
+    journal existed opens in Optuna once resumed)."""
+    if Path(trials_dir).is_dir():
+        SearchPlan(study, trials_dir, 1)

@@ -44,6 +44,7 @@ from mutransfer.sweep.gate import coord_check_gate
 from mutransfer.sweep.holds import hold_if_asked
 from mutransfer.sweep.model_log import log_model_phase, register_completed
 from mutransfer.sweep.parent_run import create_parent, tag_study_view
+from mutransfer.sweep.plan import write_journal
 from mutransfer.sweep.prepare import check_cluster_fits, prepare, take_lock
 from mutransfer.sweep.proxies import run_proxies
 from mutransfer.sweep.rescale import transfer, transfer_phase
@@ -102,6 +103,7 @@ def _drive(ctx: SweepContext) -> Generator[tuple[str, SweepContext], None, None]
     if ctx.state.get("phase") == "done" and ctx.state.get("report"):
         _check_nothing_new_asked(ctx)
         register_completed(ctx)
+        write_journal(ctx.study, ctx.study_dir.trials_dir)  # a study finished before the journal: Optuna opens it
         ctx.say(f"study {ctx.study.name!r} is already complete; its report (--name NEW runs a new study):")
         report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
         mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)

@@ -37,7 +37,8 @@ def startup_trials(study: Study) -> int:
     return max(1, min(10, study.search.num_trials // 2))
 
 
-def _distributions(study: Study) -> dict:
+def search_distributions(study: Study) -> dict:
+    """The searched hyperparameters' Optuna distributions (a ``choice`` is categorical, a range a float one)."""
     out = {}
     for name, dist in study.search_space.items():
         if dist.type == "choice":
@@ -78,7 +79,7 @@ def sample_config(
         sampler = optuna.samplers.RandomSampler(seed=seed)
     elif sampler is None:
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(study))
-    distributions = _distributions(study)
+    distributions = search_distributions(study)
     ostudy = optuna.create_study(direction="minimize", sampler=sampler)
     if algorithm == "tpe" or not isinstance(sampler, optuna.samplers.RandomSampler):
         for config, value in told:

@@ -1,0 +1,122 @@
+"""The proxy trials of a search in an Optuna storage: ``<study folder>/optuna.journal``, one Optuna study per search.
+
+The plan (:class:`mutransfer.sweep.plan.SearchPlan`) writes each trial there as it goes: a RUNNING trial when its
+configuration is handed out (so Optuna's trial number is our trial's index), finished when its outcome is recorded,
+with its value (the last validation relative L2), its validation error at every evaluated epoch as Optuna's
+intermediate values, and our key and status as user attributes. So ``optuna.load_study`` and optuna-dashboard open a
+mutransfer study (``mutransfer dashboard STUDY``; docs/api.md)::
+
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(".../quick/optuna.journal"))
+    optuna.load_study(study_name="quick", storage=storage).trials
+
+The journal is written from the trial files (``config.json``, ``outcome.json``, ``history.json``), which stay what a
+resume reads: a plan that finds a trial missing from the journal (a study folder written before the journal, or a
+driver stopped between the two writes) writes it there when it loads. Optuna's journal takes a file lock for each
+write, so a dashboard may read it while the study runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+#: the journal's file name in a study folder (beside ``trials/``)
+JOURNAL_FILE = "optuna.journal"
+#: user attributes of each Optuna trial: our key (``t0003``) and our status (completed | pruned | diverged | failed)
+KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
+
+#: our status -> Optuna's trial state (a diverged trial has no usable value: FAIL, as a failed one)
+STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
+
+
+def journal_path(trials_dir: str | Path) -> Path:
+    """The journal of the search whose trial folders are in ``trials_dir``: ``<trials_dir>/../optuna.journal``."""
+    return Path(trials_dir).parent / JOURNAL_FILE
+
+
+def journal_storage(path: str | Path) -> JournalStorage:
+    """Optuna's storage on the journal file ``path`` (made on first write)."""
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution:
+    """``distribution``, widened to hold ``value`` where it is a float range that does not (a seeded trial from
+    another study's space); Optuna refuses a parameter outside its distribution."""
+    if isinstance(distribution, FloatDistribution) and isinstance(value, (int, float)) and not isinstance(value, bool):
+        low, high = min(distribution.low, float(value)), max(distribution.high, float(value))
+        if distribution.log and low <= 0:
+            return distribution
+        return FloatDistribution(low, high, log=distribution.log)
+    return distribution
+
+
+class TrialJournal:
+    """One search's trials in the Optuna study ``name`` of the journal at ``path``.
+
+    ``distributions``: the searched hyperparameters' Optuna distributions (mutransfer.sweep.sampling.search_distributions).
+    """
+
+    def __init__(self, path: str | Path, name: str, distributions: Mapping[str, BaseDistribution]):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.path = Path(path)
+        self.distributions = dict(distributions)
+        self.storage = journal_storage(self.path)
+        self.study = optuna.create_study(
+            study_name=name, storage=self.storage, direction="minimize", load_if_exists=True
+        )
+        #: our trial index -> Optuna's trial id, for the trials already in the journal
+        self._ids: dict[int, int] = {}
+        #: our indices of the trials the journal holds as finished
+        self.done: set[int] = set()
+        for trial in self.study.get_trials(deepcopy=False):
+            key = trial.user_attrs.get(KEY_ATTR)
+            if isinstance(key, str) and key[1:].isdigit():
+                self._ids[int(key[1:])] = trial._trial_id
+                if trial.state.is_finished():
+                    self.done.add(int(key[1:]))
+
+    def _params(self, config: Mapping[str, object]) -> tuple[dict, dict]:
+        params = {k: config[k] for k in self.distributions if k in config}
+        dists = {k: _contains(self.distributions[k], v) for k, v in params.items()}
+        return params, dists
+
+    def handed_out(self, index: int, key: str, config: Mapping[str, object]) -> None:
+        """Trial ``index`` (``key``) was handed out with ``config``: a RUNNING trial, once."""
+        if index in self._ids:
+            return
+        params, dists = self._params(config)
+        template = optuna.trial.FrozenTrial(
+            number=-1, state=TrialState.RUNNING, value=None, datetime_start=None, datetime_complete=None,
+            params=params, distributions=dists, user_attrs={KEY_ATTR: key}, system_attrs={},
+            intermediate_values={}, trial_id=-1,
+        )  # fmt: skip
+        study_id = self.storage.get_study_id_from_name(self.study.study_name)
+        self._ids[index] = self.storage.create_new_trial(study_id, template_trial=template)
+
+    def finished(
+        self, index: int, key: str, config: Mapping[str, object], status: str, value: float | None,
+        history: Sequence[tuple[int, float]],
+    ) -> None:  # fmt: skip
+        """Trial ``index`` ended with ``status`` and ``value`` (None for a failed one); ``history``: (epoch, validation
+        error) of its evaluations. A trial the journal already holds as finished is left as it is."""
+        if index in self.done:
+            return
+        self.handed_out(index, key, config)
+        trial_id = self._ids[index]
+        for epoch, error in history:
+            if math.isfinite(error):
+                self.storage.set_trial_intermediate_value(trial_id, int(epoch), float(error))
+        self.storage.set_trial_user_attr(trial_id, STATUS_ATTR, status)
+        state = STATES.get(status, TrialState.FAIL)
+        values = [float(value)] if value is not None and math.isfinite(value) and state != TrialState.FAIL else None
+        if values is None and state == TrialState.COMPLETE:
+            state = TrialState.FAIL  # Optuna's COMPLETE holds a value
+        self.storage.set_trial_state_values(trial_id, state, values)
+        self.done.add(index)
