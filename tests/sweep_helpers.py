@@ -10,6 +10,11 @@ import yaml
 K_ONLY_STUDY = Path(__file__).resolve().parent / "studies" / "quick_k_only.yaml"
 
 
+#: the flags that run a sweep's trainings in the test's process, no Ray started (the in-process executor): for tests of
+#: the study's logic; the tests of Ray's own part (trials on workers, DDP, faults, clusters) run on Ray
+IN_PROCESS = ("--executor", "inprocess")
+
+
 def k_only_study_text() -> str:
     return K_ONLY_STUDY.read_text()
 

@@ -105,8 +105,9 @@ class Page(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def studies(ray_local, tmp_path_factory):
-    """Two real tiny sweeps in one runs directory: 'full' (--verify, --baseline direct) and 'plain'."""
+def studies(tmp_path_factory):
+    """Two real tiny sweeps in one runs directory: 'full' (--verify, --baseline direct) and 'plain', trained in process
+    (the report reads the folder and the store; which executor trained them is tests/sweep/test_executors.py's)."""
     from mutransfer.cli.main import main
 
     work = tmp_path_factory.mktemp("report")
@@ -114,7 +115,7 @@ def studies(ray_local, tmp_path_factory):
     runs, uri = work / "runs", f"sqlite:///{work / 'mlflow.db'}"
     full = write_tiny_study(work, data, name="full", trials=4, epochs=3, grace=1, target_epochs=3)
     plain = write_tiny_study(work, data, name="plain", trials=2, epochs=2, grace=1)
-    common = ["--runs-dir", str(runs), "--tracking-uri", uri, "--json"]
+    common = ["--runs-dir", str(runs), "--tracking-uri", uri, "--json", "--executor", "inprocess"]
     import contextlib
     import io
 

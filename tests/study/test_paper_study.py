@@ -1,7 +1,7 @@
 """The paper's Navier-Stokes study (K 3 -> 24) ships as a study file, with a 1-GPU and a CPU smoke version.
 
 The smoke version differs from the paper's only in sizes (checked here), and runs end to end
-through the real CLI, Ray and MLflow (slow).
+through the real CLI and MLflow, its trainings in process (slow).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_paper_target_is_the_906M_model_and_fits_an_80GiB_gpu_per_worker():
 
 
 @pytest.mark.slow
-def test_smoke_study_runs_end_to_end(ray_local, tmp_path):
+def test_smoke_study_runs_end_to_end(tmp_path):
     """The smoke version through `mutransfer sweep`: proxies, muP transfer K 2 -> 4, target, MLflow, checkpoints per epoch."""
     from mutransfer.cli.main import main
     from tests.sweep_helpers import mlflow_runs
@@ -124,7 +124,7 @@ def test_smoke_study_runs_end_to_end(ray_local, tmp_path):
     try:
         buffer = io.StringIO()
         with contextlib.redirect_stdout(buffer):
-            rc = main(["sweep", "--study", str(SMOKE), "--json"])
+            rc = main(["sweep", "--study", str(SMOKE), "--json", "--executor", "inprocess"])
     finally:
         os.chdir(old_cwd)
         if old_cache is None:

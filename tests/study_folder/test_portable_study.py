@@ -1,4 +1,4 @@
-"""A finished study folder moved elsewhere still works (slow: one real tiny sweep, real Ray, real MLflow sqlite).
+"""A finished study folder moved elsewhere still works (slow: one real tiny sweep in process, real MLflow sqlite).
 
 Folder A holds the data file, mlflow.db, mlruns/ and mutransfer-runs/. The sweep runs in A
 with ``--register``; A is then moved to B (A no longer exists) and every command runs from B
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.repo_paths import ROOT
-from tests.sweep_helpers import write_tiny_data, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +35,7 @@ def test_a_moved_study_folder_lists_evaluates_and_resumes(tmp_path):
     a.mkdir()
     data = write_tiny_data(a / "data.h5")
     study = write_tiny_study(a, data, trials=2, epochs=1, target_epochs=1)
-    first = _run(a, "sweep", "--study", study.name, "--register", "tiny-fno", "--json")
+    first = _run(a, "sweep", "--study", study.name, "--register", "tiny-fno", "--json", *IN_PROCESS)
     assert first.returncode == 0, first.stderr[-2000:]
     report = json.loads(first.stdout)
     assert report["model"]["registered"]["uri"] == "models:/tiny-fno/1"
@@ -59,7 +59,7 @@ def test_a_moved_study_folder_lists_evaluates_and_resumes(tmp_path):
         errors.append(json.loads(done.stdout)["results"][0]["relative_l2"])
     assert max(errors) - min(errors) < 1e-6
 
-    again = _run(b, "sweep", "--resume", "--name", "tiny", "--json")
+    again = _run(b, "sweep", "--resume", "--name", "tiny", "--json", *IN_PROCESS)
     assert again.returncode == 0, again.stderr
     resumed = json.loads(again.stdout)
     assert resumed["already_complete"] and resumed["study_dir"] == str(b / "mutransfer-runs" / "tiny")

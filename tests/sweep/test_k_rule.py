@@ -21,9 +21,7 @@ from tests.sweep_helpers import write_tiny_study
 pytestmark = pytest.mark.slow
 
 
-def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_with_it(
-    ray_local, tiny_data, tmp_path, capsys
-):
+def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_with_it(tiny_data, tmp_path, capsys):
     from mutransfer.data.hdf5_io import read_dataset
     from mutransfer.sweep import SweepOptions, run_sweep
 
@@ -32,7 +30,9 @@ def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_wi
     mapping["operator"]["k_exponent"] = "data"
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    options = SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri})
+    options = SweepOptions(
+        study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, executor="inprocess"
+    )
     report = run_sweep(options)
     said = capsys.readouterr().err
     # the exponent and the cost line come before any training

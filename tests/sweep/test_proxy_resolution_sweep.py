@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_proxy_small_in_k_width_and_grid_trains_on_its_grid_and_transfers_to_the_full_one(
-    ray_local, tiny_data, tmp_path, capsys
+    tiny_data, tmp_path, capsys
 ):
     from mutransfer.sweep import SweepOptions, run_sweep
 
@@ -25,7 +25,9 @@ def test_a_proxy_small_in_k_width_and_grid_trains_on_its_grid_and_transfers_to_t
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     runs_dir = tmp_path / "runs"
-    options = SweepOptions(study_path=str(path), runs_dir=str(runs_dir), overrides={"tracking_uri": uri})
+    options = SweepOptions(
+        study_path=str(path), runs_dir=str(runs_dir), overrides={"tracking_uri": uri}, executor="inprocess"
+    )
     report = run_sweep(options)
     said = capsys.readouterr().err
     assert said.index("cost: the proxy costs") < said.index("[trial 1/2]")

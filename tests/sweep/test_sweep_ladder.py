@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from tests.sweep.test_sweep_resume import _env, _executions, _kill_when, _sweep
-from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,7 @@ def test_ladder_runs_end_to_end_and_resumes_mid_ladder(tmp_path):
     rungs, MLflow one run per rung and one child run per trial per rung, and the target trains the last rung's best."""
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(tmp_path, data, name="lad", trials=3, epochs=2, target_epochs=2)
-    cmd = _sweep(study) + ["--ladder", "6", "12", "16"]
+    cmd = _sweep(study) + ["--ladder", "6", "12", "16", *IN_PROCESS]
     root = tmp_path / "mutransfer-runs" / "lad"
     env = _env(tmp_path, MUTRANSFER_HOLD_AT="rung_2")
     _kill_when(cmd, tmp_path, env, lambda: (root / "held-at-rung_2").exists(), "the hold before rung 2")
@@ -78,7 +78,7 @@ def test_a_driver_killed_inside_a_rung_resumes_that_rung_from_its_checkpoints(tm
     study = write_tiny_study(
         tmp_path, data, name="ladin", trials=2, epochs=30, grace=30, target_epochs=2, max_concurrent=1
     )
-    cmd = _sweep(study) + ["--ladder", "6", "12"]
+    cmd = _sweep(study) + ["--ladder", "6", "12", *IN_PROCESS]
     root = tmp_path / "mutransfer-runs" / "ladin"
     rung = root / "rungs" / "r1" / "trials" / "t0000"
     env = _env(tmp_path)

@@ -34,7 +34,13 @@ def test_galerkin_width_sweep_on_an_irregular_mesh(mesh_file, tmp_path):
     )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     report = run_sweep(
-        SweepOptions(study_path=str(path), runs_dir=str(tmp_path / "runs"), overrides={"tracking_uri": uri}, quiet=True)
+        SweepOptions(
+            study_path=str(path),
+            runs_dir=str(tmp_path / "runs"),
+            overrides={"tracking_uri": uri},
+            quiet=True,
+            executor="inprocess",
+        )
     )
 
     assert report["operator"] == "galerkin" and report["scaling"] == "width 8 -> 32 (width-mup)"

@@ -334,7 +334,7 @@ def _check_two_targets(tmp_path: Path, report: dict) -> list:
 
 @pytest.mark.slow
 def test_top_k_2_from_the_cli_trains_two_targets_and_logs_the_winner(tmp_path):
-    cmd = _study(tmp_path, "topk")
+    cmd = [*_study(tmp_path, "topk"), "--executor", "inprocess"]  # the candidates' logic; the kill below is on Ray
     done = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.sweep_helpers import mlflow_runs, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +33,13 @@ def _pair_of_data_files(directory):
 
 
 def _run(main, study, runs, uri, capsys) -> dict:
-    rc = main(["sweep", "--study", str(study), "--runs-dir", str(runs), "--tracking-uri", uri, "--json"])
+    rc = main(["sweep", "--study", str(study), "--runs-dir", str(runs), "--tracking-uri", uri, "--json", *IN_PROCESS])
     out = capsys.readouterr().out
     assert rc == 0, out
     return json.loads(out)
 
 
-def test_the_test_split_is_never_read_while_selecting(ray_local, tmp_path, capsys):
+def test_the_test_split_is_never_read_while_selecting(tmp_path, capsys):
     from mutransfer.cli.main import main
 
     clean, poisoned = _pair_of_data_files(tmp_path)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mutransfer.sweep.verify import analyse, lr_grid
-from tests.sweep_helpers import galerkin_mesh_study, mlflow_runs, write_tiny_data, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, galerkin_mesh_study, mlflow_runs, write_tiny_data, write_tiny_study
 
 
 def _landscape(transferred: float, optimum: float, seeds: int = 4, points: int = 5, noise: float = 0.0, rng=None):
@@ -517,7 +517,7 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
 
 
 @pytest.mark.slow
-def test_verify_names_a_search_whose_range_excludes_the_optimum(ray_local, tiny_data, tmp_path, capsys):
+def test_verify_names_a_search_whose_range_excludes_the_optimum(tiny_data, tmp_path, capsys):
     """search_space.lr restricted to [1e-5, 1.2e-5], far below the optimum: the proxy's own optimum lies above the
     verification's grid, and the verdict blames the search (not the transfer)."""
     from mutransfer.cli.main import main
@@ -531,7 +531,7 @@ def test_verify_names_a_search_whose_range_excludes_the_optimum(ray_local, tiny_
     )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     flags = ["--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--verify", "--verify-points", "3"]
-    assert main(["sweep", "--study", str(path), *flags, "--verify-seeds", "2", "--json"]) == 0
+    assert main(["sweep", "--study", str(path), *flags, "--verify-seeds", "2", "--json", *IN_PROCESS]) == 0
     report = json.loads(capsys.readouterr().out)
     v = report["verification"]
     assert 1e-5 <= v["search_lr"] <= 1.2e-5 and len(v["proxy_records"]) == 6
@@ -547,7 +547,7 @@ def test_verify_names_a_search_whose_range_excludes_the_optimum(ray_local, tiny_
 
 
 @pytest.mark.slow  # ~45-95 s
-def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_path):
+def test_verify_and_direct_baseline_on_a_galerkin_width_study(tmp_path):
     from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
     from mutransfer.sweep import SweepOptions, run_sweep
 
@@ -567,6 +567,7 @@ def test_verify_and_direct_baseline_on_a_galerkin_width_study(ray_local, tmp_pat
             verify_points=3,
             verify_seeds=1,
             baseline="direct",
+            executor="inprocess",
         )
     )
     v, d = report["verification"], report["direct_baseline"]

@@ -8,53 +8,31 @@ search did not miss: what ``--verify`` measures is a resolved, negative ``transf
 transfer rule did not hold. With POWER = 0 (the μP rule) the same study's transfer error is -0.05 decades
 [-0.33, +0.24], not resolved, and this test fails: the check can fail.
 
-Real local Ray and a real MLflow sqlite store, as the end-to-end tests in test_verify_baseline.py. Ray workers are
-separate processes, so the family is registered in each of them by Ray's ``worker_process_setup_hook``; this module
-therefore starts its own Ray (the shared ``ray_local`` fixture has no hook).
+Every training runs in process (the in-process executor, a real trainer and a real MLflow sqlite store), where the
+family is registered; the verification's logic is the same on Ray (tests/sweep/test_executors.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-from pathlib import Path
 
 import pytest
 
 from mutransfer.sweep.verify_transfer import TRANSFER_FAILED
 from operators.family import unregister_family
 from tests.sweep import wrong_rule_family as wrong
-from tests.sweep_helpers import mlflow_runs, write_tiny_study
-
-#: the checkout's root, which the Ray workers need on their sys.path to import the setup hook's module
-ROOT = Path(__file__).resolve().parents[2]
+from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_study
 
 #: the proxy's optimum at this scale (Burgers, 96 training samples, batch 16, 20 epochs, K = 6): about 1e-2
 PROXY_OPTIMUM_LOG10 = -2.0
 
 
 @pytest.fixture(scope="module")
-def ray_with_wrong_rule():
-    """A local Ray (2 CPUs) whose every worker registers ``fno_wrong_k`` first; the driver registers it too."""
-    import ray
-
-    if ray.is_initialized():
-        pytest.skip("a Ray without the wrong-rule family's worker setup hook is already running in this process")
+def wrong_rule():
+    """``fno_wrong_k`` registered in this process, where the in-process executor trains every model."""
     wrong.register()
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        # the workers import the hook's module from this checkout: pytest puts the root on the driver's sys.path
-        # only, so it is put on theirs too
-        runtime_env={
-            "worker_process_setup_hook": wrong.SETUP_HOOK,
-            "env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))},
-        },
-    )
-    yield ray
-    ray.shutdown()
+    yield
     unregister_family(wrong.NAME)
 
 
@@ -84,7 +62,7 @@ def test_the_wrong_rule_moves_every_lr_by_the_k_ratio_and_is_mup_at_the_proxy():
 
 
 @pytest.mark.slow  # ~2-3 min: 2 search trials, the target, and 11 LRs x 5 seeds x (target + proxy) trainings
-def test_verify_names_a_transfer_rule_that_is_wrong_on_purpose(ray_with_wrong_rule, tmp_path, capsys):
+def test_verify_names_a_transfer_rule_that_is_wrong_on_purpose(wrong_rule, tmp_path, capsys):
     from mutransfer.cli.main import main
 
     data = _burgers(tmp_path / "burgers.h5", 128)
@@ -107,7 +85,16 @@ def test_verify_names_a_transfer_rule_that_is_wrong_on_purpose(ray_with_wrong_ru
         search_space={"lr": pinned, "batch_size": {"type": "choice", "values": [16]}},
     )
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    flags = ["--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--verify", "--verify-points", "11"]
+    flags = [
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--tracking-uri",
+        uri,
+        "--verify",
+        "--verify-points",
+        "11",
+        *IN_PROCESS,
+    ]
     assert main(["sweep", "--study", str(path), *flags, "--verify-seeds", "5", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     v = report["verification"]

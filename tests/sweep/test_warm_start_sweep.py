@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
@@ -19,12 +19,12 @@ def _sweep(*args) -> dict:
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = main(["sweep", *map(str, args), "--json"])
+        rc = main(["sweep", *map(str, args), "--json", *IN_PROCESS])
     assert rc == 0
     return json.loads(out.getvalue())
 
 
-def test_warm_started_studies_carry_the_cold_studys_best_trials(ray_local, tmp_path):
+def test_warm_started_studies_carry_the_cold_studys_best_trials(tmp_path):
     data = write_tiny_data(tmp_path / "burgers.h5")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     common = ["--tracking-uri", uri, "--proxy-K", "4"]

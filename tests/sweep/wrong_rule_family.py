@@ -9,9 +9,7 @@ under this rule the target's optimum moves by about −POWER·log10(4) decades f
 does not hold, on purpose. (Scaling every parameter, not only the spectral weights, keeps the shift from being
 diluted by the pointwise layers, which μP leaves at the master LR.)
 
-Ray workers are separate processes: a family registered in the test process alone does not reach them. The test
-starts its Ray with ``runtime_env={"worker_process_setup_hook": SETUP_HOOK}``, so every worker imports this module
-and calls :func:`register` before it runs a trial or a verification training.
+The test registers it in its own process and runs the study on the in-process executor, where every model is built.
 """
 
 from __future__ import annotations
@@ -32,8 +30,6 @@ NAME = "fno_wrong_k"
 BASE_K = 6
 #: every LR multiplier × (K / BASE_K) ** POWER: K = 24 moves the optimum by −POWER·log10 4 ≈ −0.6·POWER decades
 POWER = 1.0
-#: the importable hook Ray runs in each worker process (runtime_env's ``worker_process_setup_hook``)
-SETUP_HOOK = f"{__name__}.register"
 
 
 def wrong_factor(modes: int) -> float:
