@@ -17,8 +17,9 @@ write, so a dashboard may read it while the study runs.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import optuna
@@ -57,6 +58,22 @@ def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution
     return distribution
 
 
+@contextlib.contextmanager
+def _refused_writes(path: Path) -> Iterator[None]:
+    """A write the file system refuses, as an OSError naming the journal (the CLI's one line: mutransfer.cli.main).
+    Optuna's file lock turns a refused release into ``RuntimeError("did not possess lock")``; the refusal is its
+    context."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not (isinstance(cause, OSError) and cause.errno):
+            cause = cause.__context__
+        if not isinstance(cause, OSError):
+            raise
+        raise OSError(cause.errno, cause.strerror, str(path)) from exc
+
+
 class TrialJournal:
     """One search's trials in the Optuna study ``name`` of the journal at ``path``.
 
@@ -68,9 +85,10 @@ class TrialJournal:
         self.path = Path(path)
         self.distributions = dict(distributions)
         self.storage = journal_storage(self.path)
-        self.study = optuna.create_study(
-            study_name=name, storage=self.storage, direction="minimize", load_if_exists=True
-        )
+        with _refused_writes(self.path):
+            self.study = optuna.create_study(
+                study_name=name, storage=self.storage, direction="minimize", load_if_exists=True
+            )
         #: our trial index -> Optuna's trial id, for the trials already in the journal
         self._ids: dict[int, int] = {}
         #: our indices of the trials the journal holds as finished
@@ -97,8 +115,9 @@ class TrialJournal:
             params=params, distributions=dists, user_attrs={KEY_ATTR: key}, system_attrs={},
             intermediate_values={}, trial_id=-1,
         )  # fmt: skip
-        study_id = self.storage.get_study_id_from_name(self.study.study_name)
-        self._ids[index] = self.storage.create_new_trial(study_id, template_trial=template)
+        with _refused_writes(self.path):
+            study_id = self.storage.get_study_id_from_name(self.study.study_name)
+            self._ids[index] = self.storage.create_new_trial(study_id, template_trial=template)
 
     def finished(
         self, index: int, key: str, config: Mapping[str, object], status: str, value: float | None,
@@ -110,13 +129,14 @@ class TrialJournal:
             return
         self.handed_out(index, key, config)
         trial_id = self._ids[index]
-        for epoch, error in history:
-            if math.isfinite(error):
-                self.storage.set_trial_intermediate_value(trial_id, int(epoch), float(error))
-        self.storage.set_trial_user_attr(trial_id, STATUS_ATTR, status)
         state = STATES.get(status, TrialState.FAIL)
         values = [float(value)] if value is not None and math.isfinite(value) and state != TrialState.FAIL else None
         if values is None and state == TrialState.COMPLETE:
             state = TrialState.FAIL  # Optuna's COMPLETE holds a value
-        self.storage.set_trial_state_values(trial_id, state, values)
+        with _refused_writes(self.path):
+            for epoch, error in history:
+                if math.isfinite(error):
+                    self.storage.set_trial_intermediate_value(trial_id, int(epoch), float(error))
+            self.storage.set_trial_user_attr(trial_id, STATUS_ATTR, status)
+            self.storage.set_trial_state_values(trial_id, state, values)
         self.done.add(index)

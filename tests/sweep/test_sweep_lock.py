@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
@@ -66,7 +66,17 @@ class Driver:
             max_concurrent=1,
         )
         self.env, self.uri, self.cwd = _env(tmp_path), f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path
-        self.sweep = [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"]
+        # in process: the lock is the driver's, whichever executor trains
+        self.sweep = [
+            sys.executable,
+            "-m",
+            "mutransfer.cli.main",
+            "sweep",
+            "--study",
+            str(study),
+            "--json",
+            *IN_PROCESS,
+        ]
         self.study_dir = tmp_path / "mutransfer-runs" / name
         self.holder_file = tmp_path / "mutransfer-runs" / ".locks" / f"{name}.holder.json"
         self.errfile = tmp_path / "first.err"

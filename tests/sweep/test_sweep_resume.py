@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_data, write_tiny_study
 
 
 class Planted:
@@ -187,17 +187,19 @@ def test_kill_in_a_later_phase_then_resume(tmp_path, point):
         tmp_path, data, name=name, trials=2, epochs=2, target_epochs=60 if point == "target" else 2
     )
     root = tmp_path / "mutransfer-runs" / name
+    # the driver's phases are the executor's business only during the target's training: the others run in process
+    cmd = _sweep(study) if point == "target" else [*_sweep(study), *IN_PROCESS]
     if point == "target":
         env = _env(tmp_path)
-        _kill_when(_sweep(study), tmp_path, env, lambda: _target_has_checkpoint(root / "target"), "a target checkpoint")
+        _kill_when(cmd, tmp_path, env, lambda: _target_has_checkpoint(root / "target"), "a target checkpoint")
     else:
         env = _env(tmp_path, MUTRANSFER_HOLD_AT=point)
-        _kill_when(_sweep(study), tmp_path, env, lambda: (root / f"held-at-{point}").exists(), f"the hold at {point}")
+        _kill_when(cmd, tmp_path, env, lambda: (root / f"held-at-{point}").exists(), f"the hold at {point}")
         env.pop("MUTRANSFER_HOLD_AT")
     trials_dir = root / "trials"
     finished = _finished(trials_dir)
     assert finished == {"t0000", "t0001"}
-    report = _resume_and_check(_sweep(study), tmp_path, env, name, 2, _executions(trials_dir), finished)
+    report = _resume_and_check(cmd, tmp_path, env, name, 2, _executions(trials_dir), finished)
     if point == "target":
         assert report["target"]["epochs"] == 60 and (report["target"]["resumed_from_epoch"] or 0) > 0
 
@@ -208,7 +210,7 @@ def test_every_trial_failing_says_what_failed_and_what_to_try(tmp_path):
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(tmp_path, data, name="allfail", trials=2, max_concurrent=1, max_failures=1)
     done = subprocess.run(
-        _sweep(study),
+        [*_sweep(study), *IN_PROCESS],  # the trial function's fault and the plan's retries, as on Ray
         cwd=tmp_path,
         env=_env(tmp_path, MUTRANSFER_FAIL_TRIALS="100"),
         capture_output=True,

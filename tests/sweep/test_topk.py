@@ -334,7 +334,7 @@ def _check_two_targets(tmp_path: Path, report: dict) -> list:
 
 @pytest.mark.slow
 def test_top_k_2_from_the_cli_trains_two_targets_and_logs_the_winner(tmp_path):
-    cmd = [*_study(tmp_path, "topk"), "--executor", "inprocess"]  # the candidates' logic; the kill below is on Ray
+    cmd = [*_study(tmp_path, "topk"), "--executor", "inprocess"]  # the candidates' logic, the same on Ray
     done = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
@@ -350,7 +350,7 @@ def test_kill_between_candidates_then_resume_does_not_train_the_first_again(tmp_
     import os
     import signal
 
-    cmd = _study(tmp_path, "topk-kill")
+    cmd = [*_study(tmp_path, "topk-kill"), "--executor", "inprocess"]  # the kill and the resume are the driver's
     root = tmp_path / "mutransfer-runs" / "topk-kill"
     held = root / "held-at-topk_next_candidate"
     with open(tmp_path / "first.err", "w") as err:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.sweep_helpers import write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, write_tiny_study
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,19 @@ def _immutable(path, on: bool) -> bool:
 
 def _sweep(cwd, study, *extra, wait=True):
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
-    args = [sys.executable, "-m", "mutransfer", "sweep", "--study", str(study), "--runs-dir", "runs", *extra]
+    # in process: the writes that fail are the driver's, whichever executor trains
+    args = [
+        sys.executable,
+        "-m",
+        "mutransfer",
+        "sweep",
+        "--study",
+        str(study),
+        "--runs-dir",
+        "runs",
+        *IN_PROCESS,
+        *extra,
+    ]
     proc = subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc.communicate(timeout=900) + (proc.returncode,) if wait else proc
 

@@ -17,7 +17,8 @@ EPOCHS, TARGET_EPOCHS, TRIALS = 2, 2, 2
 
 
 @pytest.fixture(scope="module")
-def team_run(team_store, ray_local, tmp_path_factory):
+def team_run(team_store, tmp_path_factory):
+    """A tiny study logged to the team store, trained in process (what reaches the store is the driver's, on Ray too)."""
     from mutransfer.sweep import SweepOptions, run_sweep
 
     work = tmp_path_factory.mktemp("team-run")
@@ -29,6 +30,7 @@ def team_run(team_store, ray_local, tmp_path_factory):
             runs_dir=str(work / "runs"),
             overrides={"tracking_uri": team_store.uri},
             quiet=True,
+            executor="inprocess",
         )
     )
     return report
