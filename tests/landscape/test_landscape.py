@@ -182,6 +182,7 @@ def test_table_json_and_figure_use_the_one_estimator(tmp_path):
     assert (tmp_path / "l.png").stat().st_size > 20_000
 
 
+@pytest.mark.slow  # starts Ray
 def test_tiny_landscape_end_to_end(tmp_path, monkeypatch):
     import mlflow
 

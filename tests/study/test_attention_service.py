@@ -321,6 +321,18 @@ def _cli(*args, cwd, env_cache):
     )
 
 
+def _refused(capsys, monkeypatch, *args, cwd, env_cache) -> tuple[int, str]:
+    """(exit code, stderr) of a `mutransfer` call that is refused before any work, run in this process (a
+    subprocess costs ~5 s of imports; the refusals are the same)."""
+    from mutransfer.cli.main import main
+
+    monkeypatch.chdir(cwd)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(env_cache))
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
 @pytest.fixture(scope="module")
 def mesh_file(tmp_path_factory):
     from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
@@ -397,12 +409,15 @@ def test_train_cli_runs_attention_operators_on_an_irregular_mesh(operator, mesh_
         (["--operator", "galerkin", "--heads", "3"], "width 32 is not divisible by heads 3"),
     ],
 )
-def test_train_cli_bad_operator_flags_exit_2_with_one_line(args, fragment, mesh_file, tmp_path):
+def test_train_cli_bad_operator_flags_exit_2_with_one_line(args, fragment, mesh_file, tmp_path, capsys, monkeypatch):
     args = [str(mesh_file) if a == "MESH" else a for a in args]
-    proc = _cli("train", *args, "--epochs", "1", "--no-progress", cwd=tmp_path, env_cache=tmp_path / "cache")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    cache = tmp_path / "cache"
+    code, err = _refused(
+        capsys, monkeypatch, "train", *args, "--epochs", "1", "--no-progress", cwd=tmp_path, env_cache=cache
+    )
+    assert code == 2, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], err
 
 
 def _attention_study_file(tmp_path, operator="ono"):
@@ -427,12 +442,12 @@ def _attention_study_file(tmp_path, operator="ono"):
         (["sweep", "--proxy-K", "4"], "proxy_K: applies to fno only"),
     ],
 )
-def test_sweep_and_landscape_refuse_what_attention_studies_cannot_do(args, fragment, tmp_path):
+def test_sweep_and_landscape_refuse_what_attention_studies_cannot_do(args, fragment, tmp_path, capsys, monkeypatch):
     study = _attention_study_file(tmp_path)
-    proc = _cli(*args, "--study", str(study), cwd=tmp_path, env_cache=tmp_path / "cache")
-    assert proc.returncode == 2, proc.stderr[-2000:]
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    code, err = _refused(capsys, monkeypatch, *args, "--study", study, cwd=tmp_path, env_cache=tmp_path / "cache")
+    assert code == 2, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], err
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "cache").exists()  # refused before any work
 
 

@@ -42,6 +42,7 @@ def _data(tiny_data):
     return load_split(tiny_data, n_train=32, n_test=16, resolution=64)
 
 
+@pytest.mark.slow  # starts Ray
 def test_a_target_started_early_trains_what_a_target_started_with_its_order_trains(ray_local, tiny_data, tmp_path):
     from mutransfer.sweep.target_run import run_target, start_target
 
@@ -63,6 +64,7 @@ def test_a_target_started_early_trains_what_a_target_started_with_its_order_trai
     assert waited.device_seconds - waited.wall_seconds >= HELD_S
 
 
+@pytest.mark.slow  # starts Ray
 def test_a_target_called_off_trains_nothing_and_a_later_target_trains_in_its_folder(ray_local, tiny_data, tmp_path):
     from mutransfer.sweep.target import CANCELLED
     from mutransfer.sweep.target_run import run_target, start_target
@@ -79,6 +81,7 @@ def test_a_target_called_off_trains_nothing_and_a_later_target_trains_in_its_fol
     assert later.status == "completed" and later.epochs == 2 and later.resumed_from_epoch is None
 
 
+@pytest.mark.slow  # starts Ray
 def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray_local, tiny_data, tmp_path):
     """The early run's order queue lost (as when the node holding it dies while the run waits): the order cannot be
     given, and the target is trained by a new run, not failed (tests/sweep/test_cluster.py kills such a node)."""

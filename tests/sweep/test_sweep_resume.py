@@ -123,6 +123,7 @@ def _resume_and_check(
     return report
 
 
+@pytest.mark.slow  # starts Ray
 def test_kill_during_the_proxies_then_resume_runs_nothing_twice_and_unpickles_nothing(tmp_path):
     """SIGKILL once a trial has finished; pickles planted in tune/ and an unfinished trial's checkpoint are never run."""
     import torch

@@ -23,6 +23,7 @@ def _train(study, data, tmp_path, name, process_group):
     return run_target(study, hp, data, tmp_path / name, use_gpu=False, max_failures=0, process_group=process_group)
 
 
+@pytest.mark.slow  # starts Ray
 def test_one_cpu_worker_without_a_process_group_trains_the_same_target(ray_local, tiny_data, tmp_path):
     from mutransfer.data.loading import load_split
     from mutransfer.study import load_study
