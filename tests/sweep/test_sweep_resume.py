@@ -188,8 +188,9 @@ def test_kill_in_a_later_phase_then_resume(tmp_path, point):
         tmp_path, data, name=name, trials=2, epochs=2, target_epochs=60 if point == "target" else 2
     )
     root = tmp_path / "mutransfer-runs" / name
-    # the driver's phases are the executor's business only during the target's training: the others run in process
-    cmd = _sweep(study) if point == "target" else [*_sweep(study), *IN_PROCESS]
+    # on Ray where Ray has a part: the target's training, and the kill at transfer_phase, while the target's workers
+    # started early wait (docs/sweep.md); the later phases are the driver's alone and run in process
+    cmd = _sweep(study) if point in ("target", "transfer_phase") else [*_sweep(study), *IN_PROCESS]
     if point == "target":
         env = _env(tmp_path)
         _kill_when(cmd, tmp_path, env, lambda: _target_has_checkpoint(root / "target"), "a target checkpoint")
