@@ -2,8 +2,8 @@
 fresh folder (issue "The first five minutes", item 1).
 
 The commands are the README's own text, extracted from it here. ``MUTRANSFER_SMOKE=1`` shortens the trainings
-(one epoch, two trials, at most 24 generated samples: mutransfer.config.smoke); `mutransfer ui`, a server, is
-stopped once it has printed its link.
+(one epoch, two trials, at most 24 generated samples: mutransfer.config.smoke); `mutransfer ui` and `mutransfer dashboard`,
+servers, are stopped once they have printed their links.
 """
 
 from __future__ import annotations
@@ -47,6 +47,10 @@ def test_the_readme_commands_are_found():
     assert all(c[0] == "mutransfer" for c in commands), "a Quickstart line that is not a mutransfer command"
 
 
+#: the README's commands that start a server: (port, the name its link line starts with)
+SERVERS = {"ui": (5091, "MLflow UI"), "dashboard": (8091, "optuna-dashboard")}
+
+
 def test_the_readme_runs_top_to_bottom_in_a_fresh_folder(tmp_path):
     env = dict(
         os.environ,
@@ -58,8 +62,9 @@ def test_the_readme_runs_top_to_bottom_in_a_fresh_folder(tmp_path):
     exe = [sys.executable, "-m", "mutransfer"]
     for command in readme_commands():
         args = [*exe, *command[1:]]
-        if command[1] == "ui":  # a server: it must come up and print its link, then it is stopped
-            args += ["--port", "5091"]
+        if command[1] in SERVERS:  # a server: it must come up and print its link, then it is stopped
+            port, shown = SERVERS[command[1]]
+            args += ["--port", str(port)]
             proc = subprocess.Popen(
                 args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
@@ -68,7 +73,7 @@ def test_the_readme_runs_top_to_bottom_in_a_fresh_folder(tmp_path):
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
-            assert line.startswith("MLflow UI: http://127.0.0.1:5091/"), (command, line, proc.stderr.read()[-2000:])
+            assert line.startswith(f"{shown}: http://127.0.0.1:{port}/"), (command, line, proc.stderr.read()[-2000:])
             continue
         done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, (" ".join(command), done.stderr[-3000:])
