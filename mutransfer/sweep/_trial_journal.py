@@ -89,6 +89,7 @@ class TrialJournal:
             self.study = optuna.create_study(
                 study_name=name, storage=self.storage, direction="minimize", load_if_exists=True
             )
+        self._study_id = self.storage.get_study_id_from_name(name)  # read once: each trial's write names it
         #: our trial index -> Optuna's trial id, for the trials already in the journal
         self._ids: dict[int, int] = {}
         #: our indices of the trials the journal holds as finished
@@ -96,7 +97,9 @@ class TrialJournal:
         for trial in self.study.get_trials(deepcopy=False):
             key = trial.user_attrs.get(KEY_ATTR)
             if isinstance(key, str) and key[1:].isdigit():
-                self._ids[int(key[1:])] = trial._trial_id
+                self._ids[int(key[1:])] = self.storage.get_trial_id_from_study_id_trial_number(
+                    self._study_id, trial.number
+                )
                 if trial.state.is_finished():
                     self.done.add(int(key[1:]))
 
@@ -116,8 +119,7 @@ class TrialJournal:
             intermediate_values={}, trial_id=-1,
         )  # fmt: skip
         with _refused_writes(self.path):
-            study_id = self.storage.get_study_id_from_name(self.study.study_name)
-            self._ids[index] = self.storage.create_new_trial(study_id, template_trial=template)
+            self._ids[index] = self.storage.create_new_trial(self._study_id, template_trial=template)
 
     def finished(
         self, index: int, key: str, config: Mapping[str, object], status: str, value: float | None,
