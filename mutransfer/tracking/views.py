@@ -70,9 +70,30 @@ def study_view_state(study_name: str, searched: Iterable[str]) -> dict:
     }
 
 
+# What a store answers when two writers insert the same tag row at once (PostgreSQL, SQLite, MySQL).
+_DUPLICATE_ROW = re.compile(r"duplicate key value|UNIQUE constraint failed|Duplicate entry", re.IGNORECASE)
+
+
+def set_experiment_tag(client, experiment_id: str, key: str, value: str) -> None:
+    """Set one experiment tag, as another study's driver may set it at the same moment.
+
+    MLflow writes a tag by reading the row, then inserting it if absent; two drivers starting together on one
+    store (the team's PostgreSQL) both read "absent" and the second insert is refused for a duplicate key. The
+    row then exists, so writing once more updates it. Any other error is raised as is.
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.set_experiment_tag(experiment_id, key, value)
+    except MlflowException as exc:
+        if not _DUPLICATE_ROW.search(str(exc)):
+            raise
+        client.set_experiment_tag(experiment_id, key, value)
+
+
 def tag_kind(client, experiment_id: str) -> None:
     """Mark the experiment as a machine-learning one (not GenAI) for MLflow's UI and assistant."""
-    client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    set_experiment_tag(client, experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
 
 
 def tag_study(client, experiment_id: str, study_name: str, searched: Iterable[str]) -> str:
@@ -80,7 +101,7 @@ def tag_study(client, experiment_id: str, study_name: str, searched: Iterable[st
     key = view_key(study_name)
     state = json.dumps(study_view_state(study_name, searched), separators=(",", ":"))
     tag_kind(client, experiment_id)
-    client.set_experiment_tag(experiment_id, SHARED_VIEW_PREFIX + key, state)
+    set_experiment_tag(client, experiment_id, SHARED_VIEW_PREFIX + key, state)
     return key
 
 
