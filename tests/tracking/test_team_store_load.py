@@ -23,7 +23,7 @@ from tests.team_store import TeamStore, team_store_or_skip
 
 pytestmark = pytest.mark.slow
 
-STUDIES, TRIALS, AT_ONCE, EPOCHS = 4, 8, 2, 2
+STUDIES, TRIALS, AT_ONCE, EPOCHS = 4, 4, 2, 2
 
 
 def _check_study(client, report: dict) -> int:
