@@ -101,3 +101,11 @@ def cluster(tmp_path):
         yield c
     finally:
         c.stop()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files that hold a slow test first, each file's tests in their order: on two workers
+    (``-n 2 --dist loadfile``, the README's test command) the long files start first and the short ones fill in
+    around them, instead of a long file starting last while the other worker idles."""
+    slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)  # stable: in-file order kept

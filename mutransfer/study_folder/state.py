@@ -7,6 +7,7 @@ Layout::
     trials/<key>/       one proxy trial (key t0000, t0001, … in hand-out order, mutransfer.sweep.plan):
                         config.json (its configuration), outcome.json (how it ended), the trainer
                         checkpoint, history.json (its EpochRecords), done.json, executions.jsonl
+    costs.jsonl         one JSON line per training run (mutransfer.sweep._ledger), appended by the executor
     tune/run-<n>/       the Ray Tune experiment of the n-th session (written by Tune, never read back)
     target/             Ray Train run of the target: checkpoint_manager_snapshot.json (JSON, read
                         by Ray Train on a re-run) and checkpoint folders (checkpoint.pt, read with

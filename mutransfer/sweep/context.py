@@ -21,7 +21,8 @@ from mutransfer.study import Override, Study
 from mutransfer.study.memory import Plan, plan_step
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.study_folder.state import StudyDir
-from mutransfer.sweep._executors import Executor, TrialCallback, executor_for
+from mutransfer.sweep._executors import TrialCallback, executor_for
+from mutransfer.sweep._ledger import Booked, Ledger
 
 if TYPE_CHECKING:
     import optuna
@@ -238,10 +239,16 @@ class SweepContext:
     #: the memory plans of this context's models, by (target model?, device kind, workers): see memory_plan
     plans: dict[tuple[bool, str, int], Plan | None] = field(default_factory=dict)
 
+    #: the study's executor, made on first use (a nested search shares its study's: mutransfer.sweep.nested)
+    booked: Booked | None = field(default=None, repr=False)
+
     @property
-    def executor(self) -> Executor:
-        """Where this study's trainings run (``options.executor``; mutransfer.sweep._executors)."""
-        return executor_for(self.options.executor)
+    def executor(self) -> Booked:
+        """Where this study's trainings run (``options.executor``; mutransfer.sweep._executors), each booked in the
+        study's cost ledger (mutransfer.sweep._ledger)."""
+        if self.booked is None:
+            self.booked = Booked(executor_for(self.options.executor), Ledger(self.study_dir.root))
+        return self.booked
 
     @property
     def search_name(self) -> str:

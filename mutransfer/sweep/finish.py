@@ -67,6 +67,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         overrides=[o.describe() for o in ctx.overrides],
         k_rule=ctx.state.get(K_RULE_KEY),
         cost_estimate=ctx.state.get(COST_KEY),
+        bookings=ctx.executor.ledger.bookings(),  # every training the study ran (mutransfer.sweep._ledger)
         **strategies.sections(ctx),  # each search strategy's section (mutransfer.sweep.strategies)
         phases={
             "setup_seconds": ctx.setup_seconds,

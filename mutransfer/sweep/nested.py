@@ -33,6 +33,7 @@ def nested_context(
         ctx.options, study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0, search_at_target=True, **fields
     )
     sub.selection_data, sub.proxy_data = ctx.selection_data, ctx.proxy_data
+    sub.booked = ctx.executor  # one ledger per study, under the tag of the phase that nests the search
     sub.data, sub.data_path, sub.tracker, sub.experiment_id = ctx.data, ctx.data_path, ctx.tracker, ctx.experiment_id
     parent = state.get("parent_run_id")
     if not (parent and ctx.tracker.run_exists(parent)):

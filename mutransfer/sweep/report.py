@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 from mutransfer.study_folder.state import DEFAULT_RUNS_DIR
 from mutransfer.sweep import strategies
+from mutransfer.sweep._ledger import Booking
 from mutransfer.sweep.cost import study_cost
 from mutransfer.sweep.overheads import describe as describe_overheads
 from mutransfer.sweep.overheads import overheads
@@ -54,6 +56,7 @@ def build_report(
     phases: dict | None = None,
     k_rule: dict | None = None,
     cost_estimate: dict | None = None,
+    bookings: Sequence[Booking] = (),
     **sections,
 ) -> dict:
     """The report (a JSON-ready dict) from the phases' records: TrialRecords, the best one, the TargetOutcome;
@@ -84,7 +87,8 @@ def build_report(
     shape = phases.get("input_shape")
     compute.update(study_cost(study, trials, target, input_shape=None if shape is None else tuple(shape)))
     concurrency = max(1, int(phases.get("concurrency", 1)))
-    extra = strategies.count_costs(compute, values)  # e.g. a ladder's rungs, top-k's other targets
+    # e.g. a ladder's rungs, top-k's other targets, any strategy's booked trainings (mutransfer.sweep._ledger)
+    extra = strategies.count_costs(compute, values, bookings)
     compute["setup_seconds"] = phases.get("setup_seconds")
     compute["proxy_phase_seconds"] = phases.get("proxy_phase_seconds")
     compute["proxy_concurrency"] = concurrency

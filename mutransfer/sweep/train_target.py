@@ -89,7 +89,7 @@ def _early_outcome(ctx: SweepContext, early: TargetRun, job: TargetJob, watch: T
         return early.outcome(watch)
     except Exception as exc:  # noqa: BLE001 -- any failure of the early run: the usual run below has its own retries
         ctx.say(f"note: the target's run started early failed ({first_line(exc)}); a new run trains it")
-        return ctx.executor.target(job, watch)
+        return ctx.executor.inner.target(job, watch)
 
 
 def train_target(ctx: SweepContext) -> None:
@@ -162,7 +162,8 @@ def fit_target(
     try:
         with keep_sigint_handler():
             job = TargetJob(study, hp, ctx.data, Path(storage_dir), use_gpu, study.budget.max_failures, plan)
-            outcome = _early_outcome(ctx, early, job, watch) if early is not None else ctx.executor.target(job, watch)
+            run = None if early is None else (lambda: _early_outcome(ctx, early, job, watch))
+            outcome = ctx.executor.target(job, watch, run=run)
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
         tracker.set_status(run_id, "KILLED")

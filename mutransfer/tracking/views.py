@@ -81,7 +81,7 @@ def set_experiment_tag(client, experiment_id: str, key: str, value: str) -> None
     store (the team's PostgreSQL) both read "absent" and the second insert is refused for a duplicate key. The
     row then exists, so writing once more updates it. Any other error is raised as is.
     """
-    from mlflow.exceptions import MlflowException
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: this module's views need no MLflow
 
     try:
         client.set_experiment_tag(experiment_id, key, value)

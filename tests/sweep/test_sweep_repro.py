@@ -1,8 +1,10 @@
 """Reproducible searches: two sweeps of the same study file and seed give the same trials and the same winner.
 
-Two real sweeps (separate working directories, separate Ray sessions and MLflow stores) of a
-tiny TPE + ASHA study with 2 trials at a time: the same configurations, statuses, test errors
-and winner, by default. docs/sweep.md ("Reproducible searches") says what is guaranteed.
+Two real sweeps (separate processes, working directories and MLflow stores) of a tiny TPE + ASHA
+study: one trained in process, one on Ray with 2 trials at a time; the same configurations,
+statuses, test errors and winner, by default. docs/sweep.md ("Reproducible searches") says what is
+guaranteed. (One of the two is in process to keep the suite short: the executors train the same
+trials, tests/sweep/test_executors.py.)
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import pytest
 from tests.sweep_helpers import write_tiny_data, write_tiny_study
 
 
-def _sweep(directory, study) -> dict:
+def _sweep(directory, study, *flags: str) -> dict:
     env = dict(
         os.environ,
         MLFLOW_DISABLE_TELEMETRY="true",
@@ -26,7 +28,7 @@ def _sweep(directory, study) -> dict:
         MUTRANSFER_CACHE=str(directory / "cache"),
     )
     done = subprocess.run(
-        [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json"],
+        [sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study), "--json", *flags],
         cwd=directory,
         env=env,
         capture_output=True,
@@ -42,9 +44,9 @@ def test_two_sweeps_of_the_same_study_give_the_same_trials_and_winner(tmp_path):
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(tmp_path, data, name="repro", trials=6, epochs=4, grace=1, max_concurrent=2)
     reports = []
-    for run in ("a", "b"):
+    for run, flags in (("a", ("--executor", "inprocess")), ("b", ())):
         (tmp_path / run).mkdir()
-        reports.append(_sweep(tmp_path / run, study))
+        reports.append(_sweep(tmp_path / run, study, *flags))
     tables = [[(t["trial_id"], t["config"], t["status"], t["val_error"]) for t in r["trial_table"]] for r in reports]
     assert tables[0] == tables[1]
     assert len({json.dumps(c, sort_keys=True) for _k, c, _s, _e in tables[0]}) == 6

@@ -167,7 +167,7 @@ def _tag_at_once(uri: str, setter, experiments: int = 12, drivers: int = 6) -> l
         experiment = client.create_experiment(f"tag-race-{setter.__name__}-{i}")
         barrier = threading.Barrier(drivers)
 
-        def one() -> None:
+        def one(barrier: threading.Barrier = barrier, experiment: str = experiment) -> None:
             barrier.wait()
             try:
                 setter(MlflowClient(uri), experiment, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)

@@ -13,8 +13,12 @@ a loop over the registered strategies (mutransfer.sweep.strategies):
   :meth:`Strategy.verdict`: its finding in words for the summary (and ``suggestion``: what it would add, when it
   did not run);
   :meth:`Strategy.html_section`: its section of the HTML page;
-- :meth:`Strategy.count_cost` and :meth:`Strategy.extra_costs`: the trainings it adds on μTransfer's side of
-  the μTransfer-vs-direct ratios (in the report's ``compute``, and in the direct baseline's measured costs);
+- its trainings' cost needs no code: every training its phase runs goes through the study's executor, which books
+  it under the strategy's ``name`` (mutransfer.sweep._ledger), and the report counts those bookings on μTransfer's
+  side of the μTransfer-vs-direct ratios unless ``cost_side`` says they are a ``"check"`` (a verification) or the
+  ``"direct"`` side (the direct baseline);
+- :meth:`Strategy.count_cost` and :meth:`Strategy.extra_costs`: a strategy that reports its trainings in its own
+  words (the ladder's rungs, top-k's candidates) counts them itself instead;
 - :meth:`Strategy.metrics`: what it logs on the MLflow parent run with the report;
 - :meth:`Strategy.gain_source` and :meth:`Strategy.refine_gain`: how it changes the proxy → target gain.
 
@@ -26,7 +30,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import StrategyRecord, SweepContext
@@ -83,6 +87,9 @@ class Strategy(ABC):
     text_place: str = "result"
     #: what it would add, for the summary's "next" lines when it did not run (None: nothing to suggest)
     suggestion: str | None = None
+    #: where its booked trainings count: on μTransfer's side of the ratios to direct tuning ("mutransfer"), or
+    #: outside them: a check of the transfer ("check") or the direct side itself ("direct")
+    cost_side: Literal["mutransfer", "check", "direct"] = "mutransfer"
 
     @abstractmethod
     def active(self, ctx: SweepContext) -> bool:
@@ -113,10 +120,10 @@ class Strategy(ABC):
         """Its report value (JSON-ready), None when it has no record."""
         return None
 
-    def count_cost(self, compute: dict, section: Any) -> CostShare:
-        """Add its trainings to the report's ``compute`` (μTransfer's side of the ratios); what they add to the
-        critical path."""
-        return CostShare()
+    def count_cost(self, compute: dict, section: Any) -> CostShare | None:
+        """Add its trainings to the report's ``compute`` (μTransfer's side of the ratios) in its own words; what they
+        add to the critical path. None (the default): its booked trainings are counted (``cost_side``)."""
+        return None
 
     def extra_costs(self, ctx: SweepContext) -> ExtraCosts:
         """Its trainings as measured cost records (the direct baseline's μTransfer side)."""
@@ -161,7 +168,8 @@ def run_phase(strategy: Strategy, phase: Phase) -> Phase:
             if restored is not None:
                 ctx.records[strategy.name] = restored
                 return
-        phase(ctx)
+        with ctx.executor.tagged(strategy.name):  # its trainings are booked as its own (mutransfer.sweep._ledger)
+            phase(ctx)
 
     step.__name__ = phase.__name__  # the hold points (mutransfer.sweep.holds) keep the phase's name
     return step

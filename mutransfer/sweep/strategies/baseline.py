@@ -98,6 +98,7 @@ class Baseline(Strategy):
     name = NAME
     report_key = "direct_baseline"
     flag = "--baseline direct"
+    cost_side = "direct"  # the direct side itself: it measures what the ratios estimate
     suggestion = "runs the same search on the target itself and compares error and cost with muTransfer's"
 
     def active(self, ctx: SweepContext) -> bool:

@@ -7,10 +7,13 @@ strategy, so a strategy's own module may use these loops (the direct baseline co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from mutransfer.study_folder.records import TrialRecord
+from mutransfer.sweep._ledger import Booking, booked_cost, tagged_bookings
 from mutransfer.sweep.context import SweepContext
+from mutransfer.sweep.cost import add_to_mutransfer
 from mutransfer.sweep.strategies.base import CostShare, ExtraCosts, Phase, Strategy, run_phase
 
 #: every strategy the sweep knows, in order
@@ -88,18 +91,59 @@ def sections(ctx: SweepContext) -> dict[str, Any]:
     return {s.report_key: s.section(ctx) for s in STRATEGIES}
 
 
-def count_costs(compute: dict, values: dict[str, Any]) -> CostShare:
-    """Every strategy's trainings added to the report's ``compute``; the sum of what they add to the critical path."""
+def count_costs(compute: dict, values: dict[str, Any], bookings: Sequence[Booking] = ()) -> CostShare:
+    """Every strategy's trainings added to the report's ``compute``; the sum of what they add to the critical path.
+
+    A strategy that counts its trainings itself (``count_cost``) does; any other's booked trainings
+    (mutransfer.sweep._ledger) go to ``compute["strategy_costs"][name]`` and, on μTransfer's side
+    (``cost_side``), into the ratios to direct tuning."""
     search = target = 0.0
+    booked: dict[str, dict] = {}
     for s in STRATEGIES:
         share = s.count_cost(compute, values.get(s.report_key))
+        if share is None:
+            mine = tagged_bookings(bookings, s.name)
+            if not mine:
+                continue
+            cost = dict(booked_cost(mine), side=s.cost_side)
+            booked[s.name] = cost
+            if s.cost_side != "mutransfer":
+                continue
+            add_to_mutransfer(compute, cost["flops"], cost["trainer_device_seconds"])
+            share = CostShare(cost["search_trainer_seconds"], cost["target_trainer_seconds"])
         search, target = search + share.search, target + share.target
+    if booked:
+        compute["strategy_costs"] = booked
     return CostShare(search, target)
 
 
+def _booked_extra(bookings: Sequence[Booking]) -> ExtraCosts:
+    """Bookings as the direct baseline's cost records: trials before the target, other trainings after it."""
+
+    def record(b: Booking) -> dict:
+        return {
+            "device_seconds": b.device_seconds,
+            "trainer_device_seconds": b.trainer_device_seconds,
+            "overhead_device_seconds": max(0.0, b.device_seconds - b.trainer_device_seconds),
+            "flops": b.flops,
+        }
+
+    return ExtraCosts(
+        tuple(record(b) for b in bookings if b.kind == "trial"),
+        tuple(record(b) for b in bookings if b.kind != "trial"),
+    )
+
+
 def extra_costs(ctx: SweepContext) -> ExtraCosts:
-    """Every strategy's trainings as measured cost records, before and after the target."""
-    parts = [s.extra_costs(ctx) for s in STRATEGIES]
+    """Every strategy's trainings on μTransfer's side as measured cost records, before and after the target: its own
+    (``extra_costs``) where it counts them itself, else its bookings (mutransfer.sweep._ledger)."""
+    bookings = ctx.executor.ledger.bookings()
+    parts = [
+        s.extra_costs(ctx)
+        if type(s).count_cost is not Strategy.count_cost
+        else _booked_extra(tagged_bookings(bookings, s.name) if s.cost_side == "mutransfer" else [])
+        for s in STRATEGIES
+    ]
     return ExtraCosts(tuple(c for p in parts for c in p.search), tuple(c for p in parts for c in p.target))
 
 

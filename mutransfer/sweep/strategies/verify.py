@@ -93,6 +93,7 @@ class Verify(Strategy):
     name = NAME
     report_key = "verification"
     flag = "--verify"
+    cost_side = "check"  # a check of the transfer, not part of tuning: outside the ratios
     suggestion = (
         "trains the target around the transferred LR to measure whether its optimum is where the transfer put it"
     )
