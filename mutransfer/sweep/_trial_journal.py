@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import optuna
-from optuna.distributions import BaseDistribution, FloatDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
@@ -47,15 +47,35 @@ def journal_storage(path: str | Path) -> JournalStorage:
     return JournalStorage(JournalFileBackend(str(path)))
 
 
-def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution:
-    """``distribution``, widened to hold ``value`` where it is a float range that does not (a seeded trial from
-    another study's space); Optuna refuses a parameter outside its distribution."""
-    if isinstance(distribution, FloatDistribution) and isinstance(value, (int, float)) and not isinstance(value, bool):
-        low, high = min(distribution.low, float(value)), max(distribution.high, float(value))
-        if distribution.log and low <= 0:
+def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution | None:
+    """``distribution``, widened to hold ``value`` where it is a range that does not (a seeded trial from another
+    study's space); None where no distribution of its kind can (a choice not in the list, a log range reaching 0, an
+    integer range off its step): Optuna refuses a parameter outside its distribution."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return (
+            distribution
+            if isinstance(distribution, CategoricalDistribution) and value in distribution.choices
+            else None
+        )
+    if isinstance(distribution, CategoricalDistribution):
+        return distribution if value in distribution.choices else None
+    if isinstance(value, str) or not math.isfinite(value):
+        return None
+    if isinstance(distribution, FloatDistribution):
+        if distribution.low <= value <= distribution.high:
             return distribution
+        low, high = min(distribution.low, float(value)), max(distribution.high, float(value))
+        if (distribution.log and low <= 0) or distribution.step is not None:
+            return None
         return FloatDistribution(low, high, log=distribution.log)
-    return distribution
+    if isinstance(distribution, IntDistribution):
+        if value != int(value) or (int(value) - distribution.low) % distribution.step:
+            return None
+        low, high = min(distribution.low, int(value)), max(distribution.high, int(value))
+        if distribution.log and low <= 0:
+            return None
+        return IntDistribution(low, high, log=distribution.log, step=distribution.step)
+    return None
 
 
 @contextlib.contextmanager
@@ -103,19 +123,28 @@ class TrialJournal:
                 if trial.state.is_finished():
                     self.done.add(int(key[1:]))
 
-    def _params(self, config: Mapping[str, object]) -> tuple[dict, dict]:
-        params = {k: config[k] for k in self.distributions if k in config}
-        dists = {k: _contains(self.distributions[k], v) for k, v in params.items()}
-        return params, dists
+    def _params(self, config: Mapping[str, object]) -> tuple[dict, dict, dict]:
+        """(params, their distributions, user attributes): a value no distribution of its kind holds is kept as the
+        user attribute ``param.<name>`` instead of a parameter."""
+        params, dists, kept = {}, {}, {}
+        for k, distribution in self.distributions.items():
+            if k not in config:
+                continue
+            held = _contains(distribution, config[k])
+            if held is None:
+                kept[f"param.{k}"] = config[k]
+            else:
+                params[k], dists[k] = config[k], held
+        return params, dists, kept
 
     def handed_out(self, index: int, key: str, config: Mapping[str, object]) -> None:
         """Trial ``index`` (``key``) was handed out with ``config``: a RUNNING trial, once."""
         if index in self._ids:
             return
-        params, dists = self._params(config)
+        params, dists, kept = self._params(config)
         template = optuna.trial.FrozenTrial(
             number=-1, state=TrialState.RUNNING, value=None, datetime_start=None, datetime_complete=None,
-            params=params, distributions=dists, user_attrs={KEY_ATTR: key}, system_attrs={},
+            params=params, distributions=dists, user_attrs={KEY_ATTR: key, **kept}, system_attrs={},
             intermediate_values={}, trial_id=-1,
         )  # fmt: skip
         with _refused_writes(self.path):

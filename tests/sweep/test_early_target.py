@@ -88,6 +88,7 @@ def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray
     import ray
 
     from mutransfer.sweep._executors import RayExecutor, TargetJob
+    from mutransfer.sweep._ledger import Booked, Ledger
     from mutransfer.sweep.target_run import start_target
     from mutransfer.sweep.train_target import _early_outcome
 
@@ -96,11 +97,13 @@ def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray
     early = start_target(study, data, tmp_path, use_gpu=False, max_failures=0, order=None)
     ray.kill(early._orders.actor)
     said: list[str] = []
-    ctx = SimpleNamespace(say=said.append, executor=RayExecutor())
+    ctx = SimpleNamespace(say=said.append, executor=Booked(RayExecutor(), Ledger(tmp_path)))
     job = TargetJob(study, hp, data, tmp_path, False, 0)
-    outcome = _early_outcome(ctx, early, job, lambda: None)
+    outcome = ctx.executor.target(job, None, run=lambda: _early_outcome(ctx, early, job, lambda: None))
     assert outcome.status == "completed" and outcome.epochs == 2 and outcome.head_start_seconds == 0
     assert len(said) == 1 and said[0].startswith("note: the target's run started early failed"), said
+    (booked,) = Ledger(tmp_path).bookings()  # trained once, by the new run, and booked once
+    assert booked.kind == "target" and booked.epochs == 2
     early.cancel(timeout=60)
 
 

@@ -46,6 +46,12 @@ def test_ladder_runs_end_to_end_and_resumes_mid_ladder(tmp_path):
     assert report["transfer"]["proxy_modes"] == 16 and report["transfer"]["target_modes"] == 24
     assert report["target_hyperparameters"]["lr"] == pytest.approx(last_best["config"]["lr"])
     assert report["compute"]["ladder_device_seconds"] > 0
+    # the executor booked the rungs' trials under the ladder's tag, in both sessions: what its table counts
+    from mutransfer.sweep._ledger import Ledger
+
+    booked = [b for b in Ledger(root).bookings() if b.tag == "ladder"]
+    assert sorted(b.key for b in booked) == ["rungs/r1/t0000", "rungs/r1/t0001", "rungs/r2/t0000"]
+    assert sum(b.flops for b in booked) == pytest.approx(report["compute"]["ladder_flops"])
     assert "model-size ladder" in (root / "report.txt").read_text()
 
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")

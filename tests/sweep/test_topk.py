@@ -343,6 +343,12 @@ def test_top_k_2_from_the_cli_trains_two_targets_and_logs_the_winner(tmp_path):
     assert sorted(p.name for p in (root / "targets").iterdir()) == sorted(r["trial_id"] for r in report["top_k"])
     assert not (root / "target").exists()
     assert "winner" in (root / "report.txt").read_text()
+    # the executor booked each candidate under top-k's tag (mutransfer.sweep._ledger): what its table counts
+    from mutransfer.sweep._ledger import Ledger
+
+    booked = [b for b in Ledger(root).bookings() if b.tag == "top_k"]
+    assert sorted(b.key for b in booked) == sorted(f"targets/{r['trial_id']}/target" for r in report["top_k"])
+    assert sum(b.flops for b in booked) == pytest.approx(report["compute"]["top_k_flops"])
 
 
 @pytest.mark.slow
