@@ -109,3 +109,22 @@ def pytest_collection_modifyitems(config, items):
     around them, instead of a long file starting last while the other worker idles."""
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)  # stable: in-file order kept
+
+
+@pytest.fixture(autouse=True)
+def _alone_where_marked(request, tmp_path_factory):
+    """On pytest-xdist workers: every test holds a shared lock on one file while it runs, a test marked ``alone`` an
+    exclusive one, so it runs while no other test does (a cluster's placement needs the cores it was given). The
+    lock is the OS's (``flock``) on a file in the run's temporary folder, which the workers share."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    import fcntl
+
+    path = tmp_path_factory.getbasetemp().parent / "alone.lock"
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("alone") else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -31,7 +31,8 @@ import pytest
 from tests.ray_cluster import RAY
 from tests.sweep_helpers import mlflow_runs, write_tiny_data, write_tiny_study
 
-pytestmark = pytest.mark.slow
+# alone: a 2-node cluster's placement and node-kill timing, with no other test on the machine's 2 cores
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 JOB_TIMEOUT_S = 300  # submission to SUCCEEDED, on a loaded 2-core machine
 
