@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 from mutransfer.sweep._executors import Executor, SearchRun, TargetJob
 from mutransfer.sweep.cost import model_epoch_flops, target_cost, trial_devices
@@ -63,7 +63,7 @@ class Booking:
         return cls(
             tag=str(d["tag"]),
             key=str(d["key"]),
-            kind=kind,  # type: ignore[arg-type]  # checked above
+            kind=cast(Kind, kind),  # checked above
             epochs=int(d["epochs"]),
             trainer_device_seconds=float(d["trainer_device_seconds"]),
             device_seconds=float(d["device_seconds"]),
@@ -138,6 +138,7 @@ class Booked:
     def __init__(self, inner: Executor, ledger: Ledger, tag: str = CORE):
         self.inner, self.ledger, self.tag = inner, ledger, tag
         self.name = inner.name
+        self._grids = 0  # grid calls so far: a grid job's key names its call, so two grids never share a key
 
     def session(self, address: str | None) -> contextlib.AbstractContextManager[bool]:
         return self.inner.session(address)
@@ -184,13 +185,14 @@ class Booked:
     ) -> Iterator[tuple[int, dict]]:
         """The inner executor's grid; each job booked as it finishes (its FLOPs unknown here: None)."""
         held = self.inner.held_cpus(1, threads)
+        self._grids += 1
         for index, record in self.inner.grid(fn, jobs, threads=threads, gpus=gpus, retries=retries):
             trainer = float(record.get("trainer_seconds") or 0.0)
             wall = float(record.get("wall_seconds") or trainer)
             self.ledger.book(
                 Booking(
                     self.tag,
-                    f"job/{self.tag}/{index}",
+                    f"job/{self.tag}/{self._grids}/{index}",
                     "job",
                     int(record.get("epochs") or 0),
                     trainer * held,

@@ -91,6 +91,11 @@ def sections(ctx: SweepContext) -> dict[str, Any]:
     return {s.report_key: s.section(ctx) for s in STRATEGIES}
 
 
+def _counts_itself(s: Strategy) -> bool:
+    """Whether ``s`` counts its trainings in its own words (overrides ``count_cost``), not from its bookings."""
+    return type(s).count_cost is not Strategy.count_cost
+
+
 def count_costs(compute: dict, values: dict[str, Any], bookings: Sequence[Booking] = ()) -> CostShare:
     """Every strategy's trainings added to the report's ``compute``; the sum of what they add to the critical path.
 
@@ -100,7 +105,7 @@ def count_costs(compute: dict, values: dict[str, Any], bookings: Sequence[Bookin
     search = target = 0.0
     booked: dict[str, dict] = {}
     for s in STRATEGIES:
-        share = s.count_cost(compute, values.get(s.report_key))
+        share = s.count_cost(compute, values.get(s.report_key)) if _counts_itself(s) else None
         if share is None:
             mine = tagged_bookings(bookings, s.name)
             if not mine:
@@ -140,7 +145,7 @@ def extra_costs(ctx: SweepContext) -> ExtraCosts:
     bookings = ctx.executor.ledger.bookings()
     parts = [
         s.extra_costs(ctx)
-        if type(s).count_cost is not Strategy.count_cost
+        if _counts_itself(s)
         else _booked_extra(tagged_bookings(bookings, s.name) if s.cost_side == "mutransfer" else [])
         for s in STRATEGIES
     ]
