@@ -192,10 +192,13 @@ def profile_steps(step, n_steps: int, device: torch.device, rows: int = 15) -> d
 
     top = sorted(events, key=key_time, reverse=True)[:rows]
     calls = {e.key: e.count for e in events}
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]  # not the ops above them
     return {
         "steps": n_steps,
         "table": table,
         "self_cpu_total_ms_per_step": total_cpu / 1e3 / n_steps,
+        "kernels_per_step": sum(e.count for e in kernels) / n_steps,
+        "kernel_ms_per_step": sum(e.self_device_time_total for e in kernels) / 1e3 / n_steps,
         "top": [
             {
                 "op": e.key,
@@ -603,6 +606,11 @@ def print_report(result: dict) -> None:
             print(
                 f"  profile of {name} over {prof['steps']} steps: aten::copy_ {prof['copy_calls_per_step']:.0f} "
                 f"and aten::select {prof['select_calls_per_step']:.0f} calls per step"
+                + (
+                    f"; {prof['kernels_per_step']:.0f} GPU kernels, {prof['kernel_ms_per_step']:.2f} ms of them per step"
+                    if prof["kernels_per_step"]
+                    else ""
+                )
             )
             print(prof["table"])
     sys.stdout.flush()

@@ -31,6 +31,15 @@ tensors within 1 % in 1D/2D/3D, fp32 and bf16; on a GPU see docs/benchmarks.md):
   (the spectral weights), two with weight decay; its per-tensor loop on CPUs
   (``device="cpu"``) about three the size of the largest tensor (a corner), four
   with weight decay.
+
+On CUDA every moment also holds the BLAS libraries' workspaces, which PyTorch takes from
+its caching allocator at the first matrix product and keeps: ``library_workspace_bytes``,
+64 MiB (cuBLAS and cuBLASLt, 32 MiB each on Hopper GPUs; less on older GPUs, so the plan errs
+on the safe side there). Measured on an H200 with torch 2.11 (docs/benchmarks.md, "Memory on
+a GPU"): with it the plan is within 1 % of ``torch.cuda.max_memory_allocated`` in fp32 in
+1D/2D/3D, the 906M target included. Under bf16 autocast on a GPU, where the backward peak
+decides, the plan is still under the measured peak (by 20 % at 64², B 20; 15 % at 64³): the
+float32 spectral temporaries of backward (cuFFT runs in float32) are not yet counted.
 """
 
 from __future__ import annotations
@@ -53,6 +62,9 @@ FLOAT_BYTES = 4
 COMPLEX_BYTES = 8
 #: training precisions and the bytes per element of the activations autograd saves under each
 PRECISION_BYTES: dict[Precision, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
+#: what PyTorch's cuBLAS and cuBLASLt workspaces hold from the first matrix product on (32 MiB each on
+#: Hopper; measured: benchmarks/bench_memory.py --device cuda, docs/benchmarks.md)
+CUDA_LIBRARY_WORKSPACE_BYTES = 64 * 2**20
 
 
 class FNOPlanOptions(TypedDict, total=False):
@@ -98,6 +110,7 @@ class FNOPlan:
     projection_channels: int = 128
     padding: int = 0
     weight_decay: float = 0.0
+    library_workspace_bytes: int = 0
 
     def options(self) -> FNOPlanOptions:
         """plan_fno keyword arguments that reproduce this plan (with ``grid`` and ``batch``)."""
@@ -124,12 +137,13 @@ class FNOPlan:
         """The larger of the start of backward (activations + projection gradients) and its end (all gradients)."""
         start = (self.activations_bytes or 0) + (self.workspace_bytes or 0)
         end = self.gradients_bytes + (self.layer_gradient_bytes or 0)
-        return self.weights_bytes + self.adam_bytes + max(start, end)
+        return self.weights_bytes + self.adam_bytes + max(start, end) + self.library_workspace_bytes
 
     @property
     def step_peak_bytes(self) -> int:
-        """Weights + Adam states + gradients + the optimizer's temporaries."""
-        return self.weights_bytes + self.adam_bytes + self.gradients_bytes + self.optimizer_workspace_bytes
+        """Weights + Adam states + gradients + the optimizer's temporaries (+ the BLAS workspaces on CUDA)."""
+        persistent = self.weights_bytes + self.adam_bytes + self.gradients_bytes
+        return persistent + self.optimizer_workspace_bytes + self.library_workspace_bytes
 
     @property
     def total_bytes(self) -> int:
@@ -226,7 +240,7 @@ def plan_fno(
 
     ``precision``: "fp32", "bf16" or "fp16" (mixed precision, see the module docstring).
     ``weight_decay`` > 0 adds to Adam's temporaries. ``device``: "cuda" (multi-tensor
-    Adam) or "cpu" (per-tensor Adam); they differ only in Adam's temporaries.
+    Adam, and the BLAS workspaces) or "cpu" (per-tensor Adam); they differ only there.
     """
     for name, value in (("dim", dim), ("modes", modes), ("width", width), ("layers", layers), ("batch", batch)):
         if not isinstance(value, int) or value < 1:
@@ -294,6 +308,7 @@ def plan_fno(
         workspace_bytes=workspace,
         precision=precision,
         optimizer_workspace_bytes=optimizer_workspace,
+        library_workspace_bytes=CUDA_LIBRARY_WORKSPACE_BYTES if device == "cuda" else 0,
         in_channels=in_channels,
         out_channels=out_channels,
         projection_channels=projection_channels,

@@ -109,7 +109,11 @@ def _measured_peak(dim, grid, modes, width, batch, precision, padding=0):
 PLAN_CASES = [
     (1, (1024,), 16, 64, 20, "fp32", 0),
     (2, (64, 64), 12, 64, 20, "fp32", 5),
-    (2, (64, 64), 12, 64, 20, "bf16", 5),
+    # bf16 where the backward peak decides: the plan misses cuFFT's float32 temporaries of backward
+    # (H200, torch 2.11: plan/measured 0.80; operators/planning.py says so). Strict: a fix makes it fail.
+    pytest.param(
+        2, (64, 64), 12, 64, 20, "bf16", 5, marks=pytest.mark.xfail(strict=True, reason="bf16 backward temporaries")
+    ),
     (3, (32, 32, 32), 8, 32, 4, "fp32", 4),
     (3, (32, 32, 32), 8, 32, 4, "bf16", 4),
     (3, (64, 64, 64), 8, 64, 8, "fp32", 4),
@@ -156,9 +160,14 @@ def test_a_model_too_large_for_the_gpu_is_refused_before_allocation(tmp_path, mo
     from mutransfer.cli.main import main
 
     monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    from operators.planning import plan_fno
+
     torch.cuda.empty_cache()
     before = torch.cuda.memory_allocated()
-    # K = 16 at width 1024 in 2D: 4 layers x 2 x 1024^2 x 256 complex entries = 17 GB of weights, ~86 GB per step
+    # the narrowest width whose weights, gradients and Adam states alone (K = 12 in 2D) exceed the card
+    # (width 2048: 144 GiB on an 80 GB H100 or a 141 GB H200; width 1024 fit the H200 and trained)
+    total = torch.cuda.get_device_properties(0).total_memory
+    width = next(w for w in (1024, 2048, 4096, 8192) if 4 * plan_fno(2, 12, w, 4).weights_bytes > total)
     rc = main(
         [
             "train",
@@ -169,7 +178,7 @@ def test_a_model_too_large_for_the_gpu_is_refused_before_allocation(tmp_path, mo
             "--modes",
             "12",
             "--width",
-            "1024",
+            str(width),
             "--epochs",
             "1",
             "--no-progress",

@@ -147,6 +147,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"  Adam states           {format_bytes(plan.adam_bytes):>16}")
     kind = "multi-tensor Adam (GPU)" if plan.device == "cuda" else "per-tensor Adam (CPU)"
     print(f"  Adam temporaries      {format_bytes(plan.optimizer_workspace_bytes):>16}  ({kind}, at the step)")
+    if plan.library_workspace_bytes:
+        print(
+            f"  BLAS workspaces       {format_bytes(plan.library_workspace_bytes):>16}  (cuBLAS + cuBLASLt, held throughout)"
+        )
     if plan.activations_bytes is None:
         print("  activations           (give --grid and --batch to estimate)")
     else:
