@@ -35,35 +35,97 @@ Point-set interface (GalerkinTransformer, ONO, GNOT; docs/operators.md):
   their multiplier, the rest ("other") at lr.
 """
 
-from operators import registry as _registry  # noqa: F401  (registers the built-in families)
-from operators.errors import OperatorConfigError
-from operators.fno import FNO
-from operators.galerkin import GalerkinAttention, GalerkinTransformer
-from operators.gnot import GNOT
-from operators.ono import ONO, OrthogonalAttention
-from operators.parametrization import (
-    PARAMETRIZATIONS,
-    clip_spectral_gradients,
-    declared_lr_multipliers,
-    optimizer_param_groups,
-    spectral_init_multiplier,
-    spectral_lr_multiplier,
-    spectral_parameters,
-    transfer_init_variance_factor,
-    transfer_lr_factor,
-)
-from operators.planning import FNOPlan, plan_fno
-from operators.spectral import SpectralConv
-from operators.transfer import TransferRecord, transfer_hyperparameters
-from operators.width_mup import (
-    WIDTH_PARAMETRIZATIONS,
-    MuLinear,
-    WidthSpec,
-    attention_scale,
-    hidden_lr_multiplier,
-    output_multiplier,
-    width_roles,
-)
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from operators.errors import OperatorConfigError
+    from operators.fno import FNO
+    from operators.galerkin import GalerkinAttention, GalerkinTransformer
+    from operators.gnot import GNOT
+    from operators.ono import ONO, OrthogonalAttention
+    from operators.parametrization import (
+        PARAMETRIZATIONS,
+        clip_spectral_gradients,
+        declared_lr_multipliers,
+        optimizer_param_groups,
+        spectral_init_multiplier,
+        spectral_lr_multiplier,
+        spectral_parameters,
+        transfer_init_variance_factor,
+        transfer_lr_factor,
+    )
+    from operators.planning import FNOPlan, plan_fno
+    from operators.spectral import SpectralConv
+    from operators.transfer import TransferRecord, transfer_hyperparameters
+    from operators.width_mup import (
+        WIDTH_PARAMETRIZATIONS,
+        MuLinear,
+        WidthSpec,
+        attention_scale,
+        hidden_lr_multiplier,
+        output_multiplier,
+        width_roles,
+    )
+
+#: where each public name lives; a name loads its module (and torch) on first use, so ``operators.errors``
+#: and the command line's light commands import no torch
+_HOME = {
+    "OperatorConfigError": "errors",
+    "FNO": "fno",
+    "GalerkinAttention": "galerkin",
+    "GalerkinTransformer": "galerkin",
+    "GNOT": "gnot",
+    "ONO": "ono",
+    "OrthogonalAttention": "ono",
+    "FNOPlan": "planning",
+    "plan_fno": "planning",
+    "SpectralConv": "spectral",
+    "TransferRecord": "transfer",
+    "transfer_hyperparameters": "transfer",
+    **dict.fromkeys(
+        (
+            "PARAMETRIZATIONS",
+            "clip_spectral_gradients",
+            "declared_lr_multipliers",
+            "optimizer_param_groups",
+            "spectral_init_multiplier",
+            "spectral_lr_multiplier",
+            "spectral_parameters",
+            "transfer_init_variance_factor",
+            "transfer_lr_factor",
+        ),
+        "parametrization",
+    ),
+    **dict.fromkeys(
+        (
+            "WIDTH_PARAMETRIZATIONS",
+            "MuLinear",
+            "WidthSpec",
+            "attention_scale",
+            "hidden_lr_multiplier",
+            "output_multiplier",
+            "width_roles",
+        ),
+        "width_mup",
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    home = _HOME.get(name)
+    if home is None:
+        if importlib.util.find_spec(f"operators.{name}") is not None:  # a submodule, as `import operators` gave before
+            return importlib.import_module(f"operators.{name}")
+        raise AttributeError(f"module 'operators' has no attribute {name!r}")
+    importlib.import_module("operators.registry")  # the built-in families register with the first model name used
+    value = getattr(importlib.import_module(f"operators.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FNO",

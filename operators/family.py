@@ -21,6 +21,7 @@ removes it.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
@@ -184,8 +185,15 @@ def unregister_family(name: str) -> None:
     OPERATORS.pop(name, None)
 
 
+def _with_builtins() -> dict[str, OperatorFamily]:
+    """The table, the built-in families in it (operators.registry registers them on its first import)."""
+    importlib.import_module("operators.registry")
+    return OPERATORS
+
+
 def get_family(name: str) -> OperatorFamily:
     """The registered family ``name``, with a one-line error listing the known ones."""
+    _with_builtins()
     try:
         return OPERATORS[name]
     except KeyError:
@@ -194,12 +202,12 @@ def get_family(name: str) -> OperatorFamily:
 
 def point_set_families() -> tuple[str, ...]:
     """Names of the families that take point sets (irregular meshes)."""
-    return tuple(f.name for f in OPERATORS.values() if f.takes("points"))
+    return tuple(f.name for f in _with_builtins().values() if f.takes("points"))
 
 
 def family_of_config(config: object) -> OperatorFamily | None:
     """The family that built a model with this ``config`` (None: no registered family owns it)."""
-    for family in OPERATORS.values():
+    for family in _with_builtins().values():
         if family.owns(config):
             return family
     return None

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
+from mutransfer.cli.outputs import check_out
 from mutransfer.config import smoke
 from mutransfer.data.pointclouds import inspect_point_dataset, is_point_file
 from mutransfer.data.problem_facts import get_facts
@@ -30,7 +31,12 @@ def add_parser(subparsers) -> None:
     gen.add_argument("problem", choices=sorted(PROBLEMS), help="which PDE")
     gen.add_argument("--n", type=positive_int, required=True, help="number of samples")
     gen.add_argument("--resolution", type=positive_int, required=True, help="grid points per axis")
-    gen.add_argument("--out", required=True, help="output HDF5 file (an existing file is kept unless --force)")
+    gen.add_argument(
+        "--out",
+        required=True,
+        help="output HDF5 file (an existing file is kept unless --force; never a tracking store or a file of a study "
+        "or model folder)",
+    )
     gen.add_argument("--force", action="store_true", help="replace --out if it exists")
     gen.add_argument(
         "--seed",
@@ -114,10 +120,7 @@ def run_generate(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.is_dir():
         raise UserInputError(f"--out {args.out}: is a directory; name a file, e.g. {out / (problem.name + '.h5')}")
-    if out.exists() and not args.force:
-        raise UserInputError(
-            f"--out {args.out}: the file exists and is kept; pass --force to replace it, or choose another --out"
-        )
+    check_out(out, force=args.force)
     if smoke.smoke() and args.n > smoke.SAMPLES:
         args.n = smoke.SAMPLES
         smoke.say("data generate", f"{smoke.SAMPLES} samples")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from mutransfer.cli.common import positive_int, print_json
 from mutransfer.cli.evaluate_cmd import add_model_arguments
+from mutransfer.cli.outputs import check_out
+from mutransfer.errors import UserInputError
 from mutransfer.serving.evaluation import write_predictions
 from mutransfer.serving.load import load_model
 
@@ -19,7 +22,14 @@ def add_parser(subparsers) -> None:
         "mutransfer-points for point sets (`mutransfer data inspect` reads it; `evaluate` against the truth).",
     )
     add_model_arguments(p)
-    p.add_argument("--out", metavar="FILE.h5", required=True, help="HDF5 file to write (replaced atomically)")
+    p.add_argument(
+        "--out",
+        metavar="FILE.h5",
+        required=True,
+        help="HDF5 file to write; an existing file is kept unless --force, and never the input, a tracking store "
+        "or a file of a study or model folder",
+    )
+    p.add_argument("--force", action="store_true", help="replace --out if it exists (atomically)")
     p.add_argument(
         "--resolution",
         type=positive_int,
@@ -32,6 +42,11 @@ def add_parser(subparsers) -> None:
 
 
 def run_predict_cmd(args: argparse.Namespace) -> int:
+    if Path(args.out).is_dir():
+        raise UserInputError(
+            f"--out {args.out}: is a directory; pass a file name such as {Path(args.out) / 'predictions.h5'}"
+        )
+    check_out(args.out, force=args.force, inputs=[args.data])
     loaded = load_model(args.model, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri)
     written = write_predictions(loaded, args.data, args.out, args.resolution)
     if args.json:

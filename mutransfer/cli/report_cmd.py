@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mutransfer.cli.outputs import check_out
 from mutransfer.errors import UserInputError
 from mutransfer.reporting.study_files import load_study_files
 
@@ -27,7 +28,13 @@ def add_parser(subparsers) -> None:
         "Each sweep also writes it as report.html in the study folder and logs it to MLflow.",
     )
     p.add_argument("study", metavar="STUDY", help=STUDY_HELP)
-    p.add_argument("--out", metavar="FILE", help="where to write the page (default: STUDY's folder/report.html)")
+    p.add_argument(
+        "--out",
+        metavar="FILE",
+        help="where to write the page (default: STUDY's folder/report.html); an existing file is kept unless --force, "
+        "and never a tracking store or another file of a study or model folder",
+    )
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument("--runs-dir", metavar="DIR", help=RUNS_DIR_HELP)
     p.set_defaults(run=run_report_cmd)
 
@@ -37,6 +44,7 @@ def run_report_cmd(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else files.root / "report.html"
     if out.is_dir() or not out.parent.is_dir():
         raise UserInputError(f"--out {out}: not a file in an existing folder; pass --out FOLDER/report.html")
+    check_out(out, force=args.force, own=files.root / "report.html")
     from mutransfer.reporting.html import write_report_page  # noqa: PLC0415 -- deferred: heavy imports (matplotlib, optuna, pandas, the sweep package), `mutransfer --help` stays fast
     from mutransfer.sweep.strategies import html_sections  # noqa: PLC0415
 

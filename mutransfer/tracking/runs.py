@@ -80,6 +80,15 @@ def resolve_tracking_uri(uri: str | None) -> str:
 SQLITE_HEADER = b"SQLite format 3\x00"
 
 
+def is_sqlite_database(path: Path) -> bool:
+    """Whether ``path`` is a readable file that starts as every SQLite database does."""
+    try:
+        with path.open("rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
 def check_sqlite_file(uri: str) -> None:
     """A sqlite store must be a database file or not exist yet (MLflow creates it): a directory, a file of
     something else, or a missing folder is a one-line UserInputError naming the path, before MLflow opens it."""

@@ -217,3 +217,43 @@ def test_register_needs_a_database_store_and_a_valid_name(tmp_path):
     )
     assert proc.returncode == 2 and "is not a model name" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing created
+
+
+def test_outputs_never_overwrite_the_input_the_store_or_a_study(served, tmp_path, capsys, monkeypatch):
+    """predict/report/data generate --out: an existing file needs --force; the command's input, a tracking store and a
+    study's or model's files are refused even with it, each in one line with exit 2 and the file unchanged."""
+    monkeypatch.chdir(served["home"])
+    home = served["home"]
+    study = home / "runs" / "tiny"
+    model = ["tiny", "--runs-dir", "runs", "--data", "data.h5"]
+    kept = {p: p.read_bytes() for p in (home / "data.h5", home / "mlflow.db", study / "state.json")}
+    kept[study / "model" / "state_dict.pt"] = (study / "model" / "state_dict.pt").read_bytes()
+    elsewhere = tmp_path / "elsewhere.h5"
+    elsewhere.write_bytes(b"a user's file")
+    cases = [
+        (["predict", *model, "--out", "data.h5", "--force"], "is this command's input (data.h5)"),
+        (["predict", *model, "--out", "mlflow.db", "--force"], "is an SQLite database"),
+        (["predict", *model, "--out", str(study / "model" / "state_dict.pt"), "--force"], "inside the model folder"),
+        (["predict", *model, "--out", str(elsewhere)], "the file exists and is kept; pass --force"),
+        (["report", "tiny", "--runs-dir", "runs", "--out", str(study / "state.json"), "--force"], "inside the study"),
+        (["report", "tiny", "--runs-dir", "runs", "--out", "mlflow.db", "--force"], "is an SQLite database"),
+        (
+            ["data", "generate", "burgers", "--n", "4", "--resolution", "64", "--out", "mlflow.db", "--force"],
+            "is an SQLite database",
+        ),
+        (
+            ["data", "generate", "burgers", "--n", "4", "--resolution", "64", "--out", str(study / "trial.h5")],
+            "inside the study folder",
+        ),
+    ]
+    for argv, expected in cases:
+        assert _main(*argv) == 2, argv
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, (argv, err)
+    assert all(path.read_bytes() == content for path, content in kept.items())
+    assert elsewhere.read_bytes() == b"a user's file" and not (study / "trial.h5").exists()
+    # with --force, a file of the user's that is none of those is replaced
+    assert _main("predict", *model, "--out", str(elsewhere), "--force", "--resolution", "64") == 0
+    from mutransfer.data.hdf5_io import read_dataset
+
+    assert read_dataset(elsewhere)["output"].shape == (48, 64)

@@ -1,0 +1,76 @@
+"""Where a command may write the file it makes (``--out``): checked before any work, one line when refused.
+
+Every command that writes a file a user names goes through :func:`check_out`:
+
+- an existing file is kept unless the command was given ``--force``;
+- never, even with ``--force``: the command's own input, a special file (a FIFO, a device), an SQLite database
+  (a tracking store: ``mlflow.db`` holds every study of the store), or a file inside a study folder (a folder
+  holding ``state.json``) or a model folder (holding ``MLmodel``) other than the one file the command itself
+  keeps there (``report``'s ``report.html``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from mutransfer.errors import UserInputError
+from mutransfer.serving.artifact import MLMODEL_FILE
+from mutransfer.study_folder.state import StudyDir
+from mutransfer.tracking.runs import is_sqlite_database
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def _enclosing_folder(path: Path) -> tuple[str, Path] | None:
+    """("study" | "model", folder) for the nearest study or model folder that holds ``path``."""
+    for folder in path.resolve().parents:
+        if StudyDir(folder).state_file.is_file():
+            return "study", folder
+        if (folder / MLMODEL_FILE).is_file():
+            return "model", folder
+    return None
+
+
+def check_out(
+    out: str | Path,
+    *,
+    force: bool,
+    inputs: Sequence[str | Path] = (),
+    own: Path | None = None,
+    flag: str = "--out",
+) -> Path:
+    """``out`` if the command may write it (module docstring), else a one-line :class:`UserInputError`.
+
+    ``inputs``: the files the command reads; ``own``: the one file inside a study folder that the command
+    itself keeps there (it may be replaced without ``--force``).
+    """
+    path = Path(out)
+    for source in inputs:
+        if path.exists() and Path(source).exists() and _same_file(path, Path(source)):
+            raise UserInputError(f"{flag} {out}: is this command's input ({source}); write to another file")
+    if own is not None and path.resolve() == own.resolve():
+        return path
+    if path.exists() and not path.is_file():
+        raise UserInputError(f"{flag} {out}: is not a regular file (a FIFO or a device?); write to a file")
+    if is_sqlite_database(path):
+        raise UserInputError(
+            f"{flag} {out}: is an SQLite database (a tracking store holds every study's runs); write to another file"
+        )
+    enclosing = _enclosing_folder(path)
+    if enclosing is not None:
+        kind, folder = enclosing
+        raise UserInputError(
+            f"{flag} {out}: is inside the {kind} folder {folder}, whose files the {kind} keeps; write outside it"
+        )
+    if path.exists() and not force:
+        raise UserInputError(
+            f"{flag} {out}: the file exists and is kept; pass --force to replace it, or choose another {flag}"
+        )
+    return path
