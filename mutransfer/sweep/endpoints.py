@@ -12,7 +12,8 @@ file, no folder, no experiment.
   stores) need an existing, writable folder; other database URIs need their host's port
   to accept a TCP connection.
 - Ray ``--address``: ``ray://HOST:PORT`` (Ray Client, port 10001 if none) and
-  ``HOST:PORT`` (the GCS) must accept a TCP connection; ``auto`` needs a running
+  ``HOST:PORT`` (the GCS) must accept a TCP connection and answer an HTTP/2 preface with a SETTINGS
+  frame, as every gRPC server does (a port of something else is refused, not waited on); ``auto`` needs a running
   cluster that Ray can find (``RAY_ADDRESS`` or this machine's latest ``ray start``).
 - the data file (``problem.data``), when the study names one: it exists, is a file
   and can be read.
@@ -160,7 +161,7 @@ def check_ray_address(address: str) -> None:
         host = port = None
     if not host or port is None:
         raise UserInputError(f"--address {address}: not auto, ray://HOST:PORT or HOST:PORT; {fix}")
-    _check_tcp(host, port, f"--address {address}", fix)
+    _check_grpc(host, port, f"--address {address}", fix)
 
 
 def _check_auto(fix: str) -> None:
@@ -194,6 +195,34 @@ def _check_tcp(host: str, port: int, what: str, fix: str) -> None:
     except OSError as exc:
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
         raise UserInputError(f"{what}: {host}:{port} {reason}; {fix}") from None
+
+
+#: what an HTTP/2 client sends first (RFC 9113 §3.4): the connection preface, then an empty SETTINGS frame
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+#: the frame type of SETTINGS, the first frame an HTTP/2 server sends (byte 3 of a frame header)
+_H2_SETTINGS = 0x04
+
+
+def _check_grpc(host: str, port: int, what: str, fix: str) -> None:
+    """The port accepts a TCP connection and answers as an HTTP/2 (gRPC) server does, as Ray's GCS and Ray Client
+    both are: a port of something else (which ray.init would wait on for minutes) is refused in seconds."""
+    _check_tcp(host, port, what, fix)
+    try:
+        with socket.create_connection((host, port), timeout=TIMEOUT_SECONDS) as conn:
+            conn.sendall(_H2_PREFACE)
+            header = b""
+            while len(header) < 9:
+                chunk = conn.recv(9 - len(header))
+                if not chunk:
+                    break
+                header += chunk
+    except OSError:
+        header = b""
+    if len(header) < 9 or header[3] != _H2_SETTINGS:
+        raise UserInputError(
+            f"{what}: {host}:{port} accepts connections but does not answer as Ray does (no gRPC reply in "
+            f"{TIMEOUT_SECONDS:.0f} s); {fix}"
+        )
 
 
 def check_data_file(data: str) -> None:

@@ -31,7 +31,7 @@ from mutransfer.sweep.model_log import check_registry_store
 from mutransfer.sweep.search import max_concurrent
 from mutransfer.sweep.strategies import prepare_strategies
 from mutransfer.sweep.trial import fail_trials_from_env
-from mutransfer.tracking.runs import resolve_tracking_uri
+from mutransfer.tracking.runs import is_sqlite_database, resolve_tracking_uri, sqlite_path
 
 
 def prepare(options: SweepOptions) -> SweepContext:
@@ -83,12 +83,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         stored = read_study_file(study_dir)
         _check_resume_consistent(stored, study, options)
         state = study_dir.read_state()
-        tracking_uri = study_tracking_uri(state, study_dir.root) or resolve_tracking_uri(stored.tracking.uri)
-        given = options.overrides.get("tracking_uri")
-        if given is not None and resolve_tracking_uri(given) != tracking_uri:
-            raise UserInputError(
-                f"--tracking-uri {given}: the study being resumed logs to {tracking_uri}; drop --tracking-uri or pass a new --name"
-            )
+        tracking_uri = _resumed_tracking(options, study, state, study_dir)
         study = stored
         applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
         source_text = state.get("source_text", source_text)
@@ -159,6 +154,46 @@ def _differences(study_dir: StudyDir, study: Study) -> list[str] | None:
     except (UserInputError, OSError, ValueError):
         return None
     return [d for d in _diff(stored.to_dict(), study.to_dict()) if d != "tracking.uri"]
+
+
+def _resumed_tracking(options: SweepOptions, given: Study, state: dict, study_dir: StudyDir) -> str:
+    """The store a resumed study logs to: the one this command names (--tracking-uri, else the --study file's
+    ``tracking.uri``, else ./mlflow.db), checked as a flag is. The study folder's state only confirms it: a folder
+    cannot send the study's runs, or the user's MLflow credentials, anywhere the command did not name (docs/robustness.md).
+    One exception keeps a moved or copied folder working when the command names no store (the default): an existing
+    SQLite store inside the folder that holds the runs directory (the layout ``mlflow.db`` beside
+    ``mutransfer-runs/``), which reaches no server and creates no file."""
+    flag = options.overrides.get("tracking_uri")
+    if flag is not None:
+        named, how = resolve_tracking_uri(flag), f"--tracking-uri {flag}"
+    elif options.study_path is not None or options.study_text is not None:
+        named = resolve_tracking_uri(given.tracking.uri)
+        how = (
+            f"{options.study_path or 'the study spec'}'s tracking.uri"
+            if given.tracking.uri
+            else "the default ./mlflow.db"
+        )
+    else:
+        named, how = resolve_tracking_uri(None), "the default ./mlflow.db"
+    stored = study_tracking_uri(state, study_dir.root)
+    if stored is None or _same_store(stored, named):
+        return named
+    local = sqlite_path(stored)
+    home = study_dir.root.absolute().parents[1]
+    beside = local is not None and local.is_relative_to(home) and is_sqlite_database(local)
+    if beside and how == "the default ./mlflow.db":
+        return resolve_tracking_uri(stored)
+    raise UserInputError(
+        f"--resume: study {study_dir.root.name!r} logs to {stored}, but this command names {named} ({how}); "
+        f"pass --tracking-uri {stored} to continue it there, or --name NEW to start a new study"
+    )
+
+
+def _same_store(a: str, b: str) -> bool:
+    pa, pb = sqlite_path(a), sqlite_path(b)
+    if pa is not None and pb is not None:
+        return os.path.normpath(pa.absolute()) == os.path.normpath(pb.absolute())
+    return a.rstrip("/") == b.rstrip("/")
 
 
 def _check_resume_consistent(stored: Study, given: Study, options: SweepOptions) -> None:

@@ -145,8 +145,13 @@ def test_resume_with_a_conflicting_flag(tmp_path, monkeypatch, capsys):
     assert main(["sweep", "--resume", "--num-trials", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--num-trials 3 differs from the stored study (search.num_trials = 8)" in err
+    from mutransfer.study_folder.portable import stored_tracking
+
+    sdir.write_state({"phase": "proxies", **stored_tracking(f"sqlite:///{tmp_path / 'mlflow.db'}", sdir.root)})
     assert main(["sweep", "--resume", "--tracking-uri", "sqlite:///elsewhere.db"]) == 2
-    assert "--tracking-uri sqlite:///elsewhere.db: the study being resumed logs to" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"--resume: study 'quick' logs to sqlite:///{tmp_path / 'mlflow.db'}, but this command names" in err
+    assert "(--tracking-uri sqlite:///elsewhere.db); pass --tracking-uri sqlite:///" in err
 
 
 # --------------------------------------------------------------------------- studies / ui

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -71,6 +72,27 @@ def test_local_tracking_stores(tmp_path):
         check_tracking_uri(f"postgresql+psycopg2://u@127.0.0.1:{closed_port()}/db")
 
 
+@contextlib.contextmanager
+def grpc_server():
+    """A gRPC server on loopback with no service (grpcio comes with Ray): the port, while it runs."""
+    from concurrent import futures
+
+    import grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield port
+    finally:
+        server.stop(None)
+
+
+def test_an_http_server_on_the_ray_port_is_not_taken_for_ray(http_server):
+    with pytest.raises(UserInputError, match="does not answer as Ray does"):
+        check_ray_address(http_server[0].removeprefix("http://"))
+
+
 def test_ray_address(monkeypatch):
     with pytest.raises(UserInputError, match="--address 127.0.0.1:.*connection refused"):
         check_ray_address(f"127.0.0.1:{closed_port()}")
@@ -80,13 +102,17 @@ def test_ray_address(monkeypatch):
         check_ray_address("nonsense")
     with pytest.raises(UserInputError, match="not known"):
         check_ray_address("no-such-host.invalid:6379")
-    with socket.socket() as s:  # something listens: the check passes
+    with grpc_server() as port:  # a gRPC server listens, as Ray's GCS and Ray Client do: the check passes
+        check_ray_address(f"127.0.0.1:{port}")
+        check_ray_address(f"ray://127.0.0.1:{port}")
+        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")  # `auto` takes it from the environment
+        check_ray_address("auto")
+    with socket.socket() as s:  # something else accepts connections and never answers: refused, not waited on
         s.bind(("127.0.0.1", 0))
         s.listen()
-        check_ray_address(f"127.0.0.1:{s.getsockname()[1]}")
-        check_ray_address(f"ray://127.0.0.1:{s.getsockname()[1]}")
-        monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{s.getsockname()[1]}")  # `auto` takes it from the environment
-        check_ray_address("auto")
+        for address in (f"127.0.0.1:{s.getsockname()[1]}", f"ray://127.0.0.1:{s.getsockname()[1]}"):
+            with pytest.raises(UserInputError, match="accepts connections but does not answer as Ray does"):
+                check_ray_address(address)
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed_port()}")
     with pytest.raises(
         UserInputError, match=r"--address auto \(found 127.0.0.1:\d+\): 127.0.0.1:\d+ connection refused"
