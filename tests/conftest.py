@@ -1,8 +1,10 @@
 """Shared test settings: quiet, deterministic, CPU-friendly."""
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -103,12 +105,22 @@ def cluster(tmp_path):
         c.stop()
 
 
+#: seconds each of the longest test files took on two workers (the slowest durations of
+#: ``python -m pytest -n 2 --dist loadfile --durations=60``, summed per file), for the order below
+SLOW_FILES: dict[str, float] = json.loads((Path(__file__).parent / "slow_files.json").read_text())
+
+
 def pytest_collection_modifyitems(config, items):
-    """The files that hold a slow test first, each file's tests in their order: on two workers
-    (``-n 2 --dist loadfile``, the README's test command) the long files start first and the short ones fill in
-    around them, instead of a long file starting last while the other worker idles."""
+    """The files that hold a slow test first, the longest first (``tests/slow_files.json``), each file's tests in
+    their order: on two workers (``-n 2 --dist loadfile``, the README's test command) the long files start first and
+    the short ones fill in around them, instead of a long file starting last while the other worker idles."""
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)  # stable: in-file order kept
+
+    def order(item) -> tuple[bool, float]:
+        path = item.nodeid.split("::")[0]
+        return path not in slow_files, -SLOW_FILES.get(path, 0.0)
+
+    items.sort(key=order)  # stable: in-file order kept
 
 
 @pytest.fixture(autouse=True)
