@@ -154,6 +154,8 @@ def open_hdf5(p: Path, hint: str) -> h5py.File:
         raise UserInputError(f"data file {p} not found; {hint}")
     if p.is_dir():
         raise UserInputError(f"data file {p} is a directory; pass the path of an .h5 file")
+    if not p.is_file():  # reading a FIFO would wait for a writer, a device would not end
+        raise UserInputError(f"data file {p} is not a regular file (a FIFO, a device or a socket); pass an .h5 file")
     try:
         is_hdf5 = h5py.is_hdf5(p)
         with open(p, "rb") as fh:

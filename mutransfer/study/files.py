@@ -186,6 +186,10 @@ def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) 
             raise UserInputError(f"study {source}: cannot be read ({type(exc).__name__}); check the file") from None
     try:
         mapping = yaml.safe_load(text)
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise UserInputError(
+            f"study {source}: nested too deeply to read (a study nests a few levels); fix the file"
+        ) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -315,6 +319,6 @@ def study_from_yaml_text(text: str, source: str) -> Study:
     """Parse a study stored as YAML text (e.g. the copy kept in a study directory)."""
     try:
         mapping = yaml.safe_load(text)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         raise UserInputError(f"study {source}: not valid YAML; delete the study directory or fix the file") from None
     return parse_study(mapping, source)

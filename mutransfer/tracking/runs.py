@@ -125,8 +125,21 @@ def _check_tracking_uri(uri: str) -> None:
     scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else None
     if not uri.strip() or (scheme is not None and scheme not in TRACKING_SCHEMES):
         raise UserInputError(
-            f"tracking URI {uri!r}: use sqlite:///PATH.db, a folder, or a {'/'.join(TRACKING_SCHEMES[2:4])} server "
+            f"tracking URI {uri!r}: use sqlite:///PATH.db or a {'/'.join(TRACKING_SCHEMES[2:4])} server "
             f"URL (schemes: {', '.join(TRACKING_SCHEMES)})"
+        )
+    if uri.startswith("-"):
+        raise UserInputError(f"tracking URI {uri}: looks like a flag, not a URI; give one, e.g. sqlite:///mlflow.db")
+    if scheme in (None, "file"):  # MLflow 3 refuses to write a folder store (an exception per call, not a message)
+        folder = uri[len("file://") :] if scheme == "file" else uri
+        raise UserInputError(
+            f"tracking URI {uri}: a folder store, which MLflow no longer writes; use a database file, e.g. "
+            f"sqlite:///{Path(folder) / 'mlflow.db'}"
+        )
+    if uri.rstrip("/") in ("sqlite:///:memory:", "sqlite://", "sqlite:"):
+        raise UserInputError(
+            f"tracking URI {uri}: an in-memory store ends with the command and keeps nothing; name a file, "
+            "e.g. sqlite:///mlflow.db"
         )
 
 

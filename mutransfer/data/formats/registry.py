@@ -61,6 +61,8 @@ def _check_path(path) -> Path:
         raise UserInputError(f"data file {p} not found; {generate_hint(p)}")
     if p.is_dir():
         raise UserInputError(f"data file {p} is a directory; pass the path of a data file")
+    if not p.is_file():  # reading a FIFO would wait for a writer, a device would not end
+        raise UserInputError(f"data file {p} is not a regular file (a FIFO, a device or a socket); pass a data file")
     return p
 
 

@@ -1,0 +1,59 @@
+"""Hostile or careless inputs found by the attack run of issue "Nothing lost" (finding 5): each is now one line and
+exit 2, before anything is made, where it was a traceback, a hang or a stray file."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mutransfer.cli.main import main
+from tests.repo_paths import ROOT
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    "argv", [["data", "inspect", "fifo.h5"], ["train", "--problem", "burgers", "--data", "fifo.h5"]]
+)
+def test_a_fifo_as_the_data_file_is_refused_not_waited_on(tmp_path, argv):
+    os.mkfifo(tmp_path / "fifo.h5")  # nothing ever writes it: reading it would wait for ever
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MUTRANSFER_CACHE=str(tmp_path / "cache"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mutransfer", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().endswith(
+        "fifo.h5 is not a regular file (a FIFO, a device or a socket); pass a data file"
+    )
+
+
+def test_a_study_nested_thousands_deep_is_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "deep.yaml").write_text("name: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert main(["sweep", "--study", "deep.yaml"]) == 2
+    assert "study deep.yaml: nested too deeply to read" in _one_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.yaml"]
+
+
+@pytest.mark.parametrize(
+    "uri,expected",
+    [
+        ("sqlite:///:memory:", "an in-memory store ends with the command and keeps nothing"),
+        ("./runs-folder", "a folder store, which MLflow no longer writes; use a database file, e.g. sqlite:///"),
+        ("file:///tmp/mlruns-here", "a folder store, which MLflow no longer writes"),
+        ("--help", "looks like a flag, not a URI"),
+    ],
+)
+@pytest.mark.parametrize("command", [["sweep"], ["studies"], ["ui"]])
+def test_tracking_uris_mlflow_cannot_keep_are_refused(tmp_path, monkeypatch, capsys, uri, expected, command):
+    monkeypatch.chdir(tmp_path)
+    assert main([*command, f"--tracking-uri={uri}"]) == 2
+    assert expected in _one_line(capsys)
+    assert list(tmp_path.iterdir()) == []  # no ":memory:" file, no folder store, no study folder
