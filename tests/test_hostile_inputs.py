@@ -57,3 +57,16 @@ def test_tracking_uris_mlflow_cannot_keep_are_refused(tmp_path, monkeypatch, cap
     assert main([*command, f"--tracking-uri={uri}"]) == 2
     assert expected in _one_line(capsys)
     assert list(tmp_path.iterdir()) == []  # no ":memory:" file, no folder store, no study folder
+
+
+@pytest.mark.parametrize("command", [["data", "inspect"], ["evaluate", "nosuch", "--data"]])
+def test_a_message_about_a_wrong_file_shows_none_of_its_contents(tmp_path, monkeypatch, capsys, command):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "shadow").write_text("root:$6$SECRETHASH:19000:0:99999:7:::\n")
+    (tmp_path / "blob.h5").write_bytes(b"\x00\x01SECRET\xff" * 10)
+    for name, kind in (("shadow", "text"), ("blob.h5", "binary data")):
+        assert main([*command, name]) == 2
+        err = _one_line(capsys)
+        assert "SECRET" not in err and "root" not in err, err
+        if command[0] == "data":
+            assert f"bytes of {kind}" in err, err

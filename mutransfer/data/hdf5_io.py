@@ -28,6 +28,7 @@ returned by ``generate_burgers`` / ``generate_darcy`` and ``read_dataset``.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,6 +149,16 @@ def write_dataset(path, data: dict) -> Path:
     return path
 
 
+def kind_of_bytes(head: bytes) -> str:
+    """ "text" or "binary data": what a file's first bytes look like, for a message that echoes none of them
+    (a message must not show a file's contents, e.g. of /etc/shadow passed by mistake)."""
+    try:
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=False)  # a character cut at the end is fine
+    except UnicodeDecodeError:
+        return "binary data"
+    return "text" if all(c.isprintable() or c in "\t\r\n" for c in text) else "binary data"
+
+
 def open_hdf5(p: Path, hint: str) -> h5py.File:
     """``p`` opened read-only as HDF5, or a one-line UserInputError (missing, a directory, unreadable, not HDF5)."""
     if not p.exists():
@@ -164,7 +175,7 @@ def open_hdf5(p: Path, hint: str) -> h5py.File:
         reason = exc.strerror or type(exc).__name__
         raise UserInputError(f"data file {p} could not be read ({reason}); check its permissions") from None
     if not is_hdf5:
-        found = "an empty file" if not head else f"{p.stat().st_size} bytes starting {head!r}"
+        found = "an empty file" if not head else f"{p.stat().st_size} bytes of {kind_of_bytes(head)}"
         raise UserInputError(f"data file {p} is not an HDF5 file (found {found}); {hint}")
     try:
         return h5py.File(p, "r")

@@ -25,7 +25,7 @@ from mutransfer.data.formats import (
     torch_pt,
 )
 from mutransfer.data.formats.base import DataFormat, Probe
-from mutransfer.data.hdf5_io import generate_hint
+from mutransfer.data.hdf5_io import generate_hint, kind_of_bytes
 from mutransfer.errors import UserInputError
 
 __all__ = ["REGISTRY", "FORMATS", "SUPPORTED", "get_format", "find_format"]
@@ -88,7 +88,7 @@ def find_format(path) -> DataFormat:
         probe.close()
     if found is None:
         raise UserInputError(
-            f"data file {p} is not a recognised data file (found {p.stat().st_size} bytes starting "
-            f"{head[:16]!r}); supported: {SUPPORTED}"
+            f"data file {p} is not a recognised data file (found {p.stat().st_size} bytes of "
+            f"{kind_of_bytes(head)}); supported: {SUPPORTED}"
         )
     return found
