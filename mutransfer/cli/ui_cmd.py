@@ -20,6 +20,7 @@ import urllib.request
 from mutransfer.cli.common import positive_int
 from mutransfer.cli.quiet import server_environment, server_options
 from mutransfer.errors import UserInputError
+from mutransfer.tracking.guard import guarded
 from mutransfer.tracking.listings import study_to_show
 from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
 from mutransfer.tracking.views import searched_keys, tag_kind, tag_study, ui_link
@@ -167,8 +168,9 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     print(f"mutransfer ui: starting MLflow on {args.host}:{args.port} ...", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too, as Ctrl-C does
     # an argument list, no shell; the server's log goes to stderr so stdout holds only the link
+    # through the guard (mutransfer.tracking.guard): the server stops with this command, even after `kill -9`
     proc = subprocess.Popen(
-        ui_command(uri, host=args.host, port=args.port, verbose=args.verbose),
+        guarded(ui_command(uri, host=args.host, port=args.port, verbose=args.verbose)),
         stdout=2,
         env=server_environment(args.verbose),
     )

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from types import SimpleNamespace
@@ -241,3 +242,36 @@ def test_without_the_view_the_same_page_is_the_genai_landing(served):
     link, experiment_id, port = served
     text = visible_text(dump_dom(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs", size=WIDE))
     assert GENAI_ONLY in text and "final_val_error" not in text
+
+
+@pytest.mark.slow
+def test_a_killed_ui_leaves_no_server_behind(tmp_path):
+    """`kill -9` of `mutransfer ui` (it runs no code then): its MLflow server stops too, and the port is free again."""
+    from mutransfer.cli.ui_cmd import check_port_free
+    from mutransfer.errors import UserInputError
+
+    write_store(tmp_path, tagged=True)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mutransfer", "ui", "--port", str(port)],
+        cwd=tmp_path,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().startswith("MLflow UI: http://127.0.0.1:")
+        proc.kill()
+        proc.wait(timeout=30)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                check_port_free("127.0.0.1", port)
+                break
+            except UserInputError:
+                time.sleep(0.5)
+        check_port_free("127.0.0.1", port)  # refused: the server still serves on a port nobody will free
+    finally:
+        if proc.poll() is None:
+            proc.kill()
