@@ -176,21 +176,26 @@ def test_free_port_passes_the_check():
 needs_chromium = pytest.mark.skipif(find_chromium() is None, reason="no Chromium (apt-get install chromium)")
 
 
+def _start_ui(cwd, port: int, **popen) -> subprocess.Popen:
+    """`mutransfer ui --port PORT` in ``cwd``; its stdout (the link) piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mutransfer", "ui", "--port", str(port)],
+        cwd=cwd,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        **popen,
+    )
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """`mutransfer ui` on a fresh store: (link it printed, experiment id, port); stopped after the tests."""
     work = tmp_path_factory.mktemp("ui")
     _, experiment_id = write_store(work, tagged=True)
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mutransfer", "ui", "--port", str(port)],
-        cwd=work,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    )
+    proc = _start_ui(work, port, start_new_session=True)
     try:
         line = proc.stdout.readline()  # printed once the server answers; '' if it gave up (--wait)
         assert line.startswith("MLflow UI: http://127.0.0.1:"), f"no link printed: {line!r}"
@@ -252,14 +257,7 @@ def test_a_killed_ui_leaves_no_server_behind(tmp_path):
 
     write_store(tmp_path, tagged=True)
     port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mutransfer", "ui", "--port", str(port)],
-        cwd=tmp_path,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = _start_ui(tmp_path, port)
     try:
         assert proc.stdout.readline().startswith("MLflow UI: http://127.0.0.1:")
         proc.kill()
