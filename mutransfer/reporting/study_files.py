@@ -16,7 +16,7 @@ import yaml
 
 from mutransfer.errors import UserInputError
 from mutransfer.study_folder.records import HISTORY_FILE, TrialRecord
-from mutransfer.study_folder.state import DEFAULT_RUNS_DIR, StudyDir
+from mutransfer.study_folder.state import DEFAULT_RUNS_DIR, StudyDir, check_state
 from mutransfer.training.records import EpochRecord, load_history
 
 
@@ -92,8 +92,7 @@ def load_study_files(study: str, runs_dir: str | None = None) -> StudyFiles:
     """Read the study folder named by ``study``: its state, report (if done), study.yaml and trial histories."""
     root = resolve_study_dir(study, runs_dir)
     state = _read_json(root / "state.json", "study state")
-    if not isinstance(state, dict):
-        raise UserInputError(f"study state {root / 'state.json'} is not a JSON object; restore it from a copy")
+    check_state(state, root / "state.json")
     report = _read_json(root / "report.json", "study report") if (root / "report.json").is_file() else None
     study_path = root / "study.yaml"
     study_text = study_path.read_text() if study_path.is_file() else str(state.get("source_text") or "")

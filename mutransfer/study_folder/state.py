@@ -71,14 +71,18 @@ class StudyDir:
 
     # ---- state ---------------------------------------------------------------------
     def read_state(self) -> dict:
+        """state.json as a dict ({} where there is none yet), its fields checked (:data:`STATE_FIELDS`): a
+        wrong-shaped file is one line naming the field, never a traceback further on."""
         if not self.state_file.exists():
             return {}
         try:
-            return json.loads(self.state_file.read_text())
+            state = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             raise UserInputError(
                 f"study directory {self.root}: state.json is unreadable; delete the directory or pass a new --name"
             ) from None
+        check_state(state, self.state_file)
+        return state
 
     def write_state(self, state: dict) -> None:
         state = dict(state, version=STATE_VERSION)
@@ -89,6 +93,40 @@ class StudyDir:
         state.update(changes)
         self.write_state(state)
         return state
+
+
+#: the type each field of state.json must have where present (None counts as absent)
+STATE_FIELDS: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(
+        ("phase", "study", "tracking_db", "tracking_uri", "experiment_id", "parent_run_id", "target_run_id"),
+        (str,),
+    ),
+    "source_text": (str,),
+    **dict.fromkeys(("created", "wall_seconds", "proxy_phase_seconds"), (int, float)),
+    **dict.fromkeys(("search_window", "concurrency", "version"), (int,)),
+    **dict.fromkeys(("trials", "overrides"), (list,)),
+    **dict.fromkeys(("best", "cost_estimate", "model", "target_outcome", "report"), (dict,)),
+}
+_KINDS = {str: "a string", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
+
+
+def check_state(state: object, path: Path) -> None:
+    """A one-line UserInputError unless ``state`` has the shape the sweep writes (:data:`STATE_FIELDS`)."""
+    fix = "restore the file from a copy (a sweep under another --name starts afresh)"
+
+    def found(value: object) -> str:
+        return "null" if value is None else type(value).__name__
+
+    if not isinstance(state, dict):
+        raise UserInputError(f"{path}: must be a JSON mapping of the study's state, found {found(state)}; {fix}")
+    for key, types in STATE_FIELDS.items():
+        value = state.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise UserInputError(f"{path}: field {key!r} must be {_KINDS[types[0]]}, found {found(value)}; {fix}")
+    if any(not isinstance(o, dict) for o in state.get("overrides") or []):
+        raise UserInputError(f"{path}: field 'overrides' must be a list of mappings; {fix}")
+    if state.get("phase") == "done" and not isinstance(state.get("report"), dict):
+        raise UserInputError(f"{path}: says the study is done but holds no report; {fix}")
 
 
 def write_atomic(path: Path, text: str) -> None:

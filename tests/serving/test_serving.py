@@ -56,6 +56,7 @@ def served(tmp_path_factory):
     sdir.write_state(
         {
             "phase": "done",
+            "report": {},
             **stored_tracking(uri, sdir.root),
             "target_run_id": run_id,
             "model": {"dir": "model", "model_id": model_id},

@@ -1,0 +1,45 @@
+"""A wrong-shaped state.json is one line and exit 2 in every command that reads it, never a traceback further on
+(issue "Nothing lost", finding 5: `[]`, `null`, `phase: done` without a report, fields of the wrong type)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mutransfer.cli.main import main
+from tests.sweep_helpers import K_ONLY_STUDY
+
+GOOD = {"phase": "proxies", "study": "quick", "tracking_db": "../../mlflow.db", "overrides": [], "trials": []}
+BAD = {
+    "a list": ([], "must be a JSON mapping of the study's state, found list"),
+    "null": (None, "must be a JSON mapping of the study's state, found null"),
+    "a number": (3, "must be a JSON mapping of the study's state, found int"),
+    "done without a report": (dict(GOOD, phase="done"), "says the study is done but holds no report"),
+    "a report that is a list": (dict(GOOD, report=[]), "field 'report' must be a mapping, found list"),
+    "trials as a mapping": (dict(GOOD, trials={"a": 1}), "field 'trials' must be a list, found dict"),
+    "the model as text": (dict(GOOD, model="x"), "field 'model' must be a mapping, found str"),
+    "seconds as text": (dict(GOOD, wall_seconds="fast"), "field 'wall_seconds' must be a number, found str"),
+    "overrides of numbers": (dict(GOOD, overrides=[1, 2]), "field 'overrides' must be a list of mappings"),
+    "the store as a number": (dict(GOOD, tracking_db=5), "field 'tracking_db' must be a string, found int"),
+    "a window that is true": (dict(GOOD, search_window=True), "field 'search_window' must be a number, found bool"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_a_wrong_shaped_state_is_one_line_in_every_command(tmp_path, monkeypatch, capsys, case):
+    from mutransfer.study import load_study
+    from mutransfer.study_folder.state import StudyDir
+
+    state, expected = BAD[case]
+    monkeypatch.chdir(tmp_path)
+    study, _ = load_study(K_ONLY_STUDY)
+    sdir = StudyDir(tmp_path / "mutransfer-runs" / "quick")
+    sdir.root.mkdir(parents=True)
+    sdir.study_file.write_text(study.to_yaml())
+    sdir.state_file.write_text(json.dumps(state))
+    for argv in (["sweep", "--resume"], ["report", "quick"], ["trials", "quick"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"state.json: {expected}" in err, (argv, err)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store, nothing else made
