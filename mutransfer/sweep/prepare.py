@@ -164,24 +164,22 @@ def _resumed_tracking(options: SweepOptions, given: Study, state: dict, study_di
     SQLite store inside the folder that holds the runs directory (the layout ``mlflow.db`` beside
     ``mutransfer-runs/``), which reaches no server and creates no file."""
     flag = options.overrides.get("tracking_uri")
+    from_file = options.study_path is not None or options.study_text is not None
+    chosen = flag if flag is not None else (given.tracking.uri if from_file else None)
     if flag is not None:
-        named, how = resolve_tracking_uri(flag), f"--tracking-uri {flag}"
-    elif options.study_path is not None or options.study_text is not None:
-        named = resolve_tracking_uri(given.tracking.uri)
-        how = (
-            f"{options.study_path or 'the study spec'}'s tracking.uri"
-            if given.tracking.uri
-            else "the default ./mlflow.db"
-        )
+        how = f"--tracking-uri {flag}"
+    elif chosen is not None:
+        how = f"{options.study_path or 'the study spec'}'s tracking.uri"
     else:
-        named, how = resolve_tracking_uri(None), "the default ./mlflow.db"
+        how = "the default ./mlflow.db"
+    named = resolve_tracking_uri(chosen)
     stored = study_tracking_uri(state, study_dir.root)
     if stored is None or _same_store(stored, named):
         return named
     local = sqlite_path(stored)
     home = study_dir.root.absolute().parents[1]
     beside = local is not None and local.is_relative_to(home) and is_sqlite_database(local)
-    if beside and how == "the default ./mlflow.db":
+    if beside and chosen is None:
         return resolve_tracking_uri(stored)
     raise UserInputError(
         f"--resume: study {study_dir.root.name!r} logs to {stored}, but this command names {named} ({how}); "
