@@ -70,3 +70,24 @@ def test_a_message_about_a_wrong_file_shows_none_of_its_contents(tmp_path, monke
         assert "SECRET" not in err and "root" not in err, err
         if command[0] == "data":
             assert f"bytes of {kind}" in err, err
+
+
+def test_evaluate_against_a_dead_tracking_server_says_so_at_once(tmp_path):
+    """MLflow's client retries a dead server for minutes (274 s in the attack run): the command checks it first."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mutransfer", "evaluate", "runs:/abc/model", "--data", "d.h5"]
+        + ["--tracking-uri", f"http://127.0.0.1:{port}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"127.0.0.1:{port} connection refused; start the tracking server" in proc.stderr

@@ -26,7 +26,7 @@ from mutransfer.serving.artifact import ModelCard, read_model_dir
 from mutransfer.study_folder.portable import relocated_artifact_path
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
-from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
+from mutransfer.tracking.runs import _client, check_server_reachable, resolve_tracking_uri, sqlite_path
 
 
 @dataclass
@@ -78,6 +78,7 @@ def _mlflow_model_dir(uri: str, tracking_uri: str | None) -> Path:
             f"{uri}: tracking store {sqlite_path(store)} not found; pass --tracking-uri of the "
             "store the sweep logged to"
         )
+    check_server_reachable(store, "start the tracking server, or pass --tracking-uri of the store the sweep logged to")
     client = _client(store)
     try:
         logged = _logged_model(client, uri)

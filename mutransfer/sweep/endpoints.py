@@ -27,9 +27,9 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
+from mutransfer.tracking.runs import CONNECT_SECONDS as TIMEOUT_SECONDS
+from mutransfer.tracking.runs import check_tcp
 
-#: seconds to open a connection (TCP connect)
-TIMEOUT_SECONDS = 5.0
 #: seconds an MLflow server may take to answer once connected (a fresh server creates its tables on the first request)
 REPLY_SECONDS = 20.0
 _DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
@@ -57,7 +57,7 @@ def check_tracking_uri(uri: str) -> None:
     elif scheme in _DB_PORTS:
         check_database_driver(uri)
         parts = urlsplit(uri)
-        _check_tcp(parts.hostname or "localhost", parts.port or _DB_PORTS[scheme], f"tracking URI {uri}", fix)
+        check_tcp(parts.hostname or "localhost", parts.port or _DB_PORTS[scheme], f"tracking URI {uri}", fix)
 
 
 #: the pip package of each database driver SQLAlchemy may name (its dialect's ``driver``)
@@ -186,17 +186,6 @@ def _check_auto(fix: str) -> None:
         raise UserInputError(f"--address auto (found {found}): {str(exc).split(': ', 1)[1]}") from None
 
 
-def _check_tcp(host: str, port: int, what: str, fix: str) -> None:
-    try:
-        with socket.create_connection((host, port), timeout=TIMEOUT_SECONDS):
-            pass
-    except socket.gaierror:
-        raise UserInputError(f"{what}: host {host} is not known (DNS); {fix}") from None
-    except OSError as exc:
-        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
-        raise UserInputError(f"{what}: {host}:{port} {reason}; {fix}") from None
-
-
 #: what an HTTP/2 client sends first (RFC 9113 §3.4): the connection preface, then an empty SETTINGS frame
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 #: the frame type of SETTINGS, the first frame an HTTP/2 server sends (byte 3 of a frame header)
@@ -206,7 +195,7 @@ _H2_SETTINGS = 0x04
 def _check_grpc(host: str, port: int, what: str, fix: str) -> None:
     """The port accepts a TCP connection and answers as an HTTP/2 (gRPC) server does, as Ray's GCS and Ray Client
     both are: a port of something else (which ray.init would wait on for minutes) is refused in seconds."""
-    _check_tcp(host, port, what, fix)
+    check_tcp(host, port, what, fix)
     try:
         with socket.create_connection((host, port), timeout=TIMEOUT_SECONDS) as conn:
             conn.sendall(_H2_PREFACE)

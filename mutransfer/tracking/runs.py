@@ -35,9 +35,10 @@ import functools
 import json
 import math
 import os
+import socket
 import time
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from mutransfer.errors import UserInputError
 
@@ -74,6 +75,35 @@ def resolve_tracking_uri(uri: str | None) -> str:
             resolved = f"sqlite:///{Path(uri[len('sqlite:///') :]).absolute()}"
     check_sqlite_file(resolved)
     return resolved
+
+
+#: seconds to open a connection to a server (TCP connect) before anything is asked of it
+CONNECT_SECONDS = 5.0
+
+
+def check_tcp(host: str, port: int, what: str, fix: str) -> None:
+    """A one-line UserInputError unless ``host:port`` accepts a TCP connection within :data:`CONNECT_SECONDS`."""
+    try:
+        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
+            pass
+    except socket.gaierror:
+        raise UserInputError(f"{what}: host {host} is not known (DNS); {fix}") from None
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+        raise UserInputError(f"{what}: {host}:{port} {reason}; {fix}") from None
+
+
+def check_server_reachable(uri: str, fix: str) -> None:
+    """For an http(s):// tracking URI, :func:`check_tcp` on its host (MLflow's own client retries a dead server for
+    minutes before it says so); other stores pass."""
+    parts = urlsplit(uri)
+    if parts.scheme in ("http", "https"):
+        check_tcp(
+            parts.hostname or "localhost",
+            parts.port or (443 if parts.scheme == "https" else 80),
+            f"tracking URI {uri}",
+            fix,
+        )
 
 
 #: the first 16 bytes of every SQLite 3 database file
