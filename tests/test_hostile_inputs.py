@@ -74,11 +74,9 @@ def test_a_message_about_a_wrong_file_shows_none_of_its_contents(tmp_path, monke
 
 def test_evaluate_against_a_dead_tracking_server_says_so_at_once(tmp_path):
     """MLflow's client retries a dead server for minutes (274 s in the attack run): the command checks it first."""
-    import socket
+    from tests.team_store import free_port
 
-    with socket.socket() as s:  # a port nothing listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
         [sys.executable, "-m", "mutransfer", "evaluate", "runs:/abc/model", "--data", "d.h5"]

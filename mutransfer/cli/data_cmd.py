@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
 from mutransfer.cli.outputs import check_out
@@ -117,10 +116,7 @@ def run_generate(args: argparse.Namespace) -> int:
             raise UserInputError(
                 f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no problem'} only, not {problem.name}; drop it"
             )
-    out = Path(args.out)
-    if out.is_dir():
-        raise UserInputError(f"--out {args.out}: is a directory; name a file, e.g. {out / (problem.name + '.h5')}")
-    check_out(out, force=args.force)
+    check_out(args.out, force=args.force, example=f"{problem.name}.h5")
     if smoke.smoke() and args.n > smoke.SAMPLES:
         args.n = smoke.SAMPLES
         smoke.say("data generate", f"{smoke.SAMPLES} samples")

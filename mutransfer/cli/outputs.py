@@ -44,14 +44,18 @@ def check_out(
     force: bool,
     inputs: Sequence[str | Path] = (),
     own: Path | None = None,
+    example: str = "out.h5",
     flag: str = "--out",
 ) -> Path:
     """``out`` if the command may write it (module docstring), else a one-line :class:`UserInputError`.
 
     ``inputs``: the files the command reads; ``own``: the one file inside a study folder that the command
-    itself keeps there (it may be replaced without ``--force``).
+    itself keeps there (it may be replaced without ``--force``); ``example``: a file name to suggest when ``out``
+    is a directory.
     """
     path = Path(out)
+    if path.is_dir():
+        raise UserInputError(f"{flag} {out}: is a directory; name a file, e.g. {path / example}")
     for source in inputs:
         if path.exists() and Path(source).exists() and _same_file(path, Path(source)):
             raise UserInputError(f"{flag} {out}: is this command's input ({source}); write to another file")

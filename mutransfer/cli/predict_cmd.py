@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from mutransfer.cli.common import positive_int, print_json
 from mutransfer.cli.evaluate_cmd import add_model_arguments
 from mutransfer.cli.outputs import check_out
-from mutransfer.errors import UserInputError
 from mutransfer.serving.evaluation import write_predictions
 from mutransfer.serving.load import load_model
 
@@ -42,11 +40,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_predict_cmd(args: argparse.Namespace) -> int:
-    if Path(args.out).is_dir():
-        raise UserInputError(
-            f"--out {args.out}: is a directory; pass a file name such as {Path(args.out) / 'predictions.h5'}"
-        )
-    check_out(args.out, force=args.force, inputs=[args.data])
+    check_out(args.out, force=args.force, inputs=[args.data], example="predictions.h5")
     loaded = load_model(args.model, runs_dir=args.runs_dir, tracking_uri=args.tracking_uri)
     written = write_predictions(loaded, args.data, args.out, args.resolution)
     if args.json:

@@ -2,7 +2,7 @@
 
 :func:`check_endpoints` runs in :func:`mutransfer.sweep.prepare.prepare` after the
 study is validated and before the study's lock, folder, MLflow runs or Ray start. Each
-check has a short timeout (:data:`TIMEOUT_SECONDS` to connect, :data:`REPLY_SECONDS` for an
+check has a short timeout (:data:`CONNECT_SECONDS` to connect, :data:`REPLY_SECONDS` for an
 MLflow server's reply, one call per endpoint, so the worst case stays under 30 s) and raises :class:`~mutransfer.errors.UserInputError` (one line:
 the endpoint, what is wrong, the fix; exit 2). The checks create nothing: no sqlite
 file, no folder, no experiment.
@@ -22,13 +22,11 @@ file, no folder, no experiment.
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
-from mutransfer.tracking.runs import CONNECT_SECONDS as TIMEOUT_SECONDS
-from mutransfer.tracking.runs import check_tcp
+from mutransfer.tracking.runs import CONNECT_SECONDS, check_tcp, open_tcp
 
 #: seconds an MLflow server may take to answer once connected (a fresh server creates its tables on the first request)
 REPLY_SECONDS = 20.0
@@ -111,7 +109,7 @@ def _check_mlflow_server(uri: str, fix: str) -> None:
             endpoint,
             "GET",
             max_retries=0,
-            timeout=(TIMEOUT_SECONDS, REPLY_SECONDS),
+            timeout=(CONNECT_SECONDS, REPLY_SECONDS),
             raise_on_status=False,
             params={"max_results": 1},
         )
@@ -195,9 +193,8 @@ _H2_SETTINGS = 0x04
 def _check_grpc(host: str, port: int, what: str, fix: str) -> None:
     """The port accepts a TCP connection and answers as an HTTP/2 (gRPC) server does, as Ray's GCS and Ray Client
     both are: a port of something else (which ray.init would wait on for minutes) is refused in seconds."""
-    check_tcp(host, port, what, fix)
     try:
-        with socket.create_connection((host, port), timeout=TIMEOUT_SECONDS) as conn:
+        with open_tcp(host, port, what, fix) as conn:
             conn.sendall(_H2_PREFACE)
             header = b""
             while len(header) < 9:
@@ -210,7 +207,7 @@ def _check_grpc(host: str, port: int, what: str, fix: str) -> None:
     if len(header) < 9 or header[3] != _H2_SETTINGS:
         raise UserInputError(
             f"{what}: {host}:{port} accepts connections but does not answer as Ray does (no gRPC reply in "
-            f"{TIMEOUT_SECONDS:.0f} s); {fix}"
+            f"{CONNECT_SECONDS:.0f} s); {fix}"
         )
 
 

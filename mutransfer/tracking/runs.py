@@ -83,9 +83,14 @@ CONNECT_SECONDS = 5.0
 
 def check_tcp(host: str, port: int, what: str, fix: str) -> None:
     """A one-line UserInputError unless ``host:port`` accepts a TCP connection within :data:`CONNECT_SECONDS`."""
+    open_tcp(host, port, what, fix).close()
+
+
+def open_tcp(host: str, port: int, what: str, fix: str) -> socket.socket:
+    """A TCP connection to ``host:port`` (timeout :data:`CONNECT_SECONDS`), or a one-line UserInputError saying why
+    not: ``what`` names the endpoint, ``fix`` what to do."""
     try:
-        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
-            pass
+        return socket.create_connection((host, port), timeout=CONNECT_SECONDS)
     except socket.gaierror:
         raise UserInputError(f"{what}: host {host} is not known (DNS); {fix}") from None
     except OSError as exc:
