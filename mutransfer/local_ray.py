@@ -45,12 +45,27 @@ def loopback_only():
             constants.ENABLE_RAY_CLUSTER = saved
 
 
-def start_ray(address: str | None) -> bool:
+def cluster_runtime_env(code: tuple[str, ...] = ()) -> dict[str, object] | None:
+    """The job's runtime environment on a cluster: the tuned allocator's variables (its workers do not inherit
+    the driver's environment) and ``code``, the user's modules a study imports (a factory ``operator.type``),
+    shipped to every node as Ray ``py_modules``."""
+    env: dict[str, object] = {}
+    wanted = cluster_env()
+    if wanted:
+        env["env_vars"] = wanted
+    if code:
+        env["py_modules"] = list(code)
+    return env or None
+
+
+def start_ray(address: str | None, code: tuple[str, ...] = ()) -> bool:
     """Start a local Ray (or connect to ``address``); False if Ray was already initialised by the caller.
 
     Every worker runs under the tuned allocator (:mod:`mutransfer.allocator`): a local
     Ray's processes inherit it from the driver's environment while it starts; a
-    cluster's workers get it through the job's runtime environment.
+    cluster's workers get it through the job's runtime environment, with ``code`` (the
+    user's modules: :func:`cluster_runtime_env`). A local Ray's workers import ``code``
+    from where the driver found it.
     """
     import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
 
@@ -68,7 +83,6 @@ def start_ray(address: str | None) -> bool:
                 log_to_driver=False,
             )
     else:
-        wanted = cluster_env()  # the cluster's workers do not inherit the driver's environment
-        runtime_env = {"env_vars": wanted} if wanted else None
+        runtime_env = cluster_runtime_env(code)
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, runtime_env=runtime_env)
     return True

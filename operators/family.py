@@ -13,7 +13,9 @@ A family owns its behaviour: the service asks the record, never which family it 
 - ``standardizes``: its models take per-channel input/output standardisation from the
   training split; ``flops(config, grid)``: analytic training FLOPs per sample (None: counted);
 - ``owns(config)``: whether a model's ``config`` was built by this family (memory checks);
-- ``defaults``: the values of its own options when a user gives none (``mutransfer train``).
+- ``defaults``: the values of its own options when a user gives none (``mutransfer train``);
+- ``facts_on_parameters``: its multipliers are the muP facts on its parameters, relative to the proxy
+  (operators.factory), not c(K) applied by its own layers.
 
 :func:`register_family` adds one (a new operator, or a test's toy), :func:`unregister_family`
 removes it.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from torch import nn
@@ -46,7 +49,7 @@ class ModelSpec:
     """A model described without naming its class: what every family's ``configure`` reads.
 
     ``input_channels`` is the last-axis size of the input tensor (for packed point sets
-    d + C_in + 1). ``modes`` is K (families with the K axis). ``options`` holds the
+    d + C_in + 1). ``modes`` is K (families with the K axis), ``base_modes`` the proxy's K. ``options`` holds the
     family's own fields (``padding``, ``projection_channels``, ``heads``, free ``options``).
     """
 
@@ -56,6 +59,8 @@ class ModelSpec:
     width: int
     layers: int
     modes: int | None = None
+    #: K of the base (the proxy) that muP's multipliers are relative to: a user's factory family builds it
+    base_modes: int | None = None
     parametrization: str = "mup"
     width_parametrization: str = "standard"
     base_width: int | None = None
@@ -84,6 +89,9 @@ class OperatorFamily:
     standardizes: bool = False
     flops: Callable[[ModelConfig, tuple[int, ...]], float] | None = None
     defaults: dict[str, object] = field(default_factory=dict)
+    #: its models carry muP facts on their parameters (operators.base_shapes: a user's factory), relative to the
+    #: proxy, instead of applying c(K) and the width rules in their own layers
+    facts_on_parameters: bool = False
 
     @property
     def spectral(self) -> bool:
@@ -192,12 +200,28 @@ def _with_builtins() -> dict[str, OperatorFamily]:
 
 
 def get_family(name: str) -> OperatorFamily:
-    """The registered family ``name``, with a one-line error listing the known ones."""
+    """The registered family ``name``, with a one-line error listing the known ones.
+
+    A factory path ("mymodel:build", operators.factory) registers its family on first use, its module
+    imported as installed or from the working directory.
+    """
     _with_builtins()
+    if name not in OPERATORS and ":" in name:
+        return _factory_family(name)
     try:
         return OPERATORS[name]
     except KeyError:
-        raise OperatorConfigError(f"operator {name!r} is unknown; use one of: {', '.join(OPERATORS)}") from None
+        raise OperatorConfigError(
+            f"operator {name!r} is unknown; use one of: {', '.join(OPERATORS)}, or a factory 'module:function'"
+        ) from None
+
+
+def _factory_family(path: str) -> OperatorFamily:
+    """The family of a user's factory, its module found as installed or in the working directory only (never
+    where a study or model folder says: loading code from there would run what the folder's writer chose)."""
+    factory = importlib.import_module("operators.factory")  # it imports this module: at call time
+    family: OperatorFamily = factory.factory_family(path, factory.locate(path, [Path.cwd()]))
+    return family
 
 
 def point_set_families() -> tuple[str, ...]:
@@ -210,4 +234,6 @@ def family_of_config(config: object) -> OperatorFamily | None:
     for family in _with_builtins().values():
         if family.owns(config):
             return family
+    if isinstance(config, dict) and isinstance(config.get("factory"), str):  # a user's model (operators.factory)
+        return _factory_family(config["factory"])
     return None

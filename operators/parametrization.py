@@ -184,8 +184,32 @@ def spectral_modules(model: nn.Module) -> list[SpectralModule]:
 
 
 def spectral_parameters(model: nn.Module) -> list[nn.Parameter]:
-    """The spectral weights R of every Fourier layer (complex tensors)."""
-    return [p for module in spectral_modules(model) for p in module.spectral_weights()]
+    """The spectral weights R of every Fourier layer (complex tensors), and every parameter whose muP facts
+    (operators.base_shapes) say it is spectral (a user's model)."""
+    found = {id(p): p for module in spectral_modules(model) for p in module.spectral_weights()}
+    for p in model.parameters():
+        fact = _facts(p)
+        if fact is not None and fact.role == "spectral":
+            found.setdefault(id(p), p)
+    return list(found.values())
+
+
+class _Facts(Protocol):
+    """What operators.base_shapes.MuShape offers the optimizer groups (read here without importing it)."""
+
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def lr_multiplier(self) -> float: ...
+
+
+def _facts(p: torch.Tensor) -> _Facts | None:
+    """The muP facts ``operators.base_shapes.set_base_shapes`` put on ``p`` (None without)."""
+    fact = getattr(p, "mutransfer_shape", None)
+    if fact is None or not hasattr(fact, "role") or not hasattr(fact, "lr_multiplier"):
+        return None
+    return cast(_Facts, fact)
 
 
 def declared_lr_multipliers(model: nn.Module) -> dict[int, tuple[nn.Parameter, str, float]]:
@@ -218,6 +242,9 @@ def declared_lr_multipliers(model: nn.Module) -> dict[int, tuple[nn.Parameter, s
 def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict[str, object]]:
     """Adam parameter groups: spectral weights at c(K)·lr, declared parameters at their multiplier·lr, the rest at lr.
 
+    A parameter with muP facts (operators.base_shapes.set_base_shapes, a user's model) is grouped by them:
+    a spectral one with the spectral groups, any other at its multiplier under its role's name.
+
     Each group has "params", "lr", "weight_decay", "name" and "lr_multiplier".
     Order: "spectral" groups (one per multiplier, so layers with different K
     get separate groups), then groups declared through the
@@ -237,8 +264,21 @@ def optimizer_param_groups(model: nn.Module, lr: float, weight_decay: float = 0.
             spectral_ids.add(id(p))
             by_multiplier.setdefault(module.lr_multiplier, []).append(p)
     declared: dict[tuple[str, float], list[nn.Parameter]] = {}
+    faceted: set[int] = set()
+    for p in model.parameters():  # a user's model: the muP facts on its parameters (operators.base_shapes)
+        fact = _facts(p)
+        if fact is None or id(p) in spectral_ids or not p.requires_grad:
+            continue
+        faceted.add(id(p))
+        if fact.role == "spectral":
+            spectral_ids.add(id(p))
+            by_multiplier.setdefault(fact.lr_multiplier, []).append(p)
+        elif fact.lr_multiplier != 1.0:
+            declared.setdefault((fact.role, fact.lr_multiplier), []).append(p)
+        else:
+            faceted.discard(id(p))  # multiplier 1: with the rest
     for key, (p, name, mult) in declared_lr_multipliers(model).items():
-        if key in spectral_ids or not p.requires_grad:
+        if key in spectral_ids or key in faceted or not p.requires_grad:
             continue
         declared.setdefault((name, mult), []).append(p)
     declared_ids = {id(p) for params in declared.values() for p in params}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from operators.base_shapes import declare
 from operators.errors import OperatorConfigError
 from operators.width_mup import MuLinear, WidthSpec
 
@@ -128,6 +129,8 @@ class HeadLayerNorm(nn.Module):
         self.head_dim, self.eps = head_dim, eps
         self.weight = nn.Parameter(torch.ones(heads, 1, head_dim))
         self.bias = nn.Parameter(torch.zeros(heads, 1, head_dim))
+        for p in (self.weight, self.bias):  # per-head gains and shifts: vectors in the width (operators.base_shapes)
+            declare(p, role="vector")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = nn.functional.layer_norm(x, (self.head_dim,), eps=self.eps)

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.autograd.function import FunctionCtx
 
+from operators.base_shapes import declare
 from operators.contraction import (
     packed_to_planar,
     planar_to_packed,
@@ -228,6 +229,8 @@ class SpectralConv(nn.Module):
             self.weights = nn.ParameterList(
                 nn.Parameter(init(torch.empty(shape, dtype=torch.cfloat))) for _ in range(2 ** (dim - 1))
             )
+        for w in self.weights:  # its muP facts, for operators.base_shapes (one tensor per corner, K entries per dim)
+            declare(w, role="spectral", k_dims=range(2, 2 + dim), width_dims=(0, 1), modes=modes)
         # Corner i keeps the positive (":K") or negative ("-K:") frequencies of each non-last dim.
         self._corners = list(itertools.product((False, True), repeat=dim - 1))
 

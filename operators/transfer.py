@@ -124,6 +124,9 @@ class Scaling:
     ``k_exponent``: the exponent ρ of muP's K rule, (d·log K)^(−ρ/2) (1: the paper's 1/√(d·log K)).
     ``proxy_resolution``/``target_resolution``: grid points per space axis the proxy and the target train on
     (None: the same grid).
+    ``relative``: the multipliers come from the muP facts on the model's parameters (operators.base_shapes, a
+    user's factory): relative to the proxy, which trains at the master LR and its author's init; the readout
+    takes Table 3's LR x m0/m and init x sqrt(m0/m) instead of a forward multiplier.
     """
 
     dim: int
@@ -137,6 +140,7 @@ class Scaling:
     k_exponent: float = 1.0
     proxy_resolution: int | None = None
     target_resolution: int | None = None
+    relative: bool = False
 
     @property
     def scales_width(self) -> bool:
@@ -227,9 +231,10 @@ def transfer(
                 else "standard parametrization in K: copied unchanged; the optimum may drift with K"
             )
     if s.scales_width and pw is not None and tw is not None:
-        rows += width_transfer_rows(pw, tw, lr, s.width_parametrization, s.attention_scaled)
+        rows += width_transfer_rows(pw, tw, lr, s.width_parametrization, s.attention_scaled, relative=s.relative)
         notes.append(
-            f"width-muP (base width {s.proxy_width}): hidden weights train at LR x m0/m, readouts are scaled by m0/m"
+            f"width-muP (base width {s.proxy_width}): hidden weights train at LR x m0/m, "
+            + ("readouts at LR x m0/m with init x sqrt(m0/m)" if s.relative else "readouts are scaled by m0/m")
             if width_mup
             else "standard width parametrization: copied unchanged; the optimum may drift with width"
         )
@@ -277,6 +282,8 @@ def _spectral_rows(
     proxy_lr = effective_spectral_lr(lr, kp, s.dim, s.parametrization, k_exponent=rho)
     target_lr = effective_spectral_lr(lr, kt, s.dim, s.parametrization, width_factor, k_exponent=rho)
     k_factor = transfer_lr_factor(kp, kt) ** rho if s.parametrization == "mup" else 1.0
+    if s.relative:  # the proxy trains its spectral weights at the master LR; the target's move by the rules
+        proxy_lr, target_lr = lr, lr * k_factor * width_factor
     paper = "x sqrt(log Kp / log Kt)" if rho == 1.0 else f"x (log Kp / log Kt)^(rho/2), rho = {rho:.3g}"
     k_rule = paper if s.parametrization == "mup" and kp != kt else "unchanged in K"
     if s.parametrization == "standard":
@@ -285,6 +292,10 @@ def _spectral_rows(
     rows = [RescaledQuantity("spectral_lr", proxy_lr, target_lr, k_factor * width_factor, k_rule + w_rule)]
     if init_scale is None and init_std is None:
         return rows
+    if s.relative:  # the author's init at the proxy, rescaled from the proxy's measured rms (operators.base_shapes)
+        factor = k_factor * (width_factor**0.5)
+        rule = k_rule + (" x sqrt(m0/m)" if w_rule else "") + ", of the proxy's measured init rms"
+        return rows + [RescaledQuantity("spectral_init_rms", 1.0, factor, factor, rule)]
     w0 = s.proxy_width or 64
     w1 = s.target_width or w0
     base = w0 if width_mup else None
@@ -321,7 +332,13 @@ def transfer_hyperparameters(
 
 
 def width_transfer_rows(
-    proxy_width: int, target_width: int, lr: float, width_parametrization: str, attention_scaled: bool = False
+    proxy_width: int,
+    target_width: int,
+    lr: float,
+    width_parametrization: str,
+    attention_scaled: bool = False,
+    *,
+    relative: bool = False,
 ) -> tuple[RescaledQuantity, ...]:
     """Rows of a width transfer m0 → m (Tensor Programs V, Adam) for a master LR ``lr``.
 
@@ -335,12 +352,18 @@ def width_transfer_rows(
         rule = "standard width parametrization: copied (the optimum may drift with width)"
         return (RescaledQuantity("hidden_lr", lr, lr, 1.0, rule),)
     factor = hidden_lr_multiplier(target_width, proxy_width)
-    rows = [
-        RescaledQuantity("hidden_lr", lr, lr * factor, factor, "x m0/m (width-muP hidden weights)"),
-        RescaledQuantity(
-            "output_multiplier", 1.0, output_multiplier(target_width, proxy_width), factor, "x m0/m (readout)"
-        ),
-    ]
+    rows = [RescaledQuantity("hidden_lr", lr, lr * factor, factor, "x m0/m (width-muP hidden weights)")]
+    if relative:  # Table 3's readout (muP facts on the parameters: no forward multiplier to set)
+        rows += [
+            RescaledQuantity("readout_lr", lr, lr * factor, factor, "x m0/m (readout, Table 3)"),
+            RescaledQuantity("readout_init_rms", 1.0, factor**0.5, factor**0.5, "x sqrt(m0/m) (readout, Table 3)"),
+        ]
+    else:
+        rows.append(
+            RescaledQuantity(
+                "output_multiplier", 1.0, output_multiplier(target_width, proxy_width), factor, "x m0/m (readout)"
+            )
+        )
     if attention_scaled:
         root = factor**0.5
         rows.append(RescaledQuantity("attention_scale", 1.0, root, root, "x sqrt(m0/m) (1/d_h attention)"))

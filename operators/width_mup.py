@@ -47,6 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from operators.base_shapes import declare
 from operators.errors import OperatorConfigError
 from operators.parametrization import (
     base_spectral_init_std,
@@ -58,6 +59,8 @@ from operators.pointwise import pointwise
 
 WIDTH_PARAMETRIZATIONS = ("standard", "mup")
 ROLES = ("input", "hidden", "output", "fixed")
+#: each role's name in operators.base_shapes (muP facts on the parameters)
+_SHAPE_ROLE = {"input": "input", "hidden": "hidden", "output": "readout", "fixed": "fixed"}
 
 
 # --------------------------------------------------------------------------- checks
@@ -259,6 +262,7 @@ class MuLinear(nn.Linear):
     def __init__(self, in_features: int, out_features: int, role: str, spec: WidthSpec, bias: bool = True):
         _check_role(role)
         super().__init__(in_features, out_features, bias=bias)
+        declare(cast(nn.Parameter, self.weight), role=_SHAPE_ROLE[role])  # its role for operators.base_shapes
         self.role = role
         self.spec = spec
         self.multiplier = spec.forward_multiplier(role)

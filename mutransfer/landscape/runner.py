@@ -33,6 +33,7 @@ from mutransfer.study.memory import check_grid_point_memory
 from mutransfer.study.models import merge_hyperparameters, model_for, train_config
 from mutransfer.tracking.runs import PARENT_TAG, RUN_NAME_TAG, Tracker, create_run, log_batch, resolve_tracking_uri
 from mutransfer.training import train
+from operators.factory import module_paths
 from operators.parametrization import check_modes
 from operators.spectral import check_grid
 
@@ -214,7 +215,7 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         },
     )
 
-    started_ray = start_ray(options.address or None)  # on 127.0.0.1, workers under the tuned allocator
+    started_ray = start_ray(options.address or None, module_paths(study.operator.type, study.operator.factory_dir))
     wall = time.perf_counter()
     records: list[dict] = []
     try:
@@ -249,7 +250,7 @@ def run_landscape(options: LandscapeOptions, say=print) -> dict:
         fixed = f"{study.model_text(False).rsplit(' width', 1)[0]}, base width {base_width}"
         model = f"{fixed}, width {', '.join(map(str, sorted(set(options.widths))))}"
     else:
-        model = f"FNO-{study.dim}D width {study.operator.width}"
+        model = f"{study.model_text(False).split(' K=')[0]} width {study.operator.width}"
     plot_landscape(
         curves,
         drifts,

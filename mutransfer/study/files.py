@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from mutransfer.config.reader import Reader, kind_of, read_section
+from mutransfer.config.reader import Reader, is_plain_int, kind_of, read_section
 from mutransfer.config.settings import REQUIRED, Setting, setting_of, settings_of
 from mutransfer.errors import UserInputError
 from mutransfer.study.ladder import first_size_overrides
@@ -45,6 +45,8 @@ from mutransfer.study.schema import (
 )
 from mutransfer.study.search_space import read_search_space
 from mutransfer.training.hyperparameters import consistency_problem
+from operators.errors import OperatorConfigError
+from operators.factory import check_roles, factory_family, is_factory_path, locate, model_class_name
 from operators.registry import OPERATORS, SPECTRAL_HYPERPARAMETERS
 
 DEFAULT_STUDY = "quick"
@@ -60,6 +62,8 @@ _RESERVED_OPTIONS = {
     "width_parametrization": "width_parametrization",
     "base_width": "operator.width",
 }
+#: a factory's arguments the study sets (operators.factory); its other arguments, depth included, go in options
+_FACTORY_RESERVED = {"K": "proxy_K and target_K", "width": "operator.width", "in_channels": None, "out_channels": None}
 
 
 def _owners(key: str) -> str:
@@ -72,20 +76,66 @@ def _spectral_names() -> str:
     return "/".join(f.name for f in OPERATORS.values() if f.scales("K"))
 
 
-def _read_operator(r: Reader) -> OperatorSpec:
+def _read_factory(r: Reader, kind: str, search: tuple[Path, ...], probe: dict[str, object]) -> tuple[str | None, str]:
+    """A factory ``operator.type`` ("mymodel:build"): (the directory its module comes from, its model's class name),
+    its family registered; the factory imported and called once at ``probe``'s sizes, so that a factory that cannot
+    be imported, fails or returns no module is refused here, before any folder, lock or run."""
+    try:
+        directory = locate(kind, search)
+        label = model_class_name(kind, directory, probe)
+        factory_family(kind, directory, label)
+    except OperatorConfigError as exc:
+        r.fail(r.where("type"), str(exc).removeprefix("operator.type "))
+    return directory, label
+
+
+def _check_factory_roles(study: Study, r: Reader) -> None:
+    """A factory's target read against its proxy (shapes only, on the meta device): ambiguous roles fail here."""
+    o = study.operator
+    sizes = {"in_channels": 1, "out_channels": 1, "options": o.options}
+    proxy = {**sizes, "K": study.proxy_K, "width": o.width}
+    target = {**sizes, "K": study.target_K, "width": study.target_width or o.width}
+    try:
+        check_roles(o.type, o.factory_dir, proxy, target)
+    except OperatorConfigError as exc:
+        r.fail(r.where("operator.type"), f"{o.type!r}: {exc}")
+
+
+def _probe(mapping: object) -> dict[str, object]:
+    """The sizes a factory is first called at: the proxy's (K, width) as the file gives them, one channel in and out."""
+    top: dict = mapping if isinstance(mapping, dict) else {}
+    operator: dict = top["operator"] if isinstance(top.get("operator"), dict) else {}
+    k, width, options = top.get("proxy_K"), operator.get("width"), operator.get("options")
+    return {
+        "K": k if isinstance(k, int) and is_plain_int(k) and k >= 2 else 8,
+        "width": width if isinstance(width, int) and is_plain_int(width) and width >= 1 else 32,
+        "in_channels": 1,
+        "out_channels": 1,
+        "options": options if isinstance(options, dict) else {},
+    }
+
+
+def _read_operator(r: Reader, search: tuple[Path, ...] = (), probe: dict[str, object] | None = None) -> OperatorSpec:
+    raw = r.mapping.get("type") if isinstance(r.mapping, dict) else None
+    factory: tuple[str | None, str] | None = None
+    if isinstance(raw, str) and is_factory_path(raw):
+        factory = _read_factory(r, raw, search or (Path.cwd(),), probe or _probe({}))
     kind = r.string("type", "fno", choices=tuple(OPERATORS))
     family = OPERATORS[kind]
     for key in family_only_fields():
         if key not in family.fields and r.has(key):
             r.fail(r.where(key), f"applies to {_owners(key)}, not {kind}; remove it")
     spec = read_section(r, OperatorSpec)
+    reserved = _RESERVED_OPTIONS if factory is None else _FACTORY_RESERVED
     for key in spec.options:
-        if key in _RESERVED_OPTIONS:
-            field_name = _RESERVED_OPTIONS[key]
+        if key in reserved:
+            field_name = reserved[key]
             fix = f"set {field_name} instead" if field_name else "the study derives it from the data; remove it"
             r.fail(f"{r.where('options')}.{key}", f"is set by the study, not in options; {fix}")
     if "heads" in family.fields and spec.heads is None:
         spec.heads = 4
+    if factory is not None:
+        spec.factory_dir, spec.factory_label = factory
     return spec
 
 
@@ -97,10 +147,14 @@ def _read_training(r: Reader) -> TrainingSpec:
     return t
 
 
-def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = None) -> Study:
+def parse_study(
+    mapping: Any, source: str, *, flags: dict[str, str] | None = None, factory_search: tuple[Path, ...] = ()
+) -> Study:
     """Validate a raw mapping (from YAML) into a :class:`Study`.
 
-    ``flags`` maps field paths to the CLI flags that set them, so their errors say so.
+    ``flags`` maps field paths to the CLI flags that set them, so their errors say so. ``factory_search``: where
+    a factory ``operator.type``'s module may be imported from, in order (the study file's directory, then the
+    working directory; by default the working directory only), never a study folder.
     """
     r = Reader(source, "", mapping, flags or {})
     name = r.string("name", example="my-study")
@@ -109,7 +163,7 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
     problem = read_section(r.sub("problem"), ProblemSpec)
     if not r.has("search_space"):
         r.fail("search_space", "is required; e.g. search_space: {lr: {type: loguniform, low: 1e-4, high: 1e-2}}")
-    operator = _read_operator(r.sub("operator"))
+    operator = _read_operator(r.sub("operator"), factory_search, _probe(mapping))
     family = OPERATORS[operator.type]
     if not family.scales("K"):
         for key in ("proxy_K", "target_K", "parametrization", "proxy_resolution"):
@@ -148,6 +202,8 @@ def parse_study(mapping: Any, source: str, *, flags: dict[str, str] | None = Non
         tracking=read_section(r.sub("tracking"), TrackingSpec),
         source=source,
     )
+    if study.family.facts_on_parameters:
+        _check_factory_roles(study, r)
     fixed = {"clip_value": study.training.clip_value is not None, "init_scale": study.training.init_scale != 1.0}
     for key in (k for k in SPECTRAL_HYPERPARAMETERS if not family.applies(k)):
         where = f"search_space.{key}" if key in study.search_space else f"training.{key}" if fixed[key] else None
@@ -299,7 +355,8 @@ def load_study(
         if previous != value:
             applied.append(Override(flag, field_path, value, previous))
         _set_path(mapping, field_path, value)
-    return parse_study(mapping, source, flags=flags), applied
+    search = (Path(path).resolve().parent, Path.cwd()) if path is not None and text is None else (Path.cwd(),)
+    return parse_study(mapping, source, flags=flags, factory_search=search), applied
 
 
 def _with_ladder_start(mapping: dict, overrides: dict) -> dict:

@@ -130,6 +130,7 @@ def model_spec(
         width=int(o.width if width is None else width),
         layers=int(o.layers),
         modes=family.sized(study.proxy_K if modes is None else int(modes)),
+        base_modes=family.sized(study.proxy_K),
         parametrization=study.parametrization,
         width_parametrization=wp,
         base_width=int(o.width) if wp == "mup" else None,

@@ -23,19 +23,13 @@ from mutransfer.problems import PROBLEMS, get_problem
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA, parse_k_exponent, read_k_exponent
 from mutransfer.study.ladder import LadderSize, ladder_sizes, read_ladder
 from mutransfer.training.hyperparameters import Hyperparameters
+from operators.factory import factory_family
 from operators.registry import OPERATORS, OperatorFamily
 from operators.transfer import Scaling
 
 
-def _problem_names() -> tuple[str, ...]:
-    return tuple(PROBLEMS)
-
-
-def _read_stream(r, name, default):
-    return r.choice(name, default, ("auto", True, False), what="auto, true or false")
-
-
-def _read_use_gpu(r, name, default):
+def _read_auto(r, name, default):
+    """auto, true or false (``problem.stream``, ``target.use_gpu``)."""
     return r.choice(name, default, ("auto", True, False), what="auto, true or false")
 
 
@@ -60,7 +54,7 @@ def _read_options(r, name, default):
 class ProblemSpec:
     """The PDE data: a problem name, a data file or None (the cached default), the split and resolution."""
 
-    name: str = setting(help="the PDE problem", kind="str", choices=_problem_names, example="burgers")
+    name: str = setting(help="the PDE problem", kind="str", choices=lambda: tuple(PROBLEMS), example="burgers")
     data: str | None = setting(
         None,
         "data file; null: the problem's generated dataset, cached",
@@ -94,7 +88,7 @@ class ProblemSpec:
     )
     data_seed: int = setting(0, "seed of the generated dataset", kind="int", minimum=0, example="0")
     stream: Any = setting(
-        "auto", "read the data lazily in batches: auto (when larger than half the RAM), true, false", read=_read_stream
+        "auto", "read the data lazily in batches: auto (when larger than half the RAM), true, false", read=_read_auto
     )
 
     @property
@@ -139,10 +133,13 @@ class OperatorSpec:
         example="4",
     )
     options: dict = setting(
-        help="attention operators: further constructor arguments, e.g. {attention_type: fourier}",
+        help="attention operators and a factory: further constructor arguments, e.g. {attention_type: fourier}",
         factory=dict,
         read=_read_options,
     )
+    #: not in the file: a factory ``type``'s module's directory (None: installed) and its model's class name
+    factory_dir: str | None = field(default=None, compare=False)
+    factory_label: str | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -216,7 +213,7 @@ class ResourcesSpec:
 class TargetSpec:
     epochs: int = setting(20, "target training epochs", kind="int", minimum=1, maximum=MAX_EPOCHS, example="20")
     num_workers: int = setting(1, "Ray Train data-parallel workers", kind="int", minimum=1, example="1")
-    use_gpu: Any = setting("auto", "auto (GPUs when the cluster has them), true or false", read=_read_use_gpu)
+    use_gpu: Any = setting("auto", "auto (GPUs when the cluster has them), true or false", read=_read_auto)
     cpus_per_worker: int = setting(1, "CPUs (torch threads) per worker", kind="int", minimum=1, example="1")
     checkpoint_every: int = setting(1, "epochs between the target's checkpoints", kind="int", minimum=1, example="1")
     start_early: bool = setting(
@@ -328,8 +325,9 @@ class Study:
     # ---- derived -------------------------------------------------------------------
     @property
     def family(self) -> OperatorFamily:
-        """The operator family (operators.registry): what it scales, what data it takes."""
-        return OPERATORS[self.operator.type]
+        """The operator family (operators.registry); a factory's registers in whichever process asks first."""
+        o = self.operator
+        return OPERATORS.get(o.type) or factory_family(o.type, o.factory_dir, o.factory_label)
 
     @property
     def proxy_modes(self) -> int | None:
@@ -412,6 +410,7 @@ class Study:
             k_exponent=self.k_exponent if self.family.scales("K") else 1.0,
             proxy_resolution=self.proxy_resolution if self.scales_resolution else None,
             target_resolution=int(self.problem.resolution) if self.scales_resolution else None,
+            relative=self.family.facts_on_parameters,
         )
 
     def ladder_sizes(self) -> list[LadderSize]:
@@ -479,6 +478,8 @@ class Study:
         d = dataclasses.asdict(self)
         d.pop("source", None)
         d.pop("k_exponent_estimate", None)
+        for derived in ("factory_dir", "factory_label"):
+            d["operator"].pop(derived, None)
         d["search_space"] = {k: v.to_dict() for k, v in self.search_space.items()}
         ordered = {k: d[k] for k in TOP_ORDER}
         # fields that do not apply to this operator are left out, so the mapping parses again

@@ -100,8 +100,9 @@ class Executor(Protocol):
 
     name: str
 
-    def session(self, address: str | None) -> contextlib.AbstractContextManager[bool]:
-        """Around a study's phases: starts what the executor needs (Ray), yields whether it started it."""
+    def session(self, address: str | None, code: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[bool]:
+        """Around a study's phases: starts what the executor needs (Ray), yields whether it started it. ``code``:
+        the user's modules the study imports, shipped to a cluster's nodes (mutransfer.local_ray)."""
         ...
 
     def resources(self) -> tuple[float, float]:
@@ -146,10 +147,10 @@ class RayExecutor:
     name = "ray"
 
     @contextlib.contextmanager
-    def session(self, address: str | None) -> Iterator[bool]:
+    def session(self, address: str | None, code: tuple[str, ...] = ()) -> Iterator[bool]:
         from mutransfer.local_ray import start_ray  # noqa: PLC0415 -- deferred: imports nothing heavy, but only a Ray study needs it
 
-        started = start_ray(address)
+        started = start_ray(address, code)
         try:
             yield started
         finally:
@@ -283,7 +284,7 @@ class InProcessExecutor:
     name = "inprocess"
 
     @contextlib.contextmanager
-    def session(self, address: str | None) -> Iterator[bool]:
+    def session(self, address: str | None, code: tuple[str, ...] = ()) -> Iterator[bool]:
         yield False
 
     def resources(self) -> tuple[float, float]:

@@ -140,8 +140,8 @@ class Booked:
         self.name = inner.name
         self._grids = 0  # grid calls so far: a grid job's key names its call, so two grids never share a key
 
-    def session(self, address: str | None) -> contextlib.AbstractContextManager[bool]:
-        return self.inner.session(address)
+    def session(self, address: str | None, code: tuple[str, ...] = ()) -> contextlib.AbstractContextManager[bool]:
+        return self.inner.session(address, code)
 
     def resources(self) -> tuple[float, float]:
         return self.inner.resources()

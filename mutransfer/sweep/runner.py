@@ -51,6 +51,7 @@ from mutransfer.sweep.rescale import transfer, transfer_phase
 from mutransfer.sweep.strategies.base import Phase
 from mutransfer.sweep.train_target import train_target
 from mutransfer.tracking.runs import Tracker
+from operators.factory import module_paths
 
 __all__ = [
     "COMPLETE",
@@ -219,7 +220,9 @@ def _load_data(ctx: SweepContext) -> None:
 @contextlib.contextmanager
 def _session(ctx: SweepContext):
     """Ray and the MLflow parent run around the phases; an interruption or failure is recorded on the parent."""
-    session = ctx.executor.session(ctx.options.address)
+    session = ctx.executor.session(
+        ctx.options.address, module_paths(ctx.study.operator.type, ctx.study.operator.factory_dir)
+    )
     try:
         ctx.started_ray = session.__enter__()
     except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine

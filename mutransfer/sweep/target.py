@@ -44,6 +44,7 @@ import torch
 from mutransfer.study.memory import Plan
 from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
 from mutransfer.training import DIVERGED_METRIC, train
+from mutransfer.training.checkpoint import weights_of
 from mutransfer.training.records import EpochRecord, dump_history, load_history
 
 SUMMARY_FILE = "summary.json"
@@ -278,7 +279,7 @@ def save_final(folder: Path, model: torch.nn.Module, hp: dict, summary: TargetSu
     hyperparameters; read back with ``weights_only=True``) and ``summary.json``."""
     torch.save(
         {
-            "model": model.state_dict(),
+            "model": weights_of(model),
             "model_config": model.config,
             "model_class": type(model).__name__,
             "hyperparameters": hp,

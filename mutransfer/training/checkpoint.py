@@ -48,6 +48,13 @@ TRAJECTORY_FIELDS = (
 _FIELD_DEFAULTS = {"loss": "relative_l2", "data_weight": None, "physics_weight": None, "precision": "fp32"}
 
 
+def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict, tensors only. A user's model may put other things in it (neuraloperator's models add
+    ``_metadata``: their constructor's arguments, functions included), which ``weights_only`` loading refuses; the
+    model's config rebuilds them (operators.factory)."""
+    return {k: v for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
+
+
 def _plain(value):
     """Tuples → lists recursively, so configs compare equal after a JSON/pickle round trip."""
     if isinstance(value, dict):
@@ -172,7 +179,7 @@ def checkpoint_state(
     """The dict :func:`save_checkpoint` writes (every value loadable with ``weights_only=True``)."""
     return {
         "version": CHECKPOINT_VERSION,
-        "model": model.state_dict(),
+        "model": weights_of(model),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "grad_scaler": amp.state_dict(),

@@ -1,0 +1,291 @@
+"""A user's own operator as a family: a factory named by its import path, ``"mymodel:build"``.
+
+The factory is called as ``build(*, K, width, in_channels, out_channels, **options)`` and returns an
+``nn.Module`` that takes the project's grid layout, (B, N_1, …, N_d, in_channels), and returns
+(B, N_1, …, N_d, out_channels): channel-last, the coordinates not appended (append them yourself if your
+model wants them). A channel-first model (neuraloperator's) is one line away:
+``lambda x: model(x.movedim(-1, 1)).movedim(1, -1)`` in a wrapping module.
+
+μP for it comes from its parameters' shapes (operators.base_shapes): the family builds the model, then the
+same factory at the study's base sizes (the proxy's K and width) and, on the meta device, at the base's K and
+the model's width (the ``delta`` that splits K's dims from the width's exactly), and :func:`set_base_shapes`
+puts the facts on the model's parameters; the trainer's optimizer groups read them (operators.parametrization). At the
+proxy's own sizes the model trains as its author wrote it.
+
+Where the module is imported from: as installed, else from a directory the *command* chose (the study
+file's directory or the working directory; :func:`locate`), never from a path written in a study folder or
+a model folder. A factory that cannot be imported, is not callable, fails, or returns no ``nn.Module`` is
+a one-line :class:`OperatorConfigError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import cast
+
+import torch
+from torch import nn
+
+from operators.base_shapes import infer_shapes, set_base_shapes
+from operators.errors import OperatorConfigError
+from operators.family import OPERATORS, ModelSpec, OperatorFamily, register_family
+from operators.interfaces import ModelConfig, StepPlan
+
+_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+#: bytes per parameter in one Adam step, fp32: the weight, its gradient, Adam's two moments
+_STEP_COPIES = 4
+
+
+def is_factory_path(name: str) -> bool:
+    """Whether an ``operator.type`` names a factory ("module:function") rather than a registered family."""
+    return ":" in name
+
+
+def check_factory_path(path: str) -> tuple[str, str]:
+    """(module, attribute) of ``path``, or a one-line error showing the form."""
+    if not _PATH.fullmatch(path):
+        raise OperatorConfigError(
+            f"operator.type {path!r}: a factory is named 'module:function', e.g. mymodel:build for a build() in "
+            "mymodel.py beside the study file, or mypkg.models:build"
+        )
+    module, _, attr = path.partition(":")
+    return module, attr
+
+
+def locate(path: str, search: Iterable[Path]) -> str | None:
+    """The directory to import ``path``'s module from: the first of ``search`` holding ``<top>.py`` or a
+    ``<top>/`` package; None when no such directory has it (then it must import as installed)."""
+    top = check_factory_path(path)[0].split(".")[0]
+    for directory in search:
+        if (directory / f"{top}.py").is_file() or (directory / top / "__init__.py").is_file():
+            return str(directory.resolve())
+    return None
+
+
+def module_paths(path: str, directory: str | None) -> tuple[str, ...]:
+    """The local file (``<top>.py``) or package folder ``path``'s module is imported from, () when installed."""
+    if directory is None or not is_factory_path(path):
+        return ()
+    top = check_factory_path(path)[0].split(".")[0]
+    single = Path(directory) / f"{top}.py"
+    return (str(single),) if single.is_file() else (str(Path(directory) / top),)
+
+
+def load_factory(path: str, directory: str | None) -> Callable[..., nn.Module]:
+    """Import the factory ``path`` (from ``directory`` first, when given); one-line errors."""
+    module_name, attr = check_factory_path(path)
+    if directory is not None and directory not in sys.path:
+        sys.path.insert(0, directory)
+    try:
+        if directory is None and importlib.util.find_spec(module_name.split(".")[0]) is None:
+            raise ModuleNotFoundError(name=module_name.split(".")[0])
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module_name.startswith(exc.name):
+            top = module_name.split(".")[0]
+            raise OperatorConfigError(
+                f"operator.type {path!r}: no module {module_name!r} is importable; put {top}.py beside the study "
+                "file or in the working directory, or install it"
+            ) from None
+        raise OperatorConfigError(f"operator.type {path!r}: importing {module_name} failed: {_one_line(exc)}") from None
+    except Exception as exc:  # the user's module raised while importing: any error, shown in one line
+        raise OperatorConfigError(f"operator.type {path!r}: importing {module_name} failed: {_one_line(exc)}") from None
+    found: object = module
+    for part in attr.split("."):
+        if not hasattr(found, part):
+            raise OperatorConfigError(f"operator.type {path!r}: module {module_name} has no {attr!r}")
+        found = getattr(found, part)
+    if not callable(found):
+        raise OperatorConfigError(f"operator.type {path!r}: {attr} is a {type(found).__name__}, not a function")
+    return cast(Callable[..., nn.Module], found)  # callable, checked above; what it returns is checked by call()
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def call(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> nn.Module:
+    """``factory(K=, width=, in_channels=, out_channels=, **options)``; one-line errors when it fails or returns
+    something that is not an ``nn.Module``."""
+    options = dict(_mapping(config.get("options", {})))
+    kwargs: dict[str, object] = {
+        "K": config["K"],
+        "width": config["width"],
+        "in_channels": config["in_channels"],
+        "out_channels": config["out_channels"],
+        **options,
+    }
+    try:
+        model = factory(**kwargs)
+    except Exception as exc:  # the user's factory failed: any error, shown in one line
+        shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+        raise OperatorConfigError(f"operator.type {path!r}: {path}({shown}) failed: {_one_line(exc)}") from None
+    if not isinstance(model, nn.Module):
+        raise OperatorConfigError(
+            f"operator.type {path!r}: returned a {type(model).__name__}, not a torch.nn.Module; return the model"
+        )
+    return model
+
+
+def _mapping(value: object) -> dict[str, object]:
+    if not isinstance(value, dict):
+        raise OperatorConfigError(f"operator.options {value!r}: must be a mapping of argument names to values")
+    return value
+
+
+@dataclass(frozen=True)
+class FactoryPlan:
+    """One Adam step of a user's model: its parameters counted on the meta device; activations unknown."""
+
+    total_params: int
+    label: str
+    precision: str = "fp32"
+
+    @property
+    def activations_bytes(self) -> int | None:
+        return None
+
+    @property
+    def total_bytes(self) -> int:
+        return _STEP_COPIES * 4 * self.total_params
+
+    smaller = "a smaller target_width or target_K"
+
+    def fits(self, memory_bytes: int, /) -> bool:
+        return self.total_bytes <= memory_bytes
+
+    def replan(self, *, batch: int = 1, precision: str = "fp32") -> StepPlan:
+        return replace(self, precision=precision)
+
+
+def _count_parameters(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> int:
+    """The model's parameter count, built on the meta device (no memory) where the factory allows it."""
+    try:
+        with torch.device("meta"):
+            model = call(factory, path, config)
+    except OperatorConfigError:
+        model = call(factory, path, config)  # a factory that cannot build on meta: built for real, once
+    return sum(p.numel() for p in model.parameters())
+
+
+def factory_family(path: str, directory: str | None, label: str | None = None) -> OperatorFamily:
+    """The family of the factory ``path`` (registered on first use, in whichever process asks)."""
+    if path in OPERATORS:
+        return OPERATORS[path]
+    factory = load_factory(path, directory)
+
+    def configure(spec: ModelSpec) -> ModelConfig:
+        options = {k: v for k, v in spec.options.items() if k not in ("padding", "options", "k_exponent")}
+        options.update(_mapping(spec.options.get("options", {})))
+        base_k = spec.base_modes if spec.parametrization == "mup" and spec.base_modes is not None else spec.modes
+        return {
+            "factory": path,
+            "dim": spec.dim,
+            "K": spec.modes,
+            "width": spec.width,
+            "in_channels": int(spec.input_channels),
+            "out_channels": int(spec.output_channels),
+            "options": options,
+            "base_K": base_k,
+            "base_width": spec.base_width if spec.base_width is not None else spec.width,
+            "k_exponent": float(_number(spec.options.get("k_exponent", 1.0))),
+            "init_scale": float(spec.init_scale),
+        }
+
+    def construct(config: ModelConfig) -> nn.Module:
+        model = call(factory, path, config)
+        with torch.random.fork_rng():  # the base's draws leave the model's seed stream as it was
+            base = call(factory, path, {**config, "K": config["base_K"], "width": config["base_width"]})
+            delta = _delta(factory, path, config)
+        set_base_shapes(model, base, delta=delta, k_exponent=float(_number(config.get("k_exponent", 1.0))))
+        scale = float(_number(config.get("init_scale", 1.0)))
+        if scale != 1.0:
+            _scale_spectral_init(model, scale)
+        if hasattr(model, "config"):
+            raise OperatorConfigError(
+                f"operator.type {path!r}: the model has its own .config attribute, where mutransfer records how to "
+                "rebuild it; rename yours"
+            )
+        setattr(model, "config", dict(config))  # noqa: B010 -- what saves and rebuilds it (no pickle): operators.family.family_of_config
+        return model
+
+    def planner(
+        config: ModelConfig, *, grid: tuple[int, ...], batch: int, precision: str, weight_decay: float, device: str
+    ) -> StepPlan:
+        params = _count_parameters(factory, path, config)
+        return FactoryPlan(params, f"{model_label} K={config['K']} width {config['width']}", precision)
+
+    model_label = label or path
+    family = OperatorFamily(
+        path,
+        model_label,
+        factory,
+        axes=("K", "width"),
+        inputs=("grid",),
+        configure=configure,
+        construct=construct,
+        planner=planner,
+        owns=lambda config: isinstance(config, dict) and config.get("factory") == path,
+        fields=("options",),
+        facts_on_parameters=True,
+    )
+    return register_family(family)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OperatorConfigError(f"{value!r}: must be a number")
+    return float(value)
+
+
+def _scale_spectral_init(model: nn.Module, scale: float) -> None:
+    """``init_scale``: the spectral weights' init × scale (what the FNO's own init_scale does)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            fact = getattr(p, "mutransfer_shape", None)
+            if getattr(fact, "role", None) == "spectral":
+                p.mul_(scale)
+
+
+def _delta(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> nn.Module | None:
+    """The model at the base's K and the model's width, on the meta device (shapes only), where both K and the
+    width differ from the base: it splits the growing dims exactly (operators.base_shapes, ``delta``)."""
+    if config["K"] == config["base_K"] or config["width"] == config["base_width"]:
+        return None
+    try:
+        with torch.device("meta"):
+            return call(factory, path, {**config, "K": config["base_K"]})
+    except OperatorConfigError:
+        return call(factory, path, {**config, "K": config["base_K"]})  # a factory that cannot build on meta
+
+
+def check_roles(path: str, directory: str | None, proxy: ModelConfig, target: ModelConfig) -> None:
+    """Read the muP facts of the target against the proxy from their shapes (built on the meta device, no
+    memory): a parameter whose role the shapes cannot tell is a one-line error now, before any data or run. A
+    factory that cannot build on the meta device is left to its first real build."""
+    factory = load_factory(path, directory)
+    config = {**target, "base_K": proxy["K"], "base_width": proxy["width"]}
+    try:
+        with torch.device("meta"):
+            small, large = call(factory, path, proxy), call(factory, path, target)
+            delta = _delta(factory, path, config)
+    except OperatorConfigError:
+        return
+    infer_shapes(large, small, delta=delta)
+
+
+def model_class_name(path: str, directory: str | None, config: ModelConfig) -> str:
+    """The class name of the model the factory returns (built on the meta device where it can be)."""
+    factory = load_factory(path, directory)
+    try:
+        with torch.device("meta"):
+            model = call(factory, path, config)
+    except OperatorConfigError:
+        model = call(factory, path, config)
+    return type(model).__name__

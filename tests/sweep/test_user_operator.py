@@ -1,0 +1,231 @@
+"""A user's own operator in a study (issue 34, "bring your own operator"): ``operator.type: "mymodel:build"`` for a
+``mymodel.py`` beside the study file, not installed, no PYTHONPATH, run from another directory. Every proxy trial
+and the target build the user's class (on Ray: in worker processes), the optimizer's LRs follow the muP rules read
+from the parameters, the saved target rebuilds from the factory, and a bad factory is one line, exit 2, before any
+folder or run."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.sweep_helpers import IN_PROCESS, driver_command, write_tiny_data
+
+USER_MODULE = textwrap.dedent(
+    '''
+    """A user's 1-D spectral operator: channel-last (B, N, C) in and out; its spectral weight complex (in, out, K)."""
+    import os
+
+    import torch
+    from torch import nn
+
+
+    class Spectral1d(nn.Module):
+        def __init__(self, width, K):
+            super().__init__()
+            self.K = K
+            self.weight = nn.Parameter(torch.randn(width, width, K, dtype=torch.cfloat) / width)
+
+        def forward(self, x):  # (B, C, N)
+            z = torch.fft.rfft(x)
+            out = torch.zeros_like(z)
+            out[..., : self.K] = torch.einsum("bik,iok->bok", z[..., : self.K], self.weight)
+            return torch.fft.irfft(out, n=x.shape[-1])
+
+
+    class UserFNO(nn.Module):
+        def __init__(self, K, width, in_channels, out_channels, layers):
+            super().__init__()
+            self.lift = nn.Linear(in_channels, width)
+            self.spectral = nn.ModuleList(Spectral1d(width, K) for _ in range(layers))
+            self.skip = nn.ModuleList(nn.Conv1d(width, width, 1) for _ in range(layers))
+            self.readout = nn.Linear(width, out_channels)
+
+        def forward(self, x):
+            h = self.lift(x).movedim(-1, 1)
+            for spectral, skip in zip(self.spectral, self.skip):
+                h = torch.nn.functional.gelu(spectral(h) + skip(h))
+            return self.readout(h.movedim(1, -1))
+
+
+    def build(*, K, width, in_channels, out_channels, layers=2):
+        model = UserFNO(K, width, in_channels, out_channels, layers)
+        log = os.environ.get("BUILD_LOG")
+        if log:  # which process built which size, on which device
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} {K} {width} {next(model.parameters()).device.type}\\n")
+        return model
+    '''
+)
+
+
+def _study(tmp_path: Path, *, type_: str = "mymodel:build", module: str | None = USER_MODULE, **top) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir(exist_ok=True)
+    if module is not None:
+        (folder / "mymodel.py").write_text(module)
+    data = (
+        write_tiny_data(tmp_path / "burgers.h5") if not (tmp_path / "burgers.h5").exists() else tmp_path / "burgers.h5"
+    )
+    study = {
+        "name": "byo",
+        "problem": {"name": "burgers", "data": str(data), "resolution": 64, "n_train": 32, "n_test": 16},
+        "operator": {"type": type_, "width": 8, "layers": 2},
+        "proxy_K": 6,
+        "target_K": 12,
+        "target_width": 16,
+        "width_parametrization": "mup",
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
+        "search": {"num_trials": 2, "max_concurrent": 2},
+        "budget": {"epochs": 2, "grace_period": 1},
+        "target": {"epochs": 2, "num_workers": 1, "cpus_per_worker": 1},
+        **top,
+    }
+    path = folder / "s.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    return path
+
+
+def _sweep(tmp_path: Path, study: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """The sweep from a directory that is not the study's (the module is found beside the study file only)."""
+    cmd, env = driver_command(study, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    log = tmp_path / "builds.log"
+    env = dict(env, BUILD_LOG=str(log))
+    env.pop("PYTHONPATH", None)
+    cmd += ["--runs-dir", str(tmp_path / "runs"), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", *extra]
+    proc = subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=900)
+    return proc, log
+
+
+def _builds(log: Path) -> list[tuple[int, int, int, str]]:
+    rows = [line.split() for line in log.read_text().splitlines()]
+    return [(int(pid), int(k), int(width), device) for pid, k, width, device in rows]
+
+
+def _check_lrs(report: dict) -> None:
+    """The target's spectral LR, read from its optimizer in the process that trained it: the proxy's (the master
+    LR, at the proxy's own sizes) x sqrt(log K_p / log K_t) x width_p / width_t."""
+    lr = report["target_hyperparameters"]["lr"]
+    best = next(t for t in report["trial_table"] if t["best"])
+    assert best["spectral_lr"] == pytest.approx(lr, rel=1e-9)
+    want = lr * math.sqrt(math.log(6) / math.log(12)) * 8 / 16
+    assert report["target"]["spectral_lr0"] == pytest.approx(want, rel=1e-9)
+    assert report["proxy_model"] == "UserFNO-1D K=6 width 8" and report["target_model"] == "UserFNO-1D K=12 width 16"
+
+
+def test_a_user_model_beside_the_study_file_is_tuned_and_its_target_rebuilt(tmp_path):
+    proc, log = _sweep(tmp_path, _study(tmp_path), *IN_PROCESS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    _check_lrs(report)
+    real = {(k, width) for _, k, width, device in _builds(log) if device == "cpu"}
+    assert {(6, 8), (12, 16)} <= real
+    # the transfer record reads the facts: relative to the proxy, the readout in Table 3's form
+    rows = {row["name"]: row for row in report["transfer"]["quantities"]}
+    assert rows["spectral_lr"]["proxy"] == pytest.approx(report["target_hyperparameters"]["lr"], rel=1e-9)
+    assert "readout_lr" in rows and "output_multiplier" not in rows
+    # the saved target: the factory's path and arguments, no pickle; rebuilt from the module in the working directory
+    config = json.loads((tmp_path / "runs" / "byo" / "model" / "config.json").read_text())
+    assert config["model_class"] == "UserFNO" and config["model_config"]["factory"] == "mymodel:build"
+    data = tmp_path / "burgers.h5"
+    cmd, env = driver_command(data, tmp_path)
+    evaluate = [cmd[0], "-m", "mutransfer.cli.main", "evaluate", "byo", "--runs-dir", str(tmp_path / "runs")]
+    ok = subprocess.run(
+        [*evaluate, "--data", str(data)], cwd=tmp_path / "project", env=env, capture_output=True, text=True, timeout=300
+    )
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "relative L2" in ok.stdout
+    # elsewhere the module is not importable: one line naming it, not a traceback
+    elsewhere = subprocess.run(
+        [*evaluate, "--data", str(data)],
+        cwd=tmp_path / "elsewhere",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert elsewhere.returncode == 2 and "no module 'mymodel' is importable" in elsewhere.stderr
+    assert len(elsewhere.stderr.strip().splitlines()) == 1 and "Traceback" not in elsewhere.stderr
+
+
+@pytest.mark.slow
+def test_on_ray_every_trial_and_the_target_build_the_users_class_in_their_workers(tmp_path):
+    """Issue 34's first finding: a family registered in the driver never reached the Ray workers (KeyError in every
+    trial). Here the proxies run as Ray Tune trials and the target on Ray Train, each in its own worker process."""
+    proc, log = _sweep(tmp_path, _study(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    _check_lrs(report)
+    assert report["trials"]["completed"] == 2
+    builds = _builds(log)
+    driver = builds[0][0]  # the driver reads the study first (its parse-time check builds on meta)
+    workers = {(pid, k, width) for pid, k, width, device in builds if device == "cpu" and pid != driver}
+    assert {(k, w) for _, k, w in workers} >= {(6, 8), (12, 16)}, builds
+    assert len({pid for pid, _, _ in workers}) >= 2, builds  # the trials' worker(s) and the target's
+
+
+_BAD = {
+    "no module": (None, "mymodel:build", "no module 'mymodel' is importable; put mymodel.py beside the study file"),
+    "no function": ("def other():\n    pass\n", "mymodel:build", "module mymodel has no 'build'"),
+    "not callable": ("build = 3\n", "mymodel:build", "build is a int, not a function"),
+    "bad form": (None, "mymodel:", "a factory is named 'module:function'"),
+    "import fails": (
+        "raise RuntimeError('no GPU here')\n",
+        "mymodel:build",
+        "importing mymodel failed: RuntimeError: no GPU here",
+    ),
+    "factory fails": (
+        "def build(**kw):\n    raise ValueError('width must be even')\n",
+        "mymodel:build",
+        "failed: ValueError: width must be even",
+    ),
+    "not a module": (
+        "def build(**kw):\n    return 'model'\n",
+        "mymodel:build",
+        "returned a str, not a torch.nn.Module",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_BAD))
+def test_a_bad_factory_is_one_line_exit_2_and_nothing_is_made(tmp_path, case):
+    module, type_, needle = _BAD[case]
+    proc, _ = _sweep(tmp_path, _study(tmp_path, type_=type_, module=module), *IN_PROCESS)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert needle in lines[-1] and "operator.type" in lines[-1], lines
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_on_a_cluster_the_users_module_ships_with_the_job(tmp_path):
+    """A cluster's nodes may not see the driver's folders: the module goes with the job as Ray ``py_modules``; a
+    built-in operator or an installed module ships nothing."""
+    from mutransfer.local_ray import cluster_runtime_env
+    from mutransfer.study.files import load_study
+    from operators.factory import module_paths
+    from operators.family import unregister_family
+
+    path = _study(tmp_path)
+    try:
+        study, _ = load_study(path)  # registers the factory's family in this process: removed below
+    finally:
+        unregister_family("mymodel:build")
+        sys.modules.pop("mymodel", None)
+        if str(path.parent.resolve()) in sys.path:
+            sys.path.remove(str(path.parent.resolve()))
+    code = module_paths(study.operator.type, study.operator.factory_dir)
+    assert code == (str((tmp_path / "project" / "mymodel.py").resolve()),)
+    env = cluster_runtime_env(code)
+    assert env is not None and env["py_modules"] == list(code)
+    assert module_paths("fno", None) == () and module_paths("numpy:ones", None) == ()
+    assert "py_modules" not in (cluster_runtime_env(()) or {})
