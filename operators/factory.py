@@ -277,7 +277,16 @@ def check_roles(path: str, directory: str | None, proxy: ModelConfig, target: Mo
             delta = _delta(factory, path, config)
     except OperatorConfigError:
         return
-    infer_shapes(large, small, delta=delta)
+    facts = infer_shapes(large, small, delta=delta).values()
+    for axis, p, t, grows in (
+        ("K", proxy["K"], target["K"], any(f.k_dims for f in facts)),
+        ("width", proxy["width"], target["width"], any(f.width_dims for f in facts)),
+    ):
+        if p != t and not grows:
+            raise OperatorConfigError(
+                f"{axis} goes from {p} to {t} but no parameter of {path}'s model grows with it: does build() use "
+                f"its {axis} argument? (or keep the proxy's {axis} in the study)"
+            )
 
 
 def model_class_name(path: str, directory: str | None, config: ModelConfig) -> str:

@@ -116,8 +116,9 @@ class OperatorFamily:
 
     @property
     def coord_checkable(self) -> bool:
-        """Whether the coordinate check (per-layer activations against K) applies to its models."""
-        return self.spectral
+        """Whether the coordinate check (per-layer activations against K) applies to its models (the project's
+        spectral layers: not yet a user's factory, whose layers it cannot find)."""
+        return self.spectral and not self.facts_on_parameters
 
     def takes(self, kind: str) -> bool:
         """Whether it can learn data of this kind ("grid" or "points")."""

@@ -94,7 +94,9 @@ def fno_config(spec: ModelSpec) -> ModelConfig:
 
 
 def _owns_fno(config: object) -> bool:
-    return isinstance(config, dict) and all(k in config for k in _FNO_KEYS) and "operator" not in config
+    return (
+        isinstance(config, dict) and all(k in config for k in _FNO_KEYS) and not {"operator", "factory"} & set(config)
+    )
 
 
 def _construct_fno(config: ModelConfig) -> nn.Module:

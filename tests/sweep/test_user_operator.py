@@ -193,6 +193,19 @@ _BAD = {
         "mymodel:build",
         "returned a str, not a torch.nn.Module",
     ),
+    "ignores K": (
+        USER_MODULE.replace("model = UserFNO(K, width", "model = UserFNO(4, width"),
+        "mymodel:build",
+        "K goes from 6 to 12 but no parameter of mymodel:build's model grows with it: does build() use its K argument?",
+    ),
+    "ambiguous": (
+        USER_MODULE.replace(
+            "self.readout = nn.Linear(width, out_channels)",
+            "self.readout = nn.Linear(width, out_channels)\n        self.mix = nn.Parameter(torch.zeros(width, 3))",
+        ),
+        "mymodel:build",
+        "'mix' (16, 3) grows with the width in dim 0 only and is no dense layer's weight: input or readout?",
+    ),
 }
 
 
@@ -229,3 +242,11 @@ def test_on_a_cluster_the_users_module_ships_with_the_job(tmp_path):
     assert env is not None and env["py_modules"] == list(code)
     assert module_paths("fno", None) == () and module_paths("numpy:ones", None) == ()
     assert "py_modules" not in (cluster_runtime_env(()) or {})
+
+
+def test_the_coordinate_check_is_refused_for_a_users_model_it_cannot_read(tmp_path):
+    """--coord-check builds the project's FNO to measure its Fourier layers: for a factory it says so and stops,
+    rather than certifying a model that is not the user's (issue 34, finding 3)."""
+    proc, _ = _sweep(tmp_path, _study(tmp_path), *IN_PROCESS, "--coord-check")
+    assert proc.returncode == 2 and "operator.type mymodel:build has none it can find" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
