@@ -109,7 +109,7 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("operators",),
     ("mutransfer._version", "mutransfer.errors", "mutransfer.atomic", "mutransfer.allocator", "mutransfer.local_ray"),
-    ("mutransfer.mup",),  # the muP facts' façade over operators (docs/mup.md)
+    ("mutransfer.mup", "mutransfer.neuralop"),  # the muP facts' façade; neuraloperator's models as factories
     ("mutransfer.config",),
     ("mutransfer.data",),
     ("mutransfer.problems",),

@@ -303,3 +303,19 @@ def test_a_factorized_tfno_is_refused_in_one_line_naming_a_factor(factorization)
         mup.set_base_shapes(model, base)
     message = str(err.value)
     assert "\n" not in message and "fno_blocks.convs.0.weight." in message and "factorization=None" in message
+
+
+@pytest.mark.parametrize(("factory", "grid"), [("fno1d", (16,)), ("fno2d", (16, 16)), ("tfno2d", (16, 16))])
+def test_the_shipped_neuraloperator_factories_declare_k_and_train_a_step(factory, grid):
+    """mutransfer.neuralop: n_modes = 2K; the 1-D weight holds K + 1 entries, so the factory states K on it."""
+    pytest.importorskip("neuralop")
+    from mutransfer import neuralop
+
+    build = getattr(neuralop, factory)
+    model = build(K=12, width=32, in_channels=1, out_channels=1, layers=2)
+    mup.set_base_shapes(model, build(K=4, width=8, in_channels=1, out_channels=1, layers=2))
+    spectral = [f for p in model.parameters() if (f := mup.shape_of(p)) is not None and f.role == "spectral"]
+    assert len(spectral) == 2 and all((f.modes, f.base_modes, f.declared) == (12, 4, True) for f in spectral)
+    opt = mup.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(2, *grid, 1)).pow(2).mean().backward()
+    opt.step()

@@ -111,7 +111,7 @@ def _builds(log: Path) -> list[tuple[int, int, int, str]]:
     return [(int(pid), int(k), int(width), device) for pid, k, width, device in rows]
 
 
-def _check_lrs(report: dict) -> None:
+def _check_lrs(report: dict, label: str = "UserFNO") -> None:
     """The target's spectral LR, read from its optimizer in the process that trained it: the proxy's (the master
     LR, at the proxy's own sizes) x sqrt(log K_p / log K_t) x width_p / width_t."""
     lr = report["target_hyperparameters"]["lr"]
@@ -119,7 +119,7 @@ def _check_lrs(report: dict) -> None:
     assert best["spectral_lr"] == pytest.approx(lr, rel=1e-9)
     want = lr * math.sqrt(math.log(6) / math.log(12)) * 8 / 16
     assert report["target"]["spectral_lr0"] == pytest.approx(want, rel=1e-9)
-    assert report["proxy_model"] == "UserFNO-1D K=6 width 8" and report["target_model"] == "UserFNO-1D K=12 width 16"
+    assert report["proxy_model"] == f"{label}-1D K=6 width 8" and report["target_model"] == f"{label}-1D K=12 width 16"
 
 
 def test_a_user_model_beside_the_study_file_is_tuned_and_its_target_rebuilt(tmp_path):
@@ -250,3 +250,18 @@ def test_the_coordinate_check_is_refused_for_a_users_model_it_cannot_read(tmp_pa
     proc, _ = _sweep(tmp_path, _study(tmp_path), *IN_PROCESS, "--coord-check")
     assert proc.returncode == 2 and "operator.type mymodel:build has none it can find" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+def test_neuraloperators_fno_is_tuned_from_its_installed_factory(tmp_path):
+    """``operator.type: mutransfer.neuralop:fno1d``: an installed module, no file beside the study."""
+    pytest.importorskip("neuralop")
+    study = _study(
+        tmp_path,
+        type_="mutransfer.neuralop:fno1d",
+        module=None,
+        operator={"type": "mutransfer.neuralop:fno1d", "width": 8, "options": {"layers": 2}},
+    )
+    proc, _ = _sweep(tmp_path, study, *IN_PROCESS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    _check_lrs(report, label="NeuralopModel")
