@@ -164,7 +164,7 @@ class FactoryPlan:
         return replace(self, precision=precision)
 
 
-def _count_parameters(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> int:
+def count_parameters(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> int:
     """The model's parameter count, built on the meta device (no memory) where the factory allows it."""
     try:
         with torch.device("meta"):
@@ -181,8 +181,7 @@ def factory_family(path: str, directory: str | None, label: str | None = None) -
     factory = load_factory(path, directory)
 
     def configure(spec: ModelSpec) -> ModelConfig:
-        options = {k: v for k, v in spec.options.items() if k not in ("padding", "options", "k_exponent")}
-        options.update(_mapping(spec.options.get("options", {})))
+        options = dict(_mapping(spec.options.get("options", {})))  # the user's own (operator.options, --option)
         base_k = spec.base_modes if spec.parametrization == "mup" and spec.base_modes is not None else spec.modes
         return {
             "factory": path,
@@ -218,10 +217,15 @@ def factory_family(path: str, directory: str | None, label: str | None = None) -
     def planner(
         config: ModelConfig, *, grid: tuple[int, ...], batch: int, precision: str, weight_decay: float, device: str
     ) -> StepPlan:
-        params = _count_parameters(factory, path, config)
+        params = count_parameters(factory, path, config)
         return FactoryPlan(params, f"{model_label} K={config['K']} width {config['width']}", precision)
 
-    model_label = label or path
+    if label is None:  # its model's class name, from one build on the meta device
+        try:
+            label = model_class_name(path, directory, {"K": 8, "width": 16, "in_channels": 1, "out_channels": 1})
+        except OperatorConfigError:
+            label = path
+    model_label = label
     family = OperatorFamily(
         path,
         model_label,
@@ -233,6 +237,7 @@ def factory_family(path: str, directory: str | None, label: str | None = None) -
         planner=planner,
         owns=lambda config: isinstance(config, dict) and config.get("factory") == path,
         fields=("options",),
+        defaults={"modes": 8},
         facts_on_parameters=True,
     )
     return register_family(family)

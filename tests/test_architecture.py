@@ -122,7 +122,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("mutransfer.serving",),
     ("mutransfer.reporting",),
     ("mutransfer.sweep",),
-    ("mutransfer._api",),
+    ("mutransfer._api", "mutransfer.testing"),
     ("mutransfer.cli", "mutransfer.__main__", "mutransfer.browser"),
     # the package itself: its names are the Python API's (mutransfer/__init__.py); nothing below imports it
     ("mutransfer!",),

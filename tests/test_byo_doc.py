@@ -40,6 +40,7 @@ def test_the_page_has_its_files_and_commands():
     commands = page_commands()
     assert [c[:2] for c in commands] == [
         ["python", "facts.py"],
+        ["mutransfer", "check-operator"],
         ["mutransfer", "sweep"],
         ["mutransfer", "data"],
         ["mutransfer", "evaluate"],
@@ -66,7 +67,8 @@ def test_the_page_runs_top_to_bottom_in_a_fresh_folder(tmp_path):
         done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, (" ".join(command), done.stderr[-3000:])
         outputs.append(done.stdout)
-    facts, sweep, _, evaluate = outputs
+    facts, kit, sweep, _, evaluate = outputs
+    assert "verdict: PASS" in kit
     assert "spectral (declared)" not in facts and re.search(
         r"model\.fno_blocks\.convs\.0\.weight\.tensor .* spectral", facts
     )

@@ -11,6 +11,7 @@ import sys
 
 from mutransfer._version import __version__
 from mutransfer.cli import (
+    check_operator_cmd,
     coord_check_cmd,
     dashboard_cmd,
     data_cmd,
@@ -85,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         data_cmd,
         landscape_cmd,
         coord_check_cmd,
+        check_operator_cmd,
         ui_cmd,
         evaluate_cmd,
         predict_cmd,

@@ -31,6 +31,7 @@ from mutransfer.training import TrainConfig
 from mutransfer.training.memory import check_before_building
 from mutransfer.training.trainer import resolve_device
 from operators.adapters import normalization_from
+from operators.factory import is_factory_path
 from operators.parametrization import PARAMETRIZATIONS
 from operators.registry import OPERATORS, ModelSpec, get_family, point_set_families
 from operators.width_mup import WIDTH_PARAMETRIZATIONS
@@ -63,7 +64,12 @@ def add_parser(subparsers) -> None:
         help="data file: mutransfer HDF5, .mat (v5/v7.3), PDEBench or The Well HDF5, or .pt (default: the "
         "problem's cached dataset); see --input-key and friends below",
     )
-    p.add_argument("--operator", choices=tuple(OPERATORS), default="fno", help="operator (default: fno)")
+    p.add_argument(
+        "--operator",
+        type=_operator_name,
+        default="fno",
+        help=f"operator: {', '.join(OPERATORS)}, or your factory module:function (docs/byo.md) (default: fno)",
+    )
     p.add_argument("--modes", type=positive_int, help="FNO: K, Fourier modes per sign per dimension (default 8)")
     p.add_argument("--parametrization", choices=PARAMETRIZATIONS, help="FNO: parametrization in K (default: mup)")
     p.add_argument("--width", type=positive_int, default=32, help="hidden channels / model width m (default 32)")
@@ -260,6 +266,15 @@ _FAMILY_FLAGS = (
 )
 
 
+def _operator_name(text: str) -> str:
+    """--operator: a registered family, or a factory path (imported when the command runs, from this directory)."""
+    if text in OPERATORS or is_factory_path(text):
+        return text
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is unknown; use one of: {', '.join(OPERATORS)}, or a factory module:function (docs/byo.md)"
+    )
+
+
 def _takes(family, need: str) -> bool:
     """Whether ``family`` has the axis, field or hyperparameter ``need``."""
     return (
@@ -324,6 +339,8 @@ def train_model_spec(args: argparse.Namespace, problem, data):
         "width_parametrization",
         "base_width",
     }
+    if family.facts_on_parameters:  # a user's factory: only what the command sets itself (operators.factory)
+        reserved = {"K", "width", "in_channels", "out_channels"}
     clash = sorted(reserved & set(options))
     if clash:
         raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
@@ -429,7 +446,9 @@ def run(args: argparse.Namespace) -> int:
         print_json(summary)
         return 0
     grid = "x".join(str(n) for n in summary["grid"])
-    what = f"{family.describe(problem.dim, model.config.get('modes'), args.width)}, {args.layers} layers"
+    modes = model.config.get("modes", model.config.get("K"))  # a factory's config names K as K (operators.factory)
+    layers = "" if family.facts_on_parameters else f", {args.layers} layers"  # a factory's depth is its own option
+    what = f"{family.describe(problem.dim, modes, args.width)}{layers}"
     if args.width_parametrization == "mup":
         what += f", width-muP from base width {args.base_width}"
     where = f"{grid} points per sample (padded)" if problem.kind == "points" else f"grid {grid}"

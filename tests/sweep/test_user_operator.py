@@ -265,3 +265,17 @@ def test_neuraloperators_fno_is_tuned_from_its_installed_factory(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     _check_lrs(report, label="NeuralopModel")
+
+
+def test_train_takes_a_factory_from_the_working_directory(tmp_path):
+    """`mutransfer train --operator mymodel:build`: the factory imported from the working directory, its own
+    arguments through --option (layers included), K and the width through --modes and --width."""
+    study = _study(tmp_path)  # writes mymodel.py and the data
+    cmd, env = driver_command(study, tmp_path)
+    train = [cmd[0], "-m", "mutransfer.cli.main", "train", "--operator", "mymodel:build", "--problem", "burgers"]
+    train += ["--data", str(tmp_path / "burgers.h5"), "--modes", "4", "--width", "8", "--option", "layers=1"]
+    done = subprocess.run(
+        [*train, "--epochs", "1"], cwd=study.parent, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "UserFNO-1D K=4 width 8" in done.stdout + done.stderr

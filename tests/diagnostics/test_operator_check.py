@@ -1,0 +1,110 @@
+"""The conformance kit (`mutransfer check-operator`, mutransfer.testing.check_operator): it passes on the project's
+FNO and neuraloperator's, and fails where the muP facts do not reach the layers as declared."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from mutransfer import mup
+from mutransfer.cli.main import main
+from mutransfer.testing import check_operator
+from operators.fno import FNO
+
+
+def project_fno(*, K, width, in_channels, out_channels, layers=2):
+    """The project's FNO in the standard parametrization, as a factory: its muP comes from the facts."""
+    return FNO(dim=1, in_channels=in_channels, out_channels=out_channels, modes=K, width=width, layers=layers)
+
+
+def multipliers_off(*, K, width, in_channels, out_channels):
+    """The same FNO with every parameter declared "fixed": the facts give every multiplier 1 (standard
+    parametrization under mup.Adam), the misdeclaration a user could make."""
+    model = project_fno(K=K, width=width, in_channels=in_channels, out_channels=out_channels)
+    for p in model.parameters():
+        mup.declare(p, role="fixed")
+    return model
+
+
+class KScaledSpectral(nn.Module):
+    """A spectral layer whose forward multiplies by K / 4: an author's own mode normalization that muP's rule does
+    not account for."""
+
+    def __init__(self, width: int, K: int):
+        super().__init__()
+        self.K = K
+        self.weight = nn.Parameter(torch.randn(width, width, K, dtype=torch.cfloat) / width)
+
+    def forward(self, x):
+        z = torch.fft.rfft(x)
+        out = torch.zeros_like(z)
+        out[..., : self.K] = torch.einsum("bik,iok->bok", z[..., : self.K], self.weight) * (self.K / 4)
+        return torch.fft.irfft(out, n=x.shape[-1])
+
+
+class KScaledOperator(nn.Module):
+    def __init__(self, K: int, width: int):
+        super().__init__()
+        self.lift = nn.Linear(1, width)
+        self.spectral = KScaledSpectral(width, K)
+        self.skip = nn.Conv1d(width, width, 1)
+        self.readout = nn.Linear(width, 1)
+
+    def forward(self, x):
+        h = self.lift(x).movedim(-1, 1)
+        h = torch.nn.functional.gelu(self.spectral(h) + self.skip(h))
+        return self.readout(h.movedim(1, -1))
+
+
+def k_scaled(*, K, width, in_channels, out_channels):
+    return KScaledOperator(K, width)
+
+
+@pytest.mark.parametrize("factory", ["project", "neuralop"])
+def test_the_kit_passes_on_the_project_fno_and_neuraloperators(factory):
+    if factory == "neuralop":
+        pytest.importorskip("neuralop")
+        from mutransfer.neuralop import fno1d as build
+    else:
+        build = project_fno
+    result = check_operator(build, dim=1, options={"layers": 2})
+    assert result.passed, result.to_text()
+    assert result.planned_params == result.built_params and result.round_trip_error == 0.0
+    verdicts = {(c.axis, c.rule): c.verdict for c in result.curves}
+    assert verdicts == {
+        ("width", "mup"): "flat",
+        ("width", "off"): "grows",
+        ("K", "mup"): "flat",
+        ("K", "wrong"): "grows",
+    }
+
+
+def test_the_kit_fails_on_a_model_whose_multipliers_are_switched_off():
+    result = check_operator(multipliers_off, dim=1)
+    assert not result.passed
+    assert any("under the muP facts the update grows with width" in f for f in result.failures), result.failures
+
+
+def test_the_kit_fails_where_a_layer_scales_with_k_beyond_the_rule():
+    result = check_operator(k_scaled, dim=1)
+    assert not result.passed
+    assert any("under the muP facts the update grows with K" in f for f in result.failures), result.to_text()
+
+
+def test_the_command_says_pass_or_fail_by_its_exit_code(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.py").write_text("from tests.diagnostics.test_operator_check import multipliers_off as build\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["check-operator", "mine:build", "--json", "--seeds", "3"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is False and report["failures"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["check-operator", "mine:build", "--dim", "3"])
+    assert exit_.value.code == 2
+    assert main(["check-operator", "nowhere:build"]) == 2
+    assert "no module 'nowhere' is importable" in capsys.readouterr().err
+    assert main(["check-operator", "mine:build", "--options", "[1, 2]"]) == 2
+    assert "--options '[1, 2]': must be a mapping" in capsys.readouterr().err
