@@ -98,9 +98,11 @@ class OperatorCheck:
             if c.rule == "mup" and c.verdict != FLAT:
                 found.append(f"under the muP facts the update {c.verdict} with {c.axis} ({c.describe()})")
         for axis, rule, what in (("width", "off", "the multipliers off"), ("K", "wrong", "a wrong K rule")):
-            c = next((c for c in self.curves if c.axis == axis and c.rule == rule), None)
-            if c is not None and c.verdict != GROWS:
-                found.append(f"with {what} the update {c.verdict} in {axis}, not grows: this check cannot see the rule")
+            control = next((c for c in self.curves if c.axis == axis and c.rule == rule), None)
+            if control is not None and control.verdict != GROWS:
+                found.append(
+                    f"with {what} the update {control.verdict} in {axis}, not grows: this check cannot see the rule"
+                )
         return found
 
     @property
@@ -333,7 +335,7 @@ def check_operator(
 
     by_width = [(base[0], w) for w in widths]
     by_k = [(k, base[1]) for k in modes]
-    curves = (
+    curves: tuple[Curve, ...] = (
         _curve("width", "mup", "hidden", by_width, run, seeds),
         _curve("width", "off", "hidden", by_width, run, seeds),
     )
