@@ -1,7 +1,8 @@
 """docs/byo.md ("Bring your own operator") runs top to bottom in a fresh folder: its files are written as the page
 shows them, then its commands run in the order written (the pip install aside). ``MUTRANSFER_SMOKE=1`` shortens
-the trainings (mutransfer.config.smoke). neuraloperator 2.0's FNO is tuned by `mutransfer sweep` on Ray here: the
-issue's "neuraloperator's FNO tuned the same way in CI"."""
+the trainings (mutransfer.config.smoke); the sweep trains in process (``--executor inprocess``: the same study on
+Ray, a user's module imported by every worker, is tests/sweep/test_user_operator.py's). neuraloperator 2.0's FNO is
+tuned by `mutransfer sweep` here: the issue's "neuraloperator's FNO tuned the same way in CI"."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def test_the_page_runs_top_to_bottom_in_a_fresh_folder(tmp_path):
     outputs = []
     for command in page_commands():
         args = [sys.executable, *command[1:]] if command[0] == "python" else [sys.executable, "-m", *command]
+        if command[:2] == ["mutransfer", "sweep"]:  # in this process: Ray's part, a user's module in every worker,
+            args += ["--executor", "inprocess"]  # is tests/sweep/test_user_operator.py's (saves ~20 s of CI)
         done = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, (" ".join(command), done.stderr[-3000:])
         outputs.append(done.stdout)

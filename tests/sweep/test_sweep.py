@@ -370,7 +370,7 @@ def test_target_trains_with_two_ddp_workers(ray_local, tiny_data, tmp_path):
     assert not any(k.startswith("module.") for k in saved["model"])  # the plain model, not the DDP wrapper
 
 
-def test_coord_check_reports_a_wrong_parametrization_and_never_blocks(ray_local, tiny_data, tmp_path, monkeypatch):
+def test_coord_check_reports_a_wrong_parametrization_and_never_blocks(tiny_data, tmp_path, monkeypatch):
     """--coord-check: a spectral LR of c(K)·K makes every layer's update grow with K (flagged, said, in the report
     and on the parent run); SP's updates on this smooth data are flat (pass). Both studies train their target: the
     check reports and never blocks (it misclassifies known rules: docs/results.md, the rule panel). The check runs
@@ -389,7 +389,12 @@ def test_coord_check_reports_a_wrong_parametrization_and_never_blocks(ray_local,
         mapping["parametrization"] = "standard"
         path.write_text(yaml.safe_dump(mapping, sort_keys=False))
         options = SweepOptions(
-            study_path=str(path), runs_dir=str(runs_dir), overrides={"tracking_uri": uri}, quiet=True, coord_check=True
+            study_path=str(path),
+            runs_dir=str(runs_dir),
+            overrides={"tracking_uri": uri},
+            quiet=True,
+            coord_check=True,
+            executor="inprocess",  # the check's logic; it runs in the driver either way
         )
         if name == "wrong":
             monkeypatch.setattr(

@@ -344,7 +344,8 @@ def tiny_data(tmp_path_factory):
 
 
 @pytest.mark.slow  # ~60-120 s: trains the target and the proxy grids, and the direct arm
-def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tmp_path, capsys):
+def test_verify_and_direct_baseline_on_a_tiny_fno_study(tiny_data, tmp_path, capsys):
+    """The verification's and the direct baseline's logic, in process (Ray's part of a sweep is tested elsewhere)."""
     from mutransfer.cli.main import main
 
     path = write_tiny_study(tmp_path, tiny_data, name="verify-fno", trials=2)
@@ -366,6 +367,7 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(ray_local, tiny_data, tm
             "--baseline",
             "direct",
             "--json",
+            *IN_PROCESS,
         ]
     )
     assert rc == 0
