@@ -21,6 +21,7 @@ a one-line :class:`OperatorConfigError`.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import re
 import sys
@@ -174,10 +175,29 @@ def count_parameters(factory: Callable[..., nn.Module], path: str, config: Model
     return sum(p.numel() for p in model.parameters())
 
 
-def factory_family(path: str, directory: str | None, label: str | None = None) -> OperatorFamily:
-    """The family of the factory ``path`` (registered on first use, in whichever process asks)."""
-    if path in OPERATORS:
-        return OPERATORS[path]
+#: the entry-point group through which an installed package offers its operators: ``name = "pkg.models:build"``
+PLUGIN_GROUP = "mutransfer.operators"
+
+
+def plugins() -> dict[str, str]:
+    """The installed plug-ins: operator name → its factory path (entry points of :data:`PLUGIN_GROUP`)."""
+    return {ep.name: ep.value for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP)}
+
+
+def is_user_operator(name: str) -> bool:
+    """Whether an ``operator.type`` names a factory path or an installed plug-in (not a built-in family)."""
+    return is_factory_path(name) or (name not in OPERATORS and name in plugins())
+
+
+def factory_family(
+    path: str, directory: str | None, label: str | None = None, name: str | None = None
+) -> OperatorFamily:
+    """The family of the factory ``path`` (registered on first use, in whichever process asks), under ``name``
+    (a plug-in's name; default: the path). A plug-in's name given as ``path`` is resolved to its factory."""
+    name = name or path
+    if name in OPERATORS:
+        return OPERATORS[name]
+    path = plugins().get(path, path) if not is_factory_path(path) else path
     factory = load_factory(path, directory)
 
     def configure(spec: ModelSpec) -> ModelConfig:
@@ -227,7 +247,7 @@ def factory_family(path: str, directory: str | None, label: str | None = None) -
             label = path
     model_label = label
     family = OperatorFamily(
-        path,
+        name,
         model_label,
         factory,
         axes=("K", "width"),
@@ -274,6 +294,7 @@ def check_roles(path: str, directory: str | None, proxy: ModelConfig, target: Mo
     """Read the muP facts of the target against the proxy from their shapes (built on the meta device, no
     memory): a parameter whose role the shapes cannot tell is a one-line error now, before any data or run. A
     factory that cannot build on the meta device is left to its first real build."""
+    path = plugins().get(path, path)
     factory = load_factory(path, directory)
     config = {**target, "base_K": proxy["K"], "base_width": proxy["width"]}
     try:

@@ -203,11 +203,12 @@ def _with_builtins() -> dict[str, OperatorFamily]:
 def get_family(name: str) -> OperatorFamily:
     """The registered family ``name``, with a one-line error listing the known ones.
 
-    A factory path ("mymodel:build", operators.factory) registers its family on first use, its module
-    imported as installed or from the working directory.
+    A factory path ("mymodel:build", operators.factory) or an installed plug-in's name (entry-point group
+    ``mutransfer.operators``) registers its family on first use, its module imported as installed or from the
+    working directory.
     """
     _with_builtins()
-    if name not in OPERATORS and ":" in name:
+    if name not in OPERATORS and importlib.import_module("operators.factory").is_user_operator(name):
         return _factory_family(name)
     try:
         return OPERATORS[name]
@@ -221,7 +222,8 @@ def _factory_family(path: str) -> OperatorFamily:
     """The family of a user's factory, its module found as installed or in the working directory only (never
     where a study or model folder says: loading code from there would run what the folder's writer chose)."""
     factory = importlib.import_module("operators.factory")  # it imports this module: at call time
-    family: OperatorFamily = factory.factory_family(path, factory.locate(path, [Path.cwd()]))
+    resolved = factory.plugins().get(path, path)  # an installed plug-in's name, or a factory path
+    family: OperatorFamily = factory.factory_family(resolved, factory.locate(resolved, [Path.cwd()]), name=path)
     return family
 
 

@@ -6,7 +6,6 @@ tuned by `mutransfer sweep` here: the issue's "neuraloperator's FNO tuned the sa
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -14,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.repo_paths import ROOT
+from tests.repo_paths import ROOT, smoke_env
 
 PAGE = ROOT / "docs" / "byo.md"
 
@@ -53,14 +52,7 @@ def test_the_page_runs_top_to_bottom_in_a_fresh_folder(tmp_path):
     pytest.importorskip("neuralop")
     for name, text in page_files().items():
         (tmp_path / name).write_text(text)
-    env = dict(
-        os.environ,
-        MUTRANSFER_SMOKE="1",
-        MUTRANSFER_CACHE=str(tmp_path / "cache"),
-        MLFLOW_DISABLE_TELEMETRY="true",
-        RAY_USAGE_STATS_ENABLED="0",
-        TQDM_DISABLE="1",
-    )
+    env = dict(smoke_env(tmp_path), TQDM_DISABLE="1")
     env.pop("PYTHONPATH", None)
     outputs = []
     for command in page_commands():

@@ -8,7 +8,6 @@ servers, are stopped once they have printed their links.
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import subprocess
@@ -16,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.repo_paths import ROOT
+from tests.repo_paths import ROOT, smoke_env
 
 pytestmark = pytest.mark.slow
 
@@ -52,13 +51,7 @@ SERVERS = {"ui": (5091, "MLflow UI"), "dashboard": (8091, "optuna-dashboard")}
 
 
 def test_the_readme_runs_top_to_bottom_in_a_fresh_folder(tmp_path):
-    env = dict(
-        os.environ,
-        MUTRANSFER_SMOKE="1",
-        MUTRANSFER_CACHE=str(tmp_path / "cache"),
-        MLFLOW_DISABLE_TELEMETRY="true",
-        RAY_USAGE_STATS_ENABLED="0",
-    )
+    env = smoke_env(tmp_path)
     exe = [sys.executable, "-m", "mutransfer"]
     for command in readme_commands():
         args = [*exe, *command[1:]]

@@ -10,7 +10,7 @@ import yaml
 from mutransfer.cli.common import positive_int, print_json
 from mutransfer.diagnostics.operator_check import PROBLEMS, check_operator
 from mutransfer.errors import UserInputError
-from operators.factory import load_factory, locate
+from operators.factory import load_factory, locate, plugins
 
 #: exit code of a factory that runs but does not conform (bad input is 2, as everywhere)
 EXIT_FAILED = 1
@@ -27,7 +27,11 @@ def add_parser(subparsers) -> None:
         "grow: flat under the muP facts, growing with the multipliers off and with a wrong K rule (the controls). "
         "Exit 0 when it conforms, 1 when a check fails, 2 on bad input.",
     )
-    p.add_argument("factory", metavar="FACTORY", help="the factory, module:function (as operator.type in a study)")
+    p.add_argument(
+        "factory",
+        metavar="FACTORY",
+        help="the factory, module:function, or an installed plug-in's name (operator.type)",
+    )
     p.add_argument(
         "--dim", type=int, choices=sorted(PROBLEMS), default=1, help="the model's grid dimension (default 1)"
     )
@@ -54,7 +58,8 @@ def _options(text: str) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     options = _options(args.options)
-    factory = load_factory(args.factory, locate(args.factory, [Path.cwd()]))
+    path = plugins().get(args.factory, args.factory)  # an installed plug-in's name, or a factory path
+    factory = load_factory(path, locate(path, [Path.cwd()]))
     result = check_operator(factory, name=args.factory, dim=args.dim, options=options, seeds=args.seeds)
     if args.json:
         print_json(result.as_dict())

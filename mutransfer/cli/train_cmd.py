@@ -31,7 +31,7 @@ from mutransfer.training import TrainConfig
 from mutransfer.training.memory import check_before_building
 from mutransfer.training.trainer import resolve_device
 from operators.adapters import normalization_from
-from operators.factory import is_factory_path
+from operators.factory import is_user_operator
 from operators.parametrization import PARAMETRIZATIONS
 from operators.registry import OPERATORS, ModelSpec, get_family, point_set_families
 from operators.width_mup import WIDTH_PARAMETRIZATIONS
@@ -268,7 +268,7 @@ _FAMILY_FLAGS = (
 
 def _operator_name(text: str) -> str:
     """--operator: a registered family, or a factory path (imported when the command runs, from this directory)."""
-    if text in OPERATORS or is_factory_path(text):
+    if text in OPERATORS or is_user_operator(text):
         return text
     raise argparse.ArgumentTypeError(
         f"{text!r} is unknown; use one of: {', '.join(OPERATORS)}, or a factory module:function (docs/byo.md)"

@@ -46,7 +46,7 @@ from mutransfer.study.schema import (
 from mutransfer.study.search_space import read_search_space
 from mutransfer.training.hyperparameters import consistency_problem
 from operators.errors import OperatorConfigError
-from operators.factory import check_roles, factory_family, is_factory_path, locate, model_class_name
+from operators.factory import check_roles, factory_family, is_user_operator, locate, model_class_name, plugins
 from operators.registry import OPERATORS, SPECTRAL_HYPERPARAMETERS
 
 DEFAULT_STUDY = "quick"
@@ -81,9 +81,10 @@ def _read_factory(r: Reader, kind: str, search: tuple[Path, ...], probe: dict[st
     its family registered; the factory imported and called once at ``probe``'s sizes, so that a factory that cannot
     be imported, fails or returns no module is refused here, before any folder, lock or run."""
     try:
-        directory = locate(kind, search)
-        label = model_class_name(kind, directory, probe)
-        factory_family(kind, directory, label)
+        path = plugins().get(kind, kind)  # an installed plug-in's name, or a factory path
+        directory = locate(path, search)
+        label = model_class_name(path, directory, probe)
+        factory_family(path, directory, label, name=kind)
     except OperatorConfigError as exc:
         r.fail(r.where("type"), str(exc).removeprefix("operator.type "))
     return directory, label
@@ -118,8 +119,15 @@ def _probe(mapping: object) -> dict[str, object]:
 def _read_operator(r: Reader, search: tuple[Path, ...] = (), probe: dict[str, object] | None = None) -> OperatorSpec:
     raw = r.mapping.get("type") if isinstance(r.mapping, dict) else None
     factory: tuple[str | None, str] | None = None
-    if isinstance(raw, str) and is_factory_path(raw):
+    if isinstance(raw, str) and is_user_operator(raw):
         factory = _read_factory(r, raw, search or (Path.cwd(),), probe or _probe({}))
+    elif isinstance(raw, str) and raw and raw not in OPERATORS:
+        installed = "".join(f", {name}" for name in plugins())
+        r.fail(
+            r.where("type"),
+            f"{raw!r} is unknown; use one of: {', '.join(OPERATORS)}{installed}, or your own factory as "
+            "module:function (e.g. mymodel:build for mymodel.py beside the study file: docs/byo.md)",
+        )
     kind = r.string("type", "fno", choices=tuple(OPERATORS))
     family = OPERATORS[kind]
     for key in family_only_fields():

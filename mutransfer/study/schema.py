@@ -327,7 +327,7 @@ class Study:
     def family(self) -> OperatorFamily:
         """The operator family (operators.registry); a factory's registers in whichever process asks first."""
         o = self.operator
-        return OPERATORS.get(o.type) or factory_family(o.type, o.factory_dir, o.factory_label)
+        return OPERATORS.get(o.type) or factory_family(o.type, o.factory_dir, o.factory_label, name=o.type)
 
     @property
     def proxy_modes(self) -> int | None:

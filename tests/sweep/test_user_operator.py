@@ -279,3 +279,27 @@ def test_train_takes_a_factory_from_the_working_directory(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "UserFNO-1D K=4 width 8" in done.stdout + done.stderr
+
+
+def test_an_installed_plugin_is_an_operator_by_its_name(tmp_path):
+    """A package that declares ``tiny_user_fno = myplug_models:build`` in the entry-point group ``mutransfer.operators``
+    offers ``operator.type: tiny_user_fno`` (and ``train --operator``, ``check-operator``), found in any process."""
+    site = tmp_path / "site"
+    (site / "myplug-0.1.dist-info").mkdir(parents=True)
+    (site / "myplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
+    (site / "myplug-0.1.dist-info" / "entry_points.txt").write_text(
+        "[mutransfer.operators]\ntiny_user_fno = myplug_models:build\n"
+    )
+    (site / "myplug_models.py").write_text(USER_MODULE)
+    study = _study(tmp_path, type_="tiny_user_fno", module=None)
+    cmd, env = driver_command(study, tmp_path)
+    env = dict(env, PYTHONPATH=str(site))
+    cmd += ["--runs-dir", str(tmp_path / "runs"), "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}", *IN_PROCESS]
+    done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    _check_lrs(report)
+    assert report["operator"] == "tiny_user_fno"
+    # without the plug-in installed, the name is unknown: one line listing what is known
+    gone = subprocess.run(cmd, cwd=tmp_path, env=dict(env, PYTHONPATH=""), capture_output=True, text=True, timeout=300)
+    assert gone.returncode == 2 and "'tiny_user_fno' is unknown" in gone.stderr, gone.stderr[-2000:]
