@@ -314,3 +314,40 @@ def test_the_deferral_check_finds_an_unexplained_one():
         == []
     )
     assert unexplained_deferrals("def f():\n    x = 1\n    import ray  # noqa: PLC0415\n") == [3]
+
+
+#: what only the operators' own family code (operators/) may say about the FNO: a class check, a construction, a
+#: label. The service reads roles, families and the spectral-layer protocol instead (issue 34).
+FNO_ONLY = (
+    re.compile(r"isinstance\([^)]*\bSpectralConv\b"),
+    re.compile(r"(?:^|[^\w.])FNO\("),
+    re.compile(r"FNO-\{"),
+)
+
+
+def fno_only_lines(sources: dict[str, str]) -> list[str]:
+    """``file:line`` of every line of ``sources`` (name -> text) that says what only the FNO's family code may."""
+    return [
+        f"{name}:{number}"
+        for name, text in sources.items()
+        for number, line in enumerate(text.splitlines(), 1)
+        if any(pattern.search(line) for pattern in FNO_ONLY)
+    ]
+
+
+def test_the_service_names_no_operator_class():
+    """No ``isinstance(…, SpectralConv)``, no ``FNO(`` construction, no ``FNO-{d}D`` label outside operators/: a
+    user's operator goes through the same code (docs/byo.md)."""
+    sources = {str(p.relative_to(ROOT)): p.read_text() for p in (ROOT / "mutransfer").rglob("*.py")}
+    assert not fno_only_lines(sources)
+
+
+def test_the_class_check_finds_planted_ones():
+    """A check that cannot fail is a defect: each planted line is found, the protocol and a family lookup are not."""
+    planted = {
+        "a.py": "if isinstance(m, SpectralConv):\n    pass\n",
+        "b.py": "model = FNO(dim, 1, 1, modes=k)\n",
+        "c.py": 'label = f"FNO-{dim}D"\n',
+        "d.py": 'layers = spectral_modules(model)\nfamily = get_family("fno")\nx = operators.fno.FNO\n',
+    }
+    assert fno_only_lines(planted) == ["a.py:1", "b.py:1", "c.py:1"]

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**plan.as_dict(), **fit})
         return 0
-    print(f"FNO-{plan.dim}D  K={plan.modes}  width={plan.width}  layers={plan.layers}  precision={plan.precision}")
+    print(f"{plan.label}, {plan.layers} layers")
     print(
         f"  spectral parameters   {plan.spectral_params:>16,}  ({plan.spectral_params_per_layer:,} per layer, complex)"
     )

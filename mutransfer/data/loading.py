@@ -189,7 +189,7 @@ def _check_problem_dims(path, problem: str, grid_shape: tuple) -> None:
         fix = f"pass problem {' or '.join(fits)}" if fits else "select other arrays or times"
         raise UserInputError(
             f"data file {path} gives a {len(grid_shape)}-dimensional grid {tuple(grid_shape)} but problem "
-            f"{problem!r} trains an FNO-{dim}D; {fix} (--problem), or pick times with --output-time"
+            f"{problem!r} trains a {dim}-D grid operator; {fix} (--problem), or pick times with --output-time"
         )
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -53,6 +54,7 @@ from mutransfer.diagnostics.statistics import Estimate, fit_slope, mean_ci
 from mutransfer.errors import UserInputError
 from mutransfer.training.losses import relative_l2
 from mutransfer.training.memory import check_before_building
+from operators.family import ModelSpec, get_family
 from operators.fno import FNO
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
@@ -436,18 +438,18 @@ def _one_run(
 ) -> dict[str, tuple[float, float]]:
     """One model at K and seed: {curve name: (RMS change or size, RMS of the reference)}."""
     torch.manual_seed(seed)
-    model = FNO(
-        dim,
-        x_all.shape[-1],
-        y_all.shape[-1],
-        modes=k,
+    spec = ModelSpec(
+        dim=dim,
+        input_channels=int(x_all.shape[-1]),
+        output_channels=int(y_all.shape[-1]),
         width=width,
         layers=layers,
+        modes=k,
         parametrization=parametrization,
-        padding=padding,
-        projection_channels=projection_channels,
         init_scale=init_scale,
+        options={"padding": padding, "projection_channels": projection_channels},
     )
+    model = cast(FNO, get_family("fno").build(spec))  # the check measures the FNO family's layers (module docstring)
     if rule is not None:
         apply_rule(model, rule)
     model.check_input(grid)

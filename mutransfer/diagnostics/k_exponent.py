@@ -30,7 +30,7 @@ from torch import nn
 from mutransfer.study import Study
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA
 from mutransfer.study.models import model_for
-from operators.spectral import SpectralConv
+from operators.parametrization import spectral_modules
 
 
 def kept_mode_energy(h: torch.Tensor, modes: int, dim: int) -> float:
@@ -103,15 +103,16 @@ class KExponentEstimate:
 
 
 def fourier_layer_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
-    """The input of every SpectralConv of ``model`` (in call order) for one forward pass of ``x``, no gradient."""
+    """The input of every spectral layer of ``model`` (in call order) for one forward pass of ``x``, no gradient."""
     captured: list[torch.Tensor] = []
 
     def keep(_module: nn.Module, args: tuple, _out: object) -> None:
         captured.append(args[0].detach())
 
-    handles = [m.register_forward_hook(keep) for m in model.modules() if isinstance(m, SpectralConv)]
+    layers = spectral_modules(model)  # the spectral-layer protocol (operators.parametrization), not a class
+    handles = [m.register_forward_hook(keep) for m in layers if isinstance(m, nn.Module)]
     if not handles:
-        raise ValueError(f"{type(model).__name__} has no Fourier layer (SpectralConv): the K rule does not apply")
+        raise ValueError(f"{type(model).__name__} has no Fourier layer: the K rule does not apply")
     was_training = model.training
     try:
         model.eval()

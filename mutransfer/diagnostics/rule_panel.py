@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from torch import nn
 
 from operators.parametrization import mup_scale, spectral_modules
-from operators.spectral import SpectralConv
 
 __all__ = ["FAILS", "HOLDS", "NOT_RESOLVED", "RULES", "Rule", "apply_rule", "gate_is_right", "get_rule", "truth"]
 
@@ -93,8 +92,11 @@ def apply_rule(model: nn.Module, rule: Rule) -> nn.Module:
     The model must have been built with ``rule.parametrization`` (its init is that parametrization's).
     """
     for module in spectral_modules(model):
-        if not isinstance(module, SpectralConv):
-            raise ValueError(f"rule {rule.name}: applies to FNO spectral convolutions, not {type(module).__name__}")
+        if not all(hasattr(module, a) for a in ("parametrization", "modes", "dim")):
+            raise ValueError(
+                f"rule {rule.name}: applies to spectral layers that state their parametrization, modes and dim, "
+                f"not {type(module).__name__}"
+            )
         if module.parametrization != rule.parametrization:
             raise ValueError(
                 f"rule {rule.name}: the model is {module.parametrization}, the rule needs {rule.parametrization}"

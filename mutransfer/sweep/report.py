@@ -202,7 +202,7 @@ def _selected_error(trial: dict):
 def format_report(report: dict) -> str:
     lines = []
     grid = f"grid {'x'.join(map(str, report['grid']))}" if report.get("grid") else "point sets"
-    family = str(report.get("proxy_model") or f"FNO-{report['dim']}D").split(" K=")[0]  # its family's label
+    family = str(report.get("proxy_model") or report["operator"]).split(" K=")[0]  # its family's label
     operator = f"{family} ({report['parametrization']})" if report.get("proxy_K") is not None else report["operator"]
     lines.append(
         f"study {report['study']}: {report['problem']} {operator}, {grid}, {_split_sizes(report)}, "

@@ -65,7 +65,7 @@ def test_non_finite_values_are_refused_when_streamed_too(tmp_path):
         ("empty", r"input shape \(0, 64\) and output shape \(0, 64\) must be equal \(n, \*grid\) with n >= 1"),
         ("fewer-outputs", r"input shape \(12, 64\) and output shape \(5, 64\) must be equal"),
         ("output-grid-mismatch", r"input shape \(12, 64\) and output shape \(12, 31\) must be equal"),
-        ("wrong-ndim", r"2-dimensional grid .* problem 'burgers' trains an FNO-1D"),
+        ("wrong-ndim", r"2-dimensional grid .* problem 'burgers' trains a 1-D grid operator"),
     ],
 )
 def test_structural_problems_are_refused_and_a_well_formed_file_loads(tmp_path, kind, message):
