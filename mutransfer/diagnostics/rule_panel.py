@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 from torch import nn
 
@@ -86,17 +87,27 @@ def get_rule(name: str) -> Rule:
     return RULES[name]
 
 
+class _RuledLayer(Protocol):
+    """What a rule reads and sets on a spectral layer (operators.spectral.SpectralConv has it)."""
+
+    parametrization: str
+    modes: int
+    dim: int
+    lr_multiplier: float
+
+
 def apply_rule(model: nn.Module, rule: Rule) -> nn.Module:
     """Set every spectral module's LR multiplier to ``rule``'s at its own K (in place; returns ``model``).
 
     The model must have been built with ``rule.parametrization`` (its init is that parametrization's).
     """
-    for module in spectral_modules(model):
-        if not all(hasattr(module, a) for a in ("parametrization", "modes", "dim")):
+    for found in spectral_modules(model):
+        if not all(hasattr(found, a) for a in ("parametrization", "modes", "dim")):
             raise ValueError(
                 f"rule {rule.name}: applies to spectral layers that state their parametrization, modes and dim, "
-                f"not {type(module).__name__}"
+                f"not {type(found).__name__}"
             )
+        module = cast(_RuledLayer, found)  # the attributes checked just above
         if module.parametrization != rule.parametrization:
             raise ValueError(
                 f"rule {rule.name}: the model is {module.parametrization}, the rule needs {rule.parametrization}"
