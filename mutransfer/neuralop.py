@@ -20,6 +20,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from operators.base_shapes import declare
+from operators.errors import OperatorConfigError
 
 
 class NeuralopModel(nn.Module):
@@ -35,7 +36,12 @@ class NeuralopModel(nn.Module):
 
 
 def _build(kind: str, dim: int, K: int, width: int, in_channels: int, out_channels: int, options: dict) -> nn.Module:
-    from neuralop import models  # noqa: PLC0415 -- deferred: neuraloperator is an optional extra (.[neuralop])
+    try:
+        from neuralop import models  # noqa: PLC0415 -- deferred: neuraloperator is an optional extra (.[neuralop])
+    except ImportError:
+        raise OperatorConfigError(
+            "mutransfer.neuralop needs neuraloperator: pip install -e '.[neuralop]' (or neuraloperator==2.0.0)"
+        ) from None
 
     layers = options.pop("layers", 4)
     model = getattr(models, kind)(
