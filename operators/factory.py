@@ -33,13 +33,13 @@ from typing import cast
 import torch
 from torch import nn
 
-from operators.base_shapes import infer_shapes, set_base_shapes
+from operators.base_shapes import declare, infer_shapes, set_base_shapes
 from operators.errors import OperatorConfigError
 from operators.family import OPERATORS, ModelSpec, OperatorFamily, register_family
-from operators.interfaces import ModelConfig, StepPlan
+from operators.interfaces import ModelConfig, StepPlan, config_int
 
 _PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
-#: bytes per parameter in one Adam step, fp32: the weight, its gradient, Adam's two moments
+#: copies of the parameters in one Adam step: the weight, its gradient, Adam's two moments
 _STEP_COPIES = 4
 
 
@@ -60,13 +60,42 @@ def check_factory_path(path: str) -> tuple[str, str]:
 
 
 def locate(path: str, search: Iterable[Path]) -> str | None:
-    """The directory to import ``path``'s module from: the first of ``search`` holding ``<top>.py`` or a
-    ``<top>/`` package; None when no such directory has it (then it must import as installed)."""
+    """The directory to import ``path``'s module from: None when it imports as installed (an installed package
+    wins over a same-named file), else the first of ``search`` holding ``<top>.py`` or a ``<top>/`` package, else
+    None (then it must import as installed)."""
     top = check_factory_path(path)[0].split(".")[0]
+    search = [Path(d) for d in search]
+    if _installed(top, search):
+        return None
     for directory in search:
         if (directory / f"{top}.py").is_file() or (directory / top / "__init__.py").is_file():
             return str(directory.resolve())
     return None
+
+
+def _installed(top: str, search: list[Path]) -> bool:
+    """Whether module ``top`` imports without the ``search`` directories and the working directory on the path
+    (installed, editable or not, or the standard library)."""
+    banned = {str(d.resolve()) for d in [*search, Path.cwd()]}
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        origin = getattr(loaded, "__file__", None)
+        return origin is None or not any(str(Path(origin).resolve()).startswith(b + "/") for b in banned)
+    saved = list(sys.path)
+    try:
+        sys.path[:] = [p for p in saved if p not in ("", ".") and str(Path(p).resolve()) not in banned]
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+    finally:
+        sys.path[:] = saved
+
+
+def trusted_from_folder(path: str, directory: str | None) -> bool:
+    """Whether a factory named by a folder's file (a study folder's study.yaml, a model folder's config) may be
+    imported: only a module the command's own directory holds, or an installed plug-in's factory. Any other
+    installed module (``torch.hub:load``…) would run what the folder's writer chose."""
+    return directory is not None or path in plugins().values()
 
 
 def module_paths(path: str, directory: str | None) -> tuple[str, ...]:
@@ -147,6 +176,8 @@ class FactoryPlan:
     total_params: int
     label: str
     precision: str = "fp32"
+    #: the parameters' bytes (a complex64 entry is 8)
+    params_bytes: int = 0
 
     @property
     def activations_bytes(self) -> int | None:
@@ -154,7 +185,7 @@ class FactoryPlan:
 
     @property
     def total_bytes(self) -> int:
-        return _STEP_COPIES * 4 * self.total_params
+        return _STEP_COPIES * (self.params_bytes or 4 * self.total_params)
 
     smaller = "a smaller target_width or target_K"
 
@@ -167,12 +198,18 @@ class FactoryPlan:
 
 def count_parameters(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> int:
     """The model's parameter count, built on the meta device (no memory) where the factory allows it."""
+    return _count(factory, path, config)[0]
+
+
+def _count(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> tuple[int, int]:
+    """(parameters, their bytes) of the model, built on the meta device where the factory allows it."""
     try:
         with torch.device("meta"):
             model = call(factory, path, config)
     except OperatorConfigError:
         model = call(factory, path, config)  # a factory that cannot build on meta: built for real, once
-    return sum(p.numel() for p in model.parameters())
+    params = list(model.parameters())
+    return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
 
 
 #: the entry-point group through which an installed package offers its operators: ``name = "pkg.models:build"``
@@ -222,6 +259,7 @@ def factory_family(
         with torch.random.fork_rng():  # the base's draws leave the model's seed stream as it was
             base = call(factory, path, {**config, "K": config["base_K"], "width": config["base_width"]})
             delta = _delta(factory, path, config)
+            _roles_from_a_probe(factory, path, config, model)
         set_base_shapes(model, base, delta=delta, k_exponent=float(_number(config.get("k_exponent", 1.0))))
         scale = float(_number(config.get("init_scale", 1.0)))
         if scale != 1.0:
@@ -237,8 +275,8 @@ def factory_family(
     def planner(
         config: ModelConfig, *, grid: tuple[int, ...], batch: int, precision: str, weight_decay: float, device: str
     ) -> StepPlan:
-        params = count_parameters(factory, path, config)
-        return FactoryPlan(params, f"{model_label} K={config['K']} width {config['width']}", precision)
+        params, nbytes = _count(factory, path, config)
+        return FactoryPlan(params, f"{model_label} K={config['K']} width {config['width']}", precision, nbytes)
 
     if label is None:  # its model's class name, from one build on the meta device
         try:
@@ -288,6 +326,28 @@ def _delta(factory: Callable[..., nn.Module], path: str, config: ModelConfig) ->
             return call(factory, path, {**config, "K": config["base_K"]})
     except OperatorConfigError:
         return call(factory, path, {**config, "K": config["base_K"]})  # a factory that cannot build on meta
+
+
+def _roles_from_a_probe(factory: Callable[..., nn.Module], path: str, config: ModelConfig, model: nn.Module) -> None:
+    """Declare on ``model``'s parameters the roles read from a probe twice the size in K and the width, on the meta
+    device: where the model has the base's own sizes (a proxy trial) nothing grows, and the shapes alone would call
+    every parameter "fixed", so that ``clip_value`` and ``init_scale`` would miss its spectral weights. A factory
+    that cannot build the probe on the meta device keeps the plain reading."""
+    k = 2 * max(config_int(config["K"], "K"), config_int(config["base_K"], "base_K"))
+    width = 2 * max(config_int(config["width"], "width"), config_int(config["base_width"], "base_width"))
+    small = {**config, "K": config["base_K"], "width": config["base_width"]}
+    try:
+        with torch.device("meta"):
+            large = call(factory, path, {**config, "K": k, "width": width})
+            facts = infer_shapes(
+                large, call(factory, path, small), delta=call(factory, path, {**small, "width": width})
+            )
+    except OperatorConfigError:
+        return
+    for name, p in model.named_parameters():
+        fact = facts.get(name)
+        if fact is not None and getattr(p, "mutransfer_declared", None) is None:
+            declare(p, role=fact.role, k_dims=fact.k_dims, width_dims=fact.width_dims)
 
 
 def check_roles(path: str, directory: str | None, proxy: ModelConfig, target: ModelConfig) -> None:

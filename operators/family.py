@@ -209,7 +209,7 @@ def get_family(name: str) -> OperatorFamily:
     """
     _with_builtins()
     if name not in OPERATORS and importlib.import_module("operators.factory").is_user_operator(name):
-        return _factory_family(name)
+        return _factory_family(name, named_by_the_command=True)
     try:
         return OPERATORS[name]
     except KeyError:
@@ -218,12 +218,21 @@ def get_family(name: str) -> OperatorFamily:
         ) from None
 
 
-def _factory_family(path: str) -> OperatorFamily:
+def _factory_family(path: str, *, named_by_the_command: bool = False) -> OperatorFamily:
     """The family of a user's factory, its module found as installed or in the working directory only (never
-    where a study or model folder says: loading code from there would run what the folder's writer chose)."""
+    where a study or model folder says). A factory a folder names (a saved model's config) must be a module in the
+    working directory or an installed plug-in's (operators.factory.trusted_from_folder): any other installed
+    function would run with the folder's arguments."""
     factory = importlib.import_module("operators.factory")  # it imports this module: at call time
     resolved = factory.plugins().get(path, path)  # an installed plug-in's name, or a factory path
-    family: OperatorFamily = factory.factory_family(resolved, factory.locate(resolved, [Path.cwd()]), name=path)
+    directory = factory.locate(resolved, [Path.cwd()])
+    if not named_by_the_command and not factory.trusted_from_folder(resolved, directory):
+        raise OperatorConfigError(
+            f"operator {path!r}: a saved model names this factory, which is neither a module in the working "
+            "directory nor an installed plug-in (entry points mutransfer.operators); run from the directory that "
+            "holds it, or install it as a plug-in"
+        )
+    family: OperatorFamily = factory.factory_family(resolved, directory, name=path)
     return family
 
 

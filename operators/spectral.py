@@ -230,7 +230,9 @@ class SpectralConv(nn.Module):
                 nn.Parameter(init(torch.empty(shape, dtype=torch.cfloat))) for _ in range(2 ** (dim - 1))
             )
         for w in self.weights:  # its muP facts, for operators.base_shapes (one tensor per corner, K entries per dim)
-            declare(w, role="spectral", k_dims=range(2, 2 + dim), width_dims=(0, 1), modes=modes)
+            declare(
+                w, role="spectral", k_dims=range(2, 2 + dim), width_dims=(0, 1), modes=modes if modes >= 2 else None
+            )
         # Corner i keeps the positive (":K") or negative ("-K:") frequencies of each non-last dim.
         self._corners = list(itertools.product((False, True), repeat=dim - 1))
 

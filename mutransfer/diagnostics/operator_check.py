@@ -40,6 +40,7 @@ from mutransfer.errors import UserInputError
 from mutransfer.problems import get_problem
 from mutransfer.training.checkpoint import weights_of
 from operators.base_shapes import set_base_shapes, shape_of
+from operators.errors import OperatorConfigError
 from operators.factory import call, count_parameters
 from operators.mu_adam import describe, param_groups
 
@@ -307,12 +308,32 @@ def check_operator(
     """
     label = name or getattr(factory, "__qualname__", "factory")
     options = dict(options or {})
+    problem, x, y = _data(dim, samples)
+    try:
+        return _check(factory, label, options, dim, problem, x, y, modes or MODES[dim], widths, seeds, lr)
+    except RuntimeError as exc:  # the model's own forward or load failed: one line, not a traceback
+        raise OperatorConfigError(
+            f"{label}: the model failed on a {dim}-D batch of shape {tuple(x.shape)} (B, *grid, C), "
+            f"--dim {dim}: {' '.join(str(exc).split())[:300]}"
+        ) from None
 
+
+def _check(
+    factory: Callable[..., nn.Module],
+    label: str,
+    options: dict[str, object],
+    dim: int,
+    problem: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    modes: tuple[int, ...],
+    widths: tuple[int, ...],
+    seeds: int,
+    lr: float,
+) -> OperatorCheck:
     def build(K: int, width: int) -> nn.Module:
         return call(factory, label, _config(K, width, options))
 
-    problem, x, y = _data(dim, samples)
-    modes = modes or MODES[dim]
     base = (modes[0], widths[0])
     largest = build(modes[-1], widths[-1])
     with torch.random.fork_rng():
@@ -325,6 +346,7 @@ def check_operator(
     buffer.seek(0)
     fresh = build(modes[-1], widths[-1])
     fresh.load_state_dict(torch.load(buffer, weights_only=True))
+    largest.eval(), fresh.eval()  # dropout and the like off: the same weights give the same output
     with torch.no_grad():
         error = float((fresh(x) - largest(x)).abs().max())
     largest._mutransfer_probe_dim = dim  # type: ignore[assignment]  # read by watched_layers' probe

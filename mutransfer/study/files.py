@@ -46,7 +46,15 @@ from mutransfer.study.schema import (
 from mutransfer.study.search_space import read_search_space
 from mutransfer.training.hyperparameters import consistency_problem
 from operators.errors import OperatorConfigError
-from operators.factory import check_roles, factory_family, is_user_operator, locate, model_class_name, plugins
+from operators.factory import (
+    check_roles,
+    factory_family,
+    is_user_operator,
+    locate,
+    model_class_name,
+    plugins,
+    trusted_from_folder,
+)
 from operators.registry import OPERATORS, SPECTRAL_HYPERPARAMETERS
 
 DEFAULT_STUDY = "quick"
@@ -76,13 +84,21 @@ def _spectral_names() -> str:
     return "/".join(f.name for f in OPERATORS.values() if f.scales("K"))
 
 
-def _read_factory(r: Reader, kind: str, search: tuple[Path, ...], probe: dict[str, object]) -> tuple[str | None, str]:
+def _read_factory(
+    r: Reader, kind: str, search: tuple[Path, ...], probe: dict[str, object], trusted: bool
+) -> tuple[str | None, str]:
     """A factory ``operator.type`` ("mymodel:build"): (the directory its module comes from, its model's class name),
     its family registered; the factory imported and called once at ``probe``'s sizes, so that a factory that cannot
     be imported, fails or returns no module is refused here, before any folder, lock or run."""
     try:
         path = plugins().get(kind, kind)  # an installed plug-in's name, or a factory path
         directory = locate(path, search)
+        if not trusted and not trusted_from_folder(path, directory):
+            r.fail(
+                r.where("type"),
+                f"{kind!r}: a study folder names this factory, which is neither a module in the working directory "
+                "nor an installed plug-in; pass --study with the study file you trust",
+            )
         label = model_class_name(path, directory, probe)
         factory_family(path, directory, label, name=kind)
     except OperatorConfigError as exc:
@@ -116,11 +132,14 @@ def _probe(mapping: object) -> dict[str, object]:
     }
 
 
-def _read_operator(r: Reader, search: tuple[Path, ...] = (), probe: dict[str, object] | None = None) -> OperatorSpec:
+def _read_operator(
+    r: Reader, search: tuple[Path, ...] = (), probe: dict[str, object] | None = None, trusted: bool = True
+) -> OperatorSpec:
     raw = r.mapping.get("type") if isinstance(r.mapping, dict) else None
     factory: tuple[str | None, str] | None = None
-    if isinstance(raw, str) and is_user_operator(raw):
-        factory = _read_factory(r, raw, search or (Path.cwd(),), probe or _probe({}))
+    registered = OPERATORS.get(raw) if isinstance(raw, str) else None
+    if isinstance(raw, str) and (is_user_operator(raw) or (registered is not None and registered.facts_on_parameters)):
+        factory = _read_factory(r, raw, search or (Path.cwd(),), probe or _probe({}), trusted)
     elif isinstance(raw, str) and raw and raw not in OPERATORS:
         installed = "".join(f", {name}" for name in plugins())
         r.fail(
@@ -156,13 +175,20 @@ def _read_training(r: Reader) -> TrainingSpec:
 
 
 def parse_study(
-    mapping: Any, source: str, *, flags: dict[str, str] | None = None, factory_search: tuple[Path, ...] = ()
+    mapping: Any,
+    source: str,
+    *,
+    flags: dict[str, str] | None = None,
+    factory_search: tuple[Path, ...] = (),
+    factory_trusted: bool = True,
 ) -> Study:
     """Validate a raw mapping (from YAML) into a :class:`Study`.
 
     ``flags`` maps field paths to the CLI flags that set them, so their errors say so. ``factory_search``: where
     a factory ``operator.type``'s module may be imported from, in order (the study file's directory, then the
-    working directory; by default the working directory only), never a study folder.
+    working directory; by default the working directory only), never a study folder. ``factory_trusted`` False:
+    the mapping comes from a folder (a study folder's copy), whose factory must be a module of the working
+    directory or an installed plug-in (operators.factory.trusted_from_folder).
     """
     r = Reader(source, "", mapping, flags or {})
     name = r.string("name", example="my-study")
@@ -171,7 +197,7 @@ def parse_study(
     problem = read_section(r.sub("problem"), ProblemSpec)
     if not r.has("search_space"):
         r.fail("search_space", "is required; e.g. search_space: {lr: {type: loguniform, low: 1e-4, high: 1e-2}}")
-    operator = _read_operator(r.sub("operator"), factory_search, _probe(mapping))
+    operator = _read_operator(r.sub("operator"), factory_search, _probe(mapping), factory_trusted)
     family = OPERATORS[operator.type]
     if not family.scales("K"):
         for key in ("proxy_K", "target_K", "parametrization", "proxy_resolution"):
@@ -386,4 +412,4 @@ def study_from_yaml_text(text: str, source: str) -> Study:
         mapping = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError):
         raise UserInputError(f"study {source}: not valid YAML; delete the study directory or fix the file") from None
-    return parse_study(mapping, source)
+    return parse_study(mapping, source, factory_trusted=False)

@@ -83,6 +83,8 @@ def prepare(options: SweepOptions) -> SweepContext:
             )
         stored = read_study_file(study_dir)
         _check_resume_consistent(stored, study, options)
+        if stored.operator.type == study.operator.type:  # a factory's module: where this command found it
+            stored.operator.factory_dir = study.operator.factory_dir
         state = study_dir.read_state()
         tracking_uri = _resumed_tracking(options, study, state, study_dir)
         study = stored

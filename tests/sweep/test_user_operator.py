@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from tests.sweep_helpers import IN_PROCESS, driver_command, write_tiny_data
@@ -303,3 +304,71 @@ def test_an_installed_plugin_is_an_operator_by_its_name(tmp_path):
     # without the plug-in installed, the name is unknown: one line listing what is known
     gone = subprocess.run(cmd, cwd=tmp_path, env=dict(env, PYTHONPATH=""), capture_output=True, text=True, timeout=300)
     assert gone.returncode == 2 and "'tiny_user_fno' is unknown" in gone.stderr, gone.stderr[-2000:]
+
+
+def test_a_folder_cannot_choose_an_installed_function_to_run(tmp_path, monkeypatch):
+    """A saved model's config or a study folder's study.yaml names its factory; from a folder only a module of the
+    working directory or an installed plug-in is imported. ``torch.hub:load`` with the folder's options would
+    fetch and run a repository of the folder writer's choosing."""
+    from mutransfer.errors import UserInputError
+    from mutransfer.study import study_from_yaml_text
+    from operators.errors import OperatorConfigError
+    from operators.family import OPERATORS, family_of_config
+
+    monkeypatch.chdir(tmp_path)
+    config = {"factory": "torch.hub:load", "K": 6, "width": 8, "options": {"repo_or_dir": "someone/repo"}}
+    with pytest.raises(OperatorConfigError, match="neither a module in the working directory nor an installed plug-in"):
+        family_of_config(config)
+    text = yaml.safe_dump({**yaml.safe_load(_study(tmp_path).read_text()), "operator": {"type": "torch.hub:load"}})
+    with pytest.raises(UserInputError, match="a study folder names this factory"):
+        study_from_yaml_text(text, "runs/x/study.yaml")
+    assert "torch.hub:load" not in OPERATORS
+
+
+def test_a_proxy_sized_model_knows_its_spectral_weights():
+    """At the proxy's own sizes nothing grows between model and base; the roles come from a probe twice the size on
+    the meta device, so clip_value and init_scale act on the spectral weights of every proxy trial."""
+    pytest.importorskip("neuralop")
+    from operators.factory import factory_family
+    from operators.family import ModelSpec, unregister_family
+    from operators.parametrization import clip_spectral_gradients, spectral_parameters
+
+    family = factory_family("mutransfer.neuralop:fno1d", None)
+    try:
+        spec = ModelSpec(dim=1, input_channels=1, output_channels=1, width=8, layers=2, modes=6, base_modes=6)
+        model = family.build(spec)
+        spectral = spectral_parameters(model)
+        assert len(spectral) == 4  # 4 Fourier layers, one complex weight each
+        model(torch.randn(2, 32, 1)).pow(2).sum().backward()
+        clip_spectral_gradients(model, 1e-6)
+        assert all(float(torch.view_as_real(p.grad).abs().max()) <= 1e-6 for p in spectral)
+    finally:
+        unregister_family("mutransfer.neuralop:fno1d")
+
+
+def test_a_plugin_study_parses_again_in_the_same_process(tmp_path, monkeypatch):
+    """A resume or the Python API reads the study a second time, after its plug-in's family is registered."""
+    from mutransfer.study.files import load_study
+    from operators.family import unregister_family
+
+    site = tmp_path / "site"
+    (site / "myplug-0.1.dist-info").mkdir(parents=True)
+    (site / "myplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
+    (site / "myplug-0.1.dist-info" / "entry_points.txt").write_text(
+        "[mutransfer.operators]\ntiny_user_fno = myplug_models:build\n"
+    )
+    (site / "myplug_models.py").write_text(USER_MODULE)
+    monkeypatch.syspath_prepend(str(site))
+    path = _study(
+        tmp_path,
+        type_="tiny_user_fno",
+        module=None,
+        operator={"type": "tiny_user_fno", "width": 8, "options": {"layers": 1}},
+    )
+    try:
+        first, _ = load_study(path)
+        again, _ = load_study(path)
+        assert first == again and again.family.name == "tiny_user_fno" and again.operator.options == {"layers": 1}
+    finally:
+        unregister_family("tiny_user_fno")
+        sys.modules.pop("myplug_models", None)
