@@ -158,7 +158,7 @@ def test_load_split_broadcasts_w0_along_time_and_strides(tmp_path):
     np.testing.assert_allclose(split.grid["t"], np.array([2, 4, 6, 8]) / 512)
     with pytest.raises(UserInputError, match="time_resolution 3: the 8 output times .* try 4 or 2"):
         load_split(path, n_train=1, n_test=1, time_resolution=3)
-    with pytest.raises(UserInputError, match="FNO-2D; .*navier_stokes"):
+    with pytest.raises(UserInputError, match="a 2-D grid operator; .*navier_stokes"):
         load_split(path, n_train=1, n_test=1, problem="darcy")
     # a single output time makes it an FNO-2D map w0 -> w(T)
     two_d = load_split(path, n_train=1, n_test=1, output_time=-1)

@@ -424,4 +424,4 @@ def test_cli_inspect_and_train_on_a_mat_file(tmp_path, capsys):
     # a 2D file cannot feed the FNO-3D problem
     assert main(["train", "--problem", "navier_stokes", "--data", str(path), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "2-dimensional grid (9, 9)" in err and "FNO-3D" in err and "darcy" in err
+    assert "2-dimensional grid (9, 9)" in err and "a 3-D grid operator" in err and "darcy" in err
