@@ -94,6 +94,19 @@ def _study(tmp_path: Path, *, type_: str = "mymodel:build", module: str | None =
     return path
 
 
+def _fake_plugin(tmp_path: Path) -> Path:
+    """A folder holding an "installed" distribution ``myplug`` that offers ``tiny_user_fno = myplug_models:build`` in
+    the entry-point group ``mutransfer.operators`` (put it on the path: PYTHONPATH, or sys.path)."""
+    site = tmp_path / "site"
+    (site / "myplug-0.1.dist-info").mkdir(parents=True)
+    (site / "myplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
+    (site / "myplug-0.1.dist-info" / "entry_points.txt").write_text(
+        "[mutransfer.operators]\ntiny_user_fno = myplug_models:build\n"
+    )
+    (site / "myplug_models.py").write_text(USER_MODULE)
+    return site
+
+
 def _sweep(tmp_path: Path, study: Path, *extra: str) -> tuple[subprocess.CompletedProcess, Path]:
     """The sweep from a directory that is not the study's (the module is found beside the study file only)."""
     cmd, env = driver_command(study, tmp_path)
@@ -285,13 +298,7 @@ def test_train_takes_a_factory_from_the_working_directory(tmp_path):
 def test_an_installed_plugin_is_an_operator_by_its_name(tmp_path):
     """A package that declares ``tiny_user_fno = myplug_models:build`` in the entry-point group ``mutransfer.operators``
     offers ``operator.type: tiny_user_fno`` (and ``train --operator``, ``check-operator``), found in any process."""
-    site = tmp_path / "site"
-    (site / "myplug-0.1.dist-info").mkdir(parents=True)
-    (site / "myplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
-    (site / "myplug-0.1.dist-info" / "entry_points.txt").write_text(
-        "[mutransfer.operators]\ntiny_user_fno = myplug_models:build\n"
-    )
-    (site / "myplug_models.py").write_text(USER_MODULE)
+    site = _fake_plugin(tmp_path)
     study = _study(tmp_path, type_="tiny_user_fno", module=None)
     cmd, env = driver_command(study, tmp_path)
     env = dict(env, PYTHONPATH=str(site))
@@ -351,13 +358,7 @@ def test_a_plugin_study_parses_again_in_the_same_process(tmp_path, monkeypatch):
     from mutransfer.study.files import load_study
     from operators.family import unregister_family
 
-    site = tmp_path / "site"
-    (site / "myplug-0.1.dist-info").mkdir(parents=True)
-    (site / "myplug-0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: myplug\nVersion: 0.1\n")
-    (site / "myplug-0.1.dist-info" / "entry_points.txt").write_text(
-        "[mutransfer.operators]\ntiny_user_fno = myplug_models:build\n"
-    )
-    (site / "myplug_models.py").write_text(USER_MODULE)
+    site = _fake_plugin(tmp_path)
     monkeypatch.syspath_prepend(str(site))
     path = _study(
         tmp_path,
