@@ -201,14 +201,19 @@ def count_parameters(factory: Callable[..., nn.Module], path: str, config: Model
     return _count(factory, path, config)[0]
 
 
-def _count(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> tuple[int, int]:
-    """(parameters, their bytes) of the model, built on the meta device where the factory allows it."""
+def _shapes_only(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> nn.Module:
+    """The model for its shapes only: built on the meta device (no memory), or for real, once, by a factory that
+    cannot build there."""
     try:
         with torch.device("meta"):
-            model = call(factory, path, config)
+            return call(factory, path, config)
     except OperatorConfigError:
-        model = call(factory, path, config)  # a factory that cannot build on meta: built for real, once
-    params = list(model.parameters())
+        return call(factory, path, config)
+
+
+def _count(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> tuple[int, int]:
+    """(parameters, their bytes) of the model, built on the meta device where the factory allows it."""
+    params = list(_shapes_only(factory, path, config).parameters())
     return sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params)
 
 
@@ -321,11 +326,7 @@ def _delta(factory: Callable[..., nn.Module], path: str, config: ModelConfig) ->
     width differ from the base: it splits the growing dims exactly (operators.base_shapes, ``delta``)."""
     if config["K"] == config["base_K"] or config["width"] == config["base_width"]:
         return None
-    try:
-        with torch.device("meta"):
-            return call(factory, path, {**config, "K": config["base_K"]})
-    except OperatorConfigError:
-        return call(factory, path, {**config, "K": config["base_K"]})  # a factory that cannot build on meta
+    return _shapes_only(factory, path, {**config, "K": config["base_K"]})
 
 
 def _roles_from_a_probe(factory: Callable[..., nn.Module], path: str, config: ModelConfig, model: nn.Module) -> None:
@@ -377,10 +378,4 @@ def check_roles(path: str, directory: str | None, proxy: ModelConfig, target: Mo
 
 def model_class_name(path: str, directory: str | None, config: ModelConfig) -> str:
     """The class name of the model the factory returns (built on the meta device where it can be)."""
-    factory = load_factory(path, directory)
-    try:
-        with torch.device("meta"):
-            model = call(factory, path, config)
-    except OperatorConfigError:
-        model = call(factory, path, config)
-    return type(model).__name__
+    return type(_shapes_only(load_factory(path, directory), path, config)).__name__
