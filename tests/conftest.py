@@ -114,12 +114,14 @@ SLOW_FILES: dict[str, float] = json.loads(_SLOW_FILES.read_text()) if _SLOW_FILE
 def pytest_collection_modifyitems(config, items):
     """The files that hold a slow test first, the longest first (``tests/slow_files.json``), each file's tests in
     their order: on two workers (``-n 2 --dist loadfile``, the README's test command) the long files start first and
-    the short ones fill in around them, instead of a long file starting last while the other worker idles."""
+    the short ones fill in around them, instead of a long file starting last while the other worker idles. The files
+    holding an ``alone`` test come last: such a test waits for the other worker's current test, short by then."""
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
+    alone_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("alone") is not None}
 
-    def order(item) -> tuple[bool, float]:
+    def order(item) -> tuple[bool, bool, float]:
         path = item.nodeid.split("::")[0]
-        return path not in slow_files, -SLOW_FILES.get(path, 0.0)
+        return path in alone_files, path not in slow_files, -SLOW_FILES.get(path, 0.0)
 
     items.sort(key=order)  # stable: in-file order kept
 

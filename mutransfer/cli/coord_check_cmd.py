@@ -86,7 +86,7 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.data is None:  # the problem's own dataset: a small slice is enough for a few steps
         args.n_train, args.n_test = args.n_train or 50, args.n_test or 10
-    problem, data, _ = resolve_data(args)
+    problem, data, _, _ = resolve_data(args)
     out = Path(args.out)
     check_folder("--out", out)
     sizes = dict(

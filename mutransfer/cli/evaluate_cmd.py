@@ -13,8 +13,9 @@ def add_model_arguments(p) -> None:
     """The arguments `evaluate` and `predict` share: which model, which data, where studies and MLflow live."""
     p.add_argument(
         "model",
-        metavar="STUDY|MODEL_URI",
-        help="a study (its directory, or its name in --runs-dir) or an MLflow model URI: runs:/<target run>/model, "
+        metavar="STUDY|MODEL_DIR|MODEL_URI",
+        help="a study (its directory, or its name in --runs-dir), a model folder (`mutransfer train --out DIR`), "
+        "or an MLflow model URI: runs:/<run>/model, "
         "models:/<name>/<version>, models:/<name>@<alias> or models:/m-<id>",
     )
     p.add_argument(

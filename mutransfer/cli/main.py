@@ -16,6 +16,7 @@ from mutransfer.cli import (
     dashboard_cmd,
     data_cmd,
     evaluate_cmd,
+    init_cmd,
     landscape_cmd,
     plan_cmd,
     predict_cmd,
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mutransfer {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=OneLineParser)
     for module in (
+        init_cmd,
         sweep_cmd,
         train_cmd,
         transfer_cmd,

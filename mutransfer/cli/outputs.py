@@ -78,3 +78,21 @@ def check_out(
             f"{flag} {out}: the file exists and is kept; pass --force to replace it, or choose another {flag}"
         )
     return path
+
+
+def check_out_dir(out: str | Path, *, flag: str = "--out") -> Path:
+    """``out`` if a command may make it the folder of what it writes (`train --out`), else a one-line
+    :class:`UserInputError`: a new or empty folder (so never one holding the command's input), not a file, not
+    inside a study or model folder. Nothing is replaced, ``--force`` or not."""
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        raise UserInputError(f"{flag} {out}: is a file; name a new folder, e.g. {path.with_suffix('')}-model")
+    if path.is_dir() and any(path.iterdir()):
+        raise UserInputError(f"{flag} {out}: the folder exists and is not empty; name a new folder")
+    enclosing = _enclosing_folder(path / "MLmodel")
+    if enclosing is not None:
+        kind, folder = enclosing
+        raise UserInputError(
+            f"{flag} {out}: is inside the {kind} folder {folder}, whose files the {kind} keeps; write outside it"
+        )
+    return path

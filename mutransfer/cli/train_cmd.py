@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import NamedTuple
 
 import torch
 import yaml
@@ -17,14 +18,15 @@ from mutransfer.cli.common import (
     unit_interval,
 )
 from mutransfer.cli.data_cmd import add_reader_arguments, reader_options
+from mutransfer.cli.train_keep import add_keep_arguments, check_outputs, keep
 from mutransfer.config import smoke
 from mutransfer.config.flags import add_flags
 from mutransfer.config.settings import setting_of
-from mutransfer.data.loading import load_split
+from mutransfer.data.loading import SplitData, StreamingSplit, load_split
 from mutransfer.data.pointclouds import is_point_file, load_point_split, point_file_header
 from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
-from mutransfer.problems import PROBLEMS, default_dataset, get_problem
+from mutransfer.problems import PROBLEMS, Problem, default_dataset, get_problem
 from mutransfer.study.models import HPARAM_KEYS
 from mutransfer.study.schema import MAX_EPOCHS, TrainingSpec
 from mutransfer.training import TrainConfig
@@ -108,7 +110,15 @@ def add_parser(subparsers) -> None:
     add_flags(p, TrainingSpec, ["lr", "batch_size"], defaults={"lr": 3e-3})
     p.add_argument("--beta1", type=unit_interval, default=0.9, help="Adam beta1 (default: 0.9)")
     p.add_argument("--beta2", type=unit_interval, default=0.999, help="Adam beta2 (default: 0.999)")
-    add_flags(p, TrainingSpec, ["weight_decay", "clip_value", "schedule"])
+    add_flags(p, TrainingSpec, ["weight_decay", "clip_value"])
+    add_flags(
+        p,
+        TrainingSpec,
+        ["schedule"],
+        suppress_default=True,
+        note="default: cosine, to 0 at the end of the budget, as the shipped studies train; step where --milestones "
+        "or --step-size is given",
+    )
     p.add_argument(
         "--milestones",
         type=positive_int,
@@ -167,6 +177,7 @@ def add_parser(subparsers) -> None:
         help="memory the device may use, e.g. 80GiB (default: what is free on it); an FNO whose training "
         "step does not fit is refused before it is built",
     )
+    add_keep_arguments(p)
     p.add_argument("--checkpoint-dir", help="write checkpoints here; an existing checkpoint is resumed")
     p.add_argument("--no-resume", dest="resume", action="store_false", help="ignore an existing checkpoint")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
@@ -175,13 +186,23 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def resolve_data(args: argparse.Namespace):
-    """(problem, SplitData, data path) for the train command's flags."""
+class TrainData(NamedTuple):
+    """What the train command's flags select: the problem, its split, the data file, the output times kept."""
+
+    problem: Problem
+    data: SplitData | StreamingSplit
+    path: str
+    time_resolution: int | None
+
+
+def resolve_data(args: argparse.Namespace) -> TrainData:
+    """The problem, split, data file and output times for the train command's flags."""
 
     problem = get_problem(args.problem)
     options = reader_options(args)
     if problem.kind == "points":
-        return (problem, *_resolve_point_data(args, problem, options))
+        points, path = _resolve_point_data(args, problem, options)
+        return TrainData(problem, points, path, None)
     if args.data is not None and _is_point_file(args.data):
         raise UserInputError(f"--data {args.data} holds point sets (an irregular mesh); pass --problem darcy_mesh")
     if args.data is None:
@@ -214,7 +235,7 @@ def resolve_data(args: argparse.Namespace):
         max_memory=getattr(args, "max_memory", None),
         **options,
     )
-    return problem, data, str(path)
+    return TrainData(problem, data, str(path), time_resolution)
 
 
 def _is_point_file(path) -> bool:
@@ -404,7 +425,7 @@ def run(args: argparse.Namespace) -> int:
         iterations=iterations,
         betas=(args.beta1, args.beta2),
         weight_decay=args.weight_decay,
-        schedule=args.schedule,
+        schedule=args.schedule or ("step" if args.milestones or args.step_size else "cosine"),
         milestones=args.milestones,
         step_size=args.step_size,
         gamma=args.gamma,
@@ -420,7 +441,8 @@ def run(args: argparse.Namespace) -> int:
         device_memory=args.device_memory,
         data_workers=args.data_workers,
     )
-    problem, data, path = resolve_data(args)
+    out = check_outputs(args)
+    problem, data, path, time_resolution = resolve_data(args)
     family, spec = train_model_spec(args, problem, data)
     model_config = family.configure(spec)
     plan = _plan_before_building(family, model_config, data, config)  # every family is planned before it is built
@@ -442,6 +464,8 @@ def run(args: argparse.Namespace) -> int:
         "train": config.to_dict(),
         "result": result.as_dict(),
     }
+    if out is not None:
+        summary.update(keep(args, out, model, problem, data, time_resolution, config, result))
     if args.json:
         print_json(summary)
         return 0
@@ -461,4 +485,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.checkpoint_dir:
         print(f"checkpoint: {args.checkpoint_dir}")
+    if out is not None:
+        logged = f" (MLflow {summary['run_uri']})" if "run_uri" in summary else ""
+        print(f"model: {out}{logged}; use it with `mutransfer evaluate {out} --data FILE`")
     return 0

@@ -22,6 +22,7 @@ import yaml
 
 from mutransfer._version import __version__
 from mutransfer.errors import UserInputError
+from mutransfer.tracking.runs import STUDY_TAG
 from operators.errors import OperatorConfigError
 from operators.family import family_of_config
 
@@ -30,6 +31,8 @@ CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "state_dict.pt"
 MLMODEL_FILE = "MLmodel"
 FORMAT_VERSION = 1
+#: the logged model's name: ``runs:/<run>/model`` resolves to it
+LOGGED_NAME = "model"
 
 
 @dataclass
@@ -71,18 +74,50 @@ def card_for(
 ) -> ModelCard:
     """The card of the target (class name, its ``config``) trained by ``study`` on ``data`` (a SplitData)."""
 
-    return ModelCard(
-        model_class=model_class,
-        model_config=_plain(model_config),
+    return model_card(
+        model_class,
+        model_config,
+        data,
         problem=study.problem.name,
         dim=int(study.dim),
         point_problem=bool(study.point_problem),
         operator=study.operator.type,
-        resolution=None if study.point_problem else int(data.grid_shape[0]),
         time_resolution=study.problem.time_resolution,
+        name=study.name,
+        hyperparameters=hyperparameters,
+        test_error=test_error,
+    )
+
+
+def model_card(
+    model_class: str,
+    model_config: dict,
+    data,
+    *,
+    problem: str,
+    dim: int,
+    point_problem: bool,
+    operator: str,
+    time_resolution: int | None,
+    name: str,
+    hyperparameters: dict,
+    test_error: float | None,
+) -> ModelCard:
+    """The card of a model (class name, its ``config``) trained on ``data`` (a SplitData): a study's target
+    (:func:`card_for`) or what `mutransfer train --out` keeps (``name``: the study's, or ``train``)."""
+
+    return ModelCard(
+        model_class=model_class,
+        model_config=_plain(model_config),
+        problem=problem,
+        dim=int(dim),
+        point_problem=bool(point_problem),
+        operator=operator,
+        resolution=None if point_problem else int(data.grid_shape[0]),
+        time_resolution=time_resolution,
         input_shape=[int(s) for s in data.test_x.shape[1:]],
         output_shape=[int(s) for s in data.test_y.shape[1:]],
-        study=study.name,
+        study=name,
         hyperparameters=_plain(hyperparameters),
         test_error=test_error,
         mutransfer_version=__version__,
@@ -108,6 +143,17 @@ def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
     )
     mlmodel.save(directory / MLMODEL_FILE)
     return directory
+
+
+def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *, study: str) -> str:
+    """An MLflow logged model named ``model`` (source: the target run) holding ``directory``; returns its id."""
+
+    logged = client.create_logged_model(
+        experiment_id, name=LOGGED_NAME, source_run_id=run_id, tags={STUDY_TAG: study}, model_type="mutransfer"
+    )
+    client.log_model_artifacts(logged.model_id, str(directory))
+    client.finalize_logged_model(logged.model_id, "READY")
+    return logged.model_id
 
 
 def read_model_dir(directory: Path):

@@ -4,6 +4,7 @@ Accepted sources:
 
 - a study: its directory (``mutransfer-runs/<name>``) or its name (looked up in ``--runs-dir``,
   default ``./mutransfer-runs``): the model directory ``<study dir>/model`` written by the sweep;
+- a model directory itself (holding ``MLmodel``): a study's ``model/``, or what ``mutransfer train --out DIR`` kept;
 - ``runs:/<target run id>/model``: the logged model of a sweep's target run;
 - ``models:/<model id>`` (``m-…``): a logged model;
 - ``models:/<name>/<version>`` or ``models:/<name>@<alias>``: a registered model version.
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
-from mutransfer.serving.artifact import ModelCard, read_model_dir
+from mutransfer.serving.artifact import MLMODEL_FILE, ModelCard, read_model_dir
 from mutransfer.study_folder.portable import relocated_artifact_path
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
@@ -51,12 +52,15 @@ def load_model(source: str, *, runs_dir: str | None = None, tracking_uri: str | 
 
 def _study_model_dir(source: str, runs_dir: str | None) -> Path:
     given = Path(source)
+    if (given / MLMODEL_FILE).is_file():  # a model directory: `train --out DIR`, or a study's model/
+        return given
     study_dir = StudyDir(given) if (given / "study.yaml").is_file() else StudyDir.for_study(source, runs_dir)
     if not study_dir.study_file.is_file():
         where = runs_dir or "./mutransfer-runs"
         raise UserInputError(
             f"study {source!r} not found (no {given / 'study.yaml'} and no study of that name in "
-            f"{where}); pass a study directory, a study name with --runs-dir, or a runs:/ or models:/ URI"
+            f"{where}); pass a study directory, a study name with --runs-dir, a model folder (`train --out`), or a "
+            "runs:/ or models:/ URI"
         )
     state = study_dir.read_state()
     record = state.get("model") or {}

@@ -390,7 +390,23 @@ def load_study(
             applied.append(Override(flag, field_path, value, previous))
         _set_path(mapping, field_path, value)
     search = (Path(path).resolve().parent, Path.cwd()) if path is not None and text is None else (Path.cwd(),)
+    if path is not None and text is None:
+        _data_beside_the_study(mapping, Path(path).resolve().parent)
     return parse_study(mapping, source, flags=flags, factory_search=search), applied
+
+
+def _data_beside_the_study(mapping: Any, folder: Path) -> None:
+    """A relative ``problem.data`` is the file beside the study file (a study copied with its data keeps working
+    from any directory); where no such file is there but one is in the working directory, that one (studies
+    written before paths were the study file's)."""
+    problem = mapping.get("problem") if isinstance(mapping, dict) else None
+    if not isinstance(problem, dict):
+        return
+    data = problem.get("data")
+    if not isinstance(data, str) or not data.strip() or data.startswith("~") or Path(data).is_absolute():
+        return
+    beside = folder / data
+    problem["data"] = os.path.normpath(beside if beside.exists() or not Path(data).exists() else Path(data).absolute())
 
 
 def _with_ladder_start(mapping: dict, overrides: dict) -> dict:

@@ -67,8 +67,7 @@ def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
     if timed and p.time_resolution is None:
         p.time_resolution = int(problem.time_resolution)
     if p.data is not None:
-        if p.generated_resolution is not None:
-            r.fail("problem.generated_resolution", "only applies to generated data (data: null); remove it")
+        _ignore_generated_resolution(study)
         native, n_available, file_problem = _data_header(p.data, r)
         if file_problem not in (None, problem.name):
             r.fail(
@@ -91,6 +90,18 @@ def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
             "problem.resolution",
             f"{p.resolution} cannot be strided from data at resolution {native} (it must {rule} it); use e.g. {best}",
         )
+
+
+def _ignore_generated_resolution(study: Study) -> None:
+    """``problem.generated_resolution`` with ``problem.data`` set (a shipped study copied and pointed at a file):
+    ignored, with a note, rather than refused: it sizes generated data only."""
+    p = study.problem
+    if p.generated_resolution is not None:
+        study.notes += (
+            f"problem.generated_resolution {p.generated_resolution} applies to generated data only "
+            f"(data: null); ignored for problem.data {p.data}",
+        )
+        p.generated_resolution = None
 
 
 def _resolve_width(study: Study, r: Reader) -> None:
@@ -179,8 +190,7 @@ def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
     if p.resolution is not None:
         r.fail("problem.resolution", f"{problem.name!r} is a point-set problem with no grid to stride; remove it")
     if p.data is not None:
-        if p.generated_resolution is not None:
-            r.fail("problem.generated_resolution", "only applies to generated data (data: null); remove it")
+        _ignore_generated_resolution(study)
         if not Path(p.data).is_file():
             r.fail(
                 "problem.data",

@@ -321,6 +321,8 @@ class Study:
     #: the K rule's exponent measured on the training data when ``operator.k_exponent`` is 'data' (set by
     #: mutransfer.sweep.k_rule before the search and kept in the study folder's state.json); not part of the file
     k_exponent_estimate: float | None = field(default=None, compare=False)
+    #: fields of the file ignored as not applying, a line each (the sweep says them); not part of the file
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     # ---- derived -------------------------------------------------------------------
     @property
@@ -474,10 +476,8 @@ class Study:
         return (int(resolution) + pad,) * self.dim
 
     def to_dict(self) -> dict:
-        """The study as a plain mapping (the YAML schema; ``source`` is left out)."""
+        """The study as a plain mapping (the YAML schema: the fields of TOP_ORDER; ``source``, ``notes`` left out)."""
         d = dataclasses.asdict(self)
-        d.pop("source", None)
-        d.pop("k_exponent_estimate", None)
         for derived in ("factory_dir", "factory_label"):
             d["operator"].pop(derived, None)
         d["search_space"] = {k: v.to_dict() for k, v in self.search_space.items()}

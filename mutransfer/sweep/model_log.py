@@ -17,13 +17,10 @@ from pathlib import Path
 import torch
 
 from mutransfer.errors import UserInputError
-from mutransfer.serving.artifact import card_for, write_model_dir
+from mutransfer.serving.artifact import LOGGED_NAME, card_for, log_logged_model, write_model_dir
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.sweep.context import SweepContext
-from mutransfer.tracking.runs import STUDY_TAG, Tracker
-
-#: the logged model's name: ``runs:/<target run>/model`` resolves to it
-LOGGED_NAME = "model"
+from mutransfer.tracking.runs import Tracker
 
 
 def check_registry_store(uri: str, register: str | None) -> None:
@@ -97,17 +94,6 @@ def write_study_model(ctx: SweepContext) -> Path:
         test_error=ctx.target.test_error,
     )
     return write_model_dir(ctx.study_dir.root / MODEL_DIR, card, saved["model"])
-
-
-def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *, study: str) -> str:
-    """An MLflow logged model named ``model`` (source: the target run) holding ``directory``; returns its id."""
-
-    logged = client.create_logged_model(
-        experiment_id, name=LOGGED_NAME, source_run_id=run_id, tags={STUDY_TAG: study}, model_type="mutransfer"
-    )
-    client.log_model_artifacts(logged.model_id, str(directory))
-    client.finalize_logged_model(logged.model_id, "READY")
-    return logged.model_id
 
 
 def register_model(client, name: str, model_id: str, run_id: str | None) -> dict:

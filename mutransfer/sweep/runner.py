@@ -181,6 +181,8 @@ def _start_study_dir(ctx: SweepContext) -> None:
         ctx.study_dir.write_state(ctx.state)
     for o in ctx.overrides:
         ctx.say(f"override: {o.describe()}")
+    for note in ctx.study.notes:
+        ctx.say(f"note: {note}")
 
 
 def _say_cost(ctx: SweepContext) -> None:

@@ -180,6 +180,8 @@ def test_generate_inspect_and_train_end_to_end(tmp_path):
         "8",
         "--padding",
         "2",
+        "--schedule",  # the LR held over these 2 epochs (cosine, the default, anneals it to 0 by the second)
+        "step",
         "--checkpoint-dir",
         ckpt,
         "--no-progress",

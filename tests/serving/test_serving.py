@@ -28,12 +28,12 @@ def _main(*argv) -> int:
 def served(tmp_path_factory):
     """Folder A: data.h5, mlflow.db + mlruns/, runs/tiny/ with model/ and state.json; a logged and registered model."""
     from mutransfer.data.loading import load_split
-    from mutransfer.serving.artifact import card_for, write_model_dir
+    from mutransfer.serving.artifact import card_for, log_logged_model, write_model_dir
     from mutransfer.study import load_study
     from mutransfer.study.models import model_for
     from mutransfer.study_folder.portable import stored_tracking, write_study_file
     from mutransfer.study_folder.state import StudyDir
-    from mutransfer.sweep.model_log import log_logged_model, register_model
+    from mutransfer.sweep.model_log import register_model
     from mutransfer.tracking.runs import Tracker
 
     home = tmp_path_factory.mktemp("A")

@@ -192,7 +192,7 @@ def test_numeric_strings_are_accepted_for_floats(tmp_path):
         ),
         (
             lambda m: m["problem"].update(data="missing.h5", generated_resolution=None),
-            ["problem.data: file missing.h5 not found"],
+            ["problem.data: file ", "missing.h5 not found"],  # the path beside the study file
         ),
         (
             lambda m: m["search"].update(algorithm="grid"),

@@ -1,10 +1,9 @@
 """Reproducible searches: two sweeps of the same study file and seed give the same trials and the same winner.
 
-Two real sweeps (separate processes, working directories and MLflow stores) of a tiny TPE + ASHA
-study: one trained in process, one on Ray with 2 trials at a time; the same configurations,
-statuses, test errors and winner, by default. docs/sweep.md ("Reproducible searches") says what is
-guaranteed. (One of the two is in process to keep the suite short: the executors train the same
-trials, tests/sweep/test_executors.py.)
+Two real sweeps (separate processes, so separate hash seeds, working directories and MLflow stores) of a tiny
+TPE + ASHA study: the same configurations, statuses, test errors and winner, by default. docs/sweep.md
+("Reproducible searches") says what is guaranteed. Both train in process (``--executor inprocess``): that Ray, with
+2 trials at a time, trains the same trials as the in-process executor is tested in tests/sweep/test_executors.py.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import sys
 
 import pytest
 
-from tests.sweep_helpers import write_tiny_data, write_tiny_study
+from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
 
 
 def _sweep(directory, study, *flags: str) -> dict:
@@ -44,9 +43,9 @@ def test_two_sweeps_of_the_same_study_give_the_same_trials_and_winner(tmp_path):
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(tmp_path, data, name="repro", trials=6, epochs=4, grace=1, max_concurrent=2)
     reports = []
-    for run, flags in (("a", ("--executor", "inprocess")), ("b", ())):
+    for run in ("a", "b"):
         (tmp_path / run).mkdir()
-        reports.append(_sweep(tmp_path / run, study, *flags))
+        reports.append(_sweep(tmp_path / run, study, *IN_PROCESS))
     tables = [[(t["trial_id"], t["config"], t["status"], t["val_error"]) for t in r["trial_table"]] for r in reports]
     assert tables[0] == tables[1]
     assert len({json.dumps(c, sort_keys=True) for _k, c, _s, _e in tables[0]}) == 6

@@ -1,9 +1,9 @@
-"""Load (slow): four studies at once on the 2-node loopback Ray cluster, all logging to one tracking store.
+"""Load (slow): eight studies at once on the 2-node loopback Ray cluster, four logging to one tracking store each.
 
-Each study has :data:`TRIALS` proxy trials, :data:`AT_ONCE` at a time, and a target; the four drivers
-(`mutransfer sweep --address HOST:PORT`) start together and share the cluster's two CPUs. The store is a real
-`mlflow server` on PostgreSQL (tests/team_store.py), or the embedded default, one SQLite file (WAL mode) that
-all four drivers write. Afterwards: every study has one parent run, one run per trial (none twice), each with
+Each study has :data:`TRIALS` proxy trials, :data:`AT_ONCE` at a time, and a target; the eight drivers
+(`mutransfer sweep --address HOST:PORT`) start together and share the cluster's two CPUs. One store is a real
+`mlflow server` on PostgreSQL (tests/team_store.py), the other the embedded default, one SQLite file (WAL mode)
+that its four drivers write. Afterwards: every study has one parent run, one run per trial (none twice), each with
 one point per epoch, one target run with its checkpoint artifacts, all FINISHED; PostgreSQL holds no metric twice and the server's log no
 error. The figures (studies, trials, metrics stored, wall time) are printed; docs/robustness.md quotes them
 (``python -m pytest -s`` on this file).
@@ -45,64 +45,73 @@ def _check_study(client, report: dict) -> int:
     return points
 
 
-@pytest.mark.parametrize("backend", ["postgresql", "sqlite"])
-def test_four_studies_at_once_on_the_cluster_lose_and_repeat_nothing(cluster, tmp_path, backend):
+def test_eight_studies_at_once_on_the_cluster_four_per_store_lose_and_repeat_nothing(cluster, tmp_path):
+    """Both stores in one go (one cluster, eight drivers started together): four studies write the PostgreSQL-backed
+    server, four the one SQLite file; without PostgreSQL the SQLite half runs alone."""
     from mlflow.tracking import MlflowClient
 
-    team = None
-    if backend == "postgresql":
-        reason = team_store_or_skip()
-        if reason:
-            pytest.skip(reason)
-        team = TeamStore(tmp_path / "store")
+    team = None if team_store_or_skip() else TeamStore(tmp_path / "store")
     try:
-        uri = team.uri if team is not None else f"sqlite:///{tmp_path / 'mlflow.db'}"
+        stores = {"sqlite": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+        if team is not None:
+            stores["postgresql"] = team.uri
         data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-        studies = [
-            write_tiny_study(
-                tmp_path, data, name=f"load{i}", trials=TRIALS, epochs=EPOCHS, grace=EPOCHS, max_concurrent=AT_ONCE
-            )
-            for i in range(STUDIES)
-        ]
         env = dict(cluster.env, MUTRANSFER_CACHE=str(tmp_path / "cache"))
         start = time.monotonic()
         procs = []
-        for study in studies:
-            cmd = [
-                *(sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study)),
-                *("--address", f"127.0.0.1:{cluster.gcs_port}", "--tracking-uri", uri),
-                *("--runs-dir", str(tmp_path / "runs"), "--json"),
-            ]
-            err = open(tmp_path / f"{study.stem}.err", "w")  # closed when its driver ends
-            procs.append(
-                (study.stem, err, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True))
-            )
-        reports = []
-        for name, err, proc in procs:
+        for backend, uri in stores.items():
+            for i in range(STUDIES):
+                study = write_tiny_study(
+                    tmp_path,
+                    data,
+                    name=f"load-{backend}-{i}",
+                    trials=TRIALS,
+                    epochs=EPOCHS,
+                    grace=EPOCHS,
+                    max_concurrent=AT_ONCE,
+                )
+                cmd = [
+                    *(sys.executable, "-m", "mutransfer.cli.main", "sweep", "--study", str(study)),
+                    *("--address", f"127.0.0.1:{cluster.gcs_port}", "--tracking-uri", uri),
+                    *("--runs-dir", str(tmp_path / "runs"), "--json"),
+                ]
+                err = open(tmp_path / f"{study.stem}.err", "w")  # closed when its driver ends
+                procs.append(
+                    (
+                        backend,
+                        study.stem,
+                        err,
+                        subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True),
+                    )
+                )
+        reports: dict[str, list[dict]] = {backend: [] for backend in stores}
+        for backend, name, err, proc in procs:
             out, _ = proc.communicate(timeout=1500)
             err.close()
             assert proc.returncode == 0, f"{name}: {(tmp_path / f'{name}.err').read_text()[-3000:]}"
-            reports.append(json.loads(out))
+            reports[backend].append(json.loads(out))
         wall = time.monotonic() - start
 
-        client = MlflowClient(uri)
-        points = sum(_check_study(client, report) for report in reports)
-        figures = {
-            "backend": backend,
-            "studies": STUDIES,
-            "trials": STUDIES * TRIALS,
-            "trial_metric_points": points,
-            "wall_s": round(wall, 1),
-        }
-        if team is not None:
-            twice = team.postgres.query(
-                "mlflow", "SELECT run_uuid, key, step FROM metrics GROUP BY run_uuid, key, step HAVING count(*) > 1"
-            )
-            assert not twice, twice
-            figures["metrics_stored"] = team.count("SELECT count(*) FROM metrics")
-            figures["runs_stored"] = team.count("SELECT count(*) FROM runs")
-            assert team.server.errors() == [], team.server.errors()[:5]
-        print("load figures:", json.dumps(figures))
+        for backend, uri in stores.items():
+            client = MlflowClient(uri)
+            points = sum(_check_study(client, report) for report in reports[backend])
+            figures = {
+                "backend": backend,
+                "studies": STUDIES,
+                "trials": STUDIES * TRIALS,
+                "trial_metric_points": points,
+                "wall_s_all_stores": round(wall, 1),
+            }
+            if backend == "postgresql":
+                assert team is not None
+                twice = team.postgres.query(
+                    "mlflow", "SELECT run_uuid, key, step FROM metrics GROUP BY run_uuid, key, step HAVING count(*) > 1"
+                )
+                assert not twice, twice
+                figures["metrics_stored"] = team.count("SELECT count(*) FROM metrics")
+                figures["runs_stored"] = team.count("SELECT count(*) FROM runs")
+                assert team.server.errors() == [], team.server.errors()[:5]
+            print("load figures:", json.dumps(figures))
     finally:
         if team is not None:
             team.close()

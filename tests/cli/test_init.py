@@ -1,0 +1,75 @@
+"""`mutransfer init`: a commented study file for the user's problem, data and operator, that runs as written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mutransfer.cli.main import main
+from mutransfer.study import load_study
+
+
+@pytest.fixture(scope="module")
+def darcy21(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("data") / "mydata.h5"
+    assert (
+        main(["data", "generate", "darcy", "--n", "30", "--resolution", "21", "--out", str(path), "--no-progress"]) == 0
+    )
+    return path
+
+
+def test_init_writes_a_study_for_the_users_file_that_runs_as_written(darcy21, tmp_path, capsys, monkeypatch):
+    """The file beside the data, its path relative; K shrunk to what the 21-point grid (+5 padding) holds; every
+    field commented; `mutransfer sweep --study` runs it (smoke-sized, in process: the study's logic)."""
+    (tmp_path / "mydata.h5").write_bytes(darcy21.read_bytes())
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "mine", "--problem", "darcy", "--data", "mydata.h5"]) == 0
+    said = capsys.readouterr().out
+    assert "wrote mine.yaml" in said and "mutransfer sweep --study mine.yaml" in said
+    text = (tmp_path / "mine.yaml").read_text()
+    mapping = yaml.safe_load(text)
+    assert mapping["problem"]["data"] == "mydata.h5" and mapping["operator"]["type"] == "fno"
+    assert (mapping["proxy_K"], mapping["target_K"]) == (4, 12)  # 24 does not fit (21 + 5) // 2 + 1 = 14
+    assert "# training resolution, reached by striding" in text  # each field's own help
+    assert sum(1 for line in text.splitlines() if line.lstrip().startswith("#")) > 40
+    monkeypatch.setenv("MUTRANSFER_SMOKE", "1")
+    rc = main(["sweep", "--study", "mine.yaml", "--executor", "inprocess", "--json"])
+    assert rc == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["study"] == "mine" and report["target"]["status"] == "completed"
+
+
+@pytest.mark.parametrize(
+    "problem, operator, sizes",
+    [("burgers", "fno", (6, 24)), ("darcy", "fno", (4, 16)), ("darcy_mesh", "galerkin", None), ("darcy", "ono", None)],
+)
+def test_init_for_generated_data_parses_for_each_kind_of_operator(tmp_path, capsys, problem, operator, sizes):
+    out = tmp_path / "s.yaml"
+    assert main(["init", "s", "--problem", problem, "--operator", operator, "--out", str(out)]) == 0
+    study, _ = load_study(out)
+    assert study.problem.name == problem and study.operator.type == operator and study.problem.data is None
+    assert (study.proxy_K, study.target_K) == (sizes or (None, None))
+    assert study.target_width > study.operator.width
+
+
+def _refused(capsys, args, *fragments) -> None:
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and all(f in err[0] for f in fragments), err
+
+
+def test_init_refuses_in_one_line_and_writes_nothing(darcy21, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("mine.yaml").write_text("mine: kept\n")
+    _refused(capsys, ["init", "mine"], "--out mine.yaml", "exists", "--force")
+    assert Path("mine.yaml").read_text() == "mine: kept\n"
+    _refused(capsys, ["init", "bad/name"], "name", "letters, digits")
+    _refused(capsys, ["init", "x", "--problem", "burgers", "--data", str(darcy21)], "holds 'darcy' data")
+    _refused(capsys, ["init", "y", "--data", "missing.h5", "--problem", "darcy"], "missing.h5", "not found")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]
+    with pytest.raises(SystemExit) as stop:  # argparse's choices: one line, exit 2
+        main(["init", "z", "--operator", "nope"])
+    assert stop.value.code == 2 and "--operator" in capsys.readouterr().err
