@@ -10,6 +10,7 @@ import yaml
 
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study, default_study_text, load_study
+from mutransfer.study.files import missing_study_hint
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class StudySpec:
         """
         p = Path(path)
         if not p.is_file():
-            raise UserInputError(f"study {path}: file not found; pass an existing YAML file, e.g. studies/quick.yaml")
+            raise UserInputError(f"study {path}: file not found; {missing_study_hint(p)}")
         try:
             text = p.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

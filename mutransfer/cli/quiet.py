@@ -2,8 +2,9 @@
 
 What is hidden is listed here and nothing else: MLflow's INFO lines (its store's "Creating initial MLflow
 database tables...", the server's start-up), Ray's notice that token authentication is *enabled* (its warning
-that authentication is *disabled* stays: a user may have to act on it), uvicorn's per-start INFO lines and
-Starlette's deprecation of the WSGI middleware MLflow's server imports. Warnings and errors of every library
+that authentication is *disabled* stays: a user may have to act on it), uvicorn's per-start INFO lines,
+Starlette's deprecation of the WSGI middleware MLflow's server imports, and the server's printed note that it
+accepts local requests only. Warnings and errors of every library
 still reach the console.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
+from typing import TextIO
 
 #: the environment variable MLflow reads for its loggers' level (mlflow.utils.logging_utils)
 MLFLOW_LEVEL_ENV = "MLFLOW_LOGGING_LEVEL"
@@ -19,6 +22,9 @@ RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 RAY_AUTH_ENABLED = "Token authentication is enabled for this Ray cluster"
 #: Python warning filters for the MLflow server's process (PYTHONWARNINGS syntax)
 SERVER_WARNINGS = "ignore:starlette.middleware.wsgi is deprecated"
+#: the start of the lines the MLflow server prints (not logs) that are hidden: its note that it accepts local
+#: requests only, which is what `mutransfer ui` on 127.0.0.1 asks of it (the note for other hosts stays)
+SERVER_NOTICES = ("[MLflow] Security middleware enabled with default settings (localhost-only)",)
 
 
 class _DropNotice(logging.Filter):
@@ -56,6 +62,15 @@ def server_environment(verbose: bool) -> dict[str, str]:
         env[MLFLOW_LEVEL_ENV] = "WARNING"
         env["PYTHONWARNINGS"] = ",".join(filter(None, [env.get("PYTHONWARNINGS"), SERVER_WARNINGS]))
     return env
+
+
+def relay_server_output(lines: Iterable[str], out: TextIO, verbose: bool) -> None:
+    """Copy the MLflow server's printed lines to ``out`` as they come, those of :data:`SERVER_NOTICES` left out
+    unless ``verbose`` (run in a thread beside the server; returns when the server closes its output)."""
+    for line in lines:
+        if verbose or not line.startswith(SERVER_NOTICES):
+            out.write(line)
+            out.flush()
 
 
 def server_options(verbose: bool) -> list[str]:

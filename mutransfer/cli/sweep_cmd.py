@@ -9,6 +9,7 @@ import sys
 
 from mutransfer.cli.common import model_name, positive_int_at_most, print_json
 from mutransfer.config import smoke
+from mutransfer.config.checks import VERIFY_POINTS, VERIFY_SEEDS
 from mutransfer.config.executors import EXECUTORS
 from mutransfer.config.flags import flag_kwargs
 from mutransfer.study.files import OVERRIDES, declared, load_study
@@ -84,16 +85,16 @@ def _add_sweep(subparsers) -> None:
     checks.add_argument(
         "--verify-points",
         type=positive_int_at_most(41),
-        default=5,
+        default=VERIFY_POINTS,
         metavar="N",
-        help="LRs of the --verify grid, the transferred one among them (default: 5, +-0.5 decades; >= 3)",
+        help=f"LRs of the --verify grid, the transferred one among them (default: {VERIFY_POINTS}, +-0.5 decades; >= 3)",
     )
     checks.add_argument(
         "--verify-seeds",
         type=positive_int_at_most(100),
-        default=3,
+        default=VERIFY_SEEDS,
         metavar="S",
-        help="seeds per --verify LR (default: 3; the t CI of the distance needs >= 2)",
+        help=f"seeds per --verify LR (default: {VERIFY_SEEDS}; the t CI of the distance needs >= 2)",
     )
     checks.add_argument(
         "--baseline",

@@ -14,16 +14,17 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 
 from mutransfer.cli.common import positive_int
-from mutransfer.cli.quiet import server_environment, server_options
+from mutransfer.cli.quiet import relay_server_output, server_environment, server_options
 from mutransfer.errors import UserInputError
 from mutransfer.tracking.guard import guarded
-from mutransfer.tracking.listings import study_to_show
+from mutransfer.tracking.listings import list_studies, study_to_show
 from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
-from mutransfer.tracking.views import searched_keys, tag_kind, tag_study, ui_link
+from mutransfer.tracking.views import STUDIES_KEY, searched_keys, tag_kind, tag_studies, tag_study, ui_link
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 EXIT_SERVER_FAILED = 1
@@ -68,6 +69,8 @@ def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000, verbose: 
         "mlflow",
         "ui",
         "--backend-store-uri",
+        uri,
+        "--registry-store-uri",  # the same store, said so: the server prints no "not provided" note
         uri,
         "--host",
         host,
@@ -141,6 +144,21 @@ def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None
         return experiment_id, None
 
 
+def _tag_studies(uri: str, experiment_id: str | None) -> int:
+    """How many studies the experiment holds; with more than one, its studies' side-by-side view is written onto
+    it (mutransfer.tracking.views.tag_studies). 0 when there is nothing to compare or the store is read-only."""
+    if experiment_id is None:
+        return 0
+    count = sum(1 for row in list_studies(uri) if row["experiment_id"] == experiment_id)
+    if count < 2:
+        return 0
+    try:
+        tag_studies(_client(uri), experiment_id)
+    except Exception:  # a read-only or busy store: the study's own link still works  # noqa: BLE001
+        return 0
+    return count
+
+
 def _stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
@@ -163,17 +181,24 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         )
     check_port_free(args.host, args.port)
     experiment_id, key = _tag_study(uri, args.experiment)
+    side_by_side = _tag_studies(uri, experiment_id)
     if args.host not in LOCAL_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI beyond this machine", file=sys.stderr)
     print(f"mutransfer ui: starting MLflow on {args.host}:{args.port} ...", file=sys.stderr, flush=True)
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too, as Ctrl-C does
-    # an argument list, no shell; the server's log goes to stderr so stdout holds only the link
+    # an argument list, no shell; the server's output is relayed to stderr (its known notes left out) so stdout
+    # holds only the link
     # through the guard (mutransfer.tracking.guard): the server stops with this command, even after `kill -9`
     proc = subprocess.Popen(
         guarded(ui_command(uri, host=args.host, port=args.port, verbose=args.verbose)),
-        stdout=2,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=server_environment(args.verbose),
     )
+    assert proc.stdout is not None
+    relay = threading.Thread(target=relay_server_output, args=(proc.stdout, sys.stderr, args.verbose), daemon=True)
+    relay.start()
     try:
         problem = wait_until_serving(proc, args.host, args.port, args.wait)
         if problem is not None:
@@ -181,6 +206,9 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
             print(f"mutransfer ui: error: {problem}", file=sys.stderr)
             return EXIT_SERVER_FAILED
         print(f"MLflow UI: {ui_link(args.host, args.port, experiment_id, key)}  (Ctrl-C to stop)", flush=True)
+        if side_by_side:
+            link = ui_link(args.host, args.port, experiment_id, STUDIES_KEY)
+            print(f"MLflow UI, its {side_by_side} studies side by side: {link}", flush=True)
         return proc.wait()
     except KeyboardInterrupt:
         _stop(proc)

@@ -10,6 +10,7 @@ field's default and check are the ones declared with it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 
@@ -71,9 +72,20 @@ class Reader:
         if name in self.mapping:
             return self.mapping[name]
         if default is REQUIRED:
+            typo = self._close_key(name)
+            if typo is not None:
+                self.fail(self.where(name), f"is required; the file has {typo!r}: rename it to {name}")
             hint = f", e.g. {name}: {example}" if example else ""
             self.fail(self.where(name), f"is required{hint}")
         return default
+
+    def _close_key(self, name: str) -> str | None:
+        """A key of the mapping that looks like a mistyped ``name`` (another case, or one character off)."""
+        keys = [k for k in self.mapping if isinstance(k, str) and k != name]
+        same = [k for k in keys if k.lower() == name.lower()]
+        close = difflib.get_close_matches(name, keys, n=1, cutoff=0.85)
+        found = same or close
+        return found[0] if found else None
 
     def integer(self, name, default=REQUIRED, *, minimum=None, maximum=None, example="", allow_none=False):
         value = self.raw(name, default, example=example)

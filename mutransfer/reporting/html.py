@@ -160,6 +160,13 @@ def _result(report: dict | None) -> str:
     ]
     if gain:
         rows.append(("proxy error / target error", gain["gain"]))
+    model = report.get("model") or {}
+    if model.get("dir"):  # the trained target: where it is and how to use it (docs/sweep.md, Using the trained model)
+        folder = Path(report.get("study_dir") or ".") / model["dir"]
+        rows.append(("trained model", f"{folder} (mutransfer evaluate {report.get('study')} --data FILE)"))
+        for key, label in (("run_uri", "MLflow run model"), ("model_uri", "MLflow logged model")):
+            if model.get(key):
+                rows.append((label, f"{model[key]} (mlflow.pyfunc.load_model)"))
     return key_table(rows, "result")
 
 
@@ -198,6 +205,10 @@ def _compute(report: dict | None) -> str:
     return key_table(rows, "compute") if rows else "<p>Not known until the study is done.</p>"
 
 
+#: below this many trials the importance bars carry a caveat (PED-ANOVA splits the trials into a top and the rest)
+IMPORTANCE_TRIALS = 30
+
+
 def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
     """The whole page for the study in ``files``; ``sections``: HTML the caller adds before the compute (the sweep's
     search strategies: the verification, the direct baseline; mutransfer.sweep.strategies.html_sections)."""
@@ -210,11 +221,18 @@ def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
         + ", ".join(f"{n} {s}" for s, n in counts.items())
         + f"); folder {files.root}"
     )
+    finished = int((frame["status"] == "completed").sum()) if not frame.empty else 0
     captions = [
-        "Each point: a trial's last reported test error (what the TPE sampler was told).",
-        "One line per trial; X: the epoch where ASHA stopped the trial.",
-        "Optuna's PED-ANOVA importances of the searched hyperparameters for the test error.",
-        "Each trial's last reported error against each searched hyperparameter; colour: trial order.",
+        "Each point: a trial's last reported validation error (what the sampler was told).",
+        "One line per trial: its validation error by epoch; X: the epoch where ASHA stopped the trial (decided on "
+        "the error of that single epoch, which can swing between epochs).",
+        "Optuna's PED-ANOVA importances of the searched hyperparameters for the validation error"
+        + (
+            f": from {len(frame)} trials ({finished} ran to the end) these bars are a rough hint, not a measurement."
+            if len(frame) < IMPORTANCE_TRIALS
+            else "."
+        ),
+        "Each trial's last reported validation error against each searched hyperparameter; colour: trial order.",
     ]
     verdict = (report or {}).get("verdict") or []
     parts = [

@@ -2,7 +2,8 @@
 
 Layout (``<study dir>/model/``, and the same files in MLflow's logged model)::
 
-    MLmodel            MLflow's model file; flavors: {mutransfer: {config: config.json, weights: state_dict.pt}}
+    MLmodel            MLflow's model file; flavors: {mutransfer: {config: config.json, weights: state_dict.pt},
+                       python_function: {loader_module: mutransfer.serving.pyfunc}} and a tensor signature
     config.json        everything that rebuilds the model without pickle (see :class:`ModelCard`)
     state_dict.pt      the model's state dict: tensors only, read with ``torch.load(weights_only=True)``
 
@@ -30,6 +31,8 @@ FLAVOR = "mutransfer"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "state_dict.pt"
 MLMODEL_FILE = "MLmodel"
+#: the module MLflow's ``python_function`` flavor loads the model with (mutransfer.serving.pyfunc)
+PYFUNC_LOADER = "mutransfer.serving.pyfunc"
 FORMAT_VERSION = 1
 #: the logged model's name: ``runs:/<run>/model`` resolves to it
 LOGGED_NAME = "model"
@@ -132,15 +135,18 @@ def _plain(value):
 def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
     """Write MLmodel, config.json and state_dict.pt into ``directory`` (created); returns it."""
     from mlflow.models import Model  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a model is written
+    from mlflow.pyfunc import add_to_model  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a model is written
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(asdict(card), indent=2))
     torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, directory / WEIGHTS_FILE)
-    mlmodel = Model(artifact_path="model")
+    mlmodel = Model(artifact_path="model", signature=_signature(card))
     mlmodel.add_flavor(
         FLAVOR, config=CONFIG_FILE, weights=WEIGHTS_FILE, model_class=card.model_class, format_version=FORMAT_VERSION
     )
+    # any MLflow client: mlflow.pyfunc.load_model imports PYFUNC_LOADER, which rebuilds the model (no pickle)
+    add_to_model(mlmodel, loader_module=PYFUNC_LOADER, data=".")
     mlmodel.save(directory / MLMODEL_FILE)
     return directory
 
@@ -154,6 +160,19 @@ def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *
     client.log_model_artifacts(logged.model_id, str(directory))
     client.finalize_logged_model(logged.model_id, "READY")
     return logged.model_id
+
+
+def _signature(card: ModelCard):
+    """MLflow's signature: tensors (n, *grid, C) in and out, float32, every size free but the channels (a grid
+    model runs at other resolutions; point sets vary in size)."""
+    import numpy as np  # noqa: PLC0415 -- deferred with mlflow
+    from mlflow.models.signature import ModelSignature  # noqa: PLC0415 -- deferred: mlflow (~1 s)
+    from mlflow.types.schema import Schema, TensorSpec  # noqa: PLC0415 -- deferred: mlflow (~1 s)
+
+    def tensor(sample: list[int]) -> Schema:
+        return Schema([TensorSpec(np.dtype(np.float32), (-1, *([-1] * (len(sample) - 1)), int(sample[-1])))])
+
+    return ModelSignature(inputs=tensor(card.input_shape), outputs=tensor(card.output_shape))
 
 
 def read_model_dir(directory: Path):

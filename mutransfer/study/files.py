@@ -253,6 +253,18 @@ def default_study_text() -> str:
     return resources.files("mutransfer").joinpath("studies_data", f"{DEFAULT_STUDY}.yaml").read_text(encoding="utf-8")
 
 
+def missing_study_hint(path: Path) -> str:
+    """What to do about a study file that is not there: the same name with the other YAML suffix when that one
+    exists, else how to write one (``mutransfer init``), which works outside the repository too."""
+    if path.is_dir():
+        return "pass a YAML file, not a directory"
+    other = [path.with_suffix(s) for s in (".yaml", ".yml") if path.with_suffix(s) != path]
+    found = [str(o) for o in other if o.is_file()]
+    if found:
+        return f"did you mean {found[0]}?"
+    return f"write one with `mutransfer init {path.stem}` (or leave --study out for the built-in quick study)"
+
+
 def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) -> tuple[dict, str]:
     """(raw mapping, source label) for a study file, or the built-in default when ``path`` is None; ``text``: the
     study's YAML given as text (mutransfer.StudySpec; ``path`` then only labels it)."""
@@ -264,12 +276,7 @@ def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) 
         source = str(path)
         p = Path(path)
         if not p.is_file():
-            hint = (
-                "pass an existing YAML file, e.g. studies/quick.yaml"
-                if not p.is_dir()
-                else "pass a YAML file, not a directory"
-            )
-            raise UserInputError(f"study {source}: file not found; {hint}")
+            raise UserInputError(f"study {source}: file not found; {missing_study_hint(p)}")
         try:
             text = p.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:

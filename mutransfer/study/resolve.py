@@ -20,6 +20,7 @@ from mutransfer.errors import UserInputError
 from mutransfer.problems import get_problem
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA
 from mutransfer.study.ladder import check_ladder
+from mutransfer.study.samplers import sampler_problem
 from mutransfer.study.schema import Study
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes
@@ -296,6 +297,9 @@ def check_top_k(study: Study, r: Reader) -> None:
 
 
 def check_search_algorithm(study: Study, r: Reader) -> None:
+    problem = sampler_problem(study.search.algorithm)
+    if problem is not None:
+        r.fail("search.algorithm", problem)
     if study.search.algorithm == "grid":
         for name, dist in study.search_space.items():
             if dist.type != "choice":

@@ -168,7 +168,7 @@ class TrainingSpec(Hyperparameters):
 
 @dataclass
 class SearchSpec:
-    algorithm: str = setting("tpe", "search algorithm", kind="str", choices=("tpe", "random", "grid"))
+    algorithm: str = setting("tpe", "tpe, random, grid, or an optuna.samplers class (e.g. GPSampler)", kind="str")
     num_trials: int = setting(8, "proxy trials", kind="int", minimum=1, maximum=MAX_TRIALS, example="8")
     seed: int = setting(0, "sampler seed", kind="int", minimum=0, example="0")
     max_concurrent: int | None = setting(

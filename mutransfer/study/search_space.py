@@ -15,6 +15,7 @@ from mutransfer.study.schema import Distribution, TrainingSpec
 SEARCHABLE = {
     "lr": ("loguniform", "uniform", "choice"),
     "batch_size": ("choice",),
+    "beta1": ("uniform", "loguniform", "choice"),
     "beta2": ("uniform", "loguniform", "choice"),
     "weight_decay": ("loguniform", "uniform", "choice"),
     "clip_value": ("loguniform", "uniform", "choice"),
@@ -23,6 +24,7 @@ SEARCHABLE = {
 _EXAMPLES = {
     "lr": "1e-4",
     "batch_size": "[10, 20, 40]",
+    "beta1": "0.9",
     "beta2": "0.99",
     "weight_decay": "1e-5",
     "clip_value": "0.01",
@@ -32,7 +34,7 @@ _EXAMPLES = {
 
 def value_problem(name: str, value: float) -> str | None:
     """Why ``value`` is invalid for hyperparameter ``name``, with its declared check (None if fine)."""
-    if name == "beta2":
+    if name in ("beta1", "beta2"):  # Adam's betas (training.betas): each in (0, 1)
         return unit_open(value)
     if name == "clip_value":
         return None if value > 0 else "must be > 0"

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from mutransfer.config.checks import VERIFY_POINTS, VERIFY_SEEDS
 from mutransfer.study import Override, Study
 from mutransfer.study.memory import Plan, plan_step
 from mutransfer.study_folder.records import TrialRecord
@@ -63,8 +64,8 @@ class SweepOptions:
     )
     coord_check: bool = False  # run the coordinate check as a gate before the target
     verify: bool = False  # train the target on an LR grid around the transferred LR (sweep --verify)
-    verify_points: int = 5
-    verify_seeds: int = 3
+    verify_points: int = VERIFY_POINTS
+    verify_seeds: int = VERIFY_SEEDS
     baseline: str | None = None  # "direct": the same search run at the target's size (sweep --baseline direct)
     register: str | None = None  # register the target in MLflow's model registry under this name (sweep --register)
     warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)

@@ -16,6 +16,7 @@ from mutransfer.study_folder.state import write_atomic
 from mutransfer.sweep import strategies
 from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext
 from mutransfer.sweep.holds import hold_if_asked
+from mutransfer.sweep.repeat import repeat_command
 from mutransfer.sweep.report import build_report, format_report, plot_trials
 from mutransfer.tracking.runs import log_batch
 
@@ -77,6 +78,7 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         },
     )
     report["model"] = ctx.state.get("model")  # mutransfer.sweep.model_log: the target as an MLflow model
+    report["command"] = repeat_command(ctx.options)  # the summary's next commands paste as printed
     report["coord_check"] = ctx.state.get("coord_check")  # sweep --coord-check: reported, never blocking
     return report
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -352,12 +353,39 @@ def transfer_verdict(report: dict) -> list[str]:
         out.append(f"coordinate check: {cc.get('verdict')} (it reports and never blocks)")
     if not report.get("verification"):
         out.append("whether the target's optimum sits at the transferred LR is not measured")
-    ratio = (report.get("compute") or {}).get("mutransfer_vs_direct_flops")
+    out += _cost_verdict(report, target)
+    return out
+
+
+def _cost_verdict(report: dict, target: str) -> list[str]:
+    """The saving against tuning the target directly, rated on training time (device-seconds; FLOPs beside it,
+    never alone), and how much of the wall time was fixed overhead and what would shrink it."""
+    c = report.get("compute") or {}
+    seconds, flops = c.get("mutransfer_vs_direct_training_seconds"), c.get("mutransfer_vs_direct_flops")
+    out = []
+    ratio = seconds if seconds is not None else flops
     if ratio is not None:
         saving = "a saving" if ratio < 0.5 else "a small saving" if ratio < 1 else "no saving"
         if ratio >= 0.5:
             saving += ": a proxy smaller in width or grid would pay more (docs/sweep.md, Cheap proxies)"
-        out.append(f"muTransfer cost about {ratio:.2f}x of tuning {target} directly in FLOPs (estimated): {saving}")
+        if seconds is not None:
+            beside = f", {flops:.2f}x in FLOPs" if flops is not None else ""
+            out.append(
+                f"muTransfer cost about {seconds:.2f}x of tuning {target} directly in training time "
+                f"(device-seconds; direct tuning estimated from the target's seconds per epoch{beside}): {saving}"
+            )
+        else:
+            out.append(
+                f"muTransfer cost about {flops:.2f}x of tuning {target} directly in FLOPs (estimated; its training "
+                f"time was not measured, so the saving in time is not known): {saving}"
+            )
+    o = c.get("overheads") or {}
+    if o.get("fixed_share") is not None:
+        out.append(
+            f"fixed overhead (setup, trial start-up, scheduling, the target's start-up) was "
+            f"{100 * o['fixed_share']:.0f}% of the {c.get('sweep_wall_seconds', 0):.0f} s wall time; it does not "
+            "grow with the trials, so more trials or a longer budget spread it, and a cluster runs more at once"
+        )
     return out
 
 
@@ -372,8 +400,14 @@ def summary_lines(report: dict) -> list[str]:
         (f"mutransfer report {study}{runs_dir}", f"the study page, {folder / 'report.html'}"),
         (f"mutransfer ui{store}", "the MLflow UI at http://127.0.0.1:5000: this study's runs under its parent run"),
     ]
+    again = report.get("command")
     commands += [
-        (f"mutransfer sweep <the same flags> {flag} --name {study}-2", what)
+        (
+            shlex.join([*again, *shlex.split(flag), "--name", f"{study}-2"])
+            if again
+            else f"mutransfer sweep <this study's flags> {flag} --name {study}-2",
+            what,
+        )
         for flag, what in strategies.suggestions(report)
     ]
     lines.append("next:")

@@ -24,6 +24,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from mutransfer.study import Study
+from mutransfer.study.samplers import named_sampler
 
 
 def trial_seed(seed: int, index: int) -> int:
@@ -77,8 +78,10 @@ def sample_config(
     seed = trial_seed(study.search.seed, index)
     if sampler is None and algorithm == "random":
         sampler = optuna.samplers.RandomSampler(seed=seed)
-    elif sampler is None:
+    elif sampler is None and algorithm == "tpe":
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(study))
+    elif sampler is None:  # a seeded sampler of optuna.samplers named by the study (mutransfer.study.samplers)
+        sampler = named_sampler(algorithm, seed)
     distributions = search_distributions(study)
     ostudy = optuna.create_study(direction="minimize", sampler=sampler)
     if algorithm == "tpe" or not isinstance(sampler, optuna.samplers.RandomSampler):

@@ -70,6 +70,41 @@ def study_view_state(study_name: str, searched: Iterable[str]) -> dict:
     }
 
 
+#: the share key of the view of every study in an experiment, side by side
+STUDIES_KEY = "mutransfer-studies"
+#: its columns: what each study is (params of the parent run), then what it found and what it cost (metrics)
+STUDY_PARAMS = ("study", "problem", "operator", "proxy_K", "target_K", "proxy_width", "target_width")
+STUDY_METRICS = (
+    "best_proxy_val_error",
+    "target_test_error",
+    "proxy_to_target_gain",
+    "mutransfer_vs_direct_training_seconds",
+    "mutransfer_vs_direct_flops",
+    "sweep_wall_seconds",
+)
+
+
+def studies_view_state() -> dict:
+    """The runs table of every study of an experiment: one row per study (its parent run), what it tuned (problem,
+    operator, proxy -> target sizes) and what it found and cost (errors, time and FLOP ratios to direct tuning),
+    best target first; MLflow's own table sorts and filters it further."""
+    return {
+        "searchFilter": "tags.`mutransfer.kind` = 'study'",
+        "orderByKey": _column("metrics", "target_test_error"),
+        "orderByAsc": True,
+        "selectedColumns": [_column("params", k) for k in STUDY_PARAMS]
+        + [_column("metrics", m) for m in STUDY_METRICS],
+    }
+
+
+def tag_studies(client, experiment_id: str) -> str:
+    """Write the studies' side-by-side view onto the experiment; returns its key."""
+    tag_kind(client, experiment_id)
+    state = json.dumps(studies_view_state(), separators=(",", ":"))
+    set_experiment_tag(client, experiment_id, SHARED_VIEW_PREFIX + STUDIES_KEY, state)
+    return STUDIES_KEY
+
+
 # What a store answers when two writers insert the same tag row at once (PostgreSQL, SQLite, MySQL).
 _DUPLICATE_ROW = re.compile(r"duplicate key value|UNIQUE constraint failed|Duplicate entry", re.IGNORECASE)
 

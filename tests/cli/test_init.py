@@ -40,6 +40,10 @@ def test_init_writes_a_study_for_the_users_file_that_runs_as_written(darcy21, tm
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert report["study"] == "mine" and report["target"]["status"] == "completed"
+    # the summary's next commands repeat this study's flags (smoke mode's sizes among them), the file by its path
+    command = report["command"]
+    assert command[:4] == ["mutransfer", "sweep", "--study", str(tmp_path / "mine.yaml")]
+    assert command[-2:] == ["--executor", "inprocess"] and "--num-trials" in command
 
 
 @pytest.mark.parametrize(
@@ -73,3 +77,34 @@ def test_init_refuses_in_one_line_and_writes_nothing(darcy21, tmp_path, capsys, 
     with pytest.raises(SystemExit) as stop:  # argparse's choices: one line, exit 2
         main(["init", "z", "--operator", "nope"])
     assert stop.value.code == 2 and "--operator" in capsys.readouterr().err
+
+
+def test_a_missing_study_file_points_to_its_other_suffix_or_to_init(tmp_path, capsys, monkeypatch):
+    """Outside the repository there is no studies/quick.yaml to suggest: the fix is init, or the file's .yaml twin."""
+    monkeypatch.chdir(tmp_path)
+    _refused(capsys, ["sweep", "--study", "mystudy.yml"], "mystudy.yml", "mutransfer init mystudy")
+    Path("mystudy.yaml").write_text("name: x\n")
+    _refused(capsys, ["sweep", "--study", "mystudy.yml"], "did you mean mystudy.yaml?")
+    import mutransfer as mt
+    from mutransfer.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="did you mean mystudy.yaml"):
+        mt.StudySpec.from_yaml("mystudy.yml")
+
+
+@pytest.mark.parametrize("typo", ["proxy_k", "proxyK", "Proxy_K"])
+def test_a_mistyped_required_key_is_named_with_its_fix(tmp_path, capsys, monkeypatch, typo):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "s"]) == 0
+    text = Path("s.yaml").read_text().replace("\nproxy_K:", f"\n{typo}:")
+    Path("s.yaml").write_text(text)
+    capsys.readouterr()
+    _refused(capsys, ["sweep", "--study", "s.yaml"], "proxy_K: is required", f"the file has {typo!r}: rename it")
+
+
+def test_a_required_key_simply_missing_gets_an_example_not_a_rename(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["init", "s"]) == 0
+    Path("s.yaml").write_text(Path("s.yaml").read_text().replace("\nproxy_K:", "\n# proxy_K:"))
+    capsys.readouterr()
+    _refused(capsys, ["sweep", "--study", "s.yaml"], "proxy_K: is required, e.g. proxy_K:")

@@ -84,3 +84,26 @@ def test_a_sweep_prints_no_third_party_info_unless_verbose(tmp_path):
 
 
 RAY_NOTICE = quiet.RAY_AUTH_ENABLED
+
+
+def test_the_ui_servers_local_only_note_is_hidden_and_its_other_lines_are_relayed():
+    """`mutransfer ui` relays the MLflow server's printed lines (mutransfer.cli.quiet.relay_server_output): the note
+    that it serves local requests only is left out unless --verbose; anything else, a warning for another host
+    included, passes. The registry line is not printed at all: the command names the registry store."""
+    import io
+
+    from mutransfer.cli.ui_cmd import ui_command
+
+    lines = [
+        "[MLflow] Security middleware enabled with default settings (localhost-only). To allow connections ...\n",
+        "[MLflow] WARNING: Security middleware is DISABLED. Your MLflow server is vulnerable to various attacks.\n",
+        "Traceback (most recent call last):\n",
+    ]
+    shown = io.StringIO()
+    quiet.relay_server_output(iter(lines), shown, verbose=False)
+    assert shown.getvalue() == "".join(lines[1:])
+    everything = io.StringIO()
+    quiet.relay_server_output(iter(lines), everything, verbose=True)
+    assert everything.getvalue() == "".join(lines)
+    command = ui_command("sqlite:////tmp/m.db")
+    assert command[command.index("--registry-store-uri") + 1] == "sqlite:////tmp/m.db"

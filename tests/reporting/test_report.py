@@ -179,6 +179,13 @@ def test_the_page_is_self_contained_and_shows_the_study(studies, tmp_path):
     assert len(page.tables["trials"]) == 1 + 4
     assert "Hyperparameter importances." in text  # drawn: 4 trials reported different errors
     assert "notes" not in page.ids  # nothing missing
+    # captions name the error the plots show, and 4 trials' importance bars carry their caveat
+    assert "last reported validation error" in text and "last reported test error" not in text
+    assert "from 4 trials" in text and "a rough hint, not a measurement" in text
+    # where the trained target is, and how an MLflow client loads it
+    result = {row[0]: row[1] for row in page.tables["result"]}
+    assert result["trained model"].startswith(str(runs / "full" / "model"))
+    assert result["MLflow run model"].startswith(report["model"]["run_uri"])
 
     # the sweep wrote the same page into the study folder and logged it on the MLflow parent run
     assert (runs / "full" / "report.html").is_file()

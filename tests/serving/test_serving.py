@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -90,7 +91,72 @@ def test_the_model_directory_rebuilds_the_model_without_pickle(served):
     with torch.no_grad():
         assert torch.equal(model(x), served["model"].eval()(x))
     mlmodel = (served["home"] / "runs" / "tiny" / "model" / "MLmodel").read_text()
-    assert "mutransfer:" in mlmodel and "python_function" not in mlmodel
+    assert "mutransfer:" in mlmodel and "loader_module: mutransfer.serving.pyfunc" in mlmodel
+    assert "python_model" not in mlmodel and "pickle" not in mlmodel  # pyfunc rebuilds it too: nothing pickled
+
+
+def test_any_mlflow_client_loads_it_with_pyfunc_by_folder_run_and_registered_name(served):
+    """mlflow.pyfunc.load_model(uri).predict(array): the trained model's own output, whichever URI names it; an
+    array of the wrong shape is refused by the signature, naming it."""
+    import mlflow
+    import mlflow.pyfunc
+    from mlflow.exceptions import MlflowException
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(served["uri"])  # what an MLflow user sets for runs:/ and models:/
+    try:
+        x = served["x"][:5]
+        with torch.no_grad():
+            expected = served["model"].eval()(x).numpy()
+        for uri in (
+            str(served["home"] / "runs" / "tiny" / "model"),
+            f"runs:/{served['run_id']}/model",
+            served["registered"]["uri"],
+        ):
+            predicted = mlflow.pyfunc.load_model(uri).predict(x.numpy())
+            assert predicted.shape == expected.shape and np.allclose(predicted, expected, atol=1e-6), uri
+        with pytest.raises(MlflowException, match="shape"):
+            mlflow.pyfunc.load_model(f"runs:/{served['run_id']}/model").predict(x.numpy()[..., 0])
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+@pytest.mark.slow  # starts MLflow's scoring server (uvicorn)
+def test_mlflow_models_serve_answers_a_request_on_loopback(served, tmp_path):
+    """`mlflow models serve` (the python_function flavor, this environment) on 127.0.0.1: a JSON request of two
+    samples gets the model's two predictions."""
+    import socket
+    import time
+    import urllib.request
+
+    from tests.team_store import free_port
+
+    port = free_port()
+    directory = served["home"] / "runs" / "tiny" / "model"
+    cmd = [sys.executable, "-m", "mlflow", "models", "serve", "-m", str(directory), "--env-manager", "local"]
+    server = subprocess.Popen(
+        [*cmd, "-h", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, server.stderr.read()[-2000:] if server.stderr else ""
+            time.sleep(0.5)
+        x = served["x"][:2]
+        body = json.dumps({"inputs": x.numpy().tolist()}).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations", data=body, headers={"Content-Type": "application/json"}
+        )
+        predictions = np.array(json.loads(urllib.request.urlopen(request, timeout=60).read())["predictions"])
+        with torch.no_grad():
+            expected = served["model"].eval()(x).numpy()
+        assert predictions.shape == expected.shape and np.allclose(predictions, expected, atol=1e-5)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_a_pickled_object_in_the_weights_is_refused(served, tmp_path):

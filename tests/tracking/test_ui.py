@@ -39,28 +39,28 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
-    """An MLflow store with one study as the sweep writes it: parent run + 3 proxy trials. Returns (uri, experiment id)."""
+def write_store(directory, *, tagged: bool = True, name: str = STUDY, target_error: float = 0.04) -> tuple[str, str]:
+    """An MLflow store with one study (more on later calls) as the sweep writes it: parent run + 3 proxy trials.
+    Returns (uri, experiment id)."""
     from mutransfer.study import load_study
     from mutransfer.sweep.parent_run import tag_study_view
     from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, Tracker, log_batch
 
     study, _ = load_study(None)
-    study.name = STUDY
+    study.name = name
     uri = f"sqlite:///{directory / 'mlflow.db'}"
     tracker = Tracker(uri)
     experiment_id = tracker.ensure_experiment(study.tracking.experiment)
     if tagged:
         tag_study_view(SimpleNamespace(tracker=tracker, experiment_id=experiment_id, study=study))
     space = json.dumps({k: v.to_dict() for k, v in study.search_space.items()})
-    parent = tracker.create_parent(
-        experiment_id, study, params={"study": STUDY, "search.space": space}, tags={}, files={}
-    )
+    params = {"study": name, "search.space": space, "problem": "burgers", **study.scaling()}
+    parent = tracker.create_parent(experiment_id, study, params=params, tags={}, files={})
     client = tracker.client
     for i in range(3):
         run = client.create_run(
             experiment_id,
-            tags={PARENT_TAG: parent, KIND_TAG: "proxy_trial", STUDY_TAG: STUDY, RUN_NAME_TAG: f"trial {i:03d}"},
+            tags={PARENT_TAG: parent, KIND_TAG: "proxy_trial", STUDY_TAG: name, RUN_NAME_TAG: f"trial {i:03d}"},
         )
         hp = {f"hp.{k}": 10.0 ** -(i + 2) for k in study.search_space}
         log_batch(
@@ -71,7 +71,8 @@ def write_store(directory, *, tagged: bool = True) -> tuple[str, str]:
             + [("final_val_error", 0.05 * (i + 1), 0, 3)],
         )
         client.set_terminated(run.info.run_id)
-    log_batch(client, parent, metrics=[("best_proxy_val_error", 0.05, 0, 0), ("target_test_error", 0.04, 0, 0)])
+    summary = [("best_proxy_val_error", 0.05, 0, 0), ("target_test_error", target_error, 0, 0)]
+    log_batch(client, parent, metrics=summary)
     tracker.set_status(parent, "FINISHED")
     return uri, experiment_id
 
@@ -273,3 +274,53 @@ def test_a_killed_ui_leaves_no_server_behind(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.fixture(scope="module")
+def two_studies(tmp_path_factory):
+    """`mutransfer ui` on a store holding two studies: (its two printed lines, port); stopped after the tests."""
+    work = tmp_path_factory.mktemp("ui2")
+    write_store(work, name="first-study", target_error=0.0123)
+    write_store(work, name="second-study", target_error=0.0456)
+    port = _free_port()
+    proc = _start_ui(work, port, start_new_session=True)
+    try:
+        yield [proc.stdout.readline(), proc.stdout.readline()], port
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def test_the_side_by_side_view_is_written_only_where_there_are_studies_to_compare(tmp_path):
+    from mutransfer.cli.ui_cmd import _tag_studies
+    from mutransfer.tracking.runs import _client
+    from mutransfer.tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, studies_view_state
+
+    uri, experiment_id = write_store(tmp_path, name="alone")
+    tag = SHARED_VIEW_PREFIX + STUDIES_KEY
+    assert _tag_studies(uri, experiment_id) == 0
+    assert tag not in _client(uri).get_experiment(experiment_id).tags
+    write_store(tmp_path, name="another")
+    assert _tag_studies(uri, experiment_id) == 2
+    state = json.loads(_client(uri).get_experiment(experiment_id).tags[tag])
+    assert state == studies_view_state() and state["searchFilter"] == "tags.`mutransfer.kind` = 'study'"
+    assert "metrics.`target_test_error`" in state["selectedColumns"] and "params.`proxy_K`" in state["selectedColumns"]
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_with_two_studies_a_second_link_shows_them_side_by_side_in_a_browser(two_studies):
+    """Both studies' rows (their parent runs, not their trials) with their target errors and sizes."""
+    (first, second), _ = two_studies
+    assert first.startswith("MLflow UI: http://127.0.0.1:") and "viewStateShareKey=second-study" in first
+    assert second.startswith("MLflow UI, its 2 studies side by side: http://127.0.0.1:"), second
+    link = second.split()[-1]
+    assert link.endswith("viewStateShareKey=mutransfer-studies")
+    text = ""
+    for budget_ms in (DEFAULT_BUDGET_MS, 3 * DEFAULT_BUDGET_MS):
+        text = visible_text(dump_dom(link, size=SCREEN, budget_ms=budget_ms))
+        if "target_test_error" in text and "0.0123" in text:
+            break
+    assert "first-study" in text and "second-study" in text and "2 matching runs" in text, text[:3000]
+    assert "target_test_error" in text and "0.0123" in text and "0.0456" in text
+    assert "trial 000" not in text  # the studies, not their trials

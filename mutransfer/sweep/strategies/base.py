@@ -91,6 +91,10 @@ class Strategy(ABC):
     #: outside them: a check of the transfer ("check") or the direct side itself ("direct")
     cost_side: Literal["mutransfer", "check", "direct"] = "mutransfer"
 
+    def cost_hint(self, report: dict) -> str | None:
+        """What running it would cost, said beside its suggestion, from this study's report (None: not known)."""
+        return None
+
     @abstractmethod
     def active(self, ctx: SweepContext) -> bool:
         """Whether this study (``ctx.study``) and its options (``ctx.options``, ``ctx.state`` on resume) ask for it."""

@@ -183,8 +183,13 @@ def verdicts(report: dict) -> list[str]:
 
 
 def suggestions(report: dict) -> list[tuple[str, str]]:
-    """(flag, what it adds) of the strategies that did not run and have something to offer."""
-    return [(s.flag, s.suggestion) for s in STRATEGIES if s.flag and s.suggestion and not report.get(s.report_key)]
+    """(flag, what it adds and, where known, what it would cost) of the strategies that did not run and have
+    something to offer."""
+    return [
+        (s.flag, s.suggestion + (f"; {s.cost_hint(report)}" if s.cost_hint(report) else ""))
+        for s in STRATEGIES
+        if s.flag and s.suggestion and not report.get(s.report_key)
+    ]
 
 
 def html_sections(report: dict | None, state: dict) -> list[str]:

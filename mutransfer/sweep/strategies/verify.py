@@ -12,6 +12,7 @@ import html
 import math
 from typing import Any
 
+from mutransfer.config.checks import VERIFY_POINTS, VERIFY_SEEDS
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import SweepContext
 from mutransfer.sweep.strategies.base import Placement, Strategy, number
@@ -97,6 +98,17 @@ class Verify(Strategy):
     suggestion = (
         "trains the target around the transferred LR to measure whether its optimum is where the transfer put it"
     )
+
+    def cost_hint(self, report: dict) -> str | None:
+        """Its default grid (``--verify-points`` x ``--verify-seeds`` LRs and seeds, each at the target's and the
+        proxy's size) in this study's measured training seconds."""
+        c, trials = report.get("compute") or {}, (report.get("trials") or {}).get("total")
+        target, proxies = c.get("target_trainer_seconds"), c.get("proxy_trainer_seconds")
+        if not target or not proxies or not trials:
+            return None
+        n = VERIFY_POINTS * VERIFY_SEEDS
+        seconds = n * (target + proxies / trials)
+        return f"costs {n} target and {n} proxy trainings, about {seconds:.0f} s of training here ({seconds / target:.0f}x the target's)"
 
     def active(self, ctx: SweepContext) -> bool:
         return bool(ctx.options.verify)
