@@ -184,6 +184,14 @@ def _coords(grid: dict, name: str, array, axis, sel) -> np.ndarray | None:
 
 def _check_problem_dims(path, problem: str, grid_shape: tuple) -> None:
     dim = get_facts(problem).dim
+    if len(grid_shape) == dim + 1 and grid_shape[0] <= 4 < min(grid_shape[1:]):
+        # (n, C, *grid) with a few channels first: PyTorch's layout, not a grid axis
+        moved = ", ".join(str(s) for s in (*grid_shape[1:], grid_shape[0]))
+        raise UserInputError(
+            f"data file {path} looks channel-first: its samples are {tuple(grid_shape)}, {grid_shape[0]} channel(s) "
+            f"before a {dim}-D grid; mutransfer reads channel-last (n, *grid[, C]): save x.movedim(1, -1) "
+            f"(samples {moved}), or x[:, 0] for one channel"
+        )
     if len(grid_shape) != dim:
         fits = [name for name, f in FACTS.items() if f.dim == len(grid_shape) and f.kind == "grid"]
         fix = f"pass problem {' or '.join(fits)}" if fits else "select other arrays or times"

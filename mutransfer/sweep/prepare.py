@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from mutransfer.config import smoke
 from mutransfer.config.executors import EXECUTORS
 from mutransfer.errors import UserInputError
 from mutransfer.study import OVERRIDES, Override, Study, default_study_text, load_study
@@ -64,6 +65,12 @@ def prepare(options: SweepOptions) -> SweepContext:
         if study_dir.exists():
             refuse_if_locked(study_dir)  # a driver runs it now: say who
             differs = _differences(study_dir, study)
+            if differs and _made_by_a_smoke_run(study_dir) and not smoke.smoke():
+                raise UserInputError(
+                    f"study directory {study_dir.root} was made by a smoke run (MUTRANSFER_SMOKE=1: "
+                    f"{', '.join(differs[:3])}); delete it (rm -r {study_dir.root}) to run {study.name!r} for real "
+                    "here, or pass --name NEW"
+                )
             if differs:
                 raise UserInputError(
                     f"study directory {study_dir.root} already exists: study {study.name!r} ran to the end here with "
@@ -144,6 +151,14 @@ def _source_text(path) -> str:
 def _finished_with(study_dir: StudyDir, study: Study) -> bool:
     """Whether ``study_dir`` holds a finished study with exactly ``study``'s settings (the tracking URI aside)."""
     return _differences(study_dir, study) == []
+
+
+def _made_by_a_smoke_run(study_dir: StudyDir) -> bool:
+    """Whether the folder's first session ran under MUTRANSFER_SMOKE (only the refusal's words depend on it)."""
+    try:
+        return bool(study_dir.read_state().get("smoke"))
+    except Exception:  # noqa: BLE001 - an unreadable state is refused with its own message elsewhere
+        return False
 
 
 def _differences(study_dir: StudyDir, study: Study) -> list[str] | None:

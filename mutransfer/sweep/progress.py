@@ -126,6 +126,7 @@ class ProxyProgress(_Display):
         self.best: tuple[float, dict] | None = None  # (validation error, searched config) of the best result so far
         self._drawn = 0.0
         self._complete = False
+        self._pruning_explained = False  # PRUNING_NOTE is said once, at the first trial ASHA stops
 
     # ---- counts ---------------------------------------------------------------------
     def counts(self) -> tuple[int, int, int]:
@@ -203,6 +204,9 @@ class ProxyProgress(_Display):
         number = trial_number(trial)
         shown = _config_text(dict(trial.config or {}), self.searched)
         self.say(f"[trial {number}/{self.total}] {status:<9} {result}  {shown}  ({wall:.1f} s)")
+        if status == "pruned" and not self._pruning_explained:
+            self._pruning_explained = True
+            self.say(PRUNING_NOTE)
         self._draw(force=True)
         if self.finished + len(self._ended) >= self.total:  # the last state stays on the screen
             self.close()
@@ -227,6 +231,13 @@ class ProxyProgress(_Display):
         bar.n = self.fraction_done()
         bar.set_postfix_str(self.status_text(), refresh=False)
         bar.refresh()
+
+
+#: said once, under the first trial ASHA stops: what the decision rests on
+PRUNING_NOTE = (
+    "note: ASHA stops a trial on its validation error at one epoch (a rung), which can swing several-fold between "
+    "epochs on a small proxy; a later budget.grace_period makes the decisions steadier, at more epochs"
+)
 
 
 class TargetProgress(_Display):

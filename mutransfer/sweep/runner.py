@@ -28,6 +28,7 @@ import time
 from collections.abc import Generator
 from dataclasses import asdict
 
+from mutransfer.config import smoke
 from mutransfer.data.validation import carve_validation
 from mutransfer.diagnostics.k_exponent import resolve_k_exponent
 from mutransfer.errors import UserInputError
@@ -175,6 +176,7 @@ def _start_study_dir(ctx: SweepContext) -> None:
             ],
             "source_text": ctx.source_text,
             "created": time.time(),
+            "smoke": smoke.smoke(),  # MUTRANSFER_SMOKE: a later real run of the same name is told so
             # the strategies' records known from the start (a warm start), kept so a resume without the flag runs alike
             **{name: record.as_dict() for name, record in ctx.records.items()},
         }

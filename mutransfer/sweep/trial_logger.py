@@ -439,6 +439,8 @@ class TrialLogger:
         if run is not None:
             metrics = [m for m in metrics if m[0] not in run.finals]
         tags = {STATUS_TAG: status, "mutransfer.retries": max(0, retries)}
+        if status in ("pruned", "diverged"):  # MLflow's FINISHED alone reads as a full run in the runs table
+            tags[RUN_NAME_TAG] = f"trial {index:03d} ({tid}, {status} at epoch {epochs_done})"
         if index or run is None:
             tags["mutransfer.trial_index"] = index
         if failed:

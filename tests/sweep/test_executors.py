@@ -93,3 +93,18 @@ def test_the_cli_refuses_an_unknown_executor_with_exit_2(tmp_path, capsys):
         main(["sweep", "--executor", "threads", "--runs-dir", str(tmp_path / "runs")])
     assert stop.value.code == 2
     assert "--executor" in capsys.readouterr().err and not (tmp_path / "runs").exists()
+
+
+def test_a_trial_asha_stopped_says_so_in_its_mlflow_run_name(tiny_data, tmp_path):
+    """MLflow marks every ended trial FINISHED; the runs table shows the run name, which says pruned (and where)."""
+    study = write_tiny_study(tmp_path, tiny_data, trials=6, epochs=4, grace=1)
+    report, uri = _run(tmp_path, study, "inprocess", "named")
+    runs = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "proxy_trial"]
+    pruned = [r for r in runs if r.data.tags["mutransfer.status"] == "pruned"]
+    assert pruned, [t["status"] for t in report["trial_table"]]  # this seeded study prunes
+    for run in runs:
+        name, epochs = run.data.tags["mlflow.runName"], int(run.data.metrics["epochs"])
+        if run in pruned:
+            assert name.endswith(f", pruned at epoch {epochs})"), name
+        else:
+            assert "pruned" not in name, name

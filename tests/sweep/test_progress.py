@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutransfer.sweep.progress import ProxyProgress, TargetProgress, display_mode
+from mutransfer.sweep.progress import PRUNING_NOTE, ProxyProgress, TargetProgress, display_mode
 
 
 class Terminal(io.StringIO):
@@ -87,8 +87,10 @@ def test_not_a_terminal_gets_one_line_per_finished_trial():
     lines = out.getvalue().splitlines()
     assert lines == [
         "[trial 2/4] pruned    val 0.8 at epoch 2/4  lr=0.1  (3.0 s)",
+        PRUNING_NOTE,  # once, under the first trial ASHA stops: its decision rests on one epoch's error
         "[trial 1/4] completed val 0.1 at epoch 4/4  lr=0.01  (6.0 s)",
     ]
+    assert "at one epoch" in PRUNING_NOTE and "grace_period" in PRUNING_NOTE
 
 
 def test_a_failed_attempt_and_a_failed_trial_are_one_line_each():
