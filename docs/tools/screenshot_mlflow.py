@@ -6,6 +6,10 @@ prints (once the server answers), saves a PNG of that page taken by headless Chr
 
     python docs/tools/screenshot_mlflow.py [--tracking-uri sqlite:///mlflow.db] [--out docs/img/mlflow-runs.png]
                                            [--size 1900x680] [--budget-ms 25000] [--experiment NAME]
+                                           [--page '#/models/NAME/versions/1']
+
+``--page`` takes another page of the same server (its path after the host) instead of the printed link: a
+registered model's version page, say.
 
 For any other page (a study's HTML report, say) use the browser module directly::
 
@@ -37,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--experiment", help="experiment to show (default: that of the newest study)")
     parser.add_argument("--out", default="docs/img/mlflow-runs.png", help="PNG to write")
+    parser.add_argument("--page", help="this page of the server instead of the link, e.g. '#/models/NAME/versions/1'")
     parser.add_argument("--size", type=_size, default=(1900, 680), help="WIDTHxHEIGHT (default 1900x680)")
     parser.add_argument(
         "--budget-ms",
@@ -75,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: `mutransfer ui` printed no link (exit {proc.wait()})", file=sys.stderr)
             return 1
         link = line.split()[2]
+        if args.page:
+            link = link.split("#", 1)[0] + args.page.lstrip("/")
         print(f"{link} -> {screenshot(link, args.out, size=args.size, budget_ms=args.budget_ms)}")
     finally:
         if proc.poll() is None:
