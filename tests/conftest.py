@@ -106,7 +106,8 @@ def cluster(tmp_path):
 
 
 #: seconds each of the longest test files took on two workers (the slowest durations of
-#: ``python -m pytest -n 2 --dist loadfile --durations=60``, summed per file), for the order below
+#: ``python -m pytest -n 2 --dist loadfile --durations=60``, calls and teardowns summed per file: a setup can be a
+#: wait for an ``alone`` test), for the order below
 _SLOW_FILES = Path(__file__).parent / "slow_files.json"  # absent where a test copies this conftest elsewhere
 SLOW_FILES: dict[str, float] = json.loads(_SLOW_FILES.read_text()) if _SLOW_FILES.is_file() else {}
 

@@ -319,7 +319,8 @@ OVERRIDES = {
 }
 
 
-_SECTIONS = {
+#: the settings class of each section of a study file
+SECTIONS: dict[str, type] = {
     "problem": ProblemSpec,
     "operator": OperatorSpec,
     "training": TrainingSpec,
@@ -334,7 +335,7 @@ _SECTIONS = {
 def declared(path: str) -> tuple[Setting, object]:
     """(Setting, default) of the study field at ``path`` ("proxy_K", "budget.epochs", …): one declaration."""
     section, _, name = path.rpartition(".")
-    cls = _SECTIONS[section] if section else Study
+    cls = SECTIONS[section] if section else Study
     default = next(d for n, d, _spec in settings_of(cls) if n == name)
     return setting_of(cls, name), default
 

@@ -15,36 +15,12 @@ import yaml
 
 from mutransfer.config.settings import settings_of
 from mutransfer.errors import UserInputError
-from mutransfer.study.files import default_study_text, parse_study
-from mutransfer.study.schema import (
-    TOP_ORDER,
-    BudgetSpec,
-    OperatorSpec,
-    ProblemSpec,
-    ResourcesSpec,
-    SearchSpec,
-    Study,
-    TargetSpec,
-    TrackingSpec,
-    TrainingSpec,
-    family_only_fields,
-)
+from mutransfer.study.files import SECTIONS, default_study_text, parse_study
+from mutransfer.study.schema import TOP_ORDER, Study, family_only_fields
 from operators.registry import OPERATORS
 
 #: (proxy K, target K) tried in order: the quick study's sizes first, then smaller ones a coarser grid holds
 K_PAIRS = ((6, 24), (4, 16), (4, 12), (2, 8), (2, 4))
-
-#: the settings class of each section of a study file (its fields' help texts become the file's comments)
-SECTIONS: dict[str, type] = {
-    "problem": ProblemSpec,
-    "operator": OperatorSpec,
-    "training": TrainingSpec,
-    "search": SearchSpec,
-    "budget": BudgetSpec,
-    "resources": ResourcesSpec,
-    "target": TargetSpec,
-    "tracking": TrackingSpec,
-}
 
 SEARCH_SPACE_HELP = (
     "what the proxies search, each {type: loguniform|uniform|int|choice, low/high or values}; "

@@ -236,6 +236,7 @@ def test_every_searchable_parameter_is_accepted(tmp_path):
     m["search_space"] = {
         "lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
         "batch_size": {"type": "choice", "values": [10, 20]},
+        "beta1": {"type": "uniform", "low": 0.8, "high": 0.95},
         "beta2": {"type": "uniform", "low": 0.9, "high": 0.999},
         "weight_decay": {"type": "loguniform", "low": 1e-6, "high": 1e-3},
         "clip_value": {"type": "choice", "values": [0.01, 0.1]},
