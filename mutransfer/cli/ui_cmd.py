@@ -122,10 +122,11 @@ def wait_until_serving(proc: subprocess.Popen, host: str, port: int, seconds: fl
     return f"the MLflow server did not answer on port {port} within {seconds:.0f} s; raise --wait"
 
 
-def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None]:
-    """(experiment id, view key) of the study to show; the experiment gets the tags of mlflow_view."""
+def _tag_study(uri: str, experiment: str | None, rows: list[dict]) -> tuple[str | None, str | None]:
+    """(experiment id, view key) of the study to show among ``rows`` (the store's studies); the experiment gets the
+    tags of mlflow_view."""
 
-    experiment_id, row = study_to_show(uri, experiment)
+    experiment_id, row = study_to_show(uri, experiment, rows)
     if experiment_id is None:
         return None, None
     client = _client(uri)
@@ -144,12 +145,13 @@ def _tag_study(uri: str, experiment: str | None) -> tuple[str | None, str | None
         return experiment_id, None
 
 
-def _tag_studies(uri: str, experiment_id: str | None) -> int:
-    """How many studies the experiment holds; with more than one, its studies' side-by-side view is written onto
-    it (mutransfer.tracking.views.tag_studies). 0 when there is nothing to compare or the store is read-only."""
+def _tag_studies(uri: str, experiment_id: str | None, rows: list[dict]) -> int:
+    """How many studies the experiment holds among ``rows`` (the store's studies); with more than one, its studies'
+    side-by-side view is written onto it (mutransfer.tracking.views.tag_studies). 0 when there is nothing to
+    compare or the store is read-only."""
     if experiment_id is None:
         return 0
-    count = sum(1 for row in list_studies(uri) if row["experiment_id"] == experiment_id)
+    count = sum(1 for row in rows if row["experiment_id"] == experiment_id)
     if count < 2:
         return 0
     try:
@@ -180,8 +182,9 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
             f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri"
         )
     check_port_free(args.host, args.port)
-    experiment_id, key = _tag_study(uri, args.experiment)
-    side_by_side = _tag_studies(uri, experiment_id)
+    rows = list_studies(uri)  # once: both the study's view and the side-by-side one are read from it
+    experiment_id, key = _tag_study(uri, args.experiment, rows)
+    side_by_side = _tag_studies(uri, experiment_id, rows)
     if args.host not in LOCAL_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI beyond this machine", file=sys.stderr)
     print(f"mutransfer ui: starting MLflow on {args.host}:{args.port} ...", file=sys.stderr, flush=True)

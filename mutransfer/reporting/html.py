@@ -209,6 +209,17 @@ def _compute(report: dict | None) -> str:
 IMPORTANCE_TRIALS = 30
 
 
+def importance_caption(trials: int, finished: int) -> str:
+    """The importance plot's caption for ``trials`` proxy trials, ``finished`` of them run to the end: under
+    :data:`IMPORTANCE_TRIALS` it says the bars are a rough hint."""
+    caveat = (
+        f": from {trials} trials ({finished} ran to the end) these bars are a rough hint, not a measurement."
+        if trials < IMPORTANCE_TRIALS
+        else "."
+    )
+    return "Optuna's PED-ANOVA importances of the searched hyperparameters for the validation error" + caveat
+
+
 def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
     """The whole page for the study in ``files``; ``sections``: HTML the caller adds before the compute (the sweep's
     search strategies: the verification, the direct baseline; mutransfer.sweep.strategies.html_sections)."""
@@ -226,12 +237,7 @@ def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
         "Each point: a trial's last reported validation error (what the sampler was told).",
         "One line per trial: its validation error by epoch; X: the epoch where ASHA stopped the trial (decided on "
         "the error of that single epoch, which can swing between epochs).",
-        "Optuna's PED-ANOVA importances of the searched hyperparameters for the validation error"
-        + (
-            f": from {len(frame)} trials ({finished} ran to the end) these bars are a rough hint, not a measurement."
-            if len(frame) < IMPORTANCE_TRIALS
-            else "."
-        ),
+        importance_caption(len(frame), finished),
         "Each trial's last reported validation error against each searched hyperparameter; colour: trial order.",
     ]
     verdict = (report or {}).get("verdict") or []

@@ -110,16 +110,18 @@ def format_studies(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------- UI
 
 
-def study_to_show(uri: str, experiment: str | None = None) -> tuple[str | None, dict | None]:
+def study_to_show(
+    uri: str, experiment: str | None = None, rows: list[dict] | None = None
+) -> tuple[str | None, dict | None]:
     """(experiment id, newest study row in it) for ``mutransfer ui``: ``experiment`` by name, else the newest study's.
 
-    The row is None when the experiment holds no study; the id is None when the store holds none.
+    The row is None when the experiment holds no study; the id is None when the store holds none. ``rows``: the
+    store's :func:`list_studies`, where the caller has them already.
     """
-    client = _client(uri)
-    rows = list_studies(uri)
+    rows = list_studies(uri) if rows is None else rows
     if experiment is None:
         return (rows[0]["experiment_id"], rows[0]) if rows else (None, None)
-    exp = client.get_experiment_by_name(experiment)
+    exp = _client(uri).get_experiment_by_name(experiment)
     if exp is None:
         raise UserInputError(f"--experiment {experiment!r}: no such MLflow experiment in {uri}; check the name")
     mine = [r for r in rows if r["experiment_id"] == exp.experiment_id]

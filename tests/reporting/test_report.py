@@ -358,3 +358,14 @@ def test_a_bad_out_path_is_refused_before_rendering(tmp_path, capsys):
     assert Result(capsys, "report", folder, "--out", out).returncode == 0
     text = out.read_text()
     assert "no proxy trial records yet (phase proxies)" in text and "No transfer yet" in text
+
+
+def test_the_importance_caveat_holds_below_thirty_trials_only():
+    """The caveat is said of 29 trials and not of 30 or more: the caption can go either way."""
+    from mutransfer.reporting.html import IMPORTANCE_TRIALS, importance_caption
+
+    assert IMPORTANCE_TRIALS == 30
+    assert "from 29 trials (20 ran to the end) these bars are a rough hint" in importance_caption(29, 20)
+    for trials in (30, 64):
+        caption = importance_caption(trials, trials)
+        assert "rough hint" not in caption and caption.endswith("for the validation error.")

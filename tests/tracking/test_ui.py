@@ -117,6 +117,7 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
 
     from mutransfer.cli import ui_cmd
     from mutransfer.cli.ui_cmd import _tag_study
+    from mutransfer.tracking.listings import list_studies
     from mutransfer.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
 
     uri, experiment_id = write_store(tmp_path, tagged=False)
@@ -124,9 +125,9 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
     assert EXPERIMENT_KIND_TAG not in tags and not any(k.startswith(SHARED_VIEW_PREFIX) for k in tags)
     with monkeypatch.context() as patch:
         patch.setattr(ui_cmd, "tag_study", lambda *a: (_ for _ in ()).throw(PermissionError("read-only store")))
-        assert _tag_study(uri, None) == (experiment_id, None)
+        assert _tag_study(uri, None, list_studies(uri)) == (experiment_id, None)
     assert "warning: could not tag experiment" in capsys.readouterr().err
-    assert _tag_study(uri, None) == (experiment_id, STUDY)
+    assert _tag_study(uri, None, list_studies(uri)) == (experiment_id, STUDY)
     tags = MlflowClient(uri).get_experiment(experiment_id).tags
     assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
     view = json.loads(tags[SHARED_VIEW_PREFIX + STUDY])
@@ -293,15 +294,16 @@ def two_studies(tmp_path_factory):
 
 def test_the_side_by_side_view_is_written_only_where_there_are_studies_to_compare(tmp_path):
     from mutransfer.cli.ui_cmd import _tag_studies
+    from mutransfer.tracking.listings import list_studies
     from mutransfer.tracking.runs import _client
     from mutransfer.tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, studies_view_state
 
     uri, experiment_id = write_store(tmp_path, name="alone")
     tag = SHARED_VIEW_PREFIX + STUDIES_KEY
-    assert _tag_studies(uri, experiment_id) == 0
+    assert _tag_studies(uri, experiment_id, list_studies(uri)) == 0
     assert tag not in _client(uri).get_experiment(experiment_id).tags
     write_store(tmp_path, name="another")
-    assert _tag_studies(uri, experiment_id) == 2
+    assert _tag_studies(uri, experiment_id, list_studies(uri)) == 2
     state = json.loads(_client(uri).get_experiment(experiment_id).tags[tag])
     assert state == studies_view_state() and state["searchFilter"] == "tags.`mutransfer.kind` = 'study'"
     assert "metrics.`target_test_error`" in state["selectedColumns"] and "params.`proxy_K`" in state["selectedColumns"]
