@@ -27,10 +27,12 @@ import json
 import os
 from pathlib import Path
 
+from mutransfer._version import __version__
 from mutransfer.atomic import atomic_path
 from mutransfer.errors import UserInputError
 
 DEFAULT_RUNS_DIR = "mutransfer-runs"
+#: the study folder's format (state.json's ``version``): a folder of a newer format is refused in one line
 STATE_VERSION = 1
 
 
@@ -123,6 +125,12 @@ def check_state(state: object, path: Path) -> None:
         value = state.get(key)
         if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
             raise UserInputError(f"{path}: field {key!r} must be {_KINDS[types[0]]}, found {found(value)}; {fix}")
+    version = state.get("version")
+    if isinstance(version, int) and version > STATE_VERSION:
+        raise UserInputError(
+            f"{path}: written by a newer mutransfer (study folder format {version}; mutransfer {__version__} reads "
+            f"format {STATE_VERSION}); upgrade mutransfer (pip install -U mutransfer) to open this study"
+        )
     if any(not isinstance(o, dict) for o in state.get("overrides") or []):
         raise UserInputError(f"{path}: field 'overrides' must be a list of mappings; {fix}")
     if state.get("phase") == "done" and not isinstance(state.get("report"), dict):

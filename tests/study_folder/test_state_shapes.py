@@ -23,6 +23,7 @@ BAD = {
     "overrides of numbers": (dict(GOOD, overrides=[1, 2]), "field 'overrides' must be a list of mappings"),
     "the store as a number": (dict(GOOD, tracking_db=5), "field 'tracking_db' must be a string, found int"),
     "a window that is true": (dict(GOOD, search_window=True), "field 'search_window' must be a number, found bool"),
+    "a newer format": (dict(GOOD, version=99), "written by a newer mutransfer (study folder format 99;"),
 }
 
 
