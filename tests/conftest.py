@@ -70,6 +70,36 @@ def _seed():
     torch.manual_seed(0)
 
 
+#: what a command run in the repository's root would write there (its default tracking store and study folders)
+_ROOT_OUTPUTS = ("mlflow.db", "mlruns", "mutransfer-runs")
+
+
+def _root_stamps() -> dict[str, int | None]:
+    root = Path(__file__).resolve().parent.parent  # tests/conftest.py: the repository
+    stamps: dict[str, int | None] = {}
+    for name in _ROOT_OUTPUTS:
+        try:
+            stamps[name] = (root / name).stat().st_mtime_ns
+        except OSError:
+            stamps[name] = None
+    return stamps
+
+
+@pytest.fixture(autouse=True)
+def _nothing_written_in_the_repository():
+    """A test that runs a command with the working directory left at the repository's root writes its tracking
+    store there (and a developer's own ./mlflow.db gets the suite's runs): fail it, naming the fix."""
+    before = _root_stamps()
+    yield
+    changed = [name for name, stamp in _root_stamps().items() if stamp != before[name]]
+    if changed:
+        pytest.fail(
+            f"the repository's {', '.join(changed)} changed during this test (or one on the other worker): run "
+            "commands in tmp_path (monkeypatch.chdir) or pass --tracking-uri and --runs-dir",
+            pytrace=False,
+        )
+
+
 @pytest.fixture(scope="module")
 def ray_local():
     """A local Ray with 2 CPUs for one test module (left running if the module found one already)."""

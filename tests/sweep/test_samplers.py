@@ -21,11 +21,12 @@ def _study(tmp_path, tiny_data, algorithm: str, **space):
     return path
 
 
-def test_a_gp_search_over_beta1_runs_end_to_end_and_repeats_itself(tiny_data, tmp_path, capsys):
+def test_a_gp_search_over_beta1_runs_end_to_end_and_repeats_itself(tiny_data, tmp_path, capsys, monkeypatch):
     """GPSampler by name, beta1 searched beside lr: every trial trains at its own beta1, the target at the winner's;
     the same study run again samples the same configurations (each trial's sampler is seeded)."""
     from mutransfer.cli.main import main
 
+    monkeypatch.chdir(tmp_path)  # the tracking store (./mlflow.db) goes here
     beta1 = {"type": "uniform", "low": 0.5, "high": 0.95}
     path = _study(tmp_path, tiny_data, "GPSampler", beta1=beta1)
     tables = []

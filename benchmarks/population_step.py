@@ -1,0 +1,112 @@
+"""A training step of a population of M default-study proxies (operators/population.py) against one proxy alone.
+
+    python benchmarks/population_step.py [--json docs/results/population_step.json] [--rounds 5]
+
+The proxy of studies/quick.yaml (FNO-1D, K 6, width 16, 4 layers, projection 128, muP, 32 points, batch 10, two
+input channels), one thread, fp32. One step: zero_grad, forward, MSE, backward, Adam: ``torch.optim.Adam`` over
+``optimizer_param_groups`` for the proxy alone (the trainer's optimizer), :class:`PopulationAdam` (each member
+its own LR) for a population of M = 1, 2, 4, 8, 16, each member on its own batch. Each figure is the median over
+``--rounds`` rounds of the mean of 100 steps after 10 warm-up steps, the rounds interleaved so a slow moment of
+the machine hits every size alike. ``ratio_M_to_1``: a population step of M members over a step of one proxy
+alone (M would be the ratio of M proxies trained one after the other). Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from operators.fno import FNO  # noqa: E402
+from operators.parametrization import optimizer_param_groups  # noqa: E402
+from operators.population import PopulationAdam, PopulationFNO  # noqa: E402
+
+PROXY = dict(dim=1, in_channels=2, out_channels=1, modes=6, width=16, layers=4, parametrization="mup")
+GRID, BATCH, SIZES = 32, 10, (1, 2, 4, 8, 16)
+
+
+def _members(count: int) -> list[FNO]:
+    members = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        members.append(FNO(**PROXY))
+    return members
+
+
+def alone_step() -> Callable[[], None]:
+    (model,) = _members(1)
+    optimizer = torch.optim.Adam(optimizer_param_groups(model, 1e-3), lr=1e-3)
+    x, y = torch.randn(BATCH, GRID, 2), torch.randn(BATCH, GRID, 1)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        optimizer.step()
+
+    return step
+
+
+def population_step(size: int) -> Callable[[], None]:
+    population = PopulationFNO(_members(size))
+    optimizer = PopulationAdam(population, [1e-3 * (1 + m) for m in range(size)])
+    x, y = torch.randn(size, BATCH, GRID, 2), torch.randn(size, BATCH, GRID, 1)
+
+    def step() -> None:
+        optimizer.zero_grad()
+        ((population(x) - y) ** 2).mean(dim=(1, 2, 3)).sum().backward()  # each member's own mean
+        optimizer.step()
+
+    return step
+
+
+def mean_ms(step: Callable[[], None], steps: int = 100, warmup: int = 10) -> float:
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return 1000 * (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    steps = {"alone": alone_step(), **{f"population_{m}": population_step(m) for m in SIZES}}
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(args.rounds):
+        for name, step in steps.items():
+            times[name].append(mean_ms(step))
+    ms = {name: statistics.median(t) for name, t in times.items()}
+    result: dict[str, object] = {
+        "command": "python benchmarks/population_step.py --json docs/results/population_step.json",
+        "shape": dict(PROXY, grid=GRID, batch=BATCH, threads=1, dtype="float32"),
+        "rounds": args.rounds,
+        "ms_per_step": {name: round(v, 3) for name, v in ms.items()},
+        "ms_per_step_rounds": {name: [round(v, 3) for v in t] for name, t in times.items()},
+        **{f"ratio_{m}_to_1": round(ms[f"population_{m}"] / ms["alone"], 3) for m in SIZES},
+    }
+    print(f"one proxy alone: {ms['alone']:.2f} ms per step")
+    for m in SIZES:
+        total = ms[f"population_{m}"]
+        print(
+            f"population of {m:2d}: {total:6.2f} ms per step, {total / m:5.2f} ms per member, "
+            f"{total / ms['alone']:.2f}x one proxy's step (one after the other: {m}x)"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,284 @@
+"""A population of FNOs of one shape, trained as one model: every weight carries a leading member dimension.
+
+The trials of a search that share the proxy's shape differ only in their hyperparameters. Trained one per
+process, a small proxy's step is bound by the number of kernels and the Python around them, not by its
+arithmetic (issue "Proxies that pay in time": 1.35 GFLOP/s for the default study's proxy, 12.1 for its target).
+Stacked, M members run every layer as one batched kernel, so a step of M members costs about what a step of one
+does (``benchmarks/population_step.py``).
+
+- :class:`PopulationFNO` stacks M :class:`~operators.fno.FNO` of one configuration (their own initial weights):
+  input (M, B, N_1, …, N_d, C_in) → output (M, B, N_1, …, N_d, C_out), member m computed with member m's
+  weights only. :meth:`PopulationFNO.member` gives member m back as a plain FNO.
+- :class:`PopulationAdam` is ``torch.optim.Adam`` for each member at once, each with its own learning rate and
+  β1 (the searched values), every parameter at its muP multiplier and weight decay
+  (:func:`~operators.parametrization.optimizer_param_groups` of the members' shape).
+- :func:`clip_population_spectral_gradients` is :func:`~operators.parametrization.clip_spectral_gradients`
+  for every member at once.
+
+A member trained in a population follows the same trajectory as the member trained alone, to float32 rounding
+(tests/operators/test_population.py): the loss of a population is the sum of its members' losses, so each
+member's gradient is its own. Not yet here: members of different batch sizes, and the trainer's executor that
+runs a search's window as a population (the issue's items 1–2).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Sequence
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from operators.contraction import truncated_dft, truncated_idft
+from operators.errors import OperatorConfigError
+from operators.fno import FNO, grid_coordinates
+from operators.parametrization import optimizer_param_groups
+from operators.spectral import SpectralConv, check_grid
+from operators.width_mup import MuLinear
+
+
+def _stack(tensors: Iterable[torch.Tensor]) -> nn.Parameter:
+    return nn.Parameter(torch.stack([t.detach().clone() for t in tensors]))
+
+
+class PopulationFNO(nn.Module):
+    """M FNOs of one configuration as one module; parameter p of member m is ``p[m]``.
+
+    Args:
+        members: FNOs built with the same ``config`` (their weights may differ: each trial's own seed).
+
+    Input (M, B, N_1, …, N_d, C_in) → output (M, B, N_1, …, N_d, C_out). Raises a one-line
+    :class:`OperatorConfigError` for an empty list or members of different configurations.
+    """
+
+    def __init__(self, members: Sequence[FNO]):
+        super().__init__()
+        if not members:
+            raise OperatorConfigError("population: needs at least one member FNO")
+        config = members[0].config
+        for i, model in enumerate(members):
+            if not isinstance(model, FNO):
+                raise OperatorConfigError(f"population member {i}: is a {type(model).__name__}, not an FNO")
+            if model.config != config:
+                differ = sorted(k for k in config if model.config.get(k) != config[k])
+                raise OperatorConfigError(
+                    f"population member {i}: its {', '.join(differ)} differ from member 0's; "
+                    "a population holds members of one configuration (group trials by shape)"
+                )
+        self.config = dict(config)
+        self.size = len(members)
+        self.dim, self.modes, self.padding = members[0].dim, members[0].modes, members[0].padding
+        # a copy of member 0 outside the module's parameters: what member() fills and template() reads
+        self._blank: tuple[FNO] = (copy.deepcopy(members[0]),)
+        self.lift_weight = _stack(m.lift.weight for m in members)  # (M, m, C_in + d)
+        self.lift_bias = _stack(m.lift.bias for m in members)  # (M, m)
+        layers = len(members[0].spectral)
+        self.pointwise_weight = nn.ParameterList(
+            _stack(cast(torch.Tensor, m.pointwise[i].weight).flatten(1) for m in members) for i in range(layers)
+        )  # each (M, m_out, m_in)
+        self.pointwise_bias = nn.ParameterList(
+            _stack(cast(torch.Tensor, m.pointwise[i].bias) for m in members) for i in range(layers)
+        )
+        spectral = [[cast(SpectralConv, layer).spectral_weights() for layer in m.spectral] for m in members]
+        corners = len(spectral[0][0])
+        self.spectral_weight = nn.ParameterList(
+            _stack(weights[i][c] for weights in spectral) for i in range(layers) for c in range(corners)
+        )  # layer i, corner c at i * corners + c; each (M, m_in, m_out, K, …, K) complex
+        self.corners = corners
+        readout = cast(MuLinear, members[0].project[0])
+        self.readout_multiplier = float(readout.multiplier)
+        self.readout_weight = _stack(cast(MuLinear, m.project[0]).weight for m in members)  # (M, P, m)
+        self.readout_bias = _stack(cast(MuLinear, m.project[0]).bias for m in members)
+        self.last_weight = _stack(cast(nn.Linear, m.project[2]).weight for m in members)  # (M, C_out, P)
+        self.last_bias = _stack(cast(nn.Linear, m.project[2]).bias for m in members)
+        self._names = self._member_names()
+
+    # ---- the pieces of one layer, for every member ---------------------------------------------
+    @staticmethod
+    def _linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """Channel-first (M, B, C_in, n) → (M, B, C_out, n): member m's ``weight[m] @ h[m] + bias[m]``."""
+        members, batch, c_in = h.shape[:3]
+        flat = h.reshape(members, batch, c_in, -1).transpose(0, 1)  # (B, M, C_in, n)
+        y = torch.matmul(weight, flat) + bias.unsqueeze(-1)  # (B, M, C_out, n)
+        return y.transpose(0, 1).reshape((members, batch, weight.shape[1]) + tuple(h.shape[3:]))
+
+    def _spectral(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        """K_l for every member: channel-first real (M, B, m, N_1, …, N_d) → the same shape."""
+        if self.dim == 1 and self.spectral_weight[0].device.type == "cpu":
+            return self._spectral_1d(h, layer)
+        d, k = self.dim, self.modes
+        grid = tuple(h.shape[3:])
+        axes = tuple(range(-d, 0))
+        spectrum = torch.fft.rfftn(h.float(), dim=axes)  # (M, B, m, N_1, …, N_d // 2 + 1)
+        out = torch.zeros(h.shape[:2] + (self.spectral_weight[0].shape[2],) + spectrum.shape[3:], dtype=spectrum.dtype)
+        for c in range(self.corners):
+            negative = [(c >> (d - 2 - j)) & 1 for j in range(d - 1)]  # SpectralConv's corner order
+            index = (slice(None),) * 3 + tuple(slice(-k, None) if n else slice(0, k) for n in negative) + (slice(0, k),)
+            weight = self.spectral_weight[layer * self.corners + c]  # (M, m_in, m_out, K…)
+            # modes as batch: (M, K…, B, m_in) @ (M, K…, m_in, m_out), complex, one batched matmul
+            x = spectrum[index].movedim(1, -1).movedim(1, -1)  # (M, K…, B, m_in)
+            w = weight.movedim(1, -1).movedim(1, -1)  # (M, K…, m_in, m_out)
+            out[index] = torch.matmul(x, w).movedim(-1, 1).movedim(-1, 1)
+        y: torch.Tensor = torch.fft.irfftn(out, s=grid, dim=axes)  # torch.fft is unannotated
+        return y.to(h.dtype)
+
+    def _spectral_1d(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        """K_l in 1-D on CPU as the FNO computes it there (operators.contraction: the K kept rfft modes as real
+        GEMMs), the complex product of every member and mode as one real batched matmul:
+        [Re y, Im y] = [Re x, Im x] @ [[Re W, Im W], [−Im W, Re W]]."""
+        grid = tuple(h.shape[3:])
+        planes = truncated_dft(h.float(), self.modes, 1)  # (2, K, M, B, m_in)
+        x = torch.cat([planes[0], planes[1]], dim=-1)  # (K, M, B, 2 m_in)
+        w = torch.view_as_real(self.spectral_weight[layer]).permute(3, 0, 1, 2, 4)  # (K, M, m_in, m_out, 2)
+        re, im = w[..., 0], w[..., 1]  # each (K, M, m_in, m_out)
+        blocks = torch.cat([torch.cat([re, im], dim=-1), torch.cat([-im, re], dim=-1)], dim=-2)
+        y = torch.matmul(x, blocks)  # (K, M, B, 2 m_out)
+        out = torch.stack(y.chunk(2, dim=-1))  # (2, K, M, B, m_out)
+        return truncated_idft(out, self.modes, grid).to(h.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != self.dim + 3 or x.shape[0] != self.size:
+            raise OperatorConfigError(
+                f"input has shape {tuple(x.shape)}; a population of {self.size} FNO-{self.dim}D expects "
+                f"({self.size}, batch, {', '.join(['N'] * self.dim)}, channels)"
+            )
+        members, batch = x.shape[:2]
+        grid = tuple(x.shape[2:-1])
+        check_grid(tuple(n + self.padding for n in grid), self.modes)
+        coords = grid_coordinates(grid, device=x.device, dtype=x.dtype).expand(members, batch, *grid, self.dim)
+        h = self._linear(torch.cat([x, coords], dim=-1).movedim(-1, 2), self.lift_weight, self.lift_bias)
+        if self.padding:
+            h = F.pad(h, [0, self.padding] * self.dim)
+        layers = len(self.pointwise_weight)
+        for layer in range(layers):
+            h = self._spectral(h, layer) + self._linear(h, self.pointwise_weight[layer], self.pointwise_bias[layer])
+            if layer < layers - 1:
+                h = F.gelu(h)
+        if self.padding:
+            h = h[(slice(None),) * 3 + (slice(0, -self.padding),) * self.dim].contiguous()
+        h = F.gelu(self._linear(h, self.readout_weight * self.readout_multiplier, self.readout_bias))
+        return self._linear(h, self.last_weight, self.last_bias).movedim(2, -1).contiguous()
+
+    # ---- members back, and each stacked parameter's member-0 counterpart ----------------------
+    def _member_names(self) -> list[tuple[nn.Parameter, str]]:
+        """(stacked parameter, the name of its counterpart in one FNO's state_dict)."""
+        names: list[tuple[nn.Parameter, str]] = [(self.lift_weight, "lift.weight"), (self.lift_bias, "lift.bias")]
+        for layer, (w, b) in enumerate(zip(self.pointwise_weight, self.pointwise_bias)):
+            names += [(w, f"pointwise.{layer}.weight"), (b, f"pointwise.{layer}.bias")]
+        for i, w in enumerate(self.spectral_weight):
+            names.append((w, f"spectral.{i // self.corners}.weights.{i % self.corners}"))
+        names += [(self.readout_weight, "project.0.weight"), (self.readout_bias, "project.0.bias")]
+        names += [(self.last_weight, "project.2.weight"), (self.last_bias, "project.2.bias")]
+        return names
+
+    def member(self, m: int) -> FNO:
+        """Member ``m`` as a plain FNO (a copy of its current weights)."""
+        if not 0 <= m < self.size:
+            raise OperatorConfigError(f"member {m}: the population has members 0 … {self.size - 1}")
+        model = copy.deepcopy(self._blank[0])
+        state = model.state_dict()
+        with torch.no_grad():
+            for stacked, name in self._names:
+                state[name] = stacked[m].detach().clone().reshape(state[name].shape)
+        model.load_state_dict(state)
+        return model
+
+    def template(self) -> tuple[FNO, list[tuple[nn.Parameter, nn.Parameter]]]:
+        """A fresh FNO of the members' configuration, and each stacked parameter with the parameter of that FNO it
+        stacks: the per-parameter facts (muP LR multipliers, weight decay) are read from it."""
+        one = copy.deepcopy(self._blank[0])
+        params = dict(one.named_parameters())
+        return one, [(stacked, params[name]) for stacked, name in self._names]
+
+
+def _per_member(value: float | Sequence[float] | torch.Tensor, size: int, name: str) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=torch.float64).flatten()
+    if t.numel() == 1:
+        t = t.expand(size)
+    if t.numel() != size:
+        raise OperatorConfigError(f"{name}: {t.numel()} values for a population of {size}; give one per member")
+    return t.clone()
+
+
+class PopulationAdam(torch.optim.Optimizer):
+    """Adam for every member of a :class:`PopulationFNO`: member m at ``lr[m]`` and ``beta1[m]``.
+
+    Each parameter moves at its muP multiplier × the member's LR with its weight decay, as
+    :func:`~operators.parametrization.optimizer_param_groups` groups one FNO of the population's shape; the
+    update is ``torch.optim.Adam``'s (L2 weight decay added to the gradient, bias-corrected moments, complex
+    weights as real pairs).
+
+    Args:
+        population: the stacked model.
+        lr: one learning rate per member (or one for all).
+        beta1: one β1 per member (or one for all); ``beta2``, ``eps``, ``weight_decay``: shared.
+    """
+
+    def __init__(
+        self,
+        population: PopulationFNO,
+        lr: float | Sequence[float] | torch.Tensor,
+        beta1: float | Sequence[float] | torch.Tensor = 0.9,
+        beta2: float = 0.999,
+        eps: float = 1e-8,
+        weight_decay: float = 0.0,
+    ):
+        size = population.size
+        lrs, beta1s = _per_member(lr, size, "lr"), _per_member(beta1, size, "beta1")
+        if not bool((lrs > 0).all()):
+            raise OperatorConfigError("lr: every member's learning rate must be positive")
+        if not bool(((beta1s >= 0) & (beta1s < 1)).all()) or not 0 <= beta2 < 1:
+            raise OperatorConfigError("beta1, beta2: must lie in [0, 1)")
+        one, template = population.template()
+        facts: dict[int, tuple[float, float]] = {}
+        for group in optimizer_param_groups(one, 1.0, weight_decay):
+            for p in cast(list[torch.Tensor], group["params"]):
+                facts[id(p)] = (float(cast(float, group["lr_multiplier"])), float(cast(float, group["weight_decay"])))
+        params = [
+            {"params": [stacked], "lr_multiplier": facts[id(one)][0], "weight_decay": facts[id(one)][1]}
+            for stacked, one in template
+        ]
+        super().__init__(params, dict(beta2=beta2, eps=eps))
+        self.lr, self.beta1, self.size = lrs, beta1s, size
+
+    @torch.no_grad()
+    def step(self, closure: None = None) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            (p,) = group["params"]
+            if p.grad is None:
+                continue
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p)
+                state["exp_avg_sq"] = torch.zeros_like(p)
+            state["step"] += 1
+            step, beta2 = state["step"], group["beta2"]
+            real = (lambda t: torch.view_as_real(t)) if p.is_complex() else (lambda t: t)
+            param, grad = real(p), real(p.grad)
+            exp_avg, exp_avg_sq = real(state["exp_avg"]), real(state["exp_avg_sq"])
+            if group["weight_decay"]:
+                grad = grad.add(param, alpha=group["weight_decay"])
+            shape = (self.size,) + (1,) * (param.dim() - 1)
+            beta1 = self.beta1.to(param.dtype).view(shape)
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            step_size = (self.lr * group["lr_multiplier"] / (1 - self.beta1**step)).to(param.dtype).view(shape)
+            denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(group["eps"])
+            param.sub_(step_size * exp_avg / denom)
+
+
+def clip_population_spectral_gradients(population: PopulationFNO, clip_value: float | None) -> None:
+    """Clamp every member's spectral gradient entries to [-clip, clip] (real and imaginary parts apart), as
+    :func:`~operators.parametrization.clip_spectral_gradients` does for one FNO. ``None``: no clipping."""
+    if clip_value is None:
+        return
+    if not clip_value > 0:
+        raise OperatorConfigError(f"clip_value {clip_value}: must be positive, or unset to turn clipping off")
+    with torch.no_grad():
+        for p in population.spectral_weight:
+            if p.grad is not None:
+                torch.view_as_real(p.grad).clamp_(-clip_value, clip_value)

@@ -1,0 +1,116 @@
+"""A population of FNOs (operators/population.py): each member computes, and trains, as it would alone.
+
+The population's loss is the sum of its members' losses, so member m's gradient is its own; with
+:class:`PopulationAdam` at member m's LR and β1, its weights after a few steps are the weights of the same FNO
+trained alone by ``torch.optim.Adam`` over ``optimizer_param_groups`` (the trainer's optimizer), to float32
+rounding. A population whose members' learning rates were handed out in the wrong order fails the same check.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from operators import FNO
+from operators.errors import OperatorConfigError
+from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
+from operators.population import PopulationAdam, PopulationFNO, clip_population_spectral_gradients
+
+PROXY = dict(dim=1, in_channels=1, out_channels=1, modes=6, width=16, parametrization="mup")
+
+
+def _members(count: int, **config) -> list[FNO]:
+    members = []
+    for seed in range(count):
+        torch.manual_seed(seed)
+        members.append(FNO(**config))
+    return members
+
+
+@pytest.mark.parametrize(
+    "config, grid",
+    [
+        (PROXY, (32,)),
+        (dict(PROXY, padding=3, layers=2), (30,)),
+        (dict(dim=2, in_channels=1, out_channels=2, modes=3, width=8, parametrization="mup"), (12, 10)),
+        (dict(PROXY, width=12, width_parametrization="mup", base_width=8), (32,)),
+    ],
+    ids=["proxy", "padded", "2d", "width-mup"],
+)
+def test_each_member_computes_what_it_computes_alone(config, grid):
+    members = _members(3, **config)
+    population = PopulationFNO(members)
+    x = torch.randn(3, 4, *grid, config["in_channels"])
+    out = population(x)
+    assert out.shape == (3, 4, *grid, config["out_channels"])
+    for m, model in enumerate(members):
+        torch.testing.assert_close(out[m], model(x[m]), rtol=1e-4, atol=1e-5)
+        back = population.member(m)
+        for (name, p), q in zip(model.named_parameters(), back.parameters()):
+            assert torch.equal(p, q), name
+
+
+def _train_alone(model, batches, lr, beta1, clip) -> None:
+    opt = torch.optim.Adam(optimizer_param_groups(model, lr, 1e-4), lr=lr, betas=(beta1, 0.999), weight_decay=1e-4)
+    for x, y in batches:
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        clip_spectral_gradients(model, clip)
+        opt.step()
+
+
+def _train_together(population, batches, lrs, beta1s, clip) -> None:
+    opt = PopulationAdam(population, lrs, beta1s, weight_decay=1e-4)
+    for x, y in batches:
+        opt.zero_grad()
+        out = population(x)
+        sum(torch.nn.functional.mse_loss(out[m], y[m]) for m in range(population.size)).backward()
+        clip_population_spectral_gradients(population, clip)
+        opt.step()
+
+
+def _drift(trained: list[FNO], population: PopulationFNO) -> float:
+    """The largest, over members and parameters, of |together − alone| / |alone − start|: how far the member
+    trained in the population is from the one trained alone, relative to how far training moved it."""
+    worst = 0.0
+    with torch.no_grad():
+        for m, (model, start) in enumerate(zip(trained, _members(len(trained), **PROXY))):
+            together = population.member(m)
+            for p, q, p0 in zip(model.parameters(), together.parameters(), start.parameters()):
+                moved = (p - p0).abs().pow(2).sum().sqrt()
+                assert moved > 0, f"member {m} did not train"
+                worst = max(worst, float((q - p).abs().pow(2).sum().sqrt() / moved))
+    return worst
+
+
+def test_each_member_trains_as_it_trains_alone_and_a_swapped_lr_does_not():
+    """Six Adam steps with L2 decay and spectral clipping, each member at its own LR and beta1 on its own batches:
+    every parameter within 1e-3 of how far it moved (float32 rounding: Adam's m/sqrt(v) magnifies it where a
+    gradient entry is near zero); the same population with two members' LRs swapped is off by far more."""
+    lrs, beta1s, steps, clip = [3e-3, 1e-2, 3e-2], [0.9, 0.8, 0.95], 6, 0.5
+    torch.manual_seed(10)
+    batches = [(torch.randn(3, 5, 32, 1), torch.randn(3, 5, 32, 1)) for _ in range(steps)]  # each member its data
+    alone = _members(3, **PROXY)
+    for m, model in enumerate(alone):
+        _train_alone(model, [(x[m], y[m]) for x, y in batches], lrs[m], beta1s[m], clip)
+    population = PopulationFNO(_members(3, **PROXY))
+    _train_together(population, batches, lrs, beta1s, clip)
+    assert _drift(alone, population) < 1e-3
+
+    swapped = PopulationFNO(_members(3, **PROXY))
+    _train_together(swapped, batches, [lrs[1], lrs[0], lrs[2]], beta1s, clip)
+    assert _drift(alone, swapped) > 0.1
+
+
+def test_members_of_different_configurations_or_bad_settings_are_one_line():
+    with pytest.raises(OperatorConfigError, match="its modes differ from member 0's; a population holds members"):
+        PopulationFNO(_members(1, **PROXY) + _members(1, **dict(PROXY, modes=4)))
+    with pytest.raises(OperatorConfigError, match="needs at least one member"):
+        PopulationFNO([])
+    population = PopulationFNO(_members(2, **PROXY))
+    with pytest.raises(OperatorConfigError, match="lr: 3 values for a population of 2; give one per member"):
+        PopulationAdam(population, [1e-3, 1e-3, 1e-3])
+    with pytest.raises(OperatorConfigError, match="expects \\(2, batch, N, channels\\)"):
+        population(torch.randn(3, 4, 32, 1))
+    with pytest.raises(OperatorConfigError, match="member 2: the population has members 0 … 1"):
+        population.member(2)
