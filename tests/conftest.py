@@ -32,15 +32,6 @@ def pytest_configure(config):
     )
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """On two workers the longest files start first and a worker takes a file only as it finishes one
-    (tests/xdist_order.py)."""
-    from tests.xdist_order import longest_first
-
-    return longest_first(config, log)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """A ``fresh_process`` test runs as ``python -m pytest <its node id>`` in a new interpreter; its outcome is the
