@@ -99,11 +99,11 @@ class PopulationFNO(nn.Module):
     # ---- the pieces of one layer, for every member ---------------------------------------------
     @staticmethod
     def _linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """Channel-first (M, B, C_in, n) → (M, B, C_out, n): member m's ``weight[m] @ h[m] + bias[m]``."""
+        """Channel-first (M, B, C_in, n) → (M, B, C_out, n): member m's ``weight[m] @ h[m] + bias[m]``, one batched
+        matmul over (member, sample) with the activations as they lie (only the small weights are broadcast)."""
         members, batch, c_in = h.shape[:3]
-        flat = h.reshape(members, batch, c_in, -1).transpose(0, 1)  # (B, M, C_in, n)
-        y = torch.matmul(weight, flat) + bias.unsqueeze(-1)  # (B, M, C_out, n)
-        return y.transpose(0, 1).reshape((members, batch, weight.shape[1]) + tuple(h.shape[3:]))
+        y = torch.matmul(weight.unsqueeze(1), h.reshape(members, batch, c_in, -1)) + bias[:, None, :, None]
+        return y.reshape((members, batch, weight.shape[1]) + tuple(h.shape[3:]))
 
     def _spectral(self, h: torch.Tensor, layer: int) -> torch.Tensor:
         """K_l for every member: channel-first real (M, B, m, N_1, …, N_d) → the same shape."""
@@ -267,8 +267,8 @@ class PopulationAdam(torch.optim.Optimizer):
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
             step_size = (self.lr * group["lr_multiplier"] / (1 - self.beta1**step)).to(param.dtype).view(shape)
-            denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(group["eps"])
-            param.sub_(step_size * exp_avg / denom)
+            denom = exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(group["eps"])
+            param.addcdiv_(exp_avg * step_size, denom, value=-1.0)
 
 
 def clip_population_spectral_gradients(population: PopulationFNO, clip_value: float | None) -> None:
