@@ -3,8 +3,8 @@
 The trials of a search that share the proxy's shape differ only in their hyperparameters. Trained one per
 process, a small proxy's step is bound by the number of kernels and the Python around them, not by its
 arithmetic (issue "Proxies that pay in time": 1.35 GFLOP/s for the default study's proxy, 12.1 for its target).
-Stacked, M members run every layer as one batched kernel, so a step of M members costs about what a step of one
-does (``benchmarks/population_step.py``).
+Stacked, M members run every layer as one batched kernel: on a 2-core CPU a step of 8 default-study proxies takes
+2.14× the time of one proxy's step, not 8× (``benchmarks/population_step.py``, docs/benchmarks.md).
 
 - :class:`PopulationFNO` stacks M :class:`~operators.fno.FNO` of one configuration (their own initial weights):
   input (M, B, N_1, …, N_d, C_in) → output (M, B, N_1, …, N_d, C_out), member m computed with member m's
@@ -17,8 +17,9 @@ does (``benchmarks/population_step.py``).
 
 A member trained in a population follows the same trajectory as the member trained alone, to float32 rounding
 (tests/operators/test_population.py): the loss of a population is the sum of its members' losses, so each
-member's gradient is its own. Not yet here: members of different batch sizes, and the trainer's executor that
-runs a search's window as a population (the issue's items 1–2).
+member's gradient is its own. Not yet here: members of different batch sizes; an LR schedule (the members'
+rates are ``PopulationAdam.lr``, not its groups' ``"lr"``, and are not in its ``state_dict``); and the trainer's
+executor that runs a search's window as a population (the issue's items 1–2).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from operators.width_mup import MuLinear
 
 
 def _stack(tensors: Iterable[torch.Tensor]) -> nn.Parameter:
+    """One parameter (M, …) holding copies of the members' tensors (…) along a new leading dimension."""
     return nn.Parameter(torch.stack([t.detach().clone() for t in tensors]))
 
 
@@ -58,10 +60,11 @@ class PopulationFNO(nn.Module):
         super().__init__()
         if not members:
             raise OperatorConfigError("population: needs at least one member FNO")
-        config = members[0].config
         for i, model in enumerate(members):
             if not isinstance(model, FNO):
                 raise OperatorConfigError(f"population member {i}: is a {type(model).__name__}, not an FNO")
+        config = members[0].config
+        for i, model in enumerate(members):
             if model.config != config:
                 differ = sorted(k for k in config if model.config.get(k) != config[k])
                 raise OperatorConfigError(
@@ -112,12 +115,14 @@ class PopulationFNO(nn.Module):
         d, k = self.dim, self.modes
         grid = tuple(h.shape[3:])
         axes = tuple(range(-d, 0))
-        spectrum = torch.fft.rfftn(h.float(), dim=axes)  # (M, B, m, N_1, …, N_d // 2 + 1)
-        out = torch.zeros(h.shape[:2] + (self.spectral_weight[0].shape[2],) + spectrum.shape[3:], dtype=spectrum.dtype)
+        spectrum = torch.fft.rfftn(_working(h), dim=axes)  # (M, B, m, N_1, …, N_d // 2 + 1)
+        out = spectrum.new_zeros(h.shape[:2] + (self.spectral_weight[0].shape[2],) + spectrum.shape[3:])
         for c in range(self.corners):
             negative = [(c >> (d - 2 - j)) & 1 for j in range(d - 1)]  # SpectralConv's corner order
             index = (slice(None),) * 3 + tuple(slice(-k, None) if n else slice(0, k) for n in negative) + (slice(0, k),)
-            weight = self.spectral_weight[layer * self.corners + c]  # (M, m_in, m_out, K…)
+            weight = _complex_for(
+                self.spectral_weight[layer * self.corners + c], spectrum.real.dtype
+            )  # (M, m_in, m_out, K…)
             # modes as batch: (M, K…, B, m_in) @ (M, K…, m_in, m_out), complex, one batched matmul
             x = spectrum[index].movedim(1, -1).movedim(1, -1)  # (M, K…, B, m_in)
             w = weight.movedim(1, -1).movedim(1, -1)  # (M, K…, m_in, m_out)
@@ -130,9 +135,10 @@ class PopulationFNO(nn.Module):
         GEMMs), the complex product of every member and mode as one real batched matmul:
         [Re y, Im y] = [Re x, Im x] @ [[Re W, Im W], [−Im W, Re W]]."""
         grid = tuple(h.shape[3:])
-        planes = truncated_dft(h.float(), self.modes, 1)  # (2, K, M, B, m_in)
+        planes = truncated_dft(_working(h), self.modes, 1)  # (2, K, M, B, m_in)
         x = torch.cat([planes[0], planes[1]], dim=-1)  # (K, M, B, 2 m_in)
-        w = torch.view_as_real(self.spectral_weight[layer]).permute(3, 0, 1, 2, 4)  # (K, M, m_in, m_out, 2)
+        weight = _complex_for(self.spectral_weight[layer], planes.dtype)
+        w = torch.view_as_real(weight).permute(3, 0, 1, 2, 4)  # (K, M, m_in, m_out, 2)
         re, im = w[..., 0], w[..., 1]  # each (K, M, m_in, m_out)
         blocks = torch.cat([torch.cat([re, im], dim=-1), torch.cat([-im, re], dim=-1)], dim=-2)
         y = torch.matmul(x, blocks)  # (K, M, B, 2 m_out)
@@ -140,6 +146,7 @@ class PopulationFNO(nn.Module):
         return truncated_idft(out, self.modes, grid).to(h.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(M, B, N_1, …, N_d, C_in) → (M, B, N_1, …, N_d, C_out), member m with its own weights."""
         if x.dim() != self.dim + 3 or x.shape[0] != self.size:
             raise OperatorConfigError(
                 f"input has shape {tuple(x.shape)}; a population of {self.size} FNO-{self.dim}D expects "
@@ -175,15 +182,14 @@ class PopulationFNO(nn.Module):
         return names
 
     def member(self, m: int) -> FNO:
-        """Member ``m`` as a plain FNO (a copy of its current weights)."""
+        """Member ``m`` as a plain FNO (a copy of its current weights, on the population's device and dtype)."""
         if not 0 <= m < self.size:
             raise OperatorConfigError(f"member {m}: the population has members 0 … {self.size - 1}")
         model = copy.deepcopy(self._blank[0])
-        state = model.state_dict()
+        params = dict(model.named_parameters())
         with torch.no_grad():
-            for stacked, name in self._names:
-                state[name] = stacked[m].detach().clone().reshape(state[name].shape)
-        model.load_state_dict(state)
+            for stacked, name in self._names:  # .data: the member's device and dtype (complex stays complex)
+                params[name].data = stacked[m].detach().clone().reshape(params[name].shape)
         return model
 
     def template(self) -> tuple[FNO, list[tuple[nn.Parameter, nn.Parameter]]]:
@@ -194,7 +200,22 @@ class PopulationFNO(nn.Module):
         return one, [(stacked, params[name]) for stacked, name in self._names]
 
 
+def _working(h: torch.Tensor) -> torch.Tensor:
+    """The spectral layers' working precision, as SpectralConv's: float64 stays, anything else is float32."""
+    return h if h.dtype == torch.float64 else h.float()
+
+
+_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _complex_for(weight: torch.Tensor, real: torch.dtype) -> torch.Tensor:
+    """The complex weight at the precision of a ``real`` activation (complex128 for float64, as SpectralConv)."""
+    dtype = _COMPLEX[real]
+    return weight if weight.dtype == dtype else weight.to(dtype)
+
+
 def _per_member(value: float | Sequence[float] | torch.Tensor, size: int, name: str) -> torch.Tensor:
+    """One float64 value per member from one value or M (a one-line error otherwise)."""
     t = torch.as_tensor(value, dtype=torch.float64).flatten()
     if t.numel() == 1:
         t = t.expand(size)
@@ -232,20 +253,21 @@ class PopulationAdam(torch.optim.Optimizer):
             raise OperatorConfigError("lr: every member's learning rate must be positive")
         if not bool(((beta1s >= 0) & (beta1s < 1)).all()) or not 0 <= beta2 < 1:
             raise OperatorConfigError("beta1, beta2: must lie in [0, 1)")
-        one, template = population.template()
+        blank, template = population.template()
         facts: dict[int, tuple[float, float]] = {}
-        for group in optimizer_param_groups(one, 1.0, weight_decay):
+        for group in optimizer_param_groups(blank, 1.0, weight_decay):
             for p in cast(list[torch.Tensor], group["params"]):
                 facts[id(p)] = (float(cast(float, group["lr_multiplier"])), float(cast(float, group["weight_decay"])))
         params = [
-            {"params": [stacked], "lr_multiplier": facts[id(one)][0], "weight_decay": facts[id(one)][1]}
-            for stacked, one in template
+            {"params": [stacked], "lr_multiplier": facts[id(single)][0], "weight_decay": facts[id(single)][1]}
+            for stacked, single in template
         ]
         super().__init__(params, dict(beta2=beta2, eps=eps))
         self.lr, self.beta1, self.size = lrs, beta1s, size
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
+        """One Adam update of every member (``torch.optim.Adam``'s, at each member's LR and β1)."""
         for group in self.param_groups:
             (p,) = group["params"]
             if p.grad is None:
@@ -263,10 +285,11 @@ class PopulationAdam(torch.optim.Optimizer):
             if group["weight_decay"]:
                 grad = grad.add(param, alpha=group["weight_decay"])
             shape = (self.size,) + (1,) * (param.dim() - 1)
-            beta1 = self.beta1.to(param.dtype).view(shape)
+            beta1 = self.beta1.to(device=param.device, dtype=param.dtype).view(shape)
             exp_avg.lerp_(grad, 1 - beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            step_size = (self.lr * group["lr_multiplier"] / (1 - self.beta1**step)).to(param.dtype).view(shape)
+            step_size = self.lr * group["lr_multiplier"] / (1 - self.beta1**step)
+            step_size = step_size.to(device=param.device, dtype=param.dtype).view(shape)
             denom = exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(group["eps"])
             param.addcdiv_(exp_avg * step_size, denom, value=-1.0)
 

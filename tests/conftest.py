@@ -61,16 +61,24 @@ def _seed():
     torch.manual_seed(0)
 
 
-#: what a command run in the repository's root would write there (its default tracking store and study folders)
-_ROOT_OUTPUTS = ("mlflow.db", "mlruns", "mutransfer-runs")
+#: what a command run in the repository's root would write there (its default tracking store, with the write-ahead
+#: log where SQLite writes first, and study folders)
+_ROOT_OUTPUTS = ("mlflow.db", "mlflow.db-wal", "mlruns", "mutransfer-runs")
 
 
 def _root_stamps() -> dict[str, int | None]:
-    root = Path(__file__).resolve().parent.parent  # tests/conftest.py: the repository
+    """The newest modification time of each of :data:`_ROOT_OUTPUTS` and its direct entries (a run added under
+    ``mlruns/<experiment>/`` changes that entry, not ``mlruns/``)."""
+    # tests/conftest.py sits one below the repository's root; a pytester copy one below its own folder
+    root = Path(__file__).resolve().parent.parent
     stamps: dict[str, int | None] = {}
     for name in _ROOT_OUTPUTS:
+        path = root / name
         try:
-            stamps[name] = (root / name).stat().st_mtime_ns
+            times = [path.stat().st_mtime_ns]
+            if path.is_dir():
+                times += [entry.stat().st_mtime_ns for entry in path.iterdir()]
+            stamps[name] = max(times)
         except OSError:
             stamps[name] = None
     return stamps

@@ -121,16 +121,16 @@ def check_state(state: object, path: Path) -> None:
 
     if not isinstance(state, dict):
         raise UserInputError(f"{path}: must be a JSON mapping of the study's state, found {found(state)}; {fix}")
-    for key, types in STATE_FIELDS.items():
-        value = state.get(key)
-        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
-            raise UserInputError(f"{path}: field {key!r} must be {_KINDS[types[0]]}, found {found(value)}; {fix}")
-    version = state.get("version")
-    if isinstance(version, int) and version > STATE_VERSION:
+    version = state.get("version")  # first: a newer format may give its fields other types
+    if isinstance(version, int) and not isinstance(version, bool) and version > STATE_VERSION:
         raise UserInputError(
             f"{path}: written by a newer mutransfer (study folder format {version}; mutransfer {__version__} reads "
             f"format {STATE_VERSION}); upgrade mutransfer (pip install -U mutransfer) to open this study"
         )
+    for key, types in STATE_FIELDS.items():
+        value = state.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise UserInputError(f"{path}: field {key!r} must be {_KINDS[types[0]]}, found {found(value)}; {fix}")
     if any(not isinstance(o, dict) for o in state.get("overrides") or []):
         raise UserInputError(f"{path}: field 'overrides' must be a list of mappings; {fix}")
     if state.get("phase") == "done" and not isinstance(state.get("report"), dict):

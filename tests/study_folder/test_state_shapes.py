@@ -24,6 +24,10 @@ BAD = {
     "the store as a number": (dict(GOOD, tracking_db=5), "field 'tracking_db' must be a string, found int"),
     "a window that is true": (dict(GOOD, search_window=True), "field 'search_window' must be a number, found bool"),
     "a newer format": (dict(GOOD, version=99), "written by a newer mutransfer (study folder format 99;"),
+    "a newer format whose fields changed": (
+        dict(GOOD, version=2, trials={"t0000": {}}),
+        "written by a newer mutransfer (study folder format 2;",
+    ),
 }
 
 
