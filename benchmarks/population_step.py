@@ -17,7 +17,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +28,9 @@ sys.path.insert(0, str(ROOT))
 from operators.fno import FNO  # noqa: E402
 from operators.parametrization import optimizer_param_groups  # noqa: E402
 from operators.population import PopulationAdam, PopulationFNO  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from proxy_step import mean_ms  # noqa: E402 -- the same timing loop as the proxy's step benchmark
 
 PROXY = dict(dim=1, in_channels=2, out_channels=1, modes=6, width=16, layers=4, parametrization="mup")
 GRID, BATCH, SIZES = 32, 10, (1, 2, 4, 8, 16)
@@ -68,15 +70,6 @@ def population_step(size: int) -> Callable[[], None]:
     return step
 
 
-def mean_ms(step: Callable[[], None], steps: int = 100, warmup: int = 10) -> float:
-    for _ in range(warmup):
-        step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return 1000 * (time.perf_counter() - start) / steps
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, help="write the figures here")
@@ -87,7 +80,7 @@ def main() -> None:
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.rounds):
         for name, step in steps.items():
-            times[name].append(mean_ms(step))
+            times[name].append(mean_ms(step, 100, warmup=10))
     ms = {name: statistics.median(t) for name, t in times.items()}
     result: dict[str, object] = {
         "command": "python benchmarks/population_step.py --json docs/results/population_step.json",

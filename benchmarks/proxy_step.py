@@ -12,6 +12,7 @@ study") quotes it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -29,7 +30,12 @@ def step_ms(width: int, grid: int, modes: int, batch: int = 10, steps: int = 200
         ((model(x) - y) ** 2).mean().backward()
         optimizer.step()
 
-    for _ in range(20):
+    return mean_ms(step, steps, warmup=20)
+
+
+def mean_ms(step: Callable[[], None], steps: int, warmup: int) -> float:
+    """Mean milliseconds of ``step()`` over ``steps`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
         step()
     start = time.perf_counter()
     for _ in range(steps):

@@ -4,7 +4,7 @@ The trials of a search that share the proxy's shape differ only in their hyperpa
 process, a small proxy's step is bound by the number of kernels and the Python around them, not by its
 arithmetic (issue "Proxies that pay in time": 1.35 GFLOP/s for the default study's proxy, 12.1 for its target).
 Stacked, M members run every layer as one batched kernel: on a 2-core CPU a step of 8 default-study proxies takes
-2.14× the time of one proxy's step, not 8× (``benchmarks/population_step.py``, docs/benchmarks.md).
+2.1–2.4× the time of one proxy's step (three runs), not 8× (``benchmarks/population_step.py``, docs/benchmarks.md).
 
 - :class:`PopulationFNO` stacks M :class:`~operators.fno.FNO` of one configuration (their own initial weights):
   input (M, B, N_1, …, N_d, C_in) → output (M, B, N_1, …, N_d, C_out), member m computed with member m's
