@@ -144,6 +144,7 @@ def test_bad_input_is_one_line_and_exit_2(args, fragments):
     assert_user_error(run_cli(*args), *fragments)
 
 
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_generate_inspect_and_train_end_to_end(tmp_path):
     data = tmp_path / "darcy.h5"
     proc = run_cli(

@@ -297,6 +297,7 @@ def _cli(*args):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_cli_on_a_file_written_by_mutransfer_data(tmp_path):
     data = tmp_path / "b.h5"
     gen = _cli("data", "generate", "burgers", "--n", "24", "--resolution", "64", "--out", str(data), "--no-progress")

@@ -136,6 +136,7 @@ def _check_lrs(report: dict, label: str = "UserFNO") -> None:
     assert report["proxy_model"] == f"{label}-1D K=6 width 8" and report["target_model"] == f"{label}-1D K=12 width 16"
 
 
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_a_user_model_beside_the_study_file_is_tuned_and_its_target_rebuilt(tmp_path):
     proc, log = _sweep(tmp_path, _study(tmp_path), *IN_PROCESS)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -266,6 +267,7 @@ def test_the_coordinate_check_is_refused_for_a_users_model_it_cannot_read(tmp_pa
     assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_neuraloperators_fno_is_tuned_from_its_installed_factory(tmp_path):
     """``operator.type: mutransfer.neuralop:fno1d``: an installed module, no file beside the study."""
     pytest.importorskip("neuralop")
@@ -295,6 +297,7 @@ def test_train_takes_a_factory_from_the_working_directory(tmp_path):
     assert "UserFNO-1D K=4 width 8" in done.stdout + done.stderr
 
 
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_an_installed_plugin_is_an_operator_by_its_name(tmp_path):
     """A package that declares ``tiny_user_fno = myplug_models:build`` in the entry-point group ``mutransfer.operators``
     offers ``operator.type: tiny_user_fno`` (and ``train --operator``, ``check-operator``), found in any process."""

@@ -1,5 +1,6 @@
 """End-to-end learning: a small muP FNO fits a small Darcy set (the trainer's numbers can be trusted)."""
 
+import pytest
 import torch
 
 from mutransfer.data.darcy import generate_darcy
@@ -9,6 +10,7 @@ from mutransfer.training import TrainConfig, train
 from operators import FNO
 
 
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_small_fno_fits_small_darcy_set_under_ten_percent(tmp_path):
     """200 train / 50 test samples solved at 29x29, trained at 15x15: < 10% relative L2 (about 20 s on one core)."""
     path = tmp_path / "darcy.h5"
