@@ -321,14 +321,16 @@ def clip_spectral_gradients(model: nn.Module, clip_value: float | None) -> None:
     Call between backward() and optimizer.step(). ``None`` turns clipping off.
     Other parameters' gradients are not touched.
     """
+    clamp_gradients(spectral_parameters(model), clip_value)
+
+
+def clamp_gradients(params: Iterable[torch.Tensor], clip_value: float | None) -> None:
+    """Clamp every gradient entry of ``params`` to [-clip, clip] (complex ones part by part); ``None``: no clipping.
+    What :func:`clip_spectral_gradients` does to a model's spectral weights, for any tensors (a population's)."""
     if clip_value is None:
         return
     if not clip_value > 0:
         raise OperatorConfigError(f"clip_value {clip_value}: must be positive, or unset to turn clipping off")
-    _clamp_gradients(spectral_parameters(model), clip_value)
-
-
-def _clamp_gradients(params: Iterable[torch.Tensor], clip_value: float) -> None:
     with torch.no_grad():
         for p in params:
             if p.grad is None:

@@ -4,7 +4,7 @@ The trials of a search that share the proxy's shape differ only in their hyperpa
 process, a small proxy's step is bound by the number of kernels and the Python around them, not by its
 arithmetic (issue "Proxies that pay in time": 1.35 GFLOP/s for the default study's proxy, 12.1 for its target).
 Stacked, M members run every layer as one batched kernel: on a 2-core CPU a step of 8 default-study proxies takes
-2.1–2.4× the time of one proxy's step (three runs), not 8× (``benchmarks/population_step.py``, docs/benchmarks.md).
+2.1–2.4× the time of one proxy's step (four runs), not 8× (``benchmarks/population_step.py``, docs/benchmarks.md).
 
 - :class:`PopulationFNO` stacks M :class:`~operators.fno.FNO` of one configuration (their own initial weights):
   input (M, B, N_1, …, N_d, C_in) → output (M, B, N_1, …, N_d, C_out), member m computed with member m's
@@ -36,7 +36,7 @@ from torch import nn
 from operators.contraction import truncated_dft, truncated_idft
 from operators.errors import OperatorConfigError
 from operators.fno import FNO, grid_coordinates
-from operators.parametrization import optimizer_param_groups
+from operators.parametrization import clamp_gradients, optimizer_param_groups
 from operators.spectral import SpectralConv, check_grid
 from operators.width_mup import MuLinear
 
@@ -268,6 +268,7 @@ class PopulationAdam(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         """One Adam update of every member (``torch.optim.Adam``'s, at each member's LR and β1)."""
+        members: dict[tuple[torch.device, torch.dtype, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
         for group in self.param_groups:
             (p,) = group["params"]
             if p.grad is None:
@@ -284,12 +285,17 @@ class PopulationAdam(torch.optim.Optimizer):
             exp_avg, exp_avg_sq = real(state["exp_avg"]), real(state["exp_avg_sq"])
             if group["weight_decay"]:
                 grad = grad.add(param, alpha=group["weight_decay"])
-            shape = (self.size,) + (1,) * (param.dim() - 1)
-            beta1 = self.beta1.to(device=param.device, dtype=param.dtype).view(shape)
-            exp_avg.lerp_(grad, 1 - beta1)
+            key = (param.device, param.dtype, param.dim(), step)
+            if key not in members:  # (1 − β1, LR / bias correction) per member, once per step count and layout
+                shape = (self.size,) + (1,) * (param.dim() - 1)
+                members[key] = (
+                    (1 - self.beta1).to(device=param.device, dtype=param.dtype).view(shape),
+                    (self.lr / (1 - self.beta1**step)).to(device=param.device, dtype=param.dtype).view(shape),
+                )
+            one_minus_beta1, lr_corrected = members[key]
+            exp_avg.lerp_(grad, one_minus_beta1)
             exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            step_size = self.lr * group["lr_multiplier"] / (1 - self.beta1**step)
-            step_size = step_size.to(device=param.device, dtype=param.dtype).view(shape)
+            step_size = lr_corrected * group["lr_multiplier"]
             denom = exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(group["eps"])
             param.addcdiv_(exp_avg * step_size, denom, value=-1.0)
 
@@ -297,11 +303,4 @@ class PopulationAdam(torch.optim.Optimizer):
 def clip_population_spectral_gradients(population: PopulationFNO, clip_value: float | None) -> None:
     """Clamp every member's spectral gradient entries to [-clip, clip] (real and imaginary parts apart), as
     :func:`~operators.parametrization.clip_spectral_gradients` does for one FNO. ``None``: no clipping."""
-    if clip_value is None:
-        return
-    if not clip_value > 0:
-        raise OperatorConfigError(f"clip_value {clip_value}: must be positive, or unset to turn clipping off")
-    with torch.no_grad():
-        for p in population.spectral_weight:
-            if p.grad is not None:
-                torch.view_as_real(p.grad).clamp_(-clip_value, clip_value)
+    clamp_gradients(population.spectral_weight, clip_value)

@@ -151,6 +151,12 @@ def test_members_of_different_configurations_or_bad_settings_are_one_line():
     population = PopulationFNO(_members(2, **PROXY))
     with pytest.raises(OperatorConfigError, match="lr: 3 values for a population of 2; give one per member"):
         PopulationAdam(population, [1e-3, 1e-3, 1e-3])
+    with pytest.raises(OperatorConfigError, match="every member's learning rate must be positive"):
+        PopulationAdam(population, [1e-3, 0.0])
+    with pytest.raises(OperatorConfigError, match="beta1, beta2: must lie in"):
+        PopulationAdam(population, 1e-3, beta1=[0.9, 1.0])
+    with pytest.raises(OperatorConfigError, match="clip_value -1: must be positive"):
+        clip_population_spectral_gradients(population, -1)
     with pytest.raises(OperatorConfigError, match="expects \\(2, batch, N, channels\\)"):
         population(torch.randn(3, 4, 32, 1))
     with pytest.raises(OperatorConfigError, match="member 2: the population has members 0 … 1"):
