@@ -3,7 +3,8 @@
 # CUDA GPU (run from the repository root). Phases, in the order given:
 #   setup   Python packages the GPU image lacks (Ray, MLflow, Optuna, neuraloperator), from .devenv/*.tar.xz
 #           when present (a bundle for a machine with no network; elsewhere `pip install -e .` is enough)
-#   tests   python -m pytest -m gpu (tests/test_gpu.py)
+#   tests   python -m pytest -m gpu (tests/test_gpu.py, tests/operators/test_population.py)
+#   population  a training step of a population of 1..64 proxies against one proxy (benchmarks/population_step.py)
 #   bench   step time, MFU and precision (benchmarks/bench_fno_step.py), ours vs neuraloperator, and the
 #           planner against torch.cuda.max_memory_allocated (benchmarks/bench_memory.py, the 906M target included)
 #   study   the reduced paper study (studies/navier_stokes_paper_1gpu.yaml) end to end: data generated on the
@@ -39,7 +40,7 @@ run() {  # run NAME TIMEOUT CMD...: log to logs/NAME.log, record the exit code a
 setup() {
     mkdir -p /tmp/site
     if [ ! -f /tmp/site/.ready ]; then
-        for bundle in .devenv/site.tar.xz .devenv/neuralop.tar.xz; do
+        for bundle in .devenv/*.tar.xz; do
             if [ -f "$bundle" ]; then tar -xJf "$bundle" -C /tmp/site; fi
         done
         touch /tmp/site/.ready
@@ -51,7 +52,8 @@ setup() {
 }
 
 tests() {
-    run gpu_tests 300 $PY -m pytest -m gpu tests/test_gpu.py -v -s -p no:cacheprovider
+    run gpu_tests 300 $PY -m pytest -m gpu tests/test_gpu.py tests/operators/test_population.py -v -s \
+        -p no:cacheprovider
     grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed" "$LOGS/gpu_tests.log" | tail -30 >>"$SUMMARY"
 }
 
@@ -81,6 +83,12 @@ bench() {
     run precision_cuda 240 $PY benchmarks/bench_precision.py --device cuda --epochs 20 --seeds 3 \
         --json "$RES/precision_cuda.json"
     grep "plan/measured" "$LOGS/memory_cuda.log" >>"$SUMMARY"
+}
+
+population() {
+    run population_cuda 180 $PY benchmarks/population_step.py --device cuda --rounds 3 \
+        --json "$RES/population_step_cuda.json"
+    grep -E "alone|population of" "$LOGS/population_cuda.log" >>"$SUMMARY"
 }
 
 study() {

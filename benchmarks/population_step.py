@@ -1,6 +1,6 @@
 """A training step of a population of M default-study proxies (operators/population.py) against one proxy alone.
 
-    python benchmarks/population_step.py [--json docs/results/population_step.json] [--rounds 5]
+    python benchmarks/population_step.py [--json docs/results/population_step.json] [--rounds 5] [--device cuda]
 
 The proxy of studies/quick.yaml (FNO-1D, K 6, width 16, 4 layers, projection 128, muP, 32 points, batch 10, two
 input channels), one thread, fp32. One step: zero_grad, forward, MSE, backward, Adam: ``torch.optim.Adam`` over
@@ -34,6 +34,7 @@ from proxy_step import mean_ms  # noqa: E402 -- the same timing loop as the prox
 
 PROXY = dict(dim=1, in_channels=2, out_channels=1, modes=6, width=16, layers=4, parametrization="mup")
 GRID, BATCH, SIZES = 32, 10, (1, 2, 4, 8, 16)
+GPU_SIZES = (*SIZES, 32, 64)
 
 
 def _members(count: int) -> list[FNO]:
@@ -44,10 +45,23 @@ def _members(count: int) -> list[FNO]:
     return members
 
 
-def alone_step() -> Callable[[], None]:
+def _synced(step: Callable[[], None], device: torch.device) -> Callable[[], None]:
+    """``step`` followed by a wait for the GPU, so the wall clock counts the device's work."""
+    if device.type != "cuda":
+        return step
+
+    def synced() -> None:
+        step()
+        torch.cuda.synchronize(device)
+
+    return synced
+
+
+def alone_step(device: torch.device) -> Callable[[], None]:
     (model,) = _members(1)
+    model.to(device)
     optimizer = torch.optim.Adam(optimizer_param_groups(model, 1e-3), lr=1e-3)
-    x, y = torch.randn(BATCH, GRID, 2), torch.randn(BATCH, GRID, 1)
+    x, y = torch.randn(BATCH, GRID, 2, device=device), torch.randn(BATCH, GRID, 1, device=device)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -57,10 +71,11 @@ def alone_step() -> Callable[[], None]:
     return step
 
 
-def population_step(size: int) -> Callable[[], None]:
-    population = PopulationFNO(_members(size))
+def population_step(size: int, device: torch.device) -> Callable[[], None]:
+    population = PopulationFNO(_members(size)).to(device)
     optimizer = PopulationAdam(population, [1e-3 * (1 + m) for m in range(size)])
-    x, y = torch.randn(size, BATCH, GRID, 2), torch.randn(size, BATCH, GRID, 1)
+    x = torch.randn(size, BATCH, GRID, 2, device=device)
+    y = torch.randn(size, BATCH, GRID, 1, device=device)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -74,24 +89,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    steps = {"alone": alone_step(), **{f"population_{m}": population_step(m) for m in SIZES}}
+    device = torch.device(args.device)
+    sizes = GPU_SIZES if device.type == "cuda" else SIZES
+    steps = {
+        "alone": _synced(alone_step(device), device),
+        **{f"population_{m}": _synced(population_step(m, device), device) for m in sizes},
+    }
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.rounds):
         for name, step in steps.items():
             times[name].append(mean_ms(step, 100, warmup=10))
     ms = {name: statistics.median(t) for name, t in times.items()}
     result: dict[str, object] = {
-        "command": "python benchmarks/population_step.py --json docs/results/population_step.json",
+        "command": " ".join(["python benchmarks/population_step.py", *sys.argv[1:]]),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "shape": dict(PROXY, grid=GRID, batch=BATCH, threads=1, dtype="float32"),
         "rounds": args.rounds,
         "ms_per_step": {name: round(v, 3) for name, v in ms.items()},
         "ms_per_step_rounds": {name: [round(v, 3) for v in t] for name, t in times.items()},
-        **{f"ratio_{m}_to_1": round(ms[f"population_{m}"] / ms["alone"], 3) for m in SIZES},
+        **{f"ratio_{m}_to_1": round(ms[f"population_{m}"] / ms["alone"], 3) for m in sizes},
     }
     print(f"one proxy alone: {ms['alone']:.2f} ms per step")
-    for m in SIZES:
+    for m in sizes:
         total = ms[f"population_{m}"]
         print(
             f"population of {m:2d}: {total:6.2f} ms per step, {total / m:5.2f} ms per member, "

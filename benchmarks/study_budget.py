@@ -4,8 +4,14 @@ Builds the study's proxy (K = proxy_K) and target (K = target_K) FNOs on the dev
 times training steps at the study's batch size and precision (median of ``--steps``
 after warm-up, synchronised on CUDA), and estimates the study's compute:
 
-    proxies: num_trials × epochs × ceil(n_train / batch) × t_proxy / max_concurrent   (no ASHA pruning assumed)
+    proxies: num_trials × epochs × ceil(n_train / batch) × t_proxy / concurrency   (no ASHA pruning assumed)
     target:  target.epochs × ceil(n_train / batch) × t_target
+
+``concurrency`` is ``search.max_concurrent`` where each trial has a device of its own (the CPU, or
+``resources.gpus_per_trial`` >= 1), and 1 where trials share a GPU: on one H200, four proxies of
+studies/navier_stokes_paper_1gpu.yaml at 0.25 GPU each took 140-148 ms per step against 41 ms for one alone,
+a throughput gain of 1.1-1.2x, not 4x (docs/results/gpu-h200-2026-11-28/). The fixed costs (Ray's start, the
+target's start-up: 103 s of that study's 254 s) are not in the estimate: it counts training seconds.
 
 With ``--seconds S`` it also prints the smallest change (fewer epochs, then fewer
 trials) that brings the estimate under S, as `mutransfer sweep` override flags.
@@ -66,7 +72,8 @@ def step_seconds(study, modes: int, width: int, device: torch.device, steps: int
 
 def estimate(study, t_proxy: float, t_target: float, trials: int, epochs: int, target_epochs: int) -> dict:
     iters = math.ceil(study.problem.n_train / study.training.batch_size)
-    concurrency = study.search.max_concurrent or 1
+    shared_gpu = 0 < study.resources.gpus_per_trial < 1
+    concurrency = 1 if shared_gpu else (study.search.max_concurrent or 1)
     proxies = trials * epochs * iters * t_proxy / concurrency
     target = target_epochs * iters * t_target
     return {
