@@ -50,11 +50,15 @@ def _worker(rank: int, world: int, port: int, dim: int, out_dir: str) -> None:
         x, y = _batch(dim)
         _loss(ddp, x[rank::world], y[rank::world]).backward()
         torch.save({n: p.grad.clone() for n, p in model.named_parameters()}, os.path.join(out_dir, f"grads{rank}.pt"))
-        # Both ranks finish before teardown: rank 0 hosts the store, and a peer still inside
-        # gloo when it goes away aborts ("terminate called without an active exception").
+        # Both ranks finish before either leaves: rank 0 hosts the store.
         dist.barrier()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # Leave without gloo's teardown: in torch 2.x it aborts now and then in either rank, after the work is
+    # done and saved ("terminate called without an active exception", SIGABRT: CI once in about 40 runs,
+    # here 2 in 30 runs of this file, with a TCP or a file store alike); os._exit skips it.
+    os._exit(0)
 
 
 def _free_port() -> int:
