@@ -15,11 +15,12 @@ Stacked, M members run every layer as one batched kernel: on a 2-core CPU a step
 - :func:`clip_population_spectral_gradients` is :func:`~operators.parametrization.clip_spectral_gradients`
   for every member at once.
 
-A member trained in a population follows the same trajectory as the member trained alone, to float32 rounding
+A member trained in a population takes the steps the member trained alone takes, to float32 rounding per step
 (tests/operators/test_population.py): the loss of a population is the sum of its members' losses, so each
-member's gradient is its own. Not yet here: members of different batch sizes; an LR schedule (the members'
-rates are ``PopulationAdam.lr``, not its groups' ``"lr"``, and are not in its ``state_dict``); and the trainer's
-executor that runs a search's window as a population (the issue's items 1–2).
+member's gradient is its own. :meth:`PopulationFNO.keep` and :meth:`PopulationAdam.keep` drop members (a stopped
+trial) and go on with the others. An LR schedule sets ``PopulationAdam.lr`` (one rate per member) before each
+step; the rates are not in its ``state_dict``. mutransfer.training._population trains a search's window this way
+(``mutransfer sweep --executor population``); members of different batch sizes train as separate populations.
 """
 
 from __future__ import annotations
@@ -192,6 +193,19 @@ class PopulationFNO(nn.Module):
                 params[name].data = stacked[m].detach().clone().reshape(params[name].shape)
         return model
 
+    @torch.no_grad()
+    def keep(self, members: Sequence[int]) -> None:
+        """Keep only ``members`` (indices, in the order given): every stacked parameter is sliced in place, its
+        gradient dropped; :meth:`PopulationAdam.keep` slices the optimizer's state alike. A search stops a
+        member (pruned, diverged) this way and goes on with the others."""
+        index = _member_index(members, self.size)
+        for module in self.modules():  # new parameters: autograd keeps each leaf's shape, so none is reshaped
+            for name, p in list(module._parameters.items()):
+                if p is not None:
+                    module._parameters[name] = nn.Parameter(p.detach()[index.to(p.device)].contiguous())
+        self._names = self._member_names()
+        self.size = len(index)
+
     def template(self) -> tuple[FNO, list[tuple[nn.Parameter, nn.Parameter]]]:
         """A fresh FNO of the members' configuration, and each stacked parameter with the parameter of that FNO it
         stacks: the per-parameter facts (muP LR multipliers, weight decay) are read from it."""
@@ -212,6 +226,14 @@ def _complex_for(weight: torch.Tensor, real: torch.dtype) -> torch.Tensor:
     """The complex weight at the precision of a ``real`` activation (complex128 for float64, as SpectralConv)."""
     dtype = _COMPLEX[real]
     return weight if weight.dtype == dtype else weight.to(dtype)
+
+
+def _member_index(members: Sequence[int], size: int) -> torch.Tensor:
+    """Indices of kept members as a tensor (one-line errors for none, duplicates, or out of range)."""
+    index = [int(m) for m in members]
+    if not index or len(set(index)) != len(index) or not all(0 <= m < size for m in index):
+        raise OperatorConfigError(f"keep {index}: give distinct members among 0 … {size - 1}, at least one")
+    return torch.tensor(index, dtype=torch.long)
 
 
 def _per_member(value: float | Sequence[float] | torch.Tensor, size: int, name: str) -> torch.Tensor:
@@ -264,6 +286,25 @@ class PopulationAdam(torch.optim.Optimizer):
         ]
         super().__init__(params, dict(beta2=beta2, eps=eps))
         self.lr, self.beta1, self.size = lrs, beta1s, size
+        self.population = population
+
+    @torch.no_grad()
+    def keep(self, members: Sequence[int]) -> None:
+        """Keep only ``members``' LR, β1 and Adam moments, after :meth:`PopulationFNO.keep` with the same
+        ``members``: the optimizer then steps the population's new parameters."""
+        index = _member_index(members, self.size)
+        if self.population.size != len(index):
+            raise OperatorConfigError("keep: call PopulationFNO.keep with the same members first")
+        self.lr, self.beta1, self.size = self.lr[index], self.beta1[index], len(index)
+        for group, (stacked, _name) in zip(self.param_groups, self.population._names):
+            (old,) = group["params"]
+            state = self.state.pop(old, {})
+            for name in ("exp_avg", "exp_avg_sq"):
+                if name in state:
+                    state[name] = state[name][index.to(old.device)].contiguous()
+            group["params"] = [stacked]
+            if state:
+                self.state[stacked] = state
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]

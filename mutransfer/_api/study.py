@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 _OPTIMIZE, _TRANSFER, _TARGET, _REPORT = "run_proxies", "transfer_phase", "log_model_phase", "write_report"
 _ORDER = (_OPTIMIZE, _TRANSFER, _TARGET, _REPORT)
 
-Executor = Literal["ray", "inprocess"]
+Executor = Literal["ray", "inprocess", "population"]
 TrialCallbackFn = Callable[["Study", TrialResult], None]
 
 
@@ -346,8 +346,9 @@ def create_study(
             as the built-in ones do.
         pruner: ``optuna.pruners.SuccessiveHalvingPruner(min_resource=G, reduction_factor=R)`` (ASHA with grace
             period G epochs) or ``optuna.pruners.NopPruner()`` (no early stops); None: the spec's ``budget``.
-        executor: ``"ray"`` (Ray Tune trials, a Ray Train target; the default) or ``"inprocess"`` (one training at a
-            time in this process, no Ray: the same trials and results).
+        executor: ``"ray"`` (Ray Tune trials, a Ray Train target; the default), ``"inprocess"`` (one training at a
+            time in this process, no Ray: the same trials and results) or ``"population"`` (in this process, a
+            window of FNO proxies of one shape trained as one batched model: the same trials and results).
         tracking_uri: the MLflow store (default: the spec's ``tracking.uri``, else ``sqlite:///mlflow.db`` here).
         load_if_exists: continue a study of that name in ``storage`` instead of refusing it.
         quiet: no progress lines on stderr.

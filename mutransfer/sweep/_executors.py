@@ -10,6 +10,8 @@ An executor is chosen once per study (``SweepOptions.executor``; ``mutransfer sw
 
 :class:`RayExecutor` is the default (locally and on a cluster). :class:`InProcessExecutor` trains one thing at a
 time in the calling process, with the same trial function, trainer, plan, files and MLflow runs: no Ray is started.
+:class:`PopulationExecutor` is the in-process one that trains a window's trials of one proxy shape as one batched
+model (mutransfer.training._population), each as it would alone.
 It hands out trials with the window a local Ray would have (``local_window``), so a seeded study samples the same
 configurations and, trained deterministically, gets the same results on either executor
 (tests/sweep/test_executors.py compares them).
@@ -19,8 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -30,21 +30,18 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from mutransfer.config.executors import EXECUTORS
-from mutransfer.study.memory import Plan
-from mutransfer.study.models import effective_spectral_lr, model_for, train_config
+from mutransfer.sweep._target_here import TargetJob as TargetJob  # re-exported: the executors' target job
+from mutransfer.sweep._target_here import train_target_here
 from mutransfer.sweep.cost import target_devices
 from mutransfer.sweep.cost_estimate import local_window
 from mutransfer.sweep.plan import DONE, SearchPlan
 from mutransfer.sweep.search import max_concurrent, tune_config
-from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, TargetSummary, append_progress, save_final
-from mutransfer.sweep.trial import run_trial
-from mutransfer.training import EpochRecord, train
+from mutransfer.sweep.target import TargetOutcome
+from mutransfer.sweep.trial import Together, population_groups, run_population, run_trial
 
 if TYPE_CHECKING:
     from ray.tune import Callback
 
-    from mutransfer.data.loading import SplitData
-    from mutransfer.data.streaming import StreamingSplit
     from mutransfer.data.validation import SelectionSplit
     from mutransfer.study import Study
 
@@ -79,20 +76,6 @@ class SearchRun:
     #: Ray only: a Tune experiment's folder (``<study dir>/tune``) and extra Tune callbacks (an early target's)
     tune_dir: Path | None = None
     tune_callbacks: Sequence[Callback] = ()
-
-
-@dataclass(frozen=True)
-class TargetJob:
-    """The target's training: the study (its target section), the hyperparameters, the fit split, where its files
-    go (``<storage_dir>/target``) and the memory plan of its model."""
-
-    study: Study
-    hp: dict
-    data: SplitData | StreamingSplit | None
-    storage_dir: Path
-    use_gpu: bool
-    max_failures: int
-    plan: Plan | None = None
 
 
 class Executor(Protocol):
@@ -303,21 +286,18 @@ class InProcessExecutor:
             key, config = nxt
             self._trial(run, key, config)
 
-    def _trial(self, run: SearchRun, key: str, config: dict) -> None:
-        trial = LocalTrial(key, dict(config, trial_key=key))
-        for c in run.callbacks:
-            c.on_trial_start(trial)
+    def _trial(self, run: SearchRun, key: str, config: dict, trial: LocalTrial | None = None) -> None:
+        """Train trial ``key`` alone, with the plan's retries; ``trial``: its record when its start was already
+        told (a population member that trains alone after its population failed)."""
+        if trial is None:
+            trial = LocalTrial(key, dict(config, trial_key=key))
+            for c in run.callbacks:
+                c.on_trial_start(trial)
         while True:
             trial.status, start = "RUNNING", time.perf_counter()
 
             def report(metrics: dict, trial: LocalTrial = trial, start: float = start) -> None:
-                result = dict(metrics, time_total_s=time.perf_counter() - start)
-                trial.last_result = result
-                for c in run.callbacks:
-                    c.on_trial_result(trial, result)
-                if result.get("diverged") or "epoch" not in result or "val_error" not in result:
-                    return
-                if run.plan.should_stop(key, int(result["epoch"]), float(result["val_error"])):
+                if _tell(run, trial, start, metrics):
                     raise Pruned
 
             try:
@@ -337,10 +317,7 @@ class InProcessExecutor:
                 for c in run.callbacks:
                     c.on_trial_error(trial)
                 return
-            trial.status = "TERMINATED"
-            run.plan.record(key, dict(trial.last_result), failed=False)
-            for c in run.callbacks:
-                c.on_trial_complete(trial)
+            _complete(run, trial)
             return
 
     def target(self, job: TargetJob, on_poll: Callable[[], None] | None) -> TargetOutcome:
@@ -349,7 +326,7 @@ class InProcessExecutor:
         while True:
             try:
                 with _threads(int(job.study.target.cpus_per_worker)):
-                    summary, folder = _train_target_here(job, on_poll)
+                    summary, folder = train_target_here(job, on_poll)
                 break
             except Exception:
                 attempts += 1
@@ -392,82 +369,85 @@ class InProcessExecutor:
         return float(threads)  # one job at a time
 
 
-#: the in-process target's folder under ``<storage_dir>/target``: its resume checkpoint, then model.pt and summary.json
-#: checkpoints of the in-process target kept in ``<storage>/target`` (as Ray Train's ``num_to_keep``)
-KEEP_CHECKPOINTS = 2
+def _tell(run: SearchRun, trial: LocalTrial, start: float, metrics: dict) -> bool:
+    """One report of an in-process trial to the search's observers; True where the plan stops it there (ASHA)."""
+    result = dict(metrics)
+    result.setdefault("time_total_s", time.perf_counter() - start)  # a population member's share comes with it
+    trial.last_result = result
+    for c in run.callbacks:
+        c.on_trial_result(trial, result)
+    if result.get("diverged") or "epoch" not in result or "val_error" not in result:
+        return False
+    return run.plan.should_stop(trial.trial_id, int(result["epoch"]), float(result["val_error"]))
 
 
-def _latest_checkpoint(target_dir: Path) -> Path | None:
-    """The newest ``checkpoint.pt`` of a target's folder: ``final/``'s, else the highest ``epoch_NNNNN/``'s."""
-    final = target_dir / "final" / "checkpoint.pt"
-    if final.is_file():
-        return final
-    epochs = sorted(p for p in target_dir.glob("epoch_*/checkpoint.pt") if p.parent.name[6:].isdigit())
-    return epochs[-1] if epochs else None
+def _complete(run: SearchRun, trial: LocalTrial) -> None:
+    """An in-process trial ended (completed, stopped by the plan, or diverged): its outcome to the plan and the
+    observers."""
+    trial.status = "TERMINATED"
+    run.plan.record(trial.trial_id, dict(trial.last_result), failed=False)
+    for c in run.callbacks:
+        c.on_trial_complete(trial)
 
 
-def _publish(local: Path, target_dir: Path, name: str) -> Path:
-    """Copy the working folder's files to ``target_dir/name`` whole (a folder renamed into place, as Ray Train
-    persists a checkpoint) and keep the newest :data:`KEEP_CHECKPOINTS` epoch folders."""
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target_dir))
-    for f in local.iterdir():
-        if f.is_file():
-            shutil.copy2(f, staging / f.name)
-    folder = target_dir / name
-    if folder.exists():
-        shutil.rmtree(folder)
-    staging.rename(folder)
-    for old in sorted(target_dir.glob("epoch_*"))[:-KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return folder
+class PopulationExecutor(InProcessExecutor):
+    """In this process, as :class:`InProcessExecutor`, but the trials the plan hands out together (its window)
+    train as one population where they can (mutransfer.training._population: one FNO shape, batch size, β2,
+    weight decay, clipping, schedule, fp32, data in memory): each as it would alone, to float32 rounding, in
+    one batched model. The others (and any trial of a population that fails) train alone, one at a time."""
 
+    name = "population"
 
-def _train_target_here(job: TargetJob, on_poll: Callable[[], None] | None) -> tuple[TargetSummary, Path]:
-    """The target trained in this process on one device, resumed from its newest checkpoint; (summary, its folder).
-
-    The folder is laid out as Ray Train's run lays it out: ``<storage>/target/epoch_NNNNN/checkpoint.pt`` every
-    ``target.checkpoint_every`` epochs, and ``<storage>/target/final/`` (``checkpoint.pt``, ``model.pt``,
-    ``summary.json``) at the end; the trainer works in a temporary folder, as each Ray Train worker does."""
-    study, hp, data = job.study, job.hp, job.data
-    assert data is not None, "the target trains on the study's fit split"
-    target_dir = Path(job.storage_dir) / "target"
-    target_dir.mkdir(parents=True, exist_ok=True)
-    progress = str(target_dir / PROGRESS_FILE)
-    torch.manual_seed(study.training.seed)
-    model = model_for(study, data, target=True, init_scale=hp["init_scale"])
-    spectral_lr0 = effective_spectral_lr(model, hp["lr"])
-    epochs = int(study.target.epochs)
-    every = min(int(study.target.checkpoint_every), epochs)
-    batches = max(1, -(-int(data.train_x.shape[0]) // int(hp["batch_size"])))
-    with tempfile.TemporaryDirectory(prefix="mutransfer-target-") as work:
-        local = Path(work)
-        restored = _latest_checkpoint(target_dir)
-        if restored is not None:
-            shutil.copy2(restored, local / "checkpoint.pt")
-        device = "cuda" if job.use_gpu else "cpu"
-        tconfig = train_config(
-            study, hp, epochs=epochs, device=device, checkpoint_dir=str(local), checkpoint_every=every
-        )  # fmt: skip
-
-        def on_event(event) -> None:
-            if not isinstance(event, EpochRecord):
+    def search(self, run: SearchRun) -> None:
+        plan = run.plan
+        while True:
+            window: list[tuple[str, dict]] = []
+            while True:
+                nxt = plan.next_trial()
+                if nxt is None or nxt == DONE:
+                    break
+                assert not isinstance(nxt, str)
+                window.append(nxt)
+            if not window:  # DONE, or (never here: every trial handed out has its outcome) waiting
                 return
-            append_progress(progress, event)
-            if event.epoch % every == 0 and event.iteration < epochs * batches:  # checkpoint.pt was just written
-                _publish(local, target_dir, f"epoch_{event.epoch:05d}")
-            if on_poll is not None:
-                on_poll()
+            self._window(run, window)
 
-        result = train(model, data, tconfig, callbacks=[on_event], resume=True, plan=job.plan)
-        summary = TargetSummary.of(result, spectral_lr0, 1, int(hp["batch_size"]), batches)
-        save_final(local, model, hp, summary)
-        return summary, _publish(local, target_dir, "final")
+    def _window(self, run: SearchRun, window: list[tuple[str, dict]]) -> None:
+        populations, alone = population_groups(window, run.data, run.study, run.options)
+        configs = dict(window)
+        for group in populations:
+            self._population(run, group, configs)
+        for key, config in alone:
+            self._trial(run, key, config)
+
+    def _population(self, run: SearchRun, group: list[Together], configs: dict[str, dict]) -> None:
+        trials = {t.key: LocalTrial(t.key, dict(configs[t.key], trial_key=t.key)) for t in group}
+        start = time.perf_counter()
+        for trial in trials.values():
+            trial.status = "RUNNING"
+            for c in run.callbacks:
+                c.on_trial_start(trial)
+        try:
+            with _threads(int(run.options.get("threads", 1))):
+                run_population(group, run.data, run.options, lambda key, m: _tell(run, trials[key], start, m))
+        except Exception as exc:  # the population failed: each of its trials trains alone, with the retries
+            for key, trial in trials.items():
+                trial.num_failures += 1
+                trial.error = f"{type(exc).__name__}: {exc}"[:500]
+                for c in run.callbacks:
+                    c.on_trial_recover(trial)
+                self._trial(run, key, configs[key], trial)
+            return
+        for trial in trials.values():
+            _complete(run, trial)
 
 
 def executor_for(name: str) -> Executor:
     """The executor called ``name`` (:data:`NAMES`)."""
     if name == "inprocess":
         return InProcessExecutor()
+    if name == "population":
+        return PopulationExecutor()
     if name == "ray":
         return RayExecutor()
     raise ValueError(f"executor {name!r}: one of {', '.join(EXECUTORS)}")

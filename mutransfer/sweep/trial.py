@@ -60,6 +60,7 @@ from mutransfer.study.models import (
 from mutransfer.study_folder.records import HISTORY_FILE
 from mutransfer.study_folder.state import write_atomic
 from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
+from mutransfer.training._population import Member, population_key, train_population, why_alone
 from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
 from mutransfer.training.records import dump_history, load_history
 
@@ -209,13 +210,7 @@ def run_trial(key: str, config: dict, data, study, options: dict, report: Callab
         report(_read_done(trial_dir).metrics())
         return
 
-    hp = merge_hyperparameters(study, config)
-    torch.manual_seed(study.training.seed)  # the init depends on the seed only, not on the worker's history
-    model = model_for(study, data, target=bool(options.get("target_size")), init_scale=hp["init_scale"])
-    spectral_lr0 = effective_spectral_lr(model, hp["lr"])
-    tconfig = train_config(
-        study, hp, epochs=study.budget.epochs, device=options.get("device", "cpu"), checkpoint_dir=str(trial_dir)
-    )
+    hp, model, spectral_lr0, tconfig = _setup(config, data, study, options, trial_dir)
 
     history: list[EpochRecord] = []  # the trainer's history: the checkpoint's epochs, then this attempt's
     checkpoint = trial_dir / CHECKPOINT_NAME
@@ -236,18 +231,114 @@ def run_trial(key: str, config: dict, data, study, options: dict, report: Callab
         report(TrialReport(**eval_metrics(event, spectral_lr0, error_key="val_error"), diverged=0).metrics())
 
     result = train(model, data, tconfig, callbacks=[report_eval], resume=True, plan=options.get("plan"))
+    _finish(trial_dir, result, hp["lr"], spectral_lr0, reported["n"], report)
 
+
+def _setup(config: dict, data, study, options: dict, trial_dir: Path | None):
+    """(hyperparameters, model, spectral LR at step 0, TrainConfig) of a trial; ``trial_dir``: where the trainer
+    checkpoints (None: nowhere, a population member)."""
+    hp = merge_hyperparameters(study, config)
+    torch.manual_seed(study.training.seed)  # the init depends on the seed only, not on the worker's history
+    model = model_for(study, data, target=bool(options.get("target_size")), init_scale=hp["init_scale"])
+    spectral_lr0 = effective_spectral_lr(model, hp["lr"])
+    tconfig = train_config(
+        study,
+        hp,
+        epochs=study.budget.epochs,
+        device=options.get("device", "cpu"),
+        checkpoint_dir=None if trial_dir is None else str(trial_dir),
+    )
+    return hp, model, spectral_lr0, tconfig
+
+
+def _finish(trial_dir: Path, result, lr: float, spectral_lr0: float, reported: int, report) -> None:
+    """A trial's end: its whole history and ``done.json`` written, and its final report sent when it reported
+    nothing yet or diverged."""
     last = result.history[-1] if result.history else None
     final = TrialReport(
         epoch=int(result.epochs_completed),
         val_error=float(result.test_error) if result.status != "diverged" else DIVERGED_METRIC,
         train_loss=float(result.train_loss),
-        lr=last.lr if last else hp["lr"],
+        lr=last.lr if last else lr,
         trainer_seconds=float(result.trainer_seconds),
         spectral_lr0=spectral_lr0,
         diverged=1 if result.status == "diverged" else 0,
     )
     write_trial_history(trial_dir, result.history)
     _write_done(trial_dir, result.status, final)
-    if reported["n"] == 0 or result.status == "diverged":
+    if reported == 0 or result.status == "diverged":
         report(final.metrics())
+
+
+@dataclass(frozen=True)
+class Together:
+    """A trial ready to train in a population: its key, folder, hyperparameters, model, LR and configuration."""
+
+    key: str
+    trial_dir: Path
+    hp: dict
+    member: Member
+    spectral_lr0: float
+
+
+def population_groups(
+    window: list[tuple[str, dict]], data, study, options: dict
+) -> tuple[list[list[Together]], list[tuple[str, dict]]]:
+    """Split a search's window into populations (trials that can train as one model: one shape, one batch size, …
+    (mutransfer.training._population.population_key), two or more) and the trials that train alone: one that
+    finished or has a checkpoint (it replays or resumes), one the study injects faults into, one whose model,
+    precision, loss or data a population does not take, one with no partner."""
+    groups: dict[tuple[object, ...], list[Together]] = {}
+    alone: list[tuple[str, dict]] = []
+    faults = int(options.get("fail_trials", 0)) > 0
+    for key, config in window:
+        trial_dir = Path(options["study_dir"]) / "trials" / key
+        if faults or (trial_dir / DONE_FILE).exists() or (trial_dir / CHECKPOINT_NAME).exists():
+            alone.append((key, config))
+            continue
+        hp, model, spectral_lr0, tconfig = _setup(config, data, study, options, None)
+        if why_alone(model, tconfig, data) is not None:
+            alone.append((key, config))
+            continue
+        groups.setdefault(population_key(tconfig), []).append(
+            Together(key, trial_dir, hp, Member(model, tconfig), spectral_lr0)
+        )
+    populations = []
+    for group in groups.values():
+        if len(group) == 1:
+            alone.append((group[0].key, dict(window)[group[0].key]))
+        else:
+            populations.append(group)
+    return populations, alone
+
+
+def run_population(group: list[Together], data, options: dict, report: Callable[[str, dict], bool]) -> None:
+    """Train ``group`` (from :func:`population_groups`) as one population: each member's evaluations reported as
+    its trial alone reports them (``report(key, metrics)``, True to stop that trial: ASHA; ``time_total_s``: the
+    member's share of the population's wall time, so the members' device-seconds add up to the population's), its
+    history and ``done.json`` written as :func:`run_trial` writes them; a stopped member writes no ``done.json`` (as
+    a trial that Tune stopped). The members start from nothing (a population keeps no checkpoint)."""
+    torch.set_num_threads(max(1, int(options.get("threads", 1))))
+    histories: list[list[EpochRecord]] = [[] for _ in group]
+    for t in group:
+        t.trial_dir.mkdir(parents=True, exist_ok=True)
+        _log_execution(t.trial_dir, "train", resumed_from_epoch=None, population=len(group))
+
+    walls = [0.0] * len(group)
+
+    def on_record(index: int, record: EpochRecord, wall: float) -> bool:
+        t = group[index]
+        histories[index].append(record)
+        walls[index] = wall
+        write_trial_history(t.trial_dir, histories[index])  # before the report, as a trial alone
+        metrics = eval_metrics(record, t.spectral_lr0, error_key="val_error")
+        return report(t.key, dict(TrialReport(**metrics, diverged=0).metrics(), time_total_s=wall))
+
+    results = train_population([t.member for t in group], data, on_record)
+    for t, result, history, wall in zip(group, results, histories, walls):
+        if result.status != "stopped":
+
+            def final(metrics: dict, key: str = t.key, wall: float = wall) -> None:
+                report(key, dict(metrics, time_total_s=wall))
+
+            _finish(t.trial_dir, result, t.hp["lr"], t.spectral_lr0, len(history), final)

@@ -161,6 +161,22 @@ def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.
     )
 
 
+def schedule_for(optimizer: torch.optim.Optimizer, config: TrainConfig, total_iterations: int, unit: int):
+    """The per-iteration LR schedule of ``config`` over ``optimizer`` (``unit``: iterations per budget unit, an
+    epoch's or 1): milestones and step size in the budget's unit; ``step`` with neither halves every budget/5."""
+    step_size = config.step_size
+    if config.schedule == "step" and step_size is None and config.milestones is None:
+        step_size = max(1, (config.epochs or config.iterations) // 5)  # FNO recipe: halve every budget/5
+    return build_scheduler(
+        optimizer,
+        config.schedule,
+        total_iterations,
+        milestones=None if config.milestones is None else [m * unit for m in config.milestones],
+        step_size=None if step_size is None else step_size * unit,
+        gamma=config.gamma,
+    )
+
+
 def _finite_or_sentinel(value: float) -> float:
     return value if math.isfinite(value) else DIVERGED_METRIC
 
@@ -236,18 +252,8 @@ class _Run:
         if not groups:
             raise UserInputError("model: has no trainable parameters; check requires_grad on its parameters")
         optimizer = torch.optim.Adam(groups, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
-        step_size = config.step_size
-        if config.schedule == "step" and step_size is None and config.milestones is None:
-            step_size = max(1, (config.epochs or config.iterations) // 5)  # FNO recipe: halve every budget/5
-        scheduler = build_scheduler(
-            optimizer,
-            config.schedule,
-            self.total_iterations,
-            milestones=None if config.milestones is None else [m * unit for m in config.milestones],
-            step_size=None if step_size is None else step_size * unit,
-            gamma=config.gamma,
-        )
-        return optimizer, scheduler
+        assert self.total_iterations is not None  # config.validate(): epochs or iterations
+        return optimizer, schedule_for(optimizer, config, self.total_iterations, unit)
 
     # ---- resume / checkpoint -----------------------------------------------------------
     def resume(self) -> None:

@@ -161,3 +161,30 @@ def test_members_of_different_configurations_or_bad_settings_are_one_line():
         population(torch.randn(3, 4, 32, 1))
     with pytest.raises(OperatorConfigError, match="member 2: the population has members 0 … 1"):
         population.member(2)
+
+
+def test_keep_drops_members_and_the_others_train_on():
+    """A stopped member leaves (PopulationFNO.keep, PopulationAdam.keep): the others keep their weights, LRs and Adam
+    moments and take the same next step they would have taken in the full population; bad keeps are refused."""
+    population = PopulationFNO(_members(3, **PROXY))
+    optimizer = PopulationAdam(population, [1e-3, 2e-3, 3e-3])
+    full = PopulationFNO(_members(3, **PROXY))
+    full_optimizer = PopulationAdam(full, [1e-3, 2e-3, 3e-3])
+    x = torch.randn(3, 2, 32, 1)
+    for model, opt in ((population, optimizer), (full, full_optimizer)):
+        (model(x) ** 2).mean(dim=(1, 2, 3)).sum().backward()
+        opt.step()
+    with pytest.raises(OperatorConfigError, match="PopulationFNO.keep"):
+        optimizer.keep([0, 2])  # the model first
+    population.keep([0, 2])
+    optimizer.keep([0, 2])
+    with pytest.raises(OperatorConfigError, match="distinct members"):
+        population.keep([1, 1])
+    for model, opt, inputs in ((population, optimizer, x[[0, 2]]), (full, full_optimizer, x)):
+        opt.zero_grad()
+        (model(inputs) ** 2).mean(dim=(1, 2, 3)).sum().backward()
+        opt.step()
+    for kept, original in ((0, 0), (1, 2)):
+        for a, b in zip(population.member(kept).parameters(), full.member(original).parameters()):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
+    assert optimizer.lr.tolist() == [1e-3, 3e-3] and population.size == 2

@@ -108,3 +108,24 @@ def test_a_trial_asha_stopped_says_so_in_its_mlflow_run_name(tiny_data, tmp_path
             assert name.endswith(f", pruned at epoch {epochs})"), name
         else:
             assert "pruned" not in name, name
+
+
+def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, tmp_path):
+    """``population``: the window's trials as one batched model; the same trials, statuses, epochs and errors (to
+    float32 rounding) and the same winner as one at a time, every trial's files and MLflow run; the trials'
+    executions say they trained together, one population per searched batch size. ASHA (grace 1, 3 epochs) stops
+    some of them on either."""
+    study = write_tiny_study(tmp_path, tiny_data, trials=8, epochs=3, grace=1, max_concurrent=4)
+    alone, _ = _run(tmp_path, study, "inprocess", "alone")
+    together, uri = _run(tmp_path, study, "population", "together")
+    a, b = _trials(alone), _trials(together)
+    assert [t[:4] for t in a] == [t[:4] for t in b]  # ids, configs, statuses, epochs
+    assert [t[4] for t in b] == pytest.approx([t[4] for t in a], rel=1e-4)
+    assert together["best_proxy"]["trial_id"] == alone["best_proxy"]["trial_id"]
+    assert together["target"]["test_error"] == pytest.approx(alone["target"]["test_error"], rel=1e-4)
+    folder = tmp_path / "runs" / "together" / "trials"
+    trained = [json.loads(line) for t in b for line in (folder / t[0] / "executions.jsonl").read_text().splitlines()]
+    assert all(e.get("population", 1) >= 1 for e in trained) and max(e.get("population", 1) for e in trained) >= 2
+    runs = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.study") == "together"]
+    assert sum(r.data.tags.get("mutransfer.kind") == "proxy_trial" for r in runs) == 8
+    assert any(t[3] < 3 for t in a), "ASHA stopped none: the test shows no stop"
