@@ -317,7 +317,9 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
     its trial alone reports them (``report(key, metrics)``, True to stop that trial: ASHA; ``time_total_s``: the
     member's share of the population's wall time, so the members' device-seconds add up to the population's), its
     history and ``done.json`` written as :func:`run_trial` writes them; a stopped member writes no ``done.json`` (as
-    a trial that Tune stopped). The members start from nothing (a population keeps no checkpoint)."""
+    a trial that Tune stopped). Each member writes its checkpoint after each evaluation, so a population cut short
+    (the driver killed) resumes its trials alone where they were (:func:`population_groups` sends a trial with a
+    checkpoint to :func:`run_trial`)."""
     torch.set_num_threads(max(1, int(options.get("threads", 1))))
     histories: list[list[EpochRecord]] = [[] for _ in group]
     for t in group:
@@ -334,7 +336,8 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
         metrics = eval_metrics(record, t.spectral_lr0, error_key="val_error")
         return report(t.key, dict(TrialReport(**metrics, diverged=0).metrics(), time_total_s=wall))
 
-    results = train_population([t.member for t in group], data, on_record)
+    checkpoints = [t.trial_dir / CHECKPOINT_NAME for t in group]  # each member's, as its solo run writes it
+    results = train_population([t.member for t in group], data, on_record, checkpoints)
     for t, result, history, wall in zip(group, results, histories, walls):
         if result.status != "stopped":
 

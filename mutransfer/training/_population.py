@@ -11,8 +11,12 @@ stopped alone (status ``diverged``), and one its observer stops (ASHA) leaves th
 the others go on. Member m's trajectory is the one ``train`` gives it alone, to float32 rounding
 (tests/training/test_population_training.py).
 
-Not here (a trial that needs one trains alone): streamed data, mixed precision, the PINO loss, checkpoints
-(a population's members resume from nothing), models other than :class:`~operators.fno.FNO`.
+After each evaluation, each member still training can write its own checkpoint in the trainer's format
+(``checkpoints``): the state its solo run would have written there (weights, Adam moments, the schedule's
+position, the history), so an interrupted member resumes alone with ``train(..., resume=True)`` where it stopped.
+
+Not here (a trial that needs one trains alone): streamed data, mixed precision, the PINO loss, models other than
+:class:`~operators.fno.FNO`.
 """
 
 from __future__ import annotations
@@ -21,15 +25,19 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from mutransfer.data.streaming import LazySamples, iterate_batches, iterate_chunks
+from mutransfer.training.checkpoint import checkpoint_state, save_checkpoint
 from mutransfer.training.config import TrainConfig, resolve_device
 from mutransfer.training.losses import relative_l2
+from mutransfer.training.precision import Precision
 from mutransfer.training.records import DIVERGED_METRIC, EpochRecord, TrainResult
 from mutransfer.training.trainer import EXPLODED_LOSS, _epoch_permutation, schedule_for
 from operators.fno import FNO
+from operators.parametrization import optimizer_param_groups
 from operators.population import PopulationAdam, PopulationFNO, clip_population_spectral_gradients
 
 #: the TrainConfig fields every member of a population shares (all but lr and betas[0])
@@ -99,6 +107,7 @@ class _Population:
             if reason:
                 raise ValueError(f"member {i} cannot join a population: {reason}")
         self.config = first
+        self.configs = [m.config for m in members]
         self.device = resolve_device(first.device)
         if self.device.type == "cpu":
             torch.set_flush_denormal(True)  # as the trainer
@@ -161,6 +170,53 @@ class _Population:
             self.loss_sum = self.loss_sum[keep]
         self.alive = [self.alive[pos] for pos in keep]
 
+    # ---- a member's checkpoint, as its solo run writes it --------------------------------
+    def checkpoint(self, index: int, path: Path) -> None:
+        """Member ``index``'s training state to ``path`` in the trainer's checkpoint format: its weights, a
+        ``torch.optim.Adam`` over its muP groups holding its moments, its schedule at this iteration."""
+        pos = self.alive.index(index)
+        config = self.configs[index]
+        model = self.model.member(pos)
+        groups = [g for g in optimizer_param_groups(model, config.lr, config.weight_decay) if g["params"]]
+        optimizer = torch.optim.Adam(groups, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+        scheduler = schedule_for(optimizer, config, self.total, self.ipe)
+        factor = self.factor(self.iteration)
+        for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
+            group["lr"] = base * factor
+        scheduler.last_epoch = self.iteration
+        scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # as LambdaLR.step sets it
+        params = dict(model.named_parameters())
+        for stacked, name in self.model._names:
+            state = self.optimizer.state.get(stacked)
+            if not state:
+                continue
+            p = params[name]
+            optimizer.state[p] = {
+                "step": torch.tensor(float(state["step"])),
+                "exp_avg": state["exp_avg"][pos].detach().clone().reshape(p.shape),
+                "exp_avg_sq": state["exp_avg_sq"][pos].detach().clone().reshape(p.shape),
+            }
+        history = self.histories[index]
+        save_checkpoint(
+            checkpoint_state(
+                model=model,
+                optimizer=optimizer,
+                scheduler=scheduler,
+                amp=Precision("fp32", self.device),
+                iteration=self.iteration,
+                iters_per_epoch=self.ipe,
+                status="running",
+                history=history,
+                best=min((r.test_error for r in history), default=math.inf),
+                seconds=self.seconds[index],
+                n_train=self.n_train,
+                model_config=getattr(model, "config", None),
+                config=config,
+                device=self.device,
+            ),
+            path,
+        )
+
     # ---- one step, one evaluation ---------------------------------------------------------
     def _expand(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(self.device, non_blocking=True).unsqueeze(0).expand(len(self.alive), *x.shape)
@@ -206,7 +262,7 @@ class _Population:
         self.model.train()
         return total / x.shape[0]
 
-    def evaluate(self, on_record: OnRecord, since: float) -> None:
+    def evaluate(self, on_record: OnRecord, since: float, checkpoints: Sequence[Path | None]) -> None:
         """Each member's record; the observer may stop members; one whose error blew up leaves as diverged.
         ``since``: when the training time since the last evaluation began (the evaluation counts, as the
         trainer's clock counts it; the observer does not)."""
@@ -239,20 +295,30 @@ class _Population:
                 val_error=None if val is None else float(val[pos]),
             )
             self.histories[index].append(record)
+            path = checkpoints[index]
+            if path is not None and self.iteration < self.total:  # before the report, as the trainer's
+                self.checkpoint(index, path)
             if on_record(index, record, self.wall[index]):
                 gone[index] = "stopped"
         if gone:
             self._leave(gone)
 
 
-def train_population(members: Sequence[Member], data: object, on_record: OnRecord) -> list[TrainResult]:
+def train_population(
+    members: Sequence[Member],
+    data: object,
+    on_record: OnRecord,
+    checkpoints: Sequence[Path | None] | None = None,
+) -> list[TrainResult]:
     """Train ``members`` as one population on ``data`` (``train_x, train_y, test_x, test_y`` and optionally
-    ``val_x, val_y``, tensors (n, *grid, C) in memory); ``on_record(i, record)`` after each evaluation of member
-    i, True to stop it. Returns each member's :class:`TrainResult`, in the order given (``trainer_seconds``: its
-    share of the population's training time). Raises ValueError for members that cannot train together
-    (:func:`population_key`, :func:`why_alone`)."""
+    ``val_x, val_y``, tensors (n, *grid, C) in memory); ``on_record(i, record, wall)`` after each evaluation of
+    member i, True to stop it; ``checkpoints[i]``: where member i's checkpoint is written after each evaluation
+    before the last (None: nowhere). Returns each member's :class:`TrainResult`, in the order given
+    (``trainer_seconds``: its share of the population's training time). Raises ValueError for members that cannot
+    train together (:func:`population_key`, :func:`why_alone`)."""
     if not members:
         return []
+    paths = list(checkpoints) if checkpoints is not None else [None] * len(members)
     run = _Population(members, data)
     data_x, data_y = data.train_x, data.train_y  # type: ignore[attr-defined]
     since = time.perf_counter()
@@ -263,7 +329,7 @@ def train_population(members: Sequence[Member], data: object, on_record: OnRecor
                 break
             run.step(xb, yb)
             if run.alive and (run.iteration % run.eval_interval == 0 or run.iteration == run.total):
-                run.evaluate(on_record, since)
+                run.evaluate(on_record, since, paths)
                 since = time.perf_counter()
     run._leave({index: "completed" for index in run.alive})
     return [run.results[i] for i in range(len(members))]

@@ -129,3 +129,28 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     runs = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.study") == "together"]
     assert sum(r.data.tags.get("mutransfer.kind") == "proxy_trial" for r in runs) == 8
     assert any(t[3] < 3 for t in a), "ASHA stopped none: the test shows no stop"
+
+
+def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_path):
+    """population_groups: trials of one batch size form a population; one with a checkpoint (a population cut short:
+    it resumes alone), one of another batch size (no partner) and every trial under fault injection train alone."""
+    from mutransfer.data.validation import carve_validation
+    from mutransfer.study import load_study
+    from mutransfer.study.data import load_study_data
+    from mutransfer.study.models import proxy_split
+    from mutransfer.sweep.trial import population_groups
+
+    study, _ = load_study(str(write_tiny_study(tmp_path, tiny_data)))
+    split, _ = load_study_data(study, progress=False)
+    data = proxy_split(study, carve_validation(split, int(study.problem.n_val or 0))[1])
+    window = [(f"t000{i}", {"lr": 1e-3 * (i + 1), "batch_size": 10 if i < 3 else 20}) for i in range(4)]
+    options = {"study_dir": str(tmp_path / "runs"), "device": "cpu"}
+    groups, alone = population_groups(window, data, study, options)
+    assert [[t.key for t in g] for g in groups] == [["t0000", "t0001", "t0002"]] and alone == [window[3]]
+    (tmp_path / "runs" / "trials" / "t0001").mkdir(parents=True)
+    (tmp_path / "runs" / "trials" / "t0001" / "checkpoint.pt").write_bytes(b"")
+    groups, alone = population_groups(window, data, study, options)
+    assert [[t.key for t in g] for g in groups] == [["t0000", "t0002"]]
+    assert [key for key, _ in alone] == ["t0001", "t0003"]
+    groups, alone = population_groups(window, data, study, dict(options, fail_trials=1))
+    assert groups == [] and len(alone) == 4

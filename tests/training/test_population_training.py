@@ -120,3 +120,25 @@ def test_what_cannot_join_a_population_is_named():
     assert population_key(_config(1e-3)) == population_key(_config(5e-2))  # the LR may differ
     with pytest.raises(ValueError, match="member 1"):
         train_population([Member(_model(), _config(1e-3)), Member(_model(), other)], data, lambda i, r, w: False)
+
+
+def test_a_member_cut_short_resumes_alone_from_its_checkpoint(tmp_path):
+    """Each member writes the trainer's checkpoint after each evaluation; a population interrupted after epoch 2
+    (the driver killed) leaves member 1 a checkpoint from which ``train(resume=True)`` ends where its solo run ends."""
+    members = [Member(_model(), _config(lr)) for lr in LRS[:2]]
+    paths = [tmp_path / "m0" / "checkpoint.pt", tmp_path / "m1" / "checkpoint.pt"]
+
+    def killed(index: int, record, wall: float) -> bool:
+        if record.epoch == 2 and index == 1:
+            raise KeyboardInterrupt
+        return False
+
+    with pytest.raises(KeyboardInterrupt):
+        train_population(members, _data(), killed, paths)
+    assert paths[1].exists()
+    config = _config(LRS[1])
+    config.checkpoint_dir = str(paths[1].parent)
+    resumed = train(_model(), _data(), config, resume=True)
+    assert resumed.resumed_from == 2 * 4  # 20 samples in batches of 6: 4 iterations an epoch
+    solo, _, _ = _alone(LRS[1])
+    assert [r.test_error for r in resumed.history] == pytest.approx([r.test_error for r in solo], rel=1e-4)
