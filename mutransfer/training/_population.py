@@ -178,7 +178,8 @@ class _Population:
         config = self.configs[index]
         model = self.model.member(pos)
         groups = [g for g in optimizer_param_groups(model, config.lr, config.weight_decay) if g["params"]]
-        optimizer = torch.optim.Adam(groups, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+        betas = (float(config.betas[0]), float(config.betas[1]))
+        optimizer = torch.optim.Adam(groups, lr=config.lr, betas=betas, weight_decay=config.weight_decay)
         scheduler = schedule_for(optimizer, config, self.total, self.ipe)
         factor = self.factor(self.iteration)
         for group, base in zip(optimizer.param_groups, scheduler.base_lrs):
