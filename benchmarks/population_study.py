@@ -1,6 +1,7 @@
 """The default study one trial at a time and as populations: proxy phase, wall time and the muTransfer/direct ratio.
 
     python benchmarks/population_study.py [--json docs/results/population_study.json] [--windows 2 8]
+    python benchmarks/population_study.py --windows 8 --seeds 0 1 2 --baseline --json docs/results/population_baseline.json
 
 Runs ``mutransfer sweep`` on the default study (studies/quick.yaml) with ``--executor inprocess`` and ``--executor
 population``, once per search window (``search.max_concurrent``: 2 as written, and 8, where all eight trials train at
@@ -9,6 +10,10 @@ time, the proxy phase's seconds, the proxies' training seconds, the target's wal
 ``mutransfer_vs_direct_training_seconds`` (the study's training time over the estimated cost of tuning the target
 directly: the trials' epochs at the target's measured seconds per epoch), the winner and the target's test error.
 One run each (no seeds varied): the figures of one quiet 2-core machine. Run it on a quiet machine.
+
+``--seeds S …`` runs each configuration once per search seed (``search.seed``); ``--baseline`` adds ``--baseline
+direct`` (the same search at the target's size, run on the same executor, and its winner's target), whose measured
+ratios (test error, training device-seconds, wall device-seconds) are recorded per run.
 """
 
 from __future__ import annotations
@@ -28,15 +33,19 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "studies" / "quick.yaml"
 
 
-def _run(folder: Path, window: int, executor: str, env: dict) -> dict:
+def _run(folder: Path, window: int, executor: str, env: dict, seed: int | None, baseline: bool) -> dict:
     study = yaml.safe_load(STUDY.read_text())
     study["search"]["max_concurrent"] = window
     study["name"] = f"quick-w{window}-{executor}"
+    if seed is not None:
+        study["search"]["seed"] = seed
+        study["name"] += f"-s{seed}"
     path = folder / f"{study['name']}.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
     start = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "mutransfer", "sweep", "--study", str(path), "--executor", executor, "--json"],
+        [sys.executable, "-m", "mutransfer", "sweep", "--study", str(path), "--executor", executor, "--json"]
+        + (["--baseline", "direct"] if baseline else []),
         cwd=folder,
         env=env,
         capture_output=True,
@@ -46,9 +55,12 @@ def _run(folder: Path, window: int, executor: str, env: dict) -> dict:
     wall = time.perf_counter() - start
     report = json.loads(done.stdout)
     c = report["compute"]
+    direct = (report.get("direct_baseline") or {}).get("mutransfer_vs_direct")
     return {
         "window": window,
         "executor": executor,
+        "seed": seed,
+        "baseline_direct": direct,
         "command_wall_seconds": round(wall, 2),
         "sweep_wall_seconds": round(c["sweep_wall_seconds"], 2),
         "proxy_phase_seconds": round(c["proxy_phase_seconds"], 2),
@@ -65,6 +77,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--windows", type=int, nargs="+", default=[2, 8])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[None])
+    parser.add_argument("--baseline", action="store_true", help="add --baseline direct to every run")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="population-study-") as tmp:
@@ -76,18 +90,19 @@ def main() -> None:
             TQDM_DISABLE="1",
             MUTRANSFER_CACHE=os.environ.get("MUTRANSFER_CACHE", str(Path(tmp) / "cache")),
         )
-        for window in args.windows:
-            for executor in ("inprocess", "population"):
-                folder = Path(tmp) / f"w{window}-{executor}"
-                folder.mkdir()
-                row = _run(folder, window, executor, env)
-                rows.append(row)
-                print(
-                    f"window {window}, {executor:10s}: sweep {row['sweep_wall_seconds']:6.1f} s, proxy phase "
-                    f"{row['proxy_phase_seconds']:5.1f} s, target {row['target_wall_seconds']:5.1f} s, muTransfer/direct "
-                    f"(training s) {row['mutransfer_vs_direct_training_seconds']:.3f}, winner {row['best_trial']}, "
-                    f"target error {row['target_test_error']:.5f}"
-                )
+        for seed in args.seeds:
+            for window in args.windows:
+                for executor in ("inprocess", "population"):
+                    folder = Path(tmp) / f"w{window}-{executor}-s{seed}"
+                    folder.mkdir()
+                    row = _run(folder, window, executor, env, seed, args.baseline)
+                    rows.append(row)
+                    print(
+                        f"seed {seed}, window {window}, {executor:10s}: baseline {row['baseline_direct']}, sweep {row['sweep_wall_seconds']:6.1f} s, proxy phase "
+                        f"{row['proxy_phase_seconds']:5.1f} s, target {row['target_wall_seconds']:5.1f} s, muTransfer/direct "
+                        f"(training s) {row['mutransfer_vs_direct_training_seconds']:.3f}, winner {row['best_trial']}, "
+                        f"target error {row['target_test_error']:.5f}"
+                    )
     if args.json:
         args.json.write_text(
             json.dumps(

@@ -62,6 +62,7 @@ from mutransfer.study_folder.state import write_atomic
 from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
 from mutransfer.training._population import Member, population_key, train_population, why_alone
 from mutransfer.training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
+from mutransfer.training.memory import available_memory
 from mutransfer.training.records import dump_history, load_history
 
 FAIL_ENV = "MUTRANSFER_FAIL_TRIALS"
@@ -287,7 +288,8 @@ def population_groups(
     """Split a search's window into populations (trials that can train as one model: one shape, one batch size, …
     (mutransfer.training._population.population_key), two or more) and the trials that train alone: one that
     finished or has a checkpoint (it replays or resumes), one the study injects faults into, one whose model,
-    precision, loss or data a population does not take, one with no partner."""
+    precision, loss or data a population does not take, one with no partner. A population holds no more members
+    than the device's memory holds (:func:`_members_that_fit`)."""
     groups: dict[tuple[object, ...], list[Together]] = {}
     alone: list[tuple[str, dict]] = []
     faults = int(options.get("fail_trials", 0)) > 0
@@ -304,12 +306,30 @@ def population_groups(
             Together(key, trial_dir, hp, Member(model, tconfig), spectral_lr0)
         )
     populations = []
-    for group in groups.values():
-        if len(group) == 1:
-            alone.append((group[0].key, dict(window)[group[0].key]))
-        else:
-            populations.append(group)
+    most = _members_that_fit(options)
+    for whole in groups.values():
+        for start in range(0, len(whole), most):
+            group = whole[start : start + most]
+            if len(group) == 1:
+                alone.append((group[0].key, dict(window)[group[0].key]))
+            else:
+                populations.append(group)
     return populations, alone
+
+
+#: the share of the device's free memory a population may plan to take (the rest for the driver and the data)
+POPULATION_MEMORY_SHARE = 0.8
+
+
+def _members_that_fit(options: dict) -> int:
+    """How many proxies one population may hold: as many as :data:`POPULATION_MEMORY_SHARE` of the device's free
+    memory holds by the proxy's memory plan (``options["plan"]``, one training step; a population's step takes
+    about its members' sum), checked before anything is built on the device; no limit without a plan."""
+    plan = options.get("plan")
+    if plan is None:
+        return 1 << 30
+    free, _ = available_memory(options.get("device", "cpu"))
+    return max(1, int(POPULATION_MEMORY_SHARE * free // max(1, int(plan.total_bytes))))
 
 
 def run_population(group: list[Together], data, options: dict, report: Callable[[str, dict], bool]) -> None:

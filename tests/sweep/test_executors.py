@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 
@@ -133,12 +134,14 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
 
 def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_path):
     """population_groups: trials of one batch size form a population; one with a checkpoint (a population cut short:
-    it resumes alone), one of another batch size (no partner) and every trial under fault injection train alone."""
+    it resumes alone), one of another batch size (no partner) and every trial under fault injection train alone; a
+    population holds no more members than the memory plan lets fit."""
     from mutransfer.data.validation import carve_validation
     from mutransfer.study import load_study
     from mutransfer.study.data import load_study_data
     from mutransfer.study.models import proxy_split
     from mutransfer.sweep.trial import population_groups
+    from mutransfer.training.memory import available_memory
 
     study, _ = load_study(str(write_tiny_study(tmp_path, tiny_data)))
     split, _ = load_study_data(study, progress=False)
@@ -154,3 +157,8 @@ def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_pat
     assert [key for key, _ in alone] == ["t0001", "t0003"]
     groups, alone = population_groups(window, data, study, dict(options, fail_trials=1))
     assert groups == [] and len(alone) == 4
+    free = available_memory("cpu")[0]  # a proxy planned at 30 % of the free memory: two fit in 80 %, three do not
+    (tmp_path / "runs" / "trials" / "t0001" / "checkpoint.pt").unlink()
+    groups, alone = population_groups(window, data, study, dict(options, plan=SimpleNamespace(total_bytes=free * 0.3)))
+    assert [[t.key for t in g] for g in groups] == [["t0000", "t0001"]]
+    assert [key for key, _ in alone] == ["t0002", "t0003"]
