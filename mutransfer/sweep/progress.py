@@ -203,7 +203,8 @@ class ProxyProgress(_Display):
         wall = float(last.get("time_total_s", 0.0) or 0.0)
         number = trial_number(trial)
         shown = _config_text(dict(trial.config or {}), self.searched)
-        self.say(f"[trial {number}/{self.total}] {status:<9} {result}  {shown}  ({wall:.1f} s)")
+        together = f", in a population of {int(last['population'])}" if last.get("population") else ""
+        self.say(f"[trial {number}/{self.total}] {status:<9} {result}  {shown}  ({wall:.1f} s{together})")
         if status == "pruned" and not self._pruning_explained:
             self._pruning_explained = True
             self.say(PRUNING_NOTE)

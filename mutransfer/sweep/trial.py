@@ -335,7 +335,8 @@ def _members_that_fit(options: dict) -> int:
 def run_population(group: list[Together], data, options: dict, report: Callable[[str, dict], bool]) -> None:
     """Train ``group`` (from :func:`population_groups`) as one population: each member's evaluations reported as
     its trial alone reports them (``report(key, metrics)``, True to stop that trial: ASHA; ``time_total_s``: the
-    member's share of the population's wall time, so the members' device-seconds add up to the population's), its
+    member's share of the population's wall time, so the members' device-seconds add up to the population's;
+    ``population``: how many trials trained together), its
     history and ``done.json`` written as :func:`run_trial` writes them; a stopped member writes no ``done.json`` (as
     a trial that Tune stopped). Each member writes its checkpoint after each evaluation, so a population cut short
     (the driver killed) resumes its trials alone where they were (:func:`population_groups` sends a trial with a
@@ -346,7 +347,7 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
         t.trial_dir.mkdir(parents=True, exist_ok=True)
         _log_execution(t.trial_dir, "train", resumed_from_epoch=None, population=len(group))
 
-    walls = [0.0] * len(group)
+    walls, size = [0.0] * len(group), len(group)
 
     def on_record(index: int, record: EpochRecord, wall: float) -> bool:
         t = group[index]
@@ -354,7 +355,7 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
         walls[index] = wall
         write_trial_history(t.trial_dir, histories[index])  # before the report, as a trial alone
         metrics = eval_metrics(record, t.spectral_lr0, error_key="val_error")
-        return report(t.key, dict(TrialReport(**metrics, diverged=0).metrics(), time_total_s=wall))
+        return report(t.key, dict(TrialReport(**metrics, diverged=0).metrics(), time_total_s=wall, population=size))
 
     checkpoints = [t.trial_dir / CHECKPOINT_NAME for t in group]  # each member's, as its solo run writes it
     results = train_population([t.member for t in group], data, on_record, checkpoints)
@@ -362,6 +363,6 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
         if result.status != "stopped":
 
             def final(metrics: dict, key: str = t.key, wall: float = wall) -> None:
-                report(key, dict(metrics, time_total_s=wall))
+                report(key, dict(metrics, time_total_s=wall, population=size))
 
             _finish(t.trial_dir, result, t.hp["lr"], t.spectral_lr0, len(history), final)

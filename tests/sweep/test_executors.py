@@ -15,7 +15,7 @@ import pytest
 from tests.sweep_helpers import mlflow_runs, write_tiny_study
 
 
-def _run(tmp_path, study, executor: str, name: str, **options):
+def _run(tmp_path, study, executor: str, name: str, quiet: bool = True, **options):
     from mutransfer.sweep import SweepOptions, run_sweep
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -23,7 +23,7 @@ def _run(tmp_path, study, executor: str, name: str, **options):
         SweepOptions(
             study_path=str(study),
             runs_dir=str(tmp_path / "runs"),
-            quiet=True,
+            quiet=quiet,
             executor=executor,
             overrides={"tracking_uri": uri, "name": name},
             **options,
@@ -111,14 +111,15 @@ def test_a_trial_asha_stopped_says_so_in_its_mlflow_run_name(tiny_data, tmp_path
             assert "pruned" not in name, name
 
 
-def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, tmp_path):
+def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, tmp_path, capsys):
     """``population``: the window's trials as one batched model; the same trials, statuses, epochs and errors (to
     float32 rounding) and the same winner as one at a time, every trial's files and MLflow run; the trials'
     executions say they trained together, one population per searched batch size. ASHA (grace 1, 3 epochs) stops
     some of them on either."""
     study = write_tiny_study(tmp_path, tiny_data, trials=8, epochs=3, grace=1, max_concurrent=4)
     alone, _ = _run(tmp_path, study, "inprocess", "alone")
-    together, uri = _run(tmp_path, study, "population", "together")
+    together, uri = _run(tmp_path, study, "population", "together", quiet=False)
+    assert ", in a population of " in capsys.readouterr().err  # the trial's line says so
     a, b = _trials(alone), _trials(together)
     assert [t[:4] for t in a] == [t[:4] for t in b]  # ids, configs, statuses, epochs
     assert [t[4] for t in b] == pytest.approx([t[4] for t in a], rel=1e-4)
