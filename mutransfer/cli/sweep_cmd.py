@@ -61,8 +61,9 @@ def _add_sweep(subparsers) -> None:
         "--executor",
         choices=EXECUTORS,
         default="ray",
-        help="where the trainings run: ray (Ray Tune trials, a Ray Train target; default) or inprocess (one at a "
-        "time in this process, no Ray: the same trials and results)",
+        help="where the trainings run: ray (Ray Tune trials, a Ray Train target; default), inprocess (one at a "
+        "time in this process, no Ray: the same trials and results) or population (in this process, a window of "
+        "FNO proxies of one shape as one batched model)",
     )
     store = groups["store"]
     store.add_argument("--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)")

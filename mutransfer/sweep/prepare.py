@@ -304,9 +304,10 @@ def _check_verification_options(options: SweepOptions) -> None:
         raise UserInputError(f"--baseline {options.baseline}: the one baseline is 'direct'")
     if options.executor not in EXECUTORS:
         raise UserInputError(f"--executor {options.executor}: one of {', '.join(EXECUTORS)}")
-    if options.executor == "inprocess" and options.address is not None:
+    if options.executor != "ray" and options.address is not None:
         raise UserInputError(
-            f"--executor inprocess trains in this process; drop --address {options.address} or use --executor ray"
+            f"--executor {options.executor} trains in this process; drop --address {options.address} or use "
+            "--executor ray"
         )
 
 

@@ -69,9 +69,10 @@ def test_an_inprocess_study_refuses_a_ray_address(tiny_data, tmp_path):
     from mutransfer.sweep import SweepOptions, prepare
 
     study = write_tiny_study(tmp_path, tiny_data)
-    with pytest.raises(UserInputError, match="--executor inprocess"):
-        prepare(SweepOptions(study_path=str(study), executor="inprocess", address="auto", runs_dir=str(tmp_path)))
-    with pytest.raises(UserInputError, match="--executor threads: one of ray, inprocess"):
+    for executor in ("inprocess", "population"):
+        with pytest.raises(UserInputError, match=f"--executor {executor} trains in this process; drop --address"):
+            prepare(SweepOptions(study_path=str(study), executor=executor, address="auto", runs_dir=str(tmp_path)))
+    with pytest.raises(UserInputError, match="--executor threads: one of ray, inprocess, population"):
         prepare(SweepOptions(study_path=str(study), executor="threads", runs_dir=str(tmp_path)))
     assert not (tmp_path / "tiny").exists()
 
