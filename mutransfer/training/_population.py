@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from mutransfer.data.streaming import LazySamples, iterate_batches, iterate_chunks
-from mutransfer.training.checkpoint import checkpoint_state, save_checkpoint
+from mutransfer.training.checkpoint import TRAJECTORY_FIELDS, checkpoint_state, save_checkpoint
 from mutransfer.training.config import TrainConfig, resolve_device
 from mutransfer.training.losses import relative_l2
 from mutransfer.training.precision import Precision
@@ -40,23 +40,10 @@ from operators.fno import FNO
 from operators.parametrization import optimizer_param_groups
 from operators.population import PopulationAdam, PopulationFNO, clip_population_spectral_gradients
 
-#: the TrainConfig fields every member of a population shares (all but lr and betas[0])
-SHARED_FIELDS = (
-    "batch_size",
-    "weight_decay",
-    "schedule",
-    "milestones",
-    "step_size",
-    "gamma",
-    "clip_value",
-    "seed",
-    "loss",
-    "precision",
-    "epochs",
-    "iterations",
-    "eval_every",
-    "device",
-)
+#: the TrainConfig fields every member of a population shares: those that decide a training's trajectory
+#: (the checkpoint's TRAJECTORY_FIELDS) but its learning rate and betas (β1 may differ; β2 is compared on its own),
+#: and when it evaluates and where it runs
+SHARED_FIELDS = tuple(f for f in TRAJECTORY_FIELDS if f not in ("lr", "betas")) + ("eval_every", "device")
 
 
 def population_key(config: TrainConfig) -> tuple[object, ...]:
