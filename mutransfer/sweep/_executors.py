@@ -96,6 +96,10 @@ class Executor(Protocol):
         """(window, concurrency) of a new search: the plan's window and how many trials run at once."""
         ...
 
+    def search_note(self, window: int) -> str | None:
+        """One line the search's announcement adds about how this executor trains its trials (None: nothing)."""
+        ...
+
     def search(self, run: SearchRun) -> None:
         """Run the plan's remaining trials (its outcomes are recorded in the plan); Ctrl-C raises KeyboardInterrupt."""
         ...
@@ -152,6 +156,9 @@ class RayExecutor:
         cpus, gpus = self.resources()
         concurrency = max_concurrent(study, cpus, gpus)
         return concurrency, concurrency
+
+    def search_note(self, window: int) -> str | None:
+        return None
 
     def search(self, run: SearchRun) -> None:
         from ray import tune  # noqa: PLC0415 -- deferred: as above
@@ -276,6 +283,9 @@ class InProcessExecutor:
     def search_shape(self, study: Study) -> tuple[int, int]:
         return local_window(study), 1
 
+    def search_note(self, window: int) -> str | None:
+        return None
+
     def search(self, run: SearchRun) -> None:
         plan = run.plan
         while True:
@@ -397,6 +407,14 @@ class PopulationExecutor(InProcessExecutor):
     one batched model. The others (and any trial of a population that fails) train alone, one at a time."""
 
     name = "population"
+
+    def search_note(self, window: int) -> str | None:
+        if window < 2:
+            return "population executor: a window of 1 trial trains each alone (raise search.max_concurrent)"
+        return (
+            f"population executor: the trials of each window (up to {window}) train as one batched model per batch "
+            "size; a trial with no partner, another model or precision trains alone"
+        )
 
     def search(self, run: SearchRun) -> None:
         plan = run.plan

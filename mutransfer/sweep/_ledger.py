@@ -149,6 +149,9 @@ class Booked:
     def search_shape(self, study) -> tuple[int, int]:
         return self.inner.search_shape(study)
 
+    def search_note(self, window: int) -> str | None:
+        return self.inner.search_note(window)
+
     def held_cpus(self, jobs: int, threads: int) -> float:
         return self.inner.held_cpus(jobs, threads)
 

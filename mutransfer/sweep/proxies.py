@@ -58,6 +58,9 @@ def run_proxies(ctx: SweepContext) -> None:
     plan = _plan(ctx, window)
     logger = _logger(ctx, plan.total)
     _announce(ctx, plan, concurrency)
+    note = ctx.executor.search_note(window)
+    if note:
+        ctx.say(note)
     if not plan.finished():
         try:
             with keep_sigint_handler():

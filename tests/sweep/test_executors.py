@@ -120,7 +120,9 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     study = write_tiny_study(tmp_path, tiny_data, trials=8, epochs=3, grace=1, max_concurrent=4)
     alone, _ = _run(tmp_path, study, "inprocess", "alone")
     together, uri = _run(tmp_path, study, "population", "together", quiet=False)
-    assert ", in a population of " in capsys.readouterr().err  # the trial's line says so
+    err = capsys.readouterr().err
+    assert ", in a population of " in err  # the trial's line says so
+    assert "population executor: the trials of each window (up to 4) train as one batched model" in err
     a, b = _trials(alone), _trials(together)
     assert [t[:4] for t in a] == [t[:4] for t in b]  # ids, configs, statuses, epochs
     assert [t[4] for t in b] == pytest.approx([t[4] for t in a], rel=1e-4)
