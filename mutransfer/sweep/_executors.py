@@ -319,6 +319,7 @@ class InProcessExecutor:
                 trial.num_failures += 1
                 trial.error = f"{type(exc).__name__}: {exc}"[:500]
                 if run.max_failures < 0 or trial.num_failures <= run.max_failures:
+                    run.plan.retrying(key, trial.num_failures, trial.error)
                     for c in run.callbacks:
                         c.on_trial_recover(trial)
                     continue
@@ -452,6 +453,7 @@ class PopulationExecutor(InProcessExecutor):
             for key, trial in trials.items():
                 trial.num_failures += 1
                 trial.error = f"{type(exc).__name__}: {exc}"[:500]
+                run.plan.retrying(key, trial.num_failures, trial.error)
                 for c in run.callbacks:
                     c.on_trial_recover(trial)
                 self._trial(run, key, configs[key], trial)

@@ -44,6 +44,8 @@ from mutransfer.sweep.trial import read_trial_history
 
 CONFIG_FILE = "config.json"
 OUTCOME_FILE = "outcome.json"
+#: a trial that failed and is being retried (its last failure; no outcome yet)
+RETRYING_FILE = "retrying.json"
 #: a seeded trial's provenance (a strategy's seed_trials: a warm start's), written before its config.json;
 #: the name is kept for the study folders written before the strategies were plug-ins
 SEED_FILE = "warm_start.json"
@@ -352,6 +354,14 @@ class SearchPlan:
         self.outcomes[i] = Outcome.from_dict(json.loads(json.dumps(outcome.as_dict())))
         self._journal(i)
         return self.outcomes[i]
+
+    def retrying(self, key: str, failures: int, error: str) -> None:
+        """Trial ``key`` failed and is retried: not an outcome (``outcome.json`` is written when its retries end), so a
+        driver that dies meanwhile leaves it unfinished and ``--resume`` runs it again from its checkpoint; what
+        failed is kept in ``retrying.json`` beside its files."""
+        directory = self.trials_dir / key
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(directory / RETRYING_FILE, json.dumps({"failures": int(failures), "error": error}))
 
     def _journal(self, index: int) -> None:
         """Write trial ``index`` to the journal as the files here hold it: handed out, or finished."""

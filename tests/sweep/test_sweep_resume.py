@@ -288,3 +288,46 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
     runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert sorted(r.data.tags.get("mutransfer.kind") for r in runs) == ["proxy_trial", "proxy_trial", "study", "target"]
     assert all(r.info.status == "FINISHED" for r in runs)
+
+
+@pytest.mark.slow  # starts Ray, twice
+def test_a_driver_killed_during_a_retry_resumes_the_trial_as_an_uninterrupted_run_ends_it(tmp_path):
+    """Issue 36, finding 1: a trial's first attempt fails (MUTRANSFER_FAIL_TRIALS=1) and Tune retries it; the driver is
+    SIGKILLed during the retry. The failure was not an outcome (``retrying.json``, no ``outcome.json``), so --resume
+    trains the trial again, and every trial's configuration, status and epochs equal those of an uninterrupted run of
+    the same study. (Before, the first failure was written as the trial's outcome and --resume kept it failed.)"""
+    from mutransfer.sweep.trial import read_executions
+
+    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
+    runs = {}
+    for name in ("whole", "killed"):
+        folder = tmp_path / name
+        folder.mkdir()
+        study = write_tiny_study(folder, data, name="retry", trials=3, epochs=6, grace=2, max_concurrent=2)
+        runs[name] = (folder, study, _env(folder, MUTRANSFER_FAIL_TRIALS="1"))
+
+    folder, study, env = runs["whole"]
+    whole = subprocess.run(_sweep(study), cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    expected = [(t["trial_id"], t["config"], t["status"], t["epochs"]) for t in json.loads(whole.stdout)["trial_table"]]
+    assert all(status in ("completed", "pruned") for _, _, status, _ in expected)
+
+    folder, study, env = runs["killed"]
+    root = folder / "mutransfer-runs" / "retry"
+    fault = root / "faults" / "attempt-0"
+
+    def retry_started() -> bool:  # the faulted trial started again (the injected fault comes before its first line)
+        if not fault.exists() or not fault.read_text():
+            return False
+        return any(e["kind"] == "train" for e in read_executions(root / "trials" / fault.read_text()))
+
+    _kill_when(_sweep(study), folder, env, retry_started, "the retry of the failed trial")
+    retried = fault.read_text()
+    assert (root / "trials" / retried / "retrying.json").exists()
+    assert not (root / "trials" / retried / "outcome.json").exists(), "a retried trial's failure was its outcome"
+    resumed = subprocess.run(
+        [*_sweep(study), "--resume"], cwd=folder, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    got = [(t["trial_id"], t["config"], t["status"], t["epochs"]) for t in json.loads(resumed.stdout)["trial_table"]]
+    assert got == expected
