@@ -290,7 +290,7 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
     assert all(r.info.status == "FINISHED" for r in runs)
 
 
-@pytest.mark.slow  # starts Ray, twice
+@pytest.mark.slow  # starts Ray
 def test_a_driver_killed_during_a_retry_resumes_the_trial_as_an_uninterrupted_run_ends_it(tmp_path):
     """Issue 36, finding 1: a trial's first attempt fails (MUTRANSFER_FAIL_TRIALS=1) and Tune retries it; the driver is
     SIGKILLed during the retry. The failure was not an outcome (``retrying.json``, no ``outcome.json``), so --resume
@@ -306,8 +306,10 @@ def test_a_driver_killed_during_a_retry_resumes_the_trial_as_an_uninterrupted_ru
         study = write_tiny_study(folder, data, name="retry", trials=3, epochs=6, grace=2, max_concurrent=2)
         runs[name] = (folder, study, _env(folder, MUTRANSFER_FAIL_TRIALS="1"))
 
-    folder, study, env = runs["whole"]
-    whole = subprocess.run(_sweep(study), cwd=folder, env=env, capture_output=True, text=True, timeout=900)
+    folder, study, env = runs["whole"]  # the reference in process: the same plan, trials and retries as on Ray
+    whole = subprocess.run(
+        [*_sweep(study), *IN_PROCESS], cwd=folder, env=env, capture_output=True, text=True, timeout=900
+    )
     assert whole.returncode == 0, whole.stderr[-3000:]
     expected = [(t["trial_id"], t["config"], t["status"], t["epochs"]) for t in json.loads(whole.stdout)["trial_table"]]
     assert all(status in ("completed", "pruned") for _, _, status, _ in expected)
