@@ -90,8 +90,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (default 1, as one trial)")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sizes = GPU_SIZES if device.type == "cuda" else SIZES
     steps = {
@@ -106,7 +107,7 @@ def main() -> None:
     result: dict[str, object] = {
         "command": " ".join(["python benchmarks/population_step.py", *sys.argv[1:]]),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "shape": dict(PROXY, grid=GRID, batch=BATCH, threads=1, dtype="float32"),
+        "shape": dict(PROXY, grid=GRID, batch=BATCH, threads=args.threads, dtype="float32"),
         "rounds": args.rounds,
         "ms_per_step": {name: round(v, 3) for name, v in ms.items()},
         "ms_per_step_rounds": {name: [round(v, 3) for v in t] for name, t in times.items()},
