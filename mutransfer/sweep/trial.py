@@ -302,7 +302,8 @@ def population_groups(
         if why_alone(model, tconfig, data) is not None:
             alone.append((key, config))
             continue
-        groups.setdefault(population_key(tconfig), []).append(
+        shape = tuple(sorted((str(k), repr(v)) for k, v in model.config.items()))  # e.g. a searched init_scale
+        groups.setdefault(population_key(tconfig) + shape, []).append(
             Together(key, trial_dir, hp, Member(model, tconfig), spectral_lr0)
         )
     populations = []

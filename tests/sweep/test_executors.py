@@ -161,6 +161,9 @@ def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_pat
     assert [key for key, _ in alone] == ["t0001", "t0003"]
     groups, alone = population_groups(window, data, study, dict(options, fail_trials=1))
     assert groups == [] and len(alone) == 4
+    other_init = [(key, dict(config, init_scale=2.0 if key == "t0002" else 1.0)) for key, config in window]
+    groups, _ = population_groups(other_init, data, study, options)  # t0000 and t0002 grouped above, not now
+    assert groups == []  # the model's own configuration (here a searched init_scale) splits populations too
     free = available_memory("cpu")[0]  # a proxy planned at 30 % of the free memory: two fit in 80 %, three do not
     (tmp_path / "runs" / "trials" / "t0001" / "checkpoint.pt").unlink()
     groups, alone = population_groups(window, data, study, dict(options, plan=SimpleNamespace(total_bytes=free * 0.3)))
