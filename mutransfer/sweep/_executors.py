@@ -446,11 +446,22 @@ class PopulationExecutor(InProcessExecutor):
             trial.status = "RUNNING"
             for c in run.callbacks:
                 c.on_trial_start(trial)
+        stopped: set[str] = set()
+
+        def report(key: str, metrics: dict) -> bool:
+            if not _tell(run, trials[key], start, metrics):
+                return False
+            stopped.add(key)  # ASHA stopped it: its outcome now, as a trial alone's (a resume must not train it on)
+            _complete(run, trials[key])
+            return True
+
         try:
             with _threads(int(run.options.get("threads", 1))):
-                run_population(group, run.data, run.options, lambda key, m: _tell(run, trials[key], start, m))
-        except Exception as exc:  # the population failed: each of its trials trains alone, with the retries
+                run_population(group, run.data, run.options, report)
+        except Exception as exc:  # the population failed: each of its other trials trains alone, with the retries
             for key, trial in trials.items():
+                if key in stopped:
+                    continue
                 trial.num_failures += 1
                 trial.error = f"{type(exc).__name__}: {exc}"[:500]
                 run.plan.retrying(key, trial.num_failures, trial.error)
@@ -458,8 +469,9 @@ class PopulationExecutor(InProcessExecutor):
                     c.on_trial_recover(trial)
                 self._trial(run, key, configs[key], trial)
             return
-        for trial in trials.values():
-            _complete(run, trial)
+        for key, trial in trials.items():
+            if key not in stopped:
+                _complete(run, trial)
 
 
 def executor_for(name: str) -> Executor:

@@ -13,6 +13,7 @@ Kept apart from plan.py so that the plan can be tested without Ray.
 
 from __future__ import annotations
 
+from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
@@ -79,8 +80,9 @@ class PlanScheduler(FIFOScheduler):
         self.plan.record(trial_key_of(trial), dict(result or trial.last_result or {}), failed=False)
 
     def on_trial_error(self, tune_controller, trial) -> None:
-        # Tune calls this at every failure, also one it retries (its _requeue_trial): only the last is an outcome
-        if trial.should_recover():
+        # Tune calls this at every failure, also one it retries (its _try_recover has set ERROR, then requeues it
+        # as PENDING): only the last is an outcome
+        if trial.status == Trial.ERROR and trial.should_recover():
             self.plan.retrying(trial_key_of(trial), int(trial.num_failures), error_text(trial))
             return
         self.plan.record(trial_key_of(trial), dict(trial.last_result or {}), failed=True, error=error_text(trial))

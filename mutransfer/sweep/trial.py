@@ -348,22 +348,21 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
         t.trial_dir.mkdir(parents=True, exist_ok=True)
         _log_execution(t.trial_dir, "train", resumed_from_epoch=None, population=len(group))
 
-    walls, size = [0.0] * len(group), len(group)
+    size = len(group)
 
     def on_record(index: int, record: EpochRecord, wall: float) -> bool:
         t = group[index]
         histories[index].append(record)
-        walls[index] = wall
         write_trial_history(t.trial_dir, histories[index])  # before the report, as a trial alone
         metrics = eval_metrics(record, t.spectral_lr0, error_key="val_error")
         return report(t.key, dict(TrialReport(**metrics, diverged=0).metrics(), time_total_s=wall, population=size))
 
     checkpoints = [t.trial_dir / CHECKPOINT_NAME for t in group]  # each member's, as its solo run writes it
     results = train_population([t.member for t in group], data, on_record, checkpoints)
-    for t, result, history, wall in zip(group, results, histories, walls):
+    for t, result, history in zip(group, results, histories):
         if result.status != "stopped":
 
-            def final(metrics: dict, key: str = t.key, wall: float = wall) -> None:
+            def final(metrics: dict, key: str = t.key, wall: float = result.seconds) -> None:
                 report(key, dict(metrics, time_total_s=wall, population=size))
 
             _finish(t.trial_dir, result, t.hp["lr"], t.spectral_lr0, len(history), final)

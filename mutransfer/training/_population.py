@@ -129,8 +129,19 @@ class _Population:
         self.iteration = 0
 
     # ---- members leaving -------------------------------------------------------------------
+    def _accrue_wall(self) -> None:
+        """Each member still training takes its share of the wall time since the last mark."""
+        now = time.perf_counter()
+        if self.alive:
+            share = (now - self.wall_mark) / len(self.alive)
+            for index in self.alive:
+                self.wall[index] += share
+        self.wall_mark = now
+
     def _leave(self, gone: dict[int, str]) -> None:
-        """Members ``gone`` (index → status) leave; their results are final."""
+        """Members ``gone`` (index → status) leave; their results are final (``seconds``: the member's share of
+        the population's wall time, up to now)."""
+        self._accrue_wall()
         for index, status in gone.items():
             history = self.histories[index]
             diverged = status == "diverged"
@@ -148,6 +159,7 @@ class _Population:
                     DIVERGED_METRIC if diverged or last is None else last.val_error
                 ),
                 trainer_seconds=self.seconds[index],
+                seconds=self.wall[index],
             )  # fmt: skip
         keep = [pos for pos, index in enumerate(self.alive) if index not in gone]
         if keep and len(keep) < len(self.alive):
@@ -258,9 +270,8 @@ class _Population:
         test = self._errors(data.test_x, data.test_y)  # type: ignore[attr-defined]
         val_x = getattr(data, "val_x", None)
         val = None if val_x is None else self._errors(val_x, data.val_y)  # type: ignore[attr-defined]
-        now = time.perf_counter()
-        share, wall_share = (now - since) / len(self.alive), (now - self.wall_mark) / len(self.alive)
-        self.wall_mark = now
+        share = (time.perf_counter() - since) / len(self.alive)
+        self._accrue_wall()
         train_loss = (self.loss_sum / max(1, self.loss_count)).tolist()
         self.loss_sum.zero_()
         self.loss_count = 0
@@ -268,7 +279,6 @@ class _Population:
         gone: dict[int, str] = {}
         for pos, index in enumerate(self.alive):
             self.seconds[index] += share
-            self.wall[index] += wall_share
             error = float(test[pos])
             if not math.isfinite(error) or error > EXPLODED_LOSS:
                 gone[index] = "diverged"
@@ -302,8 +312,8 @@ def train_population(
     ``val_x, val_y``, tensors (n, *grid, C) in memory); ``on_record(i, record, wall)`` after each evaluation of
     member i, True to stop it; ``checkpoints[i]``: where member i's checkpoint is written after each evaluation
     before the last (None: nowhere). Returns each member's :class:`TrainResult`, in the order given
-    (``trainer_seconds``: its share of the population's training time). Raises ValueError for members that cannot
-    train together (:func:`population_key`, :func:`why_alone`)."""
+    (``trainer_seconds``: its share of the population's training time; ``seconds``: of its wall time). Raises
+    ValueError for members that cannot train together (:func:`population_key`, :func:`why_alone`)."""
     if not members:
         return []
     paths = list(checkpoints) if checkpoints is not None else [None] * len(members)

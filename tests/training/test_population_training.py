@@ -64,6 +64,8 @@ def test_each_member_trains_as_it_does_alone_and_a_diverged_one_leaves_alone():
     results = train_population(members, _data(), on_record)
     assert [r.status for r in results] == ["completed", "completed", "diverged", "stopped"]
     assert results[2].test_error == DIVERGED_METRIC and results[STOPPED].epochs_completed == 1
+    assert all(r.seconds > 0 for r in results)  # each its share of the wall time, the diverged one's too
+    assert results[0].seconds > results[STOPPED].seconds > results[2].seconds  # longer in it, a larger share
     assert (3, 2) not in seen and (0, 3) in seen and all(index != 2 for index, _ in seen)
     for index in (0, 1, STOPPED):
         history, model, status = _alone(LRS[index], stop_after=1 if index == STOPPED else None)
