@@ -2,6 +2,7 @@
 
     python benchmarks/population_study.py [--json docs/results/population_study.json] [--windows 2 8]
     python benchmarks/population_study.py --windows 8 --seeds 0 1 2 --baseline --json docs/results/population_baseline.json
+    python benchmarks/population_study.py --study studies/table1_darcy_cheaper_cpu.yaml --windows 8 --json ...
 
 Runs ``mutransfer sweep`` on the default study (studies/quick.yaml) with ``--executor inprocess`` and ``--executor
 population``, once per search window (``search.max_concurrent``: 2 as written, and 8, where all eight trials train at
@@ -33,10 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = ROOT / "studies" / "quick.yaml"
 
 
-def _run(folder: Path, window: int, executor: str, env: dict, seed: int | None, baseline: bool) -> dict:
-    study = yaml.safe_load(STUDY.read_text())
+def _run(
+    folder: Path, window: int, executor: str, env: dict, seed: int | None, baseline: bool, source: Path = STUDY
+) -> dict:
+    study = yaml.safe_load(source.read_text())
     study["search"]["max_concurrent"] = window
-    study["name"] = f"quick-w{window}-{executor}"
+    study["name"] = f"{study['name']}-w{window}-{executor}"
     if seed is not None:
         study["search"]["seed"] = seed
         study["name"] += f"-s{seed}"
@@ -79,6 +82,7 @@ def main() -> None:
     parser.add_argument("--windows", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--seeds", type=int, nargs="+", default=[None])
     parser.add_argument("--baseline", action="store_true", help="add --baseline direct to every run")
+    parser.add_argument("--study", type=Path, default=STUDY, help="the study file (default: studies/quick.yaml)")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="population-study-") as tmp:
@@ -95,7 +99,7 @@ def main() -> None:
                 for executor in ("inprocess", "population"):
                     folder = Path(tmp) / f"w{window}-{executor}-s{seed}"
                     folder.mkdir()
-                    row = _run(folder, window, executor, env, seed, args.baseline)
+                    row = _run(folder, window, executor, env, seed, args.baseline, args.study.resolve())
                     rows.append(row)
                     print(
                         f"seed {seed}, window {window}, {executor:10s}: baseline {row['baseline_direct']}, sweep {row['sweep_wall_seconds']:6.1f} s, proxy phase "
