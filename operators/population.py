@@ -111,8 +111,8 @@ class PopulationFNO(nn.Module):
 
     def _spectral(self, h: torch.Tensor, layer: int) -> torch.Tensor:
         """K_l for every member: channel-first real (M, B, m, N_1, …, N_d) → the same shape."""
-        if self.dim == 1 and self.spectral_weight[0].device.type == "cpu":
-            return self._spectral_1d(h, layer)
+        if self.spectral_weight[0].device.type == "cpu":
+            return self._spectral_gemm(h, layer)
         d, k = self.dim, self.modes
         grid = tuple(h.shape[3:])
         axes = tuple(range(-d, 0))
@@ -131,20 +131,26 @@ class PopulationFNO(nn.Module):
         y: torch.Tensor = torch.fft.irfftn(out, s=grid, dim=axes)  # torch.fft is unannotated
         return y.to(h.dtype)
 
-    def _spectral_1d(self, h: torch.Tensor, layer: int) -> torch.Tensor:
-        """K_l in 1-D on CPU as the FNO computes it there (operators.contraction: the K kept rfft modes as real
-        GEMMs), the complex product of every member and mode as one real batched matmul:
-        [Re y, Im y] = [Re x, Im x] @ [[Re W, Im W], [−Im W, Re W]]."""
+    def _spectral_gemm(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        """K_l on CPU as the FNO computes it there (operators.contraction: the kept rfft modes as real GEMMs, in
+        its packed mode order: each non-last axis's corner bit beside its frequency), the complex product of every
+        member and mode as one real batched matmul: [Re y, Im y] = [Re x, Im x] @ [[Re W, Im W], [−Im W, Re W]]."""
+        d, k = self.dim, self.modes
         grid = tuple(h.shape[3:])
-        planes = truncated_dft(_working(h), self.modes, 1)  # (2, K, M, B, m_in)
-        x = torch.cat([planes[0], planes[1]], dim=-1)  # (K, M, B, 2 m_in)
-        weight = _complex_for(self.spectral_weight[layer], planes.dtype)
-        w = torch.view_as_real(weight).permute(3, 0, 1, 2, 4)  # (K, M, m_in, m_out, 2)
-        re, im = w[..., 0], w[..., 1]  # each (K, M, m_in, m_out)
+        planes = truncated_dft(_working(h), k, d)  # (2, Q, M, B, m_in), Q = 2^(d-1) K^d
+        x = torch.cat([planes[0], planes[1]], dim=-1)  # (Q, M, B, 2 m_in)
+        corners = [
+            _complex_for(self.spectral_weight[layer * self.corners + c], planes.dtype) for c in range(self.corners)
+        ]  # each (M, m_in, m_out, K, …, K)
+        w = torch.stack(corners)  # (C, M, m_in, m_out, K_1, …, K_d), corner bits most significant first
+        w = w.reshape((2,) * (d - 1) + tuple(w.shape[1:]))
+        order = [axis for j in range(d - 1) for axis in (j, d + 2 + j)] + [2 * d + 1, d - 1, d, d + 1]
+        w = w.permute(order).reshape(-1, *w.shape[d - 1 : d + 2])  # (Q, M, m_in, m_out), packed mode order
+        re, im = torch.view_as_real(w).unbind(-1)  # each (Q, M, m_in, m_out)
         blocks = torch.cat([torch.cat([re, im], dim=-1), torch.cat([-im, re], dim=-1)], dim=-2)
-        y = torch.matmul(x, blocks)  # (K, M, B, 2 m_out)
-        out = torch.stack(y.chunk(2, dim=-1))  # (2, K, M, B, m_out)
-        return truncated_idft(out, self.modes, grid).to(h.dtype)
+        y = torch.matmul(x, blocks)  # (Q, M, B, 2 m_out)
+        out = torch.stack(y.chunk(2, dim=-1))  # (2, Q, M, B, m_out)
+        return truncated_idft(out, k, grid).to(h.dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(M, B, N_1, …, N_d, C_in) → (M, B, N_1, …, N_d, C_out), member m with its own weights."""
