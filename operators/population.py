@@ -42,6 +42,11 @@ from operators.spectral import SpectralConv, check_grid
 from operators.width_mup import MuLinear
 
 
+def stackable(model: nn.Module) -> bool:
+    """Whether ``model`` can be a member of a :class:`PopulationFNO` (an FNO of this module's, not a subclass)."""
+    return type(model) is FNO
+
+
 def _stack(tensors: Iterable[torch.Tensor]) -> nn.Parameter:
     """One parameter (M, …) holding copies of the members' tensors (…) along a new leading dimension."""
     return nn.Parameter(torch.stack([t.detach().clone() for t in tensors]))
@@ -57,13 +62,17 @@ class PopulationFNO(nn.Module):
     :class:`OperatorConfigError` for an empty list or members of different configurations.
     """
 
-    def __init__(self, members: Sequence[FNO]):
+    def __init__(self, members: Sequence[nn.Module]):
         super().__init__()
         if not members:
             raise OperatorConfigError("population: needs at least one member FNO")
         for i, model in enumerate(members):
-            if not isinstance(model, FNO):
+            if not stackable(model):
                 raise OperatorConfigError(f"population member {i}: is a {type(model).__name__}, not an FNO")
+        fnos = [cast(FNO, model) for model in members]
+        self._init_from(fnos)
+
+    def _init_from(self, members: list[FNO]) -> None:
         config = members[0].config
         for i, model in enumerate(members):
             if model.config != config:

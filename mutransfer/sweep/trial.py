@@ -341,8 +341,7 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
     history and ``done.json`` written as :func:`run_trial` writes them; a stopped member writes no ``done.json`` (as
     a trial that Tune stopped). Each member writes its checkpoint after each evaluation, so a population cut short
     (the driver killed) resumes its trials alone where they were (:func:`population_groups` sends a trial with a
-    checkpoint to :func:`run_trial`)."""
-    torch.set_num_threads(max(1, int(options.get("threads", 1))))
+    checkpoint to :func:`run_trial`). The caller sets torch's threads (the executor's ``_threads``)."""
     histories: list[list[EpochRecord]] = [[] for _ in group]
     for t in group:
         t.trial_dir.mkdir(parents=True, exist_ok=True)

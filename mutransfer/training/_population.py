@@ -30,15 +30,15 @@ from pathlib import Path
 import torch
 
 from mutransfer.data.streaming import LazySamples, iterate_batches, iterate_chunks
+from mutransfer.training._schedule_of import schedule_factor, schedule_for
 from mutransfer.training.checkpoint import TRAJECTORY_FIELDS, checkpoint_state, save_checkpoint
 from mutransfer.training.config import TrainConfig, resolve_device
 from mutransfer.training.losses import relative_l2
 from mutransfer.training.precision import Precision
 from mutransfer.training.records import DIVERGED_METRIC, EpochRecord, TrainResult
-from mutransfer.training.trainer import EXPLODED_LOSS, _epoch_permutation, schedule_for
-from operators.fno import FNO
+from mutransfer.training.trainer import EXPLODED_LOSS, _epoch_permutation
 from operators.parametrization import optimizer_param_groups
-from operators.population import PopulationAdam, PopulationFNO, clip_population_spectral_gradients
+from operators.population import PopulationAdam, PopulationFNO, clip_population_spectral_gradients, stackable
 
 #: the TrainConfig fields every member of a population shares: those that decide a training's trajectory
 #: (the checkpoint's TRAJECTORY_FIELDS) but its learning rate and betas (β1 may differ; β2 is compared on its own),
@@ -53,8 +53,8 @@ def population_key(config: TrainConfig) -> tuple[object, ...]:
 
 def why_alone(model: torch.nn.Module, config: TrainConfig, data: object) -> str | None:
     """Why this training cannot join a population (one phrase), or None when it can."""
-    if type(model) is not FNO:
-        return f"its model is a {type(model).__name__}, not an FNO"
+    if not stackable(model):
+        return f"its model is a {type(model).__name__}, not an FNO a population stacks"
     if config.precision != "fp32":
         return f"it trains in {config.precision}"
     if config.loss != "relative_l2":
@@ -71,7 +71,7 @@ class Member:
     """One training of a population: its model (built and initialised as the training alone would be) and its
     configuration."""
 
-    model: FNO
+    model: torch.nn.Module  # an FNO (operators.population.stackable)
     config: TrainConfig
 
 
@@ -115,9 +115,7 @@ class _Population:
             beta2=float(first.betas[1]),
             weight_decay=float(first.weight_decay),
         )
-        # the schedule's factor per iteration, as the trainer's LambdaLR computes it
-        dummy = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-        self.factor = schedule_for(dummy, first, self.total, self.ipe).lr_lambdas[0]  # type: ignore[attr-defined]
+        self.factor = schedule_factor(first, self.total, self.ipe)  # the trainer's LambdaLR factor per iteration
         self.alive = list(range(len(members)))  # indices (in ``members``) of the members still training
         self.results: dict[int, TrainResult] = {}
         self.histories: list[list[EpochRecord]] = [[] for _ in members]
@@ -243,9 +241,10 @@ class _Population:
         self.iteration += 1
         self.loss_sum += values
         self.loss_count += 1
-        finite = torch.ones(members, dtype=torch.bool)
-        for p in self.model.parameters():
-            finite &= torch.isfinite(p.detach().reshape(members, -1)).all(dim=1).cpu()
+        finite = torch.stack(
+            [torch.isfinite(p.detach().reshape(members, -1)).all(dim=1) for p in self.model.parameters()]
+        )
+        finite = finite.all(dim=0).cpu()  # (M,): one transfer a step, as the trainer's one check
         if not bool(finite.all()):
             self._leave({self.alive[pos]: "diverged" for pos in range(members) if not finite[pos]})
 

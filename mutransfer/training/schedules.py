@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch.optim.lr_scheduler import LambdaLR, LRScheduler
@@ -102,6 +102,31 @@ def build_scheduler(
     one of them; with neither, the LR halves every ``total_iterations // 5``).
     ``min_factor`` is cosine's final LR as a fraction of each group's base LR.
     """
+    fn = schedule_function(
+        name,
+        total_iterations,
+        milestones=milestones,
+        step_size=step_size,
+        gamma=gamma,
+        pct_start=pct_start,
+        min_factor=min_factor,
+    )
+    return LambdaLR(optimizer, fn)
+
+
+def schedule_function(
+    name: str,
+    total_iterations: int,
+    *,
+    milestones: Sequence[int] | None = None,
+    step_size: int | None = None,
+    gamma: float = 0.5,
+    pct_start: float = 0.3,
+    min_factor: float = 0.0,
+) -> Callable[[int], float]:
+    """The schedule ``iteration -> factor`` that :func:`build_scheduler` applies to every group's base LR (its
+    arguments and refusals); a population of trainings (mutransfer.training._population) scales each member's
+    LR by it."""
     if name not in SCHEDULES:
         raise UserInputError(f"schedule {name!r} is unknown; use one of: {', '.join(SCHEDULES)}")
     total = _check_positive_int("total_iterations", total_iterations, "train for at least one iteration")
@@ -135,4 +160,4 @@ def build_scheduler(
         fn = lambda it, m=float(min_factor): cosine(it, total, min_factor=m)  # noqa: E731
     else:
         fn = constant
-    return LambdaLR(optimizer, fn)
+    return fn

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from mutransfer.data.streaming import LazySamples, iterate_batches
 from mutransfer.errors import UserInputError
+from mutransfer.training._schedule_of import schedule_for
 from mutransfer.training.checkpoint import (
     CHECKPOINT_NAME,
     CHECKPOINT_VERSION,
@@ -48,7 +49,6 @@ from mutransfer.training.memory import available_memory, check_fits, check_model
 from mutransfer.training.pino import build_loss
 from mutransfer.training.precision import Precision
 from mutransfer.training.records import DIVERGED_METRIC, EpochRecord, TrainEnd, TrainResult
-from mutransfer.training.schedules import build_scheduler
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
 __all__ = [
@@ -158,22 +158,6 @@ def _check_memory(model: nn.Module, train_x, config: TrainConfig, device: torch.
         weight_decay=config.weight_decay,
         limit=limit,
         where=where,
-    )
-
-
-def schedule_for(optimizer: torch.optim.Optimizer, config: TrainConfig, total_iterations: int, unit: int):
-    """The per-iteration LR schedule of ``config`` over ``optimizer`` (``unit``: iterations per budget unit, an
-    epoch's or 1): milestones and step size in the budget's unit; ``step`` with neither halves every budget/5."""
-    step_size = config.step_size
-    if config.schedule == "step" and step_size is None and config.milestones is None:
-        step_size = max(1, (config.epochs or config.iterations) // 5)  # FNO recipe: halve every budget/5
-    return build_scheduler(
-        optimizer,
-        config.schedule,
-        total_iterations,
-        milestones=None if config.milestones is None else [m * unit for m in config.milestones],
-        step_size=None if step_size is None else step_size * unit,
-        gamma=config.gamma,
     )
 
 
