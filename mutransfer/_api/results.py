@@ -29,7 +29,7 @@ class TrialResult:
 
     number: int
     key: str
-    params: dict[str, float | int]
+    params: dict[str, float | int | str]
     hyperparameters: dict[str, object]
     value: float | None
     state: str

@@ -24,6 +24,7 @@ from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.sweep._trial_journal import JOURNAL_FILE, journal_storage
 from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions
+from mutransfer.sweep.pareto import pareto_front
 from mutransfer.sweep.plan import key_index, trial_status
 from mutransfer.sweep.runner import COMPLETE, sweep_steps
 from mutransfer.sweep.target import TargetOutcome
@@ -189,7 +190,21 @@ class Study:
         return TrialResult.of(self._proxies().best)
 
     @property
-    def best_params(self) -> dict[str, float | int]:
+    def best_trials(self) -> list[TrialResult]:
+        """The Pareto front of a two-objective search (``search.objectives: error+seconds``): the trials no other
+        beats on both the validation error and the training seconds, by validation error; for a one-objective
+        search, ``[best_trial]`` (as Optuna's ``Study.best_trials``).
+
+        Example:
+            >>> [(t.key, t.value) for t in study.best_trials]  # doctest: +SKIP
+        """
+        proxies = self._proxies()
+        if self._spec.study.search.objectives == "error":
+            return [TrialResult.of(proxies.best)]
+        return [TrialResult.of(t) for t in pareto_front(proxies.trials)]
+
+    @property
+    def best_params(self) -> dict[str, float | int | str]:
         """The best trial's searched values (``best_trial.params``)."""
         return dict(self.best_trial.params)
 

@@ -125,7 +125,7 @@ def add_parser(subparsers) -> None:
         nargs="+",
         help=f"{setting_of(TrainingSpec, 'milestones').help} (default: off)",
     )
-    add_flags(p, TrainingSpec, ["step_size", "gamma"])
+    add_flags(p, TrainingSpec, ["warmup", "step_size", "gamma"])
     p.add_argument(
         "--n-train", type=positive_int, help="training samples (default: the problem's, or 80%% of the file)"
     )
@@ -427,6 +427,7 @@ def run(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay,
         schedule=args.schedule or ("step" if args.milestones or args.step_size else "cosine"),
         milestones=args.milestones,
+        warmup=args.warmup,
         step_size=args.step_size,
         gamma=args.gamma,
         clip_value=args.clip_value,

@@ -24,7 +24,15 @@ from mutransfer.errors import UserInputError
 from mutransfer.tracking.guard import guarded
 from mutransfer.tracking.listings import list_studies, study_to_show
 from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
-from mutransfer.tracking.views import STUDIES_KEY, searched_keys, tag_kind, tag_studies, tag_study, ui_link
+from mutransfer.tracking.views import (
+    STUDIES_KEY,
+    compare_link,
+    searched_keys,
+    tag_kind,
+    tag_studies,
+    tag_study,
+    ui_link,
+)
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 EXIT_SERVER_FAILED = 1
@@ -43,7 +51,9 @@ def add_parser(subparsers) -> None:
         "ui",
         help="start the MLflow UI on the study store (127.0.0.1 only by default)",
         description="Start the MLflow UI for the tracking store and print the link to the newest study's runs "
-        "(its error metrics and searched hyperparameters as columns) once the server answers. "
+        "(its error metrics and searched hyperparameters as columns) once the server answers; with several studies, "
+        "links to them side by side too (those of that experiment; those of every experiment, where the studies "
+        "span several). "
         "Binds to 127.0.0.1 unless --host says otherwise. Stop it with Ctrl-C.",
     )
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: sqlite:///mlflow.db in this directory)")
@@ -161,6 +171,39 @@ def _tag_studies(uri: str, experiment_id: str | None, rows: list[dict]) -> int:
     return count
 
 
+def _tag_across(uri: str, rows: list[dict]) -> list[str]:
+    """The experiments holding the store's studies (``rows``), each with the studies' side-by-side view written onto
+    it (MLflow's compare-experiments page reads the view from one of them: mutransfer.tracking.views); [] when the
+    studies are all in one experiment or the store is read-only (no link then: it would open on an error)."""
+    experiment_ids = sorted({row["experiment_id"] for row in rows})
+    if len(experiment_ids) < 2:
+        return []
+    client = _client(uri)
+    try:
+        for experiment_id in experiment_ids:
+            tag_studies(client, experiment_id)
+    except Exception:  # a read-only or busy store: the other links still work  # noqa: BLE001
+        return []
+    return experiment_ids
+
+
+def ui_lines(uri: str, rows: list[dict], experiment: str | None, host: str, port: int) -> list[str]:
+    """What `mutransfer ui` prints once the server answers, the experiments tagged on the way: the link to the
+    newest study's runs (of ``experiment`` if named); with two or more studies in that experiment, their side-by-side
+    view; with studies in two or more experiments, every study of the store side by side."""
+    experiment_id, key = _tag_study(uri, experiment, rows)
+    lines = [f"MLflow UI: {ui_link(host, port, experiment_id, key)}  (Ctrl-C to stop)"]
+    side_by_side = _tag_studies(uri, experiment_id, rows)
+    if side_by_side:
+        link = ui_link(host, port, experiment_id, STUDIES_KEY)
+        lines.append(f"MLflow UI, its {side_by_side} studies side by side: {link}")
+    across = _tag_across(uri, rows)
+    if across:
+        link = compare_link(host, port, across, STUDIES_KEY)
+        lines.append(f"MLflow UI, all {len(rows)} studies of {len(across)} experiments side by side: {link}")
+    return lines
+
+
 def _stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
@@ -182,9 +225,8 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
             f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri"
         )
     check_port_free(args.host, args.port)
-    rows = list_studies(uri)  # once: both the study's view and the side-by-side one are read from it
-    experiment_id, key = _tag_study(uri, args.experiment, rows)
-    side_by_side = _tag_studies(uri, experiment_id, rows)
+    rows = list_studies(uri)  # once: the study's view and the side-by-side ones are read from it
+    lines = ui_lines(uri, rows, args.experiment, args.host, args.port)
     if args.host not in LOCAL_HOSTS:
         print(f"warning: --host {args.host} exposes the MLflow UI beyond this machine", file=sys.stderr)
     print(f"mutransfer ui: starting MLflow on {args.host}:{args.port} ...", file=sys.stderr, flush=True)
@@ -208,10 +250,8 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
             _stop(proc)
             print(f"mutransfer ui: error: {problem}", file=sys.stderr)
             return EXIT_SERVER_FAILED
-        print(f"MLflow UI: {ui_link(args.host, args.port, experiment_id, key)}  (Ctrl-C to stop)", flush=True)
-        if side_by_side:
-            link = ui_link(args.host, args.port, experiment_id, STUDIES_KEY)
-            print(f"MLflow UI, its {side_by_side} studies side by side: {link}", flush=True)
+        for line in lines:
+            print(line, flush=True)
         return proc.wait()
     except KeyboardInterrupt:
         _stop(proc)

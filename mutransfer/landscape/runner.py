@@ -159,7 +159,7 @@ def train_point(study, spec: dict, data, epochs: int, threads: int) -> dict:
         modes, width = int(spec["scale"]), study.operator.width
     hp = merge_hyperparameters(point_study, {spec["hyperparameter"]: spec["value"]})
     torch.manual_seed(int(spec["seed"]))
-    model = model_for(point_study, data, init_scale=hp["init_scale"], modes=modes, width=width)
+    model = model_for(point_study, data, hp=hp, modes=modes, width=width)
     start = time.perf_counter()
     result = train(model, data, train_config(point_study, hp, epochs=epochs))
     return {

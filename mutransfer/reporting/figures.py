@@ -23,6 +23,7 @@ import optuna  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from mutransfer.reporting.study_files import StudyFiles  # noqa: E402
+from mutransfer.study.distribution import Distribution  # noqa: E402
 
 STYLE = "ggplot"
 SIZE = (7.0, 3.8)  # inches
@@ -40,16 +41,8 @@ class Figure:
 
 
 def distributions(search_space: dict) -> dict:
-    """Optuna distributions from a study's ``search_space`` mapping (loguniform | uniform | choice)."""
-    out = {}
-    for name, d in search_space.items():
-        if d.get("type") == "choice":
-            out[name] = optuna.distributions.CategoricalDistribution(list(d["values"]))
-        else:
-            out[name] = optuna.distributions.FloatDistribution(
-                float(d["low"]), float(d["high"]), log=d.get("type") == "loguniform"
-            )
-    return out
+    """Optuna distributions from a study's ``search_space`` mapping (loguniform | uniform | int | choice)."""
+    return {name: Distribution.from_dict(d).to_optuna() for name, d in search_space.items()}
 
 
 def optuna_study(files: StudyFiles) -> tuple[optuna.Study, list[str]]:
@@ -257,6 +250,36 @@ def verification_curve(verification: dict) -> Figure:
         if not proxies.empty:
             proxy_table.plot(ax=ax, logx=True, logy=True, marker="s", linestyle=":")
         ax.axvline(verification["transferred_lr"], color="black", linestyle="--", label="transferred LR")
+        ax.legend(fontsize=8)
+        return ax
+
+    return _draw(title, plot)
+
+
+def pareto_figure(report: dict) -> Figure:
+    """A two-objective search (``search.objectives: error+seconds``): every completed proxy trial's validation error
+    against its training seconds, the Pareto front joined and the winner (lowest error) ringed."""
+    title = "Pareto front: validation error vs training seconds"
+    rows = [
+        t
+        for t in report.get("trial_table") or []
+        if t.get("status") == "completed" and t.get("val_error") is not None and t.get("trainer_seconds") is not None
+    ]
+    front = (report.get("pareto_front") or {}).get("trials") or []
+    if not rows:
+        return Figure(title, missing="no completed trial yet")
+
+    def plot():
+        fig, ax = plt.subplots(figsize=SIZE)
+        ax.scatter(
+            [t["trainer_seconds"] for t in rows], [t["val_error"] for t in rows], color="tab:gray", label="trial"
+        )
+        xs, ys = [p["trainer_seconds"] for p in front], [p["val_error"] for p in front]
+        order = sorted(range(len(xs)), key=xs.__getitem__)
+        ax.plot([xs[i] for i in order], [ys[i] for i in order], "o-", color="tab:blue", label="Pareto front")
+        if front:
+            ax.scatter([xs[0]], [ys[0]], s=160, facecolors="none", edgecolors="black", label="winner (lowest error)")
+        ax.set(xlabel="training seconds", ylabel="validation rel. L2", yscale="log")
         ax.legend(fontsize=8)
         return ax
 

@@ -115,6 +115,26 @@ def _parametrization_text(parametrization, k_rule: dict | None, operator: dict) 
     return parametrization
 
 
+def _pareto(report: dict | None) -> str:
+    """A two-objective search's Pareto front: its trials, then the figure (nothing for a one-objective search)."""
+    section = (report or {}).get("pareto_front")
+    if not section or report is None:
+        return ""
+    rows: list[tuple[str, object]] = [
+        (str(p["trial_id"]), f"validation error {p['val_error']:.4g}, {p['trainer_seconds']:.1f} s of training")
+        for p in section["trials"]
+    ]
+    caption = (
+        f"{len(rows)} of {section['completed']} completed trials no other beats on both objectives; the target "
+        "trains the first (the lowest validation error)."
+    )
+    return (
+        "<h3>Pareto front</h3>"
+        + key_table(rows, "pareto")
+        + figure_html(figures.pareto_figure(report), caption, "pareto-figure")
+    )
+
+
 def _space_text(d: dict) -> str:
     if d.get("type") == "choice":
         return "choice of " + ", ".join(map(str, d.get("values") or []))
@@ -255,6 +275,7 @@ def render_report(files: StudyFiles, sections: Sequence[str] = ()) -> str:
         "<h2>Proxy trials</h2>",
         frame_table(frame, "trials") if not frame.empty else "",
         *[figure_html(f, c, i) for f, c, i in zip(search, captions, ("history", "curves", "importances", "slices"))],
+        _pareto(report),
         "<h2>Target</h2>",
         figure_html(figures.target_curve(files)),
     ]

@@ -10,6 +10,7 @@ state.json) and ``device_seconds`` (wall time x the devices the trial held).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pandas as pd
 
@@ -63,11 +64,22 @@ def trials_records(frame: pd.DataFrame) -> list[dict]:
     return clean.to_dict(orient="records")
 
 
+def _value_text(value: object) -> str:
+    """A searched value in the table: a number to 4 significant digits, a name (a schedule) as it is."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return str(value) if isinstance(value, str) else f"{value:.4g}"
+
+
 def format_trials(frame: pd.DataFrame) -> str:
     """The table as aligned text (errors to 4 significant digits, seconds to 0.1)."""
     if frame.empty:
         return "no proxy trials recorded yet"
-    formatters = {"best_error": "{:.4g}".format, "final_error": "{:.4g}".format, "device_seconds": "{:.1f}".format}
+    formatters: dict[str, Callable[[object], str]] = {
+        "best_error": "{:.4g}".format,
+        "final_error": "{:.4g}".format,
+        "device_seconds": "{:.1f}".format,
+    }
     for name in frame.columns.difference([*FIXED_COLUMNS, *RESULT_COLUMNS]):
-        formatters[name] = lambda v: "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+        formatters[name] = _value_text
     return frame.to_string(index=False, formatters=formatters, na_rep="-")

@@ -43,7 +43,7 @@ from mutransfer.study.schema import (
     TrainingSpec,
     family_only_fields,
 )
-from mutransfer.study.search_space import read_search_space
+from mutransfer.study.search_space import combination_problem, read_search_space
 from mutransfer.training.hyperparameters import consistency_problem
 from operators.errors import OperatorConfigError
 from operators.factory import (
@@ -227,7 +227,7 @@ def parse_study(
         width_parametrization=read("width_parametrization"),
         ladder=read("ladder"),
         ladder_keep=read("ladder_keep"),
-        search_space=read_search_space(r.sub("search_space")),
+        search_space=read_search_space(r.sub("search_space"), operator, family.fields),
         training=_read_training(r.sub("training")),
         search=read_section(r.sub("search"), SearchSpec),
         budget=read_section(r.sub("budget"), BudgetSpec),
@@ -238,6 +238,9 @@ def parse_study(
     )
     if study.family.facts_on_parameters:
         _check_factory_roles(study, r)
+    clash = combination_problem(study.training, study.search_space)
+    if clash:
+        r.fail(f"search_space.{clash[0]}", clash[1])
     fixed = {"clip_value": study.training.clip_value is not None, "init_scale": study.training.init_scale != 1.0}
     for key in (k for k in SPECTRAL_HYPERPARAMETERS if not family.applies(k)):
         where = f"search_space.{key}" if key in study.search_space else f"training.{key}" if fixed[key] else None

@@ -29,6 +29,7 @@ import os
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
 from mutransfer.study.models import model_spec
+from mutransfer.study.search_space import with_operator_fields
 from mutransfer.training.memory import available_memory, check_fits, check_padding
 from operators.planning import FNOPlan
 from operators.planning_attention import AttentionPlan
@@ -49,6 +50,8 @@ def _plan(study: Study, modes: int | None, width: int, batch: int, device: str =
     shape = study.proxy_grid_shape if proxy_grid else study.grid_shape
     grid = tuple(n - study.padding for n in shape)  # grid_shape includes the padding
     study = study.sized()  # the K rule's exponent may not be measured yet; it changes no size
+    largest = {k: _largest_searched(study, k, None) for k in ("operator.layers", "operator.projection_channels")}
+    study = with_operator_fields(study, {k: v for k, v in largest.items() if v is not None})  # the largest model
     return study.family.plan(
         model_spec(study, modes=modes, width=width),
         grid=grid,

@@ -16,18 +16,26 @@ from torch import nn
 from mutransfer.data.validation import SelectionSplit, coarsen
 from mutransfer.problems import get_problem
 from mutransfer.study import Study
+from mutransfer.study.search_space import is_operator_key, typed, with_operator_fields
 from mutransfer.training import TrainConfig
 from operators.adapters import normalization_from
 from operators.family import ModelSpec
 from operators.parametrization import model_spectral_lr
 
-#: the hyperparameter keys a trial / the target is described by
+#: the hyperparameter keys every trial and the target are described by
 HPARAM_KEYS = ("lr", "batch_size", "beta1", "beta2", "weight_decay", "clip_value", "init_scale")
+#: the other training fields a study may search (mutransfer.study.search_space.SEARCHABLE): a trial's and the
+#: target's description carries those its study searches, and the training takes the study's fixed ones otherwise
+SEARCHED_ONLY = ("schedule", "warmup", "step_size", "gamma", "loss", "data_weight", "physics_weight", "precision")
 
 
 @dataclass(frozen=True)
 class Hyperparameters:
-    """The hyperparameters of one trial or the target: the study's fixed ones with the sampled ones over them."""
+    """The hyperparameters of one trial or the target: the study's fixed ones with the sampled ones over them.
+
+    ``searched``: the values of the study's searched fields beyond :data:`HPARAM_KEYS` (``schedule``,
+    ``warmup``, …), by name; empty when the study searches none of them, so a study that does not search them
+    describes its trials as before."""
 
     lr: float
     batch_size: int
@@ -36,10 +44,11 @@ class Hyperparameters:
     weight_decay: float
     clip_value: float | None
     init_scale: float
+    searched: tuple[tuple[str, object], ...] = ()
 
     @classmethod
     def merged(cls, study: Study, config: dict | None = None) -> Hyperparameters:
-        """The one merge: ``study.training``'s values, overridden by the sampled ``config`` (keys of HPARAM_KEYS)."""
+        """The one merge: ``study.training``'s values, overridden by the sampled ``config`` (searched keys)."""
         t = study.training
         values = {
             "lr": t.lr,
@@ -50,7 +59,8 @@ class Hyperparameters:
             "clip_value": t.clip_value,
             "init_scale": t.init_scale,
         }
-        values.update({key: value for key, value in (config or {}).items() if key in values})
+        config = config or {}
+        values.update({key: value for key, value in config.items() if key in values})
         return cls(
             lr=float(values["lr"]),
             batch_size=int(values["batch_size"]),
@@ -59,11 +69,17 @@ class Hyperparameters:
             weight_decay=float(values["weight_decay"]),
             clip_value=None if values["clip_value"] is None else float(values["clip_value"]),
             init_scale=float(values["init_scale"]),
+            searched=tuple(
+                (key, typed(key, value))
+                for key, value in config.items()
+                if key in SEARCHED_ONLY or is_operator_key(key)
+            ),
         )
 
     def as_dict(self) -> dict:
-        """The flat mapping trials, the target and the report use (keys of HPARAM_KEYS)."""
-        return dataclasses.asdict(self)
+        """The flat mapping trials, the target and the report use (keys of HPARAM_KEYS, then the searched ones)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "searched"}
+        return {**out, **dict(self.searched)}
 
 
 def fixed_hyperparameters(study: Study) -> dict:
@@ -77,7 +93,8 @@ def merge_hyperparameters(study: Study, config: dict) -> dict:
 
 
 def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None = None, **options):
-    """A :class:`~mutransfer.training.TrainConfig` for merged hyperparameters ``hp``."""
+    """A :class:`~mutransfer.training.TrainConfig` for merged hyperparameters ``hp`` (the study's fixed training
+    fields where ``hp`` does not carry a searched one)."""
 
     t = study.training
     return TrainConfig(
@@ -86,16 +103,17 @@ def train_config(study: Study, hp: dict, *, epochs: int, batch_size: int | None 
         epochs=int(epochs),
         betas=(hp["beta1"], hp["beta2"]),
         weight_decay=hp["weight_decay"],
-        schedule=t.schedule,
+        schedule=hp.get("schedule", t.schedule),
+        warmup=float(hp.get("warmup", t.warmup)),
         milestones=None if t.milestones is None else list(t.milestones),
-        step_size=t.step_size,
-        gamma=float(t.gamma),
+        step_size=hp.get("step_size", t.step_size),
+        gamma=float(hp.get("gamma", t.gamma)),
         clip_value=hp["clip_value"],
         seed=int(t.seed),
-        loss=t.loss,
-        data_weight=t.data_weight,
-        physics_weight=t.physics_weight,
-        precision=t.precision,
+        loss=hp.get("loss", t.loss),
+        data_weight=hp.get("data_weight", t.data_weight),
+        physics_weight=hp.get("physics_weight", t.physics_weight),
+        precision=hp.get("precision", t.precision),
         progress=False,
         **options,
     )
@@ -156,14 +174,18 @@ def model_for(
     data,
     *,
     target: bool = False,
-    init_scale: float = 1.0,
+    hp: dict | None = None,
     modes: int | None = None,
     width: int | None = None,
 ):
     """The proxy (``target=False``) or target model for ``data`` (channels and normalisation read from its tensors).
 
-    ``modes`` / ``width`` override the proxy's or target's (landscapes vary them).
+    ``hp``: the training's hyperparameters (its ``init_scale``, and the operator fields it searched); None: the
+    study's operator at init scale 1. ``modes`` / ``width`` override the proxy's or target's (landscapes vary them).
     """
+    hp = hp or {}
+    init_scale = float(hp.get("init_scale", 1.0))
+    study = with_operator_fields(study, hp)
     if modes is None:
         modes = study.target_modes if target else study.proxy_modes
     if width is None:

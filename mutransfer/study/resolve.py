@@ -20,8 +20,9 @@ from mutransfer.errors import UserInputError
 from mutransfer.problems import get_problem
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA
 from mutransfer.study.ladder import check_ladder
-from mutransfer.study.samplers import sampler_problem
+from mutransfer.study.samplers import SINGLE_OBJECTIVE, sampler_problem
 from mutransfer.study.schema import Study
+from mutransfer.study.search_space import OPTIONS_PREFIX, with_operator_fields
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes
 from operators.planning_attention import plan_attention
@@ -62,6 +63,13 @@ def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
             f"{study.training.loss} is not a loss of {problem.name!r} (pino is the Darcy physics "
             f"loss); use one of: {', '.join(problem.losses)}",
         )
+    searched_loss = study.search_space.get("loss")
+    for i, loss in enumerate((searched_loss.values or []) if searched_loss else []):
+        if loss not in problem.losses:
+            r.fail(
+                f"search_space.loss.values[{i}]",
+                f"{loss} is not a loss of {problem.name!r}; use one of: {', '.join(problem.losses)}",
+            )
     timed = problem.time_resolution is not None
     if p.time_resolution is not None and not timed:
         r.fail("problem.time_resolution", f"only applies to space-time problems, not {problem.name!r}; remove it")
@@ -127,6 +135,28 @@ def _resolve_width(study: Study, r: Reader) -> None:
             if width % o.heads:
                 r.fail(key, f"{width} is not divisible by operator.heads {o.heads}; use a multiple of {o.heads}")
         _check_operator_options(study, r)
+        _check_searched_operator(study, r)
+
+
+def _check_searched_operator(study: Study, r: Reader) -> None:
+    """Each searched value of ``operator.heads`` and of an ``operator.options.<key>`` checked as a fixed one would be:
+    heads dividing both widths, the operator built once with the option (so a value the family refuses fails now)."""
+    for key, dist in study.search_space.items():
+        if key != "operator.heads" and not key.startswith(OPTIONS_PREFIX):
+            continue
+        drawable = (
+            list(dist.values or []) if dist.type == "choice" else range(int(dist.low or 1), int(dist.high or 1) + 1)
+        )
+        for i, value in enumerate(drawable):
+            where = f"search_space.{key}" + (f".values[{i}]" if dist.type == "choice" else "")
+            drawn = with_operator_fields(study, {key: value})
+            widths = (study.operator.width, study.target_width)
+            if key == "operator.heads" and any(w % value for w in widths):
+                r.fail(where, f"heads {value} does not divide the widths {widths[0]} and {widths[1]}; use a divisor")
+            try:
+                _check_operator_options(drawn, r)
+            except UserInputError as exc:
+                r.fail(where, f"{value!r}: {str(exc).split(': ', 2)[-1]}")
 
 
 def _check_operator_options(study: Study, r: Reader) -> None:
@@ -297,6 +327,12 @@ def check_top_k(study: Study, r: Reader) -> None:
 
 
 def check_search_algorithm(study: Study, r: Reader) -> None:
+    if study.search.objectives != "error" and study.search.algorithm.rpartition(".")[2] in SINGLE_OBJECTIVE:
+        r.fail(
+            "search.algorithm",
+            f"{study.search.algorithm} searches one objective (Optuna falls back to random sampling for two); "
+            "use tpe, GPSampler or NSGAIISampler for search.objectives error+seconds",
+        )
     problem = sampler_problem(study.search.algorithm)
     if problem is not None:
         r.fail("search.algorithm", problem)

@@ -1,4 +1,9 @@
-"""``search.algorithm``: tpe, random, grid, or any seeded sampler of ``optuna.samplers`` named by its class.
+"""``search.algorithm``: tpe, random, grid, any seeded sampler of ``optuna.samplers`` named by its class, or any
+sampler class by its import path (``optuna.samplers.GPSampler``, ``mypackage.samplers.MySampler``).
+
+An import path names a class of a module on Python's path (an installed package, or PYTHONPATH): a study folder is
+never on that path, so a study file cannot make the sweep import code that the environment does not already hold.
+The class must be an Optuna sampler made from a ``seed`` alone.
 
 A named sampler is made afresh for each trial with that trial's seed and told the earlier trials, as tpe and
 random are (mutransfer.sweep.sampling), so the search stays reproducible. The check runs when the study is read:
@@ -7,19 +12,32 @@ an unknown name, or a sampler whose optional packages are missing, is one line b
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import inspect
 
 #: the algorithms the study names itself (grid: every combination of the choice distributions, in order)
 BUILT_IN = ("tpe", "random", "grid")
+#: Optuna's samplers that search one objective only (given two, they sample at random with a warning)
+SINGLE_OBJECTIVE = ("CmaEsSampler",)
 #: the packages an Optuna sampler needs beyond Optuna (Optuna imports them only when it samples)
 NEEDS = {"CmaEsSampler": ("cmaes",), "GPSampler": ("scipy", "torch")}
 
 
 def _sampler_class(name: str):
+    """The sampler class ``name`` names (a class of optuna.samplers, or an import path), or None."""
     import optuna  # noqa: PLC0415 -- deferred: Optuna (~0.3 s) only for a study that names one of its samplers
 
-    cls = getattr(optuna.samplers, name, None)
+    if "." in name:
+        module, _, attribute = name.rpartition(".")
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            return None
+        try:
+            cls = getattr(importlib.import_module(module), attribute, None)
+        except ImportError:
+            return None
+    else:
+        cls = getattr(optuna.samplers, name, None)
     return cls if isinstance(cls, type) and issubclass(cls, optuna.samplers.BaseSampler) else None
 
 
@@ -36,10 +54,11 @@ def sampler_problem(name: str) -> str | None:
     cls = _sampler_class(name)
     if cls is None or not _seeded_without_other_arguments(cls):
         return (
-            f"{name!r} is not tpe, random, grid or a sampler of optuna.samplers made from a seed alone; "
-            "e.g. GPSampler, QMCSampler, NSGAIISampler"
+            f"{name!r} is not tpe, random, grid, or an Optuna sampler class made from a seed alone, named by its "
+            "class in optuna.samplers or by an installed module's import path; e.g. GPSampler, "
+            "optuna.samplers.QMCSampler"
         )
-    missing = [m for m in NEEDS.get(name, ()) if importlib.util.find_spec(m) is None]
+    missing = [m for m in NEEDS.get(cls.__name__, ()) if importlib.util.find_spec(m) is None]
     if missing:
         return f"{name} needs {', '.join(missing)}; pip install {' '.join(missing)}, or use tpe"
     return None

@@ -20,6 +20,7 @@ from mutransfer.config.reader import kind_of
 from mutransfer.config.settings import fraction, non_negative, positive, setting
 from mutransfer.errors import UserInputError
 from mutransfer.problems import PROBLEMS, get_problem
+from mutransfer.study.distribution import Distribution
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA, parse_k_exponent, read_k_exponent
 from mutransfer.study.ladder import LadderSize, ladder_sizes, read_ladder
 from mutransfer.training.hyperparameters import Hyperparameters
@@ -143,21 +144,6 @@ class OperatorSpec:
 
 
 @dataclass
-class Distribution:
-    """A search distribution: loguniform/uniform (low, high) or choice (values)."""
-
-    type: str
-    low: float | None = None
-    high: float | None = None
-    values: list | None = None
-
-    def to_dict(self) -> dict:
-        if self.type == "choice":
-            return {"type": "choice", "values": list(self.values or [])}
-        return {"type": self.type, "low": self.low, "high": self.high}
-
-
-@dataclass
 class TrainingSpec(Hyperparameters):
     """Fixed training hyperparameters (used for every hyperparameter not searched)."""
 
@@ -168,7 +154,12 @@ class TrainingSpec(Hyperparameters):
 
 @dataclass
 class SearchSpec:
-    algorithm: str = setting("tpe", "tpe, random, grid, or an optuna.samplers class (e.g. GPSampler)", kind="str")
+    algorithm: str = setting(
+        "tpe",
+        "tpe, random, grid, an optuna.samplers class (e.g. GPSampler) or a sampler's import path "
+        "(e.g. optuna.samplers.QMCSampler)",
+        kind="str",
+    )
     num_trials: int = setting(8, "proxy trials", kind="int", minimum=1, maximum=MAX_TRIALS, example="8")
     seed: int = setting(0, "sampler seed", kind="int", minimum=0, example="0")
     max_concurrent: int | None = setting(
@@ -180,6 +171,13 @@ class SearchSpec:
         kind="int",
         minimum=1,
         example="2",
+    )
+    objectives: str = setting(
+        "error",
+        "error: minimise the validation error; error+seconds: also the trial's training seconds (two objectives, "
+        "the report's Pareto front; the winner is still the lowest validation error)",
+        kind="str",
+        choices=("error", "error+seconds"),
     )
 
 

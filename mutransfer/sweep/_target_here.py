@@ -79,7 +79,7 @@ def train_target_here(job: TargetJob, on_poll: Callable[[], None] | None) -> tup
     target_dir.mkdir(parents=True, exist_ok=True)
     progress = str(target_dir / PROGRESS_FILE)
     torch.manual_seed(study.training.seed)
-    model = model_for(study, data, target=True, init_scale=hp["init_scale"])
+    model = model_for(study, data, target=True, hp=hp)
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     epochs = int(study.target.epochs)
     every = min(int(study.target.checkpoint_every), epochs)

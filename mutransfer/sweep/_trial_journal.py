@@ -98,16 +98,23 @@ class TrialJournal:
     """One search's trials in the Optuna study ``name`` of the journal at ``path``.
 
     ``distributions``: the searched hyperparameters' Optuna distributions (mutransfer.sweep.sampling.search_distributions).
+    ``objectives``: the study's ``search.objectives``; ``error+seconds`` makes a two-objective Optuna study (the
+    validation error and the training seconds, both minimised: optuna-dashboard draws its Pareto front).
     """
 
-    def __init__(self, path: str | Path, name: str, distributions: Mapping[str, BaseDistribution]):
+    def __init__(
+        self, path: str | Path, name: str, distributions: Mapping[str, BaseDistribution], objectives: str = "error"
+    ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.path = Path(path)
         self.distributions = dict(distributions)
         self.storage = journal_storage(self.path)
         with _refused_writes(self.path):
             self.study = optuna.create_study(
-                study_name=name, storage=self.storage, direction="minimize", load_if_exists=True
+                study_name=name,
+                storage=self.storage,
+                directions=["minimize"] * (1 if objectives == "error" else 2),
+                load_if_exists=True,
             )
         self._study_id = self.storage.get_study_id_from_name(name)  # read once: each trial's write names it
         #: our trial index -> Optuna's trial id, for the trials already in the journal
@@ -151,17 +158,20 @@ class TrialJournal:
             self._ids[index] = self.storage.create_new_trial(self._study_id, template_trial=template)
 
     def finished(
-        self, index: int, key: str, config: Mapping[str, object], status: str, value: float | None,
-        history: Sequence[tuple[int, float]],
+        self, index: int, key: str, config: Mapping[str, object], status: str,
+        value: float | tuple[float, ...] | None, history: Sequence[tuple[int, float]],
     ) -> None:  # fmt: skip
-        """Trial ``index`` ended with ``status`` and ``value`` (None for a failed one); ``history``: (epoch, validation
-        error) of its evaluations. A trial the journal already holds as finished is left as it is."""
+        """Trial ``index`` ended with ``status`` and ``value`` (None for a failed one; a tuple of the two objectives'
+        values in a two-objective study); ``history``: (epoch, validation error) of its evaluations. A trial the
+        journal already holds as finished is left as it is."""
         if index in self.done:
             return
         self.handed_out(index, key, config)
         trial_id = self._ids[index]
         state = STATES.get(status, TrialState.FAIL)
-        values = [float(value)] if value is not None and math.isfinite(value) and state != TrialState.FAIL else None
+        given = [] if value is None else [float(v) for v in (value if isinstance(value, tuple) else (value,))]
+        usable = given and all(math.isfinite(v) for v in given) and state != TrialState.FAIL
+        values = given if usable else None
         if values is None and state == TrialState.COMPLETE:
             state = TrialState.FAIL  # Optuna's COMPLETE holds a value
         with _refused_writes(self.path):

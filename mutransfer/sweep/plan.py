@@ -217,6 +217,17 @@ class Outcome:
             return None
         return float(value)
 
+    def told(self, objectives: str) -> float | tuple[float, float] | None:
+        """What a search on ``objectives`` (``search.objectives``) tells its sampler of this trial: its
+        :attr:`value`, or for ``error+seconds`` (validation error, training seconds) of a trial that ran its whole
+        budget (None for the others: a pruned trial's seconds are a part of a training's)."""
+        if objectives == "error":
+            return self.value
+        seconds = self.metrics.get("trainer_seconds")
+        if self.status != "completed" or self.value is None or seconds is None:
+            return None
+        return self.value, float(seconds)
+
     def as_dict(self) -> dict:
         return dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
 
@@ -272,7 +283,9 @@ class SearchPlan:
         self._rungs: dict[int, dict[int, float]] = {}
         self._load()
         #: the trials in Optuna's storage (mutransfer.sweep._trial_journal), brought up to the files here
-        self.journal = TrialJournal(journal_path(self.trials_dir), study.name, search_distributions(study))
+        self.journal = TrialJournal(
+            journal_path(self.trials_dir), study.name, search_distributions(study), study.search.objectives
+        )
         for i in sorted(self.configs):
             self._journal(i)
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
@@ -333,7 +346,10 @@ class SearchPlan:
             return dict(self.preset[index])
 
         return sample_config(
-            self.study, index, [(self.configs[j], self.outcomes[j].value) for j in known], self.sampler
+            self.study,
+            index,
+            [(self.configs[j], self.outcomes[j].told(self.study.search.objectives)) for j in known],
+            self.sampler,
         )
 
     # ---- results --------------------------------------------------------------------
@@ -372,7 +388,7 @@ class SearchPlan:
             self.journal.handed_out(index, key, config)
             return
         history = [(r.epoch, r.test_error) for r in read_trial_history(self.trials_dir / key)]
-        self.journal.finished(index, key, config, outcome.status, outcome.value, history)
+        self.journal.finished(index, key, config, outcome.status, outcome.told(self.study.search.objectives), history)
 
     def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
         """ASHA: stop trial ``key`` (which just reported ``val_error`` at ``epoch``)?

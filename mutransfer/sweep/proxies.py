@@ -27,6 +27,7 @@ import threading
 import time
 
 from mutransfer.study.models import merge_hyperparameters
+from mutransfer.study.search_space import typed
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep import progress
 from mutransfer.sweep._executors import SearchRun
@@ -230,7 +231,7 @@ def _record(study, index: int, key: str, plan, child) -> TrialRecord:
     outcome, config = plan.outcomes[index], plan.configs[index]
     m = child.data.metrics if child else {}
     val_error = outcome.value
-    config = {k: (int(v) if k == "batch_size" else float(v)) for k, v in config.items() if k in study.search_space}
+    config = {k: typed(k, v) for k, v in config.items() if k in study.search_space}
     spectral = outcome.metrics.get("spectral_lr0")
     return TrialRecord(
         trial_id=key,

@@ -26,6 +26,7 @@ from mutransfer.sweep._ledger import Booking
 from mutransfer.sweep.cost import study_cost
 from mutransfer.sweep.overheads import describe as describe_overheads
 from mutransfer.sweep.overheads import overheads
+from mutransfer.sweep.pareto import pareto_lines, pareto_section
 from mutransfer.sweep.strategies.base import number as _g
 from mutransfer.tracking.runs import default_tracking_uri
 
@@ -130,6 +131,7 @@ def build_report(
         "overrides": overrides,
         "trials": {"total": len(trials), **counts},
         "best_proxy": best.summary() if best is not None else None,
+        "pareto_front": pareto_section(study.search.objectives, trials),
         "transfer": transfer,
         "target_hyperparameters": target_hp,
         "target": target,
@@ -261,6 +263,7 @@ def format_report(report: dict) -> str:
                 )
             lines.append(text)
     lines += strategies.text_lines(report, "result")  # e.g. top-k, the verification, the baseline, the warm start
+    lines += pareto_lines(report.get("pareto_front"))
     cc = report.get("coord_check")
     if cc:
         lines.append(

@@ -20,7 +20,9 @@ def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
 
     hp = dict(best.hp if isinstance(best, TrialRecord) else best["hp"])
     own = study.family.own_hyperparameters(hp)  # clip_value, init_scale only where they act
-    unchanged = {k: v for k, v in own.items() if k != "lr" and v is not None}
+    carried = {k: v for k, v in own.items() if k != "lr" and v is not None}
+    unchanged = {k: v for k, v in carried.items() if not isinstance(v, str)}
+    named = {k: v for k, v in carried.items() if isinstance(v, str)}  # a searched schedule, loss or precision
     record = rescale(study.transfer_scaling(), hp["lr"], init_scale=own.get("init_scale"), unchanged=unchanged)
     stds = {q.name: q for q in record.quantities}.get("spectral_init_std")
     out = record.as_dict()
@@ -30,9 +32,15 @@ def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
         init_variance_factor=record.init_variance_factor,
         proxy_spectral_init_std=stds.proxy if stds else None,
         target_spectral_init_std=stds.target if stds else None,
-        note="; ".join(record.notes),
+        note="; ".join([*record.notes, *([_named_note(named)] if named else [])]),
     )
     return out, hp
+
+
+def _named_note(named: dict[str, str]) -> str:
+    """The note for the searched options that are names, not numbers (carried over unchanged, as the table's
+    other unchanged rows)."""
+    return "carried over unchanged: " + ", ".join(f"{k} {v}" for k, v in named.items())
 
 
 def transfer_phase(ctx: SweepContext) -> None:

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import optuna
-from optuna.distributions import CategoricalDistribution, FloatDistribution
 
 from mutransfer.study import Study
 from mutransfer.study.samplers import named_sampler
@@ -39,14 +38,8 @@ def startup_trials(study: Study) -> int:
 
 
 def search_distributions(study: Study) -> dict:
-    """The searched hyperparameters' Optuna distributions (a ``choice`` is categorical, a range a float one)."""
-    out = {}
-    for name, dist in study.search_space.items():
-        if dist.type == "choice":
-            out[name] = CategoricalDistribution(list(dist.values))
-        else:
-            out[name] = FloatDistribution(float(dist.low), float(dist.high), log=dist.type == "loguniform")
-    return out
+    """The searched hyperparameters' Optuna distributions (mutransfer.study.distribution.Distribution.to_optuna)."""
+    return {name: dist.to_optuna() for name, dist in study.search_space.items()}
 
 
 def grid_config(study: Study, index: int) -> dict:
@@ -60,10 +53,12 @@ def grid_config(study: Study, index: int) -> dict:
 def sample_config(
     study: Study,
     index: int,
-    told: Sequence[tuple[dict, float | None]],
+    told: Sequence[tuple[dict, float | tuple[float, float] | None]],
     sampler: optuna.samplers.BaseSampler | None = None,
 ) -> dict:
-    """Trial ``index``'s configuration. ``told``: (configuration, test error; None = failed) of earlier trials, by index.
+    """Trial ``index``'s configuration. ``told``: (configuration, validation error; None = failed) of earlier trials,
+    by index; in a two-objective search (``search.objectives: error+seconds``) the value is (validation error,
+    training seconds), and None for a trial that did not run its budget (mutransfer.sweep.plan.Outcome.told).
 
     ``sampler``: an Optuna sampler object given through the Python API (``mutransfer.create_study(sampler=...)``),
     used in place of the study's ``search.algorithm``: it is told the same earlier trials and asked once. Its own
@@ -83,13 +78,18 @@ def sample_config(
     elif sampler is None:  # a seeded sampler of optuna.samplers named by the study (mutransfer.study.samplers)
         sampler = named_sampler(algorithm, seed)
     distributions = search_distributions(study)
-    ostudy = optuna.create_study(direction="minimize", sampler=sampler)
+    objectives = 1 if study.search.objectives == "error" else 2
+    ostudy = optuna.create_study(directions=["minimize"] * objectives, sampler=sampler)
     if algorithm == "tpe" or not isinstance(sampler, optuna.samplers.RandomSampler):
         for config, value in told:
             state = optuna.trial.TrialState.FAIL if value is None else optuna.trial.TrialState.COMPLETE
+            values = None if value is None else list(value) if isinstance(value, tuple) else [value]
             ostudy.add_trial(
                 optuna.trial.create_trial(
-                    state=state, value=value, params={k: config[k] for k in distributions}, distributions=distributions
+                    state=state,
+                    values=values,
+                    params={k: config[k] for k in distributions},
+                    distributions=distributions,
                 )
             )
     trial = ostudy.ask(distributions)

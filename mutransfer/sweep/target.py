@@ -315,7 +315,7 @@ def target_loop(cfg: dict) -> dict:
     per_rank_batch = max(1, int(hp["batch_size"]) // world)
 
     torch.manual_seed(study.training.seed)  # same init on every rank (DDP also broadcasts rank 0's)
-    model = model_for(study, data, target=True, init_scale=hp["init_scale"])
+    model = model_for(study, data, target=True, hp=hp)
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     if cfg.get("process_group", True):
         model = ray.train.torch.prepare_model(model)  # DDP when world > 1; moves to the worker's device

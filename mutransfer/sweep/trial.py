@@ -240,7 +240,7 @@ def _setup(config: dict, data, study, options: dict, trial_dir: Path | None):
     checkpoints (None: nowhere, a population member)."""
     hp = merge_hyperparameters(study, config)
     torch.manual_seed(study.training.seed)  # the init depends on the seed only, not on the worker's history
-    model = model_for(study, data, target=bool(options.get("target_size")), init_scale=hp["init_scale"])
+    model = model_for(study, data, target=bool(options.get("target_size")), hp=hp)
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     tconfig = train_config(
         study,

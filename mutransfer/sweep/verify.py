@@ -254,7 +254,7 @@ def train_target_at(
     epochs = study.target.epochs if target else study.budget.epochs
     start = time.perf_counter()
     torch.manual_seed(int(seed))
-    model = model_for(seeded, data, target=target, init_scale=point["init_scale"])
+    model = model_for(seeded, data, target=target, hp=point)
     result = train(model, data, train_config(seeded, point, epochs=epochs, device=device))
     trainer = float(result.trainer_seconds)
     return {

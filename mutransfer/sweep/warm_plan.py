@@ -238,6 +238,8 @@ def _fit(study, trial, clipped: list, out_of_choice: list, missing: list) -> dic
             missing.append(f"{trial.key} ({name}={trial.config[name]!r} is not a finite number)")
             return None
         fitted = min(max(value, float(dist.low)), float(dist.high))
+        if dist.type == "int":
+            fitted = int(round(fitted))
         if fitted != value:
             clipped.append(f"{trial.key} {name} {value:.4g} -> {fitted:.4g}")
         config[name] = fitted

@@ -15,6 +15,24 @@ Three things make the printed link open on the study's runs with its errors visi
 
 The tags are written when a study starts or resumes (:func:`tag_study`) and again by
 ``mutransfer ui`` for the newest study (so stores written before this change get them).
+
+Studies of several experiments (a study file's ``tracking.experiment``) are compared on MLflow's
+compare-experiments page, ``#/compare-experiments/s?experiments=["1","2"]`` (:func:`compare_link`). What
+its 3.17.2 web app does there, read from its bundle and checked in a headless Chromium
+(tests/tracking/test_ui.py):
+
+- with two or more ids it renders the classic runs table of all of them ("Displaying Runs from 2
+  Experiments"), with no GenAI redirect, so no ``workflowType`` is needed;
+- it honours ``viewStateShareKey=<key>``, but reads the ``mlflow.sharedViewState.<key>`` tag of one
+  experiment only: the first of the listed ones that the page has loaded (it sorts the ids as strings).
+  The view is therefore written onto *every* experiment in the link, so whichever is read holds it (in a check
+  with the view on experiment 2 only, the link listing 1 and 2 left for experiment 1's GenAI overview). Its banner "You're viewing a
+  shared view" shows or not depending on which experiment loaded first; the view itself stays applied;
+- any facet in the URL (``searchFilter``, ``orderByKey``, ``orderByAsc``, ...) makes it skip the share
+  key; ``searchFilter`` alone filters the rows but leaves the default columns (Run Name, Created,
+  Dataset, Duration, Source, Models), no parameter or metric. So the link carries the key only;
+- its table has an ``Experiment Name`` column (``attributes.`Experiment Name```, hidden unless selected),
+  which the studies' view selects; the single-experiment runs table has no such column and ignores it.
 """
 
 from __future__ import annotations
@@ -74,6 +92,8 @@ def study_view_state(study_name: str, searched: Iterable[str]) -> dict:
 STUDIES_KEY = "mutransfer-studies"
 #: its columns: what each study is (params of the parent run), then what it found and what it cost (metrics)
 STUDY_PARAMS = ("study", "problem", "operator", "proxy_K", "target_K", "proxy_width", "target_width")
+#: the compare-experiments page's column naming each run's experiment (absent from one experiment's runs table)
+EXPERIMENT_NAME_COLUMN = _column("attributes", "Experiment Name")
 STUDY_METRICS = (
     "best_proxy_val_error",
     "target_test_error",
@@ -85,14 +105,16 @@ STUDY_METRICS = (
 
 
 def studies_view_state() -> dict:
-    """The runs table of every study of an experiment: one row per study (its parent run), what it tuned (problem,
+    """The runs table of every study of an experiment, or of several on MLflow's compare-experiments page: one row per
+    study (its parent run), its experiment where several are compared, what it tuned (problem,
     operator, proxy -> target sizes) and what it found and cost (errors, time and FLOP ratios to direct tuning),
     best target first; MLflow's own table sorts and filters it further."""
     return {
         "searchFilter": "tags.`mutransfer.kind` = 'study'",
         "orderByKey": _column("metrics", "target_test_error"),
         "orderByAsc": True,
-        "selectedColumns": [_column("params", k) for k in STUDY_PARAMS]
+        "selectedColumns": [EXPERIMENT_NAME_COLUMN]
+        + [_column("params", k) for k in STUDY_PARAMS]
         + [_column("metrics", m) for m in STUDY_METRICS],
     }
 
@@ -149,13 +171,26 @@ def searched_keys(params: dict) -> list[str]:
     return list(space) if isinstance(space, dict) else []
 
 
-def ui_link(host: str, port: int, experiment_id: str | None = None, key: str | None = None) -> str:
-    """The link ``mutransfer ui`` prints: the study's runs view, or the experiments list without a study."""
+def _base_url(host: str, port: int) -> str:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
     if ":" in shown and not shown.startswith("["):
         shown = f"[{shown}]"
-    base = f"http://{shown}:{port}/"
+    return f"http://{shown}:{port}/"
+
+
+def ui_link(host: str, port: int, experiment_id: str | None = None, key: str | None = None) -> str:
+    """The link ``mutransfer ui`` prints: the study's runs view, or the experiments list without a study."""
+    base = _base_url(host, port)
     if experiment_id is None:
         return base
     query = dict(WORKFLOW, **({"viewStateShareKey": key} if key else {}))
     return f"{base}#/experiments/{experiment_id}/runs?{urlencode(query)}"
+
+
+def compare_link(host: str, port: int, experiment_ids: Iterable[str], key: str = STUDIES_KEY) -> str:
+    """MLflow's compare-experiments page of ``experiment_ids`` opened on the shared view ``key``, which every one of
+    them must carry (module docstring). The ids are listed as MLflow's own link lists them: sorted as strings,
+    JSON without spaces."""
+    ids = json.dumps(sorted(str(i) for i in experiment_ids), separators=(",", ":"))
+    query = urlencode({"experiments": ids, "viewStateShareKey": key})
+    return f"{_base_url(host, port)}#/compare-experiments/s?{query}"

@@ -21,6 +21,7 @@ def _schedule_args(config: TrainConfig, unit: int) -> dict:
         milestones=None if config.milestones is None else [m * unit for m in config.milestones],
         step_size=None if step_size is None else step_size * unit,
         gamma=config.gamma,
+        warmup=config.warmup,
     )
 
 

@@ -34,6 +34,7 @@ TRAJECTORY_FIELDS = (
     "betas",
     "weight_decay",
     "schedule",
+    "warmup",
     "milestones",
     "step_size",
     "gamma",
@@ -45,7 +46,13 @@ TRAJECTORY_FIELDS = (
     "precision",
 )
 #: Values of trajectory fields added after checkpoint version 1 was written, for older checkpoints.
-_FIELD_DEFAULTS = {"loss": "relative_l2", "data_weight": None, "physics_weight": None, "precision": "fp32"}
+_FIELD_DEFAULTS = {
+    "warmup": 0.0,
+    "loss": "relative_l2",
+    "data_weight": None,
+    "physics_weight": None,
+    "precision": "fp32",
+}
 
 
 def weights_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:

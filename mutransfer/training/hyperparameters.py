@@ -23,6 +23,10 @@ def positive_or_off(value: float) -> str | None:
     return None if value > 0 else "must be > 0 (or null for no clipping)"
 
 
+def warmup_fraction(value: float) -> str | None:
+    return None if 0 <= value < 1 else "must be in [0, 1) (a fraction of the budget; 0: no warm-up)"
+
+
 def read_betas(r, name: str, default):
     """Adam's (β1, β2) from a study file: a list of two numbers in [0, 1)."""
     value = r.raw(name, default)
@@ -71,6 +75,13 @@ class Hyperparameters:
         "LR schedule; step halves at milestones or every step_size (else every budget/5)",
         kind="str",
         choices=tuple(SCHEDULES),
+    )
+    warmup: float = setting(
+        0.0,
+        "linear LR warm-up over this fraction of the budget, from 1/steps to the schedule's LR (0: none)",
+        kind="float",
+        check=warmup_fraction,
+        example="0.05",
     )
     milestones: list | None = setting(
         None,

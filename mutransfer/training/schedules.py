@@ -10,6 +10,7 @@ state_dict (just counters and base LRs) round-trips through a checkpoint.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Callable, Sequence
 
@@ -95,12 +96,14 @@ def build_scheduler(
     gamma: float = 0.5,
     pct_start: float = 0.3,
     min_factor: float = 0.0,
+    warmup: float = 0.0,
 ) -> LRScheduler:
     """A per-iteration scheduler for ``optimizer``; call ``.step()`` after every ``optimizer.step()``.
 
     ``milestones`` and ``step_size`` are in iterations (``step`` only; at most
     one of them; with neither, the LR halves every ``total_iterations // 5``).
-    ``min_factor`` is cosine's final LR as a fraction of each group's base LR.
+    ``min_factor`` is cosine's final LR as a fraction of each group's base LR. ``warmup``: the fraction of
+    ``total_iterations`` over which the LR rises linearly from 0 to the schedule's (0: none).
     """
     fn = schedule_function(
         name,
@@ -110,6 +113,7 @@ def build_scheduler(
         gamma=gamma,
         pct_start=pct_start,
         min_factor=min_factor,
+        warmup=warmup,
     )
     return LambdaLR(optimizer, fn)
 
@@ -123,6 +127,7 @@ def schedule_function(
     gamma: float = 0.5,
     pct_start: float = 0.3,
     min_factor: float = 0.0,
+    warmup: float = 0.0,
 ) -> Callable[[int], float]:
     """The schedule ``iteration -> factor`` that :func:`build_scheduler` applies to every group's base LR (its
     arguments and refusals); a population of trainings (mutransfer.training._population) scales each member's
@@ -160,4 +165,16 @@ def schedule_function(
         fn = lambda it, m=float(min_factor): cosine(it, total, min_factor=m)  # noqa: E731
     else:
         fn = constant
+    if not (isinstance(warmup, (int, float)) and 0 <= warmup < 1):
+        raise UserInputError(f"warmup {warmup!r}: the warm-up fraction of the budget must be in [0, 1), e.g. 0.05")
+    if warmup > 0:
+        return functools.partial(warmed_up, fn, max(1, round(warmup * total)))
     return fn
+
+
+def warmed_up(schedule: Callable[[int], float], warmup_iterations: int, iteration: int) -> float:
+    """``schedule`` times a linear warm-up: factor (iteration + 1) / warmup_iterations until it reaches 1.
+
+    The first step trains at 1/warmup_iterations of the LR (not 0, which would waste it); the schedule itself
+    runs on the same clock, so a cosine still reaches its end at the budget's end."""
+    return schedule(iteration) * min(1.0, (iteration + 1) / warmup_iterations)

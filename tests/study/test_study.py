@@ -175,7 +175,7 @@ def test_numeric_strings_are_accepted_for_floats(tmp_path):
         ),
         (
             lambda m: m["search_space"].update(batch_size={"type": "choice", "values": [10, 0]}),
-            ["search_space.batch_size.values[1]: must be an integer >= 1"],
+            ["search_space.batch_size.values[1]: must be a positive integer"],
         ),
         (
             lambda m: m["search_space"].update(batch_size={"type": "choice", "values": []}),
@@ -232,18 +232,74 @@ def test_yaml_syntax_and_top_level_errors(tmp_path):
 
 
 def test_every_searchable_parameter_is_accepted(tmp_path):
+    """Every training field declared with setting() is searchable (SEARCHABLE is derived from them); the rules
+    between fields decide which can be searched together, so four studies cover them all."""
+    spaces = [
+        {  # the optimiser, the schedule and its warm-up, the precision
+            "lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
+            "batch_size": {"type": "int", "low": 10, "high": 20},
+            "beta1": {"type": "uniform", "low": 0.8, "high": 0.95},
+            "beta2": {"type": "uniform", "low": 0.9, "high": 0.999},
+            "weight_decay": {"type": "loguniform", "low": 1e-6, "high": 1e-3},
+            "clip_value": {"type": "choice", "values": [0.01, 0.1]},
+            "init_scale": {"type": "uniform", "low": 0.5, "high": 2.0},
+            "schedule": {"type": "choice", "values": ["cosine", "constant"]},
+            "warmup": {"type": "uniform", "low": 0.0, "high": 0.2},
+            "precision": {"type": "choice", "values": ["fp32", "bf16"]},
+        },
+        {"step_size": {"type": "int", "low": 2, "high": 5}, "gamma": {"type": "uniform", "low": 0.3, "high": 0.9}},
+        {
+            "data_weight": {"type": "uniform", "low": 1, "high": 5},
+            "physics_weight": {"type": "choice", "values": [0.5]},
+        },
+        {"loss": {"type": "choice", "values": ["relative_l2", "pino"]}},
+    ]
+    searched = set()
+    for i, space in enumerate(spaces):
+        m = quick_mapping()
+        m["search_space"] = space
+        m["training"] = dict(m.get("training") or {}, schedule="step") if i == 1 else m.get("training") or {}
+        if i >= 2:  # the PINO loss: Darcy's
+            m["problem"] = {"name": "darcy", "resolution": 31, "n_train": 40, "n_test": 8}
+            m["proxy_K"], m["target_K"] = 4, 12
+            m["training"] = dict(m["training"], **({"loss": "pino"} if i == 2 else {}))
+        study, _ = load_study(write(tmp_path, m, f"study{i}.yaml"))
+        searched |= set(study.search_space)
+    assert searched == set(SEARCHABLE)
+    assert {"schedule", "warmup", "beta1", "precision", "loss", "step_size"} <= searched
+
+
+@pytest.mark.parametrize(
+    "space, training, expected",
+    [
+        (
+            {"step_size": {"type": "int", "low": 2, "high": 5}},
+            {"schedule": "cosine"},
+            "search_space.step_size: the search can draw step_size 2, which the training rules refuse: "
+            "milestones/step_size only apply to schedule step",
+        ),
+        (  # two searched fields that clash with each other
+            {
+                "schedule": {"type": "choice", "values": ["step", "cosine"]},
+                "step_size": {"type": "choice", "values": [3]},
+            },
+            {},
+            "the search can draw schedule cosine, step_size 3",
+        ),
+        ({"seed": {"type": "choice", "values": [0, 1]}}, {}, "search_space.seed: cannot be searched: the seed is not"),
+        ({"milestones": {"type": "choice", "values": [1]}}, {}, "search step_size or gamma instead"),
+        ({"step_size": {"type": "int", "low": 1.5, "high": 4}}, {"schedule": "step"}, "low: must be an integer"),
+        ({"schedule": {"type": "choice", "values": ["cosine", "warm"]}}, {}, "values[1]: is unknown; use one of"),
+        ({"schedule": {"type": "uniform", "low": 0, "high": 1}}, {}, "search_space.schedule.type"),
+        ({"warmup": {"type": "uniform", "low": 0.0, "high": 1.0}}, {}, "search_space.warmup.high: must be in [0, 1)"),
+        ({"loss": {"type": "choice", "values": ["relative_l2", "pino"]}}, {}, "values[1]: pino is not a loss of"),
+    ],
+)
+def test_a_search_the_training_would_refuse_is_refused_when_read(tmp_path, space, training, expected):
     m = quick_mapping()
-    m["search_space"] = {
-        "lr": {"type": "loguniform", "low": 1e-4, "high": 1e-2},
-        "batch_size": {"type": "choice", "values": [10, 20]},
-        "beta1": {"type": "uniform", "low": 0.8, "high": 0.95},
-        "beta2": {"type": "uniform", "low": 0.9, "high": 0.999},
-        "weight_decay": {"type": "loguniform", "low": 1e-6, "high": 1e-3},
-        "clip_value": {"type": "choice", "values": [0.01, 0.1]},
-        "init_scale": {"type": "uniform", "low": 0.5, "high": 2.0},
-    }
-    study, _ = load_study(write(tmp_path, m))
-    assert set(study.search_space) == set(SEARCHABLE)
+    m["search_space"] = space
+    m["training"] = dict(m.get("training") or {}, **training)
+    assert expected in error_of(tmp_path, m)
 
 
 # --------------------------------------------------------------------------- overrides
@@ -423,3 +479,31 @@ def test_the_data_k_rule_is_measured_on_the_training_inputs_or_taken_from_the_st
     stored = dict(hi.as_dict(), exponent=0.123)
     assert resolve_k_exponent(study, None, stored).exponent == 0.123 and study.k_exponent == 0.123
     assert resolve_k_exponent(load_study(K_ONLY_STUDY)[0], rough) is None  # a number: nothing to measure
+
+
+@pytest.mark.parametrize(
+    "space, expected",
+    [
+        ({"operator.heads": {"type": "choice", "values": [2, 4]}}, None),
+        ({"operator.options.attention_type": {"type": "choice", "values": ["galerkin", "fourier"]}}, None),
+        (
+            {"operator.heads": {"type": "choice", "values": [4, 3]}},
+            "search_space.operator.heads.values[1]: heads 3 does not divide the widths 16 and 64",
+        ),
+        (
+            {"operator.options.attention_type": {"type": "choice", "values": ["galerkin", "softmaxish"]}},
+            "search_space.operator.options.attention_type.values[1]: 'softmaxish'",
+        ),
+        ({"operator.projection_channels": {"type": "choice", "values": [8]}}, "is not a field galerkin searches"),
+    ],
+)
+def test_an_attention_operators_heads_and_options_are_searched_as_fixed_ones_are_checked(tmp_path, space, expected):
+    """Each searched value of operator.heads / operator.options.<key> passes the checks a fixed one would: a head
+    count that does not divide both widths, or an option the family refuses, is one line naming the value."""
+    m = yaml.safe_load((ROOT / "studies" / "galerkin_darcy_width.yaml").read_text())
+    m["search_space"].update(space)
+    if expected is None:
+        study, _ = load_study(write(tmp_path, m))
+        assert set(space) <= set(study.search_space)
+    else:
+        assert expected in error_of(tmp_path, m)

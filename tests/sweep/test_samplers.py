@@ -1,4 +1,5 @@
-"""``search.algorithm`` names any seeded Optuna sampler, and ``beta1`` is searchable (issue "The first hour", item 5)."""
+"""``search.algorithm`` names any seeded Optuna sampler (by its class or import path), and every training field is
+searchable: ``beta1``, the schedule and its warm-up (issue "The first hour", item 5)."""
 
 from __future__ import annotations
 
@@ -21,30 +22,65 @@ def _study(tmp_path, tiny_data, algorithm: str, **space):
     return path
 
 
-def test_a_gp_search_over_beta1_runs_end_to_end_and_repeats_itself(tiny_data, tmp_path, capsys, monkeypatch):
-    """GPSampler by name, beta1 searched beside lr: every trial trains at its own beta1, the target at the winner's;
-    the same study run again samples the same configurations (each trial's sampler is seeded)."""
+def _trained_with(folder, key: str) -> dict:
+    """The training settings a trial's checkpoint was written with (its TrainConfig, weights-only load)."""
+    import torch
+
+    return torch.load(folder / "trials" / key / "checkpoint.pt", weights_only=True)["train_config"]
+
+
+def test_a_gp_search_over_beta1_schedule_and_warmup_runs_end_to_end_and_repeats_itself(
+    tiny_data, tmp_path, capsys, monkeypatch
+):
+    """GPSampler by name, beta1, the schedule and the warm-up searched beside lr: every trial trains at its own
+    values (its checkpoint's settings say so), the target at the winner's; the same study run again samples the
+    same configurations (each trial's sampler is seeded)."""
     from mutransfer.cli.main import main
 
     monkeypatch.chdir(tmp_path)  # the tracking store (./mlflow.db) goes here
-    beta1 = {"type": "uniform", "low": 0.5, "high": 0.95}
-    path = _study(tmp_path, tiny_data, "GPSampler", beta1=beta1)
+    space = {
+        "beta1": {"type": "uniform", "low": 0.5, "high": 0.95},
+        "schedule": {"type": "choice", "values": ["cosine", "constant", "onecycle"]},
+        "warmup": {"type": "uniform", "low": 0.0, "high": 0.3},
+    }
+    path = _study(tmp_path, tiny_data, "GPSampler", **space)
     tables = []
     for name in ("gp-a", "gp-b"):
         argv = ["sweep", "--study", str(path), "--name", name, "--runs-dir", str(tmp_path / "runs"), "--json"]
         assert main([*argv, *IN_PROCESS]) == 0
         report = json.loads(capsys.readouterr().out)
-        tables.append([t["config"] for t in report["trial_table"]])
-    configs = tables[0]
-    assert len(configs) == 4 and all(0.5 <= c["beta1"] <= 0.95 for c in configs)
+        tables.append([(t["trial_id"], t["config"]) for t in report["trial_table"]])
+    configs = [c for _, c in tables[0]]
+    assert len(configs) == 4 and all(0.5 <= c["beta1"] <= 0.95 and 0 <= c["warmup"] <= 0.3 for c in configs)
     assert len({c["beta1"] for c in configs}) == 4 and tables[0] == tables[1]
-    assert report["target_hyperparameters"]["beta1"] == report["best_proxy"]["config"]["beta1"]
+    assert {c["schedule"] for c in configs} <= {"cosine", "constant", "onecycle"}
+    for key, config in tables[0]:  # what each trial trained with
+        trained = _trained_with(tmp_path / "runs" / "gp-a", key)
+        assert trained["schedule"] == config["schedule"] and trained["warmup"] == pytest.approx(config["warmup"])
+        assert trained["betas"][0] == pytest.approx(config["beta1"])
+    target, best = report["target_hyperparameters"], report["best_proxy"]["config"]
+    assert {k: target[k] for k in space} == {k: best[k] for k in space}
+
+
+def test_a_sampler_by_import_path_runs(tiny_data, tmp_path, capsys, monkeypatch):
+    """``optuna.samplers.QMCSampler`` by its import path: read, seeded and sampled as a named one."""
+    from mutransfer.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    path = _study(tmp_path, tiny_data, "optuna.samplers.QMCSampler")
+    argv = ["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--json", "--num-trials", "2"]
+    assert main([*argv, *IN_PROCESS, "--epochs", "1", "--target-epochs", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["trial_table"]) == 2
 
 
 @pytest.mark.parametrize(
     "algorithm, fragment",
     [
-        ("BogusSampler", "'BogusSampler' is not tpe, random, grid or a sampler of optuna.samplers"),
+        ("BogusSampler", "'BogusSampler' is not tpe, random, grid, or an Optuna sampler class"),
+        ("optuna.samplers.Nope", "named by its class in optuna.samplers or by an installed module's import path"),
+        ("no_such_package.Sampler", "is not tpe, random, grid, or an Optuna sampler class"),
+        ("json.JSONDecoder", "is not tpe, random, grid"),  # a class, but no sampler
         ("GridSampler", "made from a seed alone"),  # needs its search space: not a name alone
         ("PartialFixedSampler", "made from a seed alone"),
     ],
@@ -70,3 +106,67 @@ def test_a_sampler_whose_package_is_missing_names_the_install(tiny_data, tmp_pat
 def test_beta1_out_of_range_is_refused(tiny_data, tmp_path):
     with pytest.raises(UserInputError, match=r"search_space.beta1.high: must be in \(0, 1\)"):
         load_study(_study(tmp_path, tiny_data, "tpe", beta1={"type": "uniform", "low": 0.5, "high": 1.0}))
+
+
+def test_the_operators_own_fields_are_searched_and_carried_to_the_target(tiny_data, tmp_path, capsys, monkeypatch):
+    """``operator.layers`` and ``operator.projection_channels`` searched: each trial builds its own model (its
+    checkpoint's model config says so), the target the winner's (the model folder's config.json), and the transfer
+    table carries them over unchanged."""
+    import torch
+
+    from mutransfer.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    space = {
+        "operator.layers": {"type": "int", "low": 1, "high": 3},
+        "operator.projection_channels": {"type": "choice", "values": [16, 48]},
+    }
+    path = _study(tmp_path, tiny_data, "random", **space)
+    assert main(["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--json", *IN_PROCESS]) == 0
+    report = json.loads(capsys.readouterr().out)
+    folder = tmp_path / "runs" / "s-random"
+    configs = {t["trial_id"]: t["config"] for t in report["trial_table"]}
+    assert len({(c["operator.layers"], c["operator.projection_channels"]) for c in configs.values()}) > 1
+    for key, config in configs.items():
+        model = torch.load(folder / "trials" / key / "checkpoint.pt", weights_only=True)["model_config"]
+        assert (model["layers"], model["projection_channels"]) == (
+            config["operator.layers"],
+            config["operator.projection_channels"],
+        )
+    best = report["best_proxy"]["config"]
+    target = json.loads((folder / "model" / "config.json").read_text())["model_config"]
+    assert (target["layers"], target["projection_channels"]) == (
+        best["operator.layers"],
+        best["operator.projection_channels"],
+    )
+    rows = {q["name"]: q for q in report["transfer"]["quantities"]}
+    assert rows["operator.layers"]["proxy"] == rows["operator.layers"]["target"] == best["operator.layers"]
+
+
+@pytest.mark.parametrize(
+    "key, dist, fragment",
+    [
+        (
+            "operator.width",
+            {"type": "int", "low": 8, "high": 16},
+            "cannot be searched: the proxy's width is the size the rules transfer from",
+        ),
+        ("operator.padding", {"type": "choice", "values": [0, 2]}, "cannot be searched: the padding sets the grid"),
+        ("proxy_K", {"type": "choice", "values": [4, 6]}, "cannot be searched: the proxy's K is the size the K rule"),
+        (
+            "operator.heads",
+            {"type": "choice", "values": [2]},
+            "is not a field fno searches; use one of: operator.layers",
+        ),
+        ("operator.options.foo", {"type": "choice", "values": [1]}, "names no key of operator.options"),
+        (
+            "operator.layers",
+            {"type": "int", "low": 0, "high": 3},
+            "search_space.operator.layers.low: must be a positive",
+        ),
+    ],
+)
+def test_an_operator_field_that_cannot_be_searched_is_refused(tiny_data, tmp_path, key, dist, fragment):
+    with pytest.raises(UserInputError) as err:
+        load_study(_study(tmp_path, tiny_data, "tpe", **{key: dist}))
+    assert fragment in str(err.value) and f"search_space.{key}" in str(err.value)

@@ -39,8 +39,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def write_store(directory, *, tagged: bool = True, name: str = STUDY, target_error: float = 0.04) -> tuple[str, str]:
+def write_store(
+    directory, *, tagged: bool = True, name: str = STUDY, target_error: float = 0.04, experiment: str | None = None
+) -> tuple[str, str]:
     """An MLflow store with one study (more on later calls) as the sweep writes it: parent run + 3 proxy trials.
+    ``experiment``: the study file's ``tracking.experiment`` (default: the default study's, "mutransfer").
     Returns (uri, experiment id)."""
     from mutransfer.study import load_study
     from mutransfer.sweep.parent_run import tag_study_view
@@ -48,6 +51,8 @@ def write_store(directory, *, tagged: bool = True, name: str = STUDY, target_err
 
     study, _ = load_study(None)
     study.name = name
+    if experiment is not None:
+        study.tracking.experiment = experiment
     uri = f"sqlite:///{directory / 'mlflow.db'}"
     tracker = Tracker(uri)
     experiment_id = tracker.ensure_experiment(study.tracking.experiment)
@@ -325,4 +330,105 @@ def test_with_two_studies_a_second_link_shows_them_side_by_side_in_a_browser(two
             break
     assert "first-study" in text and "second-study" in text and "2 matching runs" in text, text[:3000]
     assert "target_test_error" in text and "0.0123" in text and "0.0456" in text
+    assert "trial 000" not in text  # the studies, not their trials
+
+
+# --------------------------------------------------------------------------- studies of several experiments
+
+
+def test_the_across_experiments_link_is_printed_only_when_studies_span_two_experiments(tmp_path, monkeypatch):
+    """Two studies in one experiment: that experiment's side-by-side line, no compare-experiments one. A third study
+    in another experiment (the newest, alone in it): a line linking MLflow's compare-experiments page of both
+    experiments on the studies' view, which both experiments carry. A store it cannot tag gets no such line."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from mutransfer.cli import ui_cmd
+    from mutransfer.cli.ui_cmd import ui_lines
+    from mutransfer.tracking.listings import list_studies
+    from mutransfer.tracking.runs import _client
+    from mutransfer.tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, compare_link, studies_view_state
+
+    uri, first = write_store(tmp_path, name="one", experiment="exp-a")
+    write_store(tmp_path, name="two", experiment="exp-a")
+    lines = ui_lines(uri, list_studies(uri), None, "127.0.0.1", 5123)
+    assert len(lines) == 2 and lines[1].startswith("MLflow UI, its 2 studies side by side: "), lines
+    assert not any("compare-experiments" in line for line in lines), lines
+
+    _, second = write_store(tmp_path, name="three", experiment="exp-b")
+    assert second != first
+    lines = ui_lines(uri, list_studies(uri), None, "127.0.0.1", 5123)
+    assert len(lines) == 2 and "viewStateShareKey=three" in lines[0], lines  # "three" is alone in exp-b
+    prefix = "MLflow UI, all 3 studies of 2 experiments side by side: "
+    assert lines[1].startswith(prefix), lines
+    link = lines[1][len(prefix) :]
+    assert link == compare_link("127.0.0.1", 5123, [second, first])
+    assert link.startswith("http://127.0.0.1:5123/#/compare-experiments/s?")
+    query = parse_qs(urlsplit(link).fragment.split("?", 1)[1])
+    assert json.loads(query["experiments"][0]) == sorted([first, second])
+    assert query["viewStateShareKey"] == [STUDIES_KEY] and "searchFilter" not in query  # a facet voids the key
+    for experiment_id in (first, second):  # MLflow reads the view from one of them: both hold it
+        tags = _client(uri).get_experiment(experiment_id).tags
+        assert json.loads(tags[SHARED_VIEW_PREFIX + STUDIES_KEY]) == studies_view_state()
+    assert "attributes.`Experiment Name`" in studies_view_state()["selectedColumns"]
+
+    with monkeypatch.context() as patch:  # read-only: no link that would open on "share key does not exist"
+        patch.setattr(ui_cmd, "tag_studies", lambda *a: (_ for _ in ()).throw(PermissionError("read-only store")))
+        lines = ui_lines(uri, list_studies(uri), None, "127.0.0.1", 5123)
+    assert len(lines) == 1 and "viewStateShareKey=three" in lines[0], lines
+
+
+def _read_lines(proc: subprocess.Popen, count: int, timeout: float = 300) -> list[str]:
+    """Up to ``count`` lines of ``proc``'s stdout, fewer if they do not come within ``timeout`` s (no hang)."""
+    import threading
+
+    lines: list[str] = []
+
+    def read() -> None:
+        for _ in range(count):
+            lines.append(proc.stdout.readline())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return list(lines)
+
+
+@pytest.fixture(scope="module")
+def two_experiments(tmp_path_factory):
+    """`mutransfer ui` on a store holding one study in each of two experiments: (its printed lines, port)."""
+    work = tmp_path_factory.mktemp("ui3")
+    write_store(work, name="alpha-study", target_error=0.0123, experiment="exp-a")
+    write_store(work, name="beta-study", target_error=0.0456, experiment="exp-b")
+    port = _free_port()
+    proc = _start_ui(work, port, start_new_session=True)
+    try:
+        yield _read_lines(proc, 2), port
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_studies_of_two_experiments_are_side_by_side_through_the_printed_link(two_experiments):
+    """The compare-experiments link shows both studies' parent runs (not their trials), each with its experiment and
+    target error, sorted best target first, in MLflow's shared view."""
+    lines, port = two_experiments
+    assert len(lines) == 2 and lines[0].startswith("MLflow UI: http://127.0.0.1:"), lines
+    assert lines[1].startswith("MLflow UI, all 2 studies of 2 experiments side by side: "), lines
+    link = lines[1].split()[-1]
+    assert link.startswith(f"http://127.0.0.1:{port}/#/compare-experiments/s?experiments="), link
+    text = ""
+    for budget_ms in (DEFAULT_BUDGET_MS, 3 * DEFAULT_BUDGET_MS):
+        text = visible_text(dump_dom(link, size=WIDE, budget_ms=budget_ms))
+        if "0.0123" in text and "0.0456" in text and "exp-b" in text:
+            break
+    # The view is what sets the filter (2 parent runs of 8 runs), the sort and the columns. Its banner ("You're viewing
+    # a shared view") is not checked: MLflow hides it when the page's first experiment changes as the two load, and
+    # which loads first varies (the view stays applied).
+    assert "Displaying Runs from 2 Experiments" in text, text[:3000]
+    assert "alpha-study" in text and "beta-study" in text and "2 matching runs" in text, text[:3000]
+    assert "target_test_error" in text and "0.0123" in text and "0.0456" in text, text[:3000]
+    assert "Experiment Name" in text and "exp-a" in text and "exp-b" in text, text[:3000]
+    assert "Sort: target_test_error" in text and text.index("0.0123") < text.index("0.0456")  # best target first
     assert "trial 000" not in text  # the studies, not their trials

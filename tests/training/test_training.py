@@ -133,6 +133,22 @@ def test_onecycle_peaks_at_lr():
     assert all(a >= b for a, b in zip(lrs[6:], lrs[7:]))
 
 
+def test_warmup_rises_linearly_then_follows_the_schedule_on_its_own_clock():
+    """warmup 0.25 of 20 iterations: 1/5, 2/5, ... 5/5 of the schedule's LR, then the schedule itself; a cosine still
+    ends at 0 at the budget's end (it is not shifted by the warm-up)."""
+    plain = [lr for lr, _ in trajectory("cosine", 20)]
+    warm = [lr for lr, _ in trajectory("cosine", 20, warmup=0.25)]
+    assert warm[:5] == pytest.approx([plain[i] * (i + 1) / 5 for i in range(5)])
+    assert warm[5:] == pytest.approx(plain[5:]) and warm[-1] == pytest.approx(0.0, abs=1e-12)
+    assert [lr for lr, _ in trajectory("constant", 4, warmup=0.5)] == pytest.approx([0.5, 1.0, 1.0, 1.0, 1.0])
+    assert [lr for lr, _ in trajectory("constant", 4, warmup=0.0)] == [1.0] * 5  # no warm-up: unchanged
+    for _, ratio in trajectory("step", 10, ratio=0.3, warmup=0.3):  # the muP ratio holds through it
+        assert ratio == pytest.approx(0.3, rel=1e-12)
+    for bad in (1.0, -0.1):
+        with pytest.raises(UserInputError, match="warmup"):
+            build_scheduler(two_group_optimizer(), "cosine", 10, warmup=bad)
+
+
 @pytest.mark.parametrize("name", schedules.SCHEDULES)
 def test_schedules_preserve_group_lr_ratio(name):
     for _, ratio in trajectory(name, 25, ratio=0.3):
