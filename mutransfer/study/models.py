@@ -16,7 +16,7 @@ from torch import nn
 from mutransfer.data.validation import SelectionSplit, coarsen
 from mutransfer.problems import get_problem
 from mutransfer.study import Study
-from mutransfer.study.search_space import is_operator_key, typed, with_operator_fields
+from mutransfer.study.search_space import SEARCHABLE, is_operator_key, typed, with_operator_fields
 from mutransfer.training import TrainConfig
 from operators.adapters import normalization_from
 from operators.family import ModelSpec
@@ -26,7 +26,7 @@ from operators.parametrization import model_spectral_lr
 HPARAM_KEYS = ("lr", "batch_size", "beta1", "beta2", "weight_decay", "clip_value", "init_scale")
 #: the other training fields a study may search (mutransfer.study.search_space.SEARCHABLE): a trial's and the
 #: target's description carries those its study searches, and the training takes the study's fixed ones otherwise
-SEARCHED_ONLY = ("schedule", "warmup", "step_size", "gamma", "loss", "data_weight", "physics_weight", "precision")
+SEARCHED_ONLY = tuple(name for name in SEARCHABLE if name not in HPARAM_KEYS)
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,21 @@ def study_cost(study, trials: list, target: dict | None, input_shape: tuple[int,
     return out
 
 
+def direct_wall_estimate(compute: dict, trials: list, target: dict | None) -> float | None:
+    """The wall time tuning the target directly would have taken (seconds; None where a part was not measured):
+    this study's setup and its proxy phase's time outside training (start-up, scheduling), with the same trials
+    trained at the target's size, at the target's measured trainer seconds per epoch, as many at once as the
+    proxies ran; no target phase (the direct search's best is the tuned target). Same concurrency and start-up as
+    the proxies is in direct tuning's favour: a target-sized trial holds more of the machine."""
+    setup, phase = compute.get("setup_seconds"), compute.get("proxy_phase_seconds")
+    if not (target and target.get("trainer_seconds") and target.get("epochs")) or setup is None or phase is None:
+        return None
+    concurrency = max(1, int(compute.get("proxy_concurrency") or 1))
+    proxy_training = sum(t.trainer_seconds for t in trials) / concurrency
+    direct_training = sum(int(t.epochs) for t in trials) * target["trainer_seconds"] / target["epochs"] / concurrency
+    return setup + max(0.0, phase - proxy_training) + direct_training
+
+
 def add_to_mutransfer(compute: dict, flops: float | None, training_seconds: float) -> None:
     """Count extra trainings (a ladder's rungs, top-k's other candidates) on muTransfer's side of ``study_cost``'s
     ratios to direct tuning: their FLOPs (None: unknown, the FLOPs ratio is left as is) and training time

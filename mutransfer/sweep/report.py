@@ -23,7 +23,7 @@ from pathlib import Path
 from mutransfer.study_folder.state import DEFAULT_RUNS_DIR
 from mutransfer.sweep import strategies
 from mutransfer.sweep._ledger import Booking
-from mutransfer.sweep.cost import study_cost
+from mutransfer.sweep.cost import direct_wall_estimate, study_cost
 from mutransfer.sweep.overheads import describe as describe_overheads
 from mutransfer.sweep.overheads import overheads
 from mutransfer.sweep.pareto import pareto_lines, pareto_section
@@ -100,6 +100,10 @@ def build_report(
             critical += extra.target
         compute["trainer_seconds_critical_path"] = critical
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
+    direct_wall = direct_wall_estimate(compute, trials, target)
+    compute["direct_wall_seconds_estimate"] = direct_wall
+    if direct_wall and wall_seconds:
+        compute["mutransfer_vs_direct_wall_seconds"] = wall_seconds / direct_wall
     compute["overheads"] = overheads(
         trials,
         concurrency=concurrency,
@@ -373,9 +377,17 @@ def _cost_verdict(report: dict, target: str) -> list[str]:
             saving += ": a proxy smaller in width or grid would pay more (docs/sweep.md, Cheap proxies)"
         if seconds is not None:
             beside = f", {flops:.2f}x in FLOPs" if flops is not None else ""
+            wall = c.get("mutransfer_vs_direct_wall_seconds")
+            walled = (
+                f"; about {wall:.2f}x in wall time (the direct search's trainings in place of the proxies', at the "
+                "same concurrency and start-up)"
+                if wall is not None
+                else ""
+            )
             out.append(
                 f"muTransfer cost about {seconds:.2f}x of tuning {target} directly in training time "
-                f"(device-seconds; direct tuning estimated from the target's seconds per epoch{beside}): {saving}"
+                f"(device-seconds; direct tuning estimated from the target's seconds per epoch{beside}){walled}: "
+                f"{saving}"
             )
         else:
             out.append(

@@ -79,6 +79,11 @@ def test_a_two_objective_study_runs_end_to_end_with_its_front(tiny_data, tmp_pat
         row = next(r for r in done if r["trial_id"] == t.user_attrs["mutransfer.trial_id"])
         assert t.values == pytest.approx([row["val_error"], row["trainer_seconds"]], rel=1e-6)
 
+    import mutransfer as mt
+
+    loaded = mt.load_study("two", storage=tmp_path / "runs", executor="inprocess")
+    assert [t.key for t in loaded.best_trials] == [p["trial_id"] for p in front]  # the API's front: the same, in order
+
     page = (folder / "report.html").read_text()
     assert 'id="pareto"' in page and "Pareto front: validation error vs training seconds" in page
 

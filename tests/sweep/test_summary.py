@@ -58,6 +58,27 @@ def test_the_saving_is_rated_on_training_time_with_flops_beside_it_and_the_overh
     assert cheap[-1].endswith("): a saving")
     flops_only = transfer_verdict(_report(compute={"mutransfer_vs_direct_flops": 0.2}))
     assert "the saving in time is not known" in flops_only[-1]
+    assert "in wall time" not in cost  # not estimated: not said
+    walled = transfer_verdict(
+        _report(compute={"mutransfer_vs_direct_training_seconds": 0.4, "mutransfer_vs_direct_wall_seconds": 0.8})
+    )
+    assert "0.40x of tuning FNO-1D K=24 width 32 directly in training time" in walled[-1]
+    assert "; about 0.80x in wall time (the direct search's trainings in place of the proxies'" in walled[-1]
+
+
+def test_the_wall_time_of_direct_tuning_is_estimated_from_the_measured_parts():
+    """Setup 10 s; a proxy phase of 30 s at 2 at a time whose 4 trials trained 40 s (20 s of it on the wall clock,
+    10 s outside training); the target trains 2 s per epoch: the same 4 trials x 5 epochs at the target's size, 2 at
+    a time, take 20 s: 10 + 10 + 20 = 40 s. A part not measured: no estimate."""
+    from mutransfer.study_folder.records import TrialRecord
+    from mutransfer.sweep.cost import direct_wall_estimate
+
+    trials = [TrialRecord(f"t{i:04d}", i + 1, "completed", {}, {}, 0.1, 5, trainer_seconds=10.0) for i in range(4)]
+    compute = {"setup_seconds": 10.0, "proxy_phase_seconds": 30.0, "proxy_concurrency": 2}
+    target = {"trainer_seconds": 40.0, "epochs": 20}
+    assert direct_wall_estimate(compute, trials, target) == 40.0
+    assert direct_wall_estimate(compute | {"setup_seconds": None}, trials, target) is None
+    assert direct_wall_estimate(compute, trials, None) is None
 
 
 def test_a_verification_and_a_baseline_add_their_findings_and_leave_the_suggestions():
