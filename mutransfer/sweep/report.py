@@ -365,19 +365,22 @@ def transfer_verdict(report: dict) -> list[str]:
 
 
 def _cost_verdict(report: dict, target: str) -> list[str]:
-    """The saving against tuning the target directly, rated on training time (device-seconds; FLOPs beside it,
-    never alone), and how much of the wall time was fixed overhead and what would shrink it."""
+    """The saving against tuning the target directly, rated on the dearer of training time (device-seconds) and
+    wall time (estimated), FLOPs beside them and never alone, and how much of the wall time was fixed overhead and
+    what would shrink it."""
     c = report.get("compute") or {}
     seconds, flops = c.get("mutransfer_vs_direct_training_seconds"), c.get("mutransfer_vs_direct_flops")
+    wall = c.get("mutransfer_vs_direct_wall_seconds") if seconds is not None else None
     out = []
     ratio = seconds if seconds is not None else flops
+    if wall is not None and ratio is not None:  # rated on the dearer of training time and wall time
+        ratio = max(ratio, wall)
     if ratio is not None:
         saving = "a saving" if ratio < 0.5 else "a small saving" if ratio < 1 else "no saving"
         if ratio >= 0.5:
             saving += ": a proxy smaller in width or grid would pay more (docs/sweep.md, Cheap proxies)"
         if seconds is not None:
             beside = f", {flops:.2f}x in FLOPs" if flops is not None else ""
-            wall = c.get("mutransfer_vs_direct_wall_seconds")
             walled = (
                 f"; about {wall:.2f}x in wall time (the direct search's trainings in place of the proxies', at the "
                 "same concurrency and start-up)"

@@ -64,6 +64,9 @@ def test_the_saving_is_rated_on_training_time_with_flops_beside_it_and_the_overh
     )
     assert "0.40x of tuning FNO-1D K=24 width 32 directly in training time" in walled[-1]
     assert "; about 0.80x in wall time (the direct search's trainings in place of the proxies'" in walled[-1]
+    assert walled[-1].endswith(
+        "): a small saving: a proxy smaller in width or grid would pay more (docs/sweep.md, Cheap proxies)"
+    )  # rated on the dearer, the wall time
 
 
 def test_the_wall_time_of_direct_tuning_is_estimated_from_the_measured_parts():
