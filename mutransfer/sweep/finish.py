@@ -19,6 +19,10 @@ from mutransfer.sweep.holds import hold_if_asked
 from mutransfer.sweep.repeat import repeat_command
 from mutransfer.sweep.report import build_report, format_report, plot_trials
 from mutransfer.tracking.runs import log_batch
+from mutransfer.tracking.views import VERDICT_TAG
+
+#: the longest run tag value MLflow stores (mlflow.utils.validation.MAX_TAG_VAL_LENGTH)
+MAX_TAG_CHARS = 8000
 
 
 def write_report(ctx: SweepContext) -> None:
@@ -115,6 +119,7 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
                 "direct_sweep_flops",
                 "mutransfer_vs_direct_flops",
                 "mutransfer_vs_direct_training_seconds",
+                "mutransfer_vs_direct_wall_seconds",
             )
             if c.get(key) is not None
         ],
@@ -130,7 +135,9 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     logged = tracker.client.get_run(parent).data  # a resumed report phase logs each value once
     metrics = [m for m in metrics if m[0] not in logged.metrics]
     params = {k: v for k, v in params.items() if k not in logged.params}
-    log_batch(tracker.client, parent, metrics=metrics, params=params, tags={"mutransfer.status": "done"})
+    verdict = "; ".join(report.get("verdict") or [])[:MAX_TAG_CHARS]  # the studies' view shows it (tracking.views)
+    tags = {"mutransfer.status": "done", VERDICT_TAG: verdict}
+    log_batch(tracker.client, parent, metrics=metrics, params=params, tags=tags)
     gain = (report.get("proxy_to_target") or {}).get("gain")  # the target's own proxy (with --top-k: the winner's)
     if gain is not None and "proxy_to_target_gain" not in logged.metrics:
         log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", gain, now, 0)])

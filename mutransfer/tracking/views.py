@@ -99,9 +99,13 @@ STUDY_METRICS = (
     "target_test_error",
     "proxy_to_target_gain",
     "mutransfer_vs_direct_training_seconds",
+    "mutransfer_vs_direct_wall_seconds",
     "mutransfer_vs_direct_flops",
+    "verify_transfer_error_decades",
     "sweep_wall_seconds",
 )
+#: the tag holding a study's verdict in words (the report's ``verdict``, joined), the view's last column
+VERDICT_TAG = "mutransfer.verdict"
 
 
 def studies_view_state() -> dict:
@@ -115,7 +119,8 @@ def studies_view_state() -> dict:
         "orderByAsc": True,
         "selectedColumns": [EXPERIMENT_NAME_COLUMN]
         + [_column("params", k) for k in STUDY_PARAMS]
-        + [_column("metrics", m) for m in STUDY_METRICS],
+        + [_column("metrics", m) for m in STUDY_METRICS]
+        + [_column("tags", VERDICT_TAG)],
     }
 
 

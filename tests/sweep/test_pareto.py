@@ -79,6 +79,16 @@ def test_a_two_objective_study_runs_end_to_end_with_its_front(tiny_data, tmp_pat
         row = next(r for r in done if r["trial_id"] == t.user_attrs["mutransfer.trial_id"])
         assert t.values == pytest.approx([row["val_error"], row["trainer_seconds"]], rel=1e-6)
 
+    from tests.sweep_helpers import mlflow_runs
+
+    (parent,) = [
+        r for r in mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}") if r.data.tags["mutransfer.kind"] == "study"
+    ]
+    assert parent.data.tags["mutransfer.verdict"] == "; ".join(report["verdict"])  # the studies' view's last column
+    assert parent.data.metrics["mutransfer_vs_direct_wall_seconds"] == pytest.approx(
+        report["compute"]["mutransfer_vs_direct_wall_seconds"]
+    )
+
     import mutransfer as mt
 
     loaded = mt.load_study("two", storage=tmp_path / "runs", executor="inprocess")

@@ -312,6 +312,9 @@ def test_the_side_by_side_view_is_written_only_where_there_are_studies_to_compar
     state = json.loads(_client(uri).get_experiment(experiment_id).tags[tag])
     assert state == studies_view_state() and state["searchFilter"] == "tags.`mutransfer.kind` = 'study'"
     assert "metrics.`target_test_error`" in state["selectedColumns"] and "params.`proxy_K`" in state["selectedColumns"]
+    for column in ("metrics.`verify_transfer_error_decades`", "metrics.`mutransfer_vs_direct_wall_seconds`"):
+        assert column in state["selectedColumns"]
+    assert state["selectedColumns"][-1] == "tags.`mutransfer.verdict`"  # the verdict in words, last
 
 
 @pytest.mark.slow
