@@ -29,7 +29,7 @@ import os
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
 from mutransfer.study.models import model_spec
-from mutransfer.study.search_space import with_operator_fields
+from mutransfer.study.search_space import trial_study
 from mutransfer.training.memory import available_memory, check_fits, check_padding
 from operators.planning import FNOPlan
 from operators.planning_attention import AttentionPlan
@@ -50,8 +50,6 @@ def _plan(study: Study, modes: int | None, width: int, batch: int, device: str =
     shape = study.proxy_grid_shape if proxy_grid else study.grid_shape
     grid = tuple(n - study.padding for n in shape)  # grid_shape includes the padding
     study = study.sized()  # the K rule's exponent may not be measured yet; it changes no size
-    largest = {k: _largest_searched(study, k, None) for k in ("operator.layers", "operator.projection_channels")}
-    study = with_operator_fields(study, {k: v for k, v in largest.items() if v is not None})  # the largest model
     return study.family.plan(
         model_spec(study, modes=modes, width=width),
         grid=grid,
@@ -78,6 +76,9 @@ def plan_step(study: Study, *, target: bool, device: str, workers: int = 1) -> P
     """
     if study.point_problem:
         return None
+    searched = ("operator.layers", "operator.projection_channels", "operator.width", "proxy_K")
+    largest = {k: _largest_searched(study, k, None) for k in searched}
+    study = trial_study(study, {k: v for k, v in largest.items() if v is not None})  # the largest model searched
     batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     if target:
         return _plan(

@@ -16,7 +16,7 @@ from torch import nn
 from mutransfer.data.validation import SelectionSplit, coarsen
 from mutransfer.problems import get_problem
 from mutransfer.study import Study
-from mutransfer.study.search_space import SEARCHABLE, is_operator_key, typed, with_operator_fields
+from mutransfer.study.search_space import SEARCHABLE, SIZE_KEYS, is_operator_key, trial_study, typed
 from mutransfer.training import TrainConfig
 from operators.adapters import normalization_from
 from operators.family import ModelSpec
@@ -72,7 +72,7 @@ class Hyperparameters:
             searched=tuple(
                 (key, typed(key, value))
                 for key, value in config.items()
-                if key in SEARCHED_ONLY or is_operator_key(key)
+                if key in SEARCHED_ONLY or key in SIZE_KEYS or is_operator_key(key)
             ),
         )
 
@@ -185,7 +185,7 @@ def model_for(
     """
     hp = hp or {}
     init_scale = float(hp.get("init_scale", 1.0))
-    study = with_operator_fields(study, hp)
+    study = trial_study(study, hp)
     if modes is None:
         modes = study.target_modes if target else study.proxy_modes
     if width is None:

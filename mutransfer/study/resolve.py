@@ -22,7 +22,7 @@ from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA
 from mutransfer.study.ladder import check_ladder
 from mutransfer.study.samplers import SINGLE_OBJECTIVE, sampler_problem
 from mutransfer.study.schema import Study
-from mutransfer.study.search_space import OPTIONS_PREFIX, with_operator_fields
+from mutransfer.study.search_space import OPTIONS_PREFIX, SIZE_KEYS, trial_study
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_modes
 from operators.planning_attention import plan_attention
@@ -47,12 +47,14 @@ def resolve_and_check(study: Study, r: Reader) -> None:
     if problem.kind == "points":
         _resolve_points_problem(study, problem, r)
         _resolve_validation(study.problem, r)
+        check_searched_sizes(study, r)
         return
     _resolve_grid_problem(study, problem, r)
     _resolve_validation(study.problem, r)
     if study.family.scales("K"):
         _check_modes(study, r)
     check_search_algorithm(study, r)
+    check_searched_sizes(study, r)
 
 
 def _resolve_grid_problem(study: Study, problem, r: Reader) -> None:
@@ -138,6 +140,47 @@ def _resolve_width(study: Study, r: Reader) -> None:
         _check_searched_operator(study, r)
 
 
+def check_searched_sizes(study: Study, r: Reader) -> None:
+    """A searched proxy size (``proxy_K``, ``operator.width``) only where a transfer rule covers it (muP in K, the
+    width rule under width-muP), without a ladder (which sizes the proxies itself) or a K exponent measured between
+    two fixed K; each value a proxy the target is larger than, and that fits the grid (K) or the heads (width)."""
+    for key in (k for k in SIZE_KEYS if k in study.search_space):
+        dist = study.search_space[key]
+        where = f"search_space.{key}"
+        if study.ladder is not None:
+            r.fail(where, "a ladder sizes the proxies itself; search the size or climb a ladder, not both")
+        if key == "proxy_K" and not (study.family.scales("K") and study.parametrization == "mup"):
+            r.fail(where, "the K rule covers the proxy's K under parametrization: mup of an FNO; set proxy_K instead")
+        if key == "proxy_K" and study.operator.k_exponent == K_EXPONENT_FROM_DATA:
+            r.fail(where, "operator.k_exponent: data is measured between one proxy_K and target_K; give a number")
+        if key == "operator.width" and not (study.scales_width and study.width_parametrization == "mup"):
+            r.fail(where, "the width rule covers the proxy's width under width-muP: set target_width > operator.width")
+        drawable = (
+            list(dist.values or []) if dist.type == "choice" else range(int(dist.low or 1), int(dist.high or 1) + 1)
+        )
+        for value in drawable:
+            problem = _size_problem(study, key, int(value))
+            if problem:
+                r.fail(where, f"can draw {value}: {problem}")
+
+
+def _size_problem(study: Study, key: str, value: int) -> str | None:
+    """Why a proxy of searched size ``value`` cannot be trained and transferred from (None: it can)."""
+    if key == "operator.width":
+        if value >= int(study.target_width or 0):
+            return f"a proxy must be narrower than target_width ({study.target_width}); keep the range below it"
+        heads = study.operator.heads
+        return f"not divisible by operator.heads {heads}" if heads and value % heads else None
+    if value >= int(study.target_K or 0) and not (study.scales_width or study.scales_resolution):
+        return f"a proxy must have fewer modes than target_K ({study.target_K}); keep the range below it"
+    try:
+        check_modes(value, study.dim, study.parametrization)
+        check_grid(study.proxy_grid_shape, value)
+    except OperatorConfigError as exc:
+        return str(exc)
+    return None
+
+
 def _check_searched_operator(study: Study, r: Reader) -> None:
     """Each searched value of ``operator.heads`` and of an ``operator.options.<key>`` checked as a fixed one would be:
     heads dividing both widths, the operator built once with the option (so a value the family refuses fails now)."""
@@ -149,7 +192,7 @@ def _check_searched_operator(study: Study, r: Reader) -> None:
         )
         for i, value in enumerate(drawable):
             where = f"search_space.{key}" + (f".values[{i}]" if dist.type == "choice" else "")
-            drawn = with_operator_fields(study, {key: value})
+            drawn = trial_study(study, {key: value})
             widths = (study.operator.width, study.target_width)
             if key == "operator.heads" and any(w % value for w in widths):
                 r.fail(where, f"heads {value} does not divide the widths {widths[0]} and {widths[1]}; use a divisor")

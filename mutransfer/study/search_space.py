@@ -23,8 +23,6 @@ NOT_SEARCHABLE = {
     "betas": "search beta1 and beta2 (Adam's betas one at a time)",
     "milestones": "a list of epochs; search step_size or gamma instead",
     "seed": "the seed is not a hyperparameter; set training.seed (--verify retrains the target over seeds)",
-    "proxy_K": "the proxy's K is the size the K rule transfers from, and more modes score lower at the same "
-    "hyperparameters, so the search would pick the most; set proxy_K, or compare sizes with ladder:",
 }
 #: the distributions each kind of training field accepts
 _BY_KIND = {"float": ("loguniform", "uniform", "choice"), "int": ("int", "choice"), "str": ("choice",)}
@@ -55,11 +53,14 @@ OPTIONS_PREFIX = "operator.options."
 #: the operator's fields a search cannot draw, and why
 OPERATOR_NOT_SEARCHABLE = {
     "type": "the operator family is the study's; run a study per family and compare them (mutransfer studies)",
-    "width": "the proxy's width is the size the rules transfer from, and a wider proxy scores lower at the same "
-    "hyperparameters, so the search would pick the widest; set operator.width, or compare sizes with ladder:",
     "padding": "the padding sets the grid K is checked against; set operator.padding",
     "k_exponent": "the K rule's exponent is a rule, not a hyperparameter; measure it with operator.k_exponent: data",
 }
+
+
+#: the proxy's sizes a search may draw where a transfer rule covers them (mutransfer.study.resolve): each trial's
+#: proxy at its own K or width, the target transferred from the winner's
+SIZE_KEYS = ("proxy_K", "operator.width")
 
 
 def is_operator_key(name: str) -> bool:
@@ -74,6 +75,8 @@ def _spec(name: str) -> Setting | None:
         return None
     if is_operator_key(name):
         return setting_of(OperatorSpec, name.removeprefix("operator."))
+    if name == "proxy_K":
+        return setting_of(Study, name)
     return setting_of(TrainingSpec, name)
 
 
@@ -204,6 +207,8 @@ def _operator_key_problem(key: str, operator: OperatorSpec, fields: tuple[str, .
     name = key.removeprefix("operator.")
     if name in OPERATOR_NOT_SEARCHABLE:
         return f"cannot be searched: {OPERATOR_NOT_SEARCHABLE[name]}"
+    if key in SIZE_KEYS:
+        return None  # where a transfer rule covers it: checked with the study (mutransfer.study.resolve)
     if name not in OPERATOR_SEARCHABLE or (name != "layers" and name not in fields):
         own = [f"operator.{f}" for f in OPERATOR_SEARCHABLE if f == "layers" or f in fields]
         return f"is not a field {operator.type} searches; use one of: {', '.join(own)}, or operator.options.<key>"
@@ -215,7 +220,7 @@ def read_search_space(r: Reader, operator: OperatorSpec, fields: tuple[str, ...]
     and its family's ``fields``)."""
     space = {}
     for key in r.mapping:
-        if isinstance(key, str) and is_operator_key(key):
+        if isinstance(key, str) and (is_operator_key(key) or key in SIZE_KEYS):
             problem = _operator_key_problem(key, operator, fields)
             if problem:
                 r.fail(r.where(key), problem)
@@ -276,16 +281,18 @@ class _Fields:
         self.__dict__.update(values)
 
 
-def with_operator_fields(study: Study, hp: dict) -> Study:
-    """``study`` with the operator fields a trial's hyperparameters ``hp`` searched (``operator.layers``,
-    ``operator.options.<key>``) set on its operator: the model the trial, and the target it transfers to, build."""
+def trial_study(study: Study, hp: dict) -> Study:
+    """``study`` as one trial's hyperparameters ``hp`` see it: the operator fields it searched (``operator.layers``,
+    ``operator.options.<key>``) set on its operator, and a searched proxy size (``proxy_K``, ``operator.width``) as
+    the proxy's. The model the trial builds, the transfer from it and the target it transfers to all read this."""
     fields = {
         k.removeprefix("operator."): v for k, v in hp.items() if is_operator_key(k) and not k.startswith(OPTIONS_PREFIX)
     }
     options = {k.removeprefix(OPTIONS_PREFIX): v for k, v in hp.items() if k.startswith(OPTIONS_PREFIX)}
-    if not fields and not options:
+    if not fields and not options and "proxy_K" not in hp:
         return study
     operator = dataclasses.replace(study.operator, **fields)
     if options:
         operator.options = {**(study.operator.options or {}), **options}
-    return dataclasses.replace(study, operator=operator)
+    proxy_k = int(hp["proxy_K"]) if "proxy_K" in hp else study.proxy_K  # type: ignore[call-overload]
+    return dataclasses.replace(study, operator=operator, proxy_K=proxy_k)

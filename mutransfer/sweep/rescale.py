@@ -10,6 +10,7 @@ here and carried: the target trains it, top-k reuses it for the candidate it was
 from __future__ import annotations
 
 from mutransfer.study import Study
+from mutransfer.study.search_space import SIZE_KEYS, trial_study
 from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep.context import SweepContext, TransferResult, final_search
 from operators.transfer import transfer as rescale
@@ -19,8 +20,9 @@ def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
     """(the transfer record as a dict, the target's hyperparameters) for the best proxy."""
 
     hp = dict(best.hp if isinstance(best, TrialRecord) else best["hp"])
+    study = trial_study(study, hp)  # a searched proxy size: the transfer is from the trial's own
     own = study.family.own_hyperparameters(hp)  # clip_value, init_scale only where they act
-    carried = {k: v for k, v in own.items() if k != "lr" and v is not None}
+    carried = {k: v for k, v in own.items() if k != "lr" and v is not None and k not in SIZE_KEYS}
     unchanged = {k: v for k, v in carried.items() if not isinstance(v, str)}
     named = {k: v for k, v in carried.items() if isinstance(v, str)}  # a searched schedule, loss or precision
     record = rescale(study.transfer_scaling(), hp["lr"], init_scale=own.get("init_scale"), unchanged=unchanged)

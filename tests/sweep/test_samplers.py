@@ -146,13 +146,18 @@ def test_the_operators_own_fields_are_searched_and_carried_to_the_target(tiny_da
 @pytest.mark.parametrize(
     "key, dist, fragment",
     [
-        (
+        (  # no width rule: the study does not scale the width
             "operator.width",
             {"type": "int", "low": 8, "high": 16},
-            "cannot be searched: the proxy's width is the size the rules transfer from",
+            "the width rule covers the proxy's width under width-muP: set target_width > operator.width",
         ),
+        (
+            "proxy_K",
+            {"type": "choice", "values": [6, 24]},
+            "search_space.proxy_K: can draw 24: a proxy must have fewer",
+        ),
+        ("proxy_K", {"type": "choice", "values": [1, 6]}, "search_space.proxy_K.values[0]: must be >= 2"),
         ("operator.padding", {"type": "choice", "values": [0, 2]}, "cannot be searched: the padding sets the grid"),
-        ("proxy_K", {"type": "choice", "values": [4, 6]}, "cannot be searched: the proxy's K is the size the K rule"),
         (
             "operator.heads",
             {"type": "choice", "values": [2]},
@@ -169,4 +174,58 @@ def test_the_operators_own_fields_are_searched_and_carried_to_the_target(tiny_da
 def test_an_operator_field_that_cannot_be_searched_is_refused(tiny_data, tmp_path, key, dist, fragment):
     with pytest.raises(UserInputError) as err:
         load_study(_study(tmp_path, tiny_data, "tpe", **{key: dist}))
-    assert fragment in str(err.value) and f"search_space.{key}" in str(err.value)
+    assert fragment in str(err.value) and f"search_space.{key}" in str(err.value), str(err.value)
+
+
+def test_the_proxys_size_is_searched_where_the_rules_cover_it_and_the_target_transfers_from_the_winners(
+    tiny_data, tmp_path, capsys, monkeypatch
+):
+    """``proxy_K`` and ``operator.width`` searched in a study that scales both under muP: each trial trains a proxy
+    of its own K and width (its checkpoint's model config), the transfer record starts from the winner's, and the
+    target is the study's size with the winner's width as its muP base width."""
+    import torch
+
+    from mutransfer.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    space = {
+        "proxy_K": {"type": "choice", "values": [4, 8]},
+        "operator.width": {"type": "choice", "values": [8, 16]},
+    }
+    path = _study(tmp_path, tiny_data, "random", **space)
+    mapping = yaml.safe_load(path.read_text())
+    mapping["target_width"] = 32
+    path.write_text(yaml.safe_dump(mapping, sort_keys=False))
+    assert main(["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--json", *IN_PROCESS]) == 0
+    report = json.loads(capsys.readouterr().out)
+    folder = tmp_path / "runs" / "s-random"
+    configs = {t["trial_id"]: t["config"] for t in report["trial_table"]}
+    assert len({(c["proxy_K"], c["operator.width"]) for c in configs.values()}) > 1
+    for key, config in configs.items():
+        model = torch.load(folder / "trials" / key / "checkpoint.pt", weights_only=True)["model_config"]
+        assert (model["modes"], model["width"]) == (config["proxy_K"], config["operator.width"]), key
+    best = report["best_proxy"]["config"]
+    record = report["transfer"]
+    assert (record["proxy_modes"], record["proxy_width"]) == (best["proxy_K"], best["operator.width"])
+    assert (record["target_modes"], record["target_width"]) == (24, 32)
+    assert "proxy_K" not in {q["name"] for q in record["quantities"]}  # a size, in the header, not an unchanged row
+    target = json.loads((folder / "model" / "config.json").read_text())["model_config"]
+    assert (target["modes"], target["width"], target["base_width"]) == (24, 32, best["operator.width"])
+
+
+def test_a_searched_size_needs_the_rule_that_covers_it(tiny_data, tmp_path):
+    """Width-muP off (standard width parametrization): no rule transfers the width, so it is not searched; a
+    ladder sizes the proxies itself."""
+    path = _study(tmp_path, tiny_data, "tpe", **{"operator.width": {"type": "choice", "values": [8, 16]}})
+    mapping = yaml.safe_load(path.read_text())
+    mapping.update(target_width=32, width_parametrization="standard")
+    path.write_text(yaml.safe_dump(mapping, sort_keys=False))
+    with pytest.raises(UserInputError, match="search_space.operator.width: the width rule covers"):
+        load_study(path)
+    for key in ("target_width", "width_parametrization"):
+        mapping.pop(key)
+    mapping["ladder"] = [6, 12, 24]
+    mapping["search_space"] = {"lr": mapping["search_space"]["lr"], "proxy_K": {"type": "choice", "values": [4, 6]}}
+    path.write_text(yaml.safe_dump(mapping, sort_keys=False))
+    with pytest.raises(UserInputError, match="search_space.proxy_K: a ladder sizes the proxies itself"):
+        load_study(path)
