@@ -263,7 +263,7 @@ def pareto_figure(report: dict) -> Figure:
     rows = [
         t
         for t in report.get("trial_table") or []
-        if t.get("status") == "completed" and t.get("val_error") is not None and t.get("trainer_seconds") is not None
+        if t.get("status") == "completed" and t.get("val_error") is not None and (t.get("trainer_seconds") or 0) > 0
     ]
     front = (report.get("pareto_front") or {}).get("trials") or []
     if not rows:

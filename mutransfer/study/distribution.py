@@ -19,6 +19,14 @@ class Distribution:
             return {"type": "choice", "values": list(self.values or [])}
         return {"type": self.type, "low": self.low, "high": self.high}
 
+    def candidates(self) -> list:
+        """The values a study's checks try: a choice's values, an int range's every integer, a float range's ends."""
+        if self.type == "choice":
+            return list(self.values or [])
+        if self.type == "int":
+            return list(range(int(self.low or 0), int(self.high or 0) + 1))
+        return [self.low, self.high]
+
     @classmethod
     def from_dict(cls, d: dict) -> Distribution:
         """The inverse of :meth:`to_dict` (a study folder's study.yaml, read back)."""

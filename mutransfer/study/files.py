@@ -227,7 +227,7 @@ def parse_study(
         width_parametrization=read("width_parametrization"),
         ladder=read("ladder"),
         ladder_keep=read("ladder_keep"),
-        search_space=read_search_space(r.sub("search_space"), operator, family.fields),
+        search_space=read_search_space(r.sub("search_space"), operator, family.fields, family.facts_on_parameters),
         training=_read_training(r.sub("training")),
         search=read_section(r.sub("search"), SearchSpec),
         budget=read_section(r.sub("budget"), BudgetSpec),
@@ -403,7 +403,15 @@ def load_study(
     search = (Path(path).resolve().parent, Path.cwd()) if path is not None and text is None else (Path.cwd(),)
     if path is not None and text is None:
         _data_beside_the_study(mapping, Path(path).resolve().parent)
-    return parse_study(mapping, source, flags=flags, factory_search=search), applied
+    study = parse_study(mapping, source, flags=flags, factory_search=search)
+    for field_path, flag in flags.items():  # a flag would fix what the search draws: say so rather than lose it
+        searched = field_path.removeprefix("training.")
+        if searched in study.search_space:
+            raise UserInputError(
+                f"study {source}: search_space.{searched}: searched, so {flag} (which sets {field_path}) would be "
+                f"overridden by every trial's value; drop {flag} or the search_space.{searched} entry"
+            )
+    return study, applied
 
 
 def _data_beside_the_study(mapping: Any, folder: Path) -> None:

@@ -155,9 +155,7 @@ def check_searched_sizes(study: Study, r: Reader) -> None:
             r.fail(where, "operator.k_exponent: data is measured between one proxy_K and target_K; give a number")
         if key == "operator.width" and not (study.scales_width and study.width_parametrization == "mup"):
             r.fail(where, "the width rule covers the proxy's width under width-muP: set target_width > operator.width")
-        drawable = (
-            list(dist.values or []) if dist.type == "choice" else range(int(dist.low or 1), int(dist.high or 1) + 1)
-        )
+        drawable = dist.candidates()
         for value in drawable:
             problem = _size_problem(study, key, int(value))
             if problem:
@@ -171,7 +169,8 @@ def _size_problem(study: Study, key: str, value: int) -> str | None:
             return f"a proxy must be narrower than target_width ({study.target_width}); keep the range below it"
         heads = study.operator.heads
         return f"not divisible by operator.heads {heads}" if heads and value % heads else None
-    if value >= int(study.target_K or 0) and not (study.scales_width or study.scales_resolution):
+    same_k_scales = study.scales_width or study.scales_resolution  # equal K is a smaller proxy in width or grid
+    if value > int(study.target_K or 0) or (value == study.target_K and not same_k_scales):
         return f"a proxy must have fewer modes than target_K ({study.target_K}); keep the range below it"
     try:
         check_modes(value, study.dim, study.parametrization)
@@ -187,9 +186,7 @@ def _check_searched_operator(study: Study, r: Reader) -> None:
     for key, dist in study.search_space.items():
         if key != "operator.heads" and not key.startswith(OPTIONS_PREFIX):
             continue
-        drawable = (
-            list(dist.values or []) if dist.type == "choice" else range(int(dist.low or 1), int(dist.high or 1) + 1)
-        )
+        drawable = dist.candidates()
         for i, value in enumerate(drawable):
             where = f"search_space.{key}" + (f".values[{i}]" if dist.type == "choice" else "")
             drawn = trial_study(study, {key: value})

@@ -34,7 +34,7 @@ def _sampler_class(name: str):
             return None
         try:
             cls = getattr(importlib.import_module(module), attribute, None)
-        except ImportError:
+        except Exception:  # noqa: BLE001 -- any failure to import the named module: not a sampler this study can use
             return None
     else:
         cls = getattr(optuna.samplers, name, None)

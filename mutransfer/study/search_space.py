@@ -196,8 +196,9 @@ def _operator_distributions(name: str) -> tuple[str, ...]:
     return _BY_KIND[kind_of_hyperparameter(name)]
 
 
-def _operator_key_problem(key: str, operator: OperatorSpec, fields: tuple[str, ...]) -> str | None:
-    """Why ``operator.<field>`` cannot be searched in a study of ``operator`` (whose family has ``fields``)."""
+def _operator_key_problem(key: str, operator: OperatorSpec, fields: tuple[str, ...], factory: bool) -> str | None:
+    """Why ``operator.<field>`` cannot be searched in a study of ``operator`` (whose family has ``fields``;
+    ``factory``: a user's factory, which takes its depth, if any, among its own options)."""
     if key.startswith(OPTIONS_PREFIX):
         option = key.removeprefix(OPTIONS_PREFIX)
         if option not in (operator.options or {}):
@@ -209,19 +210,23 @@ def _operator_key_problem(key: str, operator: OperatorSpec, fields: tuple[str, .
         return f"cannot be searched: {OPERATOR_NOT_SEARCHABLE[name]}"
     if key in SIZE_KEYS:
         return None  # where a transfer rule covers it: checked with the study (mutransfer.study.resolve)
+    if factory and name == "layers":
+        return "a factory builds its own depth (it is not given operator.layers); search its depth option instead, operator.options.<key>"
     if name not in OPERATOR_SEARCHABLE or (name != "layers" and name not in fields):
         own = [f"operator.{f}" for f in OPERATOR_SEARCHABLE if f == "layers" or f in fields]
         return f"is not a field {operator.type} searches; use one of: {', '.join(own)}, or operator.options.<key>"
     return None
 
 
-def read_search_space(r: Reader, operator: OperatorSpec, fields: tuple[str, ...]) -> dict[str, Distribution]:
-    """The ``search_space`` section; ``operator``: the study's (``operator.<field>`` keys are checked against it
-    and its family's ``fields``)."""
+def read_search_space(
+    r: Reader, operator: OperatorSpec, fields: tuple[str, ...], factory: bool = False
+) -> dict[str, Distribution]:
+    """The ``search_space`` section; ``operator``: the study's (``operator.<field>`` keys are checked against it,
+    its family's ``fields`` and whether it is a user's ``factory``)."""
     space = {}
     for key in r.mapping:
         if isinstance(key, str) and (is_operator_key(key) or key in SIZE_KEYS):
-            problem = _operator_key_problem(key, operator, fields)
+            problem = _operator_key_problem(key, operator, fields, factory)
             if problem:
                 r.fail(r.where(key), problem)
             space[key] = read_distribution(r.sub(key), key)
@@ -253,9 +258,7 @@ def combination_problem(training: TrainingSpec, space: dict[str, Distribution]) 
     range's ends."""
     fields = {f for f, _d, _s in settings_of(TrainingSpec)}
     names = [n for n in space if n in fields]
-    values = [
-        list(space[n].values or []) if space[n].type == "choice" else [space[n].low, space[n].high] for n in names
-    ]
+    values = [space[n].candidates() for n in names]
     combos = 1
     for v in values:
         combos *= len(v)
@@ -296,3 +299,9 @@ def trial_study(study: Study, hp: dict) -> Study:
         operator.options = {**(study.operator.options or {}), **options}
     proxy_k = int(hp["proxy_K"]) if "proxy_K" in hp else study.proxy_K  # type: ignore[call-overload]
     return dataclasses.replace(study, operator=operator, proxy_K=proxy_k)
+
+
+def without_sizes(hp: dict) -> dict:
+    """``hp`` without a searched proxy size (:data:`SIZE_KEYS`): a training at the target's size (the direct
+    search) builds the target's model whatever proxy size the configuration names."""
+    return {k: v for k, v in hp.items() if k not in SIZE_KEYS}

@@ -79,6 +79,8 @@ def _build(ctx: SweepContext, wall: float) -> dict:
             "proxy_phase_seconds": proxies.seconds,
             "concurrency": proxies.concurrency,
             "input_shape": list(ctx.data.train_x.shape[1:]),
+            "prior_wall": ctx.prior_wall,  # earlier sessions' wall time (a resumed study)
+            "coord_check": bool(ctx.options.coord_check),  # a phase of its own in the wall time
         },
     )
     report["model"] = ctx.state.get("model")  # mutransfer.sweep.model_log: the target as an MLflow model

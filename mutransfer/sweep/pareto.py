@@ -12,11 +12,9 @@ from mutransfer.study_folder.records import TrialRecord
 
 
 def pareto_front(trials: list[TrialRecord]) -> list[TrialRecord]:
-    """The completed trials with an error and seconds that no other such trial dominates (lower or equal on both
-    objectives, lower on one), by validation error (then seconds, then index)."""
-    points = [
-        t for t in trials if t.status == "completed" and t.val_error is not None and t.trainer_seconds is not None
-    ]
+    """The completed trials with an error and measured seconds (0: not measured) that no other such trial
+    dominates (lower or equal on both objectives, lower on one), by validation error (then seconds, then index)."""
+    points = [t for t in trials if t.status == "completed" and t.val_error is not None and t.trainer_seconds > 0]
     front = [
         t
         for t in points

@@ -39,7 +39,7 @@ from mutransfer.errors import UserInputError
 from mutransfer.study import Study
 from mutransfer.study_folder.state import write_atomic
 from mutransfer.sweep._trial_journal import TrialJournal, journal_path
-from mutransfer.sweep.sampling import sample_config, search_distributions
+from mutransfer.sweep.sampling import PRUNED, sample_config, search_distributions
 from mutransfer.sweep.trial import read_trial_history
 
 CONFIG_FILE = "config.json"
@@ -217,14 +217,17 @@ class Outcome:
             return None
         return float(value)
 
-    def told(self, objectives: str) -> float | tuple[float, float] | None:
+    def told(self, objectives: str) -> float | tuple[float, float] | str | None:
         """What a search on ``objectives`` (``search.objectives``) tells its sampler of this trial: its
-        :attr:`value`, or for ``error+seconds`` (validation error, training seconds) of a trial that ran its whole
-        budget (None for the others: a pruned trial's seconds are a part of a training's)."""
+        :attr:`value`; for ``error+seconds``, (validation error, training seconds) of a trial that ran its whole
+        budget, :data:`~mutransfer.sweep.sampling.PRUNED` for a pruned one (its seconds are a part of a training's;
+        Optuna's samplers count a pruned trial as a poor one), None for a failed or diverged one."""
         if objectives == "error":
             return self.value
         seconds = self.metrics.get("trainer_seconds")
-        if self.status != "completed" or self.value is None or seconds is None:
+        if self.status == "pruned":
+            return PRUNED
+        if self.status != "completed" or self.value is None or not seconds:
             return None
         return self.value, float(seconds)
 
@@ -388,7 +391,8 @@ class SearchPlan:
             self.journal.handed_out(index, key, config)
             return
         history = [(r.epoch, r.test_error) for r in read_trial_history(self.trials_dir / key)]
-        self.journal.finished(index, key, config, outcome.status, outcome.told(self.study.search.objectives), history)
+        told = outcome.told(self.study.search.objectives)  # a pruned trial of a two-objective search: no values
+        self.journal.finished(index, key, config, outcome.status, None if isinstance(told, str) else told, history)
 
     def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
         """ASHA: stop trial ``key`` (which just reported ``val_error`` at ``epoch``)?

@@ -51,6 +51,11 @@ def prepare(options: SweepOptions) -> SweepContext:
             "drop the flag or give a larger target_K"
         )
     _check_verification_options(options)
+    if options.executor == "population" and study.search.objectives != "error":
+        raise UserInputError(
+            "--executor population books each trial a share of its population's seconds, which search.objectives "
+            "error+seconds would read as the configuration's cost; use --executor inprocess or ray"
+        )
     if study.problem.data is not None:
         study.problem.data = os.path.normpath(Path(study.problem.data).absolute())
     source_text = options.study_text if options.study_text is not None else _source_text(options.study_path)

@@ -100,9 +100,12 @@ def build_report(
             critical += extra.target
         compute["trainer_seconds_critical_path"] = critical
         compute["overhead_share"] = max(0.0, 1.0 - critical / wall_seconds)
+    # wall time only where this study's is muTransfer's alone: no strategy (a verification, a baseline, a ladder, top-k)
+    # or coordinate check added its phases to it, and one session measured it all (setup is this session's)
     direct_wall = direct_wall_estimate(compute, trials, target)
     compute["direct_wall_seconds_estimate"] = direct_wall
-    if direct_wall and wall_seconds:
+    alone = not any(v is not None for v in values.values()) and not phases.get("prior_wall")
+    if direct_wall and wall_seconds and alone and not phases.get("coord_check"):
         compute["mutransfer_vs_direct_wall_seconds"] = wall_seconds / direct_wall
     compute["overheads"] = overheads(
         trials,

@@ -36,6 +36,8 @@ def transfer(study: Study, best: TrialRecord | dict) -> tuple[dict, dict]:
         target_spectral_init_std=stds.target if stds else None,
         note="; ".join([*record.notes, *([_named_note(named)] if named else [])]),
     )
+    if named:  # the text report and the page list the notes
+        out["notes"] = [*record.notes, _named_note(named)]
     return out, hp
 
 

@@ -25,6 +25,9 @@ import optuna
 from mutransfer.study import Study
 from mutransfer.study.samplers import named_sampler
 
+#: what a two-objective search tells its sampler of a pruned trial (mutransfer.sweep.plan.Outcome.told)
+PRUNED = "pruned"
+
 
 def trial_seed(seed: int, index: int) -> int:
     """The sampler seed of trial ``index``: 32 bits derived from (study seed, index), the same on every platform."""
@@ -53,7 +56,7 @@ def grid_config(study: Study, index: int) -> dict:
 def sample_config(
     study: Study,
     index: int,
-    told: Sequence[tuple[dict, float | tuple[float, float] | None]],
+    told: Sequence[tuple[dict, float | tuple[float, float] | str | None]],
     sampler: optuna.samplers.BaseSampler | None = None,
 ) -> dict:
     """Trial ``index``'s configuration. ``told``: (configuration, validation error; None = failed) of earlier trials,
@@ -83,7 +86,15 @@ def sample_config(
     if algorithm == "tpe" or not isinstance(sampler, optuna.samplers.RandomSampler):
         for config, value in told:
             state = optuna.trial.TrialState.FAIL if value is None else optuna.trial.TrialState.COMPLETE
-            values = None if value is None else list(value) if isinstance(value, tuple) else [value]
+            if value == PRUNED:
+                state = optuna.trial.TrialState.PRUNED
+            values = (
+                None
+                if value is None or isinstance(value, str)
+                else list(value)
+                if isinstance(value, tuple)
+                else [value]
+            )
             ostudy.add_trial(
                 optuna.trial.create_trial(
                     state=state,

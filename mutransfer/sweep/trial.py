@@ -57,6 +57,7 @@ from mutransfer.study.models import (
     model_for,
     train_config,
 )
+from mutransfer.study.search_space import without_sizes
 from mutransfer.study_folder.records import HISTORY_FILE
 from mutransfer.study_folder.state import write_atomic
 from mutransfer.training import DIVERGED_METRIC, EpochRecord, train
@@ -240,7 +241,8 @@ def _setup(config: dict, data, study, options: dict, trial_dir: Path | None):
     checkpoints (None: nowhere, a population member)."""
     hp = merge_hyperparameters(study, config)
     torch.manual_seed(study.training.seed)  # the init depends on the seed only, not on the worker's history
-    model = model_for(study, data, target=bool(options.get("target_size")), hp=hp)
+    at_target = bool(options.get("target_size"))  # the direct search: a searched proxy size does not apply
+    model = model_for(study, data, target=at_target, hp=without_sizes(hp) if at_target else hp)
     spectral_lr0 = effective_spectral_lr(model, hp["lr"])
     tconfig = train_config(
         study,

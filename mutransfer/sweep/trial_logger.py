@@ -270,7 +270,12 @@ class TrialLogger:
 
     def _params(self, key: str, config: dict) -> dict:
         hp = self.hyperparameters(config)
-        own = {"trial_id": key, "K": self.proxy_K, "width": self.proxy_width}
+        # a searched proxy size is the trial's own (mutransfer.study.search_space.SIZE_KEYS)
+        own = {
+            "trial_id": key,
+            "K": hp.get("proxy_K", self.proxy_K),
+            "width": hp.get("operator.width", self.proxy_width),
+        }
         if self.grid is not None:
             own["grid"] = self.grid
         return {**own, **{f"hp.{k}": v for k, v in hp.items()}}

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from mutransfer.errors import UserInputError
 from mutransfer.study.models import merge_hyperparameters
+from mutransfer.study.search_space import SIZE_KEYS
 from mutransfer.sweep.plan import total_trials, trial_key
 from mutransfer.sweep.warm_start import SourceStudy, load_source
 from mutransfer.tracking.runs import log_batch
@@ -266,7 +267,9 @@ def rescale_record(study, source: SourceStudy, config: dict) -> dict:
     """operators.transfer.transfer of one warm configuration from the source's proxy size to this study's."""
 
     hp = merge_hyperparameters(study, config)
-    unchanged = {k: v for k, v in config.items() if k not in ("lr", "init_scale")}
+    unchanged = {  # numbers only (a searched schedule is a name) and no size (the source's sizes are the scaling's)
+        k: v for k, v in config.items() if k not in ("lr", "init_scale", *SIZE_KEYS) and not isinstance(v, str)
+    }
     record = transfer(
         source_scaling(study, source),
         hp["lr"],

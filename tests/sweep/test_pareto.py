@@ -29,12 +29,13 @@ def test_the_front_keeps_what_no_trial_beats_on_both_and_drops_the_rest():
         _trial(4, 0.05, 1.0, "pruned"),  # pruned: its seconds are part of a training's, never on the front
         _trial(5, None, 0.5, "failed"),
         _trial(6, 0.40, 1.0),  # the cheapest: on the front
+        _trial(7, 0.45, 0.0),  # its seconds were not measured: off, though 0 s would beat every trial
     ]
     assert [t.trial_id for t in pareto_front(trials)] == ["t0000", "t0001", "t0006"]
     section = pareto_section("error+seconds", trials)
-    assert section["completed"] == 5 and [p["trial_id"] for p in section["trials"]] == ["t0000", "t0001", "t0006"]
+    assert section["completed"] == 6 and [p["trial_id"] for p in section["trials"]] == ["t0000", "t0001", "t0006"]
     assert pareto_section("error", trials) is None and pareto_lines(None) == []
-    assert pareto_lines(section)[0].startswith("Pareto front (validation error vs training seconds), 3 of 5 completed")
+    assert pareto_lines(section)[0].startswith("Pareto front (validation error vs training seconds), 3 of 6 completed")
 
 
 def _study(tmp_path, tiny_data, algorithm: str = "tpe"):
@@ -113,3 +114,37 @@ def test_an_unknown_objective_is_refused(tiny_data, tmp_path):
     path.write_text(path.read_text().replace("error+seconds", "error+flops"))
     with pytest.raises(UserInputError, match=r"search.objectives: .*error\+seconds"):
         load_study(path)
+
+
+def test_a_two_objective_sampler_is_told_pruned_trials_as_pruned_and_failed_ones_as_failed(tiny_data, tmp_path):
+    """(error, seconds) for a completed trial, PRUNED for a pruned one (Optuna's samplers count it as a poor one),
+    None (failed) for a failed one or one without measured seconds; a one-objective search is told as before."""
+    from mutransfer.sweep.plan import Outcome
+    from mutransfer.sweep.sampling import PRUNED, sample_config
+
+    metrics = {"val_error": 0.3, "trainer_seconds": 2.0}
+    assert Outcome("completed", metrics).told("error+seconds") == (0.3, 2.0)
+    assert Outcome("pruned", metrics).told("error+seconds") == PRUNED
+    assert Outcome("failed", metrics).told("error+seconds") is None
+    assert Outcome("completed", {"val_error": 0.3}).told("error+seconds") is None
+    assert Outcome("pruned", metrics).told("error") == 0.3  # one objective: the last value, as before
+    study, _ = load_study(_study(tmp_path, tiny_data, "tpe"))
+    told = [
+        ({"lr": 1e-3, "batch_size": 10}, (0.3, 2.0)),
+        ({"lr": 1e-2, "batch_size": 20}, PRUNED),
+        ({"lr": 3e-3, "batch_size": 10}, None),
+    ]
+    config = sample_config(study, 3, told)
+    assert set(config) == set(study.search_space)
+
+
+def test_the_population_executor_is_refused_for_two_objectives(tiny_data, tmp_path, capsys, monkeypatch):
+    """A population books each member a share of its seconds: not the configuration's cost. Refused, exit 2."""
+    from mutransfer.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    path = _study(tmp_path, tiny_data)
+    assert main(["sweep", "--study", str(path), "--executor", "population"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--executor population" in err[0] and "error+seconds" in err[0]
+    assert not (tmp_path / "mutransfer-runs").exists()  # refused before any folder

@@ -108,13 +108,28 @@ def test_beta1_out_of_range_is_refused(tiny_data, tmp_path):
         load_study(_study(tmp_path, tiny_data, "tpe", beta1={"type": "uniform", "low": 0.5, "high": 1.0}))
 
 
+def _each_trial_builds_its_own(tmp_path, path, capsys, fields: dict[str, str]):
+    """Sweep ``path`` in process: (report, study folder), each trial's checkpoint holding a model built with its own
+    searched values (``fields``: model config field -> searched key), which differ between trials."""
+    import torch
+
+    from mutransfer.cli.main import main
+
+    assert main(["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--json", *IN_PROCESS]) == 0
+    report = json.loads(capsys.readouterr().out)
+    folder = tmp_path / "runs" / "s-random"
+    configs = {t["trial_id"]: t["config"] for t in report["trial_table"]}
+    assert len({tuple(c[k] for k in fields.values()) for c in configs.values()}) > 1
+    for key, config in configs.items():
+        model = torch.load(folder / "trials" / key / "checkpoint.pt", weights_only=True)["model_config"]
+        assert {f: model[f] for f in fields} == {f: config[k] for f, k in fields.items()}, key
+    return report, folder
+
+
 def test_the_operators_own_fields_are_searched_and_carried_to_the_target(tiny_data, tmp_path, capsys, monkeypatch):
     """``operator.layers`` and ``operator.projection_channels`` searched: each trial builds its own model (its
     checkpoint's model config says so), the target the winner's (the model folder's config.json), and the transfer
     table carries them over unchanged."""
-    import torch
-
-    from mutransfer.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     space = {
@@ -122,17 +137,8 @@ def test_the_operators_own_fields_are_searched_and_carried_to_the_target(tiny_da
         "operator.projection_channels": {"type": "choice", "values": [16, 48]},
     }
     path = _study(tmp_path, tiny_data, "random", **space)
-    assert main(["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--json", *IN_PROCESS]) == 0
-    report = json.loads(capsys.readouterr().out)
-    folder = tmp_path / "runs" / "s-random"
-    configs = {t["trial_id"]: t["config"] for t in report["trial_table"]}
-    assert len({(c["operator.layers"], c["operator.projection_channels"]) for c in configs.values()}) > 1
-    for key, config in configs.items():
-        model = torch.load(folder / "trials" / key / "checkpoint.pt", weights_only=True)["model_config"]
-        assert (model["layers"], model["projection_channels"]) == (
-            config["operator.layers"],
-            config["operator.projection_channels"],
-        )
+    fields = {"layers": "operator.layers", "projection_channels": "operator.projection_channels"}
+    report, folder = _each_trial_builds_its_own(tmp_path, path, capsys, fields)
     best = report["best_proxy"]["config"]
     target = json.loads((folder / "model" / "config.json").read_text())["model_config"]
     assert (target["layers"], target["projection_channels"]) == (
@@ -183,9 +189,6 @@ def test_the_proxys_size_is_searched_where_the_rules_cover_it_and_the_target_tra
     """``proxy_K`` and ``operator.width`` searched in a study that scales both under muP: each trial trains a proxy
     of its own K and width (its checkpoint's model config), the transfer record starts from the winner's, and the
     target is the study's size with the winner's width as its muP base width."""
-    import torch
-
-    from mutransfer.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     space = {
@@ -196,14 +199,7 @@ def test_the_proxys_size_is_searched_where_the_rules_cover_it_and_the_target_tra
     mapping = yaml.safe_load(path.read_text())
     mapping["target_width"] = 32
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
-    assert main(["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--json", *IN_PROCESS]) == 0
-    report = json.loads(capsys.readouterr().out)
-    folder = tmp_path / "runs" / "s-random"
-    configs = {t["trial_id"]: t["config"] for t in report["trial_table"]}
-    assert len({(c["proxy_K"], c["operator.width"]) for c in configs.values()}) > 1
-    for key, config in configs.items():
-        model = torch.load(folder / "trials" / key / "checkpoint.pt", weights_only=True)["model_config"]
-        assert (model["modes"], model["width"]) == (config["proxy_K"], config["operator.width"]), key
+    report, folder = _each_trial_builds_its_own(tmp_path, path, capsys, {"modes": "proxy_K", "width": "operator.width"})
     best = report["best_proxy"]["config"]
     record = report["transfer"]
     assert (record["proxy_modes"], record["proxy_width"]) == (best["proxy_K"], best["operator.width"])
@@ -222,6 +218,11 @@ def test_a_searched_size_needs_the_rule_that_covers_it(tiny_data, tmp_path):
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
     with pytest.raises(UserInputError, match="search_space.operator.width: the width rule covers"):
         load_study(path)
+    mapping.update(width_parametrization="mup")  # the width scales: an equal K is fine, a larger one is not
+    mapping["search_space"] = {"lr": mapping["search_space"]["lr"], "proxy_K": {"type": "choice", "values": [24, 30]}}
+    path.write_text(yaml.safe_dump(mapping, sort_keys=False))
+    with pytest.raises(UserInputError, match="search_space.proxy_K: can draw 30: a proxy must have fewer modes"):
+        load_study(path)
     for key in ("target_width", "width_parametrization"):
         mapping.pop(key)
     mapping["ladder"] = [6, 12, 24]
@@ -229,3 +230,14 @@ def test_a_searched_size_needs_the_rule_that_covers_it(tiny_data, tmp_path):
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
     with pytest.raises(UserInputError, match="search_space.proxy_K: a ladder sizes the proxies itself"):
         load_study(path)
+
+
+def test_a_flag_that_sets_a_searched_field_is_refused_not_lost(tiny_data, tmp_path):
+    """--precision with precision searched: every trial would draw its own, so the flag would be silently lost."""
+    from mutransfer.study.files import load_study as load_with_flags
+
+    path = _study(tmp_path, tiny_data, "tpe", precision={"type": "choice", "values": ["fp32", "bf16"]})
+    with pytest.raises(UserInputError, match=r"search_space.precision: searched, so --precision .* drop --precision"):
+        load_with_flags(path, {"precision": "bf16"})
+    study, _ = load_with_flags(path, {"epochs": 1})  # a flag on a field not searched: fine
+    assert study.budget.epochs == 1

@@ -376,3 +376,38 @@ def test_a_plugin_study_parses_again_in_the_same_process(tmp_path, monkeypatch):
     finally:
         unregister_family("tiny_user_fno")
         sys.modules.pop("myplug_models", None)
+
+
+def test_a_factorys_depth_is_searched_among_its_own_options_not_as_operator_layers(tmp_path, monkeypatch):
+    """A factory is not given operator.layers, so searching it would change nothing: refused, with the fix; the
+    factory's own option (here ``layers``, which the study's options set) is searched instead."""
+    from mutransfer.errors import UserInputError
+    from mutransfer.study.files import load_study
+    from operators.family import unregister_family
+
+    site = _fake_plugin(tmp_path)
+    monkeypatch.syspath_prepend(str(site))
+    space = {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}}
+    operator = {"type": "tiny_user_fno", "width": 8, "options": {"layers": 1}}
+    try:
+        refused = _study(
+            tmp_path,
+            type_="tiny_user_fno",
+            module=None,
+            operator=operator,
+            search_space={**space, "operator.layers": {"type": "int", "low": 1, "high": 2}},
+        )
+        with pytest.raises(UserInputError, match="search_space.operator.layers: a factory builds its own depth"):
+            load_study(refused)
+        searched = _study(
+            tmp_path,
+            type_="tiny_user_fno",
+            module=None,
+            operator=operator,
+            search_space={**space, "operator.options.layers": {"type": "choice", "values": [1, 2]}},
+        )
+        study, _ = load_study(searched)
+        assert study.search_space["operator.options.layers"].values == [1, 2]
+    finally:
+        unregister_family("tiny_user_fno")
+        sys.modules.pop("myplug_models", None)

@@ -373,6 +373,8 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(tiny_data, tmp_path, cap
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     v, d = report["verification"], report["direct_baseline"]
+    # their phases are in the study's wall time and not muTransfer's: no wall-time ratio is said
+    assert "mutransfer_vs_direct_wall_seconds" not in report["compute"]
 
     # verification: 3 LRs x 2 seeds around the transferred LR, each a target-size training
     assert v["transferred_lr"] == pytest.approx(report["target_hyperparameters"]["lr"])
