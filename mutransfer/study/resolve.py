@@ -20,7 +20,7 @@ from mutransfer.errors import UserInputError
 from mutransfer.problems import get_problem
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA
 from mutransfer.study.ladder import check_ladder
-from mutransfer.study.samplers import SINGLE_OBJECTIVE, sampler_problem
+from mutransfer.study.samplers import sampler_problem, single_objective
 from mutransfer.study.schema import Study
 from mutransfer.study.search_space import OPTIONS_PREFIX, SIZE_KEYS, trial_study
 from operators.errors import OperatorConfigError
@@ -367,7 +367,7 @@ def check_top_k(study: Study, r: Reader) -> None:
 
 
 def check_search_algorithm(study: Study, r: Reader) -> None:
-    if study.search.objectives != "error" and study.search.algorithm.rpartition(".")[2] in SINGLE_OBJECTIVE:
+    if study.search.objectives != "error" and single_objective(study.search.algorithm):
         r.fail(
             "search.algorithm",
             f"{study.search.algorithm} searches one objective (Optuna falls back to random sampling for two); "

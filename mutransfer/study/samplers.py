@@ -47,6 +47,17 @@ def _seeded_without_other_arguments(cls) -> bool:
     return "seed" in inspect.signature(cls).parameters and not required
 
 
+def single_objective(name: str) -> bool:
+    """Whether the sampler ``name`` names searches one objective only (a class of :data:`SINGLE_OBJECTIVE`, or a
+    subclass of one, by any name or import path)."""
+    cls = _sampler_class(name) if name not in BUILT_IN else None
+    if cls is None:
+        return False
+    import optuna  # noqa: PLC0415 -- deferred: already imported by _sampler_class; named for the lookup
+
+    return any(issubclass(cls, getattr(optuna.samplers, single)) for single in SINGLE_OBJECTIVE)
+
+
 def sampler_problem(name: str) -> str | None:
     """Why ``name`` is not an algorithm a study can use, with the fix (None: it can)."""
     if name in BUILT_IN:

@@ -103,10 +103,14 @@ def test_a_two_objective_study_runs_end_to_end_with_its_front(tiny_data, tmp_pat
     assert f"Pareto front (validation error vs training seconds), {len(front)} of {len(done)}" in format_report(report)
 
 
-def test_a_one_objective_sampler_is_refused_for_two_objectives(tiny_data, tmp_path):
+@pytest.mark.parametrize("name", ["CmaEsSampler", "optuna.samplers.CmaEsSampler"])
+def test_a_one_objective_sampler_is_refused_for_two_objectives(tiny_data, tmp_path, name):
     with pytest.raises(UserInputError, match="CmaEsSampler searches one objective") as err:
-        load_study(_study(tmp_path, tiny_data, "CmaEsSampler"))
+        load_study(_study(tmp_path, tiny_data, name))
     assert "search.algorithm" in str(err.value)
+    from mutransfer.study.samplers import single_objective
+
+    assert single_objective(name) and not single_objective("NSGAIISampler") and not single_objective("tpe")
 
 
 def test_an_unknown_objective_is_refused(tiny_data, tmp_path):
