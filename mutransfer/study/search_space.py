@@ -3,14 +3,18 @@
 Every field of the ``training`` section declared with ``setting()`` can be searched, by the kind of value it
 takes: a float by ``loguniform``, ``uniform`` or ``choice``; an integer by ``int`` (a range) or ``choice``; a
 named option (``schedule``, ``precision``, ``loss``) by ``choice``. Adam's betas are searched one at a time
-(``beta1``, ``beta2``). Each value a search may draw is checked with the check declared for its field
-(mutransfer.training.hyperparameters / mutransfer.study.schema), so it is one the training section would accept.
+(``beta1``, ``beta2``). So are the operator's own fields (``operator.layers``, ``operator.options.<key>``, the same
+on the proxy and the target) and the proxy's size where a transfer rule covers it (``proxy_K``,
+``operator.width``: checked in mutransfer.study.resolve). Each value a search may draw is checked with the check
+declared for its field (mutransfer.training.hyperparameters / mutransfer.study.schema), so it is one the study
+would accept fixed; :func:`trial_study` is the study as one trial's values see it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from types import SimpleNamespace
 
 from mutransfer.config.reader import Reader, kind_of
 from mutransfer.config.settings import Setting, is_int, problem_with, setting_of, settings_of, unit_open
@@ -268,20 +272,13 @@ def combination_problem(training: TrainingSpec, space: dict[str, Distribution]) 
         tries = (dict(zip(names, combo)) for combo in itertools.product(*values))
     base = {f: getattr(training, f) for f in fields}
     for drawn in tries:
-        found = consistency_problem(_Fields({**base, **drawn}))
+        found = consistency_problem(SimpleNamespace(**{**base, **drawn}))
         if found is not None:
             field, problem = found
             culprit = field if field in drawn else next(iter(drawn), field)
             shown = ", ".join(f"{k} {v}" for k, v in drawn.items())
             return culprit, f"the search can draw {shown}, which the training rules refuse: {problem}"
     return None
-
-
-class _Fields:
-    """The training fields of one drawn configuration, as attributes (what consistency_problem reads)."""
-
-    def __init__(self, values: dict[str, object]):
-        self.__dict__.update(values)
 
 
 def trial_study(study: Study, hp: dict) -> Study:

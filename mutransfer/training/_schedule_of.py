@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.optim.lr_scheduler import LambdaLR
 
 from mutransfer.training.config import TrainConfig
-from mutransfer.training.schedules import build_scheduler, schedule_function
+from mutransfer.training.schedules import schedule_function
 
 
 def _schedule_args(config: TrainConfig, unit: int) -> dict:
@@ -27,7 +28,7 @@ def _schedule_args(config: TrainConfig, unit: int) -> dict:
 
 def schedule_for(optimizer: torch.optim.Optimizer, config: TrainConfig, total_iterations: int, unit: int):
     """The per-iteration LR schedule of ``config`` over ``optimizer`` (a LambdaLR)."""
-    return build_scheduler(optimizer, config.schedule, total_iterations, **_schedule_args(config, unit))
+    return LambdaLR(optimizer, schedule_factor(config, total_iterations, unit))
 
 
 def schedule_factor(config: TrainConfig, total_iterations: int, unit: int) -> Callable[[int], float]:

@@ -1,7 +1,7 @@
 """Learning-rate schedules, stepped once per optimizer iteration.
 
-Each schedule is a pure function ``iteration -> factor``; :func:`build_scheduler`
-wraps it in a :class:`torch.optim.lr_scheduler.LambdaLR`, which multiplies every
+Each schedule is a pure function ``iteration -> factor`` (:func:`schedule_function`); the trainer
+wraps it in a :class:`torch.optim.lr_scheduler.LambdaLR` (mutransfer.training._schedule_of), which multiplies every
 param group's base LR by the same factor. The muP ratio between the spectral
 group and the rest therefore holds at every step, and the scheduler's
 state_dict (just counters and base LRs) round-trips through a checkpoint.
@@ -13,9 +13,6 @@ import bisect
 import functools
 import math
 from collections.abc import Callable, Sequence
-
-import torch
-from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 
 from mutransfer.errors import UserInputError
 
@@ -86,38 +83,6 @@ def _check_positive_int(name: str, value, fix: str) -> int:
     return value
 
 
-def build_scheduler(
-    optimizer: torch.optim.Optimizer,
-    name: str,
-    total_iterations: int,
-    *,
-    milestones: Sequence[int] | None = None,
-    step_size: int | None = None,
-    gamma: float = 0.5,
-    pct_start: float = 0.3,
-    min_factor: float = 0.0,
-    warmup: float = 0.0,
-) -> LRScheduler:
-    """A per-iteration scheduler for ``optimizer``; call ``.step()`` after every ``optimizer.step()``.
-
-    ``milestones`` and ``step_size`` are in iterations (``step`` only; at most
-    one of them; with neither, the LR halves every ``total_iterations // 5``).
-    ``min_factor`` is cosine's final LR as a fraction of each group's base LR. ``warmup``: the fraction of
-    ``total_iterations`` over which the LR rises linearly from 0 to the schedule's (0: none).
-    """
-    fn = schedule_function(
-        name,
-        total_iterations,
-        milestones=milestones,
-        step_size=step_size,
-        gamma=gamma,
-        pct_start=pct_start,
-        min_factor=min_factor,
-        warmup=warmup,
-    )
-    return LambdaLR(optimizer, fn)
-
-
 def schedule_function(
     name: str,
     total_iterations: int,
@@ -129,9 +94,13 @@ def schedule_function(
     min_factor: float = 0.0,
     warmup: float = 0.0,
 ) -> Callable[[int], float]:
-    """The schedule ``iteration -> factor`` that :func:`build_scheduler` applies to every group's base LR (its
-    arguments and refusals); a population of trainings (mutransfer.training._population) scales each member's
-    LR by it."""
+    """The schedule ``iteration -> factor`` applied to every param group's base LR.
+
+    ``milestones`` and ``step_size`` are in iterations (``step`` only; at most one of them; with neither, the LR
+    halves every ``total_iterations // 5``). ``min_factor`` is cosine's final LR as a fraction of each group's base
+    LR. ``warmup``: the fraction of ``total_iterations`` over which the LR rises linearly to the schedule's (0: none).
+    The trainer wraps it in a LambdaLR; a population of trainings (mutransfer.training._population) scales each
+    member's LR by it."""
     if name not in SCHEDULES:
         raise UserInputError(f"schedule {name!r} is unknown; use one of: {', '.join(SCHEDULES)}")
     total = _check_positive_int("total_iterations", total_iterations, "train for at least one iteration")

@@ -136,6 +136,7 @@ def test_plan_paper_scale_json(capsys):
         (["plan", "--dim", "4", "--modes", "2", "--width", "8", "--layers", "2"], ["dim 4"]),
         (["train", "--parametrization", "ntk"], ["--parametrization", "invalid choice"]),
         (["train", "--batch-size", "-5"], ["--batch-size", "positive integer"]),
+        (["train", "--warmup", "1.5"], ["--warmup", "must be in [0, 1)"]),
         (["data", "inspect", "/nonexistent/file.h5"], ["/nonexistent/file.h5"]),
         (["data", "generate", "darcy", "--n", "0", "--resolution", "9", "--out", "x.h5"], ["--n"]),
     ],

@@ -23,7 +23,7 @@ from mutransfer.training import (
     schedules,
     train,
 )
-from mutransfer.training.schedules import build_scheduler
+from mutransfer.training.schedules import schedule_function
 from operators.fno import FNO
 from operators.parametrization import optimizer_param_groups
 
@@ -81,6 +81,11 @@ def test_relative_l2_matches_hand_computation():
 
 
 # --------------------------------------------------------------------------- schedules
+
+
+def build_scheduler(optimizer, name: str, total: int, **options):
+    """The trainer's scheduler: the schedule as a LambdaLR over ``optimizer`` (mutransfer.training._schedule_of)."""
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_function(name, total, **options))
 
 
 def two_group_optimizer(lr: float = 1.0, ratio: float = 0.25) -> torch.optim.Optimizer:
