@@ -66,6 +66,10 @@ def test_a_study_from_python_end_to_end_then_loaded_again(tiny, tmp_path):
 
     again = mt.load_study("py", storage=tmp_path / "runs", executor="inprocess")
     assert again.best_params == study.best_params
+    from mutransfer.study_folder.lock import lock_paths
+    from mutransfer.study_folder.state import StudyDir
+
+    assert not lock_paths(StudyDir(study.study_dir))[1].exists(), "a finished study, loaded, holds its lock"
     assert again.train_target().test_error == pytest.approx(target.test_error)
     assert _executions(study.study_dir) == runs  # loading a finished study trains nothing
 
@@ -178,6 +182,8 @@ def test_the_snippet_runs_as_written_on_ray(tmp_path):
         timeout=600,
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    # the loaded study, never closed, is closed at the interpreter's exit while its modules are alive
+    assert "Traceback" not in out.stderr and "Exception ignored" not in out.stderr, out.stderr[-3000:]
     assert "'lr'" in out.stdout
     assert (tmp_path / "mutransfer-runs" / "quick" / "model" / "MLmodel").exists()
 

@@ -9,6 +9,8 @@ before its end continues where it stopped when it is loaded again.
 
 from __future__ import annotations
 
+import atexit
+import weakref
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -63,6 +65,9 @@ class Study:
         self._steps: Generator[tuple[str, SweepContext], None, None] | None = None
         self._ctx: SweepContext | None = None
         self._reached: set[str] = set()
+        # at the interpreter's exit, before its modules are torn down: a study left open releases its lock, Ray and
+        # parent run (a generator finalized after that raised "Exception ignored ... 'NoneType' object")
+        atexit.register(_close_at_exit, weakref.ref(self))
 
     # ---- the steps ----------------------------------------------------------------------------
     def optimize(self, n_trials: int | None = None, callbacks: Sequence[TrialCallbackFn] = ()) -> None:
@@ -265,7 +270,10 @@ class Study:
             for name, ctx in self._steps:
                 self._ctx = ctx
                 self._reached.add(name)
-                if name == COMPLETE or name == until:
+                if name == COMPLETE:  # nothing is left to run: the lock is given back now
+                    self.close()
+                    return ctx
+                if name == until:
                     return ctx
         except BaseException:
             self._steps = None  # what ran is kept in the folder: the next step resumes it
@@ -283,6 +291,12 @@ class Study:
     @staticmethod
     def _report_data(ctx: SweepContext) -> dict:
         return ctx.report or dict(ctx.state.get("report") or {})
+
+
+def _close_at_exit(ref: weakref.ReferenceType[Study]) -> None:
+    study = ref()
+    if study is not None:
+        study.close()
 
 
 def _passed(reached: set[str], until: str) -> bool:
