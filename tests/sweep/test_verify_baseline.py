@@ -512,7 +512,10 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(tiny_data, tmp_path, cap
     # a completed study cannot grow a verification afterwards: one clear line, exit 2
     path2 = write_tiny_study(tmp_path, tiny_data, name="no-verify", trials=2)
     assert (
-        main(["sweep", "--study", str(path2), "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--json"])
+        main(
+            ["sweep", "--study", str(path2), "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--json"]
+            + list(IN_PROCESS)
+        )
         == 0
     )
     capsys.readouterr()
