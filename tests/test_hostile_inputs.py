@@ -89,3 +89,56 @@ def test_evaluate_against_a_dead_tracking_server_says_so_at_once(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert f"127.0.0.1:{port} connection refused; start the tracking server" in proc.stderr
+
+
+def _store(path) -> bytes:
+    """A real MLflow store with one run and a metric, written by MLflow itself; its bytes."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{path}")
+    run = client.create_run(client.create_experiment("x"))
+    client.log_metric(run.info.run_id, "val_error", 0.5)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("command", [["studies"], ["ui"], ["sweep"]])
+def test_a_truncated_or_damaged_tracking_store_is_one_line(tmp_path, monkeypatch, capsys, command):
+    """Finding 5: a truncated mlflow.db was a 79-line traceback in `studies`. Each damaged store is now named in one
+    line, exit 2, and left as it was; the intact store it came from opens."""
+    monkeypatch.chdir(tmp_path)
+    whole = _store(tmp_path / "whole.db")
+    capsys.readouterr()  # MLflow's own log lines as it made the store
+    damaged = {
+        "half.db": (whole[: len(whole) // 2], "truncated"),
+        "scrambled.db": (whole[:100] + bytes(reversed(whole[100:])), "damaged"),
+        "header.db": (whole[:60], "truncated"),
+    }
+    for name, (content, said) in damaged.items():
+        (tmp_path / name).write_bytes(content)
+        assert main([*command, "--tracking-uri", f"sqlite:///{tmp_path / name}"]) == 2, name
+        err = _one_line(capsys)
+        assert f"tracking store {tmp_path / name}: {said}" in err and "--tracking-uri" in err, err
+        assert (tmp_path / name).read_bytes() == content
+    assert main(["studies", "--tracking-uri", f"sqlite:///{tmp_path / 'whole.db'}"]) == 0
+
+
+def test_names_too_long_for_the_folder_or_mlflow_are_refused_up_front(tmp_path, monkeypatch, capsys):
+    """Finding 5: an experiment name over MLflow's 500 characters was MLflow's traceback after the study had started;
+    a study name over 100 characters was told its characters were wrong. Both are one line naming the limit, before
+    anything is made."""
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    study = yaml.safe_load((ROOT / "studies" / "quick.yaml").read_text())
+    study["tracking"]["experiment"] = "e" * 501
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(study))
+    assert main(["sweep", "--study", "long.yaml"]) == 2
+    assert "tracking.experiment: 'eeeeeeeeeeeeeeeeeeee'... has 501 characters; at most 500" in _one_line(capsys)
+    assert main(["sweep", "--name", "n" * 101]) == 2
+    assert "must be 1 to 100 letters, digits" in _one_line(capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["long.yaml"]
+    study["tracking"]["experiment"] = "e" * 500  # MLflow's limit itself is fine
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(study))
+    from mutransfer.study.files import load_study
+
+    assert load_study("long.yaml")[0].tracking.experiment == "e" * 500

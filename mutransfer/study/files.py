@@ -193,7 +193,11 @@ def parse_study(
     r = Reader(source, "", mapping, flags or {})
     name = r.string("name", example="my-study")
     if not _NAME_RE.fullmatch(name):
-        r.fail("name", f"{name!r} must be letters, digits, '.', '_' or '-' (it names a directory), e.g. burgers-k6")
+        r.fail(
+            "name",
+            f"{name[:40]!r}{'...' if len(name) > 40 else ''} must be 1 to 100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (it names a directory), e.g. burgers-k6",
+        )
     problem = read_section(r.sub("problem"), ProblemSpec)
     if not r.has("search_space"):
         r.fail("search_space", "is required; e.g. search_space: {lr: {type: loguniform, low: 1e-4, high: 1e-2}}")

@@ -148,6 +148,41 @@ def check_sqlite_file(uri: str) -> None:
             f"tracking store {path}: is not an SQLite database (MLflow's store); name another file, e.g. "
             f"sqlite:///{path.with_suffix('.db')}"
         )
+    damage = _damage(path) if head else None
+    if damage is not None:
+        raise UserInputError(
+            f"tracking store {path}: {damage}, not a store MLflow can open; restore it from a copy, or name another "
+            "store with --tracking-uri sqlite:///other.db (the study folders keep every trial's files)"
+        )
+
+
+def _damage(path: Path) -> str | None:
+    """What is wrong with the SQLite database file at ``path`` (its first bytes are SQLite's), or None: one shorter
+    than the pages its 100-byte header declares (truncated), or one whose schema SQLite cannot read (read-only).
+    It shows none of the file's bytes."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if len(header) < 100:
+        return "truncated (shorter than its header)"
+    page_size = int.from_bytes(header[16:18], "big")  # https://www.sqlite.org/fileformat.html
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    if pages and header[92:96] == header[24:28] and size < pages * page_size:  # the header's page count is valid
+        return f"truncated ({size} bytes of the {pages * page_size} its header declares)"
+    import sqlite3  # noqa: PLC0415 -- deferred: only when a store is opened
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as db:
+            db.execute("SELECT name, sql FROM sqlite_master").fetchall()
+    except sqlite3.OperationalError as exc:
+        return None if "locked" in str(exc) else f"damaged ({exc})"  # locked: a writer holds it, no damage
+    except sqlite3.DatabaseError as exc:
+        return f"damaged ({exc})"
+    return None
 
 
 #: URI schemes of MLflow's tracking stores (a plain path is a file store)
@@ -200,6 +235,7 @@ def _client(uri: str):
     path = sqlite_path(uri)
     if path is None:
         return MlflowClient(tracking_uri=uri)
+    check_sqlite_file(uri)
     if _has_tables(path):
         return MlflowClient(tracking_uri=uri)
     # MLflow creates and migrates a new sqlite store's tables when it first opens it; two processes doing that at
