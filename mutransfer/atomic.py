@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -32,3 +33,35 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def save_torch(obj: object, path: str | os.PathLike) -> None:
+    """``torch.save(obj, path)``; a file system too full for it raises ``OSError(ENOSPC)`` naming ``path``.
+
+    torch says only "unexpected pos ..." (a RuntimeError) when a write falls short: it is told apart by the free
+    space left beside ``path`` being less than the tensors' bytes."""
+    import torch  # noqa: PLC0415 -- deferred: this module is imported where torch is not needed
+
+    try:
+        torch.save(obj, path)
+    except RuntimeError as exc:
+        try:
+            stat = os.statvfs(Path(path).parent)
+        except OSError:
+            raise exc from None
+        if stat.f_bavail * stat.f_frsize < _tensor_bytes(obj):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(path)) from exc
+        raise
+
+
+def _tensor_bytes(obj: object) -> int:
+    """The bytes of the tensors in ``obj`` (nested dicts, lists and tuples)."""
+    import torch  # noqa: PLC0415 -- deferred: as above
+
+    if isinstance(obj, torch.Tensor):
+        return obj.nelement() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in obj)
+    return 0

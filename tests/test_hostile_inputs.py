@@ -142,3 +142,65 @@ def test_names_too_long_for_the_folder_or_mlflow_are_refused_up_front(tmp_path, 
     from mutransfer.study.files import load_study
 
     assert load_study("long.yaml")[0].tracking.experiment == "e" * 500
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A file system of 128 KiB (a tmpfs), unmounted afterwards; skipped where this process may not mount one."""
+    import shutil
+
+    where = tmp_path / "tiny"
+    where.mkdir()
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("mounting a tmpfs needs root and `mount`")
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(where)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()[:200]}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_half_file(tmp_path, tiny_fs, monkeypatch, capsys):
+    """Finding 5: a full disk was an h5py traceback (`data generate`) or torch's "unexpected pos" (`train`'s model).
+    Each is now one line naming what to free, exit 2, and nothing half-written is left on the full device."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    big = ["data", "generate", "burgers", "--n", "200", "--resolution", "512", "--out", str(tiny_fs / "big.h5")]
+    assert main(big) == 2
+    err = capsys.readouterr().err  # the generator's progress bar, then the line
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith(
+        "mutransfer data: error: no space is left on the device; free some space"
+    ), err[-2000:]
+    assert list(tiny_fs.iterdir()) == []
+
+    small = ["data", "generate", "burgers", "--n", "20", "--resolution", "128", "--out", str(tmp_path / "b.h5")]
+    assert main(small) == 0
+    train = ["train", "--problem", "burgers", "--data", "b.h5", "--epochs", "1", "--out", str(tiny_fs / "model")]
+    capsys.readouterr()
+    assert main([*train, "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert "no space is left on the device to write" in last and "state_dict.pt" in last, last
+    assert list(tiny_fs.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["data", "generate", "burgers", "--n", "4", "--resolution", "64", "--out", "/proc/mutransfer-test.h5"],
+        ["data", "generate", "burgers", "--n", "4", "--resolution", "64", "--out", "/proc/no-such/sub/out.h5"],
+        ["train", "--problem", "burgers", "--epochs", "1", "--out", "/proc/mutransfer-model"],
+    ],
+)
+def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path, monkeypatch, capsys, argv):
+    """Finding 5: an --out under /proc was a FileNotFoundError traceback after the data had been generated. A folder
+    where no file can be made is now one line before anything is computed (no data generated: the cache stays
+    empty)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    assert main(argv) == 2
+    assert "cannot write in /proc (No such file or directory); choose another --out" in _one_line(capsys)
+    assert list(tmp_path.iterdir()) == []

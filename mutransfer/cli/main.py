@@ -145,7 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader of stdout went away (`mutransfer trials X | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the interpreter's final flush is quiet
         return 0
-    except OSError as exc:  # a folder that cannot be written (read-only, immutable, not ours), in any phase
+    except OSError as exc:  # a folder that cannot be written (read-only, immutable, not ours, full), in any phase
+        if exc.errno in FULL:
+            print(f"mutransfer {args.command}: error: {full_message(exc)}", file=sys.stderr)
+            return EXIT_USER_ERROR
         if exc.errno not in UNWRITABLE or not exc.filename:
             raise
         print(f"mutransfer {args.command}: error: {unwritable_message(exc)}", file=sys.stderr)
@@ -154,6 +157,20 @@ def main(argv: list[str] | None = None) -> int:
 
 #: the errors of a write the file system refuses
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+#: the errors of a write the file system has no room for (h5py's error names no file; mutransfer.atomic.save_torch's
+#: does)
+FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def full_message(exc: OSError) -> str:
+    """One line for a full file system (or quota): where, if known, and how to go on without losing what was written
+    (every file mutransfer writes is replaced whole or not at all: mutransfer.atomic)."""
+    where = f" to write {os.fspath(exc.filename)}" if exc.filename else ""
+    what = "no space is left" if exc.errno == errno.ENOSPC else "the disk quota is used up"
+    return (
+        f"{what} on the device{where}; free some space, then run the same command again (with --resume if a sweep "
+        "had started: what it wrote is kept)"
+    )
 
 
 def unwritable_message(exc: OSError) -> str:

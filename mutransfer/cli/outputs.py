@@ -6,12 +6,14 @@ Every command that writes a file a user names goes through :func:`check_out`:
 - never, even with ``--force``: the command's own input, a special file (a FIFO, a device), an SQLite database
   (a tracking store: ``mlflow.db`` holds every study of the store), or a file inside a study folder (a folder
   holding ``state.json``) or a model folder (holding ``MLmodel``) other than the one file the command itself
-  keeps there (``report``'s ``report.html``).
+  keeps there (``report``'s ``report.html``);
+- never where no file can be made (a read-only folder, ``/proc``): refused before the work, not after it.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -77,7 +79,23 @@ def check_out(
         raise UserInputError(
             f"{flag} {out}: the file exists and is kept; pass --force to replace it, or choose another {flag}"
         )
+    _check_writable(path.parent, out, flag)
     return path
+
+
+def _check_writable(folder: Path, out: str | Path, flag: str) -> None:
+    """A one-line UserInputError unless a file can be made in ``folder`` (or, where it does not exist yet, in the
+    nearest folder above it that does): a read-only folder, ``/proc`` or ``/sys``, refused before the work rather
+    than after it. It makes and removes an empty hidden file there."""
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mutransfer-probe-"):
+            pass
+    except OSError as exc:
+        raise UserInputError(
+            f"{flag} {out}: cannot write in {folder} ({exc.strerror or type(exc).__name__}); choose another {flag}"
+        ) from None
 
 
 def check_out_dir(out: str | Path, *, flag: str = "--out") -> Path:
@@ -95,4 +113,5 @@ def check_out_dir(out: str | Path, *, flag: str = "--out") -> Path:
         raise UserInputError(
             f"{flag} {out}: is inside the {kind} folder {folder}, whose files the {kind} keeps; write outside it"
         )
+    _check_writable(path, out, flag)
     return path

@@ -22,6 +22,7 @@ import torch
 import yaml
 
 from mutransfer._version import __version__
+from mutransfer.atomic import save_torch
 from mutransfer.errors import UserInputError
 from mutransfer.tracking.runs import STUDY_TAG
 from operators.errors import OperatorConfigError
@@ -140,7 +141,7 @@ def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(asdict(card), indent=2))
-    torch.save({k: v.detach().cpu() for k, v in state_dict.items()}, directory / WEIGHTS_FILE)
+    save_torch({k: v.detach().cpu() for k, v in state_dict.items()}, directory / WEIGHTS_FILE)
     mlmodel = Model(artifact_path="model", signature=_signature(card))
     mlmodel.add_flavor(
         FLAVOR, config=CONFIG_FILE, weights=WEIGHTS_FILE, model_class=card.model_class, format_version=FORMAT_VERSION

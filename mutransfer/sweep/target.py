@@ -41,6 +41,7 @@ from pathlib import Path
 
 import torch
 
+from mutransfer.atomic import save_torch
 from mutransfer.study.memory import Plan
 from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
 from mutransfer.training import DIVERGED_METRIC, train
@@ -277,7 +278,7 @@ def await_order(orders, driver: dict | None) -> TargetOrder | None:
 def save_final(folder: Path, model: torch.nn.Module, hp: dict, summary: TargetSummary) -> None:
     """The trained target's files in ``folder``: ``model.pt`` (the plain state dict, the model's config and class, the
     hyperparameters; read back with ``weights_only=True``) and ``summary.json``."""
-    torch.save(
+    save_torch(
         {
             "model": weights_of(model),
             "model_config": model.config,

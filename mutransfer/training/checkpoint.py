@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from mutransfer.atomic import atomic_path
+from mutransfer.atomic import atomic_path, save_torch
 from mutransfer.errors import UserInputError
 from mutransfer.training.config import TrainConfig
 from mutransfer.training.records import EpochRecord, dump_history, load_history
@@ -74,7 +74,7 @@ def _plain(value):
 def save_checkpoint(state: dict, path: str | os.PathLike) -> None:
     """Write ``state`` to ``path`` atomically (temp file in the same directory, then os.replace)."""
     with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+        save_torch(state, tmp)
 
 
 def load_checkpoint(path: str | os.PathLike, map_location="cpu") -> dict:
