@@ -204,3 +204,48 @@ def test_an_output_where_no_file_can_be_made_is_refused_before_the_work(tmp_path
     assert main(argv) == 2
     assert "cannot write in /proc (No such file or directory); choose another --out" in _one_line(capsys)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("layout", ["mutransfer", "pdebench"])
+@pytest.mark.parametrize("command", [["data", "inspect"], ["train", "--problem", "darcy", "--epochs", "1", "--data"]])
+def test_a_small_file_declaring_gigabytes_is_refused_before_it_is_read(tmp_path, monkeypatch, capsys, layout, command):
+    """Finding 6: a 7 KB HDF5 file declaring gigabytes of never-written values (they read back as zeros) was
+    accepted, and `data inspect` read them for 123 s. A dataset over 64 MiB that its file stores over 100x smaller is
+    now one line before anything is read; the same declared size, written, is read as data."""
+    import h5py
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    with h5py.File(tmp_path / "empty.h5", "w") as f:
+        if layout == "mutransfer":
+            f.attrs["problem"] = "darcy"
+            for key in ("input", "output"):
+                f.create_dataset(key, shape=(2000, 1024, 1024), dtype="f4", chunks=(1, 256, 256))
+        else:  # a PDEBench-like file: one "tensor" (n, t, x) and its coordinates
+            f.create_dataset("tensor", shape=(3000, 200, 1024), dtype="f4", chunks=(1, 200, 1024))
+            f.create_dataset("x-coordinate", data=np.linspace(0, 1, 1024))
+    assert (tmp_path / "empty.h5").stat().st_size < 16_000
+    assert main([*command, "empty.h5"]) == 2
+    err = _one_line(capsys)
+    assert "GiB of values but its file holds 0.00 MiB of them (unwritten, or compressed over 100x)" in err, err
+
+
+def test_the_stored_size_check_passes_data_that_is_written(tmp_path):
+    """The check refuses nothing it should read: a 68 MiB dataset with its values written, and one stored zeros
+    compressed below 100x, pass; the unwritten one does not."""
+    import h5py
+    import numpy as np
+
+    from mutransfer.data.schema_common import check_stored
+    from mutransfer.errors import UserInputError
+
+    with h5py.File(tmp_path / "mem.h5", "w") as f:
+        written = f.create_dataset("w", data=np.random.default_rng(0).random((17, 1024, 1024), dtype=np.float32))
+        check_stored("mem.h5", "w", written)
+        gzip = f.create_dataset(
+            "g", data=np.random.default_rng(0).random((17, 1024, 1024), dtype=np.float32), compression="gzip"
+        )
+        check_stored("mem.h5", "g", gzip)
+        empty = f.create_dataset("e", shape=(17, 1024, 1024), dtype="f4", chunks=(1, 256, 256))
+        with pytest.raises(UserInputError, match="dataset 'e' declares"):
+            check_stored("mem.h5", "e", empty)

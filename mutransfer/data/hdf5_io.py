@@ -38,7 +38,15 @@ import numpy as np
 
 from mutransfer.atomic import atomic_path
 from mutransfer.data.problem_facts import default_points_problem, space_dims
-from mutransfer.data.schema_common import GRID_SCHEMA, POINT_SCHEMA, decode_attr, finish_attrs, read_attrs, utc_now
+from mutransfer.data.schema_common import (
+    GRID_SCHEMA,
+    POINT_SCHEMA,
+    check_stored,
+    decode_attr,
+    finish_attrs,
+    read_attrs,
+    utc_now,
+)
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -221,6 +229,7 @@ def open_dataset(path) -> Iterator[h5py.File]:
         for key, ds in (("input", xi), ("output", yo)):
             if ds.dtype.kind != "f":
                 raise UserInputError(f"data file {p}: dataset {key!r} has dtype {ds.dtype}, expected floating point")
+            check_stored(p, key, ds)
         yield f
 
 

@@ -67,3 +67,28 @@ def finish_attrs(attrs: dict) -> dict:
     attrs.setdefault("mutransfer_version", __version__)
     attrs.setdefault("created", utc_now())
     return {str(k): attr_value(str(k), v) for k, v in attrs.items()}
+
+
+#: a dataset declaring more than this many bytes must hold at least 1/:data:`MOST_COMPRESSED` of them in the file
+SPARSE_CHECKED_BYTES = 64 * 2**20
+#: how many times smaller than its values a dataset may be stored (gzip of a solver's floats: a few times; of zeros:
+#: a thousand times)
+MOST_COMPRESSED = 100
+
+
+def check_stored(path: object, name: str, dataset: object) -> None:
+    """A one-line UserInputError if the HDF5 ``dataset`` (an ``h5py.Dataset``) declares far more values than its file
+    holds: unwritten chunks read back as zeros, so a 7 KB file can declare gigabytes and each reading of it takes
+    minutes (or its loading, the memory). Over :data:`SPARSE_CHECKED_BYTES` declared, at most :data:`MOST_COMPRESSED`
+    times the bytes stored."""
+    declared = int(np.prod(dataset.shape, dtype=np.float64)) * dataset.dtype.itemsize  # type: ignore[attr-defined]
+    if declared <= SPARSE_CHECKED_BYTES:
+        return
+    stored = int(dataset.id.get_storage_size())  # type: ignore[attr-defined]
+    if stored * MOST_COMPRESSED >= declared:
+        return
+    raise UserInputError(
+        f"data file {path}: dataset {name!r} declares {declared / 2**30:.1f} GiB of values but its file holds "
+        f"{stored / 2**20:.2f} MiB of them (unwritten, or compressed over {MOST_COMPRESSED}x): not data a solver "
+        "wrote; write the values, or generate a file with `mutransfer data generate`"
+    )

@@ -14,6 +14,7 @@ from pathlib import Path
 import h5py
 
 from mutransfer.data.formats.base import DataSource, LazyArray, parse_time_spec
+from mutransfer.data.schema_common import check_stored
 from mutransfer.errors import UserInputError
 
 __all__ = [
@@ -40,7 +41,12 @@ def open_hdf5(p: Path, build: Callable[[h5py.File], DataSource]) -> DataSource:
     """
     f = h5py.File(p, "r")
     try:
-        return build(f)
+        source = build(f)
+        for key in (source.input_key, source.output_key):
+            dataset = f.get(key)
+            if isinstance(dataset, h5py.Dataset):
+                check_stored(p, key, dataset)
+        return source
     except BaseException:
         f.close()
         raise
