@@ -409,6 +409,18 @@ class Tracker:
     def set_tags(self, run_id: str, tags: dict) -> None:
         log_batch(self.client, run_id, tags=tags)
 
+    def experiment_exists(self, experiment_id: str) -> bool:
+        """Whether the store holds an experiment of this id (deleted ones too); a failure to ask is raised."""
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s)
+
+        try:
+            self.client.get_experiment(experiment_id)
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return False
+            raise
+        return True
+
     def run_exists(self, run_id: str) -> bool:
         try:
             self.client.get_run(run_id)

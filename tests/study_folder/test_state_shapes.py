@@ -48,3 +48,30 @@ def test_a_wrong_shaped_state_is_one_line_in_every_command(tmp_path, monkeypatch
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and f"state.json: {expected}" in err, (argv, err)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store, nothing else made
+
+
+def test_a_state_naming_an_experiment_the_store_does_not_hold_is_refused_not_started_afresh(tmp_path, capsys):
+    """Finding 5: state.json's experiment id of no experiment in the store was MLflow's "No Experiment with id=..."
+    traceback on --resume. It is one line naming the id and the store, exit 2, and the store gains no run; with the
+    id put back the study resumes."""
+    import mutransfer as mt
+    from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_data, write_tiny_study
+
+    path = write_tiny_study(tmp_path, write_tiny_data(tmp_path / "tiny.h5"), name="lost", trials=2, epochs=1)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with mt.create_study(
+        mt.StudySpec.from_yaml(path), storage=tmp_path / "runs", executor="inprocess", tracking_uri=uri
+    ) as study:
+        study.optimize()  # closed after its search: a study to resume
+    state_file = tmp_path / "runs" / "lost" / "state.json"
+    state = json.loads(state_file.read_text())
+    runs = len(mlflow_runs(uri))
+    state_file.write_text(json.dumps(dict(state, experiment_id="99999")))
+    argv = ["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--resume"]
+    capsys.readouterr()
+    assert main([*argv, *IN_PROCESS]) == 2
+    err = capsys.readouterr().err  # the override's note, then the line
+    assert "Traceback" not in err and "names MLflow experiment '99999', which the store" in err.splitlines()[-1], err
+    assert len(mlflow_runs(uri)) == runs  # no second parent run, nothing logged
+    state_file.write_text(json.dumps(state))
+    assert main([*argv, *IN_PROCESS]) == 0
