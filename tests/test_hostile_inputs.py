@@ -249,3 +249,34 @@ def test_the_stored_size_check_passes_data_that_is_written(tmp_path):
         empty = f.create_dataset("e", shape=(17, 1024, 1024), dtype="f4", chunks=(1, 256, 256))
         with pytest.raises(UserInputError, match="dataset 'e' declares"):
             check_stored("mem.h5", "e", empty)
+
+
+def test_an_edited_model_folder_is_one_line_before_memory_is_asked(tmp_path, monkeypatch, capsys):
+    """Finding 5: a model folder whose config.json was edited crashed `evaluate`: `width: 10^6` asked 4 TB of memory
+    (a traceback from the allocator), a width a little off was a `load_state_dict` traceback. The config is now built
+    on torch's meta device first and its weights' bytes compared with the file's; a mismatch left is one line too.
+    The folder as written evaluates."""
+    import json
+    import shutil
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    assert main(["data", "generate", "burgers", "--n", "12", "--resolution", "64", "--out", "d.h5"]) == 0
+    assert (
+        main(["train", "--problem", "burgers", "--data", "d.h5", "--epochs", "1", "--out", "m", "--no-progress"]) == 0
+    )
+    capsys.readouterr()
+    edits = {
+        (("width", 10**6),): "config.json describes 259,399,929.0 MiB of weights but state_dict.pt holds",
+        (("modes", 10**7),): "MiB of weights but state_dict.pt holds",
+        (("width", 40),): "state_dict.pt does not fit the model config.json describes (size mismatch",
+    }
+    for edit, said in edits.items():
+        shutil.rmtree(tmp_path / "edited", ignore_errors=True)
+        shutil.copytree(tmp_path / "m", tmp_path / "edited")
+        config = json.loads((tmp_path / "edited" / "config.json").read_text())
+        config["model_config"].update(edit)
+        (tmp_path / "edited" / "config.json").write_text(json.dumps(config))
+        assert main(["evaluate", "edited", "--data", "d.h5"]) == 2, edit
+        assert said in _one_line(capsys), edit
+    assert main(["evaluate", "m", "--data", "d.h5"]) == 0

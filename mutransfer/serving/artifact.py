@@ -200,7 +200,9 @@ def read_model_dir(directory: Path):
             f"model {directory}: no registered operator family owns its model_config ({card.model_class}, operator "
             f"{card.operator!r}); register that family first (a newer mutransfer or a plug-in wrote it?)"
         )
+    weights = directory / flavor.get("weights", WEIGHTS_FILE)
     try:
+        _check_weight_bytes(directory, family.build, card.model_config, weights)
         model = family.build(card.model_config)
     except (OperatorConfigError, KeyError) as exc:
         raise UserInputError(f"model {directory}: config.json does not rebuild a {card.model_class} ({exc})") from None
@@ -210,12 +212,42 @@ def read_model_dir(directory: Path):
             "config.json was edited or corrupted"
         )
     try:
-        state = torch.load(directory / flavor.get("weights", WEIGHTS_FILE), map_location="cpu", weights_only=True)
+        state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle.UnpicklingError for anything but tensors; never unpickled further
         raise UserInputError(
             f"model {directory}: {flavor.get('weights', WEIGHTS_FILE)} is not a plain state dict of "
             f"tensors ({type(exc).__name__}); refusing to load it"
         ) from None
-    model.load_state_dict(state)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as exc:  # missing or unexpected keys, shapes that differ
+        first = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), type(exc).__name__)
+        raise UserInputError(
+            f"model {directory}: {weights.name} does not fit the model config.json describes ({first[:160]}); one of "
+            "them was edited or corrupted: restore the model folder (or train it again)"
+        ) from None
     model.eval()
     return model, card
+
+
+def _check_weight_bytes(directory: Path, build, config: dict, weights: Path) -> None:
+    """A one-line UserInputError if ``config`` describes a model whose weights are far larger than the ``weights``
+    file holds: an edited config.json (``width: 1000000`` asked 4 TB of memory before this check). The model is built
+    on torch's meta device first, which allocates nothing; a model that cannot be built there is not checked."""
+    try:
+        with torch.device("meta"):
+            shell = build(config)
+    except (OperatorConfigError, KeyError):
+        raise
+    except Exception:  # an operation without a meta kernel (a user's model): built as before, unchecked
+        return
+    declared = sum(  # what the file must hold (a model's state may carry other values: neuraloperator's does)
+        t.numel() * t.element_size() for t in shell.state_dict().values() if isinstance(t, torch.Tensor)
+    )
+    stored = weights.stat().st_size if weights.is_file() else 0
+    if declared > 2 * stored + 2**20:
+        raise UserInputError(
+            f"model {directory}: config.json describes {declared / 2**20:,.1f} MiB of weights but {weights.name} "
+            f"holds {stored / 2**20:,.1f} MiB; config.json was edited or corrupted: restore the model folder (or "
+            "train it again)"
+        )
