@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 
+import h5py
 import numpy as np
 
 from mutransfer._version import __version__
@@ -76,15 +78,15 @@ SPARSE_CHECKED_BYTES = 64 * 2**20
 MOST_COMPRESSED = 100
 
 
-def check_stored(path: object, name: str, dataset: object) -> None:
+def check_stored(path: str | os.PathLike[str], name: str, dataset: h5py.Dataset) -> None:
     """A one-line UserInputError if the HDF5 ``dataset`` (an ``h5py.Dataset``) declares far more values than its file
     holds: unwritten chunks read back as zeros, so a 7 KB file can declare gigabytes and each reading of it takes
     minutes (or its loading, the memory). Over :data:`SPARSE_CHECKED_BYTES` declared, at most :data:`MOST_COMPRESSED`
     times the bytes stored."""
-    declared = int(np.prod(dataset.shape, dtype=np.float64)) * dataset.dtype.itemsize  # type: ignore[attr-defined]
+    declared = int(np.prod(dataset.shape, dtype=np.float64)) * dataset.dtype.itemsize
     if declared <= SPARSE_CHECKED_BYTES:
         return
-    stored = int(dataset.id.get_storage_size())  # type: ignore[attr-defined]
+    stored = int(dataset.id.get_storage_size())
     if stored * MOST_COMPRESSED >= declared:
         return
     raise UserInputError(

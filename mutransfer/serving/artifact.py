@@ -15,6 +15,7 @@ family that owns its ``model_config`` (``family.build``), and its weights loaded
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -230,7 +231,7 @@ def read_model_dir(directory: Path):
     return model, card
 
 
-def _check_weight_bytes(directory: Path, build, config: dict, weights: Path) -> None:
+def _check_weight_bytes(directory: Path, build: Callable[[dict], torch.nn.Module], config: dict, weights: Path) -> None:
     """A one-line UserInputError if ``config`` describes a model whose weights are far larger than the ``weights``
     file holds: an edited config.json (``width: 1000000`` asked 4 TB of memory before this check). The model is built
     on torch's meta device first, which allocates nothing; a model that cannot be built there is not checked."""
