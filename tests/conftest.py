@@ -25,8 +25,6 @@ FRESH_PROCESS_ENV = "MUTRANSFER_TEST_FRESH_PROCESS"
 
 
 def pytest_configure(config):
-    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: hand out the files in the order collected
-        config.option.loadscopereorder = False  # (pytest_collection_modifyitems), not by number of tests alone
     config.addinivalue_line(
         "markers",
         "fresh_process: runs in a child pytest of its own; the suite's in-process Ray sessions (ray.init, then "
@@ -153,26 +151,18 @@ SLOW_FILES: dict[str, float] = json.loads(_SLOW_FILES.read_text()) if _SLOW_FILE
 
 
 def pytest_collection_modifyitems(config, items):
-    """The files holding an ``alone`` test first; then the files with the most tests first (pytest-xdist's own order
-    for ``--dist loadfile``, which :func:`pytest_configure` makes it keep ours instead), ties broken by the files that
-    hold a slow test, the longest first (``tests/slow_files.json``); each file's tests in their order.
-
-    Why the ``alone`` files first: an ``alone`` test waits for the test the other worker is running. Last, it met the
-    suite's longest tests there and waited 215 s and 267 s (two runs of the whole suite, 2026-11-28), one core idle;
-    first, it waits for the other worker's first test, and its 2-node cluster uses both cores meanwhile. Handing out
-    the longest files first was measured and was no faster: 34:52 against 31:29 (min:s, the whole suite,
-    2026-11-28): the suite keeps both cores busy (91–93 %) in either order, and two of the longest files at once
-    slowed each other (``test_sweep_resume.py`` 705 s against 460 s)."""
+    """The files that hold a slow test first, the longest first (``tests/slow_files.json``), each file's tests in
+    their order; the files holding an ``alone`` test last. On two workers (``-n 2 --dist loadfile``, the README's
+    test command) pytest-xdist hands out the files with the most tests first, so there this order only breaks its
+    ties. Handing out the longest files first was measured and was no faster: 34:52 against 31:29 (min:s, the
+    whole suite, 2026-11-28): the suite keeps both cores busy (91–93 %) in either order, and two of the longest
+    files at once slowed each other (``test_sweep_resume.py`` 705 s against 460 s)."""
     slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
     alone_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("alone") is not None}
-    tests_in: dict[str, int] = {}
-    for item in items:
-        path = item.nodeid.split("::")[0]
-        tests_in[path] = tests_in.get(path, 0) + 1
 
-    def order(item) -> tuple[bool, int, bool, float]:
+    def order(item) -> tuple[bool, bool, float]:
         path = item.nodeid.split("::")[0]
-        return path not in alone_files, -tests_in[path], path not in slow_files, -SLOW_FILES.get(path, 0.0)
+        return path in alone_files, path not in slow_files, -SLOW_FILES.get(path, 0.0)
 
     items.sort(key=order)  # stable: in-file order kept
 

@@ -123,9 +123,9 @@ def test_a_truncated_or_damaged_tracking_store_is_one_line(tmp_path, monkeypatch
 
 
 def test_names_too_long_for_the_folder_or_mlflow_are_refused_up_front(tmp_path, monkeypatch, capsys):
-    """Finding 5: an experiment name over MLflow's 500 characters was MLflow's traceback after the study had started;
-    a study name over 100 characters was told its characters were wrong. Both are one line naming the limit, before
-    anything is made."""
+    """Finding 5: an experiment name over MLflow's 500 characters was MLflow's traceback after the study had started
+    (and one over 255 characters once encoded would fail as its artifact folder's name); a study name over 100
+    characters was told its characters were wrong. Each is one line naming the limit, before anything is made."""
     import yaml
 
     monkeypatch.chdir(tmp_path)
@@ -133,15 +133,19 @@ def test_names_too_long_for_the_folder_or_mlflow_are_refused_up_front(tmp_path, 
     study["tracking"]["experiment"] = "e" * 501
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(study))
     assert main(["sweep", "--study", "long.yaml"]) == 2
-    assert "tracking.experiment: 'eeeeeeeeeeeeeeeeeeee'... has 501 characters; at most 500" in _one_line(capsys)
+    assert "tracking.experiment: 'eeeeeeeeeeeeeeeeeeee'... has 501 characters; at most 255" in _one_line(capsys)
+    study["tracking"]["experiment"] = "実験" * 50  # 100 characters, 900 once encoded as a folder name
+    (tmp_path / "long.yaml").write_text(yaml.safe_dump(study, allow_unicode=True))
+    assert main(["sweep", "--study", "long.yaml"]) == 2
+    assert "is 900 characters once encoded as a folder name" in _one_line(capsys)
     assert main(["sweep", "--name", "n" * 101]) == 2
     assert "must be 1 to 100 letters, digits" in _one_line(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.yaml"]
-    study["tracking"]["experiment"] = "e" * 500  # MLflow's limit itself is fine
+    study["tracking"]["experiment"] = "e" * 255  # the limit itself is fine
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(study))
     from mutransfer.study.files import load_study
 
-    assert load_study("long.yaml")[0].tracking.experiment == "e" * 500
+    assert load_study("long.yaml")[0].tracking.experiment == "e" * 255
 
 
 @pytest.fixture
@@ -227,27 +231,30 @@ def test_a_small_file_declaring_gigabytes_is_refused_before_it_is_read(tmp_path,
     assert (tmp_path / "empty.h5").stat().st_size < 16_000
     assert main([*command, "empty.h5"]) == 2
     err = _one_line(capsys)
-    assert "GiB of values but its file holds 0.00 MiB of them (unwritten, or compressed over 100x)" in err, err
+    assert "GiB of values but none were written (HDF5 reads the rest as zeros)" in err, err
 
 
 def test_the_stored_size_check_passes_data_that_is_written(tmp_path):
-    """The check refuses nothing it should read: a 68 MiB dataset with its values written, and one stored zeros
-    compressed below 100x, pass; the unwritten one does not."""
+    """The check refuses nothing it should read: 68 MiB of values written, and 68 MiB of zeros written and stored
+    1000x smaller (gzip), pass; the same declared unwritten, or written in part, do not."""
     import h5py
     import numpy as np
 
     from mutransfer.data.schema_common import check_stored
     from mutransfer.errors import UserInputError
 
+    shape, chunks = (17, 1024, 1024), (1, 1024, 1024)
     with h5py.File(tmp_path / "mem.h5", "w") as f:
-        written = f.create_dataset("w", data=np.random.default_rng(0).random((17, 1024, 1024), dtype=np.float32))
+        written = f.create_dataset("w", data=np.random.default_rng(0).random(shape, dtype=np.float32))
         check_stored("mem.h5", "w", written)
-        gzip = f.create_dataset(
-            "g", data=np.random.default_rng(0).random((17, 1024, 1024), dtype=np.float32), compression="gzip"
-        )
-        check_stored("mem.h5", "g", gzip)
-        empty = f.create_dataset("e", shape=(17, 1024, 1024), dtype="f4", chunks=(1, 256, 256))
-        with pytest.raises(UserInputError, match="dataset 'e' declares"):
+        zeros = f.create_dataset("z", data=np.zeros(shape, np.float32), chunks=chunks, compression="gzip")
+        assert zeros.id.get_storage_size() * 1000 < zeros.size * 4  # stored over 1000x smaller
+        check_stored("mem.h5", "z", zeros)
+        empty = f.create_dataset("e", shape=shape, dtype="f4", chunks=chunks)
+        with pytest.raises(UserInputError, match="dataset 'e' declares 0.1 GiB of values but none were written"):
+            check_stored("mem.h5", "e", empty)
+        empty[:8] = 1.0
+        with pytest.raises(UserInputError, match="only 8 of 17 chunks were written"):
             check_stored("mem.h5", "e", empty)
 
 
@@ -280,3 +287,25 @@ def test_an_edited_model_folder_is_one_line_before_memory_is_asked(tmp_path, mon
         assert main(["evaluate", "edited", "--data", "d.h5"]) == 2, edit
         assert said in _one_line(capsys), edit
     assert main(["evaluate", "m", "--data", "d.h5"]) == 0
+
+
+def test_a_store_being_written_is_not_called_damaged(tmp_path):
+    """A store another driver writes (write-ahead log live beside it, uncommitted writes) opens: the damage check
+    reads it read-only and compares its size only while no journal or log is live."""
+    import sqlite3
+
+    from mutransfer.tracking.runs import resolve_tracking_uri
+
+    live = tmp_path / "live.db"
+    live.write_bytes(_store(tmp_path / "whole.db"))
+    writer = sqlite3.connect(live)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("CREATE TABLE another_drivers_write (x)")
+        writer.commit()
+        writer.execute("BEGIN IMMEDIATE")  # a write transaction held open
+        writer.execute("INSERT INTO another_drivers_write VALUES (1)")
+        assert (tmp_path / "live.db-wal").stat().st_size > 0
+        assert resolve_tracking_uri(f"sqlite:///{live}") == f"sqlite:///{live}"
+    finally:
+        writer.close()

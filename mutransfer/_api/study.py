@@ -10,6 +10,7 @@ before its end continues where it stopped when it is loaded again.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import weakref
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
@@ -65,9 +66,7 @@ class Study:
         self._steps: Generator[tuple[str, SweepContext], None, None] | None = None
         self._ctx: SweepContext | None = None
         self._reached: set[str] = set()
-        # at the interpreter's exit, before its modules are torn down: a study left open releases its lock, Ray and
-        # parent run (a generator finalized after that raised "Exception ignored ... 'NoneType' object")
-        atexit.register(_close_at_exit, weakref.ref(self))
+        _OPEN.add(self)  # closed at the interpreter's exit if it is still open then (_close_open_studies)
 
     # ---- the steps ----------------------------------------------------------------------------
     def optimize(self, n_trials: int | None = None, callbacks: Sequence[TrialCallbackFn] = ()) -> None:
@@ -293,10 +292,18 @@ class Study:
         return ctx.report or dict(ctx.state.get("report") or {})
 
 
-def _close_at_exit(ref: weakref.ReferenceType[Study]) -> None:
-    study = ref()
-    if study is not None:
-        study.close()
+#: the studies alive in this interpreter (weakly held: a study dropped is not kept alive by this set)
+_OPEN: weakref.WeakSet[Study] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_studies() -> None:
+    """At the interpreter's exit, before its modules are torn down: a study left open releases its lock, Ray and
+    parent run (a generator finalized after that raised "Exception ignored ... 'NoneType' object"). Best effort: an
+    error here would only be printed at exit, over the program's own output."""
+    for study in list(_OPEN):
+        with contextlib.suppress(Exception):
+            study.close()
 
 
 def _passed(reached: set[str], until: str) -> bool:

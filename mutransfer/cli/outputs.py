@@ -20,7 +20,7 @@ from pathlib import Path
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import MLMODEL_FILE
 from mutransfer.study_folder.state import StudyDir
-from mutransfer.tracking.runs import is_sqlite_database
+from mutransfer.tracking._sqlite_file import is_sqlite_database
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -87,9 +87,9 @@ def _check_writable(folder: Path, out: str | Path, flag: str) -> None:
     """A one-line UserInputError unless a file can be made in ``folder`` (or, where it does not exist yet, in the
     nearest folder above it that does): a read-only folder, ``/proc`` or ``/sys``, refused before the work rather
     than after it. It makes and removes an empty hidden file there."""
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
     try:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".mutransfer-probe-"):
             pass
     except OSError as exc:
@@ -113,5 +113,5 @@ def check_out_dir(out: str | Path, *, flag: str = "--out") -> Path:
         raise UserInputError(
             f"{flag} {out}: is inside the {kind} folder {folder}, whose files the {kind} keeps; write outside it"
         )
-    _check_writable(path, out, flag)
+    _check_writable(path.parent, out, flag)  # the model is staged beside the folder, then moved into place
     return path

@@ -21,9 +21,10 @@ import urllib.request
 from mutransfer.cli.common import positive_int
 from mutransfer.cli.quiet import relay_server_output, server_environment, server_options
 from mutransfer.errors import UserInputError
+from mutransfer.tracking._sqlite_file import sqlite_path
 from mutransfer.tracking.guard import guarded
 from mutransfer.tracking.listings import list_studies, study_to_show
-from mutransfer.tracking.runs import _client, resolve_tracking_uri, sqlite_path
+from mutransfer.tracking.runs import _client, resolve_tracking_uri
 from mutransfer.tracking.views import (
     STUDIES_KEY,
     compare_link,

@@ -71,26 +71,28 @@ def finish_attrs(attrs: dict) -> dict:
     return {str(k): attr_value(str(k), v) for k, v in attrs.items()}
 
 
-#: a dataset declaring more than this many bytes must hold at least 1/:data:`MOST_COMPRESSED` of them in the file
+#: a dataset declaring more than this many bytes must have every value written (see :func:`check_stored`)
 SPARSE_CHECKED_BYTES = 64 * 2**20
-#: how many times smaller than its values a dataset may be stored (gzip of a solver's floats: a few times; of zeros:
-#: a thousand times)
-MOST_COMPRESSED = 100
 
 
 def check_stored(path: str | os.PathLike[str], name: str, dataset: h5py.Dataset) -> None:
-    """A one-line UserInputError if the HDF5 ``dataset`` (an ``h5py.Dataset``) declares far more values than its file
-    holds: unwritten chunks read back as zeros, so a 7 KB file can declare gigabytes and each reading of it takes
-    minutes (or its loading, the memory). Over :data:`SPARSE_CHECKED_BYTES` declared, at most :data:`MOST_COMPRESSED`
-    times the bytes stored."""
+    """A one-line UserInputError if the HDF5 ``dataset`` declares over :data:`SPARSE_CHECKED_BYTES` but some of its
+    values were never written: HDF5 reads unwritten chunks back as its fill value, so a 7 KB file can declare
+    gigabytes of zeros and each reading of it takes minutes (or its loading, the memory). Told by the chunks the file
+    has allocated against the chunks the shape needs (compression does not matter), or, for a contiguous dataset, by
+    no storage at all. Virtual datasets and external files are not checked (their values live elsewhere)."""
     declared = int(np.prod(dataset.shape, dtype=np.float64)) * dataset.dtype.itemsize
-    if declared <= SPARSE_CHECKED_BYTES:
+    if declared <= SPARSE_CHECKED_BYTES or dataset.is_virtual or dataset.external:
         return
-    stored = int(dataset.id.get_storage_size())
-    if stored * MOST_COMPRESSED >= declared:
+    if dataset.chunks is None:
+        written, needed = (1 if dataset.id.get_storage_size() > 0 else 0), 1
+    else:
+        needed = int(np.prod([-(-n // c) for n, c in zip(dataset.shape, dataset.chunks, strict=True)]))
+        written = int(dataset.id.get_num_chunks())
+    if written >= needed:
         return
     raise UserInputError(
-        f"data file {path}: dataset {name!r} declares {declared / 2**30:.1f} GiB of values but its file holds "
-        f"{stored / 2**20:.2f} MiB of them (unwritten, or compressed over {MOST_COMPRESSED}x): not data a solver "
-        "wrote; write the values, or generate a file with `mutransfer data generate`"
+        f"data file {path}: dataset {name!r} declares {declared / 2**30:.1f} GiB of values but "
+        f"{'none' if written == 0 else f'only {written} of {needed} chunks'} were written (HDF5 reads the rest as "
+        "zeros): not data a solver wrote; write the values, or generate a file with `mutransfer data generate`"
     )

@@ -202,6 +202,8 @@ def read_model_dir(directory: Path):
             f"{card.operator!r}); register that family first (a newer mutransfer or a plug-in wrote it?)"
         )
     weights = directory / flavor.get("weights", WEIGHTS_FILE)
+    if not weights.is_file():
+        raise UserInputError(f"model {directory}: {weights.name} is missing; restore the model folder")
     try:
         _check_weight_bytes(directory, family.build, card.model_config, weights)
         model = family.build(card.model_config)
@@ -221,8 +223,9 @@ def read_model_dir(directory: Path):
         ) from None
     try:
         model.load_state_dict(state)
-    except RuntimeError as exc:  # missing or unexpected keys, shapes that differ
-        first = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), type(exc).__name__)
+    except (RuntimeError, TypeError, AttributeError) as exc:  # keys or shapes that differ; not a mapping of tensors
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        first = (lines[1:] or lines or [type(exc).__name__])[0]
         raise UserInputError(
             f"model {directory}: {weights.name} does not fit the model config.json describes ({first[:160]}); one of "
             "them was edited or corrupted: restore the model folder (or train it again)"
@@ -245,7 +248,7 @@ def _check_weight_bytes(directory: Path, build: Callable[[dict], torch.nn.Module
     declared = sum(  # what the file must hold (a model's state may carry other values: neuraloperator's does)
         t.numel() * t.element_size() for t in shell.state_dict().values() if isinstance(t, torch.Tensor)
     )
-    stored = weights.stat().st_size if weights.is_file() else 0
+    stored = weights.stat().st_size
     if declared > 2 * stored + 2**20:
         raise UserInputError(
             f"model {directory}: config.json describes {declared / 2**20:,.1f} MiB of weights but {weights.name} "

@@ -27,7 +27,8 @@ from mutransfer.serving.artifact import MLMODEL_FILE, ModelCard, read_model_dir
 from mutransfer.study_folder.portable import relocated_artifact_path
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
-from mutransfer.tracking.runs import _client, check_server_reachable, resolve_tracking_uri, sqlite_path
+from mutransfer.tracking._sqlite_file import sqlite_path
+from mutransfer.tracking.runs import _client, check_server_reachable, resolve_tracking_uri
 
 
 @dataclass

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import yaml
 
@@ -58,6 +59,8 @@ from operators.factory import (
 from operators.registry import OPERATORS, SPECTRAL_HYPERPARAMETERS
 
 DEFAULT_STUDY = "quick"
+#: the longest name of a folder (one path component) on common file systems: an experiment's artifact folder
+EXPERIMENT_NAME_BYTES = 255
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 #: operator options the study sets through its own fields (not through operator.options): option -> field
 _RESERVED_OPTIONS = {
@@ -242,6 +245,13 @@ def parse_study(
     )
     if study.family.facts_on_parameters:
         _check_factory_roles(study, r)
+    encoded = len(quote(study.tracking.experiment, safe=""))
+    if encoded > EXPERIMENT_NAME_BYTES:  # a SQLite store keeps its artifacts in mlruns/<encoded name>
+        r.fail(
+            "tracking.experiment",
+            f"{study.tracking.experiment[:20]!r}... is {encoded} characters once encoded as a folder name "
+            f"(mlruns/<experiment> beside a SQLite store); at most {EXPERIMENT_NAME_BYTES}",
+        )
     clash = combination_problem(study.training, study.search_space)
     if clash:
         r.fail(f"search_space.{clash[0]}", clash[1])

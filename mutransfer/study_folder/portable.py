@@ -28,7 +28,8 @@ from pathlib import Path
 import yaml
 
 from mutransfer.study import study_from_yaml_text
-from mutransfer.tracking.runs import ARTIFACT_TAG, sqlite_path
+from mutransfer.tracking._sqlite_file import sqlite_path
+from mutransfer.tracking.runs import ARTIFACT_TAG
 
 
 def _relative(path: Path, root: Path) -> str:

@@ -32,7 +32,8 @@ from mutransfer.sweep.model_log import check_registry_store
 from mutransfer.sweep.search import max_concurrent
 from mutransfer.sweep.strategies import prepare_strategies
 from mutransfer.sweep.trial import fail_trials_from_env
-from mutransfer.tracking.runs import is_sqlite_database, resolve_tracking_uri, sqlite_path
+from mutransfer.tracking._sqlite_file import is_sqlite_database, sqlite_path
+from mutransfer.tracking.runs import resolve_tracking_uri
 
 
 def prepare(options: SweepOptions) -> SweepContext:

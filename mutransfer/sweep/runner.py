@@ -259,11 +259,11 @@ def _session(ctx: SweepContext):
 def _open_parent_run(ctx: SweepContext) -> None:
     ctx.tracker = Tracker(ctx.tracking_uri)
     known = ctx.state.get("experiment_id")
-    if known and not ctx.tracker.experiment_exists(known):  # never start afresh in silence (a second parent run)
+    if known and not ctx.tracker.reopen_experiment(known):  # never start afresh in silence (a second parent run)
         raise UserInputError(
             f"study {ctx.study.name!r}: its state.json names MLflow experiment {known[:40]!r}, which the store "
-            f"{ctx.tracking_uri} does not hold (another store, or one replaced since); resume it with the store that "
-            "holds its runs (--tracking-uri), or run it afresh under --name NEW"
+            f"{ctx.tracking_uri} does not hold (replaced, or its experiment removed for good); restore the store from "
+            "a copy, or run the study afresh under --name NEW"
         )
     ctx.experiment_id = known or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
     tag_study_view(ctx)  # new and resumed studies: the MLflow UI opens on the study's runs

@@ -26,7 +26,8 @@ from mutransfer.errors import UserInputError
 from mutransfer.study_folder.portable import read_study_file
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome
-from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker, sqlite_path
+from mutransfer.tracking._sqlite_file import sqlite_path
+from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker
 
 
 @dataclass(frozen=True)

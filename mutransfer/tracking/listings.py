@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mutransfer.errors import UserInputError
-from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, _client, sqlite_path
+from mutransfer.tracking._sqlite_file import sqlite_path
+from mutransfer.tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, _client
 
 
 def list_studies(uri: str) -> list[dict]:

@@ -41,6 +41,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from mutransfer.errors import UserInputError
+from mutransfer.tracking._sqlite_file import check_sqlite_file, sqlite_path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -111,80 +112,6 @@ def check_server_reachable(uri: str, fix: str) -> None:
         )
 
 
-#: the first 16 bytes of every SQLite 3 database file
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def is_sqlite_database(path: Path) -> bool:
-    """Whether ``path`` is a readable file that starts as every SQLite database does."""
-    try:
-        with path.open("rb") as f:
-            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
-    except OSError:
-        return False
-
-
-def check_sqlite_file(uri: str) -> None:
-    """A sqlite store must be a database file or not exist yet (MLflow creates it): a directory, a file of
-    something else, or a missing folder is a one-line UserInputError naming the path, before MLflow opens it."""
-    path = sqlite_path(uri)
-    if path is None:
-        return
-    if path.is_dir():
-        raise UserInputError(
-            f"tracking store {path}: is a directory; name a database file in it, e.g. sqlite:///{path / 'mlflow.db'}"
-        )
-    if not path.exists():
-        if not path.parent.is_dir():
-            raise UserInputError(f"tracking store {path}: its folder {path.parent} does not exist; create it first")
-        return
-    try:
-        with path.open("rb") as f:
-            head = f.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        raise UserInputError(f"tracking store {path}: cannot be read ({exc.strerror}); check its permissions") from None
-    if head and head != SQLITE_HEADER:
-        raise UserInputError(
-            f"tracking store {path}: is not an SQLite database (MLflow's store); name another file, e.g. "
-            f"sqlite:///{path.with_suffix('.db')}"
-        )
-    damage = _damage(path) if head else None
-    if damage is not None:
-        raise UserInputError(
-            f"tracking store {path}: {damage}, not a store MLflow can open; restore it from a copy, or name another "
-            "store with --tracking-uri sqlite:///other.db (the study folders keep every trial's files)"
-        )
-
-
-def _damage(path: Path) -> str | None:
-    """What is wrong with the SQLite database file at ``path`` (its first bytes are SQLite's), or None: one shorter
-    than the pages its 100-byte header declares (truncated), or one whose schema SQLite cannot read (read-only).
-    It shows none of the file's bytes."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            header = f.read(100)
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
-    if len(header) < 100:
-        return "truncated (shorter than its header)"
-    page_size = int.from_bytes(header[16:18], "big")  # https://www.sqlite.org/fileformat.html
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(header[28:32], "big")
-    if pages and header[92:96] == header[24:28] and size < pages * page_size:  # the header's page count is valid
-        return f"truncated ({size} bytes of the {pages * page_size} its header declares)"
-    import sqlite3  # noqa: PLC0415 -- deferred: only when a store is opened
-
-    try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as db:
-            db.execute("SELECT name, sql FROM sqlite_master").fetchall()
-    except sqlite3.OperationalError as exc:
-        return None if "locked" in str(exc) else f"damaged ({exc})"  # locked: a writer holds it, no damage
-    except sqlite3.DatabaseError as exc:
-        return f"damaged ({exc})"
-    return None
-
-
 #: URI schemes of MLflow's tracking stores (a plain path is a file store)
 TRACKING_SCHEMES = ("sqlite", "file", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 
@@ -213,12 +140,6 @@ def _check_tracking_uri(uri: str) -> None:
         )
 
 
-def sqlite_path(uri: str) -> Path | None:
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///") :])
-    return None
-
-
 def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None:
     """(artifact location, tags) for a new experiment in a sqlite store: ``mlruns/<name>`` beside the store."""
 
@@ -235,7 +156,6 @@ def _client(uri: str):
     path = sqlite_path(uri)
     if path is None:
         return MlflowClient(tracking_uri=uri)
-    check_sqlite_file(uri)
     if _has_tables(path):
         return MlflowClient(tracking_uri=uri)
     # MLflow creates and migrates a new sqlite store's tables when it first opens it; two processes doing that at
@@ -409,16 +329,19 @@ class Tracker:
     def set_tags(self, run_id: str, tags: dict) -> None:
         log_batch(self.client, run_id, tags=tags)
 
-    def experiment_exists(self, experiment_id: str) -> bool:
-        """Whether the store holds an experiment of this id (deleted ones too); a failure to ask is raised."""
+    def reopen_experiment(self, experiment_id: str) -> bool:
+        """Whether the store holds an experiment of this id; a deleted one is restored (as :meth:`ensure_experiment`
+        restores one by name). A failure to ask is raised."""
         from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s)
 
         try:
-            self.client.get_experiment(experiment_id)
+            exp = self.client.get_experiment(experiment_id)
         except MlflowException as exc:
             if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 return False
             raise
+        if exp.lifecycle_stage == "deleted":
+            self.client.restore_experiment(experiment_id)
         return True
 
     def run_exists(self, run_id: str) -> bool:

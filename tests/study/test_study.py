@@ -200,7 +200,7 @@ def test_numeric_strings_are_accepted_for_floats(tmp_path):
         ),
         (lambda m: m["budget"].update(reduction_factor=1), ["budget.reduction_factor: must be >= 2"]),
         (lambda m: m["training"].update(milestones=[10], step_size=5), ["training.step_size: set at most one"]),
-        (lambda m: m.update(name="my study/x"), ["name: 'my study/x' must be letters"]),
+        (lambda m: m.update(name="my study/x"), ["name: 'my study/x' must be 1 to 100 letters"]),
         (lambda m: m.update(parametrization="ntk"), ["parametrization: 'ntk' is unknown"]),
     ],
 )

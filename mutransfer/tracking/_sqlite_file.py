@@ -1,0 +1,99 @@
+"""A SQLite tracking store's file, checked before MLflow opens it: a directory, a file of something else, a
+missing folder, or a truncated or damaged database is one line naming the path (MLflow's own errors are tracebacks)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from mutransfer.errors import UserInputError
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file a ``sqlite:///`` URI names (None for any other URI)."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :])
+    return None
+
+
+#: the first 16 bytes of every SQLite 3 database file
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def is_sqlite_database(path: Path) -> bool:
+    """Whether ``path`` is a readable file that starts as every SQLite database does."""
+    try:
+        with path.open("rb") as f:
+            return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def check_sqlite_file(uri: str) -> None:
+    """A sqlite store must be a database file or not exist yet (MLflow creates it): a directory, a file of
+    something else, or a missing folder is a one-line UserInputError naming the path, before MLflow opens it."""
+    path = sqlite_path(uri)
+    if path is None:
+        return
+    if path.is_dir():
+        raise UserInputError(
+            f"tracking store {path}: is a directory; name a database file in it, e.g. sqlite:///{path / 'mlflow.db'}"
+        )
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise UserInputError(f"tracking store {path}: its folder {path.parent} does not exist; create it first")
+        return
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise UserInputError(f"tracking store {path}: cannot be read ({exc.strerror}); check its permissions") from None
+    if head and head != SQLITE_HEADER:
+        raise UserInputError(
+            f"tracking store {path}: is not an SQLite database (MLflow's store); name another file, e.g. "
+            f"sqlite:///{path.with_suffix('.db')}"
+        )
+    damage = _damage(path) if head else None
+    if damage is not None:
+        raise UserInputError(
+            f"tracking store {path}: {damage}, not a store MLflow can open; restore it from a copy, or name another "
+            "store with --tracking-uri sqlite:///other.db (the study folders keep every trial's files)"
+        )
+
+
+def _damage(path: Path) -> str | None:
+    """What is wrong with the SQLite database file at ``path`` (its first bytes are SQLite's), or None: one shorter
+    than the pages its 100-byte header declares (truncated), or one SQLite reports corrupt or not a database when it
+    reads the schema (read-only). The size is not compared while a journal or a write-ahead log sits beside it (a
+    commit or a checkpoint writes the header before the file grows); any other SQLite error is not called damage
+    (MLflow's own opening says what it is). It shows none of the file's bytes."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            header = f.read(100)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if len(header) < 100:
+        return "truncated (shorter than its header)"
+    page_size = int.from_bytes(header[16:18], "big")  # https://www.sqlite.org/fileformat.html
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    live = Path(f"{path}-journal").exists() or _non_empty(Path(f"{path}-wal"))
+    if not live and pages and header[92:96] == header[24:28] and size < pages * page_size:  # a valid page count
+        return f"truncated ({size} bytes of the {pages * page_size} its header declares)"
+    import sqlite3  # noqa: PLC0415 -- deferred: only when a store is opened
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=30)) as db:
+            db.execute("SELECT name, sql FROM sqlite_master").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if getattr(exc, "sqlite_errorname", "") in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):
+            return f"damaged ({exc})"
+    return None
+
+
+def _non_empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
