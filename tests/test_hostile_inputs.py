@@ -133,7 +133,7 @@ def test_names_too_long_for_the_folder_or_mlflow_are_refused_up_front(tmp_path, 
     study["tracking"]["experiment"] = "e" * 501
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(study))
     assert main(["sweep", "--study", "long.yaml"]) == 2
-    assert "tracking.experiment: 'eeeeeeeeeeeeeeeeeeee'... has 501 characters; at most 255" in _one_line(capsys)
+    assert "tracking.experiment: 'eeeeeeeeeeeeeeeeeeee'... is 501 characters once encoded" in _one_line(capsys)
     study["tracking"]["experiment"] = "実験" * 50  # 100 characters, 900 once encoded as a folder name
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(study, allow_unicode=True))
     assert main(["sweep", "--study", "long.yaml"]) == 2

@@ -14,7 +14,7 @@ import difflib
 import math
 import re
 
-from mutransfer.config.settings import REQUIRED, Setting, settings_of, too_long
+from mutransfer.config.settings import REQUIRED, Setting, settings_of
 from mutransfer.errors import UserInputError
 
 
@@ -124,7 +124,7 @@ class Reader:
             self.fail(where, f"must be a finite number, got {value}{_eg(example)}")
         return value
 
-    def string(self, name, default=REQUIRED, *, choices=None, example="", allow_none=False, maximum=None):
+    def string(self, name, default=REQUIRED, *, choices=None, example="", allow_none=False):
         value = self.raw(name, default, example=example)
         if value is None and allow_none:
             return None
@@ -132,8 +132,6 @@ class Reader:
             self.fail(self.where(name), f"must be a non-empty string, got {kind_of(value)}{_eg(example)}")
         if choices is not None and value not in choices:
             self.fail(self.where(name), f"{value!r} is unknown; use one of: {', '.join(map(str, choices))}")
-        if maximum is not None and len(value) > maximum:
-            self.fail(self.where(name), f"{too_long(value, maximum)}{_eg(example)}")
         return value
 
     def choice(self, name, default, choices, *, what: str):
@@ -172,12 +170,7 @@ class Reader:
             return self.number(name, default, example=spec.example, allow_none=spec.nullable, check=spec.check)
         if spec.kind == "str":
             return self.string(
-                name,
-                default,
-                choices=spec.choice_values(),
-                example=spec.example,
-                allow_none=spec.nullable,
-                maximum=spec.maximum,
+                name, default, choices=spec.choice_values(), example=spec.example, allow_none=spec.nullable
             )
         if spec.kind == "bool":
             return self.choice(name, default, (True, False), what="true or false")

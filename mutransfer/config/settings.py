@@ -42,8 +42,7 @@ class Setting:
     kind: str = "custom"
     example: str = ""
     minimum: int | None = None
-    #: the largest int allowed (a count of trainings or epochs a study could never finish: refused up front); for a
-    #: "str", its most characters (a name a store or the file system would refuse later)
+    #: the largest int allowed (a count of trainings or epochs a study could never finish: refused up front)
     maximum: int | None = None
     check: Callable[[float], str | None] | None = None
     choices: tuple | Callable[[], tuple] | None = None
@@ -141,16 +140,9 @@ def problem_with(spec: Setting, value) -> str | None:
         choices = spec.choice_values()
         if not isinstance(value, str) or (choices is not None and value not in choices):
             return f"is unknown; use one of: {', '.join(map(str, choices or ()))}"
-        if spec.maximum is not None and len(value) > spec.maximum:
-            return too_long(value, spec.maximum)
     elif spec.kind == "bool" and not isinstance(value, bool):
         return "must be true or false"
     return None
-
-
-def too_long(value: str, maximum: int) -> str:
-    """The phrase for a string over its most characters (its start only: it may be long)."""
-    return f"{value[:20]!r}... has {len(value)} characters; at most {maximum}"
 
 
 def integer_requirement(minimum: int) -> str:

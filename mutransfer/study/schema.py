@@ -221,7 +221,7 @@ class TargetSpec:
 
 @dataclass
 class TrackingSpec:
-    experiment: str = setting("mutransfer", "MLflow experiment", kind="str", maximum=255, example="mutransfer")
+    experiment: str = setting("mutransfer", "MLflow experiment", kind="str", example="mutransfer")
     uri: str | None = setting(
         None,
         "MLflow tracking URI (null: sqlite:///mlflow.db here)",

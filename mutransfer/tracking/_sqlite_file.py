@@ -44,16 +44,17 @@ def check_sqlite_file(uri: str) -> None:
             raise UserInputError(f"tracking store {path}: its folder {path.parent} does not exist; create it first")
         return
     try:
+        size = path.stat().st_size
         with path.open("rb") as f:
-            head = f.read(len(SQLITE_HEADER))
+            head = f.read(100)  # SQLite's header (https://www.sqlite.org/fileformat.html)
     except OSError as exc:
         raise UserInputError(f"tracking store {path}: cannot be read ({exc.strerror}); check its permissions") from None
-    if head and head != SQLITE_HEADER:
+    if head and not head.startswith(SQLITE_HEADER):
         raise UserInputError(
             f"tracking store {path}: is not an SQLite database (MLflow's store); name another file, e.g. "
             f"sqlite:///{path.with_suffix('.db')}"
         )
-    damage = _damage(path) if head else None
+    damage = _damage(path, head, size) if head else None
     if damage is not None:
         raise UserInputError(
             f"tracking store {path}: {damage}, not a store MLflow can open; restore it from a copy, or name another "
@@ -61,21 +62,15 @@ def check_sqlite_file(uri: str) -> None:
         )
 
 
-def _damage(path: Path) -> str | None:
-    """What is wrong with the SQLite database file at ``path`` (its first bytes are SQLite's), or None: one shorter
-    than the pages its 100-byte header declares (truncated), or one SQLite reports corrupt or not a database when it
-    reads the schema (read-only). The size is not compared while a journal or a write-ahead log sits beside it (a
-    commit or a checkpoint writes the header before the file grows); any other SQLite error is not called damage
-    (MLflow's own opening says what it is). It shows none of the file's bytes."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            header = f.read(100)
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
+def _damage(path: Path, header: bytes, size: int) -> str | None:
+    """What is wrong with the SQLite database file at ``path`` (``header``: its first 100 bytes, which start as
+    SQLite's; ``size``: its bytes), or None: one shorter than the pages its header declares (truncated), or one SQLite
+    reports corrupt or not a database when it reads the schema (read-only). The size is not compared while a journal
+    or a write-ahead log sits beside it (a commit or a checkpoint writes the header before the file grows); any other
+    SQLite error is not called damage (MLflow's own opening says what it is). It shows none of the file's bytes."""
     if len(header) < 100:
         return "truncated (shorter than its header)"
-    page_size = int.from_bytes(header[16:18], "big")  # https://www.sqlite.org/fileformat.html
+    page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
     live = Path(f"{path}-journal").exists() or _non_empty(Path(f"{path}-wal"))
