@@ -51,6 +51,28 @@ from mutransfer.training.records import EpochRecord, dump_history, load_history
 SUMMARY_FILE = "summary.json"
 #: in the target's storage folder: one JSON line per evaluation, appended by rank 0 (training.EpochRecord.as_dict())
 PROGRESS_FILE = "progress.jsonl"
+#: in the same folder: written by an interrupted driver (:func:`ask_to_stop`); each worker stops at its next epoch
+STOP_FILE = "stop"
+
+
+def ask_to_stop(folder: Path) -> None:
+    """The driver, interrupted: tell the target's workers (which look at every epoch) to stop, so that Ray Train's run
+    ends before the driver shuts Ray down (a ``fit()`` still waiting in another thread when Ray shuts down can crash
+    the driver). Best effort: a folder the workers do not see leaves them to ``ray.shutdown``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / STOP_FILE).touch()
+    except OSError:
+        pass
+
+
+def clear_stop(folder: Path) -> None:
+    """A run starting (or resuming): no stop asked for by an earlier, interrupted run."""
+    (folder / STOP_FILE).unlink(missing_ok=True)
+
+
+class _Stopped(Exception):
+    """Raised in a worker's loop when the driver asked the run to stop (:data:`STOP_FILE`)."""
 
 
 def append_progress(path: str | None, record: EpochRecord) -> None:
@@ -234,7 +256,8 @@ def driver_gone(driver: dict | None) -> bool:
     return fields[0] == "Z" or (driver.get("start") is not None and fields[19] != driver["start"])
 
 
-#: the status of a target started early and called off before its order came (it trained nothing)
+#: the status of a target started early and called off before its order came (it trained nothing), or stopped by
+#: its interrupted driver (:func:`ask_to_stop`; the driver reads no outcome then)
 CANCELLED = "cancelled"
 
 
@@ -344,9 +367,13 @@ def target_loop(cfg: dict) -> dict:
     iters_per_epoch = math.ceil(shard.train_x.shape[0] / per_rank_batch)
     total = epochs * iters_per_epoch
 
+    stop = Path(cfg["progress_file"]).with_name(STOP_FILE) if cfg.get("progress_file") else None
+
     def on_event(event) -> None:
         if isinstance(event, EpochRecord) and driver_gone(cfg.get("driver")):
             os._exit(1)  # the driver was killed: write nothing more (Ray would stop this worker seconds later)
+        if isinstance(event, EpochRecord) and stop is not None and stop.exists():
+            raise _Stopped  # before this epoch's report: the run resumes from the last one reported
         if rank == 0 and isinstance(event, EpochRecord):
             append_progress(cfg.get("progress_file"), event)
         # Report only when the trainer has just written checkpoint.pt (every `every` epochs, not
@@ -358,7 +385,10 @@ def target_loop(cfg: dict) -> dict:
             eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event.epoch:05d}"
         )
 
-    result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=order.plan)
+    try:
+        result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=order.plan)
+    except _Stopped:
+        return TargetSummary(status=CANCELLED, world_size=world).as_dict()
 
     summary = TargetSummary.of(result, spectral_lr0, world, per_rank_batch, iters_per_epoch)
     checkpoint = None

@@ -22,9 +22,14 @@ from mutransfer.sweep.target import (
     TargetOrder,
     TargetOutcome,
     TargetSummary,
+    ask_to_stop,
+    clear_stop,
     driver_identity,
     target_loop,
 )
+
+#: seconds an interrupted driver waits for the target's workers to stop at their next epoch before shutting Ray down
+STOP_WAIT_S = 15.0
 
 
 def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) -> tuple[type, dict, bool]:
@@ -122,6 +127,7 @@ def start_target(
     resources = {"CPU": t.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = 1
+    clear_stop(Path(storage_dir) / "target")  # a stop asked for by an interrupted earlier session
     orders = None if order is not None else Queue(actor_options={"num_cpus": 0, "scheduling_strategy": _on_this_node()})
     driver = driver_identity()
 
@@ -154,7 +160,7 @@ def start_target(
             ),
         )
 
-    return TargetRun(make_trainer, orders, study.target, use_gpu)
+    return TargetRun(make_trainer, orders, study.target, use_gpu, Path(storage_dir) / "target")
 
 
 class TargetRun:
@@ -162,15 +168,19 @@ class TargetRun:
 
     Off the main thread Ray Train installs no SIGINT handler (on the main thread its handler ends
     the process, exit 1, without letting the driver record the interruption), so Ctrl-C raises
-    KeyboardInterrupt in :meth:`outcome`; the driver marks the runs KILLED and shuts Ray down.
+    KeyboardInterrupt in :meth:`outcome`; the run's workers are asked to stop at their next epoch (the driver waits
+    up to :data:`STOP_WAIT_S`, or until a second Ctrl-C), then the driver marks the runs KILLED and shuts Ray down.
     """
 
-    def __init__(self, make_trainer, orders, target, use_gpu: bool):
-        self._orders, self._target, self._use_gpu = orders, target, use_gpu
+    def __init__(self, make_trainer, orders, target, use_gpu: bool, folder: Path):
+        self._orders, self._target, self._use_gpu, self._folder = orders, target, use_gpu, folder
         self._box: dict = {}
         self.started = time.perf_counter()
         #: when the order was given (the start for a run started with its order)
         self.ordered = self.started if orders is None else None
+        # Set when fit() has returned. Not Thread.is_alive(): a Thread.join() that Ctrl-C interrupts marks the thread
+        # as ended while fit() still runs (CPython 3.11's bpo-45274 handling), and Ray must not shut down under it.
+        self._done = threading.Event()
         self._thread = threading.Thread(
             target=self._fit, args=(make_trainer,), name="mutransfer-target-fit", daemon=True
         )
@@ -181,10 +191,12 @@ class TargetRun:
             self._box["result"] = make_trainer().fit()
         except BaseException as exc:  # re-raised on the main thread
             self._box["error"] = exc
+        finally:
+            self._done.set()
 
     def finished(self) -> bool:
         """Whether Ray Train's run has ended (a run started early that ended before its order failed to start)."""
-        return not self._thread.is_alive()
+        return self._done.is_set()
 
     def _tell(self, order: TargetOrder | None) -> None:
         if self._orders is None or self.ordered is not None:
@@ -206,7 +218,15 @@ class TargetRun:
             except Exception:  # Ray is already going away: nothing is waiting
                 pass
             self.ordered = time.perf_counter()
-        self._thread.join(timeout)
+        self._done.wait(timeout)
+
+    def _stop(self) -> None:
+        """Interrupted: ask the workers to stop and wait for Ray Train's run to end (a second Ctrl-C waits no more)."""
+        ask_to_stop(self._folder)
+        try:
+            self.cancel(STOP_WAIT_S)  # a run still waiting for its order is called off; then the wait
+        except KeyboardInterrupt:
+            pass
 
     def outcome(self, on_poll=None) -> TargetOutcome:
         """Wait for the run (``on_poll()`` about every 0.2 s, and once after) and return what it trained.
@@ -214,10 +234,13 @@ class TargetRun:
         ``wall_seconds`` counts from the order (what the study waits for); ``device_seconds`` from the run's start
         (the workers' devices were held while they waited); ``head_start_seconds`` is the difference.
         """
-        while self._thread.is_alive():
-            self._thread.join(0.2)
-            if on_poll is not None:
-                on_poll()
+        try:
+            while not self._done.wait(0.2):
+                if on_poll is not None:
+                    on_poll()
+        except KeyboardInterrupt:
+            self._stop()
+            raise
         if on_poll is not None:
             on_poll()
         if "error" in self._box:

@@ -37,6 +37,7 @@ def _env(tmp_path, **extra) -> dict:
         RAY_USAGE_STATS_ENABLED="0",
         MUTRANSFER_CACHE=str(tmp_path / "cache"),
         TQDM_DISABLE="1",
+        PYTHONFAULTHANDLER="1",  # a driver that crashes (a signal) prints where, in the assertion's message
         **extra,
     )
 

@@ -1,0 +1,78 @@
+"""Ctrl-C while the target trains: the driver asks the workers to stop and waits for Ray Train's ``fit()`` to return
+before it goes on to shut Ray down (a ``fit()`` still running under ``ray.shutdown`` crashed a driver with SIGSEGV in
+CI). No Ray here: the run's ``fit()`` is a stand-in that trains nothing and returns once the stop is asked for, as the
+workers' loop does (mutransfer.sweep.target.target_loop; end to end: tests/sweep/test_sweep_resume.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mutransfer.sweep.target import STOP_FILE, ask_to_stop, clear_stop
+from mutransfer.sweep.target_run import TargetRun
+
+
+class _Trainer:
+    """``fit()`` returns a while after the stop file appears (a worker finishing its epoch)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.returned = folder, threading.Event()
+
+    def fit(self) -> str:
+        while not (self.folder / STOP_FILE).exists():
+            time.sleep(0.01)
+        time.sleep(0.3)
+        self.returned.set()
+        return "stopped"
+
+
+def _interrupt_soon(delay: float) -> threading.Timer:
+    timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+def test_ctrl_c_asks_the_workers_to_stop_and_waits_for_the_run_to_end(tmp_path):
+    trainer = _Trainer(tmp_path)
+    run = TargetRun(lambda: trainer, None, None, False, tmp_path)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_soon(0.3)  # a real SIGINT: it lands wherever the main thread is in the wait loop
+        with pytest.raises(KeyboardInterrupt):
+            run.outcome()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert (tmp_path / STOP_FILE).exists()
+    # fit() had returned before outcome() re-raised: Ray may shut down now
+    assert trainer.returned.is_set() and run.finished()
+
+
+def test_an_unfinished_run_is_not_reported_finished(tmp_path):
+    """``finished()`` is False while fit() runs, whatever an interrupted wait did to the thread's bookkeeping."""
+    trainer = _Trainer(tmp_path)
+    run = TargetRun(lambda: trainer, None, None, False, tmp_path)
+    assert not run.finished()
+    ask_to_stop(tmp_path)
+    assert trainer.returned.wait(10) and _eventually(run.finished)
+
+
+def test_a_resumed_run_starts_without_the_earlier_stop(tmp_path):
+    ask_to_stop(tmp_path / "target")
+    assert (tmp_path / "target" / STOP_FILE).exists()
+    clear_stop(tmp_path / "target")
+    assert not (tmp_path / "target" / STOP_FILE).exists()
+    clear_stop(tmp_path / "target")  # nothing to clear: no error
+
+
+def _eventually(check, seconds: float = 5.0) -> bool:
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return False
