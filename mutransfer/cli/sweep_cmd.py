@@ -70,6 +70,12 @@ def _add_sweep(subparsers) -> None:
     store.add_argument(
         "--resume", action="store_true", help="continue the study of the same name after an interruption"
     )
+    store.add_argument(
+        "--rebuild-state",
+        action="store_true",
+        help="with --resume: rebuild a lost or damaged state.json from the trials' own files, keeping every finished "
+        "trial and reusing the study's MLflow runs (docs/robustness.md)",
+    )
     checks = groups["checks"]
     checks.add_argument(
         "--coord-check",
@@ -183,6 +189,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         overrides=overrides,
         address=args.address,
         resume=args.resume,
+        rebuild_state=args.rebuild_state,
         coord_check=args.coord_check,
         runs_dir=args.runs_dir,
         verify=args.verify,

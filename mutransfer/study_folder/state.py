@@ -32,6 +32,11 @@ from mutransfer.atomic import atomic_path
 from mutransfer.errors import UserInputError
 
 DEFAULT_RUNS_DIR = "mutransfer-runs"
+#: the way out of a lost or damaged state.json, in every message that finds one (mutransfer.sweep._rebuild_state)
+REBUILD_HINT = (
+    "rebuild it from the trials' own files with `mutransfer sweep --resume --rebuild-state` (this command's other "
+    "flags kept), or restore it from a copy"
+)
 #: the study folder's format (state.json's ``version``): a folder of a newer format is refused in one line
 STATE_VERSION = 1
 
@@ -81,10 +86,16 @@ class StudyDir:
             state = json.loads(self.state_file.read_text())
         except (OSError, ValueError):
             raise UserInputError(
-                f"study directory {self.root}: state.json is unreadable; delete the directory or pass a new --name"
+                f"study directory {self.root}: state.json is unreadable (empty or cut short); {REBUILD_HINT}"
             ) from None
         check_state(state, self.state_file)
         return state
+
+    def trial_count(self) -> int:
+        """How many trials the folder holds (their own files: ``trials/<key>/``)."""
+        if not self.trials_dir.is_dir():
+            return 0
+        return sum(1 for p in self.trials_dir.iterdir() if p.is_dir())
 
     def write_state(self, state: dict) -> None:
         state = dict(state, version=STATE_VERSION)

@@ -57,6 +57,8 @@ class SweepOptions:
     overrides: dict = field(default_factory=dict)  # keys of mutransfer.study.OVERRIDES
     address: str | None = None
     resume: bool = False
+    #: with resume: rebuild a lost or damaged state.json from the trials' files (mutransfer.sweep._rebuild_state)
+    rebuild_state: bool = False
     runs_dir: str | None = None
     quiet: bool = False
     json: bool = (

@@ -10,6 +10,11 @@ from mutransfer.sweep.context import SweepContext
 from mutransfer.sweep.search import total_trials
 from mutransfer.tracking.views import tag_study
 
+#: the parent run's tag naming the study folder it was made for (a rebuilt state finds its parent by it)
+FOLDER_TAG = "mutransfer.study_dir"
+#: the parent run's tag keeping the search window (state.json's ``search_window``) for a rebuilt state
+WINDOW_TAG = "mutransfer.search_window"
+
 
 def git_commit() -> str | None:
     """The commit of the installed source tree, or None outside a git checkout."""
@@ -48,7 +53,7 @@ def create_parent(ctx: SweepContext) -> str:
         "git_commit": commit or "unknown",
         "overrides": [o.describe() for o in ctx.overrides] or "none",
     }
-    tags = {"mutransfer.study_dir": str(ctx.study_dir.root)}
+    tags = {FOLDER_TAG: str(ctx.study_dir.root)}
     if commit:
         tags["mlflow.source.git.commit"] = commit
     files = {"study/study.yaml": study.to_yaml(), "study/source.yaml": ctx.source_text}

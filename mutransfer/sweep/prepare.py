@@ -26,6 +26,7 @@ from mutransfer.study.memory import check_study_memory, check_study_padding, che
 from mutransfer.study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer.study_folder.portable import read_study_file, study_tracking_uri
 from mutransfer.study_folder.state import StudyDir
+from mutransfer.sweep._rebuild_state import refuse_lost_state
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
 from mutransfer.sweep.model_log import check_registry_store
@@ -52,6 +53,8 @@ def prepare(options: SweepOptions) -> SweepContext:
             "drop the flag or give a larger target_K"
         )
     _check_verification_options(options)
+    if options.rebuild_state and not options.resume:
+        raise UserInputError("--rebuild-state rebuilds the state of a study being resumed; add --resume")
     if options.executor == "population" and study.search.objectives != "error":
         raise UserInputError(
             "--executor population books each trial a share of its population's seconds, which search.objectives "
@@ -98,7 +101,11 @@ def prepare(options: SweepOptions) -> SweepContext:
         _check_resume_consistent(stored, study, options)
         if stored.operator.type == study.operator.type:  # a factory's module: where this command found it
             stored.operator.factory_dir = study.operator.factory_dir
-        state = study_dir.read_state()
+        if options.rebuild_state:  # from the trials' own files and the store's runs (mutransfer.sweep._rebuild_state)
+            state = {}
+        else:
+            state = study_dir.read_state()
+            refuse_lost_state(study_dir, state)
         tracking_uri = _resumed_tracking(options, study, state, study_dir)
         study = stored
         applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
@@ -139,7 +146,7 @@ def take_lock(ctx: SweepContext) -> StudyLock:
                 f"study directory {ctx.study_dir.root} was just created by another driver; pass --resume to continue it, "
                 "or --name NEW to start a new study"
             )
-        if ctx.options.resume:
+        if ctx.options.resume and not ctx.options.rebuild_state:  # a rebuild starts from no state
             ctx.state = ctx.study_dir.read_state()
             ctx.prior_wall = float(ctx.state.get("wall_seconds", 0.0))
     except BaseException:

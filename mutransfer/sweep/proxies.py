@@ -32,6 +32,7 @@ from mutransfer.study_folder.records import TrialRecord
 from mutransfer.sweep import progress
 from mutransfer.sweep._executors import SearchRun
 from mutransfer.sweep.context import ProxyResults, SweepContext, SweepError, pick_best
+from mutransfer.sweep.parent_run import WINDOW_TAG
 from mutransfer.sweep.plan import SearchPlan, trial_key
 from mutransfer.sweep.trial_logger import TrialLogger
 from mutransfer.tracking.runs import TRIAL_ID_TAG, Tracker
@@ -102,6 +103,8 @@ def _plan(ctx: SweepContext, first_window: int):
     if not isinstance(window, int) or window < 1:
         window = first_window
         ctx.update_state(search_window=window)
+    if ctx.tracker is not None and ctx.parent_id:  # kept on the parent run too: a rebuilt state takes it back
+        ctx.tracker.set_tags(ctx.parent_id, {WINDOW_TAG: str(window)})
 
     # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)
     from mutransfer.sweep.strategies import registry as strategies  # noqa: PLC0415

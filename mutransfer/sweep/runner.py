@@ -37,6 +37,7 @@ from mutransfer.study.data import load_study_data
 from mutransfer.study.models import proxy_split
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
+from mutransfer.sweep._rebuild_state import reattach_parent, refuse_missing_parent
 from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.cost_estimate import estimate_proxy_cost
 from mutransfer.sweep.early_target import EarlyTarget
@@ -271,6 +272,17 @@ def _open_parent_run(ctx: SweepContext) -> None:
     if parent and ctx.tracker.run_exists(parent):
         ctx.tracker.set_status(parent, "RUNNING")
         ctx.say(f"resuming study {ctx.study.name!r} (MLflow parent run {parent})")
+    elif parent:  # never a second parent run in silence
+        raise refuse_missing_parent(ctx.study.name, parent, ctx.tracking_uri)
+    elif ctx.options.rebuild_state and (
+        found := reattach_parent(ctx.tracker, ctx.experiment_id, ctx.study.name, ctx.study_dir)
+    ):
+        parent = found.pop("parent_run_id")
+        ctx.update_state(**{k: v for k, v in found.items() if v is not None})
+        ctx.say(
+            f"rebuilding the state of study {ctx.study.name!r} from its {ctx.study_dir.trial_count()} trial(s): "
+            f"MLflow parent run {parent} reused"
+        )
     else:
         parent = create_parent(ctx)
     ctx.parent_id = parent
