@@ -144,8 +144,45 @@ def check_state(state: object, path: Path) -> None:
             raise UserInputError(f"{path}: field {key!r} must be {_KINDS[types[0]]}, found {found(value)}; {fix}")
     if any(not isinstance(o, dict) for o in state.get("overrides") or []):
         raise UserInputError(f"{path}: field 'overrides' must be a list of mappings; {fix}")
+    for i, trial in enumerate(state.get("trials") or []):
+        problem = _trial_problem(trial)
+        if problem:
+            raise UserInputError(f"{path}: field 'trials' entry {i} {problem}; {fix}")
+    best = state.get("best")
+    if best is not None and state.get("trials"):
+        ids = {t["trial_id"] for t in state["trials"]}
+        if best.get("trial_id") not in ids:
+            raise UserInputError(f"{path}: field 'best' names no trial of field 'trials'; {fix}")
     if state.get("phase") == "done" and not isinstance(state.get("report"), dict):
         raise UserInputError(f"{path}: says the study is done but holds no report; {fix}")
+
+
+#: the fields a trial record of state.json must have (mutransfer.study_folder.records.TrialRecord), and their types
+TRIAL_FIELDS: dict[str, tuple[type, ...]] = {
+    "trial_id": (str,),
+    "index": (int,),
+    "status": (str,),
+    "config": (dict,),
+    "hp": (dict,),
+    "epochs": (int,),
+}
+#: the number fields a trial record may have (None or absent allowed)
+TRIAL_NUMBERS = ("val_error", "trainer_seconds", "wall_seconds", "device_seconds", "span_seconds", "spectral_lr")
+
+
+def _trial_problem(trial: object) -> str | None:
+    """What is wrong with one entry of state.json's ``trials`` (None: nothing)."""
+    if not isinstance(trial, dict):
+        return "must be a mapping"
+    for key, types in TRIAL_FIELDS.items():
+        value = trial.get(key)
+        if not isinstance(value, types) or isinstance(value, bool):
+            return f"needs {key!r} as {_KINDS[types[0]]}"
+    for key in TRIAL_NUMBERS:
+        value = trial.get(key)
+        if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
+            return f"has {key!r} that is not a number"
+    return None
 
 
 def write_atomic(path: Path, text: str) -> None:

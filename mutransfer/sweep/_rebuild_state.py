@@ -19,6 +19,7 @@ from __future__ import annotations
 from mutransfer.errors import UserInputError
 from mutransfer.study_folder.state import REBUILD_HINT, StudyDir
 from mutransfer.sweep.parent_run import FOLDER_TAG, WINDOW_TAG
+from mutransfer.tracking._sqlite_file import sqlite_path
 from mutransfer.tracking.runs import KIND_TAG, STUDY_TAG, Tracker
 
 
@@ -42,6 +43,27 @@ def refuse_missing_parent(study_name: str, parent_run_id: str, tracking_uri: str
         f"study {study_name!r}: its state.json names MLflow parent run {parent_run_id[:40]!r}, which the store "
         f"{tracking_uri} does not hold (deleted, or the store replaced); {REBUILD_HINT}"
     )
+
+
+def check_state_runs(study_name: str, state: dict, tracking_uri: str) -> None:
+    """Before anything runs or is written: the parent run a resumed state names is in the store. An SQLite store that
+    does not exist is not made (it cannot hold the run); a store that cannot be asked is left to the study's start,
+    whose checks say so."""
+    parent = state.get("parent_run_id")
+    if not parent:
+        return
+    local = sqlite_path(tracking_uri)
+    if local is not None and not local.exists():
+        raise refuse_missing_parent(study_name, parent, tracking_uri)
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), loaded for the study anyway
+
+    try:
+        Tracker(tracking_uri).client.get_run(parent)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            raise refuse_missing_parent(study_name, parent, tracking_uri) from None
+    except Exception:  # noqa: BLE001, S110 -- not this check's to report: the study's start asks again and says what failed
+        pass
 
 
 def reattach_parent(tracker: Tracker, experiment_id: str, study_name: str, study_dir: StudyDir) -> dict | None:

@@ -26,7 +26,7 @@ from mutransfer.study.memory import check_study_memory, check_study_padding, che
 from mutransfer.study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer.study_folder.portable import read_study_file, study_tracking_uri
 from mutransfer.study_folder.state import StudyDir
-from mutransfer.sweep._rebuild_state import refuse_lost_state
+from mutransfer.sweep._rebuild_state import check_state_runs, refuse_lost_state
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
 from mutransfer.sweep.model_log import check_registry_store
@@ -116,6 +116,7 @@ def prepare(options: SweepOptions) -> SweepContext:
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
+    check_state_runs(study.name, state, tracking_uri)  # a resumed state's parent run is in the store
     ctx = SweepContext(
         options,
         study,

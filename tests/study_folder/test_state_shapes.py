@@ -10,6 +10,7 @@ import pytest
 from mutransfer.cli.main import main
 from tests.sweep_helpers import K_ONLY_STUDY
 
+TRIAL = {"trial_id": "t0000", "index": 0, "status": "completed", "config": {}, "hp": {}, "val_error": 0.5, "epochs": 2}
 GOOD = {"phase": "proxies", "study": "quick", "tracking_db": "../../mlflow.db", "overrides": [], "trials": []}
 BAD = {
     "a list": ([], "must be a JSON mapping of the study's state, found list"),
@@ -23,6 +24,19 @@ BAD = {
     "overrides of numbers": (dict(GOOD, overrides=[1, 2]), "field 'overrides' must be a list of mappings"),
     "the store as a number": (dict(GOOD, tracking_db=5), "field 'tracking_db' must be a string, found int"),
     "a window that is true": (dict(GOOD, search_window=True), "field 'search_window' must be a number, found bool"),
+    "a trial that is null": (dict(GOOD, trials=[None]), "field 'trials' entry 0 must be a mapping"),
+    "a trial without its id": (
+        dict(GOOD, trials=[dict(TRIAL, trial_id=None)]),
+        "field 'trials' entry 0 needs 'trial_id' as a string",
+    ),
+    "a trial's error as text": (
+        dict(GOOD, trials=[dict(TRIAL, val_error="low")]),
+        "field 'trials' entry 0 has 'val_error' that is not a number",
+    ),
+    "a best trial of no trial": (
+        dict(GOOD, trials=[TRIAL], best={"trial_id": "t9999"}),
+        "field 'best' names no trial of field 'trials'",
+    ),
     "a newer format": (dict(GOOD, version=99), "written by a newer mutransfer (study folder format 99;"),
     "a newer format whose fields changed": (
         dict(GOOD, version=2, trials={"t0000": {}}),
