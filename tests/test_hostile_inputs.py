@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,22 +149,77 @@ def test_names_too_long_for_the_folder_or_mlflow_are_refused_up_front(tmp_path, 
     assert load_study("long.yaml")[0].tracking.experiment == "e" * 255
 
 
-@pytest.fixture
-def tiny_fs(tmp_path):
-    """A file system of 128 KiB (a tmpfs), unmounted afterwards; skipped where this process may not mount one."""
+def _tmpfs(where: Path, size: str):
+    """A tmpfs of ``size`` mounted at ``where``, unmounted afterwards; skipped where this process may not mount one."""
     import shutil
 
-    where = tmp_path / "tiny"
     where.mkdir()
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root and `mount`")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(where)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()[:200]}")
     try:
         yield where
     finally:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    """A file system of 128 KiB (a tmpfs)."""
+    yield from _tmpfs(tmp_path / "tiny", "128k")
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A file system of 8 MiB (a tmpfs): room for an MLflow store (about 0.9 MiB) and a tiny study's artifacts."""
+    yield from _tmpfs(tmp_path / "small", "8m")
+
+
+def _fill(folder: Path) -> None:
+    """Write zeros into ``folder`` until its file system is full."""
+    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:  # no space left
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_tracking_store_on_a_full_disk_is_one_line(tmp_path, small_fs, monkeypatch, capsys):
+    """Issue 36, finding 5: a sweep whose SQLite tracking store sits on a full disk ended in a traceback: SQLite's
+    "database or disk is full" from the first write, or its "disk I/O error" where a fresh process could not make the
+    store's write-ahead files. Each is now the one line of a full disk naming the store, exit 2; the study folder is
+    not made; with room again the same command runs."""
+    from mutransfer.tracking.runs import Tracker
+    from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
+
+    monkeypatch.chdir(tmp_path)
+    study = write_tiny_study(tmp_path, write_tiny_data(tmp_path / "tiny.h5"), name="full", trials=2, epochs=1)
+    uri = f"sqlite:///{small_fs / 'mlflow.db'}"
+    Tracker(uri).ensure_experiment("mutransfer")  # the store made while there was room
+    _fill(small_fs)
+    argv = ["sweep", "--study", str(study), "--tracking-uri", uri, *IN_PROCESS]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err[-2000:]
+    assert err.strip().splitlines()[-1] == (
+        f"mutransfer sweep: error: no space is left on the device to write {small_fs / 'mlflow.db'}; free some "
+        "space, then run the same command again (with --resume if a sweep had started: what it wrote is kept)"
+    )
+    assert not (tmp_path / "mutransfer-runs" / "full").exists()
+    # a fresh process cannot even open the store (SQLite's "disk I/O error": no room for its write-ahead files)
+    alone = subprocess.run(
+        [sys.executable, "-m", "mutransfer.cli.main", *argv], capture_output=True, text=True, timeout=300
+    )
+    assert alone.returncode == 2 and "Traceback" not in alone.stderr, alone.stderr[-2000:]
+    assert f"no space is left on the device to write {small_fs / 'mlflow.db'}" in alone.stderr.strip().splitlines()[-1]
+    (small_fs / "filler").unlink()
+    assert main(argv) == 0, capsys.readouterr().err[-2000:]
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_half_file(tmp_path, tiny_fs, monkeypatch, capsys):

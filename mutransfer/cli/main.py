@@ -29,6 +29,7 @@ from mutransfer.cli import (
 )
 from mutransfer.cli.quiet import quiet_third_party
 from mutransfer.errors import USER_ERRORS
+from mutransfer.tracking._sqlite_file import sqlite_path, store_full
 
 EXIT_USER_ERROR = 2
 
@@ -152,6 +153,13 @@ def main(argv: list[str] | None = None) -> int:
         if exc.errno not in UNWRITABLE or not exc.filename:
             raise
         print(f"mutransfer {args.command}: error: {unwritable_message(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Exception as exc:
+        if not store_full(exc):  # any write to a tracking store on a full disk, in any phase
+            raise
+        named = sqlite_path(str(getattr(args, "tracking_uri", None) or ""))  # the store, where the command names it
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(named) if named else "the tracking store")
+        print(f"mutransfer {args.command}: error: {full_message(full)}", file=sys.stderr)
         return EXIT_USER_ERROR
 
 

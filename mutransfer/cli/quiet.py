@@ -38,6 +38,11 @@ class _DropNotice(logging.Filter):
         return not str(record.getMessage()).startswith(self.prefix)
 
 
+#: MLflow's SQL store logs every SQLite error with its traceback before raising it; the caller says it in one line
+#: (a full disk: mutransfer.cli.main; a locked or unreachable store: the sweep's retries and messages)
+MLFLOW_DB_LOGGER = "mlflow.store.db.utils"
+
+
 def quiet_third_party(verbose: bool) -> None:
     """Hide the notices above in this process (and in the processes it starts, through the environment), unless
     ``verbose``."""
@@ -45,11 +50,13 @@ def quiet_third_party(verbose: bool) -> None:
     if verbose:  # everything shown, whatever an earlier command in this process hid
         os.environ[MLFLOW_LEVEL_ENV] = "INFO"
         logging.getLogger("mlflow").setLevel(logging.INFO)
+        logging.getLogger(MLFLOW_DB_LOGGER).setLevel(logging.NOTSET)
         for f in [f for f in auth.filters if isinstance(f, _DropNotice)]:
             auth.removeFilter(f)
         return
     os.environ.setdefault(MLFLOW_LEVEL_ENV, "WARNING")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger(MLFLOW_DB_LOGGER).setLevel(logging.CRITICAL)
     if not any(isinstance(f, _DropNotice) for f in auth.filters):
         auth.addFilter(_DropNotice(RAY_AUTH_ENABLED))
 

@@ -4,6 +4,9 @@ missing folder, or a truncated or damaged database is one line naming the path (
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
+import shutil
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
@@ -92,3 +95,39 @@ def _non_empty(path: Path) -> bool:
         return path.stat().st_size > 0
     except OSError:
         return False
+
+
+#: free bytes below which SQLite's "disk I/O error" on a store counts as a full file system (the store's write-ahead
+#: log and shared-memory files could not be made or grown)
+NEARLY_FULL = 1 << 20
+
+
+def _said(exc: BaseException) -> str:
+    """What ``exc`` and the exceptions it was raised from say (MLflow's error, raised from SQLAlchemy's, from
+    sqlite3's)."""
+    text: list[str] = []
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        text.append(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return " ".join(text)
+
+
+def store_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised from, SQLite's "database or disk is full" (a write to a store on a full disk)."""
+    return "database or disk is full" in _said(exc)
+
+
+def full_store_error(path: Path, exc: BaseException) -> OSError | None:
+    """An ENOSPC ``OSError`` naming the store ``path`` when ``exc`` is SQLite's "database or disk is full"
+    (:func:`store_full`), or its "disk I/O error" on a file system with less than :data:`NEARLY_FULL` bytes free (the
+    store could not be opened); None for any other error. The CLI turns it into its one line for a full disk."""
+    try:
+        free = shutil.disk_usage(path.absolute().parent).free
+    except OSError:
+        free = NEARLY_FULL
+    if store_full(exc) or ("disk I/O error" in _said(exc) and free < NEARLY_FULL):
+        return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return None

@@ -41,7 +41,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from mutransfer.errors import UserInputError
-from mutransfer.tracking._sqlite_file import check_sqlite_file, sqlite_path
+from mutransfer.tracking._sqlite_file import check_sqlite_file, full_store_error, sqlite_path
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -156,6 +156,18 @@ def _client(uri: str):
     path = sqlite_path(uri)
     if path is None:
         return MlflowClient(tracking_uri=uri)
+    try:
+        return _sqlite_client(uri, path)
+    except Exception as exc:
+        full = full_store_error(path, exc)  # a full disk: the CLI's one line naming the store
+        if full is not None:
+            raise full from None
+        raise
+
+
+def _sqlite_client(uri: str, path: Path):
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 -- deferred: as in _client
+
     if _has_tables(path):
         return MlflowClient(tracking_uri=uri)
     # MLflow creates and migrates a new sqlite store's tables when it first opens it; two processes doing that at
