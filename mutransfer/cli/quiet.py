@@ -38,9 +38,11 @@ class _DropNotice(logging.Filter):
         return not str(record.getMessage()).startswith(self.prefix)
 
 
-#: MLflow's SQL store logs every SQLite error with its traceback before raising it; the caller says it in one line
-#: (a full disk: mutransfer.cli.main; a locked or unreachable store: the sweep's retries and messages)
+#: MLflow's SQL store logs every database error (OperationalError) with its traceback before raising it: hidden, the
+#: caller says it in one line (a full disk: mutransfer.cli.main; a locked or unreachable store: the sweep's retries
+#: and messages). Its warnings (an engine's retries) still show.
 MLFLOW_DB_LOGGER = "mlflow.store.db.utils"
+MLFLOW_DB_ERROR = "SQLAlchemy database error"
 
 
 def quiet_third_party(verbose: bool) -> None:
@@ -50,15 +52,15 @@ def quiet_third_party(verbose: bool) -> None:
     if verbose:  # everything shown, whatever an earlier command in this process hid
         os.environ[MLFLOW_LEVEL_ENV] = "INFO"
         logging.getLogger("mlflow").setLevel(logging.INFO)
-        logging.getLogger(MLFLOW_DB_LOGGER).setLevel(logging.NOTSET)
-        for f in [f for f in auth.filters if isinstance(f, _DropNotice)]:
-            auth.removeFilter(f)
+        for logger in (auth, logging.getLogger(MLFLOW_DB_LOGGER)):
+            for f in [f for f in logger.filters if isinstance(f, _DropNotice)]:
+                logger.removeFilter(f)
         return
     os.environ.setdefault(MLFLOW_LEVEL_ENV, "WARNING")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger(MLFLOW_DB_LOGGER).setLevel(logging.CRITICAL)
-    if not any(isinstance(f, _DropNotice) for f in auth.filters):
-        auth.addFilter(_DropNotice(RAY_AUTH_ENABLED))
+    for logger, notice in ((auth, RAY_AUTH_ENABLED), (logging.getLogger(MLFLOW_DB_LOGGER), MLFLOW_DB_ERROR)):
+        if not any(isinstance(f, _DropNotice) for f in logger.filters):
+            logger.addFilter(_DropNotice(notice))
 
 
 def server_environment(verbose: bool) -> dict[str, str]:

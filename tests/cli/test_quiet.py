@@ -18,9 +18,11 @@ from tests.sweep_helpers import write_tiny_data, write_tiny_study
 def restore_logging(monkeypatch):
     monkeypatch.delenv(quiet.MLFLOW_LEVEL_ENV, raising=False)
     auth = logging.getLogger(quiet.RAY_AUTH_LOGGER)
-    filters, level = list(auth.filters), logging.getLogger("mlflow").level
+    db = logging.getLogger(quiet.MLFLOW_DB_LOGGER)
+    filters, db_filters, level = list(auth.filters), list(db.filters), logging.getLogger("mlflow").level
     yield
     auth.filters[:] = filters
+    db.filters[:] = db_filters
     logging.getLogger("mlflow").setLevel(level)
     os.environ.pop(quiet.MLFLOW_LEVEL_ENV, None)
 
@@ -39,6 +41,9 @@ def test_the_enabled_token_notice_is_hidden_and_the_disabled_warning_is_not(rest
     assert _passes(auth, "Token authentication is disabled for this Ray cluster. Anyone with network access ...")
     assert not logging.getLogger("mlflow.store.db.utils").isEnabledFor(logging.INFO)
     assert logging.getLogger("mlflow.store.db.utils").isEnabledFor(logging.WARNING)
+    db = logging.getLogger(quiet.MLFLOW_DB_LOGGER)  # its traceback of a database error hidden, its retries not
+    assert not _passes(db, "SQLAlchemy database error. The following exception is caught.\ndatabase or disk is full")
+    assert _passes(db, "SQLAlchemy engine could not be created. The following exception is caught.")
     assert os.environ[quiet.MLFLOW_LEVEL_ENV] == "WARNING"
 
 
@@ -48,6 +53,7 @@ def test_verbose_hides_nothing(restore_logging):
     assert logging.getLogger("mlflow.store.db.utils").isEnabledFor(logging.INFO)
     assert os.environ[quiet.MLFLOW_LEVEL_ENV] == "INFO"
     assert not any(isinstance(f, quiet._DropNotice) for f in logging.getLogger(quiet.RAY_AUTH_LOGGER).filters)
+    assert not any(isinstance(f, quiet._DropNotice) for f in logging.getLogger(quiet.MLFLOW_DB_LOGGER).filters)
     assert quiet.server_options(True) == [] and quiet.server_options(False) == ["--uvicorn-opts", "--log-level warning"]
     assert "PYTHONWARNINGS" not in quiet.server_environment(True) or os.environ.get("PYTHONWARNINGS")
     assert quiet.SERVER_WARNINGS in quiet.server_environment(False)["PYTHONWARNINGS"]
