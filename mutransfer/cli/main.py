@@ -29,7 +29,7 @@ from mutransfer.cli import (
 )
 from mutransfer.cli.quiet import quiet_third_party
 from mutransfer.errors import USER_ERRORS
-from mutransfer.tracking._sqlite_file import sqlite_path, store_full
+from mutransfer.tracking._sqlite_file import full_store_error, sqlite_path
 
 EXIT_USER_ERROR = 2
 
@@ -155,10 +155,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mutransfer {args.command}: error: {unwritable_message(exc)}", file=sys.stderr)
         return EXIT_USER_ERROR
     except Exception as exc:
-        if not store_full(exc):  # any write to a tracking store on a full disk, in any phase
+        # any write to a SQLite tracking store on a full disk, in any phase; the store, where the command names it
+        named = sqlite_path(str(getattr(args, "tracking_uri", None) or "sqlite:///mlflow.db"))
+        full = full_store_error(named, exc) if named is not None else None
+        if full is None:
             raise
-        named = sqlite_path(str(getattr(args, "tracking_uri", None) or ""))  # the store, where the command names it
-        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(named) if named else "the tracking store")
+        if not getattr(args, "tracking_uri", None):
+            full.filename = "the tracking store"
         print(f"mutransfer {args.command}: error: {full_message(full)}", file=sys.stderr)
         return EXIT_USER_ERROR
 

@@ -148,13 +148,11 @@ def check_state(state: object, path: Path) -> None:
         problem = _trial_problem(trial)
         if problem:
             raise UserInputError(f"{path}: field 'trials' entry {i} {problem}; {fix}")
-    best = state.get("best")
-    if best is not None and state.get("trials"):
-        ids = {t["trial_id"] for t in state["trials"]}
-        if best.get("trial_id") not in ids:
-            raise UserInputError(f"{path}: field 'best' names no trial of field 'trials'; {fix}")
     if state.get("phase") == "done" and not isinstance(state.get("report"), dict):
         raise UserInputError(f"{path}: says the study is done but holds no report; {fix}")
+    best, trials = state.get("best"), state.get("trials") or []
+    if best is not None and trials and best.get("trial_id") not in {t["trial_id"] for t in trials}:
+        raise UserInputError(f"{path}: field 'best' names no trial of field 'trials'; {fix}")
 
 
 #: the fields a trial record of state.json must have (mutransfer.study_folder.records.TrialRecord), and their types

@@ -45,39 +45,73 @@ def refuse_missing_parent(study_name: str, parent_run_id: str, tracking_uri: str
     )
 
 
+def run_held(tracker: Tracker, run_id: str) -> bool:
+    """Whether the store holds run ``run_id``; any failure to ask (a locked store, a server error) is raised, never
+    taken for a missing run."""
+    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), loaded for the study anyway
+
+    try:
+        tracker.client.get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+            return False
+        raise
+    return True
+
+
 def check_state_runs(study_name: str, state: dict, tracking_uri: str) -> None:
     """Before anything runs or is written: the parent run a resumed state names is in the store. An SQLite store that
     does not exist is not made (it cannot hold the run); a store that cannot be asked is left to the study's start,
-    whose checks say so."""
+    whose checks say so. A finished study is not checked: it only shows its report, whatever the store holds."""
     parent = state.get("parent_run_id")
-    if not parent:
+    if not parent or state.get("phase") == "done":
         return
     local = sqlite_path(tracking_uri)
     if local is not None and not local.exists():
         raise refuse_missing_parent(study_name, parent, tracking_uri)
-    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), loaded for the study anyway
-
     try:
-        Tracker(tracking_uri).client.get_run(parent)
-    except MlflowException as exc:
-        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            raise refuse_missing_parent(study_name, parent, tracking_uri) from None
-    except Exception:  # noqa: BLE001, S110 -- not this check's to report: the study's start asks again and says what failed
-        pass
+        held = run_held(Tracker(tracking_uri), parent)
+    except Exception:  # noqa: BLE001 -- not this check's to report: the study's start asks again and says what failed
+        return
+    if not held:
+        raise refuse_missing_parent(study_name, parent, tracking_uri)
+
+
+def refuse_needless_rebuild(study_dir: StudyDir, study_name: str, tracking_uri: str) -> None:
+    """``--rebuild-state`` on a folder whose state.json is intact (readable, naming its runs, which the store holds, and
+    the proxies' records once they are done) is refused: a rebuild keeps less than the state does (docs/sweep.md)."""
+    try:
+        state = study_dir.read_state()
+        refuse_lost_state(study_dir, state)
+        check_state_runs(study_name, state, tracking_uri)
+    except UserInputError:
+        return  # lost or damaged: rebuild it
+    if not state.get("parent_run_id"):
+        return
+    if state.get("phase") in ("target", "done"):
+        ids = {t.get("trial_id") for t in state.get("trials") or []}
+        if (state.get("best") or {}).get("trial_id") not in ids:
+            return
+    raise UserInputError(
+        f"--rebuild-state: the state.json of study {study_name!r} is intact (it names its MLflow runs, which the store "
+        "holds); resume without --rebuild-state"
+    )
 
 
 def reattach_parent(tracker: Tracker, experiment_id: str, study_name: str, study_dir: StudyDir) -> dict | None:
-    """The study's parent run found by its tags, reopened (RUNNING), with what state.json kept of it: ``{"parent_run_id",
-    "target_run_id" (or None), "search_window" (or None)}``; None where the store holds no parent run of this study.
-    Every other parent run of the study still RUNNING is closed (KILLED), its open children too."""
-    query = f"tags.`{KIND_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'"
+    """This folder's parent run, found by its tags (the study's name, the folder it was made for), reopened (RUNNING),
+    with what state.json kept of it: ``{"parent_run_id", "target_run_id" (or None), "search_window" (or None)}``;
+    None where the store holds no parent run made for this folder (a moved folder, or runs purged: a new parent run
+    is made; a run of another folder of the same name is never taken). Any other parent run made for this folder
+    that is still RUNNING is closed (KILLED), its open children too."""
+    query = f"tags.`{KIND_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'"  # names: letters, digits, -_.
     runs = tracker.client.search_runs([experiment_id], filter_string=query, order_by=["attributes.start_time DESC"])
+    runs = [r for r in runs if r.data.tags.get(FOLDER_TAG) == str(study_dir.root)]
     if not runs:
         return None
-    here = [r for r in runs if r.data.tags.get(FOLDER_TAG) == str(study_dir.root)]
-    chosen = (here or runs)[0]
-    for other in runs:
-        if other.info.run_id != chosen.info.run_id and other.info.status == "RUNNING":
+    chosen = runs[0]
+    for other in runs[1:]:
+        if other.info.status == "RUNNING":
             tracker.set_status(other.info.run_id, "KILLED")
             tracker.end_open_children(other.info.run_id, "KILLED")
     parent = chosen.info.run_id

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from mutransfer.config.checks import VERIFY_POINTS, VERIFY_SEEDS
+from mutransfer.errors import UserInputError
 from mutransfer.study import Override, Study
 from mutransfer.study.memory import Plan, plan_step
 from mutransfer.study_folder.records import TrialRecord
-from mutransfer.study_folder.state import StudyDir
+from mutransfer.study_folder.state import REBUILD_HINT, StudyDir
 from mutransfer.sweep._executors import TrialCallback, executor_for
 from mutransfer.sweep._ledger import Booked, Ledger
 
@@ -121,8 +122,16 @@ class ProxyResults:
 
     @classmethod
     def from_state(cls, state: dict) -> ProxyResults:
-        trials = [TrialRecord.from_dict(t) for t in state["trials"]]
-        best = next(t for t in trials if t.trial_id == state["best"]["trial_id"])
+        """The records state.json keeps once the proxies are done (its entries' shapes: study_folder.state.check_state);
+        a state past the proxies without them is a one-line UserInputError."""
+        trials = [TrialRecord.from_dict(t) for t in state.get("trials") or []]
+        best_id = (state.get("best") or {}).get("trial_id")
+        best = next((t for t in trials if t.trial_id == best_id), None)
+        if best is None:
+            raise UserInputError(
+                f"state.json: phase {state.get('phase')!r} says the proxies are done, but it holds no trials and best "
+                f"trial; {REBUILD_HINT}"
+            )
         return cls(trials, best, int(state.get("concurrency", 1)), float(state.get("proxy_phase_seconds", 0.0)))
 
 

@@ -26,7 +26,7 @@ from mutransfer.study.memory import check_study_memory, check_study_padding, che
 from mutransfer.study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer.study_folder.portable import read_study_file, study_tracking_uri
 from mutransfer.study_folder.state import StudyDir
-from mutransfer.sweep._rebuild_state import check_state_runs, refuse_lost_state
+from mutransfer.sweep._rebuild_state import check_state_runs, refuse_lost_state, refuse_needless_rebuild
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
 from mutransfer.sweep.model_log import check_registry_store
@@ -102,6 +102,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         if stored.operator.type == study.operator.type:  # a factory's module: where this command found it
             stored.operator.factory_dir = study.operator.factory_dir
         if options.rebuild_state:  # from the trials' own files and the store's runs (mutransfer.sweep._rebuild_state)
+            refuse_needless_rebuild(study_dir, stored.name, _resumed_tracking(options, study, {}, study_dir))
             state = {}
         else:
             state = study_dir.read_state()

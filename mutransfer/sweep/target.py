@@ -75,6 +75,18 @@ class _Stopped(Exception):
     """Raised in a worker's loop when the driver asked the run to stop (:data:`STOP_FILE`)."""
 
 
+def _stop_asked(stop: Path | None, world: int, device: torch.device) -> bool:
+    """Whether the driver asked the run to stop (``stop``: the :data:`STOP_FILE` path). With several workers every rank
+    takes the same decision at the same epoch (the largest of the ranks' looks, all-reduced): a rank that stopped
+    alone would leave the others waiting in their next collective."""
+    asked = stop is not None and stop.exists()
+    if world > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        flag = torch.tensor([1.0 if asked else 0.0], device=device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        asked = bool(flag.item() > 0)
+    return asked
+
+
 def append_progress(path: str | None, record: EpochRecord) -> None:
     """Rank 0: add one evaluation to the progress file the driver watches (best effort: the file may be on
     another node's disk in a multi-node cluster, where the driver then shows no epochs until the end)."""
@@ -372,7 +384,7 @@ def target_loop(cfg: dict) -> dict:
     def on_event(event) -> None:
         if isinstance(event, EpochRecord) and driver_gone(cfg.get("driver")):
             os._exit(1)  # the driver was killed: write nothing more (Ray would stop this worker seconds later)
-        if isinstance(event, EpochRecord) and stop is not None and stop.exists():
+        if isinstance(event, EpochRecord) and _stop_asked(stop, world, device):
             raise _Stopped  # before this epoch's report: the run resumes from the last one reported
         if rank == 0 and isinstance(event, EpochRecord):
             append_progress(cfg.get("progress_file"), event)

@@ -131,3 +131,29 @@ def test_a_finished_study_whose_state_is_lost_rebuilds_with_its_one_target_run(t
     assert all(r.info.status == "FINISHED" for r in runs)
     assert json.loads((folder / "state.json").read_text())["target_run_id"] == target
     assert (folder / "report.json").exists()
+
+
+def test_a_rebuild_of_an_intact_state_is_refused(tmp_path, capsys):
+    """--rebuild-state keeps less than an intact state does (a verification's records, the wall time): refused."""
+    import mutransfer as mt
+
+    path = write_tiny_study(tmp_path, write_tiny_data(tmp_path / "tiny.h5"), name="whole", trials=2, epochs=1)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with mt.create_study(
+        mt.StudySpec.from_yaml(path), storage=tmp_path / "runs", executor="inprocess", tracking_uri=uri
+    ) as study:
+        study.optimize()
+    state = (tmp_path / "runs" / "whole" / "state.json").read_text()
+    argv = ["sweep", "--study", str(path), "--runs-dir", str(tmp_path / "runs"), "--tracking-uri", uri, "--resume"]
+    capsys.readouterr()
+    assert main([*argv, "--rebuild-state", *IN_PROCESS]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .endswith(
+            "the state.json of study 'whole' is intact (it names its MLflow runs, which the store holds); resume without "
+            "--rebuild-state"
+        )
+    )
+    assert (tmp_path / "runs" / "whole" / "state.json").read_text() == state

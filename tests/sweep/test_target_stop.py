@@ -52,13 +52,24 @@ def test_ctrl_c_asks_the_workers_to_stop_and_waits_for_the_run_to_end(tmp_path):
     assert trainer.returned.is_set() and run.finished()
 
 
-def test_an_unfinished_run_is_not_reported_finished(tmp_path):
-    """``finished()`` is False while fit() runs, whatever an interrupted wait did to the thread's bookkeeping."""
+def test_a_run_whose_join_ctrl_c_interrupted_is_not_reported_finished(tmp_path):
+    """CPython 3.11 marks a thread as ended when Ctrl-C interrupts a ``Thread.join()`` on it (shown first, so the case
+    is real here); ``finished()`` does not rely on the thread's bookkeeping and stays False until fit() returns."""
     trainer = _Trainer(tmp_path)
     run = TargetRun(lambda: trainer, None, None, False, tmp_path)
-    assert not run.finished()
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_soon(0.2)
+        with pytest.raises(KeyboardInterrupt):
+            run._thread.join(5)  # what the wait was before
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    bookkeeping_says_ended = not run._thread.is_alive()
+    assert not run.finished() and not trainer.returned.is_set()
     ask_to_stop(tmp_path)
     assert trainer.returned.wait(10) and _eventually(run.finished)
+    if not bookkeeping_says_ended:
+        pytest.skip("this Python keeps the interrupted thread alive: the case the test guards does not arise here")
 
 
 def test_a_resumed_run_starts_without_the_earlier_stop(tmp_path):
