@@ -157,3 +157,21 @@ def test_a_rebuild_of_an_intact_state_is_refused(tmp_path, capsys):
         )
     )
     assert (tmp_path / "runs" / "whole" / "state.json").read_text() == state
+
+
+def test_a_state_whose_store_is_gone_is_refused_without_making_one(tmp_path, monkeypatch, capsys):
+    """Fast (no training): a resumed state names a parent run, and the SQLite store the command names does not exist.
+    Refused in one line before anything runs, and the check makes no store (MLflow would create an empty one)."""
+    from mutransfer.study import load_study
+    from mutransfer.study_folder.state import StudyDir
+
+    monkeypatch.chdir(tmp_path)
+    study, _ = load_study(K_ONLY_STUDY)
+    sdir = StudyDir(tmp_path / "mutransfer-runs" / "quick")
+    (sdir.trials_dir / "t0000").mkdir(parents=True)
+    sdir.study_file.write_text(study.to_yaml())
+    sdir.write_state({"phase": "proxies", "study": "quick", "experiment_id": "1", "parent_run_id": "a" * 32})
+    assert main(["sweep", "--resume", *IN_PROCESS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"names MLflow parent run '{'a' * 32}', which the store" in err, err
+    assert REBUILD in err and not (tmp_path / "mlflow.db").exists()
