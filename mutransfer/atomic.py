@@ -36,22 +36,39 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def save_torch(obj: object, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)``; a file system too full for it raises ``OSError(ENOSPC)`` naming ``path``.
+    """``torch.save(obj, path)``; a file system too full for it, or a disk quota used up, raises ``OSError``
+    (``ENOSPC``, ``EDQUOT``) naming ``path``.
 
-    torch says only "unexpected pos ..." (a RuntimeError) when a write falls short: it is told apart by the free
-    space left beside ``path`` being less than the tensors' bytes."""
+    torch says only "unexpected pos ..." (a RuntimeError) when a write falls short: it is told apart by asking the
+    file system for the tensors' bytes beside ``path`` (``posix_fallocate`` of a temporary file, removed at once),
+    which a full disk and a quota both refuse with their own error."""
     import torch  # noqa: PLC0415 -- deferred: this module is imported where torch is not needed
 
     try:
         torch.save(obj, path)
     except RuntimeError as exc:
-        try:
-            stat = os.statvfs(Path(path).parent)
-        except OSError:
-            raise exc from None
-        if stat.f_bavail * stat.f_frsize < _tensor_bytes(obj):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.fspath(path)) from exc
+        shortage = _space_refused(Path(path), _tensor_bytes(obj))
+        if shortage is not None:
+            raise OSError(shortage, os.strerror(shortage), os.fspath(path)) from exc
         raise
+
+
+def _space_refused(path: Path, size: int) -> int | None:
+    """The errno (ENOSPC, EDQUOT) with which the file system refuses ``size`` bytes beside ``path``; None if it
+    gives them (or cannot be asked)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".space")
+    except OSError as exc:
+        return exc.errno if exc.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    try:
+        os.posix_fallocate(fd, 0, max(size, 1))
+    except OSError as exc:
+        return exc.errno if exc.errno in (errno.ENOSPC, errno.EDQUOT) else None
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
+    return None
 
 
 def _tensor_bytes(obj: object) -> int:

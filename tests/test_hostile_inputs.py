@@ -345,6 +345,63 @@ def test_an_edited_model_folder_is_one_line_before_memory_is_asked(tmp_path, mon
     assert main(["evaluate", "m", "--data", "d.h5"]) == 0
 
 
+def _edited_copy(tmp_path: Path, name: str, text: str) -> None:
+    import shutil
+
+    shutil.rmtree(tmp_path / "edited", ignore_errors=True)
+    shutil.copytree(tmp_path / "m", tmp_path / "edited")
+    (tmp_path / "edited" / name).write_text(text)
+
+
+def test_a_model_folder_that_points_outside_itself_or_is_malformed_is_one_line(tmp_path, monkeypatch, capsys):
+    """Found by the model-folder fuzz (tests/serving/test_fuzz_model_folder.py): MLmodel's flavor named its config and
+    weights by any path (``/etc/passwd`` and ``../d.h5`` were read), and a MLmodel or config.json that was not a
+    mapping, a card field of a wrong type, or shapes that were edited were tracebacks. Each is one line now, naming
+    the file and the field, and no file's contents are shown."""
+    import json
+
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    assert main(["data", "generate", "burgers", "--n", "12", "--resolution", "64", "--out", "d.h5"]) == 0
+    train = ["train", "--problem", "burgers", "--data", "d.h5", "--epochs", "1", "--width", "8", "--layers", "2"]
+    assert main([*train, "--out", "m", "--no-progress"]) == 0
+    capsys.readouterr()
+    mlmodel = yaml.safe_load((tmp_path / "m" / "MLmodel").read_text())
+    card = json.loads((tmp_path / "m" / "config.json").read_text())
+
+    def with_flavor(**fields) -> str:
+        return yaml.safe_dump({**mlmodel, "flavors": {"mutransfer": {**mlmodel["flavors"]["mutransfer"], **fields}}})
+
+    cases = {
+        ("MLmodel", with_flavor(config="/etc/passwd")): "MLmodel's mutransfer flavor field 'config' must name a file",
+        ("MLmodel", with_flavor(weights="../d.h5")): "MLmodel's mutransfer flavor field 'weights' must name a file",
+        ("MLmodel", with_flavor(config="MLmodel")): "MLmodel is not valid JSON",
+        ("MLmodel", "\x00"): "MLmodel is not valid YAML",
+        ("MLmodel", "[1, 2]"): "MLmodel has no 'flavors' mapping",
+        ("config.json", "{not json"): "config.json is not valid JSON",
+        ("config.json", "[]"): "config.json is not a JSON object",
+        (
+            "config.json",
+            json.dumps({**card, "model_config": [1]}),
+        ): "config.json's 'model_config' must be a JSON object",
+        ("config.json", json.dumps({**card, "input_shape": [64, 0]})): "'input_shape' must be a list of 1 to 5",
+        ("config.json", json.dumps({**card, "output_shape": [32, 1]})): "gives [64, 1], not its output_shape [32, 1]",
+        (
+            "config.json",
+            json.dumps({**card, "model_config": {**card["model_config"], "width": "8"}}),
+        ): "does not rebuild",
+        ("config.json", json.dumps({**card, "format_version": 99})): "format_version 99, this mutransfer reads up to 1",
+    }
+    for (name, text), said in cases.items():
+        _edited_copy(tmp_path, name, text)
+        assert main(["evaluate", "edited", "--data", "d.h5"]) == 2, (name, text)
+        err = _one_line(capsys)
+        assert said in err and "root:" not in err, (said, err)
+    assert main(["evaluate", "m", "--data", "d.h5"]) == 0
+
+
 def test_a_store_being_written_is_not_called_damaged(tmp_path):
     """A store another driver writes (write-ahead log live beside it, uncommitted writes) opens: the damage check
     reads it read-only and compares its size only while no journal or log is live."""

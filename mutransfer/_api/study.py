@@ -23,6 +23,7 @@ from mutransfer._api.spec import StudySpec
 from mutransfer.config.executors import EXECUTORS
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import read_model_dir
+from mutransfer.study_folder.portable import read_study_file
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.sweep._trial_journal import JOURNAL_FILE, journal_storage
@@ -431,6 +432,7 @@ def load_study(
     sampler: optuna.samplers.BaseSampler | None = None,
     executor: Executor = "ray",
     quiet: bool = True,
+    rebuild_state: bool = False,
 ) -> Study:
     """The study ``study_name`` of ``storage``, finished or not (a study stopped part-way continues at its next step).
 
@@ -440,6 +442,9 @@ def load_study(
         sampler: as :func:`create_study`'s, for the trials it has still to hand out.
         executor: where the trainings it still has to run go.
         quiet: no progress lines on stderr.
+        rebuild_state: the study's ``state.json`` was lost or damaged (its next step refuses it, saying so): rebuild
+            it from the trials' own files and the store's runs, keeping every finished trial (``mutransfer sweep
+            --resume --rebuild-state``). Refused for a study whose state is intact.
 
     Returns:
         The :class:`Study`.
@@ -459,8 +464,11 @@ def load_study(
             f"study {study_name!r}: not found in {storage} ({', '.join(found) or 'no studies there'}); "
             "pass the name and storage it was created with"
         )
-    spec = StudySpec.from_yaml(folder.study_file)
-    return create_study(spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet)
+    # its problem.data as the folder keeps it: relative to the folder (mutransfer.study_folder.portable), absolute here
+    spec = StudySpec.from_text(read_study_file(folder).to_yaml(), str(folder.study_file))
+    study = create_study(spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet)
+    study._options.rebuild_state = rebuild_state
+    return study
 
 
 def _with_pruner(spec: StudySpec, pruner: optuna.pruners.BasePruner | None) -> StudySpec:

@@ -88,17 +88,60 @@ def _read_json(path: Path, what: str):
         raise UserInputError(f"{what} {path} is unreadable ({type(exc).__name__}); restore it from a copy") from None
 
 
+#: report.json's top-level fields by the type the pages read them as (each may also be null)
+_REPORT_FIELDS: dict[type, tuple[str, ...]] = {
+    dict: (
+        "selection", "trials", "best_proxy", "pareto_front", "transfer", "target_hyperparameters", "target",
+        "compute", "mlflow", "proxy_to_target", "rungs", "top_k", "verification", "direct_baseline", "warm_start",
+        "model", "coord_check", "k_rule",
+    ),
+    list: ("grid", "overrides", "trial_table", "verdict", "command"),
+    str: (
+        "study", "problem", "operator", "parametrization", "width_parametrization", "proxy_model", "target_model",
+        "scaling", "study_dir",
+    ),
+}  # fmt: skip
+
+
+def check_report(report: object, path: Path) -> dict:
+    """``report`` (report.json, or the copy in state.json) if its fields have the types the report pages read; one line
+    naming the first that does not (the file was edited or damaged)."""
+    fix = "restore it from a copy (a report.json deleted: the copy in state.json is shown)"
+    if not isinstance(report, dict):
+        raise UserInputError(f"study report {path} is not a JSON object; {fix}")
+    for kind, keys in _REPORT_FIELDS.items():
+        for key in keys:
+            value = report.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise UserInputError(f"study report {path}: {key!r} is not a {kind.__name__}; {fix}")
+    for row in report.get("trial_table") or []:
+        if not isinstance(row, dict):
+            raise UserInputError(f"study report {path}: 'trial_table' holds a row that is not an object; {fix}")
+    return report
+
+
 def load_study_files(study: str, runs_dir: str | None = None) -> StudyFiles:
     """Read the study folder named by ``study``: its state, report (if done), study.yaml and trial histories."""
     root = resolve_study_dir(study, runs_dir)
     state = _read_json(root / "state.json", "study state")
     check_state(state, root / "state.json")
-    report = _read_json(root / "report.json", "study report") if (root / "report.json").is_file() else None
+    report_file = root / "report.json"
+    report: dict | None = None
+    if report_file.is_file():
+        report = check_report(_read_json(report_file, "study report"), report_file)
+    else:  # the copy a finished study keeps in its state
+        if state.get("report") is not None:
+            report = check_report(state["report"], root / "state.json")
     study_path = root / "study.yaml"
-    study_text = study_path.read_text() if study_path.is_file() else str(state.get("source_text") or "")
+    # a study.yaml that is damaged is shown as it is (what cannot be decoded as U+FFFD); its fields as none
+    study_text = (
+        study_path.read_bytes().decode("utf-8", errors="replace")
+        if study_path.is_file()
+        else str(state.get("source_text") or "")
+    )
     try:
         mapping = yaml.safe_load(study_text) or {}
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):
         mapping = {}
     trials = [TrialRecord.from_dict(t) for t in state.get("trials") or []]
     name = str(mapping.get("name") or state.get("study") or root.name) if isinstance(mapping, dict) else root.name

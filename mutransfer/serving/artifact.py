@@ -15,16 +15,19 @@ family that owns its ``model_config`` (``family.build``), and its weights loaded
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
-import yaml
 
 from mutransfer._version import __version__
 from mutransfer.atomic import save_torch
 from mutransfer.errors import UserInputError
+from mutransfer.serving._folder_schema import RESTORE, read_card_fields, read_flavor
 from mutransfer.tracking.runs import STUDY_TAG
 from operators.errors import OperatorConfigError
 from operators.family import family_of_config
@@ -135,12 +138,36 @@ def _plain(value):
 
 
 def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
-    """Write MLmodel, config.json and state_dict.pt into ``directory`` (created); returns it."""
+    """Write MLmodel, config.json and state_dict.pt as the folder ``directory``; returns it.
+
+    The files are written into a hidden folder beside it, then that folder is renamed into place (an earlier folder
+    there is moved aside first and removed after): a reader, or a sweep killed while it writes, finds the whole
+    model or the one before it, never half of one."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{directory.name}.", dir=directory.parent))
+    old = None
+    try:
+        _write_model_files(staging, card, state_dict)
+        if directory.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{directory.name}.old.", dir=directory.parent)) / directory.name
+            os.replace(directory, old)
+        os.replace(staging, directory)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old is not None and not directory.exists():
+            os.replace(old, directory)  # put the earlier model back
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old.parent, ignore_errors=True)
+    return directory
+
+
+def _write_model_files(directory: Path, card: ModelCard, state_dict: dict) -> None:
     from mlflow.models import Model  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a model is written
     from mlflow.pyfunc import add_to_model  # noqa: PLC0415 -- deferred: mlflow (~1 s), only when a model is written
 
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
     (directory / CONFIG_FILE).write_text(json.dumps(asdict(card), indent=2))
     save_torch({k: v.detach().cpu() for k, v in state_dict.items()}, directory / WEIGHTS_FILE)
     mlmodel = Model(artifact_path="model", signature=_signature(card))
@@ -150,7 +177,9 @@ def write_model_dir(directory: Path, card: ModelCard, state_dict: dict) -> Path:
     # any MLflow client: mlflow.pyfunc.load_model imports PYFUNC_LOADER, which rebuilds the model (no pickle)
     add_to_model(mlmodel, loader_module=PYFUNC_LOADER, data=".")
     mlmodel.save(directory / MLMODEL_FILE)
-    return directory
+    for path in directory.iterdir():  # on disk before the folder is renamed into place
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
 
 
 def log_logged_model(client, experiment_id: str, run_id: str, directory: Path, *, study: str) -> str:
@@ -181,34 +210,30 @@ def read_model_dir(directory: Path):
     """(model in eval mode on the CPU, ModelCard) from a model directory; one-line errors for anything else."""
 
     directory = Path(directory)
-    mlmodel = directory / MLMODEL_FILE
-    if not mlmodel.is_file():
+    if not (directory / MLMODEL_FILE).is_file():
         raise UserInputError(
             f"{directory} is not a mutransfer model directory (no MLmodel file); "
             "pass a study or a runs:/ or models:/ URI of a sweep's target"
         )
-    flavors = (yaml.safe_load(mlmodel.read_text()) or {}).get("flavors") or {}
-    if FLAVOR not in flavors:
-        raise UserInputError(
-            f"model {directory}: flavors {sorted(flavors)} lack {FLAVOR!r}; "
-            "only models logged by `mutransfer sweep` can be loaded"
-        )
-    flavor = flavors[FLAVOR]
-    card = ModelCard.from_dict(json.loads((directory / flavor.get("config", CONFIG_FILE)).read_text()))
+    config_name, weights_name = read_flavor(directory, FLAVOR, CONFIG_FILE, WEIGHTS_FILE)
+    card = ModelCard.from_dict(read_card_fields(directory, config_name, FORMAT_VERSION))
     family = family_of_config(card.model_config)  # the registered family that built it rebuilds it
     if family is None:
         raise UserInputError(
             f"model {directory}: no registered operator family owns its model_config ({card.model_class}, operator "
             f"{card.operator!r}); register that family first (a newer mutransfer or a plug-in wrote it?)"
         )
-    weights = directory / flavor.get("weights", WEIGHTS_FILE)
+    weights = directory / weights_name
     if not weights.is_file():
         raise UserInputError(f"model {directory}: {weights.name} is missing; restore the model folder")
     try:
         _check_weight_bytes(directory, family.build, card.model_config, weights)
         model = family.build(card.model_config)
-    except (OperatorConfigError, KeyError) as exc:
-        raise UserInputError(f"model {directory}: config.json does not rebuild a {card.model_class} ({exc})") from None
+    except (OperatorConfigError, KeyError, TypeError, ValueError, OverflowError) as exc:  # values of a wrong type
+        reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+        raise UserInputError(
+            f"model {directory}: {config_name} does not rebuild a {card.model_class} ({reason}); {RESTORE}"
+        ) from None
     if type(model).__name__ != card.model_class:
         raise UserInputError(
             f"model {directory}: model_class {card.model_class!r} but its config rebuilds a {type(model).__name__}; "
@@ -218,7 +243,7 @@ def read_model_dir(directory: Path):
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except Exception as exc:  # pickle.UnpicklingError for anything but tensors; never unpickled further
         raise UserInputError(
-            f"model {directory}: {flavor.get('weights', WEIGHTS_FILE)} is not a plain state dict of "
+            f"model {directory}: {weights_name} is not a plain state dict of "
             f"tensors ({type(exc).__name__}); refusing to load it"
         ) from None
     try:
@@ -231,7 +256,25 @@ def read_model_dir(directory: Path):
             "them was edited or corrupted: restore the model folder (or train it again)"
         ) from None
     model.eval()
+    _probe_shapes(directory, model, card)
     return model, card
+
+
+def _probe_shapes(directory: Path, model: torch.nn.Module, card: ModelCard) -> None:
+    """One forward pass on a zero sample of ``card.input_shape``: its output must be ``card.output_shape`` (a
+    config.json whose shapes were edited is one line here, not a traceback in the middle of an evaluation)."""
+    reason = "not a tensor"
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros((1, *card.input_shape)))
+    except Exception as exc:  # noqa: BLE001 -- whatever the model raises on a sample it cannot take
+        out, reason = None, (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+    if out is None or not isinstance(out, torch.Tensor) or list(out.shape[1:]) != list(card.output_shape):
+        got = f"gives {list(out.shape[1:])}" if isinstance(out, torch.Tensor) else f"fails ({reason})"
+        raise UserInputError(
+            f"model {directory}: the model on a sample of config.json's input_shape {card.input_shape} {got}, not "
+            f"its output_shape {card.output_shape}; config.json was edited or corrupted: {RESTORE}"
+        )
 
 
 def _check_weight_bytes(directory: Path, build: Callable[[dict], torch.nn.Module], config: dict, weights: Path) -> None:

@@ -1,16 +1,14 @@
 """What `mutransfer train --out DIR [--tracking-uri URI]` keeps: the trained model as a model folder (the format of a
 study's ``model/``, :mod:`mutransfer.serving.artifact`) and, with a tracking URI, an MLflow run holding it.
 
-The folder is written beside its destination under a hidden name, then renamed into place: an interrupted write
-leaves no half model where ``evaluate`` would read it. ``evaluate DIR``, ``predict DIR`` and
+The folder is written beside its destination under a hidden name, then renamed into place
+(:func:`~mutransfer.serving.artifact.write_model_dir`): an interrupted write leaves no half model where ``evaluate``
+would read it. ``evaluate DIR``, ``predict DIR`` and
 ``runs:/<run>/model`` load it as they load a study's target.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from mutransfer.serving.artifact import LOGGED_NAME, ModelCard, log_logged_model, write_model_dir
@@ -21,19 +19,9 @@ TRAIN_EXPERIMENT = "mutransfer-train"
 
 
 def keep_model(out: Path, card: ModelCard, state_dict: dict) -> Path:
-    """The model folder ``out`` (new, or an empty folder) with MLmodel, config.json and state_dict.pt."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write_model_dir(staging, card, state_dict)
-        if out.is_dir():
-            out.rmdir()  # empty: checked before training (mutransfer.cli.outputs.check_out_dir)
-        os.replace(staging, out)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return out
+    """The model folder ``out`` (new, or an empty folder: checked before training, mutransfer.cli.outputs.check_out_dir)
+    with MLmodel, config.json and state_dict.pt, written whole (:func:`write_model_dir`)."""
+    return write_model_dir(Path(out), card, state_dict)
 
 
 def log_trained(

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from mutransfer.errors import UserInputError
 from mutransfer.study import study_from_yaml_text
 from mutransfer.tracking._sqlite_file import sqlite_path
 from mutransfer.tracking.runs import ARTIFACT_TAG
@@ -108,13 +109,20 @@ def read_study_file(study_dir):
     split, and it resumes so (``n_val = 0``, which no study file may ask for); its report says so.
     """
 
-    mapping = yaml.safe_load(study_dir.study_file.read_text())
+    source = str(study_dir.study_file)
+    try:
+        text = study_dir.study_file.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        raise UserInputError(f"study {source}: cannot be read as UTF-8 text; restore the file") from None
+    try:
+        mapping = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError):
+        mapping = None  # study_from_yaml_text says so, in one line
     problem = mapping.get("problem") if isinstance(mapping, dict) else None
     if isinstance(problem, dict) and isinstance(problem.get("data"), str):
         problem["data"] = resolved_path(problem["data"], study_dir.root)
-        study = study_from_yaml_text(yaml.safe_dump(mapping, sort_keys=False), str(study_dir.study_file))
-    else:
-        study = study_from_yaml_text(study_dir.study_file.read_text(), str(study_dir.study_file))
+        text = yaml.safe_dump(mapping, sort_keys=False)
+    study = study_from_yaml_text(text, source)
     if isinstance(problem, dict) and "n_val" not in problem:
         study.problem.n_val = 0
     return study

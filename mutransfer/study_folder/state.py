@@ -35,7 +35,7 @@ DEFAULT_RUNS_DIR = "mutransfer-runs"
 #: the way out of a lost or damaged state.json, in every message that finds one (mutransfer.sweep._rebuild_state)
 REBUILD_HINT = (
     "rebuild it from the trials' own files with `mutransfer sweep --resume --rebuild-state` (this command's other "
-    "flags kept), or restore it from a copy"
+    "flags kept; from Python, mt.load_study(NAME, rebuild_state=True)), or restore it from a copy"
 )
 #: the study folder's format (state.json's ``version``): a folder of a newer format is refused in one line
 STATE_VERSION = 1

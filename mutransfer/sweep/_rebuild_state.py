@@ -45,20 +45,6 @@ def refuse_missing_parent(study_name: str, parent_run_id: str, tracking_uri: str
     )
 
 
-def run_held(tracker: Tracker, run_id: str) -> bool:
-    """Whether the store holds run ``run_id``; any failure to ask (a locked store, a server error) is raised, never
-    taken for a missing run."""
-    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), loaded for the study anyway
-
-    try:
-        tracker.client.get_run(run_id)
-    except MlflowException as exc:
-        if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-            return False
-        raise
-    return True
-
-
 def check_state_runs(study_name: str, state: dict, tracking_uri: str) -> None:
     """Before anything runs or is written: the parent run a resumed state names is in the store. An SQLite store that
     does not exist is not made (it cannot hold the run); a store that cannot be asked is left to the study's start,
@@ -70,7 +56,7 @@ def check_state_runs(study_name: str, state: dict, tracking_uri: str) -> None:
     if local is not None and not local.exists():
         raise refuse_missing_parent(study_name, parent, tracking_uri)
     try:
-        held = run_held(Tracker(tracking_uri), parent)
+        held = Tracker(tracking_uri).run_exists(parent)
     except Exception:  # noqa: BLE001 -- not this check's to report: the study's start asks again and says what failed
         return
     if not held:

@@ -18,6 +18,7 @@ write, so a dashboard may read it while the study runs.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -27,6 +28,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
+
+from mutransfer.errors import UserInputError
 
 #: the journal's file name in a study folder (beside ``trials/``)
 JOURNAL_FILE = "optuna.journal"
@@ -43,8 +46,31 @@ def journal_path(trials_dir: str | Path) -> Path:
 
 
 def journal_storage(path: str | Path) -> JournalStorage:
-    """Optuna's storage on the journal file ``path`` (made on first write)."""
+    """Optuna's storage on the journal file ``path`` (made on first write); a damaged journal is refused first, before
+    anything is appended to it (:func:`check_journal`)."""
+    check_journal(Path(path))
     return JournalStorage(JournalFileBackend(str(path)))
+
+
+def check_journal(path: Path) -> None:
+    """One line (UserInputError) if the journal at ``path`` is not Optuna's: every line a JSON object with an
+    ``op_code``, the last one ended (a write cut short would join the next write to it). The journal is written from
+    the trials' own files, so moving it aside loses nothing: a resume writes it again."""
+    if not path.exists():
+        return
+    fix = f"move it aside ({JOURNAL_FILE}.damaged): a resume writes it again from the trials' own files"
+    if not path.is_file():
+        raise UserInputError(f"{path} is not a file; {fix}")
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        raise UserInputError(f"{path}: its last write was cut short; {fix}")
+    for number, line in enumerate(data.splitlines(), 1):
+        try:
+            op = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            op = None
+        if not isinstance(op, dict) or not isinstance(op.get("op_code"), int):
+            raise UserInputError(f"{path}: line {number} is not an Optuna journal entry; {fix}")
 
 
 def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution | None:

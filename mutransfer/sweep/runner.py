@@ -37,7 +37,7 @@ from mutransfer.study.data import load_study_data
 from mutransfer.study.models import proxy_split
 from mutransfer.study_folder.portable import stored_tracking, write_study_file
 from mutransfer.sweep import strategies
-from mutransfer.sweep._rebuild_state import reattach_parent, refuse_missing_parent, run_held
+from mutransfer.sweep._rebuild_state import reattach_parent, refuse_missing_parent
 from mutransfer.sweep.context import COST_KEY, K_RULE_KEY, SweepContext, SweepError, SweepOptions
 from mutransfer.sweep.cost_estimate import estimate_proxy_cost
 from mutransfer.sweep.early_target import EarlyTarget
@@ -269,7 +269,7 @@ def _open_parent_run(ctx: SweepContext) -> None:
     ctx.experiment_id = known or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
     tag_study_view(ctx)  # new and resumed studies: the MLflow UI opens on the study's runs
     parent = ctx.state.get("parent_run_id")
-    if parent and run_held(ctx.tracker, parent):
+    if parent and ctx.tracker.run_exists(parent):
         ctx.tracker.set_status(parent, "RUNNING")
         ctx.say(f"resuming study {ctx.study.name!r} (MLflow parent run {parent})")
     elif parent:  # never a second parent run in silence

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from mutransfer.atomic import save_torch
+from mutransfer.atomic import atomic_path, save_torch
 from mutransfer.study.memory import Plan
 from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
 from mutransfer.training import DIVERGED_METRIC, train
@@ -313,16 +313,18 @@ def await_order(orders, driver: dict | None) -> TargetOrder | None:
 def save_final(folder: Path, model: torch.nn.Module, hp: dict, summary: TargetSummary) -> None:
     """The trained target's files in ``folder``: ``model.pt`` (the plain state dict, the model's config and class, the
     hyperparameters; read back with ``weights_only=True``) and ``summary.json``."""
-    save_torch(
-        {
-            "model": weights_of(model),
-            "model_config": model.config,
-            "model_class": type(model).__name__,
-            "hyperparameters": hp,
-        },
-        folder / "model.pt",
-    )
-    (folder / SUMMARY_FILE).write_text(json.dumps(summary.as_dict()))
+    with atomic_path(folder / "model.pt") as tmp:  # whole files or none: a kill here leaves no half model
+        save_torch(
+            {
+                "model": weights_of(model),
+                "model_config": model.config,
+                "model_class": type(model).__name__,
+                "hyperparameters": hp,
+            },
+            tmp,
+        )
+    with atomic_path(folder / SUMMARY_FILE) as tmp:  # after the model
+        tmp.write_text(json.dumps(summary.as_dict()))
 
 
 def target_loop(cfg: dict) -> dict:

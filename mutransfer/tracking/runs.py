@@ -357,11 +357,17 @@ class Tracker:
         return True
 
     def run_exists(self, run_id: str) -> bool:
+        """Whether the store holds run ``run_id`` (a deleted run counts). Any failure to ask (a locked store, a server
+        down or erring) is raised, never taken for a missing run: that would make a second run beside the first."""
+        from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s)
+
         try:
             self.client.get_run(run_id)
-            return True
-        except Exception:
-            return False
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return False
+            raise
+        return True
 
     def children(self, experiment_id: str, parent_run_id: str, kind: str | None = None) -> list:
         query = f"tags.`{PARENT_TAG}` = '{parent_run_id}'"

@@ -324,3 +324,24 @@ def test_outputs_never_overwrite_the_input_the_store_or_a_study(served, tmp_path
     from mutransfer.data.hdf5_io import read_dataset
 
     assert read_dataset(elsewhere)["output"].shape == (48, 64)
+
+
+def test_a_model_folder_is_replaced_whole_or_not_at_all(served, tmp_path):
+    """A sweep's model folder is written beside it and renamed into place: a write that fails half-way (here a
+    state entry that is not a tensor, after config.json was written) leaves the earlier model as it was and no
+    hidden folder behind; one that succeeds replaces it whole."""
+    import shutil
+
+    from mutransfer.serving.artifact import ModelCard, read_model_dir, write_model_dir
+
+    folder = tmp_path / "model"
+    shutil.copytree(served["home"] / "runs" / "tiny" / "model", folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    _, card = read_model_dir(folder)
+    state = served["model"].state_dict()
+    with pytest.raises(AttributeError):
+        write_model_dir(folder, ModelCard(**{**card.__dict__, "study": "half"}), {**state, "x": 1})
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    write_model_dir(folder, ModelCard(**{**card.__dict__, "study": "whole"}), state)
+    assert read_model_dir(folder)[1].study == "whole" and sorted(p.name for p in tmp_path.iterdir()) == ["model"]

@@ -175,3 +175,27 @@ def test_a_state_whose_store_is_gone_is_refused_without_making_one(tmp_path, mon
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"names MLflow parent run '{'a' * 32}', which the store" in err, err
     assert REBUILD in err and not (tmp_path / "mlflow.db").exists()
+
+
+@pytest.mark.slow  # a small in-process study (about 10 s)
+def test_from_python_a_lost_state_is_refused_then_rebuilt_by_load_study(tmp_path, monkeypatch):
+    """The same from the Python API: `mt.load_study` of a study whose state.json was lost refuses its next step,
+    saying how to rebuild it from Python; `load_study(..., rebuild_state=True)` rebuilds it, the same best trial, no
+    trial trained twice, no second parent run."""
+    import mutransfer as mt
+
+    monkeypatch.chdir(tmp_path)  # the default store, ./mlflow.db, for both calls
+    path = write_tiny_study(tmp_path, write_tiny_data(tmp_path / "tiny.h5"), name="lost", trials=2, epochs=1)
+    with mt.create_study(mt.StudySpec.from_yaml(path), storage="runs", executor="inprocess") as study:
+        study.optimize()
+        best = study.best_params
+    (tmp_path / "runs" / "lost" / "state.json").unlink()
+    with mt.load_study("lost", storage="runs", executor="inprocess") as again, pytest.raises(mt.UserInputError) as err:
+        again.best_params  # noqa: B018 -- the next step reads the state
+    assert "state.json is missing" in str(err.value) and "mt.load_study(NAME, rebuild_state=True)" in str(err.value)
+    with mt.load_study("lost", storage="runs", executor="inprocess", rebuild_state=True) as rebuilt:
+        assert rebuilt.best_params == best
+    runs = mlflow_runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert sorted(r.data.tags.get("mutransfer.kind") for r in runs) == ["proxy_trial", "proxy_trial", "study"]
+    for key in ("t0000", "t0001"):
+        assert [e["kind"] for e in read_executions(tmp_path / "runs" / "lost" / "trials" / key)] == ["train"], key

@@ -89,3 +89,53 @@ def test_a_state_naming_an_experiment_the_store_does_not_hold_is_refused_not_sta
     assert len(mlflow_runs(uri)) == runs  # no second parent run, nothing logged
     state_file.write_text(json.dumps(state))
     assert main([*argv, *IN_PROCESS]) == 0
+
+
+def _folder(tmp_path, monkeypatch, state: dict):
+    from mutransfer.study import load_study
+    from mutransfer.study_folder.state import StudyDir
+
+    monkeypatch.chdir(tmp_path)
+    study, _ = load_study(K_ONLY_STUDY)
+    sdir = StudyDir(tmp_path / "mutransfer-runs" / "quick")
+    sdir.root.mkdir(parents=True)
+    sdir.study_file.write_text(study.to_yaml())
+    sdir.state_file.write_text(json.dumps(state))
+    return sdir
+
+
+def test_a_damaged_study_yaml_is_one_line_for_a_resume_and_shown_as_it_is_by_report(tmp_path, monkeypatch, capsys):
+    """Found by the study-folder fuzz (tests/study_folder/test_fuzz_study_folder.py): a study.yaml of a NUL byte or
+    of bytes that are not UTF-8 was a YAML or decoding traceback in `sweep --resume`, `trials` and `report`. A resume
+    refuses it in one line; `report` and `trials`, which only show the folder, show it as it is."""
+    sdir = _folder(tmp_path, monkeypatch, GOOD)
+    for damage in (b"\x00", b"\x80\x81 not text"):
+        sdir.study_file.write_bytes(damage)
+        assert main(["sweep", "--resume"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "study.yaml" in err and "Traceback" not in err, err
+        assert main(["trials", "quick"]) == 0
+        assert main(["report", "quick", "--out", str(tmp_path / "page.html"), "--force"]) == 0
+        capsys.readouterr()
+
+
+def test_a_report_json_of_wrong_types_is_one_line(tmp_path, monkeypatch, capsys):
+    """Found by the study-folder fuzz: report.json with ``best_proxy: true`` (any field of another type than the
+    pages read) was an AttributeError traceback in `report`; it is one line naming the field, and a report of the
+    right shape renders."""
+    from mutransfer.reporting.study_files import check_report
+
+    sdir = _folder(tmp_path, monkeypatch, GOOD)
+    out = ["report", "quick", "--out", str(tmp_path / "page.html")]
+    for report, said in (
+        ({"best_proxy": True}, "'best_proxy' is not a dict"),
+        ({"verdict": "good"}, "'verdict' is not a list"),
+        ({"trial_table": [1]}, "'trial_table' holds a row that is not an object"),
+        ([], "is not a JSON object"),
+    ):
+        (sdir.root / "report.json").write_text(json.dumps(report))
+        assert main(out) == 2, report
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err, (report, err)
+    good = {"best_proxy": {"index": 1}, "verdict": ["fine"], "trial_table": [{"trial_id": "t0000"}], "rungs": None}
+    assert check_report(good, sdir.root / "report.json") == good

@@ -87,3 +87,39 @@ def _eventually(check, seconds: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+def _rank(rank: int, port: int, folders: list[str], out: str) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from mutransfer.sweep.target import _stop_asked
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        decided = _stop_asked(Path(folders[rank]) / STOP_FILE, 2, torch.device("cpu"))
+        alone = _stop_asked(Path(folders[rank]) / STOP_FILE, 1, torch.device("cpu"))  # what one rank sees by itself
+        Path(out, f"answer{rank}").write_text(f"{decided} {alone}")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two processes with a gloo process group (a few seconds)
+def test_with_two_workers_both_stop_when_one_sees_the_stop(tmp_path):
+    """The stop is decided for all ranks at once: rank 0 sees the stop file, rank 1 (its own folder here, standing for
+    a rank that looked a moment before the file appeared) does not; all-reduced, both stop at that epoch. Each rank
+    alone (``world`` 1) disagrees: the check can fail."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    views = [tmp_path / "view0", tmp_path / "view1"]
+    for view in views:
+        view.mkdir()
+    ask_to_stop(views[0])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_rank, args=(port, [str(v) for v in views], str(tmp_path)), nprocs=2, join=True)
+    answers = [(tmp_path / f"answer{rank}").read_text() for rank in (0, 1)]
+    assert answers == ["True True", "True False"], answers  # decided together; alone, rank 1 would train on

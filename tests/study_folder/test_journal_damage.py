@@ -1,0 +1,71 @@
+"""A damaged Optuna journal (``optuna.journal``, found by the study-folder fuzz: a journal cut short was an
+``AssertionError`` traceback inside Optuna on `sweep --resume`, after Optuna had appended to it) is refused in one line
+before anything is written to it, by every reader: `sweep --resume`, ``Study.optuna_study``, `mutransfer dashboard`.
+Moved aside, as the message says, it is written again from the trials' own files by the next resume: nothing lost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from mutransfer.cli.main import main
+from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
+
+pytestmark = pytest.mark.slow  # one small in-process study (about 10 s)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("journal")
+    study = write_tiny_study(root, write_tiny_data(root / "tiny.h5"), name="jn", trials=2)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    assert (
+        main(["sweep", "--study", str(study), "--runs-dir", str(root / "runs"), "--tracking-uri", uri, *IN_PROCESS])
+        == 0
+    )
+    return root
+
+
+def _trials(path: Path) -> list[tuple[int, dict, float | None]]:
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
+    return [(t.number, t.params, t.value) for t in optuna.load_study(study_name="jn", storage=storage).trials]
+
+
+DAMAGE = {
+    "cut short": (lambda data: data[:-7], "its last write was cut short"),
+    "a line that is not an entry": (lambda data: data + b"[1, 2]\n", "is not an Optuna journal entry"),
+    "bytes": (lambda data: b"\x80\x81\n" + data, "line 1 is not an Optuna journal entry"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finished, tmp_path, capsys, case):
+    import shutil
+
+    import mutransfer as mt
+
+    shutil.copytree(finished, tmp_path / "copy")
+    root = tmp_path / "copy"
+    journal = root / "runs" / "jn" / "optuna.journal"
+    before = _trials(journal)
+    damage, said = DAMAGE[case]
+    journal.write_bytes(damaged := damage(journal.read_bytes()))
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    resume = ["sweep", "--resume", "--name", "jn", "--runs-dir", str(root / "runs"), "--tracking-uri", uri]
+    capsys.readouterr()
+    assert main([*resume, *IN_PROCESS]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and "move it aside" in err, err
+    assert journal.read_bytes() == damaged  # nothing appended
+    with mt.load_study("jn", storage=root / "runs", executor="inprocess") as study, pytest.raises(mt.UserInputError):
+        study.optuna_study  # noqa: B018
+    assert main(["dashboard", "jn", "--runs-dir", str(root / "runs")]) == 2
+    assert said in capsys.readouterr().err
+
+    journal.rename(journal.with_name("optuna.journal.damaged"))
+    assert main([*resume, *IN_PROCESS]) == 0
+    assert _trials(journal) == before  # the same trials, numbers, parameters and values
+    assert json.loads((root / "runs" / "jn" / "state.json").read_text())["phase"] == "done"
