@@ -261,12 +261,16 @@ def read_model_dir(directory: Path):
 
 
 def _probe_shapes(directory: Path, model: torch.nn.Module, card: ModelCard) -> None:
-    """One forward pass on a zero sample of ``card.input_shape``: its output must be ``card.output_shape`` (a
-    config.json whose shapes were edited is one line here, not a traceback in the middle of an evaluation)."""
+    """One forward pass on a zero sample of ``card.input_shape`` (a point set's points all real): its output must be
+    ``card.output_shape`` (a config.json whose shapes were edited is one line here, not a traceback in the middle of
+    an evaluation)."""
     reason = "not a tensor"
+    sample = torch.zeros((1, *card.input_shape))
+    if card.point_problem:  # a packed point set (P, d + C + 1): its last channel is the mask, every point real
+        sample[..., -1] = 1.0
     try:
         with torch.no_grad():
-            out = model(torch.zeros((1, *card.input_shape)))
+            out = model(sample)
     except Exception as exc:  # noqa: BLE001 -- whatever the model raises on a sample it cannot take
         out, reason = None, (str(exc).splitlines() or [type(exc).__name__])[0][:160]
     if out is None or not isinstance(out, torch.Tensor) or list(out.shape[1:]) != list(card.output_shape):

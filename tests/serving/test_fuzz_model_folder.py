@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 
 from tests.fuzz_harness import record, run_cli
 
+pytestmark = pytest.mark.slow  # a model trained first, then a CLI command per case (about 15 s)
+
 SETTINGS = settings(
     max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 60)),
     derandomize=True,
