@@ -41,8 +41,7 @@ DAMAGE = {
 }
 
 
-@pytest.mark.parametrize("case", list(DAMAGE))
-def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finished, tmp_path, capsys, case):
+def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finished, tmp_path, capsys):
     import shutil
 
     import mutransfer as mt
@@ -50,20 +49,22 @@ def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finis
     shutil.copytree(finished, tmp_path / "copy")
     root = tmp_path / "copy"
     journal = root / "runs" / "jn" / "optuna.journal"
+    whole = journal.read_bytes()
     before = _trials(journal)
-    damage, said = DAMAGE[case]
-    journal.write_bytes(damaged := damage(journal.read_bytes()))
     uri = f"sqlite:///{root / 'mlflow.db'}"
     resume = ["sweep", "--resume", "--name", "jn", "--runs-dir", str(root / "runs"), "--tracking-uri", uri]
     capsys.readouterr()
-    assert main([*resume, *IN_PROCESS]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and said in err and "move it aside" in err, err
-    assert journal.read_bytes() == damaged  # nothing appended
-    with mt.load_study("jn", storage=root / "runs", executor="inprocess") as study, pytest.raises(mt.UserInputError):
-        study.optuna_study  # noqa: B018
-    assert main(["dashboard", "jn", "--runs-dir", str(root / "runs")]) == 2
-    assert said in capsys.readouterr().err
+    for case, (damage, said) in DAMAGE.items():
+        journal.write_bytes(damaged := damage(whole))
+        assert main([*resume, *IN_PROCESS]) == 2, case
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and said in err and "move it aside" in err, (case, err)
+        assert journal.read_bytes() == damaged, case  # nothing appended
+        with mt.load_study("jn", storage=root / "runs", executor="inprocess") as study:
+            with pytest.raises(mt.UserInputError, match=said):
+                study.optuna_study  # noqa: B018
+        assert main(["dashboard", "jn", "--runs-dir", str(root / "runs")]) == 2, case
+        assert said in capsys.readouterr().err, case
 
     journal.rename(journal.with_name("optuna.journal.damaged"))
     assert main([*resume, *IN_PROCESS]) == 0

@@ -42,6 +42,7 @@ def _study_runs(uri: str, experiment_id: str) -> list:
     return MlflowClient(uri).search_runs([experiment_id], max_results=1000)
 
 
+@pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
 def test_a_study_logs_every_run_metric_and_artifact_to_the_team_store(team_store, team_run):
     from mlflow.tracking import MlflowClient
 
@@ -87,6 +88,7 @@ def test_a_study_logs_every_run_metric_and_artifact_to_the_team_store(team_store
     assert team_store.server.errors() == []
 
 
+@pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
 def test_the_error_log_reader_finds_a_traceback(team_store, tmp_path):
     """The clean-log check above can fail: the reader picks out a traceback and a 500 in a server log."""
     from tests.team_store import MlflowServer
@@ -116,6 +118,7 @@ def test_a_postgres_uri_without_its_driver_is_one_line_before_anything_starts():
         check_tracking_uri("postgresql+nosuchdriver://mlflow@127.0.0.1:5432/mlflow")
 
 
+@pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
 def test_the_team_stores_postgres_uri_passes_the_check(team_store):
     """postgresql+psycopg2:// with a running PostgreSQL passes the endpoint check (driver present, port open)."""
     from mutransfer.sweep.endpoints import check_tracking_uri
@@ -137,6 +140,7 @@ def test_the_sweep_refuses_a_postgres_uri_without_its_driver_with_exit_2_and_cre
     assert list(tmp_path.iterdir()) == []  # no study folder, no store
 
 
+@pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
 def test_the_duplicate_query_finds_a_metric_logged_twice(team_store):
     """The 'no metric twice' check of the team-store tests can fail: one key and step logged at two times is found."""
     from mlflow.tracking import MlflowClient
@@ -182,6 +186,7 @@ def _tag_at_once(uri: str, setter, experiments: int = 12, drivers: int = 6) -> l
     return errors
 
 
+@pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
 def test_studies_starting_together_tag_their_experiment_without_a_duplicate_key(team_store):
     """CI found it (four studies at once on PostgreSQL): two drivers writing the same experiment tag at one
     moment both insert it, and MLflow refuses the second for a duplicate key. mutransfer's writer tries again."""
@@ -190,6 +195,7 @@ def test_studies_starting_together_tag_their_experiment_without_a_duplicate_key(
     assert _tag_at_once(team_store.uri, set_experiment_tag) == []
 
 
+@pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
 def test_mlflows_own_tag_write_can_meet_the_duplicate_key(team_store):
     """The check above can fail: MLflow's own call, raced the same way, meets the duplicate key."""
 
