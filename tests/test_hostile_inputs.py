@@ -422,3 +422,36 @@ def test_a_store_being_written_is_not_called_damaged(tmp_path):
         assert resolve_tracking_uri(f"sqlite:///{live}") == f"sqlite:///{live}"
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("layout", ["external", "virtual"])
+def test_a_data_file_whose_values_live_in_other_files_is_refused(tmp_path, monkeypatch, capsys, layout):
+    """Found by the attack re-run: a data file whose datasets are HDF5 external storage (``/dev/zero``: any file could be
+    named, ``/etc/shadow`` too) or virtual datasets (another file's) declared 8 GiB each in a few KB; `evaluate` read
+    them until it was killed. Refused in one line by every reader, before a value is read; the same file with its
+    values written is read (the check can pass)."""
+    import h5py
+    import numpy as np
+
+    from tests.fuzz_harness import write_grid_file
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    write_grid_file(tmp_path / "d.h5", n=12, resolution=64)
+    assert main(["data", "inspect", "d.h5"]) == 0
+    source = tmp_path / "source.h5"
+    with h5py.File(source, "w") as f:
+        f.create_dataset("x", data=np.zeros((12, 64), np.float32))
+    with h5py.File(tmp_path / "d.h5", "r+") as f:
+        del f["input"]
+        if layout == "external":
+            f.create_dataset("input", shape=(12, 64), dtype="f4", external=[("/dev/zero", 0, h5py.h5f.UNLIMITED)])
+        else:
+            vl = h5py.VirtualLayout(shape=(12, 64), dtype="f4")
+            vl[:] = h5py.VirtualSource(str(source), "x", shape=(12, 64))
+            f.create_virtual_dataset("input", vl)
+    capsys.readouterr()
+    for argv in (["data", "inspect", "d.h5"], ["train", "--problem", "burgers", "--data", "d.h5", "--epochs", "1"]):
+        assert main(argv) == 2, argv
+        err = _one_line(capsys)
+        assert "dataset 'input' reads its values from other files" in err and layout in err, err

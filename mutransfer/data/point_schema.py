@@ -44,6 +44,7 @@ from mutransfer.data.problem_facts import default_points_problem
 from mutransfer.data.schema_common import (
     GRID_SCHEMA,
     POINT_SCHEMA,
+    check_stored,
     decode_attr,
     finish_attrs,
     read_attrs,
@@ -164,6 +165,8 @@ def open_points(path) -> Iterator[h5py.File]:
                 raise UserInputError(
                     f"data file {p} has no {key!r} dataset (found: {found}); the file is incomplete, {_hint(p)}"
                 )
+        for key in POINT_DATASETS:
+            check_stored(p, key, f[key])  # values written in the file, not in other files
         c, i, o, m, k = (f[key] for key in POINT_DATASETS)
         if len(c.shape) != 3 or c.shape[0] < 1 or c.shape[1] < 1 or c.shape[2] < 1:
             raise UserInputError(f"data file {p}: coords shape {c.shape} must be (n, P, d) with n >= 1; {_hint(p)}")

@@ -80,9 +80,17 @@ def check_stored(path: str | os.PathLike[str], name: str, dataset: h5py.Dataset)
     values were never written: HDF5 reads unwritten chunks back as its fill value, so a 7 KB file can declare
     gigabytes of zeros and each reading of it takes minutes (or its loading, the memory). Told by the chunks the file
     has allocated against the chunks the shape needs (compression does not matter), or, for a contiguous dataset, by
-    no storage at all. Virtual datasets and external files are not checked (their values live elsewhere)."""
+    no storage at all. A dataset whose values live outside the file (HDF5 virtual datasets, external storage: any
+    file the data file names, ``/dev/zero`` or ``/etc/shadow`` as well) is refused whatever its size: the data file
+    alone would decide what is read."""
+    if dataset.is_virtual or dataset.external:
+        raise UserInputError(
+            f"data file {path}: dataset {name!r} reads its values from other files (HDF5 "
+            f"{'virtual dataset' if dataset.is_virtual else 'external storage'}), which are not read; copy the values "
+            "into the file (e.g. h5repack), or generate a file with `mutransfer data generate`"
+        )
     declared = int(np.prod(dataset.shape, dtype=np.float64)) * dataset.dtype.itemsize
-    if declared <= SPARSE_CHECKED_BYTES or dataset.is_virtual or dataset.external:
+    if declared <= SPARSE_CHECKED_BYTES:
         return
     if dataset.chunks is None:
         written, needed = (1 if dataset.id.get_storage_size() > 0 else 0), 1

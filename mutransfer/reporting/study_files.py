@@ -82,9 +82,11 @@ def study_names(runs_root: Path, limit: int = 20) -> list[str]:
 
 
 def _read_json(path: Path, what: str):
+    if path.exists() and not path.is_file():  # a folder, a FIFO (whose reading would wait for ever) or a device
+        raise UserInputError(f"{what} {path} is not a file; restore it from a copy")
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested thousands deep
         raise UserInputError(f"{what} {path} is unreadable ({type(exc).__name__}); restore it from a copy") from None
 
 

@@ -56,7 +56,7 @@ def read_flavor(directory: Path, flavor_name: str, config_default: str, weights_
     """(config file name, weights file name) from ``directory``'s MLmodel; one line for anything malformed."""
     try:
         mlmodel = yaml.safe_load(_text(directory, "MLmodel"))
-    except yaml.YAMLError:
+    except (yaml.YAMLError, RecursionError):  # RecursionError: nested thousands deep
         raise UserInputError(f"model {directory}: MLmodel is not valid YAML; {RESTORE}") from None
     flavors = mlmodel.get("flavors") if isinstance(mlmodel, dict) else None
     if not isinstance(flavors, dict):
@@ -120,7 +120,7 @@ def read_card_fields(directory: Path, name: str, format_version: int) -> dict[st
     """``directory/name`` (config.json) as a dict of ModelCard's fields, each checked; one line for the first wrong."""
     try:
         card = json.loads(_text(directory, name))
-    except ValueError:  # json.JSONDecodeError, or a number too long to convert
+    except (ValueError, RecursionError):  # JSONDecodeError, a number too long to convert, nesting thousands deep
         raise UserInputError(f"model {directory}: {name} is not valid JSON; {RESTORE}") from None
     if not isinstance(card, dict):
         raise UserInputError(f"model {directory}: {name} is not a JSON object; {RESTORE}")

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from mutransfer.errors import UserInputError
 from mutransfer.serving._folder_schema import RESTORE, read_card_fields, read_flavor
 from mutransfer.tracking.runs import STUDY_TAG
 from operators.errors import OperatorConfigError
-from operators.family import family_of_config
+from operators.family import OperatorFamily, family_of_config
 
 FLAVOR = "mutransfer"
 CONFIG_FILE = "config.json"
@@ -227,9 +226,11 @@ def read_model_dir(directory: Path):
     if not weights.is_file():
         raise UserInputError(f"model {directory}: {weights.name} is missing; restore the model folder")
     try:
-        _check_weight_bytes(directory, family.build, card.model_config, weights)
+        _check_weight_bytes(directory, family, card, weights)
         model = family.build(card.model_config)
-    except (OperatorConfigError, KeyError, TypeError, ValueError, OverflowError) as exc:  # values of a wrong type
+    except UserInputError:
+        raise
+    except (OperatorConfigError, KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:  # values of a wrong type
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise UserInputError(
             f"model {directory}: {config_name} does not rebuild a {card.model_class} ({reason}); {RESTORE}"
@@ -281,13 +282,22 @@ def _probe_shapes(directory: Path, model: torch.nn.Module, card: ModelCard) -> N
         )
 
 
-def _check_weight_bytes(directory: Path, build: Callable[[dict], torch.nn.Module], config: dict, weights: Path) -> None:
-    """A one-line UserInputError if ``config`` describes a model whose weights are far larger than the ``weights``
-    file holds: an edited config.json (``width: 1000000`` asked 4 TB of memory before this check). The model is built
-    on torch's meta device first, which allocates nothing; a model that cannot be built there is not checked."""
+def _check_weight_bytes(directory: Path, family: OperatorFamily, card: ModelCard, weights: Path) -> None:
+    """A one-line UserInputError if ``card``'s config describes a model whose weights are far larger than the
+    ``weights`` file holds: an edited config.json (``width: 1000000`` asked 4 TB of memory before this check,
+    ``layers: 10^9`` built modules for ever). The family's planner counts the parameters first, from the config alone;
+    then the model is built on torch's meta device, which allocates nothing. A model that cannot be built there (an
+    operation without a meta kernel: a user's model) is not checked that way."""
+    config, stored = card.model_config, weights.stat().st_size
+    try:
+        grid = tuple(card.input_shape[:-1]) or (1,)
+        planned = 4 * int(family.plan(config, grid=grid, device="cpu").total_params)  # float32 weights
+    except Exception:  # noqa: BLE001 -- a planner that cannot read this config: the meta build below decides
+        planned = 0
+    _refuse_declared(directory, planned, stored, weights)
     try:
         with torch.device("meta"):
-            shell = build(config)
+            shell = family.build(config)
     except (OperatorConfigError, KeyError):
         raise
     except Exception:  # an operation without a meta kernel (a user's model): built as before, unchecked
@@ -295,7 +305,10 @@ def _check_weight_bytes(directory: Path, build: Callable[[dict], torch.nn.Module
     declared = sum(  # what the file must hold (a model's state may carry other values: neuraloperator's does)
         t.numel() * t.element_size() for t in shell.state_dict().values() if isinstance(t, torch.Tensor)
     )
-    stored = weights.stat().st_size
+    _refuse_declared(directory, declared, stored, weights)
+
+
+def _refuse_declared(directory: Path, declared: int, stored: int, weights: Path) -> None:
     if declared > 2 * stored + 2**20:
         raise UserInputError(
             f"model {directory}: config.json describes {declared / 2**20:,.1f} MiB of weights but {weights.name} "

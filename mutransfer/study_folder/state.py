@@ -82,9 +82,11 @@ class StudyDir:
         wrong-shaped file is one line naming the field, never a traceback further on."""
         if not self.state_file.exists():
             return {}
+        if not self.state_file.is_file():  # a folder, a FIFO (whose reading would wait for ever) or a device
+            raise UserInputError(f"study directory {self.root}: state.json is not a file; {REBUILD_HINT}")
         try:
             state = json.loads(self.state_file.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands deep
             raise UserInputError(
                 f"study directory {self.root}: state.json is unreadable (empty or cut short); {REBUILD_HINT}"
             ) from None

@@ -30,6 +30,7 @@ from mutransfer.sweep._rebuild_state import check_state_runs, refuse_lost_state,
 from mutransfer.sweep.context import SweepContext, SweepOptions
 from mutransfer.sweep.endpoints import check_endpoints
 from mutransfer.sweep.model_log import check_registry_store
+from mutransfer.sweep.plan import check_trial_files
 from mutransfer.sweep.search import max_concurrent
 from mutransfer.sweep.strategies import prepare_strategies
 from mutransfer.sweep.trial import fail_trials_from_env
@@ -117,6 +118,8 @@ def prepare(options: SweepOptions) -> SweepContext:
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
+    if options.resume:
+        check_trial_files(study, study_dir.trials_dir)  # the trials' files as the sweep wrote them
     check_state_runs(study.name, state, tracking_uri)  # a resumed state's parent run is in the store
     ctx = SweepContext(
         options,

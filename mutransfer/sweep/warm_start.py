@@ -138,7 +138,7 @@ def read_folder(root: Path) -> SourceStudy:
 def _json(path: Path):
     try:
         return json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
 
 

@@ -139,3 +139,63 @@ def test_a_report_json_of_wrong_types_is_one_line(tmp_path, monkeypatch, capsys)
         assert len(err.splitlines()) == 1 and said in err, (report, err)
     good = {"best_proxy": {"index": 1}, "verdict": ["fine"], "trial_table": [{"trial_id": "t0000"}], "rungs": None}
     assert check_report(good, sdir.root / "report.json") == good
+
+
+#: trial files the attack run of issue "Nothing lost" edited, each a traceback or a hang on `sweep --resume` before
+TRIAL_FILES = {
+    "an LR of inf": ("config.json", {"lr": float("inf"), "batch_size": 10}, "lr 'inf' is not a value of the study's"),
+    "an LR as text": ("config.json", {"lr": "x", "batch_size": 10}, "lr 'x' is not a value of the study's search"),
+    "metrics as text": ("outcome.json", {"status": "completed", "metrics": "abc"}, "'metrics' must map names to"),
+    "a NaN error": (
+        "outcome.json",
+        {"status": "completed", "metrics": {"val_error": float("nan")}},
+        "must be a finite",
+    ),
+    "rungs as a list": ("outcome.json", {"status": "completed", "metrics": {}, "rungs": [1]}, "'rungs' must map"),
+    "an unknown status": ("outcome.json", {"status": "hacked", "metrics": {}}, "'status' must be one of completed"),
+    "a folder": ("outcome.json", None, "outcome.json is not a file (a folder, a FIFO or a device)"),
+    "a FIFO": ("config.json", "fifo", "config.json is not a file (a folder, a FIFO or a device)"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRIAL_FILES))
+def test_a_trial_file_of_wrong_types_is_one_line_before_a_resume_starts(tmp_path, monkeypatch, capsys, case):
+    """Each edited trial file is one line and exit 2 on `sweep --resume`, before MLflow, Ray or a training starts
+    (the store named is never made) and without a wait on a FIFO; the file is left as it was."""
+    import os
+
+    ids = {"experiment_id": "1", "parent_run_id": "0123456789abcdef0123456789abcdef"}
+    sdir = _folder(tmp_path, monkeypatch, dict(GOOD, **ids))
+    trial = sdir.trials_dir / "t0000"
+    trial.mkdir(parents=True)
+    (trial / "config.json").write_text(json.dumps({"lr": 0.001, "batch_size": 10}))
+    name, content, said = TRIAL_FILES[case]
+    if content is None:
+        (trial / name).mkdir()
+    elif content == "fifo":
+        (trial / name).unlink()
+        os.mkfifo(trial / name)
+    else:
+        (trial / name).write_text(json.dumps(content))
+    assert main(["sweep", "--resume", "--executor", "inprocess"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store made, nothing else
+
+
+@pytest.mark.parametrize("kind", ["nested 5,000 deep", "a FIFO"])
+def test_a_state_nested_thousands_deep_or_a_fifo_is_one_line(tmp_path, monkeypatch, capsys, kind):
+    """Found by the attack re-run: a state.json of JSON nested 5,000 deep was a RecursionError traceback in `trials`,
+    `report` and `sweep --resume`; a FIFO in its place would be waited on for ever. One line each."""
+    import os
+
+    sdir = _folder(tmp_path, monkeypatch, GOOD)
+    if kind == "a FIFO":
+        sdir.state_file.unlink()
+        os.mkfifo(sdir.state_file)
+    else:
+        sdir.state_file.write_text("[" * 5000 + "]" * 5000)
+    for argv in (["sweep", "--resume", "--executor", "inprocess"], ["report", "quick"], ["trials", "quick"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "state.json" in err and "Traceback" not in err, (argv, err)
