@@ -455,3 +455,44 @@ def test_a_data_file_whose_values_live_in_other_files_is_refused(tmp_path, monke
         assert main(argv) == 2, argv
         err = _one_line(capsys)
         assert "dataset 'input' reads its values from other files" in err and layout in err, err
+
+
+def _code(argv: list[str]) -> object:
+    """main's exit code, whether returned or raised by argparse (a flag's own type refusing its value)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def test_seeds_past_64_bits_and_names_past_the_file_systems_are_one_line(tmp_path, monkeypatch, capsys):
+    """Found by the attack re-run: `--seed 2**64` of `data generate` and `train`, and a study's `training.seed: 2**64`,
+    were tracebacks from torch or h5py (a sweep's every trial failed, advising a lower LR); a study name of 501
+    characters given to `trials`, `report`, `evaluate` or `predict` was an `OSError: File name too long` traceback.
+    Seeds are bounded at 2**63 - 1 where they are read (the flags and the study's fields), the largest passes; a
+    name the file system refuses is one line, whatever the command."""
+    import yaml
+
+    from mutransfer.training.hyperparameters import MAX_SEED
+    from tests.sweep_helpers import write_tiny_data, write_tiny_study
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
+    big = str(2**64)
+    generate = ["data", "generate", "burgers", "--n", "2", "--resolution", "32", "--out", "g.h5", "--seed"]
+    assert _code([*generate, big]) == 2
+    assert "--seed: 18446744073709551616 must be an integer from 0 to 9223372036854775807" in _one_line(capsys)
+    assert _code(["train", "--problem", "burgers", "--data", "g.h5", "--epochs", "1", "--seed", big]) == 2
+    assert "--seed: 18446744073709551616 must be <= 9223372036854775807" in _one_line(capsys)
+    study = write_tiny_study(tmp_path, write_tiny_data(tmp_path / "tiny.h5"), name="seeds")
+    mapping = yaml.safe_load(study.read_text())
+    mapping.setdefault("training", {})["seed"] = 2**64
+    study.write_text(yaml.safe_dump(mapping))
+    assert main(["sweep", "--study", str(study), "--executor", "inprocess"]) == 2
+    assert "training.seed: must be <= 9223372036854775807" in _one_line(capsys)
+    assert main([*generate, str(MAX_SEED), "--no-progress"]) == 0  # the largest seed is one
+    capsys.readouterr()
+    name = "n" * 501
+    for argv in (["trials", name], ["report", name], ["evaluate", name, "--data", "g.h5"]):
+        assert main(argv) == 2, argv
+        assert f"{'n' * 40}… (501 characters) is too long a name for the file system" in _one_line(capsys)

@@ -37,6 +37,15 @@ def positive_int_at_most(maximum: int):
     return parse
 
 
+def int_from_0_to(maximum: int):
+    """argparse type: an integer in [0, ``maximum``] (e.g. a seed: 64-bit)."""
+
+    def parse(text: str) -> int:
+        return _parse(text, int, lambda v: 0 <= v <= maximum, f"must be an integer from 0 to {maximum}")
+
+    return parse
+
+
 def non_negative_int(text: str) -> int:
     """argparse type: an integer ≥ 0."""
     return _parse(text, int, lambda v: v >= 0, "must be zero or positive")

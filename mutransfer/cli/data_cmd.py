@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 import time
 
-from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
+from mutransfer.cli.common import (
+    int_from_0_to,
+    non_negative_float,
+    positive_float,
+    positive_int,
+    print_json,
+)
 from mutransfer.cli.outputs import check_out
 from mutransfer.config import smoke
 from mutransfer.data.pointclouds import inspect_point_dataset, is_point_file
@@ -15,6 +21,7 @@ from mutransfer.data.streaming import available_memory
 from mutransfer.errors import UserInputError
 from mutransfer.problems import PROBLEMS, get_problem
 from mutransfer.problems.datasets import writer_for
+from mutransfer.training.hyperparameters import MAX_SEED
 from operators.planning import format_bytes
 
 
@@ -39,7 +46,7 @@ def add_parser(subparsers) -> None:
     gen.add_argument("--force", action="store_true", help="replace --out if it exists")
     gen.add_argument(
         "--seed",
-        type=non_negative_int,
+        type=int_from_0_to(MAX_SEED),
         default=0,
         help="generator seed: the same seed gives the same file (default: 0)",
     )

@@ -8,6 +8,7 @@ import errno
 import os
 import re
 import sys
+from pathlib import Path
 
 from mutransfer._version import __version__
 from mutransfer.cli import (
@@ -149,6 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a folder that cannot be written (read-only, immutable, not ours, full), in any phase
         if exc.errno in FULL:
             print(f"mutransfer {args.command}: error: {full_message(exc)}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        if exc.errno == errno.ENAMETOOLONG:  # a name given (a study's, a file's) longer than the file system takes
+            name = max(Path(os.fspath(exc.filename or "?")).parts, key=len)  # the part the file system refused
+            print(
+                f"mutransfer {args.command}: error: {name[:40]}… ({len(name)} characters) is too long a name for the "
+                "file system; use a shorter name or path",
+                file=sys.stderr,
+            )
             return EXIT_USER_ERROR
         if exc.errno not in UNWRITABLE or not exc.filename:
             raise

@@ -230,7 +230,14 @@ def read_model_dir(directory: Path):
         model = family.build(card.model_config)
     except UserInputError:
         raise
-    except (OperatorConfigError, KeyError, TypeError, ValueError, OverflowError, RecursionError) as exc:  # values of a wrong type
+    except (
+        OperatorConfigError,
+        KeyError,
+        TypeError,
+        ValueError,
+        OverflowError,
+        RecursionError,
+    ) as exc:  # values of a wrong type
         reason = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
         raise UserInputError(
             f"model {directory}: {config_name} does not rebuild a {card.model_class} ({reason}); {RESTORE}"

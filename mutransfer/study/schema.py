@@ -23,7 +23,7 @@ from mutransfer.problems import PROBLEMS, get_problem
 from mutransfer.study.distribution import Distribution
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA, parse_k_exponent, read_k_exponent
 from mutransfer.study.ladder import LadderSize, ladder_sizes, read_ladder
-from mutransfer.training.hyperparameters import Hyperparameters
+from mutransfer.training.hyperparameters import MAX_SEED, Hyperparameters
 from operators.factory import factory_family
 from operators.registry import OPERATORS, OperatorFamily
 from operators.transfer import Scaling
@@ -87,7 +87,7 @@ class ProblemSpec:
     time_resolution: int | None = setting(
         None, "output times (space-time problems)", kind="int", minimum=1, nullable=True, example="16"
     )
-    data_seed: int = setting(0, "seed of the generated dataset", kind="int", minimum=0, example="0")
+    data_seed: int = setting(0, "seed of the generated dataset", kind="int", minimum=0, maximum=MAX_SEED, example="0")
     stream: Any = setting(
         "auto", "read the data lazily in batches: auto (when larger than half the RAM), true, false", read=_read_auto
     )
@@ -161,7 +161,7 @@ class SearchSpec:
         kind="str",
     )
     num_trials: int = setting(8, "proxy trials", kind="int", minimum=1, maximum=MAX_TRIALS, example="8")
-    seed: int = setting(0, "sampler seed", kind="int", minimum=0, example="0")
+    seed: int = setting(0, "sampler seed", kind="int", minimum=0, maximum=MAX_SEED, example="0")
     max_concurrent: int | None = setting(
         None, "trials at once (null: as many as the CPUs/GPUs hold)", kind="int", minimum=1, nullable=True, example="2"
     )

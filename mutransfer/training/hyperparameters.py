@@ -18,6 +18,9 @@ from mutransfer.training.pino import LOSSES
 from mutransfer.training.schedules import SCHEDULES
 from operators.precision import PRECISIONS
 
+#: the largest seed: torch's and HDF5's 64-bit signed integers (a larger one overflowed in torch.manual_seed)
+MAX_SEED = 2**63 - 1
+
 
 def positive_or_off(value: float) -> str | None:
     return None if value > 0 else "must be > 0 (or null for no clipping)"
@@ -107,7 +110,9 @@ class Hyperparameters:
         nullable=True,
         example="0.01",
     )
-    seed: int = setting(0, "seed of the model's init and the batch order", kind="int", minimum=0, example="0")
+    seed: int = setting(
+        0, "seed of the model's init and the batch order", kind="int", minimum=0, maximum=MAX_SEED, example="0"
+    )
     loss: str = setting(
         "relative_l2",
         "training loss: relative_l2, or pino (Darcy: data + PDE residual, 5:1)",
