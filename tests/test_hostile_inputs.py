@@ -89,7 +89,25 @@ def test_evaluate_against_a_dead_tracking_server_says_so_at_once(tmp_path):
         timeout=60,
     )
     assert proc.returncode == 2, proc.stderr
-    assert f"127.0.0.1:{port} connection refused; start the tracking server" in proc.stderr
+    assert f"http://127.0.0.1:{port}: no answer (connection refused); start the tracking server" in proc.stderr
+
+
+def test_evaluate_against_a_server_that_never_answers_says_so_in_bounded_time(tmp_path, monkeypatch, capsys):
+    """Found by the attack re-run: a port that accepts connections but never answers (not an MLflow server, or one
+    hung) kept `evaluate --tracking-uri` waiting for over 90 s. The server is asked once, as `sweep` asks it
+    (mutransfer.tracking.runs.check_server_reachable: an answer within REPLY_SECONDS, 20 s; 2 s here)."""
+    import socket
+
+    import mutransfer.tracking.runs as runs
+
+    monkeypatch.setattr(runs, "REPLY_SECONDS", 2.0)
+    monkeypatch.chdir(tmp_path)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # accepts (the kernel completes the handshake), never reads nor answers
+        uri = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        assert main(["evaluate", "runs:/abc/model", "--data", "d.h5", "--tracking-uri", uri]) == 2
+    assert f"tracking URI {uri}: no answer (timed out)" in _one_line(capsys)
 
 
 def _store(path) -> bytes:

@@ -2,7 +2,7 @@
 
 :func:`check_endpoints` runs in :func:`mutransfer.sweep.prepare.prepare` after the
 study is validated and before the study's lock, folder, MLflow runs or Ray start. Each
-check has a short timeout (:data:`CONNECT_SECONDS` to connect, :data:`REPLY_SECONDS` for an
+check has a short timeout (:data:`CONNECT_SECONDS` to connect, ``REPLY_SECONDS`` (mutransfer.tracking.runs) for an
 MLflow server's reply, one call per endpoint, so the worst case stays under 30 s) and raises :class:`~mutransfer.errors.UserInputError` (one line:
 the endpoint, what is wrong, the fix; exit 2). The checks create nothing: no sqlite
 file, no folder, no experiment.
@@ -26,10 +26,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
-from mutransfer.tracking.runs import CONNECT_SECONDS, check_tcp, open_tcp
+from mutransfer.tracking.runs import CONNECT_SECONDS, check_server_reachable, check_tcp, open_tcp
 
-#: seconds an MLflow server may take to answer once connected (a fresh server creates its tables on the first request)
-REPLY_SECONDS = 20.0
 _DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
@@ -46,7 +44,7 @@ def check_tracking_uri(uri: str) -> None:
     scheme = urlsplit(uri).scheme.split("+")[0].lower()
     fix = "start the server, fix --tracking-uri (tracking.uri in the study), or drop it to log to ./mlflow.db"
     if scheme in ("http", "https"):
-        _check_mlflow_server(uri, fix)
+        check_server_reachable(uri, fix)
     elif scheme in ("sqlite", "file", ""):
         path = Path(uri[len("sqlite:///") :] if scheme == "sqlite" else urlsplit(uri).path if scheme == "file" else uri)
         _check_writable_place(
@@ -94,41 +92,6 @@ def check_database_driver(uri: str) -> None:
             f"tracking URI {uri}: its database driver {dialect.driver} is not installed; pip install '{package}'"
             f"{alternative}"
         ) from None
-
-
-def _check_mlflow_server(uri: str, fix: str) -> None:
-    """One GET of MLflow's REST API, no retries, with the credentials MLflow would use (MLFLOW_TRACKING_*)."""
-    from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
-    from mlflow.utils.credentials import get_default_host_creds  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
-    from mlflow.utils.rest_utils import http_request  # noqa: PLC0415 -- deferred: MLflow (~1 s) loads only when a sweep uses it, not with `import mutransfer.sweep`
-
-    endpoint = "/api/2.0/mlflow/experiments/search"
-    try:
-        response = http_request(
-            get_default_host_creds(uri),
-            endpoint,
-            "GET",
-            max_retries=0,
-            timeout=(CONNECT_SECONDS, REPLY_SECONDS),
-            raise_on_status=False,
-            params={"max_results": 1},
-        )
-    except (MlflowException, OSError) as exc:
-        raise UserInputError(f"tracking URI {uri}: no answer ({_why(exc)}); {fix}") from None
-    if response.status_code in (401, 403):
-        raise UserInputError(
-            f"tracking URI {uri}: the server refused access (HTTP {response.status_code}); set MLFLOW_TRACKING_USERNAME "
-            "and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN) for it"
-        )
-    try:
-        body = response.json() if response.status_code == 200 else None
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        raise UserInputError(
-            f"tracking URI {uri}: answers (HTTP {response.status_code}) but is not an MLflow tracking server "
-            f"({endpoint} gave no MLflow reply); point --tracking-uri at `mlflow server`"
-        )
 
 
 def _check_writable_place(path: Path, what: str, fix: str) -> None:
@@ -223,21 +186,6 @@ def check_data_file(data: str) -> None:
             f.read(8)
     except OSError as exc:
         raise UserInputError(f"problem.data: {path} cannot be read ({exc.strerror or exc}); {fix}") from None
-
-
-def _why(exc: BaseException) -> str:
-    """A short reason for a failed HTTP request (requests wraps the socket error deep in its message)."""
-    text = str(exc)
-    for needle, reason in (
-        ("Connection refused", "connection refused"),
-        ("timed out", "timed out"),
-        ("Name or service not known", "host not known (DNS)"),
-        ("Failed to resolve", "host not known (DNS)"),
-        ("SSL", "TLS handshake failed"),
-    ):
-        if needle in text:
-            return reason
-    return _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:
