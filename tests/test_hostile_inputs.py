@@ -60,8 +60,10 @@ def test_tracking_uris_mlflow_cannot_keep_are_refused(tmp_path, monkeypatch, cap
     assert list(tmp_path.iterdir()) == []  # no ":memory:" file, no folder store, no study folder
 
 
-@pytest.mark.parametrize("command", [["data", "inspect"], ["evaluate", "nosuch", "--data"]])
+@pytest.mark.parametrize("command", [["data", "inspect"], ["evaluate", "nosuch", "--data"], ["sweep", "--study"]])
 def test_a_message_about_a_wrong_file_shows_none_of_its_contents(tmp_path, monkeypatch, capsys, command):
+    """`sweep --study /etc/passwd` (found by the attack re-run) echoed the file's first 1.4 KB: a study file that is
+    text is told by its length only."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "shadow").write_text("root:$6$SECRETHASH:19000:0:99999:7:::\n")
     (tmp_path / "blob.h5").write_bytes(b"\x00\x01SECRET\xff" * 10)
@@ -348,7 +350,7 @@ def test_an_edited_model_folder_is_one_line_before_memory_is_asked(tmp_path, mon
     )
     capsys.readouterr()
     edits = {
-        (("width", 10**6),): "config.json describes 259,399,929.0 MiB of weights but state_dict.pt holds",
+        (("width", 10**6),): "config.json describes 137,329,616.5 MiB of weights but state_dict.pt holds",
         (("modes", 10**7),): "MiB of weights but state_dict.pt holds",
         (("width", 40),): "state_dict.pt does not fit the model config.json describes (size mismatch",
     }
@@ -514,3 +516,26 @@ def test_seeds_past_64_bits_and_names_past_the_file_systems_are_one_line(tmp_pat
     for argv in (["trials", name], ["report", name], ["evaluate", name, "--data", "g.h5"]):
         assert main(argv) == 2, argv
         assert f"{'n' * 40}… (501 characters) is too long a name for the file system" in _one_line(capsys)
+
+
+@pytest.mark.slow  # a small in-process study (about 10 s)
+def test_an_experiment_name_with_a_path_writes_nothing_outside_the_store(tmp_path, monkeypatch, capsys):
+    """Found by the attack re-run: `tracking.experiment: ../../escape` made the artifact folder `mlruns/..%2F..%2Fescape`
+    beside a SQLite store, which MLflow URL-decodes: the study's model and report were written two folders up. The
+    folder's name keeps letters, digits, '.', '_', '-' only (the rest '_', a digest added): everything stays in
+    mlruns/ beside the store."""
+    from tests.sweep_helpers import write_tiny_data, write_tiny_study
+
+    work = tmp_path / "a" / "b" / "work"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("MUTRANSFER_CACHE", str(work / "cache"))
+    study = write_tiny_study(
+        work, write_tiny_data(work / "tiny.h5"), name="esc", trials=2, tracking={"experiment": "../../escape"}
+    )
+    assert main(["sweep", "--study", str(study), "--executor", "inprocess"]) == 0
+    capsys.readouterr()
+    outside = [p for p in tmp_path.rglob("*") if work not in p.parents and p != work and p not in work.parents]
+    assert outside == [], outside
+    folders = [p.name for p in (work / "mlruns").iterdir()]
+    assert any(name.startswith("_.._escape-") for name in folders), folders

@@ -40,6 +40,22 @@ def _enclosing_folder(path: Path) -> tuple[str, Path] | None:
     return None
 
 
+#: the files SQLite and MLflow keep beside a database ``X``: its lock, write-ahead log, shared memory, journal
+_COMPANION_SUFFIXES = (".lock", "-wal", "-shm", "-journal")
+
+
+def _store_or_study_companion(path: Path) -> str | None:
+    """What ``path`` is if it is a file a tracking store or a study keeps beside itself (replacing a lock while a
+    driver holds it would let a second driver in): ``X.lock``/``X-wal``/``X-shm``/``X-journal`` of an SQLite database
+    ``X``, or a study's lock (``<runs dir>/.locks/<study>.lock``)."""
+    for suffix in _COMPANION_SUFFIXES:
+        if path.name.endswith(suffix) and is_sqlite_database(path.with_name(path.name[: -len(suffix)])):
+            return f"the {suffix.strip('.-')} file of the SQLite database {path.with_name(path.name[: -len(suffix)])}"
+    if path.parent.name == ".locks" and path.suffix == ".lock":
+        return f"the lock of study {path.stem!r}"
+    return None
+
+
 def check_out(
     out: str | Path,
     *,
@@ -68,6 +84,11 @@ def check_out(
     if is_sqlite_database(path):
         raise UserInputError(
             f"{flag} {out}: is an SQLite database (a tracking store holds every study's runs); write to another file"
+        )
+    companion = _store_or_study_companion(path)
+    if companion is not None:
+        raise UserInputError(
+            f"{flag} {out}: is {companion} (replacing it could let two drivers in); write to another file"
         )
     enclosing = _enclosing_folder(path)
     if enclosing is not None:

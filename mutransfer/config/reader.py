@@ -25,7 +25,7 @@ def kind_of(value) -> str:
     if isinstance(value, bool):
         return f"a boolean ({str(value).lower()})"
     if isinstance(value, str):
-        return f"a string ({value!r})"
+        return f"a string ({value!r})" if len(value) <= 40 else f"a string of {len(value):,} characters"
     if isinstance(value, (int, float)):
         return f"a number ({value!r})"
     if isinstance(value, list):

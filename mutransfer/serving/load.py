@@ -17,10 +17,12 @@ artifact missing at the absolute path MLflow recorded is looked up beside the st
 
 from __future__ import annotations
 
+import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import MLMODEL_FILE, ModelCard, read_model_dir
@@ -29,6 +31,9 @@ from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.tracking._sqlite_file import sqlite_path
 from mutransfer.tracking.runs import _client, check_server_reachable, resolve_tracking_uri
+
+#: the prefix of the temporary folder a model from a tracking server is downloaded into
+DOWNLOADED = "mutransfer-model-"
 
 
 @dataclass
@@ -47,7 +52,12 @@ def load_model(source: str, *, runs_dir: str | None = None, tracking_uri: str | 
         directory = _mlflow_model_dir(source, tracking_uri)
     else:
         directory = _study_model_dir(source, runs_dir)
-    model, card = read_model_dir(directory)
+    try:
+        model, card = read_model_dir(directory)  # read whole: a downloaded copy is not needed after
+    finally:
+        for folder in (directory, *directory.parents):  # the download's own temporary folder, if it is one
+            if folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith(DOWNLOADED):
+                shutil.rmtree(folder, ignore_errors=True)
     return LoadedModel(model, card, source, directory)
 
 
@@ -135,7 +145,7 @@ def _local_artifacts(client, store: str, logged, uri: str) -> Path:
 
     location = logged.artifact_location
     local = Path(location[len("file://") :] if location.startswith("file://") else location)
-    if "://" not in location or location.startswith("file://"):
+    if urlsplit(location).scheme in ("", "file"):  # a path on this machine (not mlflow-artifacts:/, s3://, …)
         if local.is_dir():
             return local
         moved = relocated_artifact_path(store, client.get_experiment(logged.experiment_id), location)
@@ -148,5 +158,5 @@ def _local_artifacts(client, store: str, logged, uri: str) -> Path:
         return moved
     import mlflow.artifacts  # noqa: PLC0415 -- deferred: mlflow (~1 s), only for a model from a tracking store
 
-    target = tempfile.mkdtemp(prefix="mutransfer-model-")
+    target = tempfile.mkdtemp(prefix=DOWNLOADED)  # removed once the model is read (load_model)
     return Path(mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=target, tracking_uri=store))

@@ -311,7 +311,8 @@ def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) 
         raise UserInputError(f"study {source}: not valid YAML ({where}{reason}); fix the syntax") from None
     if not isinstance(mapping, dict):
         raise UserInputError(
-            f"study {source}: must be a YAML mapping of fields (name, problem, proxy_K, ...), got {kind_of(mapping)}"
+            f"study {source}: must be a YAML mapping of fields (name, problem, proxy_K, ...), got "
+            f"{_shape_only(mapping)}"
         )
     return mapping, source
 
@@ -462,3 +463,10 @@ def study_from_yaml_text(text: str, source: str) -> Study:
     except (yaml.YAMLError, RecursionError):
         raise UserInputError(f"study {source}: not valid YAML; delete the study directory or fix the file") from None
     return parse_study(mapping, source, factory_trusted=False)
+
+
+def _shape_only(document: object) -> str:
+    """What a whole document is, without its contents (a file given by mistake, /etc/passwd, is not echoed)."""
+    if isinstance(document, str):
+        return f"text of {len(document):,} characters (not a study file?)"
+    return kind_of(document)

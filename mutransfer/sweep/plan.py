@@ -288,6 +288,17 @@ def check_outcome(path: Path, d: dict) -> Outcome:
     return Outcome.from_dict(d)
 
 
+def check_config_keys(path: Path, config: dict, space: dict) -> None:
+    """One line unless a trial's config.json holds exactly the searched hyperparameters (its other keys named, a
+    few and cut short: never a file's contents at length)."""
+    if set(config) != set(space):
+        found = ", ".join(repr(str(k)[:30]) for k in sorted(map(str, config))[:5]) + (", …" if len(config) > 5 else "")
+        raise UserInputError(
+            f"{path}: holds {found or 'nothing'}, not the study's search space {sorted(space)}; restore the file or "
+            "start a new study with --name NEW"
+        )
+
+
 def check_config(path: Path, config: dict, space: dict, seeded: bool) -> None:
     """A trial's config.json: every searched value one its distribution holds (a seeded trial's, from another study's
     space, any finite number or choice); one line naming the first that is not."""
@@ -308,13 +319,15 @@ def check_trial_files(study: Study, trials_dir: Path) -> None:
     """Before a resume starts anything: every trial's config.json and outcome.json of the main search read and
     checked as :class:`SearchPlan` reads them (each value of its type: a seeded trial may lie outside the space, so
     ranges are left to the plan); one line naming the first file that is not as the sweep wrote it."""
+    if trials_dir.exists() and not trials_dir.is_dir():
+        raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
     space = search_distributions(study)
     for i in range(total_trials(study)):
         config = _read_json(trials_dir / trial_key(i) / CONFIG_FILE)
         if not isinstance(config, dict):
             break
-        if set(config) == set(space):
-            check_config(trials_dir / trial_key(i) / CONFIG_FILE, config, space, seeded=True)
+        check_config_keys(trials_dir / trial_key(i) / CONFIG_FILE, config, space)
+        check_config(trials_dir / trial_key(i) / CONFIG_FILE, config, space, seeded=True)
         outcome = _read_json(trials_dir / trial_key(i) / OUTCOME_FILE)
         if isinstance(outcome, dict) and "status" in outcome:
             check_outcome(trials_dir / trial_key(i) / OUTCOME_FILE, outcome)
@@ -379,11 +392,7 @@ class SearchPlan:
             config = _read_json(self.trials_dir / trial_key(i) / CONFIG_FILE)
             if not isinstance(config, dict):
                 break  # configurations are handed out in key order: the first gap ends them
-            if set(config) != set(self.study.search_space):
-                raise UserInputError(
-                    f"{self.trials_dir / trial_key(i) / CONFIG_FILE}: holds {sorted(config)}, not the study's search space "
-                    f"{sorted(self.study.search_space)}; restore the file or start a new study with --name NEW"
-                )
+            check_config_keys(self.trials_dir / trial_key(i) / CONFIG_FILE, config, self._space)
             seeded = i < len(self.seeds) or self.preset is not None  # from another study's space, or a rung's
             check_config(self.trials_dir / trial_key(i) / CONFIG_FILE, config, self._space, seeded)
             self.configs[i] = config

@@ -385,6 +385,7 @@ def target_loop(cfg: dict) -> dict:
 
     def on_event(event) -> None:
         if isinstance(event, EpochRecord) and driver_gone(cfg.get("driver")):
+            shutil.rmtree(local, ignore_errors=True)  # this worker's scratch folder in /tmp
             os._exit(1)  # the driver was killed: write nothing more (Ray would stop this worker seconds later)
         if isinstance(event, EpochRecord) and _stop_asked(stop, world, device):
             raise _Stopped  # before this epoch's report: the run resumes from the last one reported
@@ -399,16 +400,19 @@ def target_loop(cfg: dict) -> dict:
             eval_metrics(event, spectral_lr0), checkpoint=checkpoint, checkpoint_dir_name=f"epoch_{event.epoch:05d}"
         )
 
-    try:
-        result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=order.plan)
-    except _Stopped:
-        return TargetSummary(status=CANCELLED, world_size=world).as_dict()
+    try:  # the scratch folder goes whatever the end (stopped, failed, done): its checkpoints were reported
+        try:
+            result = train(model, shard, tconfig, callbacks=[on_event], resume=True, plan=order.plan)
+        except _Stopped:
+            return TargetSummary(status=CANCELLED, world_size=world).as_dict()
 
-    summary = TargetSummary.of(result, spectral_lr0, world, per_rank_batch, iters_per_epoch)
-    checkpoint = None
-    if rank == 0:
-        save_final(local, model.module if hasattr(model, "module") else model, hp, summary)
-        checkpoint = ray.train.Checkpoint.from_directory(str(local))
-    final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
-    ray.train.report(dict(final, final=1), checkpoint=checkpoint, checkpoint_dir_name="final")
-    return summary.as_dict()
+        summary = TargetSummary.of(result, spectral_lr0, world, per_rank_batch, iters_per_epoch)
+        checkpoint = None
+        if rank == 0:
+            save_final(local, model.module if hasattr(model, "module") else model, hp, summary)
+            checkpoint = ray.train.Checkpoint.from_directory(str(local))
+        final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
+        ray.train.report(dict(final, final=1), checkpoint=checkpoint, checkpoint_dir_name="final")
+        return summary.as_dict()
+    finally:
+        shutil.rmtree(local, ignore_errors=True)

@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import math
 import os
+import re
 import socket
 import time
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
 from mutransfer.tracking._sqlite_file import check_sqlite_file, full_store_error, sqlite_path
@@ -191,8 +193,19 @@ def experiment_artifact_location(uri: str, name: str) -> tuple[str, dict] | None
     path = sqlite_path(uri)
     if path is None:
         return None
-    relative = f"mlruns/{quote(name, safe='')}"
+    relative = f"mlruns/{artifact_folder(name)}"
     return str(path.absolute().parent / relative), {ARTIFACT_TAG: relative}
+
+
+def artifact_folder(name: str) -> str:
+    """The folder name of experiment ``name``'s artifacts: the name itself where it is letters, digits, ``.``, ``_``,
+    ``-`` (and not dots alone); else those characters kept, the rest ``_``, and a digest of the name added. Never a
+    ``/``, ``..`` or ``%``: MLflow URL-decodes an artifact location, so ``../../x`` quoted as ``..%2F..%2Fx`` wrote the
+    study's model outside the store's folder."""
+    slug = re.sub(r"[^A-Za-z0-9._-]", "_", name)
+    if slug == name and slug.strip("."):
+        return name
+    return f"{slug.strip('.')[:100] or 'experiment'}-{hashlib.sha256(name.encode()).hexdigest()[:10]}"
 
 
 def _client(uri: str):

@@ -297,6 +297,8 @@ def test_outputs_never_overwrite_the_input_the_store_or_a_study(served, tmp_path
     kept[study / "model" / "state_dict.pt"] = (study / "model" / "state_dict.pt").read_bytes()
     elsewhere = tmp_path / "elsewhere.h5"
     elsewhere.write_bytes(b"a user's file")
+    (home / "runs" / ".locks").mkdir(exist_ok=True)
+    (home / "runs" / ".locks" / "tiny.lock").touch()  # the study's lock, as a driver leaves it
     cases = [
         (["predict", *model, "--out", "data.h5", "--force"], "is this command's input (data.h5)"),
         (["predict", *model, "--out", "mlflow.db", "--force"], "is an SQLite database"),
@@ -312,6 +314,10 @@ def test_outputs_never_overwrite_the_input_the_store_or_a_study(served, tmp_path
             ["data", "generate", "burgers", "--n", "4", "--resolution", "64", "--out", str(study / "trial.h5")],
             "inside the study folder",
         ),
+        # the attack re-run: a store's lock and a study's lock were replaced (a second driver could then get in)
+        (["predict", *model, "--out", "mlflow.db.lock", "--force"], "is the lock file of the SQLite database"),
+        (["report", "tiny", "--runs-dir", "runs", "--out", "mlflow.db-wal", "--force"], "is the wal file of the"),
+        (["report", "tiny", "--runs-dir", "runs", "--out", "runs/.locks/tiny.lock", "--force"], "the lock of study"),
     ]
     for argv, expected in cases:
         assert _main(*argv) == 2, argv

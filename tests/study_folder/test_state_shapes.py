@@ -155,6 +155,12 @@ TRIAL_FILES = {
     "an unknown status": ("outcome.json", {"status": "hacked", "metrics": {}}, "'status' must be one of completed"),
     "a folder": ("outcome.json", None, "outcome.json is not a file (a folder, a FIFO or a device)"),
     "a FIFO": ("config.json", "fifo", "config.json is not a file (a folder, a FIFO or a device)"),
+    "trials/ a file": ("..", "trials file", "trials is not a folder; move it aside"),
+    "a key of 200,000 characters": (
+        "config.json",
+        {"lr": 0.001, "batch_size": 10, "K" * 200_000: 1},
+        "holds 'KKKKKKKKKKKKKKKKKKKKKKKKKKKKKK', 'batch_size', 'lr', not the study's search space",
+    ),
 }
 
 
@@ -163,6 +169,7 @@ def test_a_trial_file_of_wrong_types_is_one_line_before_a_resume_starts(tmp_path
     """Each edited trial file is one line and exit 2 on `sweep --resume`, before MLflow, Ray or a training starts
     (the store named is never made) and without a wait on a FIFO; the file is left as it was."""
     import os
+    import shutil
 
     ids = {"experiment_id": "1", "parent_run_id": "0123456789abcdef0123456789abcdef"}
     sdir = _folder(tmp_path, monkeypatch, dict(GOOD, **ids))
@@ -170,7 +177,10 @@ def test_a_trial_file_of_wrong_types_is_one_line_before_a_resume_starts(tmp_path
     trial.mkdir(parents=True)
     (trial / "config.json").write_text(json.dumps({"lr": 0.001, "batch_size": 10}))
     name, content, said = TRIAL_FILES[case]
-    if content is None:
+    if content == "trials file":
+        shutil.rmtree(sdir.trials_dir)
+        sdir.trials_dir.write_text("x")
+    elif content is None:
         (trial / name).mkdir()
     elif content == "fifo":
         (trial / name).unlink()
@@ -179,7 +189,7 @@ def test_a_trial_file_of_wrong_types_is_one_line_before_a_resume_starts(tmp_path
         (trial / name).write_text(json.dumps(content))
     assert main(["sweep", "--resume", "--executor", "inprocess"]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and said in err, err
+    assert len(err.splitlines()) == 1 and said in err and len(err) < 1000, err[:2000]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store made, nothing else
 
 

@@ -206,3 +206,21 @@ def test_mlflows_own_tag_write_can_meet_the_duplicate_key(team_store):
     if not errors:
         pytest.skip("no two writes met in 30 tries on this machine (the race is timing-dependent)")
     assert any("duplicate key" in e or "UNIQUE" in e for e in errors), errors
+
+
+@pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
+def test_the_target_from_the_team_store_evaluates_and_leaves_no_download_behind(team_store, team_run, tmp_path, capsys):
+    """`evaluate runs:/<target run>/model --tracking-uri http://…`: the model is downloaded from the server into a
+    temporary folder, read whole, and that folder removed (the attack re-run found /tmp filling with leftovers)."""
+    import tempfile
+    from pathlib import Path
+
+    from mutransfer.cli.main import main
+    from mutransfer.serving.load import DOWNLOADED
+
+    data = write_tiny_data(tmp_path / "eval.h5")
+    before = set(Path(tempfile.gettempdir()).glob(f"{DOWNLOADED}*"))
+    uri = team_run["model"]["run_uri"]
+    assert main(["evaluate", uri, "--tracking-uri", team_store.uri, "--data", str(data), "--json"]) == 0
+    assert "relative_l2" in capsys.readouterr().out
+    assert set(Path(tempfile.gettempdir()).glob(f"{DOWNLOADED}*")) == before
