@@ -97,12 +97,12 @@ def test_evaluate_against_a_dead_tracking_server_says_so_at_once(tmp_path):
 def test_evaluate_against_a_server_that_never_answers_says_so_in_bounded_time(tmp_path, monkeypatch, capsys):
     """Found by the attack re-run: a port that accepts connections but never answers (not an MLflow server, or one
     hung) kept `evaluate --tracking-uri` waiting for over 90 s. The server is asked once, as `sweep` asks it
-    (mutransfer.tracking.runs.check_server_reachable: an answer within REPLY_SECONDS, 20 s; 2 s here)."""
+    (mutransfer.tracking._server_check.check_server_reachable: an answer within REPLY_SECONDS, 20 s; 2 s here)."""
     import socket
 
-    import mutransfer.tracking.runs as runs
+    import mutransfer.tracking._server_check as server_check
 
-    monkeypatch.setattr(runs, "REPLY_SECONDS", 2.0)
+    monkeypatch.setattr(server_check, "REPLY_SECONDS", 2.0)
     monkeypatch.chdir(tmp_path)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -10,7 +10,8 @@ from mutransfer.cli.outputs import check_out_dir
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import model_card
 from mutransfer.serving.kept import TRAIN_EXPERIMENT, keep_model, log_trained
-from mutransfer.tracking.runs import check_server_reachable, resolve_tracking_uri
+from mutransfer.tracking._server_check import check_server_reachable
+from mutransfer.tracking.runs import resolve_tracking_uri
 from mutransfer.training import TrainConfig
 from mutransfer.training.checkpoint import weights_of
 

@@ -29,8 +29,9 @@ from mutransfer.serving.artifact import MLMODEL_FILE, ModelCard, read_model_dir
 from mutransfer.study_folder.portable import relocated_artifact_path
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
+from mutransfer.tracking._server_check import check_server_reachable
 from mutransfer.tracking._sqlite_file import sqlite_path
-from mutransfer.tracking.runs import _client, check_server_reachable, resolve_tracking_uri
+from mutransfer.tracking.runs import _client, resolve_tracking_uri
 
 #: the prefix of the temporary folder a model from a tracking server is downloaded into
 DOWNLOADED = "mutransfer-model-"

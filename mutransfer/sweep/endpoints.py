@@ -2,7 +2,7 @@
 
 :func:`check_endpoints` runs in :func:`mutransfer.sweep.prepare.prepare` after the
 study is validated and before the study's lock, folder, MLflow runs or Ray start. Each
-check has a short timeout (:data:`CONNECT_SECONDS` to connect, ``REPLY_SECONDS`` (mutransfer.tracking.runs) for an
+check has a short timeout (:data:`CONNECT_SECONDS` to connect, ``REPLY_SECONDS`` (mutransfer.tracking._server_check) for an
 MLflow server's reply, one call per endpoint, so the worst case stays under 30 s) and raises :class:`~mutransfer.errors.UserInputError` (one line:
 the endpoint, what is wrong, the fix; exit 2). The checks create nothing: no sqlite
 file, no folder, no experiment.
@@ -26,7 +26,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
-from mutransfer.tracking.runs import CONNECT_SECONDS, check_server_reachable, check_tcp, open_tcp
+from mutransfer.tracking._server_check import check_server_reachable
+from mutransfer.tracking.runs import CONNECT_SECONDS, check_tcp, open_tcp
 
 _DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
