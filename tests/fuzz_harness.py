@@ -172,3 +172,41 @@ def write_grid_file(
         y = np.repeat(y[..., None], times, axis=-1)
         grid["t"] = np.linspace(0.1, 1.0, times)
     return write_dataset(path, {"input": x, "output": y, "grid": grid, "attrs": {"problem": problem, "seed": seed}})
+
+
+# ----------------------------------------------------------------------------- study and model folders
+
+
+def folder_fuzz_settings(default_examples: int):
+    """Hypothesis settings of the folder fuzz tests: ``MUTRANSFER_FUZZ_EXAMPLES`` cases (else ``default_examples``),
+    the same sequence on every run (so a CI failure reproduces), no deadline, no example database."""
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", default_examples)),
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
+def json_values(*likely: object, text: int = 12, leaves: int = 8):
+    """Arbitrary JSON values (NaN and infinities included; no subnormal floats: a test before may set flush-to-zero),
+    with the values in ``likely`` drawn more often than chance would."""
+    from hypothesis import strategies as st
+
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers(min_value=-(2**70), max_value=2**70)
+        | st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False)
+        | st.text(max_size=text)
+    )
+    if likely:
+        scalars = scalars | st.sampled_from(list(likely))
+    return st.recursive(
+        scalars,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+        max_leaves=leaves,
+    )

@@ -14,37 +14,22 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz_harness import record, run_cli
+from tests.fuzz_harness import folder_fuzz_settings, record, run_cli
+from tests.fuzz_harness import json_values as fuzz_json_values
 
 pytestmark = pytest.mark.slow  # a model trained first, then a CLI command per case (about 15 s)
 
-SETTINGS = settings(
-    max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 60)),
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = folder_fuzz_settings(60)
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.sampled_from([0, 1, 2, 3, 64, 10**6])
-    | st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False)
-    | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=8,
-)
+json_values = fuzz_json_values(0, 1, 2, 3, 64, 10**6, text=12, leaves=8)
 #: what the flavor's file names may be changed to: the folder's other files, the data, outside the folder, nothing
 names = st.sampled_from(
     ["config.json", "state_dict.pt", "MLmodel", "nope.json", "../d.h5", "../m/config.json", "/etc/passwd", "", "."]

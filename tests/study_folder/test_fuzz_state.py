@@ -11,23 +11,17 @@ traceback, several lines, or a file written by a refusal.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz_harness import record, run_cli
+from tests.fuzz_harness import folder_fuzz_settings, record, run_cli
+from tests.fuzz_harness import json_values as fuzz_json_values
 from tests.sweep_helpers import write_tiny_data, write_tiny_study
 
-SETTINGS = settings(
-    max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 100)),
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = folder_fuzz_settings(100)
 
 GOOD = {
     "study": "fz",
@@ -42,15 +36,7 @@ GOOD = {
     "version": 1,
 }
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False)  # a test before may set flush-to-zero
-    | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
-    max_leaves=12,
-)
+json_values = fuzz_json_values(text=20, leaves=12)
 #: the fields the sweep writes, and a few it does not
 fields = st.sampled_from(sorted(GOOD) + ["phase", "report", "best", "target_outcome", "model", "tracking_db", "x"])
 

@@ -14,37 +14,24 @@ start) or work (exit 0). Never a traceback, several lines, or a file written by 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz_harness import record, run_cli
+from tests.fuzz_harness import folder_fuzz_settings, record, run_cli
+from tests.fuzz_harness import json_values as fuzz_json_values
 from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow  # a study trained first (15 s), then a second per case
 
-SETTINGS = settings(
-    max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 60)),
-    derandomize=True,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+SETTINGS = folder_fuzz_settings(60)
 
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True, allow_subnormal=False)
-    | st.sampled_from(["completed", "failed", "pruned", "retrying", "train", "t0000", "t0001", "core", "target"])
-    | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
-    max_leaves=8,
+json_values = fuzz_json_values(
+    "completed", "failed", "pruned", "retrying", "train", "t0000", "t0001", "core", "target", text=12, leaves=8
 )
 
 #: the files of a finished study the commands read back (relative to its folder)

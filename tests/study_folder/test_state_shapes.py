@@ -47,16 +47,8 @@ BAD = {
 
 @pytest.mark.parametrize("case", list(BAD))
 def test_a_wrong_shaped_state_is_one_line_in_every_command(tmp_path, monkeypatch, capsys, case):
-    from mutransfer.study import load_study
-    from mutransfer.study_folder.state import StudyDir
-
     state, expected = BAD[case]
-    monkeypatch.chdir(tmp_path)
-    study, _ = load_study(K_ONLY_STUDY)
-    sdir = StudyDir(tmp_path / "mutransfer-runs" / "quick")
-    sdir.root.mkdir(parents=True)
-    sdir.study_file.write_text(study.to_yaml())
-    sdir.state_file.write_text(json.dumps(state))
+    _folder(tmp_path, monkeypatch, state)
     for argv in (["sweep", "--resume"], ["report", "quick"], ["trials", "quick"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
