@@ -539,3 +539,17 @@ def test_an_experiment_name_with_a_path_writes_nothing_outside_the_store(tmp_pat
     assert outside == [], outside
     folders = [p.name for p in (work / "mlruns").iterdir()]
     assert any(name.startswith("_.._escape-") for name in folders), folders
+
+
+def test_evaluate_names_a_fifo_or_a_device_as_data_for_what_it_is(tmp_path):
+    """Found by the attack re-run: `evaluate --data` of a FIFO or /dev/zero said "file not found"; it says what the path
+    is, as `data inspect` and `train` do, without opening it (a FIFO would be waited on)."""
+    from mutransfer.errors import UserInputError
+    from mutransfer.serving.evaluation import sample_count
+
+    os.mkfifo(tmp_path / "fifo.h5")
+    for path in (tmp_path / "fifo.h5", Path("/dev/zero")):
+        with pytest.raises(UserInputError, match=r"is not a regular file \(a FIFO, a device or a socket\)"):
+            sample_count(str(path), False)
+    with pytest.raises(UserInputError, match="file not found"):
+        sample_count(str(tmp_path / "none.h5"), False)

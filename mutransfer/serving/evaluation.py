@@ -46,6 +46,8 @@ def sample_count(path: str, point_problem: bool) -> tuple[int, str | None]:
     """(samples, problem attribute) of a data file, read from its header; one-line errors for bad files."""
     if Path(path).is_dir():
         raise UserInputError(f"--data {path}: is a directory; pass the path of a data file in it")
+    if Path(path).exists() and not Path(path).is_file():
+        raise UserInputError(f"--data {path}: is not a regular file (a FIFO, a device or a socket); pass a data file")
     if not Path(path).is_file():
         raise UserInputError(
             f"--data {path}: file not found; pass an existing data file (mutransfer data inspect FILE)"
