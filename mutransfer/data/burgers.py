@@ -26,6 +26,7 @@ import numpy as np
 import scipy.fft
 from tqdm.auto import tqdm
 
+from mutransfer.config.progress import bar_disabled
 from mutransfer.data.grf import periodic_grf_1d
 from mutransfer.errors import UserInputError
 
@@ -141,7 +142,7 @@ def solve_burgers(
     # Overflow on blow-up is reported once, after the loop, as a UserInputError.
     with (
         np.errstate(over="ignore", invalid="ignore"),
-        tqdm(total=n_chunks * n_steps, disable=not progress, desc="burgers", unit="step", leave=False) as bar,
+        tqdm(total=n_chunks * n_steps, disable=bar_disabled(progress), desc="burgers", unit="step", leave=False) as bar,
     ):
         for start in range(0, u.shape[0], chunk):
             v = scipy.fft.rfft(u[start : start + chunk], axis=-1)

@@ -25,6 +25,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 from tqdm.auto import tqdm
 
+from mutransfer.config.progress import bar_disabled
 from mutransfer.data.grf import neumann_grf_2d
 from mutransfer.errors import UserInputError
 
@@ -156,7 +157,7 @@ def generate_darcy(
     psi = neumann_grf_2d(n, resolution, rng, tau=tau, alpha=alpha, zero_mean=True)
     coeff = np.where(psi > 0, float(a_plus), float(a_minus))
     sol = np.empty_like(coeff)
-    for i in tqdm(range(coeff.shape[0]), disable=not progress, desc="darcy", unit="sample", leave=False):
+    for i in tqdm(range(coeff.shape[0]), disable=bar_disabled(progress), desc="darcy", unit="sample", leave=False):
         sol[i] = solve_darcy(coeff[i], forcing, face_mean=face_mean)
     grid = np.linspace(0.0, 1.0, int(resolution))
     attrs = {

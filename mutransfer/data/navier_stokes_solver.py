@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from mutransfer.config.progress import bar_disabled
 from mutransfer.errors import UserInputError
 
 __all__ = ["MAX_CFL", "VorticitySolver", "solve_navier_stokes"]
@@ -210,7 +211,7 @@ def solve_navier_stokes(
     chunk = max(1, budget // per_sample)
     max_cfl = 0.0
     total = math.ceil(n / chunk) * (int(spinup_steps) + time_steps * substeps)
-    bar = _bar or tqdm(total=total, disable=not progress, desc="navier-stokes", unit="step", leave=False)
+    bar = _bar or tqdm(total=total, disable=bar_disabled(progress), desc="navier-stokes", unit="step", leave=False)
     saved_threads = torch.get_num_threads()
     if threads is not None and solver.device.type == "cpu":
         torch.set_num_threads(int(threads))

@@ -20,12 +20,12 @@ driver (mutransfer.sweep.train_target). Neither imports Ray nor MLflow.
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 
 from tqdm import tqdm
 
+from mutransfer.config.progress import bar_disabled
 from mutransfer.sweep.plan import error_text, trial_number, trial_status
 
 MODES = ("bar", "lines", "off")
@@ -81,8 +81,7 @@ class _Display:
 
     def _make_bar(self, **kwargs):
         # smoothing=0: the rate is the average since the bar started (fractional steps make a moving average jumpy).
-        # TQDM_DISABLE is read now (tqdm reads it once, at import).
-        disable = os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")
+        disable = bar_disabled()  # TQDM_DISABLE, read now
         self._bar = tqdm(file=self.stream, dynamic_ncols=True, smoothing=0, leave=True, disable=disable, **kwargs)
         return self._bar
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from mutransfer.config.progress import bar_disabled
 from mutransfer.data.streaming import LazySamples, iterate_batches
 from mutransfer.errors import UserInputError
 from mutransfer.training._schedule_of import schedule_for
@@ -311,7 +312,7 @@ class _Run:
         bar = tqdm(
             total=self.total_iterations,
             initial=self.iteration,
-            disable=not self.config.progress,
+            disable=bar_disabled(self.config.progress),
             unit="it",
             leave=False,
             dynamic_ncols=True,
