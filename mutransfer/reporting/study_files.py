@@ -131,9 +131,8 @@ def load_study_files(study: str, runs_dir: str | None = None) -> StudyFiles:
     report: dict | None = None
     if report_file.is_file():
         report = check_report(_read_json(report_file, "study report"), report_file)
-    else:  # the copy a finished study keeps in its state
-        if state.get("report") is not None:
-            report = check_report(state["report"], root / "state.json")
+    elif state.get("report") is not None:  # the copy a finished study keeps in its state
+        report = check_report(state["report"], root / "state.json")
     study_path = root / "study.yaml"
     # a study.yaml that is damaged is shown as it is (what cannot be decoded as U+FFFD); its fields as none
     study_text = (

@@ -298,7 +298,8 @@ def _check_weight_bytes(directory: Path, family: OperatorFamily, card: ModelCard
     config, stored = card.model_config, weights.stat().st_size
     try:
         grid = tuple(card.input_shape[:-1]) or (1,)
-        planned = 4 * int(family.plan(config, grid=grid, device="cpu").total_params)  # float32 weights
+        # a lower bound: 4 bytes a parameter (a complex spectral weight holds 8)
+        planned = 4 * int(family.plan(config, grid=grid, device="cpu").total_params)
     except Exception:  # noqa: BLE001 -- a planner that cannot read this config: the meta build below decides
         planned = 0
     _refuse_declared(directory, planned, stored, weights)

@@ -17,7 +17,6 @@ artifact missing at the absolute path MLflow recorded is looked up beside the st
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -44,22 +43,21 @@ class LoadedModel:
     model: object
     card: ModelCard
     source: str
+    #: where it was read from (a model from a tracking server: its scratch download, removed once read)
     directory: Path
 
 
 def load_model(source: str, *, runs_dir: str | None = None, tracking_uri: str | None = None) -> LoadedModel:
     """The model named by ``source`` (a study or an MLflow URI, see the module docstring)."""
-    if source.startswith(("runs:/", "models:/")):
-        directory = _mlflow_model_dir(source, tracking_uri)
-    else:
+    if not source.startswith(("runs:/", "models:/")):
         directory = _study_model_dir(source, runs_dir)
-    try:
-        model, card = read_model_dir(directory)  # read whole: a downloaded copy is not needed after
-    finally:
-        for folder in (directory, *directory.parents):  # the download's own temporary folder, if it is one
-            if folder.parent == Path(tempfile.gettempdir()) and folder.name.startswith(DOWNLOADED):
-                shutil.rmtree(folder, ignore_errors=True)
-    return LoadedModel(model, card, source, directory)
+        model, card = read_model_dir(directory)
+        return LoadedModel(model, card, source, directory)
+    # a model on a server is downloaded into a scratch folder, read whole, and the folder removed
+    with tempfile.TemporaryDirectory(prefix=DOWNLOADED) as scratch:
+        directory = _mlflow_model_dir(source, tracking_uri, Path(scratch))
+        model, card = read_model_dir(directory)
+        return LoadedModel(model, card, source, directory)
 
 
 def _study_model_dir(source: str, runs_dir: str | None) -> Path:
@@ -85,7 +83,7 @@ def _study_model_dir(source: str, runs_dir: str | None) -> Path:
     return directory
 
 
-def _mlflow_model_dir(uri: str, tracking_uri: str | None) -> Path:
+def _mlflow_model_dir(uri: str, tracking_uri: str | None, scratch: Path) -> Path:
     from mlflow.exceptions import MlflowException  # noqa: PLC0415 -- deferred: mlflow (~1 s), only for a model from a tracking store
 
     store = resolve_tracking_uri(tracking_uri)
@@ -103,7 +101,7 @@ def _mlflow_model_dir(uri: str, tracking_uri: str | None) -> Path:
         raise UserInputError(
             f"{uri}: not found in {store} ({first[:200]}); check the URI or pass --tracking-uri"
         ) from None
-    return _local_artifacts(client, store, logged, uri)
+    return _local_artifacts(client, store, logged, uri, scratch)
 
 
 def _logged_model(client, uri: str):
@@ -141,7 +139,7 @@ def _logged_model(client, uri: str):
     return client.get_logged_model(model_id)
 
 
-def _local_artifacts(client, store: str, logged, uri: str) -> Path:
+def _local_artifacts(client, store: str, logged, uri: str, scratch: Path) -> Path:
     """A local directory holding the logged model's files (moved stores and remote artifacts handled)."""
 
     location = logged.artifact_location
@@ -159,5 +157,4 @@ def _local_artifacts(client, store: str, logged, uri: str) -> Path:
         return moved
     import mlflow.artifacts  # noqa: PLC0415 -- deferred: mlflow (~1 s), only for a model from a tracking store
 
-    target = tempfile.mkdtemp(prefix=DOWNLOADED)  # removed once the model is read (load_model)
-    return Path(mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=target, tracking_uri=store))
+    return Path(mlflow.artifacts.download_artifacts(artifact_uri=location, dst_path=str(scratch), tracking_uri=store))

@@ -28,7 +28,7 @@ training, the results do not depend on the order in which Tune delivers results.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -245,22 +245,33 @@ class Outcome:
         )
 
 
-def check_trial_files(study: Study, trials_dir: Path) -> None:
-    """Before a resume starts anything: every trial's config.json and outcome.json of the main search read and
-    checked as :class:`SearchPlan` reads them (each value of its type: a seeded trial may lie outside the space, so
-    ranges are left to the plan); one line naming the first file that is not as the sweep wrote it."""
+def read_trials(
+    trials_dir: Path, total: int, space: dict, seeded: Callable[[int], bool]
+) -> Iterator[tuple[int, dict, Outcome | None]]:
+    """(index, config, outcome or None) of each trial handed out, in key order, each file checked
+    (mutransfer.sweep._trial_files): one line naming the first that is not as the sweep wrote it. ``seeded(i)``: trial
+    ``i``'s config may lie outside the space (a seed from another study's, a rung's), so only its types are checked."""
     if trials_dir.exists() and not trials_dir.is_dir():
         raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
-    space = search_distributions(study)
-    for i in range(total_trials(study)):
+    for i in range(total):
         config = read_trial_json(trials_dir / trial_key(i) / CONFIG_FILE)
         if not isinstance(config, dict):
-            break
+            return  # configurations are handed out in key order: the first gap ends them
         check_config_keys(trials_dir / trial_key(i) / CONFIG_FILE, config, space)
-        check_config(trials_dir / trial_key(i) / CONFIG_FILE, config, space, seeded=True)
+        check_config(trials_dir / trial_key(i) / CONFIG_FILE, config, space, seeded(i))
         outcome = read_trial_json(trials_dir / trial_key(i) / OUTCOME_FILE)
         if isinstance(outcome, dict) and "status" in outcome:
             check_outcome(trials_dir / trial_key(i) / OUTCOME_FILE, outcome)
+            yield i, config, Outcome.from_dict(outcome)
+        else:
+            yield i, config, None
+
+
+def check_trial_files(study: Study, trials_dir: Path) -> None:
+    """Before a resume starts anything: the main search's trial files read as :class:`SearchPlan` reads them, every
+    trial taken as seeded (its seeds are the strategies' to say: the plan checks the ranges when it loads)."""
+    for _ in read_trials(trials_dir, total_trials(study), search_distributions(study), lambda i: True):
+        pass
 
 
 class SearchPlan:
@@ -299,27 +310,20 @@ class SearchPlan:
         self._space = search_distributions(study)
         self._load()
         #: the trials in Optuna's storage (mutransfer.sweep._trial_journal), brought up to the files here
-        self.journal = TrialJournal(
-            journal_path(self.trials_dir), study.name, search_distributions(study), study.search.objectives
-        )
+        self.journal = TrialJournal(journal_path(self.trials_dir), study.name, self._space, study.search.objectives)
         for i in sorted(self.configs):
             self._journal(i)
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
         self._next = len(self.configs)
 
     def _load(self) -> None:
-        for i in range(self.total):
-            config = read_trial_json(self.trials_dir / trial_key(i) / CONFIG_FILE)
-            if not isinstance(config, dict):
-                break  # configurations are handed out in key order: the first gap ends them
-            check_config_keys(self.trials_dir / trial_key(i) / CONFIG_FILE, config, self._space)
-            seeded = i < len(self.seeds) or self.preset is not None  # from another study's space, or a rung's
-            check_config(self.trials_dir / trial_key(i) / CONFIG_FILE, config, self._space, seeded)
+        def seeded(i: int) -> bool:  # from another study's space (a seed), or a rung's promoted trial
+            return i < len(self.seeds) or self.preset is not None
+
+        for i, config, outcome in read_trials(self.trials_dir, self.total, self._space, seeded):
             self.configs[i] = config
-            outcome = read_trial_json(self.trials_dir / trial_key(i) / OUTCOME_FILE)
-            if isinstance(outcome, dict) and "status" in outcome:
-                check_outcome(self.trials_dir / trial_key(i) / OUTCOME_FILE, outcome)
-                self.outcomes[i] = Outcome.from_dict(outcome)
+            if outcome is not None:
+                self.outcomes[i] = outcome
 
     # ---- handing out ----------------------------------------------------------------
     def finished(self) -> bool:

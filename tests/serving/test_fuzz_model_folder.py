@@ -50,14 +50,20 @@ def trained(tmp_path_factory) -> Path:
     return root
 
 
-def _edit_config(draw, folder: Path) -> str:
-    path = folder / "config.json"
-    how = draw(st.sampled_from(["field", "model_config", "model_config", "document", "bytes"]))
+def _replaced_whole(draw, path: Path, how: str, dumps) -> bool:
+    """``how`` "bytes" or "document": the whole file replaced by arbitrary bytes or an arbitrary document (written by
+    ``dumps``); False for the file's own edits."""
     if how == "bytes":
         path.write_bytes(draw(st.binary(max_size=64)))
     elif how == "document":
-        path.write_text(json.dumps(draw(json_values)))
-    else:
+        path.write_text(dumps(draw(json_values)))
+    return how in ("bytes", "document")
+
+
+def _edit_config(draw, folder: Path) -> str:
+    path = folder / "config.json"
+    how = draw(st.sampled_from(["field", "model_config", "model_config", "document", "bytes"]))
+    if not _replaced_whole(draw, path, how, json.dumps):
         card = json.loads(path.read_text())
         section = card if how == "field" else card["model_config"]
         for key in draw(st.lists(st.sampled_from(sorted(section) + ["x"]), min_size=1, max_size=3, unique=True)):
@@ -69,11 +75,7 @@ def _edit_config(draw, folder: Path) -> str:
 def _edit_mlmodel(draw, folder: Path) -> str:
     path = folder / "MLmodel"
     how = draw(st.sampled_from(["file names", "file names", "flavor", "document", "bytes"]))
-    if how == "bytes":
-        path.write_bytes(draw(st.binary(max_size=64)))
-    elif how == "document":
-        path.write_text(yaml.safe_dump(draw(json_values)))
-    else:
+    if not _replaced_whole(draw, path, how, yaml.safe_dump):
         mlmodel = yaml.safe_load(path.read_text())
         flavor = mlmodel["flavors"]["mutransfer"]
         if how == "file names":

@@ -29,3 +29,17 @@ def test_a_store_that_cannot_be_asked_is_raised_not_taken_for_a_missing_run(monk
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
     with pytest.raises(MlflowException):
         Tracker(f"http://127.0.0.1:{port}").run_exists("0123456789abcdef0123456789abcdef")
+
+
+def test_an_experiments_artifact_folder_is_its_name_or_a_safe_name_with_a_digest():
+    """Plain names keep their folder (existing stores unchanged); a name with a path, '%', a space or dots alone gets
+    only safe characters and a digest (MLflow URL-decodes the location: `../../x` quoted had escaped the store), and
+    two such names stay apart."""
+    from mutransfer.tracking.runs import artifact_folder
+
+    assert artifact_folder("mutransfer") == "mutransfer" and artifact_folder("quick.v2") == "quick.v2"
+    unsafe = ["../../escape", "..", "a%2Fb", "/Users/me/exp", "my exp", "a/b", "a_b-x"]
+    folders = [artifact_folder(name) for name in unsafe]
+    assert all("/" not in f and "%" not in f and f not in (".", "..") for f in folders), folders
+    assert folders[-1] == "a_b-x" and len(set(folders[:-2])) == len(folders[:-2]), folders
+    assert artifact_folder("a/b") != artifact_folder("a_b")
