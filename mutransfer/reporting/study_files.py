@@ -16,7 +16,7 @@ import yaml
 
 from mutransfer.errors import UserInputError
 from mutransfer.study_folder.records import HISTORY_FILE, TrialRecord
-from mutransfer.study_folder.state import DEFAULT_RUNS_DIR, StudyDir, check_state
+from mutransfer.study_folder.state import DEFAULT_RUNS_DIR, StudyDir
 from mutransfer.training.records import EpochRecord, load_history
 
 
@@ -125,8 +125,7 @@ def check_report(report: object, path: Path) -> dict:
 def load_study_files(study: str, runs_dir: str | None = None) -> StudyFiles:
     """Read the study folder named by ``study``: its state, report (if done), study.yaml and trial histories."""
     root = resolve_study_dir(study, runs_dir)
-    state = _read_json(root / "state.json", "study state")
-    check_state(state, root / "state.json")
+    state = StudyDir(root).read_state()  # checked: a link, a FIFO, a wrong shape are one line
     report_file = root / "report.json"
     report: dict | None = None
     if report_file.is_file():

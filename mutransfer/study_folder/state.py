@@ -80,6 +80,10 @@ class StudyDir:
     def read_state(self) -> dict:
         """state.json as a dict ({} where there is none yet), its fields checked (:data:`STATE_FIELDS`): a
         wrong-shaped file is one line naming the field, never a traceback further on."""
+        if self.state_file.is_symlink():  # its target would be read, and replaced by the next write
+            raise UserInputError(
+                f"study directory {self.root}: state.json is a symbolic link; put the file it points to in its place"
+            )
         if not self.state_file.exists():
             return {}
         if not self.state_file.is_file():  # a folder, a FIFO (whose reading would wait for ever) or a device
@@ -109,6 +113,9 @@ class StudyDir:
         self.write_state(state)
         return state
 
+
+#: the phases a sweep writes to state.json's ``phase``, in order
+PHASES = ("proxies", "target", "done")
 
 #: the type each field of state.json must have where present (None counts as absent)
 STATE_FIELDS: dict[str, tuple[type, ...]] = {
@@ -144,6 +151,8 @@ def check_state(state: object, path: Path) -> None:
         value = state.get(key)
         if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
             raise UserInputError(f"{path}: field {key!r} must be {_KINDS[types[0]]}, found {found(value)}; {fix}")
+    if state.get("phase") is not None and state["phase"] not in PHASES:
+        raise UserInputError(f"{path}: field 'phase' must be one of {', '.join(PHASES)}; {fix}")
     if any(not isinstance(o, dict) for o in state.get("overrides") or []):
         raise UserInputError(f"{path}: field 'overrides' must be a list of mappings; {fix}")
     for i, trial in enumerate(state.get("trials") or []):

@@ -16,6 +16,7 @@ from mutransfer.errors import UserInputError
 def read_trial_json(path: Path):
     """The JSON value of a trial's file; None where it is absent or unreadable (the trial is not that far yet). A
     folder, FIFO or device in its place is refused (reading a FIFO would wait for ever)."""
+    refuse_link(path)
     if path.exists() and not path.is_file():
         raise UserInputError(
             f"{path} is not a file (a folder, a FIFO or a device); move it aside, then resume again: the trial runs "
@@ -25,6 +26,16 @@ def read_trial_json(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         return None
+
+
+def refuse_link(path: Path) -> None:
+    """One line where ``path`` (a study folder's file or folder) is a symbolic link: a study folder holds its own
+    files, so that what a resume reads and writes stays inside it (issue "Nothing lost", item 3)."""
+    if path.is_symlink():
+        raise UserInputError(
+            f"{path} is a symbolic link; a study folder holds its own files: put the file or folder it points to "
+            "in its place, then resume again"
+        )
 
 
 #: the statuses outcome.json may hold (mutransfer.sweep.plan.trial_status, and a failure)

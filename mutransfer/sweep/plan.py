@@ -38,7 +38,13 @@ import optuna
 from mutransfer.errors import UserInputError
 from mutransfer.study import Study
 from mutransfer.study_folder.state import write_atomic
-from mutransfer.sweep._trial_files import check_config, check_config_keys, check_outcome, read_trial_json
+from mutransfer.sweep._trial_files import (
+    check_config,
+    check_config_keys,
+    check_outcome,
+    read_trial_json,
+    refuse_link,
+)
 from mutransfer.sweep._trial_journal import TrialJournal, journal_path
 from mutransfer.sweep.sampling import PRUNED, sample_config, search_distributions
 from mutransfer.sweep.trial import read_trial_history
@@ -251,9 +257,11 @@ def read_trials(
     """(index, config, outcome or None) of each trial handed out, in key order, each file checked
     (mutransfer.sweep._trial_files): one line naming the first that is not as the sweep wrote it. ``seeded(i)``: trial
     ``i``'s config may lie outside the space (a seed from another study's, a rung's), so only its types are checked."""
+    refuse_link(trials_dir)
     if trials_dir.exists() and not trials_dir.is_dir():
         raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
     for i in range(total):
+        refuse_link(trials_dir / trial_key(i))
         config = read_trial_json(trials_dir / trial_key(i) / CONFIG_FILE)
         if not isinstance(config, dict):
             return  # configurations are handed out in key order: the first gap ends them
@@ -268,9 +276,14 @@ def read_trials(
 
 
 def check_trial_files(study: Study, trials_dir: Path) -> None:
-    """Before a resume starts anything: the main search's trial files read as :class:`SearchPlan` reads them, every
-    trial taken as seeded (its seeds are the strategies' to say: the plan checks the ranges when it loads)."""
-    for _ in read_trials(trials_dir, total_trials(study), search_distributions(study), lambda i: True):
+    """Before a resume starts anything: the main search's trial files read as :class:`SearchPlan` reads them. A trial
+    with its seed's provenance (``SEED_FILE``, written before its config) is taken as seeded: its values may lie
+    outside the space (the plan checks them against the strategies' seeds when it loads)."""
+
+    def seeded(i: int) -> bool:
+        return (trials_dir / trial_key(i) / SEED_FILE).exists()
+
+    for _ in read_trials(trials_dir, total_trials(study), search_distributions(study), seeded):
         pass
 
 

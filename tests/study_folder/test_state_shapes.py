@@ -17,6 +17,7 @@ BAD = {
     "null": (None, "must be a JSON mapping of the study's state, found null"),
     "a number": (3, "must be a JSON mapping of the study's state, found int"),
     "done without a report": (dict(GOOD, phase="done"), "says the study is done but holds no report"),
+    "a phase of no sweep": (dict(GOOD, phase="hacked"), "field 'phase' must be one of proxies, target, done"),
     "a report that is a list": (dict(GOOD, report=[]), "field 'report' must be a mapping, found list"),
     "trials as a mapping": (dict(GOOD, trials={"a": 1}), "field 'trials' must be a list, found dict"),
     "the model as text": (dict(GOOD, model="x"), "field 'model' must be a mapping, found str"),
@@ -145,6 +146,13 @@ TRIAL_FILES = {
     ),
     "rungs as a list": ("outcome.json", {"status": "completed", "metrics": {}, "rungs": [1]}, "'rungs' must map"),
     "an unknown status": ("outcome.json", {"status": "hacked", "metrics": {}}, "'status' must be one of completed"),
+    "an LR outside the space": (
+        "config.json",
+        {"lr": 50.0, "batch_size": 10},
+        "lr '50.0' is not a value of the study's search space",
+    ),
+    "a symlinked config": ("config.json", "link", "config.json is a symbolic link; a study folder holds its own"),
+    "a symlinked trial folder": ("t0000", "link", "t0000 is a symbolic link; a study folder holds its own files"),
     "a folder": ("outcome.json", None, "outcome.json is not a file (a folder, a FIFO or a device)"),
     "a FIFO": ("config.json", "fifo", "config.json is not a file (a folder, a FIFO or a device)"),
     "trials/ a file": ("..", "trials file", "trials is not a folder; move it aside"),
@@ -174,6 +182,11 @@ def test_a_trial_file_of_wrong_types_is_one_line_before_a_resume_starts(tmp_path
         sdir.trials_dir.write_text("x")
     elif content is None:
         (trial / name).mkdir()
+    elif content == "link":  # a link to a copy elsewhere: what a resume reads and writes would leave the folder
+        elsewhere = tmp_path / "mutransfer-runs" / "elsewhere"
+        shutil.copytree(trial, elsewhere) if name == "t0000" else shutil.copy(trial / name, elsewhere)
+        shutil.rmtree(trial) if name == "t0000" else (trial / name).unlink()
+        (sdir.trials_dir / name if name == "t0000" else trial / name).symlink_to(elsewhere)
     elif content == "fifo":
         (trial / name).unlink()
         os.mkfifo(trial / name)
@@ -185,7 +198,7 @@ def test_a_trial_file_of_wrong_types_is_one_line_before_a_resume_starts(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store made, nothing else
 
 
-@pytest.mark.parametrize("kind", ["nested 5,000 deep", "a FIFO"])
+@pytest.mark.parametrize("kind", ["nested 5,000 deep", "a FIFO", "a symbolic link"])
 def test_a_state_nested_thousands_deep_or_a_fifo_is_one_line(tmp_path, monkeypatch, capsys, kind):
     """Found by the attack re-run: a state.json of JSON nested 5,000 deep was a RecursionError traceback in `trials`,
     `report` and `sweep --resume`; a FIFO in its place would be waited on for ever. One line each."""
@@ -195,6 +208,9 @@ def test_a_state_nested_thousands_deep_or_a_fifo_is_one_line(tmp_path, monkeypat
     if kind == "a FIFO":
         sdir.state_file.unlink()
         os.mkfifo(sdir.state_file)
+    elif kind == "a symbolic link":  # its target would be read, and the next write would replace the link
+        sdir.state_file.rename(tmp_path / "mutransfer-runs" / "state-elsewhere.json")
+        sdir.state_file.symlink_to(tmp_path / "mutransfer-runs" / "state-elsewhere.json")
     else:
         sdir.state_file.write_text("[" * 5000 + "]" * 5000)
     for argv in (["sweep", "--resume", "--executor", "inprocess"], ["report", "quick"], ["trials", "quick"]):
