@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
 from mutransfer.cli.data_cmd import add_reader_arguments
+from mutransfer.cli.outputs import check_outside_kept_folders
 from mutransfer.cli.train_cmd import resolve_data
 from mutransfer.diagnostics import coord_check as coord_checking
 from mutransfer.diagnostics.coord_check import check_coord_check_inputs
@@ -86,9 +87,10 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.data is None:  # the problem's own dataset: a small slice is enough for a few steps
         args.n_train, args.n_test = args.n_train or 50, args.n_test or 10
-    problem, data, _, _ = resolve_data(args)
     out = Path(args.out)
     check_folder("--out", out)
+    check_outside_kept_folders(out, flag="--out")  # before the data is generated or read
+    problem, data, _, _ = resolve_data(args)
     sizes = dict(
         dim=problem.dim,
         modes=args.modes,

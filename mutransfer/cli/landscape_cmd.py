@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from mutransfer.cli.common import positive_float, positive_int, positive_int_at_most, print_json
+from mutransfer.cli.outputs import check_outside_kept_folders
 from mutransfer.errors import UserInputError
 from mutransfer.landscape.analysis import TRANSFORMS
 from mutransfer.landscape.runner import LandscapeOptions, format_table, run_landscape
@@ -77,6 +78,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_outside_kept_folders(args.out, flag="--out")  # its figure and JSON never land in a study or model folder
     if args.range is not None:
         lo, hi = args.range
         if not lo < hi:

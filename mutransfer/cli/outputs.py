@@ -13,12 +13,12 @@ Every command that writes a file a user names goes through :func:`check_out`:
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import MLMODEL_FILE
+from mutransfer.study.inputs import check_writable
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.tracking._sqlite_file import is_sqlite_database
 
@@ -100,23 +100,8 @@ def check_out(
         raise UserInputError(
             f"{flag} {out}: the file exists and is kept; pass --force to replace it, or choose another {flag}"
         )
-    _check_writable(path.parent, out, flag)
+    check_writable(path.parent, out, flag)
     return path
-
-
-def _check_writable(folder: Path, out: str | Path, flag: str) -> None:
-    """A one-line UserInputError unless a file can be made in ``folder`` (or, where it does not exist yet, in the
-    nearest folder above it that does): a read-only folder, ``/proc`` or ``/sys``, refused before the work rather
-    than after it. It makes and removes an empty hidden file there."""
-    try:
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mutransfer-probe-"):
-            pass
-    except OSError as exc:
-        raise UserInputError(
-            f"{flag} {out}: cannot write in {folder} ({exc.strerror or type(exc).__name__}); choose another {flag}"
-        ) from None
 
 
 def check_out_dir(out: str | Path, *, flag: str = "--out") -> Path:
@@ -128,11 +113,22 @@ def check_out_dir(out: str | Path, *, flag: str = "--out") -> Path:
         raise UserInputError(f"{flag} {out}: is a file; name a new folder, e.g. {path.with_suffix('')}-model")
     if path.is_dir() and any(path.iterdir()):
         raise UserInputError(f"{flag} {out}: the folder exists and is not empty; name a new folder")
-    enclosing = _enclosing_folder(path / "MLmodel")
+    check_outside_kept_folders(path, flag=flag)
+    check_writable(path.parent, out, flag)  # the model is staged beside the folder, then moved into place
+    return path
+
+
+def check_outside_kept_folders(folder: str | Path, *, flag: str) -> Path:
+    """``folder`` if it is neither a study or model folder nor inside one (a command's folder of checkpoints or
+    figures, `train --checkpoint-dir`, `coord-check --out`), else a one-line :class:`UserInputError`: a study's
+    trials and a model's weights are never replaced by another command's files. A folder that may be written is
+    also checked for being writable."""
+    path = Path(folder)
+    enclosing = _enclosing_folder(path / MLMODEL_FILE)  # the folder itself, then every folder above it
     if enclosing is not None:
-        kind, folder = enclosing
+        kind, held = enclosing
         raise UserInputError(
-            f"{flag} {out}: is inside the {kind} folder {folder}, whose files the {kind} keeps; write outside it"
+            f"{flag} {folder}: is inside the {kind} folder {held}, whose files the {kind} keeps; write outside it"
         )
-    _check_writable(path.parent, out, flag)  # the model is staged beside the folder, then moved into place
+    check_writable(path, folder, flag)
     return path

@@ -14,6 +14,7 @@ from mutransfer.config.executors import EXECUTORS
 from mutransfer.config.flags import flag_kwargs
 from mutransfer.study.files import OVERRIDES, declared, load_study
 from mutransfer.study.schema import MAX_TRIALS
+from mutransfer.sweep.endpoints import check_store
 from mutransfer.tracking.listings import format_studies, list_studies
 from mutransfer.tracking.runs import resolve_tracking_uri
 
@@ -263,7 +264,9 @@ def _add_studies(subparsers) -> None:
 
 
 def run_studies_cmd(args: argparse.Namespace) -> int:
-    rows = list_studies(resolve_tracking_uri(args.tracking_uri))
+    uri = resolve_tracking_uri(args.tracking_uri)
+    check_store(uri)
+    rows = list_studies(uri)
     if args.json:
         print_json(rows)
     else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from mutransfer.cli.outputs import check_out_dir
+from mutransfer.cli.outputs import check_out_dir, check_outside_kept_folders
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import model_card
 from mutransfer.serving.kept import TRAIN_EXPERIMENT, keep_model, log_trained
@@ -33,9 +33,11 @@ def add_keep_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_outputs(args: argparse.Namespace) -> Path | None:
-    """--out and --tracking-uri checked before any data is read or anything trained; the folder to keep the model in."""
+    """--out, --checkpoint-dir and --tracking-uri checked before any data is read or anything trained; the folder to keep the model in."""
     if args.tracking_uri is not None and args.out is None:
         raise UserInputError("--tracking-uri logs the model kept by --out; add --out DIR (a new folder)")
+    if getattr(args, "checkpoint_dir", None):  # a study's trial folder would have its checkpoint replaced
+        check_outside_kept_folders(args.checkpoint_dir, flag="--checkpoint-dir")
     if args.out is None:
         return None
     if args.tracking_uri is not None:

@@ -21,6 +21,7 @@ import urllib.request
 from mutransfer.cli.common import positive_int
 from mutransfer.cli.quiet import relay_server_output, server_environment, server_options
 from mutransfer.errors import UserInputError
+from mutransfer.sweep.endpoints import check_store
 from mutransfer.tracking._sqlite_file import sqlite_path
 from mutransfer.tracking.guard import guarded
 from mutransfer.tracking.listings import list_studies, study_to_show
@@ -225,6 +226,7 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         raise UserInputError(
             f"tracking store {path} not found; run `mutransfer sweep` here first or pass --tracking-uri"
         )
+    check_store(uri)
     check_port_free(args.host, args.port)
     rows = list_studies(uri)  # once: the study's view and the side-by-side ones are read from it
     lines = ui_lines(uri, rows, args.experiment, args.host, args.port)

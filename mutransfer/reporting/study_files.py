@@ -57,10 +57,10 @@ class StudyFiles:
 def resolve_study_dir(study: str, runs_dir: str | None = None) -> Path:
     """The folder of ``study`` (a folder path, or a name under the runs directory); one-line error if none."""
     path = Path(study)
-    if (path / "state.json").is_file():
+    if (path / "state.json").exists() or (path / "state.json").is_symlink():  # read_state names a FIFO or link
         return path.absolute()
     by_name = StudyDir.for_study(study, runs_dir).root
-    if "/" not in study and (by_name / "state.json").is_file():
+    if "/" not in study and ((by_name / "state.json").exists() or (by_name / "state.json").is_symlink()):
         return by_name
     where = runs_dir or DEFAULT_RUNS_DIR
     known = study_names(by_name.parent)

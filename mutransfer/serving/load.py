@@ -74,7 +74,13 @@ def _study_model_dir(source: str, runs_dir: str | None) -> Path:
         )
     state = study_dir.read_state()
     record = state.get("model") or {}
-    directory = study_dir.root / record.get("dir", MODEL_DIR)
+    name = record.get("dir", MODEL_DIR)
+    if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+        raise UserInputError(
+            f"{study_dir.state_file}: field 'model' names its folder by a path, not by a name inside the study folder; "
+            "restore the file from a copy"
+        )
+    directory = study_dir.root / name
     if not record or not directory.is_dir():
         raise UserInputError(
             f"study {study_dir.root.name!r} has no trained model yet (phase {state.get('phase', 'none')}); "

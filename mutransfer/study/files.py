@@ -282,6 +282,27 @@ def missing_study_hint(path: Path) -> str:
     return f"write one with `mutransfer init {path.stem}` (or leave --study out for the built-in quick study)"
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (plain YAML types only) that refuses a key given twice in one mapping: YAML would keep the
+    last one without a word (a second ``name:`` added at the end of a copied study silently won)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges a mapping: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {str(key)[:40]!r} is given twice; keep one", key_node.start_mark
+                    )
+                seen.add(key)
+            except TypeError:  # an unhashable key: SafeLoader's own error follows
+                pass
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) -> tuple[dict, str]:
     """(raw mapping, source label) for a study file, or the built-in default when ``path`` is None; ``text``: the
     study's YAML given as text (mutransfer.StudySpec; ``path`` then only labels it)."""
@@ -292,6 +313,10 @@ def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) 
     else:
         source = str(path)
         p = Path(path)
+        if p.exists() and not p.is_file() and not p.is_dir():  # reading a FIFO would wait for ever
+            raise UserInputError(
+                f"study {source}: is not a regular file (a FIFO, a device or a socket); pass a YAML file"
+            )
         if not p.is_file():
             raise UserInputError(f"study {source}: file not found; {missing_study_hint(p)}")
         try:
@@ -299,7 +324,7 @@ def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) 
         except (OSError, UnicodeDecodeError) as exc:
             raise UserInputError(f"study {source}: cannot be read ({type(exc).__name__}); check the file") from None
     try:
-        mapping = yaml.safe_load(text)
+        mapping = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader: plain YAML types only
     except RecursionError:  # PyYAML composes nested collections recursively
         raise UserInputError(
             f"study {source}: nested too deeply to read (a study nests a few levels); fix the file"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
@@ -24,6 +25,25 @@ def check_address_form(address: str | None, flag: str = "--address") -> None:
 
 
 def check_folder(flag: str, path) -> None:
-    """An output folder may be missing (it is made) but not be a file."""
-    if path is not None and Path(path).exists() and not Path(path).is_dir():
+    """An output folder may be missing (it is made) but not be a file, and a file must be possible to make in it
+    (:func:`check_writable`)."""
+    if path is None:
+        return
+    if Path(path).exists() and not Path(path).is_dir():
         raise UserInputError(f"{flag} {path}: is a file, not a folder; give a folder (it is made if missing)")
+    check_writable(Path(path), path, flag)
+
+
+def check_writable(folder: Path, out: str | Path, flag: str) -> None:
+    """A one-line UserInputError unless a file can be made in ``folder`` (or, where it does not exist yet, in the
+    nearest folder above it that does): a read-only folder, ``/proc`` or ``/sys``, refused before the work rather
+    than after it. It makes and removes an empty hidden file there."""
+    try:
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".mutransfer-probe-"):
+            pass
+    except OSError as exc:
+        raise UserInputError(
+            f"{flag} {out}: cannot write in {folder} ({exc.strerror or type(exc).__name__}); choose another {flag}"
+        ) from None

@@ -262,11 +262,7 @@ def _resolve_points_problem(study: Study, problem, r: Reader) -> None:
         r.fail("problem.resolution", f"{problem.name!r} is a point-set problem with no grid to stride; remove it")
     if p.data is not None:
         _ignore_generated_resolution(study)
-        if not Path(p.data).is_file():
-            r.fail(
-                "problem.data",
-                f"file {p.data} not found; fix the path or use data: null for the cached default dataset",
-            )
+        _check_data_path(p.data, r)
 
         if not is_point_file(p.data):
             r.fail(
@@ -387,10 +383,17 @@ def check_search_algorithm(study: Study, r: Reader) -> None:
         r.fail("resources.gpus_per_trial", "must be a fraction <= 1 or a whole number of GPUs, e.g. 0.5 or 2")
 
 
-def _data_header(path: str, r: Reader) -> tuple[int, int, str | None]:
-    """(native resolution, n_samples, problem) from a data file's header, without reading arrays."""
+def _check_data_path(path: str, r: Reader) -> None:
+    """problem.data names a regular file: one line for a missing one, and for a FIFO or device by its type."""
+    if Path(path).exists() and not Path(path).is_file():
+        r.fail("problem.data", f"{path} is not a regular file (a folder, a FIFO or a device); name a data file")
     if not Path(path).is_file():
         r.fail("problem.data", f"file {path} not found; fix the path or use data: null for the cached default dataset")
+
+
+def _data_header(path: str, r: Reader) -> tuple[int, int, str | None]:
+    """(native resolution, n_samples, problem) from a data file's header, without reading arrays."""
+    _check_data_path(path, r)
 
     try:
         with open_data(path) as src:

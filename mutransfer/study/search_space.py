@@ -141,6 +141,12 @@ def read_distribution(r: Reader, name: str) -> Distribution:
         values = r.raw("values", example=shown)
         if not isinstance(values, list) or not values:
             r.fail(r.where("values"), f"must be a non-empty list, e.g. values: {shown}")
+        if len(values) > MAX_CHOICES:
+            r.fail(
+                r.where("values"),
+                f"lists {len(values):,} values, more than a search tries (at most {MAX_CHOICES:,}); list fewer, or "
+                "search a range (type: uniform, loguniform or int, with low and high)",
+            )
         checked = [_read_choice(r, name, i, v, example) for i, v in enumerate(values)]
         if len(set(checked)) != len(checked):
             r.fail(r.where("values"), "has duplicates; list each value once")
@@ -250,6 +256,10 @@ def read_search_space(
         )
     return space
 
+
+#: the most values a ``choice`` may list (a search tries a few dozen trials; checking every value of a longer list
+#: against the study would take minutes before anything starts)
+MAX_CHOICES = 1000
 
 #: the most combinations of searched values :func:`combination_problem` tries (beyond it, one field at a time)
 _MAX_COMBINATIONS = 4096

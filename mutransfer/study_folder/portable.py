@@ -109,6 +109,7 @@ def read_study_file(study_dir):
     split, and it resumes so (``n_val = 0``, which no study file may ask for); its report says so.
     """
 
+    study_dir.check_links()
     source = str(study_dir.study_file)
     try:
         text = study_dir.study_file.read_bytes().decode("utf-8")

@@ -44,6 +44,7 @@ STATE_VERSION = 1
 class StudyDir:
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root).absolute()
+        self._links_checked = False
 
     @classmethod
     def for_study(cls, name: str, runs_dir: str | os.PathLike | None = None) -> StudyDir:
@@ -76,14 +77,18 @@ class StudyDir:
     def exists(self) -> bool:
         return self.root.exists()
 
+    def check_links(self) -> None:
+        """One line where anything inside the folder is a symbolic link (:func:`refuse_links`), checked once per
+        StudyDir, before its first file is read (its state, its study.yaml)."""
+        if not self._links_checked:
+            refuse_links(self.root)
+            self._links_checked = True
+
     # ---- state ---------------------------------------------------------------------
     def read_state(self) -> dict:
         """state.json as a dict ({} where there is none yet), its fields checked (:data:`STATE_FIELDS`): a
         wrong-shaped file is one line naming the field, never a traceback further on."""
-        if self.state_file.is_symlink():  # its target would be read, and replaced by the next write
-            raise UserInputError(
-                f"study directory {self.root}: state.json is a symbolic link; put the file it points to in its place"
-            )
+        self.check_links()
         if not self.state_file.exists():
             return {}
         if not self.state_file.is_file():  # a folder, a FIFO (whose reading would wait for ever) or a device
@@ -92,7 +97,7 @@ class StudyDir:
             state = json.loads(self.state_file.read_text())
         except (OSError, ValueError, RecursionError):  # RecursionError: nested thousands deep
             raise UserInputError(
-                f"study directory {self.root}: state.json is unreadable (empty or cut short); {REBUILD_HINT}"
+                f"study directory {self.root}: state.json is unreadable (empty, cut short, not JSON or nested too deeply); {REBUILD_HINT}"
             ) from None
         check_state(state, self.state_file)
         return state
@@ -192,6 +197,24 @@ def _trial_problem(trial: object) -> str | None:
         if value is not None and (not isinstance(value, int | float) or isinstance(value, bool)):
             return f"has {key!r} that is not a number"
     return None
+
+
+def refuse_link(path: Path) -> None:
+    """One line where ``path`` (a study folder's file or folder) is a symbolic link: a study folder holds its own
+    files, so that what a command reads and writes stays inside it (issue "Nothing lost", item 3)."""
+    if path.is_symlink():
+        raise UserInputError(
+            f"{path} is a symbolic link; a study folder holds its own files: put the file or folder it points to "
+            "in its place, then run the command again"
+        )
+
+
+def refuse_links(root: Path) -> None:
+    """:func:`refuse_link` for everything inside the study folder ``root`` (``root`` itself may be a link: a runs
+    folder kept on another disk); links are not followed."""
+    for folder, folders, files in os.walk(root):
+        for name in (*folders, *files):
+            refuse_link(Path(folder) / name)
 
 
 def write_atomic(path: Path, text: str) -> None:

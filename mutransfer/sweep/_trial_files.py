@@ -11,6 +11,7 @@ from pathlib import Path
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from mutransfer.errors import UserInputError
+from mutransfer.study_folder.state import refuse_link
 
 
 def read_trial_json(path: Path):
@@ -26,16 +27,6 @@ def read_trial_json(path: Path):
         return json.loads(path.read_text())
     except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
         return None
-
-
-def refuse_link(path: Path) -> None:
-    """One line where ``path`` (a study folder's file or folder) is a symbolic link: a study folder holds its own
-    files, so that what a resume reads and writes stays inside it (issue "Nothing lost", item 3)."""
-    if path.is_symlink():
-        raise UserInputError(
-            f"{path} is a symbolic link; a study folder holds its own files: put the file or folder it points to "
-            "in its place, then resume again"
-        )
 
 
 #: the statuses outcome.json may hold (mutransfer.sweep.plan.trial_status, and a failure)

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from mutransfer.errors import UserInputError
 from mutransfer.tracking._server_check import check_server_reachable
+from mutransfer.tracking._sqlite_file import sqlite_path
 from mutransfer.tracking.runs import CONNECT_SECONDS, check_tcp, open_tcp
 
 _DB_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
@@ -39,6 +40,14 @@ def check_endpoints(tracking_uri: str, address: str | None, data: str | None) ->
         check_ray_address(address)
     if data is not None:
         check_data_file(data)
+
+
+def check_store(uri: str) -> None:
+    """A store a command only reads (`studies`, `ui`), checked as a sweep checks its own: a server that answers
+    within seconds, a database driver that is installed, a regular file; one line each."""
+    path = sqlite_path(uri)
+    if path is None or path.exists():  # a missing file: the command's own line says so
+        check_tracking_uri(uri)
 
 
 def check_tracking_uri(uri: str) -> None:

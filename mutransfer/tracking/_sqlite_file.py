@@ -24,7 +24,9 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def is_sqlite_database(path: Path) -> bool:
-    """Whether ``path`` is a readable file that starts as every SQLite database does."""
+    """Whether ``path`` is a readable file that starts as every SQLite database does (a FIFO or device is not read)."""
+    if not path.is_file():
+        return False
     try:
         with path.open("rb") as f:
             return f.read(len(SQLITE_HEADER)) == SQLITE_HEADER
@@ -41,6 +43,11 @@ def check_sqlite_file(uri: str) -> None:
     if path.is_dir():
         raise UserInputError(
             f"tracking store {path}: is a directory; name a database file in it, e.g. sqlite:///{path / 'mlflow.db'}"
+        )
+    if path.exists() and not path.is_file():  # /dev/null: SQLite would make /dev/null-journal; a FIFO: wait for ever
+        raise UserInputError(
+            f"tracking store {path}: is not a regular file (a FIFO or a device); name a database file, e.g. "
+            "sqlite:///mlflow.db"
         )
     if not path.exists():
         if not path.parent.is_dir():

@@ -38,7 +38,7 @@ def _lose_parent(state_file: Path, state: dict) -> None:
 #: each way the state is lost, and what the refusal says of it
 LOSSES = {
     "missing": (_lose_missing, "state.json is missing (the folder holds 2 trial(s)"),
-    "emptied": (_lose_emptied, "state.json is unreadable (empty or cut short)"),
+    "emptied": (_lose_emptied, "state.json is unreadable (empty, cut short"),
     "without its MLflow ids": (_lose_ids, "names no MLflow experiment or parent run (the folder holds 2 trial(s)"),
     "naming a parent run of no run": (
         _lose_parent,

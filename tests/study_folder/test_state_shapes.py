@@ -217,3 +217,40 @@ def test_a_state_nested_thousands_deep_or_a_fifo_is_one_line(tmp_path, monkeypat
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and "state.json" in err and "Traceback" not in err, (argv, err)
+
+
+#: links the second attack re-run planted in a study folder (each was followed: read from, or written to, elsewhere)
+LINKS = {
+    "study.yaml": "/etc/hostname",
+    "optuna.journal": "/etc/passwd",
+    "report.json": "/etc/passwd",
+    "model": "elsewhere",
+    "target": "elsewhere",
+    "trials/t0000/history.json": "/dev/zero",
+}
+
+
+@pytest.mark.parametrize("link", list(LINKS))
+def test_a_symbolic_link_anywhere_in_a_study_folder_is_one_line(tmp_path, monkeypatch, capsys, link):
+    """Found by the second attack re-run: a link as study.yaml (to /etc/hostname, whose contents the message then
+    showed), optuna.journal or report.json (to /etc/passwd, read), model/ or target/ (to a folder elsewhere) or a
+    trial's history.json (to /dev/zero) was followed by `sweep --resume`, `report`, `trials` and `evaluate`. Each
+    command refuses the folder in one line naming the link; nothing is read through it."""
+    sdir = _folder(tmp_path, monkeypatch, GOOD)
+    (sdir.trials_dir / "t0000").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    place = sdir.root / link
+    place.unlink(missing_ok=True)
+    place.symlink_to(tmp_path / LINKS[link] if LINKS[link] == "elsewhere" else LINKS[link])
+    for argv in (
+        ["sweep", "--resume", "--executor", "inprocess"],
+        ["report", "quick"],
+        ["trials", "quick"],
+        ["evaluate", "quick", "--data", "d.h5"],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{link} is a symbolic link; a study folder holds its own" in err, (
+            argv,
+            err,
+        )
