@@ -195,3 +195,40 @@ def test_a_state_naming_its_model_folder_by_a_path_is_one_line(tmp_path, monkeyp
     (root / "state.json").write_text(json.dumps(state))
     assert main(["evaluate", "quick", "--data", "d.h5"]) == 2
     assert "field 'model' names its folder by a path, not by a name inside the study folder" in _one_line(capsys)
+
+
+def test_an_output_inside_the_stores_artifact_folder_is_refused(tmp_path, monkeypatch, capsys):
+    """Third re-run: `report --out mlruns/<experiment>/<run>/artifacts/study/source.yaml --force` replaced a run's
+    logged file (exit 0). The artifact folder beside a SQLite store (``mlruns/``) is the store's, as ``mlflow.db`` is."""
+    monkeypatch.chdir(tmp_path)
+    logged = tmp_path / "mlruns" / "quick" / "0123" / "artifacts" / "study" / "source.yaml"
+    logged.parent.mkdir(parents=True)
+    logged.write_text("name: quick\n")
+    _study_folder(tmp_path)
+    (tmp_path / "mutransfer-runs" / "quick" / "study.yaml").write_text(K_ONLY_STUDY.read_text())
+    assert main(["report", "quick", "--out", str(logged), "--force"]) == 2
+    assert "is inside the MLflow artifact folder" in _one_line(capsys)
+    assert logged.read_text() == "name: quick\n"
+
+
+def test_the_python_api_refuses_wrong_types_and_places_in_one_line(tmp_path, monkeypatch):
+    """Third re-run: `StudySpec.from_yaml(42)`, `create_study(spec, storage=5)` and `load_study(None)` raised
+    TypeError; `from_yaml("/dev/zero")` said "file not found"; `create_study(storage="/proc/x")` returned a study that
+    failed at its first training, naming a CLI flag. Each is a one-line UserInputError where it is called."""
+    import mutransfer as mt
+
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "fifo.yaml")
+    cases = [
+        (lambda: mt.StudySpec.from_yaml(42), "study file: expected a path (str or os.PathLike), got int"),
+        (lambda: mt.StudySpec.from_yaml("/dev/zero"), "is not a regular file (a FIFO, a device or a socket)"),
+        (lambda: mt.StudySpec.from_yaml("fifo.yaml"), "is not a regular file (a FIFO, a device or a socket)"),
+        (lambda: mt.create_study(mt.StudySpec.default(), storage=5), "storage: a folder path (str or pathlib.Path)"),
+        (lambda: mt.create_study(mt.StudySpec.default(), storage="/proc/x"), "storage /proc/x: cannot write in /proc"),
+        (lambda: mt.load_study(None), "study_name: the name a study was created with (spec.name), got None"),
+    ]
+    for call, said in cases:
+        with pytest.raises(mt.UserInputError) as refused:
+            call()
+        assert said in str(refused.value) and len(str(refused.value).splitlines()) == 1, str(refused.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo.yaml"]

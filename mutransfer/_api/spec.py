@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import yaml
 
-from mutransfer.errors import UserInputError
 from mutransfer.study import Study, default_study_text, load_study
-from mutransfer.study.files import missing_study_hint
+from mutransfer.study._study_text import read_study_text
 
 
 @dataclass(frozen=True)
@@ -50,14 +48,7 @@ class StudySpec:
         Example:
             >>> spec = mt.StudySpec.from_yaml("studies/quick.yaml")  # doctest: +SKIP
         """
-        p = Path(path)
-        if not p.is_file():
-            raise UserInputError(f"study {path}: file not found; {missing_study_hint(p)}")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserInputError(f"study {path}: cannot be read ({type(exc).__name__}); check the file") from None
-        return cls(text, str(path))
+        return cls(read_study_text(path), str(path))
 
     @classmethod
     def from_text(cls, text: str, source: str = "the study spec") -> StudySpec:

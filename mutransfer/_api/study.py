@@ -23,6 +23,7 @@ from mutransfer._api.spec import StudySpec
 from mutransfer.config.executors import EXECUTORS
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import read_model_dir
+from mutransfer.study.inputs import check_storage
 from mutransfer.study_folder.portable import read_study_file
 from mutransfer.study_folder.records import MODEL_DIR
 from mutransfer.study_folder.state import StudyDir
@@ -411,6 +412,7 @@ def create_study(
             f"sampler {type(sampler).__name__}: an Optuna sampler object such as optuna.samplers.TPESampler(seed=0); "
             "for a grid, set search.algorithm: grid in the spec"
         )
+    check_storage(storage)
     spec = _with_pruner(spec, pruner)
     folder = StudyDir.for_study(spec.name, storage)
     if folder.exists() and not load_if_exists:
@@ -453,6 +455,9 @@ def load_study(
         >>> study = mt.load_study("quick", storage="mutransfer-runs")  # doctest: +SKIP
         >>> study.best_params  # doctest: +SKIP
     """
+    if not isinstance(study_name, str) or not study_name:
+        raise UserInputError(f"study_name: the name a study was created with (spec.name), got {study_name!r:.40}")
+    check_storage(storage)
     folder = StudyDir.for_study(study_name, storage)
     if not folder.study_file.is_file():
         found = (

@@ -88,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
     if args.data is None:  # the problem's own dataset: a small slice is enough for a few steps
         args.n_train, args.n_test = args.n_train or 50, args.n_test or 10
     out = Path(args.out)
+    check_outside_kept_folders(out, flag="--out")  # before the data is generated or read (and before any probe)
     check_folder("--out", out)
-    check_outside_kept_folders(out, flag="--out")  # before the data is generated or read
     problem, data, _, _ = resolve_data(args)
     sizes = dict(
         dim=problem.dim,

@@ -17,6 +17,7 @@ from mutransfer.cli.report_cmd import RUNS_DIR_HELP, STUDY_HELP
 from mutransfer.cli.ui_cmd import LOCAL_HOSTS, _interrupt, _port, check_port_free
 from mutransfer.errors import UserInputError
 from mutransfer.reporting.study_files import resolve_study_dir
+from mutransfer.study_folder.state import StudyDir
 
 
 def add_parser(subparsers) -> None:
@@ -49,6 +50,7 @@ def run_dashboard_cmd(args: argparse.Namespace) -> int:
     from mutransfer.sweep._trial_journal import JOURNAL_FILE, journal_storage  # noqa: PLC0415 -- deferred: as above
 
     root = resolve_study_dir(args.study, args.runs_dir)
+    StudyDir(root).check_links()  # the journal it serves (and writes) stays inside the folder
     journal = root / JOURNAL_FILE
     if not journal.is_file():
         raise UserInputError(

@@ -30,13 +30,20 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
+#: what keeps the files of each kind of folder :func:`_enclosing_folder` finds
+_KEEPER = {"study": "study", "model": "model", "MLflow artifact": "tracking store"}
+
+
 def _enclosing_folder(path: Path) -> tuple[str, Path] | None:
-    """("study" | "model", folder) for the nearest study or model folder that holds ``path``."""
+    """("study" | "model" | "MLflow artifact", folder) for the nearest study or model folder, or MLflow artifact
+    folder (``mlruns/``, beside a SQLite store: its runs' logged files), that holds ``path``."""
     for folder in path.resolve().parents:
         if StudyDir(folder).state_file.is_file():
             return "study", folder
         if (folder / MLMODEL_FILE).is_file():
             return "model", folder
+        if folder.name == "mlruns":
+            return "MLflow artifact", folder
     return None
 
 
@@ -94,7 +101,7 @@ def check_out(
     if enclosing is not None:
         kind, folder = enclosing
         raise UserInputError(
-            f"{flag} {out}: is inside the {kind} folder {folder}, whose files the {kind} keeps; write outside it"
+            f"{flag} {out}: is inside the {kind} folder {folder}, whose files the {_KEEPER[kind]} keeps; write outside it"
         )
     if path.exists() and not force:
         raise UserInputError(
@@ -128,7 +135,7 @@ def check_outside_kept_folders(folder: str | Path, *, flag: str) -> Path:
     if enclosing is not None:
         kind, held = enclosing
         raise UserInputError(
-            f"{flag} {folder}: is inside the {kind} folder {held}, whose files the {kind} keeps; write outside it"
+            f"{flag} {folder}: is inside the {kind} folder {held}, whose files the {_KEEPER[kind]} keeps; write outside it"
         )
     check_writable(path, folder, flag)
     return path

@@ -29,6 +29,7 @@ import yaml
 from mutransfer.config.reader import Reader, is_plain_int, kind_of, read_section
 from mutransfer.config.settings import REQUIRED, Setting, setting_of, settings_of
 from mutransfer.errors import UserInputError
+from mutransfer.study._study_text import UniqueKeyLoader, read_study_text
 from mutransfer.study.ladder import first_size_overrides
 from mutransfer.study.resolve import resolve_and_check
 from mutransfer.study.schema import (
@@ -270,39 +271,6 @@ def default_study_text() -> str:
     return resources.files("mutransfer").joinpath("studies_data", f"{DEFAULT_STUDY}.yaml").read_text(encoding="utf-8")
 
 
-def missing_study_hint(path: Path) -> str:
-    """What to do about a study file that is not there: the same name with the other YAML suffix when that one
-    exists, else how to write one (``mutransfer init``), which works outside the repository too."""
-    if path.is_dir():
-        return "pass a YAML file, not a directory"
-    other = [path.with_suffix(s) for s in (".yaml", ".yml") if path.with_suffix(s) != path]
-    found = [str(o) for o in other if o.is_file()]
-    if found:
-        return f"did you mean {found[0]}?"
-    return f"write one with `mutransfer init {path.stem}` (or leave --study out for the built-in quick study)"
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` (plain YAML types only) that refuses a key given twice in one mapping: YAML would keep the
-    last one without a word (a second ``name:`` added at the end of a copied study silently won)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` merges a mapping: its keys may be overridden
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                if key in seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"key {str(key)[:40]!r} is given twice; keep one", key_node.start_mark
-                    )
-                seen.add(key)
-            except TypeError:  # an unhashable key: SafeLoader's own error follows
-                pass
-        return super().construct_mapping(node, deep=deep)
-
-
 def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) -> tuple[dict, str]:
     """(raw mapping, source label) for a study file, or the built-in default when ``path`` is None; ``text``: the
     study's YAML given as text (mutransfer.StudySpec; ``path`` then only labels it)."""
@@ -311,20 +279,9 @@ def read_study_mapping(path: str | os.PathLike | None, text: str | None = None) 
     elif path is None:
         text, source = default_study_text(), f"{DEFAULT_STUDY} (built-in)"
     else:
-        source = str(path)
-        p = Path(path)
-        if p.exists() and not p.is_file() and not p.is_dir():  # reading a FIFO would wait for ever
-            raise UserInputError(
-                f"study {source}: is not a regular file (a FIFO, a device or a socket); pass a YAML file"
-            )
-        if not p.is_file():
-            raise UserInputError(f"study {source}: file not found; {missing_study_hint(p)}")
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserInputError(f"study {source}: cannot be read ({type(exc).__name__}); check the file") from None
+        source, text = str(path), read_study_text(path)
     try:
-        mapping = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 -- a SafeLoader: plain YAML types only
+        mapping = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 -- a SafeLoader: plain YAML types only
     except RecursionError:  # PyYAML composes nested collections recursively
         raise UserInputError(
             f"study {source}: nested too deeply to read (a study nests a few levels); fix the file"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -32,6 +33,14 @@ def check_folder(flag: str, path) -> None:
     if Path(path).exists() and not Path(path).is_dir():
         raise UserInputError(f"{flag} {path}: is a file, not a folder; give a folder (it is made if missing)")
     check_writable(Path(path), path, flag)
+
+
+def check_storage(storage: object) -> None:
+    """The Python API's ``storage`` (the folder of study folders): a path where a folder can be made, checked when a
+    study is created or loaded, not at its first training."""
+    if not isinstance(storage, str | os.PathLike):
+        raise UserInputError(f"storage: a folder path (str or pathlib.Path), got {type(storage).__name__}")
+    check_folder("storage", storage)
 
 
 def check_writable(folder: Path, out: str | Path, flag: str) -> None:

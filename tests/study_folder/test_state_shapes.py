@@ -234,7 +234,8 @@ LINKS = {
 def test_a_symbolic_link_anywhere_in_a_study_folder_is_one_line(tmp_path, monkeypatch, capsys, link):
     """Found by the second attack re-run: a link as study.yaml (to /etc/hostname, whose contents the message then
     showed), optuna.journal or report.json (to /etc/passwd, read), model/ or target/ (to a folder elsewhere) or a
-    trial's history.json (to /dev/zero) was followed by `sweep --resume`, `report`, `trials` and `evaluate`. Each
+    trial's history.json (to /dev/zero) was followed by `sweep --resume`, `report`, `trials`, `evaluate` and (the
+    third re-run) `dashboard`, which serves and writes the journal. Each
     command refuses the folder in one line naming the link; nothing is read through it."""
     sdir = _folder(tmp_path, monkeypatch, GOOD)
     (sdir.trials_dir / "t0000").mkdir(parents=True)
@@ -247,6 +248,7 @@ def test_a_symbolic_link_anywhere_in_a_study_folder_is_one_line(tmp_path, monkey
         ["report", "quick"],
         ["trials", "quick"],
         ["evaluate", "quick", "--data", "d.h5"],
+        ["dashboard", "quick", "--port", "1"],  # refused before its port is looked at
     ):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip()
