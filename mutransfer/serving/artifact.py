@@ -14,10 +14,12 @@ family that owns its ``model_config`` (``family.build``), and its weights loaded
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -226,8 +228,9 @@ def read_model_dir(directory: Path):
     if not weights.is_file():
         raise UserInputError(f"model {directory}: {weights.name} is missing; restore the model folder")
     try:
-        _check_weight_bytes(directory, family, card, weights)
-        model = family.build(card.model_config)
+        checked = _check_weight_bytes(directory, family, card, weights)
+        with contextlib.nullcontext() if checked else _address_space_budget(directory, weights):
+            model = family.build(card.model_config)
     except UserInputError:
         raise
     except (
@@ -289,12 +292,13 @@ def _probe_shapes(directory: Path, model: torch.nn.Module, card: ModelCard) -> N
         )
 
 
-def _check_weight_bytes(directory: Path, family: OperatorFamily, card: ModelCard, weights: Path) -> None:
+def _check_weight_bytes(directory: Path, family: OperatorFamily, card: ModelCard, weights: Path) -> bool:
     """A one-line UserInputError if ``card``'s config describes a model whose weights are far larger than the
     ``weights`` file holds: an edited config.json (``width: 1000000`` asked 4 TB of memory before this check,
     ``layers: 10^9`` built modules for ever). The family's planner counts the parameters first, from the config alone;
     then the model is built on torch's meta device, which allocates nothing. A model that cannot be built there (an
-    operation without a meta kernel: a user's model) is not checked that way."""
+    operation without a meta kernel: a user's model) is not checked that way: False, and it is built under
+    :func:`_address_space_budget`."""
     config, stored = card.model_config, weights.stat().st_size
     try:
         grid = tuple(card.input_shape[:-1]) or (1,)
@@ -308,12 +312,49 @@ def _check_weight_bytes(directory: Path, family: OperatorFamily, card: ModelCard
             shell = family.build(config)
     except (OperatorConfigError, KeyError):
         raise
-    except Exception:  # an operation without a meta kernel (a user's model): built as before, unchecked
-        return
+    except Exception:  # an operation without a meta kernel (a user's model): built under a budget instead
+        return planned > 0
     declared = sum(  # what the file must hold (a model's state may carry other values: neuraloperator's does)
         t.numel() * t.element_size() for t in shell.state_dict().values() if isinstance(t, torch.Tensor)
     )
     _refuse_declared(directory, declared, stored, weights)
+    return True
+
+
+#: the address space a model that cannot be planned may take while it is built: this many times its weights file,
+#: plus a fixed allowance (torch's own buffers and thread stacks)
+BUDGET_FACTOR, BUDGET_BASE = 4, 2**30
+
+
+@contextlib.contextmanager
+def _address_space_budget(directory: Path, weights: Path) -> Iterator[None]:
+    """While a model that neither its planner nor the meta device can size is built: at most
+    ``BUDGET_FACTOR x weights + BUDGET_BASE`` more bytes of address space (RLIMIT_AS, Linux), so that an edited
+    config.json asking terabytes is one line, not an allocation the system kills the process for."""
+    try:
+        import resource  # noqa: PLC0415 -- deferred: POSIX only, and only for a model that could not be planned
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        status = Path("/proc/self/status").read_text()
+        used = int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmSize:"))) * 1024
+    except (ImportError, OSError, StopIteration, ValueError):  # not Linux: built unbounded, as before
+        yield
+        return
+    allowed = BUDGET_FACTOR * weights.stat().st_size + BUDGET_BASE
+    limit = used + allowed if hard == resource.RLIM_INFINITY else min(used + allowed, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    try:
+        yield
+    except (MemoryError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and "memory" not in str(exc).lower():
+            raise
+        raise UserInputError(
+            f"model {directory}: config.json describes a model that needs more than {allowed / 2**20:,.0f} MiB to "
+            f"build, but {weights.name} holds {weights.stat().st_size / 2**20:,.1f} MiB; config.json was edited or "
+            "corrupted: restore the model folder (or train it again)"
+        ) from None
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def _refuse_declared(directory: Path, declared: int, stored: int, weights: Path) -> None:

@@ -263,3 +263,63 @@ def test_a_model_folder_of_every_family_loads_back(name, packed, tmp_path):
         x[..., -1] = 1.0
     with torch.no_grad():
         assert torch.equal(loaded(x), model.eval()(x))
+
+
+class NoMetaMLP(PointwiseMLP):
+    """A user's model whose construction reads a weight's value (an operation the meta device has no value for)."""
+
+    def __init__(self, in_channels: int, out_channels: int, width: int, layers: int):
+        super().__init__(in_channels, out_channels, width, layers)
+        self.config["operator"] = "nometa"
+        self.scale = float(next(self.parameters()).detach().abs().max())  # fails on the meta device
+
+
+def _no_plan(c, **kwargs):
+    raise NotImplementedError("a user's family without a planner")
+
+
+NO_META = OperatorFamily(
+    "nometa",
+    "a user's MLP without meta kernels or planner",
+    NoMetaMLP,
+    axes=("width",),
+    inputs=("grid",),
+    configure=_configure,
+    construct=lambda c: NoMetaMLP(c["in_channels"], c["out_channels"], c["width"], c["layers"]),
+    planner=_no_plan,
+    owns=lambda c: isinstance(c, dict) and c.get("operator") == "nometa",
+)
+
+
+def test_a_model_that_cannot_be_planned_is_built_within_a_budget(tmp_path):
+    """A model neither its family's planner nor the meta device can size (a user's) was built as its config.json said:
+    `width: 10^6` asked terabytes. It is now built under an address-space budget (4x its weights file + 1 GiB,
+    mutransfer.serving.artifact._address_space_budget): the edited folder is one line; the folder as written loads."""
+    import json
+
+    register_family(NO_META)
+    try:
+        model = NoMetaMLP(1, 1, 8, 2)
+        card = ModelCard(
+            model_class="NoMetaMLP",
+            model_config=model.config,
+            problem="darcy",
+            dim=2,
+            point_problem=False,
+            operator="nometa",
+            resolution=16,
+            time_resolution=None,
+            input_shape=[16, 16, 1],
+            output_shape=[16, 16, 1],
+            study="nometa",
+        )
+        write_model_dir(tmp_path / "model", card, model.state_dict())
+        loaded, _ = read_model_dir(tmp_path / "model")
+        assert isinstance(loaded, NoMetaMLP)
+        config = json.loads((tmp_path / "model" / "config.json").read_text())
+        config["model_config"]["width"] = 10**6  # 10^12 weights: 4 TB
+        (tmp_path / "model" / "config.json").write_text(json.dumps(config))
+        with pytest.raises(UserInputError, match="describes a model that needs more than 1,024 MiB to build"):
+            read_model_dir(tmp_path / "model")
+    finally:
+        unregister_family("nometa")
