@@ -186,24 +186,28 @@ def test_train_runs_a_registered_family_one_epoch(toy, tmp_path, capsys):
     assert "--heads applies to the attention operators" in capsys.readouterr().err
 
 
-def test_a_saved_model_of_a_registered_family_loads_back(toy, tmp_path):
-    """`evaluate`/`predict` rebuild a saved model from the classes the families declare (no table to edit)."""
-    study = _study()
-    model = build_model(study, input_channels=1, output_channels=1)
-    card = ModelCard(
+def _grid_card(model: nn.Module, operator: str) -> ModelCard:
+    """The card of a Darcy model of ``operator`` on a 16 x 16 grid, one channel in and out."""
+    return ModelCard(
         model_class=type(model).__name__,
         model_config=model.config,
         problem="darcy",
         dim=2,
         point_problem=False,
-        operator="toy",
+        operator=operator,
         resolution=16,
         time_resolution=None,
         input_shape=[16, 16, 1],
         output_shape=[16, 16, 1],
-        study="toy",
+        study=operator,
     )
-    write_model_dir(tmp_path / "model", card, model.state_dict())
+
+
+def test_a_saved_model_of_a_registered_family_loads_back(toy, tmp_path):
+    """`evaluate`/`predict` rebuild a saved model from the classes the families declare (no table to edit)."""
+    study = _study()
+    model = build_model(study, input_channels=1, output_channels=1)
+    write_model_dir(tmp_path / "model", _grid_card(model, "toy"), model.state_dict())
     loaded, _ = read_model_dir(tmp_path / "model")
     x = torch.randn(2, 16, 16, 1)
     assert isinstance(loaded, PointwiseMLP) and torch.equal(loaded(x), model.eval()(x))
@@ -300,20 +304,7 @@ def test_a_model_that_cannot_be_planned_is_built_within_a_budget(tmp_path):
     register_family(NO_META)
     try:
         model = NoMetaMLP(1, 1, 8, 2)
-        card = ModelCard(
-            model_class="NoMetaMLP",
-            model_config=model.config,
-            problem="darcy",
-            dim=2,
-            point_problem=False,
-            operator="nometa",
-            resolution=16,
-            time_resolution=None,
-            input_shape=[16, 16, 1],
-            output_shape=[16, 16, 1],
-            study="nometa",
-        )
-        write_model_dir(tmp_path / "model", card, model.state_dict())
+        write_model_dir(tmp_path / "model", _grid_card(model, "nometa"), model.state_dict())
         loaded, _ = read_model_dir(tmp_path / "model")
         assert isinstance(loaded, NoMetaMLP)
         config = json.loads((tmp_path / "model" / "config.json").read_text())
