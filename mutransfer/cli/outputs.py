@@ -120,7 +120,9 @@ def check_out_dir(out: str | Path, *, flag: str = "--out") -> Path:
         raise UserInputError(f"{flag} {out}: is a file; name a new folder, e.g. {path.with_suffix('')}-model")
     if path.is_dir() and any(path.iterdir()):
         raise UserInputError(f"{flag} {out}: the folder exists and is not empty; name a new folder")
-    return check_outside_kept_folders(path, flag=flag)  # it probes the folder (or the nearest one above it)
+    check_outside_kept_folders(path, flag=flag)
+    check_writable(path.parent, out, flag)  # the model is staged beside the folder, then moved into place
+    return path
 
 
 def check_outside_kept_folders(folder: str | Path, *, flag: str) -> Path:
