@@ -56,7 +56,10 @@ def test_a_runs_folder_that_refuses_writes_is_one_line_naming_it(tmp_path, tiny_
         _immutable(runs, False)
     lines = err.strip().splitlines()
     assert rc == 2 and "Traceback" not in err, err[-2000:]
-    assert lines[-1].startswith(f"mutransfer sweep: error: cannot write in {runs}")
+    # refused before any training: the flag named, with its fix
+    assert lines[-1].startswith("mutransfer sweep: error: --runs-dir runs: cannot write in runs"), lines[-1]
+    assert lines[-1].endswith("choose another --runs-dir") and len(lines) == 1, err
+    assert not any(runs.iterdir())
 
 
 def test_a_study_folder_that_turns_unwritable_during_the_proxies(tmp_path, tiny_data):
