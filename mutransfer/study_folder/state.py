@@ -7,6 +7,8 @@ Layout::
     trials/<key>/       one proxy trial (key t0000, t0001, … in hand-out order, mutransfer.sweep.plan):
                         config.json (its configuration), outcome.json (how it ended), the trainer
                         checkpoint, history.json (its EpochRecords), done.json, executions.jsonl
+    optuna.journal      the search's trials in Optuna's journal storage (mutransfer.sweep._trial_journal); while
+                        a trial is written there, optuna.journal.lock: Optuna's lock, a symbolic link
     costs.jsonl         one JSON line per training run (mutransfer.sweep._ledger), appended by the executor
     tune/run-<n>/       the Ray Tune experiment of the n-th session (written by Tune, never read back)
     target/             Ray Train run of the target: checkpoint_manager_snapshot.json (JSON, read
@@ -37,6 +39,12 @@ REBUILD_HINT = (
     "rebuild it from the trials' own files with `mutransfer sweep --resume --rebuild-state` (this command's other "
     "flags kept; from Python, mt.load_study(NAME, rebuild_state=True)), or restore it from a copy"
 )
+#: the Optuna journal of a search's trials (mutransfer.sweep._trial_journal), beside its ``trials/``
+JOURNAL_FILE = "optuna.journal"
+#: the lock Optuna takes on the journal for each write: a symbolic link (Optuna's JournalFileSymlinkLock), made and
+#: removed by Optuna and never read through. The one link a study folder may hold: a driver killed during a write
+#: leaves it, and the next driver removes it (TrialJournal) instead of waiting out Optuna's 30 s grace period.
+JOURNAL_LOCK = JOURNAL_FILE + ".lock"
 #: the study folder's format (state.json's ``version``): a folder of a newer format is refused in one line
 STATE_VERSION = 1
 
@@ -211,10 +219,11 @@ def refuse_link(path: Path) -> None:
 
 def refuse_links(root: Path) -> None:
     """:func:`refuse_link` for everything inside the study folder ``root`` (``root`` itself may be a link: a runs
-    folder kept on another disk); links are not followed."""
+    folder kept on another disk) but Optuna's journal lock (:data:`JOURNAL_LOCK`); links are not followed."""
     for folder, folders, files in os.walk(root):
         for name in (*folders, *files):
-            refuse_link(Path(folder) / name)
+            if name != JOURNAL_LOCK:
+                refuse_link(Path(folder) / name)
 
 
 def write_atomic(path: Path, text: str) -> None:

@@ -30,9 +30,8 @@ from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
 from mutransfer.errors import UserInputError
+from mutransfer.study_folder.state import JOURNAL_FILE, JOURNAL_LOCK
 
-#: the journal's file name in a study folder (beside ``trials/``)
-JOURNAL_FILE = "optuna.journal"
 #: user attributes of each Optuna trial: our key (``t0003``) and our status (completed | pruned | diverged | failed)
 KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
 
@@ -134,6 +133,10 @@ class TrialJournal:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.path = Path(path)
         self.distributions = dict(distributions)
+        # a lock left by a driver killed during a write: only the driver holding the study's lock (StudyLock) makes
+        # a TrialJournal, so no other write holds it; Optuna would wait 30 s before breaking it
+        if (lock := self.path.with_name(JOURNAL_LOCK)).is_symlink():
+            lock.unlink()
         self.storage = journal_storage(self.path)
         with _refused_writes(self.path):
             self.study = optuna.create_study(

@@ -70,3 +70,33 @@ def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finis
     assert main([*resume, *IN_PROCESS]) == 0
     assert _trials(journal) == before  # the same trials, numbers, parameters and values
     assert json.loads((root / "runs" / "jn" / "state.json").read_text())["phase"] == "done"
+
+
+def test_the_lock_a_killed_driver_leaves_on_the_journal_is_not_refused_and_is_removed_by_the_next_driver(
+    finished, tmp_path, capsys
+):
+    """Optuna locks the journal for each write with a symbolic link (``optuna.journal.lock``, pointing to the
+    journal). A driver killed during a write leaves it (found by the full suite: a kill during the proxies, then
+    `--resume` refused "optuna.journal.lock is a symbolic link"). Every command reads the folder with it; the next
+    driver's journal removes it and writes (Optuna alone would wait 30 s before breaking it). Any other link is still
+    refused (tests/study_folder/test_state_shapes.py)."""
+    import shutil
+
+    from mutransfer.sweep._trial_journal import TrialJournal
+
+    shutil.copytree(finished, tmp_path / "copy")
+    root = tmp_path / "copy"
+    journal = root / "runs" / "jn" / "optuna.journal"
+    lock = journal.with_name("optuna.journal.lock")
+    lock.symlink_to(journal)  # as Optuna's JournalFileSymlinkLock makes it
+    before = _trials(journal)
+    capsys.readouterr()
+    assert main(["trials", "jn", "--runs-dir", str(root / "runs")]) == 0
+    assert "symbolic link" not in capsys.readouterr().err
+    TrialJournal(journal, "jn", {}).study.set_user_attr("written", True)  # the next driver writes
+    assert not lock.exists() and not lock.is_symlink()
+    assert _trials(journal) == before
+    (root / "runs" / "jn" / "report.json").rename(root / "report.json")
+    (root / "runs" / "jn" / "report.json").symlink_to(root / "report.json")
+    assert main(["trials", "jn", "--runs-dir", str(root / "runs")]) == 2
+    assert "report.json is a symbolic link" in capsys.readouterr().err
