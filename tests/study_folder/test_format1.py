@@ -82,3 +82,22 @@ def test_the_python_api_opens_format1_studies(folder):
     assert [t.params for t in study.optuna_study.trials] == [
         {"lr": t["lr"], "batch_size": t["batch_size"]} for t in SAID["trials"]
     ]
+
+
+def test_the_fixtures_study_run_afresh_gives_the_trials_and_the_target_error_it_recorded(folder, capsys):
+    """The record half of "behaviour that must not change": the fixture's seeded study (the default study shrunk),
+    run again from its file by this version, trains the trials the recording version trained (configurations and
+    statuses exactly, errors to float rounding) and a target of the same test error."""
+    inprocess = ("--executor", "inprocess")
+    where = ("--runs-dir", "again", "--tracking-uri", f"sqlite:///{folder / 'again.db'}")
+    assert main(["sweep", "--study", "format1.yaml", *where, "--json", *inprocess]) == 0, capsys.readouterr().err
+    rows = _json(capsys, "trials", "format1", "--runs-dir", "again", "--json")
+    exact = ("number", "trial_id", "status", "lr", "batch_size", "epochs")
+    assert [{k: r[k] for k in exact} for r in rows] == [{k: r[k] for k in exact} for r in SAID["trials"]]
+    for got, said in zip(rows, SAID["trials"], strict=True):
+        for key in ("best_error", "final_error"):
+            assert math.isclose(got[key], said[key], rel_tol=1e-3), (got["trial_id"], key, got[key], said[key])
+    evaluate = ["--data", "data.h5", "--resolution", "64", "--json", *where]
+    got = _json(capsys, "evaluate", "format1", *evaluate)["results"]
+    assert [r["resolution"] for r in got] == [r["resolution"] for r in SAID["evaluate"]]
+    assert math.isclose(got[0]["relative_l2"], SAID["evaluate"][0]["relative_l2"], rel_tol=1e-3), got
