@@ -438,13 +438,14 @@ def _with_ladder_start(mapping: dict, overrides: dict) -> dict:
     return {**overrides, **{k: v for k, v in implied.items() if overrides.get(k) is None}}
 
 
-def study_from_yaml_text(text: str, source: str) -> Study:
-    """Parse a study stored as YAML text (e.g. the copy kept in a study directory)."""
+def study_from_yaml_text(text: str, source: str, factory_search: tuple[Path, ...] = ()) -> Study:
+    """Parse a study stored as YAML text (e.g. the copy kept in a study directory). ``factory_search``: the
+    directories a factory ``operator.type`` it names may come from (by default the working directory only)."""
     try:
         mapping = yaml.safe_load(text)
     except (yaml.YAMLError, RecursionError):
         raise UserInputError(f"study {source}: not valid YAML; delete the study directory or fix the file") from None
-    return parse_study(mapping, source, factory_trusted=False)
+    return parse_study(mapping, source, factory_search=factory_search, factory_trusted=False)
 
 
 def _shape_only(document: object) -> str:

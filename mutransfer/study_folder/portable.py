@@ -102,8 +102,9 @@ def write_study_file(study_dir, study) -> None:
     study_dir.study_file.write_text(yaml.safe_dump(mapping, sort_keys=False))
 
 
-def read_study_file(study_dir):
-    """The study of ``study_dir`` (study.yaml) with problem.data made absolute where the study now is.
+def read_study_file(study_dir, factory_search: tuple[Path, ...] = ()):
+    """The study of ``study_dir`` (study.yaml) with problem.data made absolute where the study now is;
+    ``factory_search``: where a factory it names may be imported from (default: the working directory only).
 
     A study.yaml written before validation splits has no ``problem.n_val``: that study selected on its test
     split, and it resumes so (``n_val = 0``, which no study file may ask for); its report says so.
@@ -123,7 +124,7 @@ def read_study_file(study_dir):
     if isinstance(problem, dict) and isinstance(problem.get("data"), str):
         problem["data"] = resolved_path(problem["data"], study_dir.root)
         text = yaml.safe_dump(mapping, sort_keys=False)
-    study = study_from_yaml_text(text, source)
+    study = study_from_yaml_text(text, source, factory_search)
     if isinstance(problem, dict) and "n_val" not in problem:
         study.problem.n_val = 0
     return study

@@ -133,7 +133,9 @@ def resolve_warm_start(options, study, tracking_uri: str, state: dict) -> WarmSt
                 f"--warm-start {spec}: study {study.name!r} started without a warm start and its search "
                 "has begun; resume it without --warm-start, or start a new study with --name NEW"
             )
-    source = load_source(spec, runs_dir=options.runs_dir, tracking_uri=tracking_uri)
+    source = load_source(
+        spec, runs_dir=options.runs_dir, tracking_uri=tracking_uri, factory_dir=study.operator.factory_dir
+    )
     notes = _check_kind(spec, study, source, options.warm_start_any)
     return build_warm_start(spec, study, source, options.warm_start_top, notes)
 

@@ -75,17 +75,19 @@ class SourceStudy:
         return " ".join(parts) or "-"
 
 
-def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str) -> SourceStudy:
-    """The study named or located by ``spec`` (see the module docstring); UserInputError naming where it looked."""
+def load_source(spec: str, *, runs_dir: str | None, tracking_uri: str, factory_dir: str | None = None) -> SourceStudy:
+    """The study named or located by ``spec`` (see the module docstring); UserInputError naming where it looked.
+    ``factory_dir``: where this study's own factory was found (beside its --study file): a source folder naming a
+    factory may import it from there too, as from the working directory."""
 
     if not spec.strip():
         raise UserInputError("--warm-start: empty; give a study folder or a study name")
     path = Path(spec).expanduser()
     if (path / "study.yaml").is_file():
-        return read_folder(path)
+        return read_folder(path, factory_dir)
     by_name = StudyDir.for_study(spec, runs_dir).root if _plain_name(spec) else None
     if by_name is not None and (by_name / "study.yaml").is_file():
-        return read_folder(by_name)
+        return read_folder(by_name, factory_dir)
     found = read_tracking(spec, tracking_uri) if _plain_name(spec) else None
     if found is not None:
         return found
@@ -106,12 +108,14 @@ def _plain_name(spec: str) -> bool:
 # --------------------------------------------------------------------------- a study folder
 
 
-def read_folder(root: Path) -> SourceStudy:
-    """A study folder's study (study.yaml) and its trials (trials/<key>/config.json + outcome.json)."""
+def read_folder(root: Path, factory_dir: str | None = None) -> SourceStudy:
+    """A study folder's study (study.yaml) and its trials (trials/<key>/config.json + outcome.json); a factory it
+    names is imported from ``factory_dir`` (this study's) or the working directory."""
 
     sdir = StudyDir(root)
+    search = (Path(factory_dir), Path.cwd()) if factory_dir else ()
     try:
-        study = read_study_file(sdir)
+        study = read_study_file(sdir, search)
     except UserInputError as exc:
         raise UserInputError(f"--warm-start {root}: its study.yaml does not read ({exc})") from None
     trials = []
