@@ -135,8 +135,11 @@ class TrialJournal:
         self.distributions = dict(distributions)
         # a lock left by a driver killed during a write: only the driver holding the study's lock (StudyLock) makes
         # a TrialJournal, so no other write holds it; Optuna would wait 30 s before breaking it
-        if (lock := self.path.with_name(JOURNAL_LOCK)).is_symlink():
+        lock = self.path.with_name(JOURNAL_LOCK)
+        if lock.is_symlink() or lock.is_file():
             lock.unlink()
+        elif lock.exists():  # a folder (or a FIFO…) in its place: Optuna could never take its lock
+            raise UserInputError(f"{lock} is not Optuna's lock (a symbolic link); move it aside, then run again")
         self.storage = journal_storage(self.path)
         with _refused_writes(self.path):
             self.study = optuna.create_study(

@@ -100,3 +100,20 @@ def test_the_lock_a_killed_driver_leaves_on_the_journal_is_not_refused_and_is_re
     (root / "runs" / "jn" / "report.json").symlink_to(root / "report.json")
     assert main(["trials", "jn", "--runs-dir", str(root / "runs")]) == 2
     assert "report.json is a symbolic link" in capsys.readouterr().err
+
+
+def test_a_folder_in_place_of_the_journals_lock_is_one_line(tmp_path):
+    """A folder named ``optuna.journal.lock`` would make Optuna wait for its lock, then fail to break it: refused in
+    one line naming it, before the journal is opened; a plain file there (a stale lock of another kind) is removed."""
+    from mutransfer.errors import UserInputError
+    from mutransfer.sweep._trial_journal import TrialJournal
+
+    journal = tmp_path / "optuna.journal"
+    (tmp_path / "optuna.journal.lock").mkdir()
+    with pytest.raises(UserInputError, match=r"optuna\.journal\.lock is not Optuna's lock \(a symbolic link\); move"):
+        TrialJournal(journal, "s", {})
+    assert not journal.exists()
+    (tmp_path / "optuna.journal.lock").rmdir()
+    (tmp_path / "optuna.journal.lock").write_text("")
+    TrialJournal(journal, "s", {}).study.set_user_attr("written", True)
+    assert not (tmp_path / "optuna.journal.lock").exists() and journal.is_file()
