@@ -116,9 +116,9 @@ class OperatorFamily:
 
     @property
     def coord_checkable(self) -> bool:
-        """Whether the coordinate check (per-layer activations against K) applies to its models (the project's
-        spectral layers: not yet a user's factory, whose layers it cannot find)."""
-        return self.spectral and not self.facts_on_parameters
+        """Whether the coordinate check across K applies to its models: spectral ones (the project's FNO, by its
+        Fourier layers; a user's factory, by the layers holding the parameters its muP facts mark spectral)."""
+        return self.spectral
 
     def takes(self, kind: str) -> bool:
         """Whether it can learn data of this kind ("grid" or "points")."""

@@ -150,23 +150,30 @@ def _data(dim: int, samples: int) -> tuple[str, torch.Tensor, torch.Tensor]:
     return name, x, y
 
 
-def _config(K: int, width: int, options: dict[str, object]) -> dict[str, object]:
-    return {"K": K, "width": width, "in_channels": 1, "out_channels": 1, "options": options}
+def _config(
+    K: int, width: int, options: dict[str, object], in_channels: int = 1, out_channels: int = 1
+) -> dict[str, object]:
+    return {"K": K, "width": width, "in_channels": in_channels, "out_channels": out_channels, "options": options}
 
 
 def _rms(t: torch.Tensor) -> float:
     return float(t.detach().double().pow(2).mean().sqrt())
 
 
-def watched_layers(model: nn.Module) -> dict[str, str]:
+def watched_layers(model: nn.Module, probe: torch.Tensor | None = None) -> dict[str, str]:
     """The layers whose outputs the coordinate checks measure: module name → "hidden" or "spectral", for the
-    nearest module that runs in ``forward`` above each parameter with that role (its muP facts must be set)."""
+    nearest module that runs in ``forward`` above each parameter with that role (its muP facts must be set).
+
+    ``probe``: a batch the forward pass runs on to find them (default: zeros on a 64-point grid, one channel)."""
     fired: set[str] = set()
     names = {module: name for name, module in model.named_modules()}
     hooks = [m.register_forward_hook(lambda m, i, o: fired.add(names[m])) for m in model.modules()]
     try:
-        probe = next(iter(model.parameters()))
-        model(torch.zeros(1, *_PROBE_GRID[: _probe_dim(model)], 1, device=probe.device))
+        if probe is None:
+            device = next(iter(model.parameters())).device
+            probe = torch.zeros(1, *_PROBE_GRID[: _probe_dim(model)], 1, device=device)
+        with torch.no_grad():
+            model(probe)
     finally:
         for h in hooks:
             h.remove()
@@ -192,6 +199,7 @@ def _move(
     data: tuple[torch.Tensor, torch.Tensor],
     watched: dict[str, str],
     lr: float,
+    k_exponent: float = 1.0,
 ) -> dict[str, tuple[float, float]]:
     """Per role ("hidden", "spectral", "output"): (RMS change of the layers' outputs, geometric mean over the
     layers; the same relative to their size) after one Adam step at ``lr`` under ``rule``."""
@@ -204,7 +212,7 @@ def _move(
         with torch.random.fork_rng():
             reference = build(*base)
             delta = build(base[0], width) if K != base[0] and width != base[1] else None
-        set_base_shapes(model, reference, delta=delta)
+        set_base_shapes(model, reference, delta=delta, k_exponent=k_exponent)
         groups = param_groups(model.parameters(), lr)
         if rule == "wrong":
             for g in groups:
@@ -364,3 +372,48 @@ def _check(
     if has_k:  # a width-only operator (no parameter grows with K) has no K curves
         curves += (_curve("K", "mup", "spectral", by_k, run, seeds), _curve("K", "wrong", "spectral", by_k, run, seeds))
     return OperatorCheck(label, type(largest).__name__, problem, describe(largest), planned, built, error, curves)
+
+
+def k_coord_check(
+    factory: Callable[..., nn.Module],
+    *,
+    name: str,
+    options: dict[str, object],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    modes: tuple[int, ...],
+    width: int,
+    lr: float,
+    seeds: int = 3,
+    k_exponent: float = 1.0,
+) -> tuple[Curve, Curve] | None:
+    """The kit's coordinate check over K alone (item 5 of the module docstring) at the given sizes, on the given data:
+    ``sweep --coord-check`` on a study whose operator is a user's factory.
+
+    Args:
+        factory: ``build(*, K, width, in_channels, out_channels, **options)``; ``name`` labels its errors.
+        x, y: a batch, channel-last: (B, *grid, C_in) and (B, *grid, C_out), float32.
+        modes: K values, ascending; the first is the base the muP facts are relative to (the proxy's K).
+        width: the width every model is built at; ``lr``: the one Adam step's base LR.
+        k_exponent: the study's K rule (c(K) = (d log K)^(-k_exponent/2); 1 is the paper's).
+    Returns:
+        (the curve under the muP facts, the curve under a deliberately wrong rule: spectral LR × (K/K0)²), or None
+        when no parameter of the model grows with K (nothing to check).
+    """
+
+    def build(K: int, w: int) -> nn.Module:
+        return call(factory, name, _config(K, w, options, int(x.shape[-1]), int(y.shape[-1])))
+
+    base = (modes[0], width)
+    largest = build(modes[-1], width)
+    with torch.random.fork_rng():
+        set_base_shapes(largest, build(*base), k_exponent=k_exponent)
+    if not any(f is not None and f.k_dims for f in map(shape_of, largest.parameters())):
+        return None
+    watched = watched_layers(largest, probe=x[:1])
+
+    def run(size: tuple[int, int], rule: str, seed: int) -> dict[str, tuple[float, float]]:
+        return _move(build, size, base, rule, seed, (x, y), watched, lr, k_exponent)
+
+    by_k = [(k, width) for k in modes]
+    return _curve("K", "mup", "spectral", by_k, run, seeds), _curve("K", "wrong", "spectral", by_k, run, seeds)

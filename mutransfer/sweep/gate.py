@@ -12,6 +12,12 @@ one does not. On the rule panel (``benchmarks/rule_panel.py``, docs/results.md "
 flagged SP, the paper's μP and c(K)² on smooth Burgers, whose optima did not resolvably move — it would
 have stopped sweeps that had no measured failure — while it passed c = 1. Use ``--verify`` to measure
 whether the optimum moved.
+
+On a user's factory (``operator.type: "mymodel:build"``) the check is the conformance kit's over K
+(:func:`mutransfer.diagnostics.operator_check.k_coord_check`): the layers holding the spectral weights, found from the
+muP facts on the parameters, at the same K values, seeds and LR; it passes when their update, relative to the K
+rule, is flat in K **and** the same model under a deliberately wrong K rule grows (else the check could not see the
+rule at these sizes: ``no-signal``).
 """
 
 from __future__ import annotations
@@ -19,8 +25,14 @@ from __future__ import annotations
 import json
 import math
 
-from mutransfer.diagnostics.coord_check import coord_check
+import torch
+
+from mutransfer.data.validation import SelectionSplit
+from mutransfer.diagnostics.coord_check import FLAT, GROWS, NO_SIGNAL, coord_check
 from mutransfer.diagnostics.coord_plot import plot_coord_check
+from mutransfer.diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
+from mutransfer.diagnostics.operator_check import k_coord_check
+from mutransfer.study import Study
 from mutransfer.study_folder.state import write_atomic
 from mutransfer.sweep.context import SweepContext
 
@@ -33,45 +45,103 @@ def coord_check_gate(ctx: SweepContext) -> None:
     study, hp = ctx.study, ctx.transfer.hp
     modes = sorted({study.proxy_K, round(math.sqrt(study.proxy_K * study.target_K)), study.target_K})
     ctx.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
-    result = coord_check(
-        ctx.selection_data,
-        dim=study.dim,
-        modes=modes,
-        parametrizations=(study.parametrization,),
-        width=study.operator.width,
-        layers=study.operator.layers,
-        padding=study.padding,
-        lr=hp["lr"],
-        clip_value=hp["clip_value"],
-        batch_size=min(10, int(study.problem.n_train)),
-        seeds=3,
-        projection_channels=study.operator.projection_channels,
-        init_scale=hp["init_scale"],
-    )
-    json_path, png_path = ctx.study_dir.root / "coord_check.json", ctx.study_dir.root / "coord_check.png"
-    write_atomic(json_path, json.dumps(result.as_dict(), indent=2))
-    plot_coord_check(result, png_path)
-    ctx.tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
-    ctx.tracker.client.log_artifact(ctx.parent_id, str(png_path), "coord_check")
-    flagged = result.flagged(study.parametrization)
-    verdict = result.verdict(study.parametrization)
+    if study.family.facts_on_parameters:
+        data, tracker = ctx.selection_data, ctx.tracker
+        if data is None or tracker is None:
+            raise RuntimeError("coord_check_gate runs after the proxies' phase, which sets the data and the tracker")
+        sizes = tuple(k for k in modes if k is not None)
+        verdict, flagged, payload = _factory_check(study, data, sizes, float(hp["lr"]))
+        json_path = ctx.study_dir.root / "coord_check.json"
+        write_atomic(json_path, json.dumps(payload, indent=2))
+        tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
+        where, tolerance = json_path, KIT_TOLERANCE
+        passed = "the update of the layers holding the spectral weights is flat in K and a wrong K rule's grows"
+    else:
+        result = coord_check(
+            ctx.selection_data,
+            dim=study.dim,
+            modes=modes,
+            parametrizations=(study.parametrization,),
+            width=study.operator.width,
+            layers=study.operator.layers,
+            padding=study.padding,
+            lr=hp["lr"],
+            clip_value=hp["clip_value"],
+            batch_size=min(10, int(study.problem.n_train)),
+            seeds=3,
+            projection_channels=study.operator.projection_channels,
+            init_scale=hp["init_scale"],
+        )
+        json_path, png_path = ctx.study_dir.root / "coord_check.json", ctx.study_dir.root / "coord_check.png"
+        write_atomic(json_path, json.dumps(result.as_dict(), indent=2))
+        plot_coord_check(result, png_path)
+        ctx.tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
+        ctx.tracker.client.log_artifact(ctx.parent_id, str(png_path), "coord_check")
+        flagged = [c.describe() for c in result.flagged(study.parametrization)]
+        verdict = result.verdict(study.parametrization)
+        where, tolerance = png_path, result.tolerance
+        passed = "the output's and every Fourier layer's update are flat in K"
     if flagged:
         others = f" (and {len(flagged) - 1} more)" if len(flagged) > 1 else ""
         ctx.say(
-            f"coordinate check flagged {study.parametrization}: {flagged[0].describe()}{others}, tolerance "
-            f"{result.tolerance} at K = {modes}; see {png_path}. Reported only: this check misclassifies known rules "
+            f"coordinate check {verdict} {study.parametrization}: {flagged[0]}{others}, tolerance {tolerance} at "
+            f"K = {modes}; see {where}. Reported only: this check misclassifies known rules "
             "(docs/results.md, the rule panel), so the target trains anyway; --verify measures whether the optimum moved"
         )
     else:
-        ctx.say("coordinate check passed: the output's and every Fourier layer's update are flat in K (reported only)")
+        ctx.say(f"coordinate check passed: {passed} (reported only)")
     ctx.update_state(
         coord_check={
             "verdict": verdict,
             "modes": modes,
-            "flagged": [c.describe() for c in flagged],
+            "flagged": flagged,
             "blocks": False,
             "json": str(json_path),
         }
     )
     if ctx.tracker is not None and ctx.parent_id is not None:
         ctx.tracker.set_tags(ctx.parent_id, {"mutransfer.coord_check": verdict})
+
+
+def _factory_check(
+    study: Study, data: SelectionSplit, modes: tuple[int, ...], lr: float
+) -> tuple[str, list[str], dict[str, object]]:
+    """The kit's check over K on the study's factory (module docstring), on the first 10 fit samples: (verdict, what
+    it flags, the JSON)."""
+    n = min(10, int(data.train_x.shape[0]))
+    x = torch.as_tensor(data.train_x[:n], dtype=torch.float32)
+    y = torch.as_tensor(data.train_y[:n], dtype=torch.float32)
+    curves = k_coord_check(
+        study.family.build_class,
+        name=study.operator.type,
+        options=dict(study.operator.options),
+        x=x,
+        y=y,
+        modes=modes,
+        width=int(study.operator.width),
+        lr=lr,
+        seeds=3,
+        k_exponent=float(study.k_exponent),
+    )
+    if curves is None:
+        flagged = [f"no parameter of {study.family.label} grows with K: nothing to check across K"]
+        return NO_SIGNAL, flagged, {"modes": list(modes), "curves": [], "verdict": NO_SIGNAL, "flagged": flagged}
+    mup, wrong = curves
+    if mup.verdict != FLAT:
+        verdict, flagged = ("flagged" if mup.verdict != NO_SIGNAL else NO_SIGNAL), [mup.describe()]
+    elif wrong.verdict != GROWS:
+        verdict = NO_SIGNAL
+        flagged = [
+            f"under a wrong K rule the update {wrong.verdict} ({wrong.describe()}): the check cannot see the rule"
+        ]
+    else:
+        verdict, flagged = "pass", []
+    payload: dict[str, object] = {
+        "modes": list(modes),
+        "lr": lr,
+        "seeds": 3,
+        "curves": [c.__dict__ for c in curves],
+        "verdict": verdict,
+        "flagged": flagged,
+    }
+    return verdict, flagged, payload

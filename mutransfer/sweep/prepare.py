@@ -45,8 +45,8 @@ def prepare(options: SweepOptions) -> SweepContext:
     study, applied = load_study(options.study_path, options.overrides, text=options.study_text)
     if options.coord_check and not study.family.coord_checkable:
         raise UserInputError(
-            f"--coord-check measures FNO's spectral layers across K; operator.type {study.operator.type} has none it "
-            "can find, drop the flag (--verify measures whether the transferred LR is the target's optimum)"
+            f"--coord-check measures the spectral layers' update across K; operator.type {study.operator.type} has no "
+            "K axis, drop the flag (--verify measures whether the transferred LR is the target's optimum)"
         )
     if options.coord_check and not study.scales_K:
         raise UserInputError(

@@ -206,8 +206,11 @@ def test_rough_burgers_sp_first_layer_update_grows_and_mup_holds_it_flat(rough):
 # --------------------------------------------------------------------------- the sweep's gate (phase on a context)
 
 
-def _gate_context(tmp_path, tiny_file, parametrization):
-    """A SweepContext stand-in with what coord_check_gate reads: the tiny study (K 6 → 24, width 16, 2 layers)."""
+def _gate_context(tmp_path, tiny_file, parametrization, *, module: str | None = None, module_name: str = ""):
+    """A SweepContext stand-in with what coord_check_gate reads: the tiny study (K 6 → 24, width 16, 2 layers);
+    ``module``: the text of a user's module ``module_name``.py beside the study file, its ``operator.type:
+    "<module_name>:build"`` (a process imports a module once, and the suite's in-process tests share processes: a
+    name of the test's own)."""
     import yaml
 
     from mutransfer.data.validation import carve_validation
@@ -217,6 +220,9 @@ def _gate_context(tmp_path, tiny_file, parametrization):
     path = write_tiny_study(tmp_path, tiny_file, name=f"gate-{parametrization}")
     mapping = yaml.safe_load(path.read_text())
     mapping["parametrization"] = parametrization
+    if module is not None:
+        (tmp_path / f"{module_name}.py").write_text(module)
+        mapping["operator"] = {"type": f"{module_name}:build", "width": 16, "layers": 2}
     path.write_text(yaml.safe_dump(mapping, sort_keys=False))
     study, _ = load_study(path)
     logged, said, state = [], [], {}
@@ -295,6 +301,37 @@ def test_the_check_on_smooth_burgers_as_measured(tiny_file, tmp_path):
 def _cli(*args):
     cmd = [sys.executable, "-m", "mutransfer.cli.main", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+
+
+def test_on_a_users_factory_the_gate_passes_its_spectral_layers_and_flags_one_scaled_beyond_the_rule(
+    tiny_file, tmp_path
+):
+    """A study whose operator is a user's factory (issue 34 item 1): the gate measures the layers its muP facts mark
+    spectral, found on the user's own model, at K = [6, 12, 24]. The user's FNO passes (its update, relative to the K
+    rule, is flat in K, and a wrong rule's grows); the same model with its spectral layer's output scaled by K
+    (an author's own mode normalization the rule does not know) is flagged, in one line."""
+    from mutransfer.sweep.gate import coord_check_gate
+    from tests.sweep.test_user_operator import USER_MODULE
+
+    (tmp_path / "right").mkdir()
+    ctx = _gate_context(tmp_path / "right", tiny_file, "mup", module=USER_MODULE, module_name="gate_user_model")
+    coord_check_gate(ctx)
+    assert ctx.state["coord_check"]["verdict"] == "pass", ctx.said
+    assert ctx.said[-1].startswith("coordinate check passed: the update of the layers holding the spectral weights")
+    payload = json.loads((tmp_path / "right" / "coord_check.json").read_text())
+    verdicts = {c["rule"]: c["verdict"] for c in payload["curves"]}
+    assert verdicts == {"mup": FLAT, "wrong": GROWS} and payload["modes"] == [6, 12, 24]
+    assert {"mutransfer.coord_check": "pass"} in ctx.logged
+
+    scaled = USER_MODULE.replace("z[..., : self.K], self.weight)", "z[..., : self.K], self.weight) * (self.K / 4)")
+    assert scaled != USER_MODULE
+    (tmp_path / "scaled").mkdir()
+    ctx = _gate_context(tmp_path / "scaled", tiny_file, "mup", module=scaled, module_name="gate_kscaled_model")
+    coord_check_gate(ctx)  # reported, not raised
+    record, message = ctx.state["coord_check"], ctx.said[-1]
+    assert record["verdict"] == "flagged" and record["blocks"] is False
+    assert "\n" not in message and message.startswith("coordinate check flagged mup: K     mup    spectral grows")
+    assert "K = [6, 12, 24]" in message and "--verify" in message
 
 
 @pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
