@@ -299,7 +299,7 @@ def factory_family(
         construct=construct,
         planner=planner,
         owns=lambda config: isinstance(config, dict) and config.get("factory") == path,
-        fields=("options",),
+        fields=("options", "k_exponent"),  # the K rule's exponent reaches set_base_shapes (configure)
         defaults={"modes": 8},
         facts_on_parameters=True,
     )

@@ -30,6 +30,8 @@ from torch import nn
 from mutransfer.study import Study
 from mutransfer.study.k_exponent import K_EXPONENT_FROM_DATA
 from mutransfer.study.models import model_for
+from operators.base_shapes import shape_of
+from operators.errors import OperatorConfigError
 from operators.parametrization import spectral_modules
 
 
@@ -103,16 +105,27 @@ class KExponentEstimate:
 
 
 def fourier_layer_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
-    """The input of every spectral layer of ``model`` (in call order) for one forward pass of ``x``, no gradient."""
-    captured: list[torch.Tensor] = []
+    """The input of every spectral layer of ``model`` (in call order) for one forward pass of ``x``, no gradient.
 
-    def keep(_module: nn.Module, args: tuple, _out: object) -> None:
-        captured.append(args[0].detach())
+    The spectral layers are the modules of the spectral-layer protocol (operators.parametrization), else, on a
+    user's model, the nearest module that runs in ``forward`` above each parameter whose muP facts say spectral
+    (operators.base_shapes); their inputs must be laid out (B, C, *grid) on the grid of ``x`` (B, *grid, C).
 
-    layers = spectral_modules(model)  # the spectral-layer protocol (operators.parametrization), not a class
-    handles = [m.register_forward_hook(keep) for m in layers if isinstance(m, nn.Module)]
-    if not handles:
-        raise ValueError(f"{type(model).__name__} has no Fourier layer: the K rule does not apply")
+    Raises:
+        ValueError: no spectral layer; OperatorConfigError: a user's spectral layer takes another layout (one line).
+    """
+    layers: list[nn.Module] = [m for m in spectral_modules(model) if isinstance(m, nn.Module)]  # a protocol
+    names = {m: name for name, m in model.named_modules()}
+    from_facts = not layers
+    if from_facts:
+        layers = list(model.modules())  # which of them hold the spectral weights is known once they have run
+    captured: list[tuple[str, torch.Tensor]] = []
+
+    def keep(module: nn.Module, args: tuple, _out: object) -> None:
+        if args and isinstance(args[0], torch.Tensor):
+            captured.append((names[module], args[0].detach()))
+
+    handles = [m.register_forward_hook(keep) for m in layers]
     was_training = model.training
     try:
         model.eval()
@@ -122,7 +135,42 @@ def fourier_layer_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor
         model.train(was_training)
         for handle in handles:
             handle.remove()
-    return captured
+    if from_facts:
+        captured = _spectral_owners(model, captured, tuple(x.shape[1:-1]))
+    if not captured:
+        raise ValueError(f"{type(model).__name__} has no Fourier layer: the K rule does not apply")
+    return [h for _, h in captured]
+
+
+def _spectral_owners(
+    model: nn.Module, captured: list[tuple[str, torch.Tensor]], grid: tuple[int, ...]
+) -> list[tuple[str, torch.Tensor]]:
+    """Of the modules that ran (``captured``, in call order), the nearest above each spectral parameter; their
+    inputs checked to be (B, C, *grid)."""
+    ran = {name for name, _ in captured}
+    owners: set[str] = set()
+    for name, p in model.named_parameters():
+        fact = shape_of(p)
+        if fact is None or fact.role != "spectral":
+            continue
+        owner = name.rpartition(".")[0]
+        while owner and owner not in ran:
+            owner = owner.rpartition(".")[0]
+        if owner:
+            owners.add(owner)
+    found, seen = [], set()
+    for name, h in captured:
+        if name not in owners or name in seen:
+            continue
+        seen.add(name)
+        if h.dim() != len(grid) + 2 or tuple(h.shape[2:]) != grid:
+            raise OperatorConfigError(
+                f"operator.k_exponent 'data' reads the input of {type(model).__name__}.{name}, which holds spectral "
+                f"weights, as (B, C, *grid) with grid {grid}; it takes shape {tuple(h.shape)}: give "
+                "operator.k_exponent a number instead (1 is the paper's rule)"
+            )
+        found.append((name, h))
+    return found
 
 
 def estimate_k_exponent(model: nn.Module, x: torch.Tensor, k_lo: int, k_hi: int) -> KExponentEstimate:

@@ -108,3 +108,80 @@ def test_the_estimate_reads_every_fourier_layers_input_and_rises_with_the_datas_
 def test_a_model_without_fourier_layers_is_refused():
     with pytest.raises(ValueError, match="no Fourier layer"):
         fourier_layer_inputs(torch.nn.Linear(1, 1), torch.zeros(2, 1))
+
+
+CHANNELS_LAST_MODULE = """
+import torch
+from torch import nn
+
+
+class SpectralLast(nn.Module):
+    def __init__(self, width, K):
+        super().__init__()
+        self.K = K
+        self.weight = nn.Parameter(torch.randn(width, width, K, dtype=torch.cfloat) / width)
+
+    def forward(self, x):  # (B, N, C)
+        z = torch.fft.rfft(x, dim=1)
+        out = torch.zeros_like(z)
+        out[:, : self.K] = torch.einsum("bki,iok->bko", z[:, : self.K], self.weight)
+        return torch.fft.irfft(out, n=x.shape[1], dim=1)
+
+
+class LastFNO(nn.Module):
+    def __init__(self, K, width, in_channels, out_channels):
+        super().__init__()
+        self.lift = nn.Linear(in_channels, width)
+        self.spectral = SpectralLast(width, K)
+        self.readout = nn.Linear(width, out_channels)
+
+    def forward(self, x):
+        h = self.lift(x)
+        return self.readout(torch.nn.functional.gelu(self.spectral(h) + h))
+
+
+def build(*, K, width, in_channels, out_channels):
+    return LastFNO(K, width, in_channels, out_channels)
+"""
+
+
+def _users_model(module_text: str, K: int = 24):
+    """A user's model from ``module_text`` (its ``build`` factory) at ``K``, its muP facts set against K = 6."""
+    import types
+
+    from mutransfer import mup
+
+    module = types.ModuleType("users_model")
+    exec(compile(module_text, "users_model.py", "exec"), module.__dict__)  # the test's own text, as a .py would be
+    config = {"width": 8, "in_channels": 1, "out_channels": 1}
+    model = module.build(K=K, **config)
+    mup.set_base_shapes(model, module.build(K=6, **config))
+    return model
+
+
+def test_on_a_users_model_the_estimate_reads_the_layers_holding_its_spectral_weights():
+    """A user's model (a factory's, issue 34 item 1) has no layer of the project's protocol: the estimate reads the
+    input of the nearest module that runs above each parameter its muP facts mark spectral, one per layer; rough
+    data measure a larger ρ than smooth."""
+    from tests.sweep.test_user_operator import USER_MODULE
+
+    torch.manual_seed(0)
+    model = _users_model(USER_MODULE)
+    smooth = torch.sin(2 * math.pi * _grid().float())[None, :, None].repeat(16, 1, 1)
+    rough = torch.randn(16, N, 1)
+    inputs = fourier_layer_inputs(model, smooth)
+    assert len(inputs) == 2 and all(h.shape == (16, 8, N) for h in inputs)  # (B, C, N): the user's Spectral1d
+    lo, hi = (estimate_k_exponent(model, x, 6, 24) for x in (smooth, rough))
+    assert len(lo.layer_exponents) == 2 and lo.exponent < hi.exponent
+
+
+def test_a_users_spectral_layer_taking_channels_last_is_refused_in_one_line():
+    """The energy is read as (B, C, *grid): a user's spectral layer that takes (B, N, C) cannot be read, and is
+    named with the fix (a number for operator.k_exponent) rather than measured wrong."""
+    from operators.errors import OperatorConfigError
+
+    model = _users_model(CHANNELS_LAST_MODULE)
+    with pytest.raises(OperatorConfigError) as caught:
+        fourier_layer_inputs(model, torch.randn(4, N, 1))
+    message = str(caught.value)
+    assert "\n" not in message and "LastFNO.spectral" in message and "give operator.k_exponent a number" in message

@@ -438,7 +438,7 @@ def _attention_study_file(tmp_path, operator="ono"):
             "--widths: 9 is not divisible by operator.heads 2",
         ),
         (["landscape", "--widths", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "give at least two values of widths"),
-        (["sweep", "--coord-check"], "--coord-check measures FNO's spectral layers across K"),
+        (["sweep", "--coord-check"], "--coord-check measures the spectral layers' update across K"),
         (["sweep", "--proxy-K", "4"], "proxy_K: applies to fno only"),
     ],
 )

@@ -277,6 +277,22 @@ def test_the_coordinate_check_measures_the_users_own_model(tmp_path):
 
 
 @pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
+def test_the_k_rules_exponent_is_measured_on_the_users_model(tmp_path):
+    """``operator.k_exponent: data`` on a factory (issue 34 item 1; it was refused, "applies to fno only"): rho is
+    measured at the inputs of the user's two layers holding spectral weights, and the target's spectral LR, read
+    from its optimizer, is the proxy's x (log K_p / log K_t)^(rho/2) x width_p / width_t."""
+    operator = {"type": "mymodel:build", "width": 8, "layers": 2, "k_exponent": "data"}
+    proc, _ = _sweep(tmp_path, _study(tmp_path, operator=operator), *IN_PROCESS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    rho = report["k_rule"]["exponent"]
+    assert len(report["k_rule"]["layer_exponents"]) == 2 and report["k_rule"]["modes"] == [6, 12]
+    lr = report["target_hyperparameters"]["lr"]
+    want = lr * (math.log(6) / math.log(12)) ** (rho / 2) * 8 / 16
+    assert report["target"]["spectral_lr0"] == pytest.approx(want, rel=1e-9)
+
+
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_neuraloperators_fno_is_tuned_from_its_installed_factory(tmp_path):
     """``operator.type: mutransfer.neuralop:fno1d``: an installed module, no file beside the study."""
     pytest.importorskip("neuralop")
