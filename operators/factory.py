@@ -231,6 +231,10 @@ def is_user_operator(name: str) -> bool:
     return is_factory_path(name) or (name not in OPERATORS and name in plugins())
 
 
+#: the operator fields of a factory's study: its own arguments, and the K rule's exponent (set_base_shapes, configure)
+FACTORY_FIELDS = ("options", "k_exponent")
+
+
 def factory_family(
     path: str, directory: str | None, label: str | None = None, name: str | None = None
 ) -> OperatorFamily:
@@ -299,7 +303,7 @@ def factory_family(
         construct=construct,
         planner=planner,
         owns=lambda config: isinstance(config, dict) and config.get("factory") == path,
-        fields=("options", "k_exponent"),  # the K rule's exponent reaches set_base_shapes (configure)
+        fields=FACTORY_FIELDS,
         defaults={"modes": 8},
         facts_on_parameters=True,
     )

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from torch import nn
 
 from mutransfer.cli.common import positive_int, print_json
 from mutransfer.diagnostics.operator_check import PROBLEMS, check_operator
@@ -46,7 +48,8 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def _options(text: str) -> dict[str, object]:
+def factory_options(text: str) -> dict[str, object]:
+    """``--options``: a YAML mapping of the factory's other arguments; one line naming the flag otherwise."""
     try:
         value = yaml.safe_load(text)
     except yaml.YAMLError:
@@ -56,10 +59,15 @@ def _options(text: str) -> dict[str, object]:
     return value
 
 
+def load_named_factory(name: str) -> Callable[..., nn.Module]:
+    """The factory ``name`` (module:function, found in the working directory first, or an installed plug-in's name)."""
+    path = plugins().get(name, name)
+    return load_factory(path, locate(path, [Path.cwd()]))
+
+
 def run(args: argparse.Namespace) -> int:
-    options = _options(args.options)
-    path = plugins().get(args.factory, args.factory)  # an installed plug-in's name, or a factory path
-    factory = load_factory(path, locate(path, [Path.cwd()]))
+    options = factory_options(args.options)
+    factory = load_named_factory(args.factory)
     result = check_operator(factory, name=args.factory, dim=args.dim, options=options, seeds=args.seeds)
     if args.json:
         print_json(result.as_dict())

@@ -1,20 +1,34 @@
-"""`mutransfer coord-check`: does the update at a fixed LR stay flat in K under each parametrization?"""
+"""`mutransfer coord-check`: does the update at a fixed LR stay flat in K under each parametrization?
+
+With ``--operator FACTORY`` (a user's model, docs/byo.md) it is the conformance kit's check over K instead
+(mutransfer.diagnostics.operator_check.k_coord_check): the layers holding the parameters its muP facts mark spectral.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 
+import torch
+from torch import nn
+
+from mutransfer.cli.check_operator_cmd import factory_options, load_named_factory
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
 from mutransfer.cli.data_cmd import add_reader_arguments
 from mutransfer.cli.outputs import check_outside_kept_folders
 from mutransfer.cli.train_cmd import resolve_data
+from mutransfer.data.loading import SplitData, StreamingSplit
 from mutransfer.diagnostics import coord_check as coord_checking
 from mutransfer.diagnostics.coord_check import check_coord_check_inputs
 from mutransfer.diagnostics.coord_plot import plot_coord_check
+from mutransfer.diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
+from mutransfer.diagnostics.operator_check import k_coord_check
+from mutransfer.errors import UserInputError
 from mutransfer.problems import PROBLEMS
 from mutransfer.study.inputs import check_folder
+from operators.errors import OperatorConfigError
 from operators.parametrization import PARAMETRIZATIONS
 
 
@@ -28,6 +42,17 @@ def add_parser(subparsers) -> None:
         "one seed) gives the verdict "
         "flat / grows / shrinks / unresolved / no-signal. A parametrization passes when the output and every "
         "fourier_l curve are flat.",
+    )
+    p.add_argument(
+        "--operator",
+        metavar="FACTORY",
+        help="a user's factory (module:function, or an installed plug-in's name) instead of the project's FNO: the "
+        "conformance kit's check over K (one Adam step; flat under the muP facts, and a wrong K rule must grow)",
+    )
+    p.add_argument(
+        "--options",
+        default="{}",
+        help="with --operator: the factory's other arguments as a YAML mapping, e.g. '{layers: 2}' (default: {})",
     )
     p.add_argument("--problem", choices=sorted(PROBLEMS), default="burgers", help="PDE problem (default: burgers)")
     p.add_argument(
@@ -90,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_outside_kept_folders(out, flag="--out")  # before the data is generated or read (and before any probe)
     check_folder("--out", out)
+    if args.operator is not None:
+        _refuse_fno_flags(args)
+        factory, options = load_named_factory(args.operator), factory_options(args.options)
+        problem, data, _, _ = resolve_data(args)
+        return _run_factory(args, factory, options, problem.name, data, out)
     problem, data, _, _ = resolve_data(args)
     sizes = dict(
         dim=problem.dim,
@@ -124,4 +154,66 @@ def run(args: argparse.Namespace) -> int:
             gate = "" if curve.gated else "  (reported, not gated)"
             print(f"    {curve.describe()}{gate}")
     print(f"plot: {out / 'coord_check.png'}")
+    return 0
+
+
+#: the flags that size or run the project's FNO, with their defaults: refused with --operator when changed
+_FNO_FLAGS = {
+    "parametrization": ["standard", "mup"],
+    "layers": 4,
+    "padding": None,
+    "steps": 3,
+    "clip_value": None,
+    "tolerance": 0.1,
+}
+
+
+def _refuse_fno_flags(args: argparse.Namespace) -> None:
+    for name, default in _FNO_FLAGS.items():
+        if getattr(args, name) != default:
+            flag = "--" + name.replace("_", "-")
+            raise UserInputError(
+                f"{flag} sizes or runs the project's FNO, not --operator {args.operator}: drop it (a factory's own "
+                "arguments go in --options)"
+            )
+
+
+def _run_factory(
+    args: argparse.Namespace,
+    factory: Callable[..., nn.Module],
+    options: dict[str, object],
+    problem: str,
+    data: SplitData | StreamingSplit,
+    out: Path,
+) -> int:
+    """``coord-check --operator``: the kit's check over K on ``args.batch_size`` training samples of ``data``."""
+    n = min(args.batch_size, int(data.train_x.shape[0]))
+    x = torch.as_tensor(data.train_x[:n], dtype=torch.float32)
+    y = torch.as_tensor(data.train_y[:n], dtype=torch.float32)
+    modes = tuple(sorted(set(args.modes)))
+    try:
+        found = k_coord_check(
+            factory, name=args.operator, options=options, x=x, y=y, modes=modes, width=args.width, lr=args.lr,
+            seeds=args.seeds,
+        )  # fmt: skip
+    except RuntimeError as exc:  # the model's own forward failed (e.g. K beyond the grid): one line
+        raise OperatorConfigError(
+            f"--operator {args.operator}: the model failed at K = {list(modes)}, width {args.width} on a batch of "
+            f"shape {tuple(x.shape)} (B, *grid, C): {' '.join(str(exc).split())[:300]}"
+        ) from None
+    out.mkdir(parents=True, exist_ok=True)
+    payload = found.as_dict() | {"problem": problem, "operator": args.operator}
+    (out / "coord_check.json").write_text(json.dumps(payload, indent=2))
+    if args.json:
+        print_json(payload)
+        return 0
+    print(
+        f"coordinate check of {found.model_class} ({args.operator}) on {problem}, K = {list(modes)}, width "
+        f"{args.width}, one Adam step at lr {args.lr:g}, {args.seeds} seeds; flat = 95% CI of the log-log slope "
+        f"within +-{KIT_TOLERANCE}"
+    )
+    for curve in found.curves:
+        print(f"  {curve.describe()}")
+    print(f"  {found.verdict.upper()}" + "".join(f"\n    - {line}" for line in found.flagged))
+    print(f"json: {out / 'coord_check.json'}")
     return 0

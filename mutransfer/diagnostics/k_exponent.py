@@ -109,23 +109,32 @@ def fourier_layer_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor
 
     The spectral layers are the modules of the spectral-layer protocol (operators.parametrization), else, on a
     user's model, the nearest module that runs in ``forward`` above each parameter whose muP facts say spectral
-    (operators.base_shapes); their inputs must be laid out (B, C, *grid) on the grid of ``x`` (B, *grid, C).
+    (operators.base_shapes); their first argument must be a tensor laid out (B, C, *grid) on the grid of ``x``
+    (B, *grid, C).
 
     Raises:
-        ValueError: no spectral layer; OperatorConfigError: a user's spectral layer takes another layout (one line).
+        OperatorConfigError (a ValueError): no spectral layer, or a user's spectral layer whose input cannot be read
+        as (B, C, *grid) (one line naming it and the fix).
     """
-    layers: list[nn.Module] = [m for m in spectral_modules(model) if isinstance(m, nn.Module)]  # a protocol
+    protocol: list[nn.Module] = [m for m in spectral_modules(model) if isinstance(m, nn.Module)]
     names = {m: name for name, m in model.named_modules()}
-    from_facts = not layers
-    if from_facts:
-        layers = list(model.modules())  # which of them hold the spectral weights is known once they have run
-    captured: list[tuple[str, torch.Tensor]] = []
+    facts = [name for name, p in model.named_parameters() if (f := shape_of(p)) is not None and f.role == "spectral"]
+    if protocol:
+        candidates = protocol
+    else:  # a user's model: every module above a spectral parameter, the root included; which ran, the pass says
+        above = {""} | {name.rsplit(".", i)[0] for name in facts for i in range(1, name.count(".") + 1)}
+        candidates = [m for m in model.modules() if names[m] in above]
+    ran: list[str] = []
+    inputs: dict[str, object] = {}
 
     def keep(module: nn.Module, args: tuple, _out: object) -> None:
-        if args and isinstance(args[0], torch.Tensor):
-            captured.append((names[module], args[0].detach()))
+        name = names[module]
+        if name not in inputs:
+            ran.append(name)
+            inputs[name] = args[0].detach().clone() if args and isinstance(args[0], torch.Tensor) else None
+        return None
 
-    handles = [m.register_forward_hook(keep) for m in layers]
+    handles = [m.register_forward_hook(keep) for m in candidates]
     was_training = model.training
     try:
         model.eval()
@@ -135,41 +144,41 @@ def fourier_layer_inputs(model: nn.Module, x: torch.Tensor) -> list[torch.Tensor
         model.train(was_training)
         for handle in handles:
             handle.remove()
-    if from_facts:
-        captured = _spectral_owners(model, captured, tuple(x.shape[1:-1]))
-    if not captured:
-        raise ValueError(f"{type(model).__name__} has no Fourier layer: the K rule does not apply")
-    return [h for _, h in captured]
+    if protocol:
+        if not ran:
+            raise ValueError(f"{type(model).__name__} has no Fourier layer: the K rule does not apply")
+        return [h for h in (inputs[n] for n in ran) if isinstance(h, torch.Tensor)]
+    return _spectral_owner_inputs(type(model).__name__, facts, ran, inputs, tuple(x.shape[1:-1]))
 
 
-def _spectral_owners(
-    model: nn.Module, captured: list[tuple[str, torch.Tensor]], grid: tuple[int, ...]
-) -> list[tuple[str, torch.Tensor]]:
-    """Of the modules that ran (``captured``, in call order), the nearest above each spectral parameter; their
-    inputs checked to be (B, C, *grid)."""
-    ran = {name for name, _ in captured}
+def _spectral_owner_inputs(
+    model_class: str, facts: list[str], ran: list[str], inputs: dict[str, object], grid: tuple[int, ...]
+) -> list[torch.Tensor]:
+    """Of the modules that ran (``ran``, in call order), the nearest above each spectral parameter (``facts``); their
+    inputs, checked to be (B, C, *grid) tensors."""
+    if not facts:
+        raise OperatorConfigError(
+            f"{model_class} has no Fourier layer and no parameter whose muP facts say spectral: operator.k_exponent "
+            "'data' has no layer to read; give operator.k_exponent a number (1 is the paper's rule)"
+        )
     owners: set[str] = set()
-    for name, p in model.named_parameters():
-        fact = shape_of(p)
-        if fact is None or fact.role != "spectral":
-            continue
+    for name in facts:
         owner = name.rpartition(".")[0]
-        while owner and owner not in ran:
+        while owner and owner not in inputs:
             owner = owner.rpartition(".")[0]
-        if owner:
-            owners.add(owner)
-    found, seen = [], set()
-    for name, h in captured:
-        if name not in owners or name in seen:
-            continue
-        seen.add(name)
-        if h.dim() != len(grid) + 2 or tuple(h.shape[2:]) != grid:
+        owners.add(owner)  # "" is the model itself
+    found: list[torch.Tensor] = []
+    for name in (n for n in ran if n in owners):
+        h = inputs[name]
+        shown = f"{model_class}.{name}" if name else model_class
+        if not isinstance(h, torch.Tensor) or h.dim() != len(grid) + 2 or tuple(h.shape[2:]) != grid:
+            got = f"shape {tuple(h.shape)}" if isinstance(h, torch.Tensor) else f"a {type(h).__name__} first argument"
             raise OperatorConfigError(
-                f"operator.k_exponent 'data' reads the input of {type(model).__name__}.{name}, which holds spectral "
-                f"weights, as (B, C, *grid) with grid {grid}; it takes shape {tuple(h.shape)}: give "
-                "operator.k_exponent a number instead (1 is the paper's rule)"
+                f"operator.k_exponent 'data' reads the input of {shown}, which holds spectral weights, as a "
+                f"(B, C, *grid) tensor with grid {grid}; it takes {got}: give operator.k_exponent a number instead "
+                "(1 is the paper's rule)"
             )
-        found.append((name, h))
+        found.append(h)
     return found
 
 

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mutransfer.diagnostics.coord_check import FLAT, GROWS, classify_curve
+from mutransfer.diagnostics.coord_check import FLAT, GROWS, NO_SIGNAL, classify_curve
 from mutransfer.errors import UserInputError
 from mutransfer.problems import get_problem
 from mutransfer.training.checkpoint import weights_of
@@ -168,13 +168,16 @@ def watched_layers(model: nn.Module, probe: torch.Tensor | None = None) -> dict[
     fired: set[str] = set()
     names = {module: name for name, module in model.named_modules()}
     hooks = [m.register_forward_hook(lambda m, i, o: fired.add(names[m])) for m in model.modules()]
+    was_training = model.training
     try:
         if probe is None:
             device = next(iter(model.parameters())).device
             probe = torch.zeros(1, *_PROBE_GRID[: _probe_dim(model)], 1, device=device)
+        model.eval()  # a one-sample probe: no batch statistics
         with torch.no_grad():
             model(probe)
     finally:
+        model.train(was_training)
         for h in hooks:
             h.remove()
     watched: dict[str, str] = {}
@@ -374,6 +377,54 @@ def _check(
     return OperatorCheck(label, type(largest).__name__, problem, describe(largest), planned, built, error, curves)
 
 
+@dataclass(frozen=True)
+class KCheck:
+    """What :func:`k_coord_check` found: the curve under the muP facts and the control under a wrong K rule (none
+    when no parameter of ``model_class`` grows with K)."""
+
+    model_class: str
+    modes: tuple[int, ...]
+    lr: float
+    seeds: int
+    curves: tuple[Curve, ...]
+
+    @property
+    def flagged(self) -> list[str]:
+        """What keeps it from passing, one line each ([] when it passes)."""
+        if not self.curves:
+            return [f"no parameter of {self.model_class} grows with K: nothing to check across K"]
+        mup, wrong = self.curves
+        if mup.verdict != FLAT:
+            return [mup.describe()]
+        if wrong.verdict != GROWS:
+            return [
+                f"under a wrong K rule the update {wrong.verdict} ({wrong.describe()}): the check cannot see the rule"
+            ]
+        return []
+
+    @property
+    def verdict(self) -> str:
+        """``pass``; ``flagged`` (the update under the facts is not flat in K); ``no-signal`` (nothing grows with K,
+        nothing moved, or the wrong rule's control does not grow: the check cannot see the rule at these sizes)."""
+        if not self.flagged:
+            return "pass"
+        if self.curves and self.curves[0].verdict not in (FLAT, NO_SIGNAL):
+            return "flagged"
+        return NO_SIGNAL
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "model_class": self.model_class,
+            "modes": list(self.modes),
+            "lr": self.lr,
+            "seeds": self.seeds,
+            "tolerance": TOLERANCE,
+            "curves": [c.__dict__ for c in self.curves],
+            "verdict": self.verdict,
+            "flagged": self.flagged,
+        }
+
+
 def k_coord_check(
     factory: Callable[..., nn.Module],
     *,
@@ -386,19 +437,19 @@ def k_coord_check(
     lr: float,
     seeds: int = 3,
     k_exponent: float = 1.0,
-) -> tuple[Curve, Curve] | None:
+) -> KCheck:
     """The kit's coordinate check over K alone (item 5 of the module docstring) at the given sizes, on the given data:
-    ``sweep --coord-check`` on a study whose operator is a user's factory.
+    ``sweep --coord-check`` and ``coord-check --operator`` on a user's factory.
 
     Args:
         factory: ``build(*, K, width, in_channels, out_channels, **options)``; ``name`` labels its errors.
         x, y: a batch, channel-last: (B, *grid, C_in) and (B, *grid, C_out), float32.
         modes: K values, ascending; the first is the base the muP facts are relative to (the proxy's K).
         width: the width every model is built at; ``lr``: the one Adam step's base LR.
-        k_exponent: the study's K rule (c(K) = (d log K)^(-k_exponent/2); 1 is the paper's).
+        k_exponent: the K rule (c(K) = (d log K)^(-k_exponent/2); 1 is the paper's).
     Returns:
-        (the curve under the muP facts, the curve under a deliberately wrong rule: spectral LR × (K/K0)²), or None
-        when no parameter of the model grows with K (nothing to check).
+        a :class:`KCheck`: the curve under the muP facts and the one under a deliberately wrong rule (spectral LR
+        × (K/K0)²), none when no parameter of the model grows with K; ``.verdict``, ``.flagged``, ``.as_dict()``.
     """
 
     def build(K: int, w: int) -> nn.Module:
@@ -408,12 +459,14 @@ def k_coord_check(
     largest = build(modes[-1], width)
     with torch.random.fork_rng():
         set_base_shapes(largest, build(*base), k_exponent=k_exponent)
+    found = KCheck(type(largest).__name__, tuple(modes), lr, seeds, ())
     if not any(f is not None and f.k_dims for f in map(shape_of, largest.parameters())):
-        return None
+        return found
     watched = watched_layers(largest, probe=x[:1])
 
     def run(size: tuple[int, int], rule: str, seed: int) -> dict[str, tuple[float, float]]:
         return _move(build, size, base, rule, seed, (x, y), watched, lr, k_exponent)
 
     by_k = [(k, width) for k in modes]
-    return _curve("K", "mup", "spectral", by_k, run, seeds), _curve("K", "wrong", "spectral", by_k, run, seeds)
+    curves = (_curve("K", "mup", "spectral", by_k, run, seeds), _curve("K", "wrong", "spectral", by_k, run, seeds))
+    return KCheck(found.model_class, found.modes, lr, seeds, curves)

@@ -49,6 +49,7 @@ from mutransfer.study.search_space import combination_problem, read_search_space
 from mutransfer.training.hyperparameters import consistency_problem
 from operators.errors import OperatorConfigError
 from operators.factory import (
+    FACTORY_FIELDS,
     check_roles,
     factory_family,
     is_user_operator,
@@ -79,9 +80,11 @@ _FACTORY_RESERVED = {"K": "proxy_K and target_K", "width": "operator.width", "in
 
 
 def _owners(key: str) -> str:
-    """Who declares operator field ``key``: "fno only" or "the attention operators (galerkin, ono, gnot)"."""
-    owners = [f.name for f in OPERATORS.values() if key in f.fields]
-    return f"{owners[0]} only" if len(owners) == 1 else f"the attention operators ({', '.join(owners)})"
+    """Who declares operator field ``key``: "fno only", "fno and a user's factory only" or "the attention operators
+    (galerkin, ono, gnot)" (factories registered in this process are not listed by name)."""
+    owners = [f.name for f in OPERATORS.values() if key in f.fields and not f.facts_on_parameters]
+    either = " and a user's factory" if key in FACTORY_FIELDS else ""
+    return f"{owners[0]}{either} only" if len(owners) == 1 else f"the attention operators ({', '.join(owners)})"
 
 
 def _spectral_names() -> str:

@@ -48,6 +48,11 @@ def prepare(options: SweepOptions) -> SweepContext:
             f"--coord-check measures the spectral layers' update across K; operator.type {study.operator.type} has no "
             "K axis, drop the flag (--verify measures whether the transferred LR is the target's optimum)"
         )
+    if options.coord_check and study.family.facts_on_parameters and study.parametrization != "mup":
+        raise UserInputError(
+            f"--coord-check on operator.type {study.operator.type} measures its muP facts across K, and this study "
+            f"trains it under parametrization {study.parametrization}: drop the flag or set parametrization: mup"
+        )
     if options.coord_check and not study.scales_K:
         raise UserInputError(
             f"--coord-check measures the update across K; this study keeps K = {study.proxy_K} (proxy_K = target_K), "

@@ -80,7 +80,7 @@ def assert_no_compute(proc, cwd: Path, *fragments):
         (lambda m: m["budget"].update(epochs=10**6), ["budget.epochs: must be <= 100000"]),
         (
             lambda m: m.update(operator={"type": "galerkin", "width": 32, "k_exponent": "data"}),
-            ["operator.k_exponent: applies to fno only, not galerkin"],
+            ["operator.k_exponent: applies to fno and a user's factory only, not galerkin"],
         ),
     ],
 )

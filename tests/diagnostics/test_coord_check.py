@@ -333,6 +333,14 @@ def test_on_a_users_factory_the_gate_passes_its_spectral_layers_and_flags_one_sc
     assert "\n" not in message and message.startswith("coordinate check flagged mup: K     mup    spectral grows")
     assert "K = [6, 12, 24]" in message and "--verify" in message
 
+    # a model that fails at a size no trial built (K 12, the middle): reported as an error, not raised
+    failing = USER_MODULE.replace("z = torch.fft.rfft(x)", "assert self.K != 12, 'K 12'\n        z = torch.fft.rfft(x)")
+    assert failing != USER_MODULE
+    (tmp_path / "failing").mkdir()
+    ctx = _gate_context(tmp_path / "failing", tiny_file, "mup", module=failing, module_name="gate_failing_model")
+    coord_check_gate(ctx)
+    assert ctx.state["coord_check"]["verdict"] == "error" and "could not run the model" in ctx.said[-1]
+
 
 @pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_cli_on_a_file_written_by_mutransfer_data(tmp_path):

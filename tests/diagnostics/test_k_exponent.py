@@ -185,3 +185,38 @@ def test_a_users_spectral_layer_taking_channels_last_is_refused_in_one_line():
         fourier_layer_inputs(model, torch.randn(4, N, 1))
     message = str(caught.value)
     assert "\n" not in message and "LastFNO.spectral" in message and "give operator.k_exponent a number" in message
+
+
+ROOT_HELD_MODULE = """
+import torch
+from torch import nn
+
+
+class RootSpectral(nn.Module):
+    def __init__(self, K, width, in_channels, out_channels):
+        super().__init__()
+        self.K = K
+        self.weight = nn.Parameter(torch.randn(in_channels, out_channels, K, dtype=torch.cfloat))
+
+    def forward(self, x):  # (B, N, C): the spectral weight sits on the model itself
+        z = torch.fft.rfft(x.movedim(-1, 1))
+        out = torch.zeros(z.shape[0], self.weight.shape[1], z.shape[-1], dtype=z.dtype)
+        out[..., : self.K] = torch.einsum("bik,iok->bok", z[..., : self.K], self.weight)
+        return torch.fft.irfft(out, n=x.shape[1]).movedim(1, -1)
+
+
+def build(*, K, width, in_channels, out_channels):
+    return RootSpectral(K, width, in_channels, out_channels)
+"""
+
+
+def test_a_spectral_weight_held_by_the_model_itself_is_read_at_its_input_and_refused_in_one_line():
+    """The nearest module above the weight is the model: its input, (B, N, C), is not (B, C, *grid): named, with
+    the fix, not silently skipped."""
+    from operators.errors import OperatorConfigError
+
+    model = _users_model(ROOT_HELD_MODULE)
+    with pytest.raises(OperatorConfigError) as caught:
+        fourier_layer_inputs(model, torch.randn(4, N, 1))
+    message = str(caught.value)
+    assert "\n" not in message and "reads the input of RootSpectral, which holds" in message

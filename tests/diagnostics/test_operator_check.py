@@ -107,6 +107,7 @@ def attention_factory(name: str):
         pytest.param(
             "ono",
             marks=pytest.mark.xfail(
+                raises=AssertionError,
                 strict=True,
                 reason="measured: under the facts alone ONO's hidden update grows with width, slope +0.34 "
                 "[+0.27, +0.41] over 8 seeds (tolerance 0.35: unresolved); its own width-muP, which the facts do "
@@ -150,3 +151,33 @@ def test_the_command_says_pass_or_fail_by_its_exit_code(tmp_path, monkeypatch, c
     assert "no module 'nowhere' is importable" in capsys.readouterr().err
     assert main(["check-operator", "mine:build", "--options", "[1, 2]"]) == 2
     assert "--options '[1, 2]': must be a mapping" in capsys.readouterr().err
+
+
+def test_coord_check_with_operator_measures_a_users_model_and_flags_one_scaled_beyond_the_rule(
+    tmp_path, monkeypatch, capsys
+):
+    """`mutransfer coord-check --operator FACTORY` (issue 34 item 1: it built the project's FNO whatever the user
+    had): the kit's check over K on the given data. The user's FNO passes; the same model with its spectral output
+    scaled by K is flagged (exit 0: a measurement); the FNO's own flags are refused in one line."""
+    from tests.sweep.test_user_operator import USER_MODULE
+    from tests.sweep_helpers import write_tiny_data
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "cli_user_model.py").write_text(USER_MODULE)
+    scaled = USER_MODULE.replace("z[..., : self.K], self.weight)", "z[..., : self.K], self.weight) * (self.K / 4)")
+    (tmp_path / "cli_kscaled_model.py").write_text(scaled)
+    data = write_tiny_data(tmp_path / "b.h5")
+    sizes = ["--data", str(data), "--modes", "6", "12", "24", "--width", "16", "--json"]
+    verdicts = {}
+    for name in ("cli_user_model", "cli_kscaled_model"):
+        assert main(["coord-check", "--operator", f"{name}:build", *sizes, "--out", name]) == 0
+        report = json.loads(capsys.readouterr().out)
+        assert report == json.loads((tmp_path / name / "coord_check.json").read_text())
+        assert report["model_class"] == "UserFNO" and [c["rule"] for c in report["curves"]] == ["mup", "wrong"]
+        verdicts[name] = report["verdict"]
+    assert verdicts == {"cli_user_model": "pass", "cli_kscaled_model": "flagged"}
+    assert main(["coord-check", "--operator", "cli_user_model:build", *sizes, "--layers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--layers sizes or runs the project's FNO, not --operator cli_user_model:build" in err
+    assert len(err.strip().splitlines()) == 1

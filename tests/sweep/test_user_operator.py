@@ -259,6 +259,15 @@ def test_on_a_cluster_the_users_module_ships_with_the_job(tmp_path):
     assert "py_modules" not in (cluster_runtime_env(()) or {})
 
 
+def test_the_coordinate_check_of_a_factory_under_the_standard_parametrization_is_refused(tmp_path):
+    """The factory's check measures its muP facts across K: a study that trains it under `standard` has none to
+    measure, and says so in one line before anything is made."""
+    proc, _ = _sweep(tmp_path, _study(tmp_path, parametrization="standard"), *IN_PROCESS, "--coord-check")
+    assert proc.returncode == 2 and "--coord-check on operator.type mymodel:build measures its muP facts" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_the_coordinate_check_measures_the_users_own_model(tmp_path):
     """--coord-check on a factory (issue 34 item 1; it was refused: it built the project's FNO) measures the user's
     model: the gate builds the user's class at K = 8, the geometric mean of the proxy's 6 and the target's 12, which
