@@ -84,7 +84,7 @@ def _owners(key: str) -> str:
     (galerkin, ono, gnot)" (factories registered in this process are not listed by name)."""
     owners = [f.name for f in OPERATORS.values() if key in f.fields and not f.facts_on_parameters]
     either = " and a user's factory" if key in FACTORY_FIELDS else ""
-    return f"{owners[0]}{either} only" if len(owners) == 1 else f"the attention operators ({', '.join(owners)})"
+    return f"{owners[0]}{either} only" if len(owners) == 1 else f"the attention operators ({', '.join(owners)}){either}"
 
 
 def _spectral_names() -> str:
