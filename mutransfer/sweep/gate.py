@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import torch
 
@@ -45,13 +46,13 @@ def coord_check_gate(ctx: SweepContext) -> None:
     study, hp = ctx.study, ctx.transfer.hp
     modes = sorted({study.proxy_K, round(math.sqrt(study.proxy_K * study.target_K)), study.target_K})
     ctx.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
+    json_path = ctx.study_dir.root / "coord_check.json"
     if study.family.facts_on_parameters:
         data, tracker = ctx.selection_data, ctx.tracker
         if data is None or tracker is None:
             raise RuntimeError("coord_check_gate runs after the proxies' phase, which sets the data and the tracker")
         sizes = tuple(k for k in modes if k is not None)
         verdict, flagged, payload = _factory_check(study, data, sizes, float(hp["lr"]))
-        json_path = ctx.study_dir.root / "coord_check.json"
         write_atomic(json_path, json.dumps(payload, indent=2))
         tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
         where, tolerance, why = json_path, KIT_TOLERANCE, "it checks that the K rule reaches those layers"
@@ -61,29 +62,7 @@ def coord_check_gate(ctx: SweepContext) -> None:
             "relative to the K rule, is flat in K and under a wrong K rule it grows"
         )
     else:
-        result = coord_check(
-            ctx.selection_data,
-            dim=study.dim,
-            modes=modes,
-            parametrizations=(study.parametrization,),
-            width=study.operator.width,
-            layers=study.operator.layers,
-            padding=study.padding,
-            lr=hp["lr"],
-            clip_value=hp["clip_value"],
-            batch_size=min(10, int(study.problem.n_train)),
-            seeds=3,
-            projection_channels=study.operator.projection_channels,
-            init_scale=hp["init_scale"],
-        )
-        json_path, png_path = ctx.study_dir.root / "coord_check.json", ctx.study_dir.root / "coord_check.png"
-        write_atomic(json_path, json.dumps(result.as_dict(), indent=2))
-        plot_coord_check(result, png_path)
-        ctx.tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
-        ctx.tracker.client.log_artifact(ctx.parent_id, str(png_path), "coord_check")
-        flagged = [c.describe() for c in result.flagged(study.parametrization)]
-        verdict = result.verdict(study.parametrization)
-        where, tolerance = png_path, result.tolerance
+        verdict, flagged, where, tolerance = _fno_check(ctx, modes, hp)
         why = "this check misclassifies known rules (docs/results.md, the rule panel)"
         passed = "the output's and every Fourier layer's update are flat in K"
     if flagged:
@@ -106,6 +85,34 @@ def coord_check_gate(ctx: SweepContext) -> None:
     )
     if ctx.tracker is not None and ctx.parent_id is not None:
         ctx.tracker.set_tags(ctx.parent_id, {"mutransfer.coord_check": verdict})
+
+
+def _fno_check(ctx: SweepContext, modes: list, hp: dict) -> tuple[str, list[str], Path, float]:
+    """The project's FNO check (mutransfer.diagnostics.coord_check), its JSON and plot written and logged: (verdict,
+    what it flags, the plot, the tolerance)."""
+    study = ctx.study
+    result = coord_check(
+        ctx.selection_data,
+        dim=study.dim,
+        modes=modes,
+        parametrizations=(study.parametrization,),
+        width=study.operator.width,
+        layers=study.operator.layers,
+        padding=study.padding,
+        lr=hp["lr"],
+        clip_value=hp["clip_value"],
+        batch_size=min(10, int(study.problem.n_train)),
+        seeds=3,
+        projection_channels=study.operator.projection_channels,
+        init_scale=hp["init_scale"],
+    )
+    json_path, png_path = ctx.study_dir.root / "coord_check.json", ctx.study_dir.root / "coord_check.png"
+    write_atomic(json_path, json.dumps(result.as_dict(), indent=2))
+    plot_coord_check(result, png_path)
+    ctx.tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
+    ctx.tracker.client.log_artifact(ctx.parent_id, str(png_path), "coord_check")
+    flagged = [c.describe() for c in result.flagged(study.parametrization)]
+    return result.verdict(study.parametrization), flagged, png_path, result.tolerance
 
 
 def _factory_check(
