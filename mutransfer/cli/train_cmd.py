@@ -34,6 +34,7 @@ from mutransfer.training.memory import check_before_building
 from mutransfer.training.trainer import resolve_device
 from operators.adapters import normalization_from
 from operators.factory import is_user_operator
+from operators.family import OperatorFamily
 from operators.parametrization import PARAMETRIZATIONS
 from operators.registry import OPERATORS, ModelSpec, get_family, point_set_families
 from operators.width_mup import WIDTH_PARAMETRIZATIONS
@@ -326,11 +327,10 @@ def _parse_options(items: list[str]) -> dict:
     return out
 
 
-def train_model_spec(args: argparse.Namespace, problem, data):
-    """(family, ModelSpec) the train flags describe; one-line errors for flags that do not apply to the family.
+def check_model_flags(args: argparse.Namespace, problem) -> tuple[OperatorFamily, dict]:
+    """(family, --option values) the train flags name; one-line errors for flags that do not apply to the family.
 
-    The family's ``defaults`` fill what is not given (operators.registry); the model is
-    built by ``family.build`` — the builder studies use too (mutransfer.study.models).
+    Reads no data: :func:`run` calls it before any data is generated or read, so a wrong flag costs nothing.
     """
 
     if args.width_parametrization == "mup" and args.base_width is None:
@@ -365,6 +365,17 @@ def train_model_spec(args: argparse.Namespace, problem, data):
     clash = sorted(reserved & set(options))
     if clash:
         raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
+    return family, options
+
+
+def train_model_spec(args: argparse.Namespace, problem, data):
+    """(family, ModelSpec) the train flags describe (:func:`check_model_flags`'s errors first).
+
+    The family's ``defaults`` fill what is not given (operators.registry); the model is
+    built by ``family.build`` — the builder studies use too (mutransfer.study.models).
+    """
+
+    family, options = check_model_flags(args, problem)
     points = problem.kind == "points"
     spec = ModelSpec(
         dim=problem.dim,
@@ -443,6 +454,7 @@ def run(args: argparse.Namespace) -> int:
         data_workers=args.data_workers,
     )
     out = check_outputs(args)
+    check_model_flags(args, get_problem(args.problem))  # before any data is generated or read
     problem, data, path, time_resolution = resolve_data(args)
     family, spec = train_model_spec(args, problem, data)
     model_config = family.configure(spec)

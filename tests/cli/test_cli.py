@@ -12,6 +12,7 @@ import pytest
 
 import mutransfer.problems as problems
 from mutransfer.cli.main import main
+from tests.cli_batch import run_cli_batch
 from tests.repo_paths import ROOT
 
 
@@ -123,26 +124,32 @@ def test_plan_paper_scale_json(capsys):
     assert plan["total_bytes"] > plan["adam_bytes"] > 0
 
 
-@pytest.mark.parametrize(
-    "args, fragments",
-    [
-        (["transfer", "--dim", "1", "--proxy-K", "1", "--target-K", "8", "--lr", "1e-3"], ["proxy modes 1", ">= 2"]),
-        (["transfer", "--dim", "1", "--proxy-K", "4", "--target-K", "8", "--lr", "-1"], ["--lr", "must be > 0"]),
-        (["plan", "--dim", "2", "--modes", "-3", "--width", "8", "--layers", "2"], ["--modes", "positive integer"]),
-        (
-            ["plan", "--dim", "2", "--modes", "20", "--width", "8", "--layers", "2", "--grid", "32"],
-            ["modes 20 too large"],
-        ),
-        (["plan", "--dim", "4", "--modes", "2", "--width", "8", "--layers", "2"], ["dim 4"]),
-        (["train", "--parametrization", "ntk"], ["--parametrization", "invalid choice"]),
-        (["train", "--batch-size", "-5"], ["--batch-size", "positive integer"]),
-        (["train", "--warmup", "1.5"], ["--warmup", "must be in [0, 1)"]),
-        (["data", "inspect", "/nonexistent/file.h5"], ["/nonexistent/file.h5"]),
-        (["data", "generate", "darcy", "--n", "0", "--resolution", "9", "--out", "x.h5"], ["--n"]),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(args, fragments):
-    assert_user_error(run_cli(*args), *fragments)
+BAD_INPUTS = [
+    (["transfer", "--dim", "1", "--proxy-K", "1", "--target-K", "8", "--lr", "1e-3"], ["proxy modes 1", ">= 2"]),
+    (["transfer", "--dim", "1", "--proxy-K", "4", "--target-K", "8", "--lr", "-1"], ["--lr", "must be > 0"]),
+    (["plan", "--dim", "2", "--modes", "-3", "--width", "8", "--layers", "2"], ["--modes", "positive integer"]),
+    (
+        ["plan", "--dim", "2", "--modes", "20", "--width", "8", "--layers", "2", "--grid", "32"],
+        ["modes 20 too large"],
+    ),
+    (["plan", "--dim", "4", "--modes", "2", "--width", "8", "--layers", "2"], ["dim 4"]),
+    (["train", "--parametrization", "ntk"], ["--parametrization", "invalid choice"]),
+    (["train", "--batch-size", "-5"], ["--batch-size", "positive integer"]),
+    (["train", "--warmup", "1.5"], ["--warmup", "must be in [0, 1)"]),
+    (["data", "inspect", "/nonexistent/file.h5"], ["/nonexistent/file.h5"]),
+    (["data", "generate", "darcy", "--n", "0", "--resolution", "9", "--out", "x.h5"], ["--n"]),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_inputs(tmp_path_factory):
+    """Each of :data:`BAD_INPUTS` run in a folder of its own, all in one interpreter (tests/cli_batch.py)."""
+    return run_cli_batch([(tmp_path_factory.mktemp("bad"), args) for args, _ in BAD_INPUTS])
+
+
+@pytest.mark.parametrize("case", range(len(BAD_INPUTS)))
+def test_bad_input_is_one_line_and_exit_2(bad_inputs, case):
+    assert_user_error(bad_inputs[case], *BAD_INPUTS[case][1])
 
 
 @pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
@@ -209,14 +216,17 @@ def test_generate_inspect_and_train_end_to_end(tmp_path):
 
 
 def test_train_rejects_missing_and_malformed_data(tmp_path):
-    assert_user_error(run_cli("train", "--data", tmp_path / "missing.h5"), "missing.h5")
     junk = tmp_path / "junk.h5"
     junk.write_text("not an hdf5 file")
-    assert_user_error(run_cli("train", "--data", junk), "junk.h5")
     partial = tmp_path / "partial.h5"
     with h5py.File(partial, "w") as f:
         f["input"] = np.zeros((4, 9, 9), dtype=np.float32)
-    assert_user_error(run_cli("train", "--data", partial), "partial.h5", "output")
+    missing, junk_out, partial_out = run_cli_batch(
+        [(tmp_path, ["train", "--data", path]) for path in (tmp_path / "missing.h5", junk, partial)]
+    )
+    assert_user_error(missing, "missing.h5")
+    assert_user_error(junk_out, "junk.h5")
+    assert_user_error(partial_out, "partial.h5", "output")
 
 
 def test_train_without_data_generates_and_caches(tmp_path, monkeypatch, capsys):

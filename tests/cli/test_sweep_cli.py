@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from mutransfer.cli.main import main
+from tests.cli_batch import run_cli_batch
 from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
 #: runs the CLI, then reports on stdout whether Ray / MLflow were ever imported
@@ -28,6 +29,14 @@ def run_probe(cwd: Path, *args):
     return subprocess.run(
         [sys.executable, "-c", PROBE, *map(str, args)], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
     )
+
+
+def run_probes(cases: list[tuple[Path, list]]) -> list[subprocess.CompletedProcess]:
+    """:func:`run_probe` for many cases in one fresh interpreter (tests/cli_batch.py), in order."""
+    return [
+        subprocess.CompletedProcess(args, o.returncode, f"{o.ray} {o.mlflow}", o.stderr)
+        for (_, args), o in zip(cases, run_cli_batch(cases), strict=True)
+    ]
 
 
 def quick_mapping() -> dict:
@@ -54,40 +63,50 @@ def assert_no_compute(proc, cwd: Path, *fragments):
     assert not (cwd / "mlflow.db").exists() and not (cwd / "mutransfer-runs").exists() and not (cwd / "cache").exists()
 
 
-@pytest.mark.parametrize(
-    "mutate, fragments",
-    [
-        (lambda m: m.update(learning_rate=1e-3), ["learning_rate: unknown key"]),
-        (lambda m: m.update(proxy_K="6"), ["proxy_K: must be an integer"]),
-        (lambda m: m.update(proxy_K=24, target_K=24), ["proxy_K: must be < target_K (24)"]),
-        (lambda m: m.update(target_K=100), ["target_K: modes 100 too large for grid size 128"]),
-        (lambda m: m.update(search_space={}), ["search_space: is empty"]),
-        (
-            lambda m: m["operator"].update(k_exponent="fast"),
-            ["operator.k_exponent: must be a number in [0, 8]", "data"],
-        ),
-        (lambda m: m["operator"].update(k_exponent=9), ["operator.k_exponent: must be a number in [0, 8]"]),
-        (
-            lambda m: m.update(parametrization="standard", operator={**m["operator"], "k_exponent": 0.5}),
-            ["operator.k_exponent: 0.5 sets the exponent of muP's K rule", "set parametrization: mup"],
-        ),
-        (
-            lambda m: m.update(target_K=6, target_width=64, operator={**m["operator"], "k_exponent": "data"}),
-            ["operator.k_exponent: 'data' measures how the data's energy grows from proxy_K to target_K"],
-        ),
-        (lambda m: m["search"].update(num_trials=10**13), ["search.num_trials: must be <= 10000, got 10000000000000"]),
-        (lambda m: m["target"].update(epochs=10**20), ["target.epochs: must be <= 100000"]),
-        (lambda m: m["budget"].update(epochs=10**6), ["budget.epochs: must be <= 100000"]),
-        (
-            lambda m: m.update(operator={"type": "galerkin", "width": 32, "k_exponent": "data"}),
-            ["operator.k_exponent: applies to fno and a user's factory only, not galerkin"],
-        ),
-    ],
-)
-def test_bad_study_fails_before_any_compute(tmp_path, mutate, fragments):
-    path = write_study(tmp_path, mutate)
-    proc = run_probe(tmp_path, "sweep", "--study", path)
-    assert_no_compute(proc, tmp_path, f"study {path}:", *fragments)
+BAD_STUDIES = [
+    (lambda m: m.update(learning_rate=1e-3), ["learning_rate: unknown key"]),
+    (lambda m: m.update(proxy_K="6"), ["proxy_K: must be an integer"]),
+    (lambda m: m.update(proxy_K=24, target_K=24), ["proxy_K: must be < target_K (24)"]),
+    (lambda m: m.update(target_K=100), ["target_K: modes 100 too large for grid size 128"]),
+    (lambda m: m.update(search_space={}), ["search_space: is empty"]),
+    (
+        lambda m: m["operator"].update(k_exponent="fast"),
+        ["operator.k_exponent: must be a number in [0, 8]", "data"],
+    ),
+    (lambda m: m["operator"].update(k_exponent=9), ["operator.k_exponent: must be a number in [0, 8]"]),
+    (
+        lambda m: m.update(parametrization="standard", operator={**m["operator"], "k_exponent": 0.5}),
+        ["operator.k_exponent: 0.5 sets the exponent of muP's K rule", "set parametrization: mup"],
+    ),
+    (
+        lambda m: m.update(target_K=6, target_width=64, operator={**m["operator"], "k_exponent": "data"}),
+        ["operator.k_exponent: 'data' measures how the data's energy grows from proxy_K to target_K"],
+    ),
+    (lambda m: m["search"].update(num_trials=10**13), ["search.num_trials: must be <= 10000, got 10000000000000"]),
+    (lambda m: m["target"].update(epochs=10**20), ["target.epochs: must be <= 100000"]),
+    (lambda m: m["budget"].update(epochs=10**6), ["budget.epochs: must be <= 100000"]),
+    (
+        lambda m: m.update(operator={"type": "galerkin", "width": 32, "k_exponent": "data"}),
+        ["operator.k_exponent: applies to fno and a user's factory only, not galerkin"],
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_studies(tmp_path_factory) -> list[tuple[Path, Path, subprocess.CompletedProcess]]:
+    """Each of :data:`BAD_STUDIES` written in a folder of its own and swept, all in one probe process:
+    (folder, study file, the probe's outcome)."""
+    cases = []
+    for i, (mutate, _) in enumerate(BAD_STUDIES):
+        folder = tmp_path_factory.mktemp(f"bad{i}")
+        cases.append((folder, ["sweep", "--study", write_study(folder, mutate)]))
+    return [(cwd, args[-1], proc) for (cwd, args), proc in zip(cases, run_probes(cases))]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_STUDIES)))
+def test_bad_study_fails_before_any_compute(bad_studies, case):
+    folder, path, proc = bad_studies[case]
+    assert_no_compute(proc, folder, f"study {path}:", *BAD_STUDIES[case][1])
 
 
 def test_bad_override_fails_before_any_compute(tmp_path):
@@ -95,9 +114,18 @@ def test_bad_override_fails_before_any_compute(tmp_path):
     assert_no_compute(proc, tmp_path, "target_K: modes 70 too large", "(set by --target-K)")
 
 
-@pytest.mark.parametrize("value", ["fast", "-1", "nan"])
-def test_a_bad_k_exponent_flag_fails_before_any_compute(tmp_path, value):
-    proc = run_probe(tmp_path, "sweep", "--k-exponent", value)
+BAD_K_EXPONENTS = ["fast", "-1", "nan"]
+
+
+@pytest.fixture(scope="module")
+def bad_k_exponents(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    cases = [(tmp_path_factory.mktemp("k"), ["sweep", "--k-exponent", v]) for v in BAD_K_EXPONENTS]
+    return {v: (cwd, proc) for v, (cwd, _), proc in zip(BAD_K_EXPONENTS, cases, run_probes(cases))}
+
+
+@pytest.mark.parametrize("value", BAD_K_EXPONENTS)
+def test_a_bad_k_exponent_flag_fails_before_any_compute(bad_k_exponents, value):
+    tmp_path, proc = bad_k_exponents[value]
     assert proc.returncode == 2 and "--k-exponent" in proc.stderr and "give a number in [0, 8]" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mutransfer-runs").exists()
@@ -275,17 +303,25 @@ def test_advice_comes_in_the_form_the_value_was_given(tmp_path):
     assert_no_compute(proc, tmp_path, "e.g. proxy_K: 6")
 
 
-@pytest.mark.parametrize(
-    "flag, value, fragment",
-    [
-        ("--num-trials", "10000000000000", "must be <= 10000"),
-        ("--target-epochs", "100000000000000000000", "must be <= 100000"),
-        ("--verify-seeds", "1000000", "must be an integer from 1 to 100"),
-    ],
-)
-def test_a_count_no_run_could_finish_is_refused_before_anything_starts(tmp_path, flag, value, fragment):
-    extra = ["--verify"] if flag.startswith("--verify") else []
-    proc = run_probe(tmp_path, "sweep", *extra, flag, value)
+BAD_COUNTS = [
+    ("--num-trials", "10000000000000", "must be <= 10000"),
+    ("--target-epochs", "100000000000000000000", "must be <= 100000"),
+    ("--verify-seeds", "1000000", "must be an integer from 1 to 100"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_counts(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    cases = [
+        (tmp_path_factory.mktemp("count"), ["sweep", *(["--verify"] if flag.startswith("--verify") else []), flag, v])
+        for flag, v, _ in BAD_COUNTS
+    ]
+    return {flag: (cwd, proc) for (flag, _, _), (cwd, _), proc in zip(BAD_COUNTS, cases, run_probes(cases))}
+
+
+@pytest.mark.parametrize("flag, value, fragment", BAD_COUNTS)
+def test_a_count_no_run_could_finish_is_refused_before_anything_starts(bad_counts, flag, value, fragment):
+    tmp_path, proc = bad_counts[flag]
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mutransfer-runs").exists()

@@ -249,24 +249,30 @@ def test_tiny_landscape_end_to_end(tmp_path, monkeypatch):
     assert "landscape.png" in [a.path for a in client.list_artifacts(parents[0].info.run_id)]
 
 
-@pytest.mark.parametrize(
-    "extra, fragment",
-    [
-        (["--modes", "4", "--lrs", "1e-3", "1e-2", "1e-1"], "at least two values of K"),
-        (["--modes", "4", "40", "--lrs", "1e-3", "1e-2", "1e-1"], "modes 40 too large"),
-        (["--modes", "4", "8", "--lrs", "1e-3", "1e-2"], "at least three values"),
-        (["--modes", "1", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "K = 1"),
-    ],
-)
-def test_bad_landscape_input_fails_before_compute(tmp_path, extra, fragment):
-    study = tmp_path / "tiny.yaml"
-    study.write_text(TINY_STUDY)
-    proc = subprocess.run(
-        [sys.executable, "-m", "mutransfer.cli.main", "landscape", "--study", str(study), *extra],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
+BAD_LANDSCAPES = [
+    (["--modes", "4", "--lrs", "1e-3", "1e-2", "1e-1"], "at least two values of K"),
+    (["--modes", "4", "40", "--lrs", "1e-3", "1e-2", "1e-1"], "modes 40 too large"),
+    (["--modes", "4", "8", "--lrs", "1e-3", "1e-2"], "at least three values"),
+    (["--modes", "1", "8", "--lrs", "1e-3", "1e-2", "1e-1"], "K = 1"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_landscapes(tmp_path_factory):
+    """Each of :data:`BAD_LANDSCAPES` run in a folder of its own, in one interpreter (tests/cli_batch.py)."""
+    from tests.cli_batch import run_cli_batch
+
+    cases = []
+    for extra, _ in BAD_LANDSCAPES:
+        folder = tmp_path_factory.mktemp("bad")
+        (folder / "tiny.yaml").write_text(TINY_STUDY)
+        cases.append((folder, ["landscape", "--study", folder / "tiny.yaml", *extra]))
+    return [(folder, outcome) for (folder, _), outcome in zip(cases, run_cli_batch(cases), strict=True)]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_LANDSCAPES)))
+def test_bad_landscape_input_fails_before_compute(bad_landscapes, case):
+    folder, proc = bad_landscapes[case]
+    fragment = BAD_LANDSCAPES[case][1]
     assert proc.returncode == 2 and fragment in proc.stderr and "Traceback" not in proc.stderr
-    assert not (tmp_path / "mlflow.db").exists()
+    assert not (folder / "mlflow.db").exists()

@@ -420,6 +420,17 @@ def test_train_cli_bad_operator_flags_exit_2_with_one_line(args, fragment, mesh_
     assert len(lines) == 1 and fragment in lines[0], err
 
 
+def test_a_flag_that_does_not_apply_is_refused_before_any_data_is_made(tmp_path, capsys, monkeypatch):
+    """`train --operator galerkin --modes 8` with no --data: refused before the default dataset is generated (it
+    was generated first, 500 Darcy solves, then refused)."""
+    cache = tmp_path / "cache"
+    code, err = _refused(
+        capsys, monkeypatch, "train", "--operator", "galerkin", "--modes", "8", cwd=tmp_path, env_cache=cache
+    )
+    assert code == 2 and "--modes applies to fno only" in err, err
+    assert not list(cache.rglob("*.h5")), "data was made before the flag was refused"
+
+
 def _attention_study_file(tmp_path, operator="ono"):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(attention_mapping(operator)))
