@@ -76,19 +76,26 @@ def cluster_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def tuned_for_children() -> Iterator[dict[str, str]]:
-    """Around the start of child processes (a local ``ray.init``): they inherit the tuned allocator.
-
-    Yields the variables it set; the driver's own environment is restored afterwards.
-    """
-    added = allocator_env()
-    before = {name: os.environ.get(name) for name in added}
-    os.environ.update(added)
+def environment(variables: dict[str, str]) -> Iterator[None]:
+    """Around the start of child processes: ``variables`` set (the children keep them), the driver's restored."""
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
-        yield added
+        yield
     finally:
         for name, value in before.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+@contextlib.contextmanager
+def tuned_for_children() -> Iterator[dict[str, str]]:
+    """Around the start of child processes (a local ``ray.init``): they inherit the tuned allocator.
+
+    Yields the variables it set; the driver's own environment is restored afterwards.
+    """
+    added = allocator_env()
+    with environment(added):
+        yield added

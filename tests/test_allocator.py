@@ -77,11 +77,13 @@ def worker_faults(monkeypatch, **env: str) -> float:
         ray.shutdown()
 
 
+@pytest.mark.slow  # starts Ray
 @needs_glibc
 def test_a_trial_worker_runs_without_per_step_page_faults(monkeypatch):
     assert worker_faults(monkeypatch) < 1000
 
 
+@pytest.mark.slow  # starts Ray
 @needs_glibc
 def test_the_fault_count_sees_the_default_allocator(monkeypatch):
     """The check can fail: with the tuned allocator turned off, the same worker page-faults every step."""

@@ -41,7 +41,7 @@ _COMMON = dict(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
 )
 # both draw the same inputs on every run (CI stays reproducible); MUTRANSFER_FUZZ_RANDOM=1 makes the long one draw new ones
-FAST = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 100)), derandomize=True, **_COMMON)
+FAST = settings(max_examples=int(os.environ.get("MUTRANSFER_FUZZ_EXAMPLES", 50)), derandomize=True, **_COMMON)
 SLOW = settings(
     max_examples=int(os.environ.get("MUTRANSFER_FUZZ_SLOW_EXAMPLES", 400)),  # 4,000 for the documented run
     derandomize=os.environ.get("MUTRANSFER_FUZZ_RANDOM", "") not in ("1", "true"),

@@ -209,6 +209,7 @@ def _fill(folder: Path) -> None:
         os.close(fd)
 
 
+@pytest.mark.slow  # a study on a full file system, then one alone (the default suite stays under 5 min)
 def test_a_tracking_store_on_a_full_disk_is_one_line(tmp_path, small_fs, monkeypatch, capsys):
     """Issue 36, finding 5: a sweep whose SQLite tracking store sits on a full disk ended in a traceback: SQLite's
     "database or disk is full" from the first write, or its "disk I/O error" where a fresh process could not make the

@@ -21,6 +21,7 @@ def darcy21(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow  # a whole study (the default suite stays under 5 min)
 def test_init_writes_a_study_for_the_users_file_that_runs_as_written(darcy21, tmp_path, capsys, monkeypatch):
     """The file beside the data, its path relative; K shrunk to what the 21-point grid (+5 padding) holds; every
     field commented; `mutransfer sweep --study` runs it (smoke-sized, in process: the study's logic)."""

@@ -181,6 +181,7 @@ def _peak_rss(argv, cwd, env) -> tuple[int, int, str]:
     return int(code), int(kib) * 1024, proc.stderr
 
 
+@pytest.mark.slow  # three commands in processes of their own, one trains (the default suite stays under 5 min)
 def test_train_with_modes_100000_is_refused_before_allocating(tmp_path):
     """`train --modes 100000` on a 256-point file: one line, exit 2, and a peak RSS of an import, not of a model.
 
@@ -197,6 +198,7 @@ def test_train_with_modes_100000_is_refused_before_allocating(tmp_path):
     assert code == 0, err
 
 
+@pytest.mark.slow  # three commands in processes of their own, one trains (the default suite stays under 5 min)
 def test_train_galerkin_with_a_huge_width_is_refused_before_allocating(tmp_path):
     """`train --operator galerkin --width 1000000`: one line, exit 2, the peak RSS of an import, not of a model.
 

@@ -453,6 +453,7 @@ def _cli(*args):
     )
 
 
+@pytest.mark.slow  # commands in processes of their own (the default suite stays under 5 min)
 def test_cli_generate_and_inspect(tmp_path):
     out = tmp_path / "mesh.h5"
     proc = _cli(

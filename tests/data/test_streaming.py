@@ -323,6 +323,7 @@ def _write_large(path, n: int, size: int) -> int:
     return os.path.getsize(path)
 
 
+@pytest.mark.slow  # a training in a process of its own (the default suite stays under 5 min)
 def test_streaming_under_a_memory_cap_smaller_than_the_data(tmp_path):
     path, out = tmp_path / "large.h5", tmp_path / "sums.npy"
     n, n_train, n_test = 4000, 3600, 400

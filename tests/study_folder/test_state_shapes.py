@@ -57,6 +57,7 @@ def test_a_wrong_shaped_state_is_one_line_in_every_command(tmp_path, monkeypatch
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store, nothing else made
 
 
+@pytest.mark.slow  # a whole study (the default suite stays under 5 min)
 def test_a_state_naming_an_experiment_the_store_does_not_hold_is_refused_not_started_afresh(tmp_path, capsys):
     """Finding 5: state.json's experiment id of no experiment in the store was MLflow's "No Experiment with id=..."
     traceback on --resume. It is one line naming the id and the store, exit 2, and the store gains no run; with the

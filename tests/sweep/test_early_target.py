@@ -43,17 +43,32 @@ def _data(tiny_data):
 
 
 @pytest.mark.slow  # starts Ray
-def test_a_target_started_early_trains_what_a_target_started_with_its_order_trains(ray_local, tiny_data, tmp_path):
+def test_a_target_called_off_then_one_started_early_in_its_folder_trains_what_one_started_with_its_order_trains(
+    ray_local, tiny_data, tmp_path
+):
+    """Called off, a run started early trains nothing and leaves its folder; a run started early there afterwards,
+    ordered after a wait, trains bit for bit what a run started with its order trains (one test: each Ray Train run
+    costs about 30 CPU-seconds of start-up on 2 cores: docs/architecture.md, "The suite's time")."""
+    from mutransfer.sweep.target import CANCELLED
     from mutransfer.sweep.target_run import run_target, start_target
 
     study, data = _study(tmp_path, tiny_data), _data(tiny_data)
+    folder = tmp_path / "early"
+    off = start_target(study, data, folder, use_gpu=False, max_failures=0, order=None)
+    off.cancel(timeout=120)
+    called_off = off.outcome()
+    assert called_off.status == CANCELLED and called_off.epochs == 0 and called_off.checkpoint_dir is None
+    with pytest.raises(RuntimeError, match="already has its order"):
+        off.order({"lr": 1e-3})
+
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
-    early = start_target(study, data, tmp_path / "early", use_gpu=False, max_failures=0, order=None)
+    early = start_target(study, data, folder, use_gpu=False, max_failures=0, order=None)
     time.sleep(HELD_S)  # the run holds its CPU from its start, the order comes later
     early.order(hp)
     waited = early.outcome()
     late = run_target(study, hp, data, tmp_path / "late", use_gpu=False, max_failures=0)
     assert waited.status == late.status == "completed" and math.isfinite(waited.test_error)
+    assert waited.epochs == 2 and waited.resumed_from_epoch is None  # the called-off run left nothing to resume
     assert waited.test_error == late.test_error  # bit for bit: the same training
     assert [e.val_error for e in waited.history] == [e.val_error for e in late.history]
     # trained at the order's hyperparameters (the final model records them)
@@ -62,23 +77,6 @@ def test_a_target_started_early_trains_what_a_target_started_with_its_order_trai
     # the clocks: the wall counts from the order, the devices (1 CPU) from the run's start
     assert waited.head_start_seconds >= HELD_S and late.head_start_seconds == 0
     assert waited.device_seconds - waited.wall_seconds >= HELD_S
-
-
-@pytest.mark.slow  # starts Ray
-def test_a_target_called_off_trains_nothing_and_a_later_target_trains_in_its_folder(ray_local, tiny_data, tmp_path):
-    from mutransfer.sweep.target import CANCELLED
-    from mutransfer.sweep.target_run import run_target, start_target
-
-    study, data = _study(tmp_path, tiny_data), _data(tiny_data)
-    early = start_target(study, data, tmp_path, use_gpu=False, max_failures=0, order=None)
-    early.cancel(timeout=120)
-    called_off = early.outcome()
-    assert called_off.status == CANCELLED and called_off.epochs == 0 and called_off.checkpoint_dir is None
-    with pytest.raises(RuntimeError, match="already has its order"):
-        early.order({"lr": 1e-3})
-    hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
-    later = run_target(study, hp, data, tmp_path, use_gpu=False, max_failures=0)
-    assert later.status == "completed" and later.epochs == 2 and later.resumed_from_epoch is None
 
 
 @pytest.mark.slow  # starts Ray

@@ -29,6 +29,7 @@ def _trained_with(folder, key: str) -> dict:
     return torch.load(folder / "trials" / key / "checkpoint.pt", weights_only=True)["train_config"]
 
 
+@pytest.mark.slow  # two whole studies (the default suite stays under 5 min)
 def test_a_gp_search_over_beta1_schedule_and_warmup_runs_end_to_end_and_repeats_itself(
     tiny_data, tmp_path, capsys, monkeypatch
 ):
