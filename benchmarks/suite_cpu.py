@@ -12,7 +12,8 @@ Usage (one JSON line per test to ``--suite-cpu-out``; summarised by ``python ben
     python -m pytest -p benchmarks.suite_cpu --suite-cpu-out /tmp/cpu.jsonl -n 2 --dist loadfile
     python benchmarks/suite_cpu.py /tmp/cpu.jsonl
 
-Where the cgroup cannot be made (not root, no cgroup v1 ``cpuacct``) the plugin says so once and books nothing.
+Where the cgroup cannot be made (not root, no cgroup v1 ``cpuacct``) the run stops with a usage error. A process
+started through a daemon (docker's containers) is not booked.
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ class _Group:
     def seconds(self) -> float:
         return int((self.path / "cpuacct.usage").read_text()) / 1e9
 
+    def remove(self) -> None:
+        """Back to the root group, then the group removed (left where a process a test started still runs in it)."""
+        try:
+            (CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+            self.path.rmdir()
+        except OSError:
+            pass
+
 
 _group: _Group | None = None
 _out: Path | None = None
@@ -54,18 +63,24 @@ _out: Path | None = None
 def pytest_configure(config):
     global _group, _out
     out = config.getoption("--suite-cpu-out")
-    if not out or (
-        config.pluginmanager.hasplugin("xdist")
-        and not os.environ.get("PYTEST_XDIST_WORKER")
-        and getattr(config.option, "numprocesses", None)
-    ):
-        return  # the xdist controller runs no test
+    if not out:
+        return
+    out = Path(out).resolve()  # a test that changes directory does not move it
+    worker = hasattr(config, "workerinput")  # an xdist worker (the controller runs no test)
+    if not worker:
+        out.write_text("")  # a new run's rows, not appended to an earlier run's
+        if getattr(config.option, "numprocesses", None):
+            return
     try:
         _group = _Group()
     except OSError as exc:
-        print(f"suite_cpu: no cgroup ({exc}); nothing booked", file=sys.stderr)
-        return
-    _out = Path(out)
+        raise pytest.UsageError(f"--suite-cpu-out: no cgroup to book CPU in ({exc}); run as root on cgroup v1") from exc
+    _out = out
+
+
+def pytest_unconfigure(config):
+    if _group is not None:
+        _group.remove()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -83,6 +98,8 @@ def pytest_runtest_protocol(item, nextitem):
 def summarise(path: Path, top: int = 40) -> str:
     """Per file and per test, the CPU seconds, largest first, with the running share of the whole."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    if not rows:
+        return f"{path}: no test booked"
     total = sum(r["cpu_s"] for r in rows)
     per_file: dict[str, float] = defaultdict(float)
     count: dict[str, int] = defaultdict(int)

@@ -76,7 +76,7 @@ def cluster_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def environment(variables: dict[str, str]) -> Iterator[None]:
+def environment(variables: Mapping[str, str]) -> Iterator[None]:
     """Around the start of child processes: ``variables`` set (the children keep them), the driver's restored."""
     before = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)

@@ -23,10 +23,10 @@ from mutransfer.allocator import cluster_env, environment, tuned_for_children
 
 CLUSTER_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
-#: A local Ray starts one idle Python worker per CPU when the driver connects; a study never uses them (each Ray Tune
-#: trial and Ray Train actor gets a worker of its own), and on 2 cores they import Ray beside the driver's start.
-#: This raylet setting starts none (measured in a run of the test suite: 65 idle workers never used, 117 CPU-seconds,
-#: over 33 local Ray sessions; docs/architecture.md, "The suite's time").
+#: A local Ray starts one idle Python worker per CPU when the driver connects. Ray Tune's trials and Ray Train's actors
+#: each get a worker of their own, so a sweep leaves them idle (a grid's Ray tasks, `--verify`'s and `landscape`'s,
+#: start workers when they need them instead), and on 2 cores they import Ray beside the driver's start. This raylet
+#: setting starts none; a value the user set is kept (measured: docs/architecture.md, "The suite's time").
 NO_IDLE_WORKERS = {"RAY_prestart_worker_first_driver": "0"}
 
 
@@ -77,7 +77,8 @@ def start_ray(address: str | None, code: tuple[str, ...] = ()) -> bool:
     # controller is chatty. Trial and worker errors still reach the driver as exceptions.
     if address is None:
         # servers on 127.0.0.1, no dashboard, no idle workers; the workers' allocator tuned
-        with loopback_only(), tuned_for_children(), environment(NO_IDLE_WORKERS):
+        unset = {name: value for name, value in NO_IDLE_WORKERS.items() if name not in os.environ}
+        with loopback_only(), tuned_for_children(), environment(unset):
             ray.init(
                 num_cpus=os.cpu_count() or 1,
                 include_dashboard=False,

@@ -3,8 +3,8 @@
 A refusal test needs a process of its own only for what a process shows (the exit status of ``sys.exit``, what the
 command imported); its exit code, stderr and stdout are ``main``'s. :func:`run_cli_batch` runs each case's
 ``main(args)`` in turn, in the case's folder, with its cache and stdout/stderr captured, and returns one
-``CompletedProcess`` per case (``returncode`` None where ``main`` raised: its traceback is in ``stderr``), with
-whether Ray and MLflow had been imported by the end of that case. Once a case imports one, every later case reports it
+outcome per case (``returncode`` None where ``main`` raised: its traceback is in ``stderr``), with whether Ray and
+MLflow had been imported by the end of that case; anything the process writes outside the cases fails the batch. Once a case imports one, every later case reports it
 too: the first failing case names the culprit.
 """
 
@@ -19,14 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _PROBE = """
-import contextlib, io, json, os, sys, traceback
+import contextlib, io, json, os, sys, traceback, warnings
 from mutransfer.cli.main import main
 out = []
 for case in json.loads(sys.argv[1]):
     os.chdir(case["cwd"])
     os.environ["MUTRANSFER_CACHE"] = os.path.join(case["cwd"], "cache")
     err, std = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+    # catch_warnings: a warning shown once per place is shown again for each case, as in a process of its own
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std), warnings.catch_warnings():
         try:
             rc = main(case["args"])
         except SystemExit as exc:
@@ -58,5 +59,7 @@ def run_cli_batch(cases: Sequence[tuple[Path, Sequence[object]]]) -> list[Outcom
     env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
     proc = subprocess.run([sys.executable, "-c", _PROBE, payload], capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # what no case captured (an import's warning, a write to the descriptor itself) would have been a case's stderr
+    assert proc.stderr == "", f"written outside any case's capture: {proc.stderr[-3000:]}"
     rows = json.loads(proc.stdout.strip().splitlines()[-1])
     return [Outcome(r["rc"], r["stdout"], r["stderr"], r["ray"], r["mlflow"]) for r in rows]

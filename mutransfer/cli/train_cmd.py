@@ -327,11 +327,9 @@ def _parse_options(items: list[str]) -> dict:
     return out
 
 
-def check_model_flags(args: argparse.Namespace, problem) -> tuple[OperatorFamily, dict]:
-    """(family, --option values) the train flags name; one-line errors for flags that do not apply to the family.
-
-    Reads no data: :func:`run` calls it before any data is generated or read, so a wrong flag costs nothing.
-    """
+def check_model_flags(args: argparse.Namespace, problem: Problem):
+    """(family, --option values) the train flags name; one line for a flag the family does not take (reads no data:
+    :func:`run` calls it before any data is made or read)."""
 
     if args.width_parametrization == "mup" and args.base_width is None:
         raise UserInputError(
@@ -350,16 +348,8 @@ def check_model_flags(args: argparse.Namespace, problem) -> tuple[OperatorFamily
         if getattr(args, name) not in (None, []) and not _takes(family, need):
             raise UserInputError(f"{flag} applies to {_owners(need)}, not {args.operator}; drop it")
     options = _parse_options(args.options)
-    reserved = {
-        "coord_dim",
-        "in_channels",
-        "out_channels",
-        "width",
-        "layers",
-        "heads",
-        "width_parametrization",
-        "base_width",
-    }
+    reserved = {"coord_dim", "in_channels", "out_channels", "width", "layers", "heads"}
+    reserved |= {"width_parametrization", "base_width"}  # each has its own flag or comes from the data
     if family.facts_on_parameters:  # a user's factory: only what the command sets itself (operators.factory)
         reserved = {"K", "width", "in_channels", "out_channels"}
     clash = sorted(reserved & set(options))
@@ -368,14 +358,12 @@ def check_model_flags(args: argparse.Namespace, problem) -> tuple[OperatorFamily
     return family, options
 
 
-def train_model_spec(args: argparse.Namespace, problem, data):
-    """(family, ModelSpec) the train flags describe (:func:`check_model_flags`'s errors first).
+def train_model_spec(args: argparse.Namespace, problem, data, family: OperatorFamily, options: dict) -> ModelSpec:
+    """The ModelSpec the train flags describe, for ``family`` and ``options`` (:func:`check_model_flags`'s).
 
     The family's ``defaults`` fill what is not given (operators.registry); the model is
     built by ``family.build`` — the builder studies use too (mutransfer.study.models).
     """
-
-    family, options = check_model_flags(args, problem)
     points = problem.kind == "points"
     spec = ModelSpec(
         dim=problem.dim,
@@ -401,7 +389,7 @@ def train_model_spec(args: argparse.Namespace, problem, data):
             "options": options,
         },
     )
-    return family, spec
+    return spec
 
 
 def _plan_before_building(family, config: dict, data, train_config):
@@ -454,9 +442,9 @@ def run(args: argparse.Namespace) -> int:
         data_workers=args.data_workers,
     )
     out = check_outputs(args)
-    check_model_flags(args, get_problem(args.problem))  # before any data is generated or read
+    family, options = check_model_flags(args, get_problem(args.problem))  # before any data is made or read
     problem, data, path, time_resolution = resolve_data(args)
-    family, spec = train_model_spec(args, problem, data)
+    spec = train_model_spec(args, problem, data, family, options)
     model_config = family.configure(spec)
     plan = _plan_before_building(family, model_config, data, config)  # every family is planned before it is built
 

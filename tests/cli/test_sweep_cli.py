@@ -34,7 +34,7 @@ def run_probe(cwd: Path, *args):
 def run_probes(cases: list[tuple[Path, list]]) -> list[subprocess.CompletedProcess]:
     """:func:`run_probe` for many cases in one fresh interpreter (tests/cli_batch.py), in order."""
     return [
-        subprocess.CompletedProcess(args, o.returncode, f"{o.ray} {o.mlflow}", o.stderr)
+        subprocess.CompletedProcess(args, o.returncode, f"{o.stdout}{o.ray} {o.mlflow}", o.stderr)
         for (_, args), o in zip(cases, run_cli_batch(cases), strict=True)
     ]
 
@@ -119,6 +119,7 @@ BAD_K_EXPONENTS = ["fast", "-1", "nan"]
 
 @pytest.fixture(scope="module")
 def bad_k_exponents(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each of :data:`BAD_K_EXPONENTS` swept in a folder of its own, in one probe process: value -> (folder, outcome)."""
     cases = [(tmp_path_factory.mktemp("k"), ["sweep", "--k-exponent", v]) for v in BAD_K_EXPONENTS]
     return {v: (cwd, proc) for v, (cwd, _), proc in zip(BAD_K_EXPONENTS, cases, run_probes(cases))}
 
@@ -312,6 +313,7 @@ BAD_COUNTS = [
 
 @pytest.fixture(scope="module")
 def bad_counts(tmp_path_factory) -> dict[str, tuple[Path, subprocess.CompletedProcess]]:
+    """Each of :data:`BAD_COUNTS` swept in a folder of its own, in one probe process: flag -> (folder, outcome)."""
     cases = [
         (tmp_path_factory.mktemp("count"), ["sweep", *(["--verify"] if flag.startswith("--verify") else []), flag, v])
         for flag, v, _ in BAD_COUNTS
