@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,21 +12,11 @@ from mutransfer.cli.main import main
 from tests.cli_batch import run_cli_batch
 from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
-#: runs the CLI, then reports on stdout whether Ray / MLflow were ever imported
-PROBE = (
-    "import sys\n"
-    "from mutransfer.cli.main import main\n"
-    "rc = main(sys.argv[1:])\n"
-    "print('ray' in sys.modules, 'mlflow' in sys.modules)\n"
-    "sys.exit(rc)\n"
-)
 
-
-def run_probe(cwd: Path, *args):
-    env = dict(os.environ, MUTRANSFER_CACHE=str(cwd / "cache"), MLFLOW_DISABLE_TELEMETRY="true")
-    return subprocess.run(
-        [sys.executable, "-c", PROBE, *map(str, args)], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
-    )
+def run_probe(cwd: Path, *args) -> subprocess.CompletedProcess:
+    """The CLI on ``args`` in ``cwd``, in a fresh interpreter; its stdout ends with whether Ray / MLflow were
+    imported (``"False False"``)."""
+    return run_probes([(cwd, list(args))])[0]
 
 
 def run_probes(cases: list[tuple[Path, list]]) -> list[subprocess.CompletedProcess]:
