@@ -32,11 +32,10 @@ import torch
 from mutransfer.config.executors import EXECUTORS
 from mutransfer.sweep._target_here import TargetJob as TargetJob  # re-exported: the executors' target job
 from mutransfer.sweep._target_here import train_target_here
-from mutransfer.sweep.cost import target_devices
 from mutransfer.sweep.cost_estimate import local_window
 from mutransfer.sweep.plan import DONE, SearchPlan
 from mutransfer.sweep.search import max_concurrent, tune_config
-from mutransfer.sweep.target import TargetOutcome
+from mutransfer.sweep.target import TargetOutcome, outcome_of
 from mutransfer.sweep.trial import Together, population_groups, run_population, run_trial
 
 if TYPE_CHECKING:
@@ -345,25 +344,11 @@ class InProcessExecutor:
                     raise
         if on_poll is not None:
             on_poll()
-        t = job.study.target
-        end = time.perf_counter()
-        return TargetOutcome(
-            status=summary.status,
-            test_error=float(summary.test_error if summary.test_error is not None else float("nan")),
-            val_error=None if summary.val_error is None else float(summary.val_error),
-            epochs=int(summary.epochs),
-            history=summary.history,
-            trainer_seconds=float(summary.trainer_seconds),
-            wall_seconds=end - start,
-            spectral_lr0=float(summary.spectral_lr0),
-            num_workers=1,
-            use_gpu=job.use_gpu,
-            cpus_per_worker=t.cpus_per_worker,
-            per_worker_batch=int(summary.per_worker_batch),
-            checkpoint_dir=str(folder),
-            device_seconds=(end - start) * target_devices(1, job.use_gpu, t.cpus_per_worker),
-            resumed_from_epoch=summary.resumed_from_epoch,
-        )
+        wall = time.perf_counter() - start
+        return outcome_of(
+            summary, job.study.target, workers=1, use_gpu=job.use_gpu, checkpoint_dir=str(folder), wall_seconds=wall,
+            held_seconds=wall,
+        )  # fmt: skip
 
     def grid(
         self, fn: Callable[..., dict], jobs: Sequence[tuple], *, threads: int, gpus: float, retries: int

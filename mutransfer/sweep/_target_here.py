@@ -67,8 +67,13 @@ def _publish(local: Path, target_dir: Path, name: str) -> Path:
     return folder
 
 
-def train_target_here(job: TargetJob, on_poll: Callable[[], None] | None) -> tuple[TargetSummary, Path]:
+def train_target_here(
+    job: TargetJob, on_poll: Callable[[], None] | None, look: Callable[[object], None] | None = None
+) -> tuple[TargetSummary, Path]:
     """The target trained in this process on one device, resumed from its newest checkpoint; (summary, its folder).
+
+    ``look(event)`` sees each of the trainer's events before anything of it is written (an exception it raises ends
+    the training: the Ray actor's stop, mutransfer.sweep._target_actor); ``on_poll()`` is called after each epoch.
 
     The folder is laid out as Ray Train's run lays it out: ``<storage>/target/epoch_NNNNN/checkpoint.pt`` every
     ``target.checkpoint_every`` epochs, and ``<storage>/target/final/`` (``checkpoint.pt``, ``model.pt``,
@@ -95,6 +100,8 @@ def train_target_here(job: TargetJob, on_poll: Callable[[], None] | None) -> tup
         )  # fmt: skip
 
         def on_event(event) -> None:
+            if look is not None:
+                look(event)
             if not isinstance(event, EpochRecord):
                 return
             append_progress(progress, event)

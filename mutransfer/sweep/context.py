@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mutransfer.data.validation import SelectionSplit
     from mutransfer.study_folder.lock import StudyLock
     from mutransfer.sweep.target import TargetOutcome
-    from mutransfer.sweep.target_run import TargetRun
+    from mutransfer.sweep.target_run import RunningTarget
     from mutransfer.tracking.runs import Tracker
 
 
@@ -43,7 +43,7 @@ class EarlyTarget(Protocol):
 
     def start(self, live_trials: int) -> None: ...
 
-    def take(self, storage_dir: Path) -> TargetRun | None: ...
+    def take(self, storage_dir: Path) -> RunningTarget | None: ...
 
     def cancel(self) -> None: ...
 

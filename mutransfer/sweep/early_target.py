@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mutransfer.sweep.context import SweepContext
-from mutransfer.sweep.target_run import TargetRun, resolve_use_gpu, start_target
+from mutransfer.sweep.target_run import RunningTarget, resolve_use_gpu, start_target
 
 
 def room_for(needed: dict[str, float], resources: dict) -> bool:
@@ -60,7 +60,7 @@ class EarlyTarget:
 
     def __init__(self, ctx: SweepContext):
         self.ctx = ctx
-        self.run: TargetRun | None = None
+        self.run: RunningTarget | None = None
         #: the run was started (it may have been taken or called off since)
         self.started = False
         self.storage_dir = Path(ctx.study_dir.root)
@@ -88,7 +88,7 @@ class EarlyTarget:
         except Exception as exc:  # the target then starts as usual, after the proxies
             self.ctx.say(f"note: the target could not start early ({type(exc).__name__}: {exc}); it starts later")
 
-    def take(self, storage_dir: Path) -> TargetRun | None:
+    def take(self, storage_dir: Path) -> RunningTarget | None:
         """The waiting run for a target trained in ``storage_dir`` (once), or None: not started, for another folder,
         or already ended (it failed to start: the target then starts as usual); such a run is called off."""
         run, self.run = self.run, None

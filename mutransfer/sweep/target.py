@@ -44,6 +44,7 @@ import torch
 from mutransfer.atomic import atomic_path, save_torch
 from mutransfer.study.memory import Plan
 from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
+from mutransfer.sweep.cost import target_devices
 from mutransfer.training import DIVERGED_METRIC, train
 from mutransfer.training.checkpoint import weights_of
 from mutransfer.training.records import EpochRecord, dump_history, load_history
@@ -53,6 +54,8 @@ SUMMARY_FILE = "summary.json"
 PROGRESS_FILE = "progress.jsonl"
 #: in the same folder: written by an interrupted driver (:func:`ask_to_stop`); each worker stops at its next epoch
 STOP_FILE = "stop"
+#: seconds an interrupted driver waits for the target's workers to stop at their next epoch before it ends them
+STOP_WAIT_S = 15.0
 
 
 def ask_to_stop(folder: Path) -> None:
@@ -198,6 +201,39 @@ class TargetOutcome:
     def from_dict(cls, d: dict) -> TargetOutcome:
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{**{k: v for k, v in d.items() if k in known}, "history": load_history(d.get("history", []))})
+
+
+def outcome_of(
+    summary: TargetSummary,
+    target,
+    *,
+    workers: int,
+    use_gpu: bool,
+    checkpoint_dir: str | None,
+    wall_seconds: float,
+    held_seconds: float,
+) -> TargetOutcome:
+    """The driver's record of a trained target: its workers' ``summary``, the study's ``target`` section (CPUs per
+    worker), the ``workers`` that trained it, where the final checkpoint is, the seconds the study waited for it (from the order) and the seconds its
+    devices were held (from the start; the difference is the head start of a run started early)."""
+    return TargetOutcome(
+        status=summary.status,
+        test_error=float(summary.test_error if summary.test_error is not None else float("nan")),
+        val_error=None if summary.val_error is None else float(summary.val_error),
+        epochs=int(summary.epochs),
+        history=summary.history,
+        trainer_seconds=float(summary.trainer_seconds),
+        wall_seconds=wall_seconds,
+        spectral_lr0=float(summary.spectral_lr0),
+        num_workers=workers,
+        use_gpu=use_gpu,
+        cpus_per_worker=target.cpus_per_worker,
+        per_worker_batch=int(summary.per_worker_batch),
+        checkpoint_dir=checkpoint_dir,
+        device_seconds=held_seconds * target_devices(workers, use_gpu, target.cpus_per_worker),
+        resumed_from_epoch=summary.resumed_from_epoch,
+        head_start_seconds=held_seconds - wall_seconds,
+    )
 
 
 class _Shard:

@@ -12,12 +12,15 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from mutransfer.study.memory import Plan
-from mutransfer.sweep.cost import target_devices
+from mutransfer.sweep._target_actor import ActorTargetRun
 from mutransfer.sweep.target import (
     PROGRESS_FILE,
+    STOP_WAIT_S,
     SUMMARY_FILE,
     TargetOrder,
     TargetOutcome,
@@ -25,11 +28,26 @@ from mutransfer.sweep.target import (
     ask_to_stop,
     clear_stop,
     driver_identity,
+    outcome_of,
     target_loop,
 )
 
-#: seconds an interrupted driver waits for the target's workers to stop at their next epoch before shutting Ray down
-STOP_WAIT_S = 15.0
+
+class RunningTarget(Protocol):
+    """A target's run on Ray as the driver holds it: a Ray Train run (:class:`TargetRun`) or, for one CPU worker, a
+    Ray actor (:class:`mutransfer.sweep._target_actor.ActorTargetRun`)."""
+
+    #: when the run was started, and when its order was given (None until then), in ``time.perf_counter()`` seconds
+    started: float
+    ordered: float | None
+
+    def finished(self) -> bool: ...
+
+    def order(self, hp: dict, plan: Plan | None = None) -> None: ...
+
+    def cancel(self, timeout: float = ...) -> None: ...
+
+    def outcome(self, on_poll: Callable[[], None] | None = None) -> TargetOutcome: ...
 
 
 def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) -> tuple[type, dict, bool]:
@@ -87,11 +105,11 @@ def run_target(
     Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
     ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
 
-    ``process_group``: None (default) starts torch's process group (TorchTrainer) only where
-    it does something, for several workers or a GPU; one CPU worker runs under Ray Train's
-    plain data-parallel trainer, the base TorchTrainer builds on, with the same loop, reports
-    and checkpoints (equal results: tests/sweep/test_target_startup.py) and without the
-    process group's start-up (docs/results.md, "Cheap proxies on the default study").
+    ``process_group``: None (default) trains one CPU worker in one Ray actor, without Ray Train
+    (mutransfer.sweep._target_actor: the same trainer, folder and checkpoints, equal results:
+    tests/sweep/test_target_startup.py) and several workers or a GPU with TorchTrainer, torch's
+    process group started; True: TorchTrainer whatever the workers; False: Ray Train's plain
+    data-parallel trainer, without the process group (one CPU worker only).
     """
     run = start_target(
         study, data, storage_dir, use_gpu=use_gpu, max_failures=max_failures, process_group=process_group,
@@ -109,13 +127,19 @@ def start_target(
     max_failures: int,
     order: TargetOrder | None,
     process_group: bool | None = None,
-) -> TargetRun:
-    """Start the target's Ray Train run in a thread (:class:`TargetRun`); ``run_target`` is this and its outcome.
+) -> RunningTarget:
+    """Start the target's run (:class:`RunningTarget`); ``run_target`` is this and its outcome.
+
+    One CPU worker (``process_group`` None): a Ray actor (:class:`~mutransfer.sweep._target_actor.ActorTargetRun`);
+    otherwise Ray Train's ``fit()`` in a thread (:class:`TargetRun`).
 
     ``order`` None starts it early: the workers start, load the data and wait for :meth:`TargetRun.order`
-    (or :meth:`TargetRun.cancel`), so Ray Train's start-up (the controller, its helper actors, the worker's process
+    (or :meth:`TargetRun.cancel`), so the start-up (Ray Train's controller and helper actors, the worker's process
     and imports: mutransfer.sweep.early_target) can run while the last proxies train.
     """
+    t = study.target
+    if process_group is None and t.num_workers == 1 and not use_gpu:
+        return ActorTargetRun(study, data, storage_dir, max_failures=max_failures, order=order)
     import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
     from ray.util.queue import Queue  # noqa: PLC0415 -- deferred: as above
 
@@ -123,7 +147,6 @@ def start_target(
     # end of the run wait for a poll: measured on a 60-epoch toy target (docs/sweep.md), a report cost 0.5 s at 0.5 s
     # and 0.12 s at 0.1 s, and the training itself was no slower.
     os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.1")
-    t = study.target
     resources = {"CPU": t.cpus_per_worker}
     if use_gpu:
         resources["GPU"] = 1
@@ -258,26 +281,10 @@ class TargetRun:
         if not raw and checkpoint_dir and (Path(checkpoint_dir) / SUMMARY_FILE).exists():
             raw = json.loads((Path(checkpoint_dir) / SUMMARY_FILE).read_text())
         summary = TargetSummary.from_dict(raw)
-        test_error = summary.test_error
-        if test_error is None:
-            test_error = result.metrics.get("test_error", float("nan")) if result.metrics else float("nan")
+        if summary.test_error is None and result.metrics:
+            summary.test_error = result.metrics.get("test_error")
         t = self._target
-        devices = target_devices(t.num_workers, self._use_gpu, t.cpus_per_worker)
-        return TargetOutcome(
-            status=summary.status,
-            test_error=float(test_error),
-            val_error=None if summary.val_error is None else float(summary.val_error),
-            epochs=int(summary.epochs),
-            history=summary.history,
-            trainer_seconds=float(summary.trainer_seconds),
-            wall_seconds=end - ordered,
-            spectral_lr0=float(summary.spectral_lr0),
-            num_workers=t.num_workers,
-            use_gpu=self._use_gpu,
-            cpus_per_worker=t.cpus_per_worker,
-            per_worker_batch=int(summary.per_worker_batch),
-            checkpoint_dir=checkpoint_dir,
-            device_seconds=(end - self.started) * devices,
-            resumed_from_epoch=summary.resumed_from_epoch,
-            head_start_seconds=ordered - self.started,
-        )
+        return outcome_of(
+            summary, t, workers=t.num_workers, use_gpu=self._use_gpu, checkpoint_dir=checkpoint_dir,
+            wall_seconds=end - ordered, held_seconds=end - self.started,
+        )  # fmt: skip

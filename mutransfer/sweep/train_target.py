@@ -21,7 +21,7 @@ from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.progress import TargetProgress, for_options
 from mutransfer.sweep.proxies import keep_sigint_handler
 from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
-from mutransfer.sweep.target_run import TargetRun, resolve_use_gpu
+from mutransfer.sweep.target_run import RunningTarget, resolve_use_gpu
 from mutransfer.tracking.runs import logged_steps
 
 
@@ -74,13 +74,15 @@ class TargetWatch:
         self.display.close()
 
 
-def _runs_on(ctx: SweepContext, early: bool) -> str:
+def _runs_on(ctx: SweepContext, early: bool, use_gpu: bool) -> str:
     if ctx.executor.name != "ray":
         return "in this process"
-    return "Ray Train, started while the last proxies trained" if early else "Ray Train"
+    # one CPU worker: one Ray actor (mutransfer.sweep._target_actor); several workers or a GPU: Ray Train
+    on = "a Ray actor" if ctx.study.target.num_workers == 1 and not use_gpu else "Ray Train"
+    return f"{on}, started while the last proxies trained" if early else on
 
 
-def _early_outcome(ctx: SweepContext, early: TargetRun, job: TargetJob, watch: TargetWatch) -> TargetOutcome:
+def _early_outcome(ctx: SweepContext, early: RunningTarget, job: TargetJob, watch: TargetWatch) -> TargetOutcome:
     """The target trained by the run started early, given its order; if that run fails (its node was lost while it
     waited, and Ray Train's retries found the node not yet marked dead), the target is trained by a run started as
     usual, which resumes from the early run's last checkpoint: an early start saves time, it never fails a study."""
@@ -157,7 +159,7 @@ def fit_target(
     early = ctx.early_target.take(storage_dir) if ctx.early_target is not None else None  # ordered right below
     ctx.say(
         f"{label}: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
-        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} ({_runs_on(ctx, early is not None)}) ...",
+        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} ({_runs_on(ctx, early is not None, use_gpu)}) ...",
     )
     try:
         with keep_sigint_handler():

@@ -81,8 +81,8 @@ def test_a_target_called_off_then_one_started_early_in_its_folder_trains_what_on
 
 @pytest.mark.slow  # starts Ray
 def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray_local, tiny_data, tmp_path):
-    """The early run's order queue lost (as when the node holding it dies while the run waits): the order cannot be
-    given, and the target is trained by a new run, not failed (tests/sweep/test_cluster.py kills such a node)."""
+    """The early run's actor lost (as when the node holding it dies while the run waits): the order cannot be
+    carried out, and the target is trained by a new run, not failed (tests/sweep/test_cluster.py kills such a node)."""
     import ray
 
     from mutransfer.sweep._executors import RayExecutor, TargetJob
@@ -93,7 +93,7 @@ def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray
     study, data = _study(tmp_path, tiny_data), _data(tiny_data)
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
     early = start_target(study, data, tmp_path, use_gpu=False, max_failures=0, order=None)
-    ray.kill(early._orders.actor)
+    ray.kill(early._actor)
     said: list[str] = []
     ctx = SimpleNamespace(say=said.append, executor=Booked(RayExecutor(), Ledger(tmp_path)))
     job = TargetJob(study, hp, data, tmp_path, False, 0)
