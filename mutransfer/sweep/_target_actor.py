@@ -27,10 +27,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 import torch
 
+from mutransfer.study.memory import Plan
 from mutransfer.sweep._target_here import TargetJob, train_target_here
 from mutransfer.sweep.target import (
     CANCELLED,
@@ -48,6 +49,9 @@ from mutransfer.sweep.target import (
 from mutransfer.training import EpochRecord
 
 if TYPE_CHECKING:
+    from ray import ObjectRef
+    from ray.actor import ActorHandle
+
     from mutransfer.data.loading import SplitData
     from mutransfer.data.streaming import StreamingSplit
     from mutransfer.study import Study
@@ -93,6 +97,17 @@ class TargetWorker:
         return summary.as_dict(), str(folder)
 
 
+class _Call(Protocol):
+    def remote(self, *args: object) -> ObjectRef: ...
+
+
+class _Worker(Protocol):
+    """A :class:`TargetWorker` actor's handle as the driver calls it (each method's ``.remote``)."""
+
+    prepare: _Call
+    train: _Call
+
+
 class ActorTargetRun:
     """The target of one CPU worker trained by a Ray actor (Ray must be initialised); what
     :class:`~mutransfer.sweep.target_run.TargetRun` is for a Ray Train run, with the same methods."""
@@ -116,7 +131,7 @@ class ActorTargetRun:
         self._driver = driver_identity()
         self._failures = 0
         self._order: TargetOrder | None = None
-        self._train_ref: object | None = None
+        self._train_ref: ObjectRef | None = None
         self._called_off = False
         self.started = time.perf_counter()
         self.ordered: float | None = None
@@ -125,11 +140,11 @@ class ActorTargetRun:
             self.order(order.hp, order.plan)
             self.ordered = self.started
 
-    def _start(self) -> tuple[object, object]:
+    def _start(self) -> tuple[_Worker, ObjectRef]:
         import ray  # noqa: PLC0415 -- deferred: as above
 
         threads = int(self._study.target.cpus_per_worker)
-        actor = ray.remote(TargetWorker).options(num_cpus=threads, max_restarts=0).remote(threads)
+        actor = cast(_Worker, ray.remote(TargetWorker).options(num_cpus=threads, max_restarts=0).remote(threads))
         return actor, actor.prepare.remote(self._job, self._data_ref, self._driver)
 
     def finished(self) -> bool:
@@ -148,12 +163,12 @@ class ActorTargetRun:
             return True
         return False
 
-    def order(self, hp: dict, plan=None) -> None:
+    def order(self, hp: dict, plan: Plan | None = None) -> None:
         """Train now with ``hp`` (a run started early; a run started with its order gives it at once)."""
         if self._order is not None or self._called_off:
             raise RuntimeError("this target run already has its order")
         self._order = TargetOrder(hp, plan)
-        self._train_ref = self._actor.train.remote(self._order)  # type: ignore[attr-defined]
+        self._train_ref = self._actor.train.remote(self._order)
         self.ordered = time.perf_counter()
 
     def cancel(self, timeout: float = 0.0) -> None:
@@ -167,9 +182,9 @@ class ActorTargetRun:
         try:
             if self._train_ref is not None and timeout > 0:
                 ray.wait([self._train_ref], timeout=timeout)
-            ray.kill(self._actor)
+            ray.kill(cast("ActorHandle", self._actor))
         except KeyboardInterrupt:  # a second Ctrl-C waits no more
-            ray.kill(self._actor)
+            ray.kill(cast("ActorHandle", self._actor))
         except Exception:  # Ray is already going away
             pass
 
@@ -190,7 +205,7 @@ class ActorTargetRun:
                     raise
                 self.cancel()
                 self._actor, self._prepared = self._start()
-                self._train_ref = self._actor.train.remote(self._order)  # type: ignore[attr-defined]
+                self._train_ref = self._actor.train.remote(self._order)
 
     def outcome(self, on_poll: Callable[[], None] | None = None) -> TargetOutcome:
         """Wait for the training and return what it trained (Ctrl-C kills the actor and is raised)."""
