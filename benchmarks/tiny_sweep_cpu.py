@@ -40,7 +40,11 @@ def busy_seconds() -> float:
 
 
 def run_once(data: Path) -> dict[str, float]:
-    work = Path(tempfile.mkdtemp(prefix="tiny-sweep-"))
+    with tempfile.TemporaryDirectory(prefix="tiny-sweep-") as folder:
+        return _sweep(Path(folder), data)
+
+
+def _sweep(work: Path, data: Path) -> dict[str, float]:
     study = write_tiny_study(work, data)
     env = dict(os.environ, MUTRANSFER_CACHE=str(work / "cache"), MLFLOW_DISABLE_TELEMETRY="true")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -66,11 +70,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="sweeps to run (default 2)")
     args = parser.parse_args()
-    data = write_tiny_data(Path(tempfile.mkdtemp(prefix="tiny-data-")) / "burgers_tiny.h5")
     runs = []
-    for i in range(args.rounds):
-        runs.append(run_once(data))
-        print(f"run {i + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in runs[-1].items()), flush=True)
+    with tempfile.TemporaryDirectory(prefix="tiny-data-") as folder:
+        data = write_tiny_data(Path(folder) / "burgers_tiny.h5")
+        for i in range(args.rounds):
+            runs.append(run_once(data))
+            print(f"run {i + 1}: " + ", ".join(f"{k} {v:.1f}" for k, v in runs[-1].items()), flush=True)
     print("mean (95 % t interval): " + ", ".join(f"{k} {summary([r[k] for r in runs])}" for k in runs[0]))
 
 

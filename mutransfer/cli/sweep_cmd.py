@@ -32,10 +32,10 @@ def add_parser(subparsers) -> None:
 def _add_sweep(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep",
-        help="tune small proxies with Ray Tune, transfer the winner by muP, train the target (Ray Train), log to MLflow",
+        help="tune small proxies with Ray Tune, transfer the winner by muP, train the target (Ray Train, or one Ray actor for one CPU worker), log to MLflow",
         description="Run a study: sweep hyperparameters on small proxies (an FNO with K = proxy_K, and/or any "
         "operator at width operator.width) with Ray Tune (TPE + ASHA), rescale the best to the target (K = "
-        "target_K, width = target_width) by the muP rules, train the target once with Ray Train, "
+        "target_K, width = target_width) by the muP rules, train the target once on Ray (Ray Train; one CPU worker: one Ray actor), "
         "evaluate it on the test split and record everything in MLflow. Without --study the built-in quick "
         "study runs (Burgers 1D, a few minutes on a laptop CPU). Flags override the study file and are reported.",
     )
@@ -62,7 +62,7 @@ def _add_sweep(subparsers) -> None:
         "--executor",
         choices=EXECUTORS,
         default="ray",
-        help="where the trainings run: ray (Ray Tune trials, a Ray Train target; default), inprocess (one at a "
+        help="where the trainings run: ray (Ray Tune trials, the target on Ray Train or, for one CPU worker, one Ray actor; default), inprocess (one at a "
         "time in this process, no Ray: the same trials and results) or population (in this process, a window of "
         "FNO proxies of one shape as one batched model)",
     )

@@ -210,12 +210,14 @@ class ResourcesSpec:
 @dataclass
 class TargetSpec:
     epochs: int = setting(20, "target training epochs", kind="int", minimum=1, maximum=MAX_EPOCHS, example="20")
-    num_workers: int = setting(1, "Ray Train data-parallel workers", kind="int", minimum=1, example="1")
+    num_workers: int = setting(
+        1, "the target's data-parallel workers (Ray Train, DDP; 1: one Ray actor)", kind="int", minimum=1, example="1"
+    )
     use_gpu: Any = setting("auto", "auto (GPUs when the cluster has them), true or false", read=_read_auto)
     cpus_per_worker: int = setting(1, "CPUs (torch threads) per worker", kind="int", minimum=1, example="1")
     checkpoint_every: int = setting(1, "epochs between the target's checkpoints", kind="int", minimum=1, example="1")
     start_early: bool = setting(
-        True, "start the target's Ray Train workers while the last proxy trials run", kind="bool", example="true"
+        True, "start the target's workers while the last proxy trials run", kind="bool", example="true"
     )
 
 

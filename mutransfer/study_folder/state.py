@@ -11,9 +11,9 @@ Layout::
                         a trial is written there, optuna.journal.lock: Optuna's lock, a symbolic link
     costs.jsonl         one JSON line per training run (mutransfer.sweep._ledger), appended by the executor
     tune/run-<n>/       the Ray Tune experiment of the n-th session (written by Tune, never read back)
-    target/             Ray Train run of the target: checkpoint_manager_snapshot.json (JSON, read
-                        by Ray Train on a re-run) and checkpoint folders (checkpoint.pt, read with
-                        weights_only=True; summary.json)
+    target/             the target's checkpoint folders (epoch_NNNNN/, final/: checkpoint.pt, read with
+                        weights_only=True; model.pt, summary.json) and progress.jsonl; a Ray Train run (several
+                        workers, a GPU) adds checkpoint_manager_snapshot.json (JSON, read by Ray Train on a re-run)
     faults/             markers of the fault-injection hook (MUTRANSFER_FAIL_TRIALS)
     report.json/.txt    the transfer report, once the study is done
 

@@ -6,8 +6,8 @@
 - :mod:`~mutransfer.sweep.rescale`      the transfer of the best proxy to the target (operators.transfer)
 - :mod:`~mutransfer.sweep.gate`         the optional coordinate-check gate
 - :mod:`~mutransfer.sweep.train_target` the target phase; :mod:`~mutransfer.sweep.target` its Ray Train worker loop,
-  :mod:`~mutransfer.sweep.target_run` its Ray Train run (started with its order or early,
-  :mod:`~mutransfer.sweep.early_target`)
+  :mod:`~mutransfer.sweep.target_run` its run on Ray (Ray Train, or one Ray actor for one CPU worker:
+  :mod:`~mutransfer.sweep._target_actor`; started with its order or early, :mod:`~mutransfer.sweep.early_target`)
 - :mod:`~mutransfer.sweep.finish`       the report phase; :mod:`~mutransfer.sweep.report` the report itself
 - :mod:`~mutransfer.sweep.runner`       the orchestrator (:func:`run_sweep`)
 - :mod:`~mutransfer.sweep.trial`        the proxy trial (Tune function trainable) and the fault-injection hook

@@ -1,4 +1,4 @@
-"""Where a study's trainings run: Ray (Ray Tune trials, a Ray Train target, Ray tasks) or this process.
+"""Where a study's trainings run: Ray (Ray Tune trials, a Ray Train target (one Ray actor for one CPU worker), Ray tasks) or this process.
 
 An executor is chosen once per study (``SweepOptions.executor``; ``mutransfer sweep --executor``;
 ``mutransfer.create_study(executor=...)``) and every bulk training of the study goes through it:
@@ -128,7 +128,8 @@ class JobFailed(Exception):
 
 
 class RayExecutor:
-    """Ray Tune for searches, Ray Train for the target, Ray tasks for grids: locally (127.0.0.1) or on a cluster."""
+    """Ray Tune for searches, Ray Train for the target (one Ray actor for one CPU worker), Ray tasks for grids:
+    locally (127.0.0.1) or on a cluster."""
 
     name = "ray"
 

@@ -123,17 +123,19 @@ class ActorTargetRun:
     ) -> None:
         import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs
 
+        self.started = time.perf_counter()  # the devices count from here, the put of the data included
         self._study, self._max_failures = study, max_failures
         self._folder = Path(storage_dir) / "target"
         clear_stop(self._folder)  # a stop asked for by an interrupted earlier session
         self._job = TargetJob(study, {}, None, Path(storage_dir), False, max_failures)  # the data: by reference
+        # on the caller's thread (for an early start, Tune's loop): a split in memory is copied into Ray's store
+        # once here, as Ray Train's run put it in its own thread; a streamed split travels as its path and rows
         self._data_ref = ray.put(data)
         self._driver = driver_identity()
         self._failures = 0
         self._order: TargetOrder | None = None
         self._train_ref: ObjectRef | None = None
         self._called_off = False
-        self.started = time.perf_counter()
         self.ordered: float | None = None
         self._actor, self._prepared = self._start()
         if order is not None:
@@ -151,6 +153,8 @@ class ActorTargetRun:
         """Whether the run has ended: its training returned, or an actor started early failed to start."""
         import ray  # noqa: PLC0415 -- deferred: as above
 
+        if self._called_off:
+            return True
         ref = self._train_ref if self._train_ref is not None else self._prepared
         done, _ = ray.wait([ref], timeout=0)
         if not done:
@@ -171,25 +175,33 @@ class ActorTargetRun:
         self._train_ref = self._actor.train.remote(self._order)
         self.ordered = time.perf_counter()
 
+    def _kill(self) -> None:
+        import ray  # noqa: PLC0415 -- deferred: as above
+
+        try:
+            ray.kill(cast("ActorHandle", self._actor))
+        except Exception:  # Ray is already going away, or the actor is gone
+            pass
+
     def cancel(self, timeout: float = 0.0) -> None:
-        """Call the run off: wait up to ``timeout`` seconds for a training asked to stop to return, then end the
-        actor (one that has no order ends without training)."""
+        """Call the run off: wait up to ``timeout`` seconds for a training asked to stop to return (the stop file),
+        then end the actor. A run called off before its order trained nothing; either way :meth:`finished` is then
+        True and :meth:`outcome` says CANCELLED."""
         import ray  # noqa: PLC0415 -- deferred: as above
 
         if self.ordered is None:
             self.ordered = time.perf_counter()
-        self._called_off = self._order is None
-        try:
-            if self._train_ref is not None and timeout > 0:
+        self._called_off = True
+        if self._train_ref is not None and timeout > 0:
+            try:
                 ray.wait([self._train_ref], timeout=timeout)
-            ray.kill(cast("ActorHandle", self._actor))
-        except KeyboardInterrupt:  # a second Ctrl-C waits no more
-            ray.kill(cast("ActorHandle", self._actor))
-        except Exception:  # Ray is already going away
-            pass
+            except Exception:  # Ray is already going away
+                pass
+        self._kill()
 
     def _result(self, on_poll: Callable[[], None] | None) -> tuple[dict, str]:
-        """Wait for the training (``on_poll()`` about every 0.2 s); a failed actor is replaced, up to the budget."""
+        """Wait for the training (``on_poll()`` about every 0.2 s); a failed actor is replaced, up to the budget, and
+        the last one ended before the failure is raised (its CPUs go back to the cluster)."""
         import ray  # noqa: PLC0415 -- deferred: as above
 
         assert self._order is not None and self._train_ref is not None, "order() comes first"
@@ -200,23 +212,27 @@ class ActorTargetRun:
             try:
                 return ray.get(self._train_ref)
             except Exception:
+                self._kill()
                 self._failures += 1
                 if 0 <= self._max_failures < self._failures:
                     raise
-                self.cancel()
                 self._actor, self._prepared = self._start()
                 self._train_ref = self._actor.train.remote(self._order)
 
     def outcome(self, on_poll: Callable[[], None] | None = None) -> TargetOutcome:
-        """Wait for the training and return what it trained (Ctrl-C kills the actor and is raised)."""
-        if self._called_off:  # called off before its order: it trained nothing
+        """Wait for the training and return what it trained. Ctrl-C asks the actor to stop at its next epoch, waits
+        up to :data:`STOP_WAIT_S` (a second Ctrl-C waits no more), ends it, and is raised."""
+        if self._called_off:  # called off: it trained nothing the study keeps
             raw, folder = TargetSummary(status=CANCELLED).as_dict(), ""
         else:
             try:
                 raw, folder = self._result(on_poll)
             except KeyboardInterrupt:
                 ask_to_stop(self._folder)
-                self.cancel(STOP_WAIT_S)
+                try:
+                    self.cancel(STOP_WAIT_S)
+                except KeyboardInterrupt:
+                    self._kill()
                 raise
         if on_poll is not None:
             on_poll()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from mutransfer.atomic import current_umask
 from mutransfer.study.memory import Plan
 from mutransfer.study.models import effective_spectral_lr, model_for, train_config
 from mutransfer.sweep.target import PROGRESS_FILE, TargetSummary, append_progress, save_final
@@ -51,10 +52,19 @@ def _latest_checkpoint(target_dir: Path) -> Path | None:
     return epochs[-1] if epochs else None
 
 
+def _clear_staging(target_dir: Path) -> None:
+    """Remove what a publication cut short (a process killed while it copied) left: hidden ``.<name>-XXXX``
+    folders, partial copies that nothing reads."""
+    for leftover in target_dir.glob(".*-*"):
+        if leftover.is_dir() and (leftover.name.startswith(".epoch_") or leftover.name.startswith(".final-")):
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
 def _publish(local: Path, target_dir: Path, name: str) -> Path:
     """Copy the working folder's files to ``target_dir/name`` whole (a folder renamed into place, as Ray Train
     persists a checkpoint) and keep the newest :data:`KEEP_CHECKPOINTS` epoch folders."""
     staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target_dir))
+    staging.chmod(0o777 & ~current_umask())  # a folder as any other the user makes (mkdtemp's is private to its owner)
     for f in local.iterdir():
         if f.is_file():
             shutil.copy2(f, staging / f.name)
@@ -82,6 +92,7 @@ def train_target_here(
     assert data is not None, "the target trains on the study's fit split"
     target_dir = Path(job.storage_dir) / "target"
     target_dir.mkdir(parents=True, exist_ok=True)
+    _clear_staging(target_dir)
     progress = str(target_dir / PROGRESS_FILE)
     torch.manual_seed(study.training.seed)
     model = model_for(study, data, target=True, hp=hp)

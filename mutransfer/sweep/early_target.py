@@ -1,15 +1,15 @@
-"""The target's Ray Train run started while the last proxy trials train (study key ``target.start_early``).
+"""The target's run started while the last proxy trials train (study key ``target.start_early``).
 
-Ray Train's start-up for one CPU worker (the controller, its helper actors, the worker's process, its imports and the
-data) sat on the study's critical path: the target could only start once the proxies had finished and the winner
-was known (10.8-13.1 s of the default study's wall time on this project's CI machine, ``target_startup_seconds`` in
-the 5 late-start runs of ``python benchmarks/early_target.py --rounds 5``).
+The target's start-up (for one CPU worker its Ray actor's process, imports and data: 5.7-5.8 s of the default
+study's wall time on this project's CI machine, ``target_startup_seconds`` of the late-start runs of ``python
+benchmarks/early_target.py --rounds 2``; with Ray Train's controller and helper actors it was 10.8-20.2 s) sits on
+the study's critical path when the target starts only once the proxies have finished and the winner is known.
 
 Once the search has handed out its last trial, no new trial will ask for resources; as soon as the trials still
 running leave room for the target's workers (on 2 cores with 2 trials at a time: when the first of the last two
 ends), the target's run is started (:func:`mutransfer.sweep.target_run.start_target` without an order): its workers
 start, load the data and wait. Not earlier: on a machine whose cores all train proxies, Ray Train's start-up (7
-processes with their imports) slowed the last trial about 2x (docs/results.md). When the
+processes with their imports; one for the actor) slowed the last trial about 2x (docs/results.md). When the
 target phase comes, :meth:`EarlyTarget.take` gives it the waiting run, which trains at the transferred
 hyperparameters (:meth:`~mutransfer.sweep.target_run.TargetRun.order`); a study that stops first calls it off
 (:meth:`EarlyTarget.cancel`: its workers return without training, and nothing is written that a resume reads).

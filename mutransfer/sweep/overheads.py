@@ -11,8 +11,9 @@ A study's wall time splits into (seconds, this session's clock):
   the default study (docs/results/table1_v3_quick_cheap_3seeds.json);
 - ``proxy_scheduling``: the rest of the proxy phase: the trial actors' start (a new Python
   process, imports), Tune's driver loop, the searcher, idle slots;
-- ``target_startup``: the target's Ray Train wall time, from the order to train, minus its trainer
-  time (the worker group, the process group, checkpoints reported to Ray Train, shutting down);
+- ``target_startup``: the target's wall time on Ray, from the order to train, minus its trainer
+  time (one CPU worker: its actor's imports and model; several workers or a GPU: Ray Train's worker group, the
+  process group, checkpoints reported to Ray Train, shutting down);
   a target started while the last proxies trained (``target.start_early``) had started
   ``target_head_start`` seconds before its order: that part ran beside the proxies and is not
   counted again;
@@ -73,7 +74,7 @@ def describe(o: dict[str, float]) -> str:
         f"fixed overhead {o['fixed_seconds']:.1f} s = {100 * o['fixed_share']:.0f}% of the wall time: setup "
         f"{o['setup_seconds']:.1f} s (data, Ray, MLflow), proxy phase outside the trainers "
         f"{o['trial_startup_seconds'] + o['proxy_scheduling_seconds']:.1f} s (trial actors' start, Tune's loop), "
-        f"target start-up {o['target_startup_seconds']:.1f} s (Ray Train{_head_start(o)}); "
+        f"target start-up {o['target_startup_seconds']:.1f} s (its workers' start{_head_start(o)}); "
         f"other phases {o['other_seconds']:.1f} s"
     )
 

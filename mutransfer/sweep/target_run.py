@@ -1,4 +1,6 @@
-"""The driver's side of the target's Ray Train run: start it (with its order, or early, waiting for it), wait for it.
+"""The driver's side of the target's run on Ray: start it (with its order, or early, waiting for it), wait for it.
+
+One CPU worker: one Ray actor (mutransfer.sweep._target_actor); several workers or a GPU: a Ray Train run.
 
 :func:`run_target` trains the target with its hyperparameters; :func:`start_target` without an order starts the run
 early (mutransfer.sweep.early_target), and :class:`TargetRun` gives the order, calls the run off, or waits for its
@@ -97,7 +99,8 @@ def run_target(
     plan: Plan | None = None,
     process_group: bool | None = None,
 ) -> TargetOutcome:
-    """Train the target with Ray Train (Ray must be initialised). Resumes from ``storage_dir/target``.
+    """Train the target on Ray (Ray must be initialised): :func:`start_target` with its order, then its outcome.
+    Resumes from ``storage_dir/target``.
 
     ``plan``: the target's memory plan per worker, made by the driver (SweepContext.memory_plan);
     each worker holds it against its device (None: each worker plans the model itself).

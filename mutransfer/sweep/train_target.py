@@ -1,4 +1,5 @@
-"""The target phase: train the target once with Ray Train (mutransfer.sweep.target), logged as an MLflow child run.
+"""The target phase: train the target once on the study's executor (on Ray: Ray Train, or one Ray actor for one CPU
+worker), logged as an MLflow child run.
 
 Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``; with ``search.top_k`` > 1,
 mutransfer.sweep.topk trains the N best proxies through :func:`fit_target` instead, the winner kept. A resumed study
@@ -84,7 +85,7 @@ def _runs_on(ctx: SweepContext, early: bool, use_gpu: bool) -> str:
 
 def _early_outcome(ctx: SweepContext, early: RunningTarget, job: TargetJob, watch: TargetWatch) -> TargetOutcome:
     """The target trained by the run started early, given its order; if that run fails (its node was lost while it
-    waited, and Ray Train's retries found the node not yet marked dead), the target is trained by a run started as
+    waited, and its run's retries found the node not yet marked dead), the target is trained by a run started as
     usual, which resumes from the early run's last checkpoint: an early start saves time, it never fails a study."""
     try:
         early.order(job.hp, job.plan)
@@ -129,7 +130,7 @@ def fit_target(
     tags: dict | None = None,
     label: str = "target",
 ):
-    """Train the target at ``transfer.hp`` (a TransferResult) with Ray Train in ``storage_dir/target``, logged to
+    """Train the target at ``transfer.hp`` (a TransferResult) on the executor in ``storage_dir/target``, logged to
     MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
     before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
     study, tracker = ctx.study, ctx.tracker

@@ -15,8 +15,8 @@ Everything is logged from the driver with :class:`mlflow.tracking.MlflowClient`
   terminated. A trial whose child run is finished is skipped (idempotent on
   resume). MLflowLoggerCallback (one synchronous call per reported field) is
   avoided: it made small sweeps 2.5x slower.
-- the **target run** (``mutransfer.kind = target``) is created before Ray Train
-  starts, gets its per-epoch metrics while it trains (the driver reads them from
+- the **target run** (``mutransfer.kind = target``) is created before the target's
+  workers start, gets its per-epoch metrics while it trains (the driver reads them from
   the target's ``progress.jsonl``) and is terminated after it (FAILED if training
   raised). An interrupted or failed study ends its RUNNING children with its own status.
 

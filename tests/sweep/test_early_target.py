@@ -1,4 +1,5 @@
-"""The target's Ray Train run started while the last proxies train (mutransfer.sweep.early_target).
+"""The target's run started while the last proxies train (mutransfer.sweep.early_target): one CPU worker's Ray
+actor, or Ray Train's run for several workers.
 
 Started without an order, its workers wait; ordered, they train exactly what a target started with its order
 trains; called off, they train nothing and leave the folder to a later target. It starts only once the search has
@@ -47,8 +48,8 @@ def test_a_target_called_off_then_one_started_early_in_its_folder_trains_what_on
     ray_local, tiny_data, tmp_path
 ):
     """Called off, a run started early trains nothing and leaves its folder; a run started early there afterwards,
-    ordered after a wait, trains bit for bit what a run started with its order trains (one test: each Ray Train run
-    costs about 30 CPU-seconds of start-up on 2 cores: docs/architecture.md, "The suite's time")."""
+    ordered after a wait, trains bit for bit what a run started with its order trains (one test: each run costs a
+    process's start-up and imports: docs/architecture.md, "The suite's time")."""
     from mutransfer.sweep.target import CANCELLED
     from mutransfer.sweep.target_run import run_target, start_target
 
@@ -80,9 +81,11 @@ def test_a_target_called_off_then_one_started_early_in_its_folder_trains_what_on
 
 
 @pytest.mark.slow  # starts Ray
-def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray_local, tiny_data, tmp_path):
-    """The early run's actor lost (as when the node holding it dies while the run waits): the order cannot be
-    carried out, and the target is trained by a new run, not failed (tests/sweep/test_cluster.py kills such a node)."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray_local, tiny_data, tmp_path, workers):
+    """The early run's worker lost while it waits (as when its node dies): one CPU worker's actor, or Ray Train's order
+    queue for two workers (DDP); the order cannot be carried out, and the target is trained by a new run, not failed
+    (tests/sweep/test_cluster.py kills such a node)."""
     import ray
 
     from mutransfer.sweep._executors import RayExecutor, TargetJob
@@ -90,15 +93,16 @@ def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray
     from mutransfer.sweep.target_run import start_target
     from mutransfer.sweep.train_target import _early_outcome
 
-    study, data = _study(tmp_path, tiny_data), _data(tiny_data)
+    study, data = _study(tmp_path, tiny_data, num_workers=workers), _data(tiny_data)
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
     early = start_target(study, data, tmp_path, use_gpu=False, max_failures=0, order=None)
-    ray.kill(early._actor)
+    ray.kill(early._actor if workers == 1 else early._orders.actor)
     said: list[str] = []
     ctx = SimpleNamespace(say=said.append, executor=Booked(RayExecutor(), Ledger(tmp_path)))
     job = TargetJob(study, hp, data, tmp_path, False, 0)
     outcome = ctx.executor.target(job, None, run=lambda: _early_outcome(ctx, early, job, lambda: None))
     assert outcome.status == "completed" and outcome.epochs == 2 and outcome.head_start_seconds == 0
+    assert outcome.num_workers == workers
     assert len(said) == 1 and said[0].startswith("note: the target's run started early failed"), said
     (booked,) = Ledger(tmp_path).bookings()  # trained once, by the new run, and booked once
     assert booked.kind == "target" and booked.epochs == 2

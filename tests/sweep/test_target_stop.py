@@ -1,7 +1,8 @@
 """Ctrl-C while the target trains: the driver asks the workers to stop and waits for Ray Train's ``fit()`` to return
 before it goes on to shut Ray down (a ``fit()`` still running under ``ray.shutdown`` crashed a driver with SIGSEGV in
 CI). No Ray here: the run's ``fit()`` is a stand-in that trains nothing and returns once the stop is asked for, as the
-workers' loop does (mutransfer.sweep.target.target_loop; end to end: tests/sweep/test_sweep_resume.py)."""
+workers' loop does (mutransfer.sweep.target.target_loop). End to end, tests/sweep/test_sweep_resume.py interrupts
+the default target of one CPU worker, a Ray actor (mutransfer.sweep._target_actor), not a Ray Train run."""
 
 from __future__ import annotations
 
