@@ -20,8 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from mutransfer.local_ray import NO_IDLE_WORKERS
-
 RAY = shutil.which("ray") or "ray"
 START_TIMEOUT_S = 90  # both nodes registered
 
@@ -65,7 +63,6 @@ class LocalCluster:
             MLFLOW_DISABLE_TELEMETRY="true",
             TQDM_DISABLE="1",
             MUTRANSFER_CACHE=str(root / "cache"),
-            **NO_IDLE_WORKERS,  # as the product's local Ray: no worker process started before one is asked for
         )
         env.pop("RAY_AUTH_TOKEN_PATH", None)
         self.env = env
