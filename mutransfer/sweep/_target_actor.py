@@ -70,8 +70,8 @@ class TargetWorker:
         self._driver: dict | None = None
 
     def prepare(self, job: TargetJob, data: SplitData | StreamingSplit | None, driver: dict) -> bool:
-        """Take the job and its data (an object Ray's store passed on) and import what the first training step would (``torch._dynamo``, which the
-        first optimizer of a process imports), so that an early start hides it."""
+        """Take the job and its data (an object Ray's store passed on) and import what the first training step
+        would (``torch._dynamo``, which the first optimizer of a process imports), so that an early start hides it."""
         import torch._dynamo  # noqa: F401, PLC0415 -- deferred: the warm-up, in the actor only
 
         self._job, self._driver = replace(job, data=data), driver
@@ -98,6 +98,8 @@ class TargetWorker:
 
 
 class _Call(Protocol):
+    """An actor method as the driver calls it."""
+
     def remote(self, *args: object) -> ObjectRef: ...
 
 

@@ -39,13 +39,13 @@ JOB_TIMEOUT_S = 300  # submission to SUCCEEDED, on a loaded 2-core machine
 
 def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    # Trials long enough (40 epochs, no ASHA stop) that the two overlap: with 2-epoch trials the first could end
+    # Trials long enough (200 epochs, no ASHA stop) that the two overlap: with 2-epoch trials the first could end
     # before the second's actor had started on the worker node, and Tune then ran both on the head node.
     # No early target: started once both trials are handed out, it may take the worker node's CPU before the second
     # trial's actor holds it (seen with the suite on two workers), and both trials then run on the head, one after
     # the other (tests/sweep/test_early_target.py tests the early start).
     study = write_tiny_study(
-        tmp_path, data, name="cluster-test", trials=2, epochs=40, grace=40, target_epochs=1, max_concurrent=2,
+        tmp_path, data, name="cluster-test", trials=2, epochs=200, grace=200, target_epochs=1, max_concurrent=2,
         target={"start_early": False},
     )  # fmt: skip
     runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
@@ -56,7 +56,7 @@ def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
         "--proxy-K", "4",
         "--target-K", "8",
         "--num-trials", "2",
-        "--epochs", "40",
+        "--epochs", "200",
         "--target-epochs", "1",
         "--tracking-uri", f"sqlite:///{db}",
         "--name", "cluster-test",
