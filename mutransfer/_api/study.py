@@ -384,8 +384,8 @@ def create_study(
             as the built-in ones do.
         pruner: ``optuna.pruners.SuccessiveHalvingPruner(min_resource=G, reduction_factor=R)`` (ASHA with grace
             period G epochs) or ``optuna.pruners.NopPruner()`` (no early stops); None: the spec's ``budget``.
-        executor: ``"ray"`` (Ray Tune trials, a Ray Train target (one Ray actor for one CPU worker); the default), ``"inprocess"`` (one training at a
-            time in this process, no Ray: the same trials and results) or ``"population"`` (in this process, a
+        executor: ``"ray"`` (Ray Tune trials, a Ray Train target or, for one CPU worker, one Ray actor; the
+            default), ``"inprocess"`` (one training at a time in this process, no Ray: the same trials and results) or ``"population"`` (in this process, a
             window of FNO proxies of one shape trained as one batched model: the same trials and results).
         tracking_uri: the MLflow store (default: the spec's ``tracking.uri``, else ``sqlite:///mlflow.db`` here).
         load_if_exists: continue a study of that name in ``storage`` instead of refusing it.

@@ -1,4 +1,5 @@
-"""Where a study's trainings run: Ray (Ray Tune trials, a Ray Train target (one Ray actor for one CPU worker), Ray tasks) or this process.
+"""Where a study's trainings run: Ray (Ray Tune trials, a Ray Train target or, for one CPU worker, one Ray actor;
+Ray tasks) or this process.
 
 An executor is chosen once per study (``SweepOptions.executor``; ``mutransfer sweep --executor``;
 ``mutransfer.create_study(executor=...)``) and every bulk training of the study goes through it:

@@ -55,8 +55,8 @@ def _latest_checkpoint(target_dir: Path) -> Path | None:
 def _clear_staging(target_dir: Path) -> None:
     """Remove what a publication cut short (a process killed while it copied) left: hidden ``.<name>-XXXX``
     folders, partial copies that nothing reads."""
-    for leftover in target_dir.glob(".*-*"):
-        if leftover.is_dir() and (leftover.name.startswith(".epoch_") or leftover.name.startswith(".final-")):
+    for leftover in [*target_dir.glob(".epoch_*-*"), *target_dir.glob(".final-*")]:
+        if leftover.is_dir():
             shutil.rmtree(leftover, ignore_errors=True)
 
 

@@ -2,8 +2,9 @@
 
 The target's start-up (for one CPU worker its Ray actor's process, imports and data: 5.7-5.8 s of the default
 study's wall time on this project's CI machine, ``target_startup_seconds`` of the late-start runs of ``python
-benchmarks/early_target.py --rounds 2``; with Ray Train's controller and helper actors it was 10.8-20.2 s) sits on
-the study's critical path when the target starts only once the proxies have finished and the winner is known.
+benchmarks/early_target.py --rounds 2``; with Ray Train's controller and helper actors it was 10.8-13.1 s in the 5
+late-start runs of an earlier measurement and 20.2 s in one run at c135a7f, docs/results.md) sits on the study's
+critical path when the target starts only once the proxies have finished and the winner is known.
 
 Once the search has handed out its last trial, no new trial will ask for resources; as soon as the trials still
 running leave room for the target's workers (on 2 cores with 2 trials at a time: when the first of the last two

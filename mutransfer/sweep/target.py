@@ -44,6 +44,7 @@ import torch
 from mutransfer.atomic import atomic_path, save_torch
 from mutransfer.study.memory import Plan
 from mutransfer.study.models import effective_spectral_lr, eval_metrics, model_for, train_config
+from mutransfer.study.schema import TargetSpec
 from mutransfer.sweep.cost import target_devices
 from mutransfer.training import DIVERGED_METRIC, train
 from mutransfer.training.checkpoint import weights_of
@@ -205,7 +206,7 @@ class TargetOutcome:
 
 def outcome_of(
     summary: TargetSummary,
-    target,
+    target: TargetSpec,
     *,
     workers: int,
     use_gpu: bool,
@@ -214,8 +215,9 @@ def outcome_of(
     held_seconds: float,
 ) -> TargetOutcome:
     """The driver's record of a trained target: its workers' ``summary``, the study's ``target`` section (CPUs per
-    worker), the ``workers`` that trained it, where the final checkpoint is, the seconds the study waited for it (from the order) and the seconds its
-    devices were held (from the start; the difference is the head start of a run started early)."""
+    worker), the ``workers`` that trained it, where the final checkpoint is, the seconds the study waited for it
+    (from the order) and the seconds its devices were held (from the start; the difference is the head start of a
+    run started early)."""
     return TargetOutcome(
         status=summary.status,
         test_error=float(summary.test_error if summary.test_error is not None else float("nan")),
