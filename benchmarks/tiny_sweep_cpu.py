@@ -58,12 +58,13 @@ def _sweep(work: Path, data: Path) -> dict[str, float]:
     return {"busy_cpu_s": busy, "wall_s": wall, "target_wall_s": float(target["wall_seconds"])}
 
 
-def summary(values: list[float]) -> str:
+def summary(values: list[float], digits: int = 1) -> str:
+    """The mean of ``values`` ± the half-width of its 95 % t interval (the mean alone for one value)."""
     mean = statistics.fmean(values)
     if len(values) < 2:
-        return f"{mean:.1f}"
+        return f"{mean:.{digits}f}"
     half = stats.t.ppf(0.975, len(values) - 1) * statistics.stdev(values) / len(values) ** 0.5
-    return f"{mean:.1f} ± {half:.1f}"
+    return f"{mean:.{digits}f} ± {half:.{digits}f}"
 
 
 def main() -> None:

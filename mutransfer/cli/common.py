@@ -8,7 +8,6 @@ import sys
 
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
-from operators.planning import parse_bytes
 
 
 def _parse(text: str, cast, ok, requirement: str):
@@ -68,6 +67,8 @@ def unit_interval(text: str) -> float:
 
 def memory_size(text: str) -> int:
     """argparse type: a memory size such as 80GiB, 24GB or 512MiB, in bytes."""
+
+    from operators.planning import parse_bytes  # noqa: PLC0415 -- deferred: the planner imports torch (2 s)
 
     try:
         return parse_bytes(text)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mutransfer.errors import UserInputError
-from mutransfer.serving.artifact import MLMODEL_FILE
+from mutransfer.serving._folder_schema import MLMODEL_FILE
 from mutransfer.study.inputs import check_writable
 from mutransfer.study_folder.state import StudyDir
 from mutransfer.tracking._sqlite_file import is_sqlite_database

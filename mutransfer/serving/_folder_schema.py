@@ -24,6 +24,8 @@ MAX_SAMPLE_VALUES = 2**27
 MAX_TEXT_BYTES = 2**20
 
 RESTORE = "restore the model folder (or train it again)"
+#: the file MLflow reads a model folder from
+MLMODEL_FILE = "MLmodel"
 
 
 def _text(directory: Path, name: str) -> str:
@@ -55,7 +57,7 @@ def _file_name(directory: Path, field: str, value: object, default: str) -> str:
 def read_flavor(directory: Path, flavor_name: str, config_default: str, weights_default: str) -> tuple[str, str]:
     """(config file name, weights file name) from ``directory``'s MLmodel; one line for anything malformed."""
     try:
-        mlmodel = yaml.safe_load(_text(directory, "MLmodel"))
+        mlmodel = yaml.safe_load(_text(directory, MLMODEL_FILE))
     except (yaml.YAMLError, RecursionError):  # RecursionError: nested thousands deep
         raise UserInputError(f"model {directory}: MLmodel is not valid YAML; {RESTORE}") from None
     flavors = mlmodel.get("flavors") if isinstance(mlmodel, dict) else None

@@ -28,7 +28,7 @@ import torch
 from mutransfer._version import __version__
 from mutransfer.atomic import save_torch
 from mutransfer.errors import UserInputError
-from mutransfer.serving._folder_schema import RESTORE, read_card_fields, read_flavor
+from mutransfer.serving._folder_schema import MLMODEL_FILE, RESTORE, read_card_fields, read_flavor
 from mutransfer.tracking.runs import STUDY_TAG
 from operators.errors import OperatorConfigError
 from operators.family import OperatorFamily, family_of_config
@@ -36,7 +36,6 @@ from operators.family import OperatorFamily, family_of_config
 FLAVOR = "mutransfer"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "state_dict.pt"
-MLMODEL_FILE = "MLmodel"
 #: the module MLflow's ``python_function`` flavor loads the model with (mutransfer.serving.pyfunc)
 PYFUNC_LOADER = "mutransfer.serving.pyfunc"
 FORMAT_VERSION = 1

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from mutransfer.cli.main import build_parser
+from mutransfer.cli.main import COMMANDS, build_parser
 
 
 def _parsers(parser: argparse.ArgumentParser, prefix: str):
@@ -94,3 +94,33 @@ def test_sweep_help_is_grouped_and_shows_the_defaults_that_run(capsys):
     assert re.search(rf"--proxy-K PROXY_K .*?overrides proxy_K; default: {quick['proxy_K']}\)", text)
     assert re.search(rf"--epochs EPOCHS .*?overrides budget.epochs; default: {quick['budget']['epochs']}\)", text)
     assert "else 10" not in text and "the study file's" not in text
+
+
+def test_each_command_is_in_the_table_that_loads_it_alone_in_help_order():
+    """COMMANDS (which module a command line loads) names every command the whole parser has, in its order."""
+    (everything,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert list(everything.choices) == list(COMMANDS)
+    for command, module in COMMANDS.items():
+        (alone,) = [a for a in build_parser(command)._actions if isinstance(a, argparse._SubParsersAction)]
+        assert command in alone.choices, (command, module)
+
+
+def test_a_command_line_imports_that_commands_module_and_no_other():
+    """`mutransfer trials ...` loads trials_cmd (and report_cmd, whose helpers it uses), not sweep's or train's."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from mutransfer.cli.main import build_parser; build_parser(sys.argv[1]); "
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('mutransfer.cli.') and m.endswith('_cmd'))))"
+    )
+    loaded = {
+        command: subprocess.run(
+            [sys.executable, "-c", code, command], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for command in ("trials", "--version", "--help")
+    }
+    assert "mutransfer.cli.trials_cmd" in loaded["trials"]
+    assert "mutransfer.cli.sweep_cmd" not in loaded["trials"] and "mutransfer.cli.train_cmd" not in loaded["trials"]
+    assert loaded["--version"] == []
+    assert loaded["--help"] == sorted(f"mutransfer.cli.{m}" for m in set(COMMANDS.values())), loaded["--help"]

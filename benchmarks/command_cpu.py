@@ -1,0 +1,79 @@
+"""The CPU seconds of single `mutransfer` commands: what every command line pays to start, and a tiny study in process.
+
+Each round runs, as a user's shell would (``python -m mutransfer.cli.main``), in a fresh folder that shares one
+cache (``$MUTRANSFER_CACHE``, warmed by one unmeasured sweep first, as a user's is after their first study):
+
+- ``--version``;
+- ``trials tiny`` on a finished study;
+- ``sweep --study tiny.yaml --executor inprocess --json`` (the study of ``tests/sweep_helpers.write_tiny_study``:
+  3 trials x 2 epochs and a 2-epoch target, all in the driver), into a new ``./mlflow.db``.
+
+and reads the user + system CPU seconds of the command (``resource.getrusage(RUSAGE_CHILDREN)``: the command and
+anything it waited for). Prints each round, then the means with a 95 % t interval. Run it on a quiet machine. To
+compare two versions, run it with each one's code first on the path::
+
+    git worktree add /tmp/before <commit>
+    PYTHONPATH=/tmp/before python benchmarks/command_cpu.py --rounds 5
+    python benchmarks/command_cpu.py --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(1, str(ROOT))  # tests.sweep_helpers (after a PYTHONPATH that names the version to measure)
+
+from benchmarks.tiny_sweep_cpu import summary  # noqa: E402
+from tests.sweep_helpers import write_tiny_data, write_tiny_study  # noqa: E402
+
+
+def cpu_seconds(args: list[str], folder: Path, env: dict[str, str]) -> float:
+    """User + system CPU seconds of ``mutransfer ARGS`` run in ``folder``; the command must succeed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(
+        [sys.executable, "-m", "mutransfer.cli.main", *args], cwd=folder, env=env, capture_output=True, text=True
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"mutransfer {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each command (default 3)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="command-cpu-") as work:
+        root = Path(work)
+        data = write_tiny_data(root / "burgers_tiny.h5")
+        env = dict(os.environ, MUTRANSFER_CACHE=str(root / "cache"), MLFLOW_DISABLE_TELEMETRY="true")
+        env.update(RAY_USAGE_STATS_ENABLED="0", TQDM_DISABLE="1")
+
+        def sweep(folder: Path) -> list[str]:
+            folder.mkdir()
+            return ["sweep", "--study", str(write_tiny_study(folder, data)), "--executor", "inprocess", "--json"]
+
+        warm = root / "warm"
+        cpu_seconds(sweep(warm), warm, env)  # the cache as a user's is after a first study
+        commands = {
+            "--version": lambda i: (["--version"], root),
+            "trials": lambda i: (["trials", "tiny"], warm),
+            "sweep in process": lambda i: (sweep(root / f"round{i}"), root / f"round{i}"),
+        }
+        figures: dict[str, list[float]] = {name: [] for name in commands}
+        for i in range(args.rounds):
+            for name, command in commands.items():
+                figures[name].append(cpu_seconds(*command(i), env))
+            print(f"round {i + 1}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in figures.items()), flush=True)
+    print("CPU-s, mean (95 % t interval): " + ", ".join(f"{k} {summary(v, digits=2)}" for k, v in figures.items()))
+
+
+if __name__ == "__main__":
+    main()
