@@ -28,6 +28,7 @@ from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
 from mutransfer.problems import PROBLEMS, Problem, default_dataset, get_problem
 from mutransfer.study.models import HPARAM_KEYS
+from mutransfer.study.resolve import check_operator_options
 from mutransfer.study.schema import MAX_EPOCHS, TrainingSpec
 from mutransfer.training import TrainConfig
 from mutransfer.training.memory import check_before_building
@@ -36,7 +37,8 @@ from operators.adapters import normalization_from
 from operators.factory import is_user_operator
 from operators.family import OperatorFamily
 from operators.parametrization import PARAMETRIZATIONS
-from operators.registry import OPERATORS, ModelSpec, get_family, point_set_families
+from operators.pointset import check_heads
+from operators.registry import ATTENTION_DEFAULTS, OPERATORS, ModelSpec, get_family, point_set_families
 from operators.width_mup import WIDTH_PARAMETRIZATIONS
 
 
@@ -355,20 +357,30 @@ def check_model_flags(args: argparse.Namespace, problem: Problem):
     clash = sorted(reserved & set(options))
     if clash:
         raise UserInputError(f"--option {clash[0]}: has its own flag or comes from the data; drop it")
+    if family.attention_formula is not None:  # --option and --heads, checked without data (it comes later)
+        heads = ATTENTION_DEFAULTS["heads"] if args.heads is None else args.heads
+        check_heads(args.width, heads, args.base_width, args.width_parametrization == "mup")
+        check_operator_options(family, problem.dim, heads, options)
     return family, options
 
 
 def train_model_spec(args: argparse.Namespace, problem, data, family: OperatorFamily, options: dict) -> ModelSpec:
-    """The ModelSpec the train flags describe, for ``family`` and ``options`` (:func:`check_model_flags`'s).
-
-    The family's ``defaults`` fill what is not given (operators.registry); the model is
-    built by ``family.build`` — the builder studies use too (mutransfer.study.models).
-    """
+    """The ModelSpec the train flags describe, for ``family`` and ``options`` (:func:`check_model_flags`'s); the
+    family's ``defaults`` fill what is not given (operators.registry); ``family.build`` builds it, as for studies."""
     points = problem.kind == "points"
-    spec = ModelSpec(
+    x, y = data.train_x, data.train_y
+    normalization = normalization_from(x, y, problem.dim if points else None) if family.standardizes else None
+    return _model_spec(args, problem, options, (int(x.shape[-1]), int(y.shape[-1])), normalization)
+
+
+def _model_spec(
+    args: argparse.Namespace, problem, options: dict, channels: tuple[int, int], normalization
+) -> ModelSpec:
+    """The ModelSpec of the train flags with the data's (input, output) ``channels`` and ``normalization``."""
+    return ModelSpec(
         dim=problem.dim,
-        input_channels=int(data.train_x.shape[-1]),
-        output_channels=int(data.train_y.shape[-1]),
+        input_channels=channels[0],
+        output_channels=channels[1],
         width=args.width,
         layers=args.layers,
         modes=args.modes,
@@ -376,12 +388,8 @@ def train_model_spec(args: argparse.Namespace, problem, data, family: OperatorFa
         width_parametrization=args.width_parametrization,
         base_width=args.base_width if args.width_parametrization == "mup" else None,
         init_scale=1.0 if args.init_scale is None else args.init_scale,
-        packed=points,
-        normalization=(
-            normalization_from(data.train_x, data.train_y, problem.dim if points else None)
-            if family.standardizes
-            else None
-        ),
+        packed=problem.kind == "points",
+        normalization=normalization,
         options={
             "padding": problem.padding if args.padding is None else args.padding,
             "projection_channels": args.projection_channels,
@@ -389,7 +397,6 @@ def train_model_spec(args: argparse.Namespace, problem, data, family: OperatorFa
             "options": options,
         },
     )
-    return spec
 
 
 def _plan_before_building(family, config: dict, data, train_config):

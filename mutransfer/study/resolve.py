@@ -10,6 +10,7 @@ problem registry (mutransfer.problems) rather than comparing names.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from mutransfer.config.reader import Reader
@@ -24,6 +25,7 @@ from mutransfer.study.samplers import sampler_problem, single_objective
 from mutransfer.study.schema import Study
 from mutransfer.study.search_space import OPTIONS_PREFIX, SIZE_KEYS, trial_study
 from operators.errors import OperatorConfigError
+from operators.family import OperatorFamily
 from operators.parametrization import check_modes
 from operators.planning_attention import plan_attention
 from operators.registry import point_set_families
@@ -200,28 +202,26 @@ def _check_searched_operator(study: Study, r: Reader) -> None:
 
 
 def _check_operator_options(study: Study, r: Reader) -> None:
-    """Build a one-layer operator of width ``heads`` once (cheap) so a wrong option fails now, with its field path.
+    """A wrong ``operator.options`` entry fails now, with its field path (:func:`check_operator_options`)."""
+
+    o = study.operator
+    try:
+        check_operator_options(study.family, get_problem(study.problem.name).dim, o.heads, o.options)
+    except OperatorConfigError as exc:
+        r.fail("operator.options", f"{exc}")
+
+
+def check_operator_options(family: OperatorFamily, dim: int, heads: int | None, options: Mapping[str, object]) -> None:
+    """Build a one-layer operator of width ``heads`` once (cheap) so that a wrong option raises
+    :class:`OperatorConfigError` before any data is made or read.
 
     The widths and depth are checked against the memory later (mutransfer.study.memory);
     options that are sizes (eigenfunctions, experts, ...) are planned first and the
     model is built only when it holds at most 10**7 parameters.
     """
-
-    o = study.operator
-    config = dict(
-        coord_dim=get_problem(study.problem.name).dim,
-        in_channels=1,
-        out_channels=1,
-        width=o.heads,
-        layers=1,
-        heads=o.heads,
-        **o.options,
-    )
-    try:
-        if study.family.attention_formula is None or plan_attention(o.type, config, points=1).total_params <= 10**7:
-            study.family.make(config)
-    except OperatorConfigError as exc:
-        r.fail("operator.options", f"{exc}")
+    config = dict(coord_dim=dim, in_channels=1, out_channels=1, width=heads, layers=1, heads=heads, **options)
+    if family.attention_formula is None or plan_attention(family.name, config, points=1).total_params <= 10**7:
+        family.make(config)
 
 
 def _resolve_validation(p, r: Reader) -> None:

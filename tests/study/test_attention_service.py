@@ -420,14 +420,21 @@ def test_train_cli_bad_operator_flags_exit_2_with_one_line(args, fragment, mesh_
     assert len(lines) == 1 and fragment in lines[0], err
 
 
-def test_a_flag_that_does_not_apply_is_refused_before_any_data_is_made(tmp_path, capsys, monkeypatch):
-    """`train --operator galerkin --modes 8` with no --data: refused before the default dataset is generated (it
-    was generated first, 500 Darcy solves, then refused)."""
+@pytest.mark.parametrize(
+    ("flags", "fragment"),
+    [
+        (["--modes", "8"], "--modes applies to fno only"),
+        (["--option", "bogus=1"], "bogus"),
+        (["--heads", "3"], "width 32 is not divisible by heads 3"),
+    ],
+)
+def test_a_flag_that_does_not_apply_is_refused_before_any_data_is_made(tmp_path, capsys, monkeypatch, flags, fragment):
+    """`train --operator galerkin --modes 8` (or an option the operator does not take, or heads that do not divide
+    the width) with no --data: refused before the default dataset is generated (it was generated first, 500 Darcy
+    solves, then refused)."""
     cache = tmp_path / "cache"
-    code, err = _refused(
-        capsys, monkeypatch, "train", "--operator", "galerkin", "--modes", "8", cwd=tmp_path, env_cache=cache
-    )
-    assert code == 2 and "--modes applies to fno only" in err, err
+    code, err = _refused(capsys, monkeypatch, "train", "--operator", "galerkin", *flags, cwd=tmp_path, env_cache=cache)
+    assert code == 2 and fragment in err and len(err.strip().splitlines()) == 1, err
     assert not list(cache.rglob("*.h5")), "data was made before the flag was refused"
 
 
