@@ -87,40 +87,42 @@ def test_the_local_ray_of_a_sweep_listens_on_loopback_only():
 
 _TARGET_SCRIPT = """
 import json, os, sys
+import ray
 from mutransfer.local_ray import start_ray
-from mutransfer.sweep.target_run import trainer_for
+from mutransfer.sweep.loopback_group import LoopbackTorchConfig
 from tests.net_helpers import exposed, listeners
 
 start_ray(None)
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchConfig, TorchTrainer
 
-def loop(cfg):  # each worker, while the target's trainer would run: what does this process listen on?
+def look():  # in a worker, while the target's trainer would run: what does this process listen on?
     import torch.distributed as dist
-    import ray.train
     pid = os.getpid()
     return {"group": dist.is_initialized(), "listeners": len(listeners([pid])), "exposed": len(exposed([pid]))}
 
-found = {}
-# 1: the default target (no process group); 2: DDP over gloo, as the product sets it up; "ray": the same two
-# workers under Ray Train's own TorchConfig (how the product did it before), to show the check sees a rendezvous
-for name, workers in (("1", 1), ("2", 2), ("ray", 2)):
-    cls, backend, group = trainer_for(workers, False)
-    if name == "ray":
-        cls, backend = TorchTrainer, {"torch_config": TorchConfig(backend="gloo")}
-    trainer = cls(loop, scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1}),
-                  run_config=RunConfig(storage_path=sys.argv[1], name=f"w{name}"), **backend)
+@ray.remote(num_cpus=1)
+class Actor:  # the one-CPU-worker target's kind of process (mutransfer.sweep._target_actor): a Ray actor
+    def look(self):
+        return look()
+
+found = {"actor": ray.get(Actor.remote().look.remote())}
+# "2": DDP over gloo, as the product sets it up; "ray": the same two workers under Ray Train's own TorchConfig (how
+# the product did it before), to show the check sees a rendezvous
+for name, config in (("2", LoopbackTorchConfig(backend="gloo")), ("ray", TorchConfig(backend="gloo"))):
+    trainer = TorchTrainer(lambda cfg: look(), scaling_config=ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1}),
+                           run_config=RunConfig(storage_path=sys.argv[1], name=f"w{name}"), torch_config=config)
     found[name] = trainer.fit().return_value  # rank 0's
 print(json.dumps(found))
 """
 
 
-@pytest.mark.slow  # a local Ray and three Ray Train runs
+@pytest.mark.slow  # a local Ray and two Ray Train runs
 def test_the_targets_workers_listen_on_loopback_only(tmp_path):
-    """Edge case 1 of the issue "A team deployment": a one-worker CPU target (the default) trains without torch's
-    process group; a target of two workers (DDP over gloo) has its rendezvous (TCPStore) and gloo's connections on
-    127.0.0.1 (mutransfer/sweep/loopback_group.py). Under Ray Train's own set-up the same two workers' rank 0
-    listens on all interfaces, which shows the check sees a rendezvous."""
+    """Edge case 1 of the issue "A team deployment": a one-worker CPU target (the default) trains in a Ray actor,
+    without torch's process group; a target of two workers (DDP over gloo) has its rendezvous (TCPStore) and gloo's
+    connections on 127.0.0.1 (mutransfer/sweep/loopback_group.py). Under Ray Train's own set-up the same two
+    workers' rank 0 listens on all interfaces, which shows the check sees a rendezvous."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     out = subprocess.run(
@@ -128,9 +130,9 @@ def test_the_targets_workers_listen_on_loopback_only(tmp_path):
     )
     assert out.returncode == 0, out.stderr[-3000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
-    assert found["1"]["group"] is False and found["1"]["exposed"] == 0, found
+    assert found["actor"]["group"] is False and found["actor"]["exposed"] == 0, found
     assert found["2"]["group"] is True and found["2"]["exposed"] == 0, found
-    assert found["2"]["listeners"] > found["1"]["listeners"], found  # the store and gloo listen, on loopback
+    assert found["2"]["listeners"] > found["actor"]["listeners"], found  # the store and gloo listen, on loopback
     assert found["ray"]["group"] is True and found["ray"]["exposed"] >= 1, found
 
 

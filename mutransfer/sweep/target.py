@@ -391,13 +391,10 @@ def target_loop(cfg: dict) -> dict:
     per_rank_batch = max(1, int(hp["batch_size"]) // world)
 
     torch.manual_seed(study.training.seed)  # same init on every rank (DDP also broadcasts rank 0's)
-    model = model_for(study, data, target=True, hp=hp)
-    spectral_lr0 = effective_spectral_lr(model, hp["lr"])
-    if cfg.get("process_group", True):
-        model = ray.train.torch.prepare_model(model)  # DDP when world > 1; moves to the worker's device
-        device = ray.train.torch.get_device()
-    else:  # one CPU worker without a torch process group (run_target): nothing to wrap or move
-        device = torch.device("cpu")
+    net = model_for(study, data, target=True, hp=hp)
+    spectral_lr0 = effective_spectral_lr(net, hp["lr"])
+    model = ray.train.torch.prepare_model(net)  # DDP around ``net`` when world > 1; moves it to the worker's device
+    device = ray.train.torch.get_device()
 
     local = Path(tempfile.mkdtemp(prefix="mutransfer-target-"))
     restored = ray.train.get_checkpoint()
@@ -447,7 +444,7 @@ def target_loop(cfg: dict) -> dict:
         summary = TargetSummary.of(result, spectral_lr0, world, per_rank_batch, iters_per_epoch)
         checkpoint = None
         if rank == 0:
-            save_final(local, model.module if hasattr(model, "module") else model, hp, summary)
+            save_final(local, net, hp, summary)
             checkpoint = ray.train.Checkpoint.from_directory(str(local))
         final = {k: getattr(summary, k) for k in ("test_error", "epochs", "trainer_seconds", "spectral_lr0")}
         ray.train.report(dict(final, final=1), checkpoint=checkpoint, checkpoint_dir_name="final")

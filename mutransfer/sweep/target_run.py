@@ -52,24 +52,11 @@ class RunningTarget(Protocol):
     def outcome(self, on_poll: Callable[[], None] | None = None) -> TargetOutcome: ...
 
 
-def trainer_for(workers: int, use_gpu: bool, process_group: bool | None = None) -> tuple[type, dict, bool]:
-    """(Ray Train trainer class, its backend keyword, whether torch's process group starts) for the target.
-
-    ``process_group`` None: only for several workers or a GPU; otherwise the plain data-parallel
-    trainer TorchTrainer builds on (Ray Train v1 or v2, whichever is running).
-    """
-    from ray.train.torch import TorchTrainer  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
-
-    from mutransfer.sweep.loopback_group import LoopbackTorchConfig  # noqa: PLC0415 -- deferred: imports Ray
-
-    needed = workers > 1 or use_gpu  # DDP's all-reduce, or the device placement TorchTrainer does
-    if process_group is False and needed:
-        raise ValueError("a target of several workers or on a GPU needs torch's process group")
-    plain = next((c for c in TorchTrainer.__mro__[1:] if c.__name__ == "DataParallelTrainer"), None)
-    if process_group or needed or plain is None:  # plain None: a Ray whose TorchTrainer has no such base
-        config = LoopbackTorchConfig(backend="nccl" if use_gpu else "gloo")  # the rendezvous on 127.0.0.1 locally
-        return TorchTrainer, {"torch_config": config}, True
-    return plain, {}, False
+def on_one_actor(workers: int, use_gpu: bool) -> bool:
+    """Whether a target of ``workers`` workers (on a GPU or not) trains in one Ray actor (one CPU worker: no process
+    group to start, nothing to place on a device) rather than a Ray Train run (DDP's all-reduce, or the device
+    placement TorchTrainer does)."""
+    return workers == 1 and not use_gpu
 
 
 def _on_this_node():
@@ -97,7 +84,7 @@ def run_target(
     max_failures: int,
     on_poll=None,
     plan: Plan | None = None,
-    process_group: bool | None = None,
+    ray_train: bool = False,
 ) -> TargetOutcome:
     """Train the target on Ray (Ray must be initialised): :func:`start_target` with its order, then its outcome.
     Resumes from ``storage_dir/target``.
@@ -108,14 +95,12 @@ def run_target(
     Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);
     ``on_poll()`` is called about every 0.2 s while the target trains (the driver's live display).
 
-    ``process_group``: None (default) trains one CPU worker in one Ray actor, without Ray Train
-    (mutransfer.sweep._target_actor: the same trainer, folder and checkpoints, equal results:
-    tests/sweep/test_target_startup.py) and several workers or a GPU with TorchTrainer, torch's
-    process group started; True: TorchTrainer whatever the workers; False: Ray Train's plain
-    data-parallel trainer, without the process group (one CPU worker only).
+    One CPU worker trains in one Ray actor, without Ray Train (mutransfer.sweep._target_actor: the same trainer,
+    folder and checkpoints, equal results: tests/sweep/test_target_startup.py); several workers or a GPU with Ray
+    Train's TorchTrainer, torch's process group started on loopback. ``ray_train``: TorchTrainer whatever the workers.
     """
     run = start_target(
-        study, data, storage_dir, use_gpu=use_gpu, max_failures=max_failures, process_group=process_group,
+        study, data, storage_dir, use_gpu=use_gpu, max_failures=max_failures, ray_train=ray_train,
         order=TargetOrder(hp, plan),
     )  # fmt: skip
     return run.outcome(on_poll)
@@ -129,19 +114,20 @@ def start_target(
     use_gpu: bool,
     max_failures: int,
     order: TargetOrder | None,
-    process_group: bool | None = None,
+    ray_train: bool = False,
 ) -> RunningTarget:
     """Start the target's run (:class:`RunningTarget`); ``run_target`` is this and its outcome.
 
-    One CPU worker (``process_group`` None): a Ray actor (:class:`~mutransfer.sweep._target_actor.ActorTargetRun`);
-    otherwise Ray Train's ``fit()`` in a thread (:class:`TargetRun`).
+    One CPU worker (:func:`on_one_actor`; unless ``ray_train``): a Ray actor
+    (:class:`~mutransfer.sweep._target_actor.ActorTargetRun`); otherwise Ray Train's ``fit()`` in a thread
+    (:class:`TargetRun`), torch's process group on loopback (mutransfer.sweep.loopback_group).
 
     ``order`` None starts it early: the workers start, load the data and wait for :meth:`TargetRun.order`
     (or :meth:`TargetRun.cancel`), so the start-up (Ray Train's controller and helper actors, the worker's process
     and imports: mutransfer.sweep.early_target) can run while the last proxies train.
     """
     t = study.target
-    if process_group is None and t.num_workers == 1 and not use_gpu:
+    if not ray_train and on_one_actor(t.num_workers, use_gpu):
         return ActorTargetRun(study, data, storage_dir, max_failures=max_failures, order=order)
     import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer.sweep` (mutransfer report)
     from ray.util.queue import Queue  # noqa: PLC0415 -- deferred: as above
@@ -161,12 +147,13 @@ def start_target(
         # in the run's thread: importing Ray Train (1.7 s in a driver that has imported Ray Tune) and putting the data
         # in Ray's store do not hold up the caller (for an early start, Tune's loop)
         from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig  # noqa: PLC0415 -- deferred: as above
+        from ray.train.torch import TorchTrainer  # noqa: PLC0415 -- deferred: as above
 
-        trainer_class, backend, group = trainer_for(t.num_workers, use_gpu, process_group)
-        return trainer_class(
+        from mutransfer.sweep.loopback_group import LoopbackTorchConfig  # noqa: PLC0415 -- deferred: imports Ray
+
+        return TorchTrainer(
             target_loop,
             train_loop_config={
-                "process_group": group,
                 "study": study,
                 "order": order,
                 "orders": orders,
@@ -177,7 +164,7 @@ def start_target(
                 "driver": driver,
             },
             scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
-            **backend,
+            torch_config=LoopbackTorchConfig(backend="nccl" if use_gpu else "gloo"),  # the rendezvous on 127.0.0.1
             run_config=RunConfig(
                 name="target",
                 storage_path=str(storage_dir),

@@ -22,7 +22,7 @@ from mutransfer.sweep.context import SweepContext, SweepError
 from mutransfer.sweep.progress import TargetProgress, for_options
 from mutransfer.sweep.proxies import keep_sigint_handler
 from mutransfer.sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
-from mutransfer.sweep.target_run import RunningTarget, resolve_use_gpu
+from mutransfer.sweep.target_run import RunningTarget, on_one_actor, resolve_use_gpu
 from mutransfer.tracking.runs import logged_steps
 
 
@@ -78,8 +78,7 @@ class TargetWatch:
 def _runs_on(ctx: SweepContext, early: bool, use_gpu: bool) -> str:
     if ctx.executor.name != "ray":
         return "in this process"
-    # one CPU worker: one Ray actor (mutransfer.sweep._target_actor); several workers or a GPU: Ray Train
-    on = "a Ray actor" if ctx.study.target.num_workers == 1 and not use_gpu else "Ray Train"
+    on = "a Ray actor" if on_one_actor(ctx.study.target.num_workers, use_gpu) else "Ray Train"
     return f"{on}, started while the last proxies trained" if early else on
 
 

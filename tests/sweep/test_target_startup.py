@@ -17,12 +17,12 @@ import pytest
 from tests.sweep_helpers import write_tiny_study
 
 
-def _train(study, data, tmp_path, name, process_group):
+def _train(study, data, tmp_path, name, ray_train):
     from mutransfer.study.models import merge_hyperparameters
     from mutransfer.sweep.target_run import run_target
 
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
-    return run_target(study, hp, data, tmp_path / name, use_gpu=False, max_failures=0, process_group=process_group)
+    return run_target(study, hp, data, tmp_path / name, use_gpu=False, max_failures=0, ray_train=ray_train)
 
 
 @pytest.mark.slow  # starts Ray
@@ -34,7 +34,7 @@ def test_one_cpu_worker_in_a_ray_actor_trains_the_same_target_as_ray_train(ray_l
     study, _ = load_study(path)
     data = load_split(tiny_data, n_train=32, n_test=16, resolution=64)
     with_group = _train(study, data, tmp_path, "torch", True)  # Ray Train's TorchTrainer
-    plain = _train(study, data, tmp_path, "plain", None)  # the default for one CPU worker: one Ray actor
+    plain = _train(study, data, tmp_path, "plain", False)  # the default for one CPU worker: one Ray actor
     assert with_group.status == plain.status == "completed" and math.isfinite(plain.test_error)
     assert plain.test_error == with_group.test_error  # bit for bit: the same training
     assert [e.val_error for e in plain.history] == [e.val_error for e in with_group.history]
@@ -83,26 +83,10 @@ def test_the_actors_run_retries_a_lost_worker_from_its_checkpoint_and_fails_past
                 run.outcome()
 
 
-@pytest.mark.parametrize(
-    "workers, gpu, forced, group",
-    [(1, False, None, False), (2, False, None, True), (1, True, None, True), (1, False, True, True)],
-)
-def test_the_process_group_is_started_where_it_does_something(workers, gpu, forced, group):
-    from ray.train.torch import TorchTrainer
+@pytest.mark.parametrize("workers, gpu, actor", [(1, False, True), (2, False, False), (1, True, False)])
+def test_one_cpu_worker_trains_in_an_actor_and_ddp_or_a_gpu_on_ray_train(workers, gpu, actor):
+    """The one rule (start_target's, and the summary line's "a Ray actor" / "Ray Train"): only several workers
+    (DDP's all-reduce) or a GPU (TorchTrainer's device placement) need Ray Train."""
+    from mutransfer.sweep.target_run import on_one_actor
 
-    from mutransfer.sweep.target_run import trainer_for
-
-    trainer, backend, started = trainer_for(workers, gpu, forced)
-    assert started is group and ("torch_config" in backend) is group
-    if group:
-        assert trainer is TorchTrainer
-    else:  # the base TorchTrainer builds on: the same loop API, no torch backend
-        assert trainer is not TorchTrainer and issubclass(TorchTrainer, trainer)
-
-
-def test_a_process_group_cannot_be_left_out_where_it_is_needed():
-    from mutransfer.sweep.target_run import trainer_for
-
-    for workers, gpu in ((2, False), (1, True)):
-        with pytest.raises(ValueError, match="needs torch's process group"):
-            trainer_for(workers, gpu, False)
+    assert on_one_actor(workers, gpu) is actor
