@@ -150,7 +150,8 @@ class MlflowServer:
             *("--artifacts-destination", str(self.artifacts), "--serve-artifacts"),
             *("--host", "127.0.0.1", "--port", str(self.port), "--workers", "2"),
         ]
-        env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
+        # without MLflow's GenAI job runner (eight processes, about 30 CPU-s a start), as `mutransfer ui` starts it
+        env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
         with self.log_path.open("a") as log:
             log.write(f"--- start {self.starts}\n")
             log.flush()

@@ -94,6 +94,20 @@ def ui_command(uri: str, *, host: str = "127.0.0.1", port: int = 5000, verbose: 
     ]
 
 
+#: MLflow's server starts a job runner and seven huey consumers for its GenAI jobs (evaluations of traces), which the
+#: UI of a study's runs never asks for: about 30 CPU-s at each start and eight processes more (docs/results.md, "What
+#: every command pays"). Off unless the user's environment sets it.
+JOB_EXECUTION_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION"
+
+
+def ui_environment(verbose: bool) -> dict[str, str]:
+    """The MLflow server's environment: quiet unless ``verbose`` (mutransfer.cli.quiet), without MLflow's job runner
+    unless :data:`JOB_EXECUTION_ENV` is set."""
+    env = server_environment(verbose)
+    env.setdefault(JOB_EXECUTION_ENV, "false")
+    return env
+
+
 def check_port_free(host: str, port: int) -> None:
     """Refuse (UserInputError) a port something already listens on, before the server starts."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -242,7 +256,7 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=server_environment(args.verbose),
+        env=ui_environment(args.verbose),
     )
     assert proc.stdout is not None
     relay = threading.Thread(target=relay_server_output, args=(proc.stdout, sys.stderr, args.verbose), daemon=True)

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -98,6 +99,15 @@ def test_ui_command_binds_localhost_without_a_shell():
     )
     assert ui_link("127.0.0.1", 5123, "7") == "http://127.0.0.1:5123/#/experiments/7/runs?workflowType=machine_learning"
     assert ui_link("0.0.0.0", 80, None) == "http://127.0.0.1:80/"
+
+
+def test_the_ui_starts_mlflow_without_its_job_runner_unless_the_user_asks(monkeypatch):
+    from mutransfer.cli.ui_cmd import JOB_EXECUTION_ENV, ui_environment
+
+    monkeypatch.delenv(JOB_EXECUTION_ENV, raising=False)
+    assert ui_environment(False)[JOB_EXECUTION_ENV] == ui_environment(True)[JOB_EXECUTION_ENV] == "false"
+    monkeypatch.setenv(JOB_EXECUTION_ENV, "true")
+    assert ui_environment(False)[JOB_EXECUTION_ENV] == "true"
 
 
 def test_study_view_names_its_runs_errors_and_searched_hyperparameters():
@@ -206,7 +216,7 @@ def served(tmp_path_factory):
     try:
         line = proc.stdout.readline()  # printed once the server answers; '' if it gave up (--wait)
         assert line.startswith("MLflow UI: http://127.0.0.1:"), f"no link printed: {line!r}"
-        yield line.split()[2], experiment_id, port
+        yield line.split()[2], experiment_id, port, proc.pid
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
@@ -214,7 +224,7 @@ def served(tmp_path_factory):
 
 @pytest.mark.slow
 def test_link_is_printed_once_the_server_answers_on_localhost_only(served):
-    link, experiment_id, port = served
+    link, experiment_id, port, pid = served
     assert link.startswith(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs?")
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as reply:  # no wait needed
         assert reply.status == 200
@@ -224,6 +234,11 @@ def test_link_is_printed_once_the_server_answers_on_localhost_only(served):
     assert refused.value.code == 403
     with urllib.request.urlopen(url, timeout=5) as reply:
         assert reply.status == 200
+    from tests.net_helpers import process_tree
+
+    commands = [Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode() for p in process_tree(pid)]
+    assert any("mlflow ui" in c for c in commands), commands  # the check sees the server's processes
+    assert not [c for c in commands if "huey" in c or "_job_runner" in c], commands  # no GenAI job runner
 
 
 @pytest.mark.slow
@@ -231,7 +246,7 @@ def test_link_is_printed_once_the_server_answers_on_localhost_only(served):
 def test_the_printed_link_shows_the_study_and_its_errors_in_a_browser(served):
     """At 1600 x 1000 (MLflow's runs table renders only the columns that fit the window): the study's three trials,
     its parent run apart ("3 matching runs"), the searched hyperparameters as the first columns, then the error."""
-    link, _, _ = served
+    link, _, _, _ = served
     text = ""
     # The view's column order is applied once the page has read the experiment's tags; on a loaded machine (the
     # suite on two workers) 15 s of virtual time can end before that: the page is read again with more time.
@@ -251,7 +266,7 @@ def test_the_printed_link_shows_the_study_and_its_errors_in_a_browser(served):
 @needs_chromium
 def test_without_the_view_the_same_page_is_the_genai_landing(served):
     """The control: the runs page of the same experiment, tagged, but without the link's parameters."""
-    link, experiment_id, port = served
+    link, experiment_id, port, _ = served
     text = visible_text(dump_dom(f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs", size=WIDE))
     assert GENAI_ONLY in text and "final_val_error" not in text
 
