@@ -107,7 +107,7 @@ def test_a_study_is_visible_in_mlflow_and_on_the_terminal_while_it_runs(tmp_path
             deadline = time.time() + 900
             while proc.poll() is None and time.time() < deadline:
                 watcher.look()
-                time.sleep(0.2)
+                time.sleep(0.5)  # the logger writes at most once a second: two looks per write (each look costs CPU)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, 9)
