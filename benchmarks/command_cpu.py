@@ -33,9 +33,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(ROOT))  # tests.sweep_helpers (after a PYTHONPATH that names the version to measure)
+# tests.sweep_helpers: this checkout's, after the PYTHONPATH entries that name the version to measure
+sys.path.insert(1 + len([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]), str(ROOT))
 
-from benchmarks.tiny_sweep_cpu import busy_seconds, summary  # noqa: E402
+from tiny_sweep_cpu import busy_seconds, summary  # noqa: E402 -- this folder's (sys.path[0]), whatever PYTHONPATH says
+
 from tests.sweep_helpers import write_tiny_data, write_tiny_study  # noqa: E402
 
 
@@ -72,7 +74,9 @@ def ui_seconds(folder: Path, env: dict[str, str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each command (default 3)")
-    parser.add_argument("--only", help="run only this one: --version, trials, sweep in process or ui")
+    parser.add_argument(
+        "--only", choices=("--version", "trials", "sweep in process", "ui"), help="run only this one (default: all)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="command-cpu-") as work:
         root = Path(work)

@@ -28,7 +28,8 @@ from pathlib import Path
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(ROOT))  # tests.sweep_helpers (after a PYTHONPATH that names the version to measure)
+# tests.sweep_helpers: this checkout's, after the PYTHONPATH entries that name the version to measure
+sys.path.insert(1 + len([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]), str(ROOT))
 
 from tests.sweep_helpers import write_tiny_data, write_tiny_study  # noqa: E402
 

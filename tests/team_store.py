@@ -32,6 +32,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from mutransfer.cli.ui_cmd import JOB_EXECUTION_ENV
+
 START_TIMEOUT_S = 120  # a fresh store's migrations run when the server first opens it (tens of seconds on 2 cores)
 
 
@@ -151,7 +153,7 @@ class MlflowServer:
             *("--host", "127.0.0.1", "--port", str(self.port), "--workers", "2"),
         ]
         # without MLflow's GenAI job runner (eight processes, about 30 CPU-s a start), as `mutransfer ui` starts it
-        env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false")
+        env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", **{JOB_EXECUTION_ENV: "false"})
         with self.log_path.open("a") as log:
             log.write(f"--- start {self.starts}\n")
             log.flush()

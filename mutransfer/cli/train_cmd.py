@@ -369,18 +369,10 @@ def train_model_spec(args: argparse.Namespace, problem, data, family: OperatorFa
     family's ``defaults`` fill what is not given (operators.registry); ``family.build`` builds it, as for studies."""
     points = problem.kind == "points"
     x, y = data.train_x, data.train_y
-    normalization = normalization_from(x, y, problem.dim if points else None) if family.standardizes else None
-    return _model_spec(args, problem, options, (int(x.shape[-1]), int(y.shape[-1])), normalization)
-
-
-def _model_spec(
-    args: argparse.Namespace, problem, options: dict, channels: tuple[int, int], normalization
-) -> ModelSpec:
-    """The ModelSpec of the train flags with the data's (input, output) ``channels`` and ``normalization``."""
     return ModelSpec(
         dim=problem.dim,
-        input_channels=channels[0],
-        output_channels=channels[1],
+        input_channels=int(x.shape[-1]),
+        output_channels=int(y.shape[-1]),
         width=args.width,
         layers=args.layers,
         modes=args.modes,
@@ -388,8 +380,8 @@ def _model_spec(
         width_parametrization=args.width_parametrization,
         base_width=args.base_width if args.width_parametrization == "mup" else None,
         init_scale=1.0 if args.init_scale is None else args.init_scale,
-        packed=problem.kind == "points",
-        normalization=normalization,
+        packed=points,
+        normalization=normalization_from(x, y, problem.dim if points else None) if family.standardizes else None,
         options={
             "padding": problem.padding if args.padding is None else args.padding,
             "projection_channels": args.projection_channels,

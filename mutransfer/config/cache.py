@@ -1,4 +1,4 @@
-"""Where mutransfer keeps what it can make again (generated datasets, an empty tracking store)."""
+"""Where mutransfer keeps what it can make again (generated datasets)."""
 
 from __future__ import annotations
 

@@ -97,7 +97,8 @@ def run_target(
 
     One CPU worker trains in one Ray actor, without Ray Train (mutransfer.sweep._target_actor: the same trainer,
     folder and checkpoints, equal results: tests/sweep/test_target_startup.py); several workers or a GPU with Ray
-    Train's TorchTrainer, torch's process group started on loopback. ``ray_train``: TorchTrainer whatever the workers.
+    Train's TorchTrainer, torch's process group started on loopback. ``ray_train``: TorchTrainer whatever the workers
+    (the tests compare the two on one worker).
     """
     run = start_target(
         study, data, storage_dir, use_gpu=use_gpu, max_failures=max_failures, ray_train=ray_train,

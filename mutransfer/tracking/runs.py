@@ -43,7 +43,6 @@ from pathlib import Path
 
 from mutransfer.errors import UserInputError
 from mutransfer.tracking._sqlite_file import check_sqlite_file, full_store_error, sqlite_path
-from mutransfer.tracking._store_template import copy_template, save_template
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
@@ -176,13 +175,8 @@ def _sqlite_client(uri: str, path: Path):
     from filelock import FileLock  # noqa: PLC0415 -- deferred: only for a store not created yet
 
     with FileLock(f"{path}.lock", timeout=600):
-        revision = _newest_schema_revision()
-        new = not path.exists()
-        copied = new and copy_template(path, revision)  # an empty store MLflow made before (_store_template)
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)
-        if new and not copied:
-            save_template(path, revision)
         _write_ahead(path)
     return client
 

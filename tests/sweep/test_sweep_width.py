@@ -126,10 +126,10 @@ def test_width_landscape_end_to_end(tmp_path):
     assert len(points) == 12 and {r.data.params["width"] for r in points} == {"4", "16"}
 
 
-@pytest.mark.parametrize("operator", ["galerkin"])
-def test_attention_target_trains_with_two_ddp_workers(operator, ray_local, mesh_file, tmp_path):
+def test_attention_target_trains_with_two_ddp_workers(ray_local, mesh_file, tmp_path):
     """Ray Train DDP (2 gloo workers) on packed point sets: every parameter gets a gradient, the model saves and rebuilds.
     ONO's and GNOT's gradients under DDP, without Ray: tests/sweep/test_sweep_ddp.py (Ray's part is the same)."""
+    operator = "galerkin"
     from mutransfer.data.pointclouds import load_point_split
     from mutransfer.study import parse_study
     from mutransfer.study.models import merge_hyperparameters
