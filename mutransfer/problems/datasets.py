@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from mutransfer.config.cache import cache_root
 from mutransfer.data.hdf5_io import write_dataset
 from mutransfer.data.point_schema import write_point_dataset
 from mutransfer.problems.base import Problem
@@ -14,7 +14,8 @@ __all__ = ["cache_dir", "default_dataset", "writer_for"]
 
 def cache_dir() -> Path:
     """Where generated default datasets live: $MUTRANSFER_CACHE, else ~/.cache/mutransfer."""
-    return cache_root() / "data"
+    root = os.environ.get("MUTRANSFER_CACHE") or Path.home() / ".cache" / "mutransfer"
+    return Path(root) / "data"
 
 
 def writer_for(problem: Problem):
