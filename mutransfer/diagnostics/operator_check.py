@@ -43,6 +43,7 @@ from operators.base_shapes import set_base_shapes, shape_of
 from operators.errors import OperatorConfigError
 from operators.factory import call, count_parameters
 from operators.mu_adam import describe, param_groups
+from operators.parametrization import clamp_gradients
 
 #: the problems the kit generates, by dimension: (problem, generated resolution, stride to the grid used)
 PROBLEMS = {1: ("burgers", 1024, 16), 2: ("darcy", 33, 1)}
@@ -203,12 +204,15 @@ def _move(
     watched: dict[str, str],
     lr: float,
     k_exponent: float = 1.0,
+    spectral: Spectral | None = None,
 ) -> dict[str, tuple[float, float]]:
     """Per role ("hidden", "spectral", "output"): (RMS change of the layers' outputs, geometric mean over the
-    layers; the same relative to their size) after one Adam step at ``lr`` under ``rule``."""
+    layers; the same relative to their size) after one Adam step at ``lr`` under ``rule``; ``spectral``: the
+    training's init scale and gradient clipping of the spectral weights."""
     K, width = size
     torch.manual_seed(seed)
     model = build(K, width)
+    spectral = spectral or Spectral()
     if rule == "off":
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     else:
@@ -222,6 +226,10 @@ def _move(
                 if g["mutransfer_role"] == "spectral":
                     g["lr"] = float(g["lr"]) * (K / base[0]) ** WRONG_POWER  # type: ignore[arg-type]  # a float
         optimizer = torch.optim.Adam(groups, lr=lr)  # type: ignore[arg-type]  # dicts of params and floats
+    held = [p for n, p in model.named_parameters() if n in spectral.names]
+    with torch.no_grad():
+        for p in held:
+            p.mul_(spectral.init_scale)
     x, y = data
     modules = dict(model.named_modules())
     seen: dict[str, torch.Tensor] = {}
@@ -236,6 +244,7 @@ def _move(
         before = dict(seen)
         pred = model(x)
         ((pred - y).flatten(1).norm(dim=1) / y.flatten(1).norm(dim=1)).mean().backward()
+        clamp_gradients(held, spectral.clip_value)
         optimizer.step()
         with torch.no_grad():
             seen["output"] = model(x)
@@ -252,6 +261,16 @@ def _move(
         sizes = [max(_rms(before[n]), 1e-30) for n in layers]
         found[role] = (_geomean(moves), _geomean([m / s for m, s in zip(moves, sizes, strict=True)]))
     return found
+
+
+@dataclass(frozen=True)
+class Spectral:
+    """What a training does to the spectral weights besides the K rule (the study's ``init_scale`` and
+    ``clip_value``), and which parameters those are (``names``: the largest model's, by name)."""
+
+    names: frozenset[str] = frozenset()
+    init_scale: float = 1.0
+    clip_value: float | None = None
 
 
 def _geomean(values: list[float]) -> float:
@@ -437,6 +456,8 @@ def k_coord_check(
     lr: float,
     seeds: int = 3,
     k_exponent: float = 1.0,
+    init_scale: float = 1.0,
+    clip_value: float | None = None,
 ) -> KCheck:
     """The kit's coordinate check over K alone (item 5 of the module docstring) at the given sizes, on the given data:
     ``sweep --coord-check`` and ``coord-check --operator`` on a user's factory.
@@ -447,6 +468,8 @@ def k_coord_check(
         modes: K values, ascending; the first is the base the muP facts are relative to (the proxy's K).
         width: the width every model is built at; ``lr``: the one Adam step's base LR.
         k_exponent: the K rule (c(K) = (d log K)^(-k_exponent/2); 1 is the paper's).
+        init_scale, clip_value: the spectral weights' init × scale and their gradients' element-wise clip, as the
+            study's trainings apply them (the weights the muP facts mark spectral on the largest model).
     Returns:
         a :class:`KCheck`: the curve under the muP facts and the one under a deliberately wrong rule (spectral LR
         × (K/K0)²), none when no parameter of the model grows with K; ``.verdict``, ``.flagged``, ``.as_dict()``.
@@ -463,9 +486,11 @@ def k_coord_check(
     if not any(f is not None and f.k_dims for f in map(shape_of, largest.parameters())):
         return found
     watched = watched_layers(largest, probe=x[:1])
+    names = frozenset(n for n, p in largest.named_parameters() if getattr(shape_of(p), "role", None) == "spectral")
+    spectral = Spectral(names, float(init_scale), clip_value)
 
     def run(size: tuple[int, int], rule: str, seed: int) -> dict[str, tuple[float, float]]:
-        return _move(build, size, base, rule, seed, (x, y), watched, lr, k_exponent)
+        return _move(build, size, base, rule, seed, (x, y), watched, lr, k_exponent, spectral)
 
     by_k = [(k, width) for k in modes]
     curves = (_curve("K", "mup", "spectral", by_k, run, seeds), _curve("K", "wrong", "spectral", by_k, run, seeds))

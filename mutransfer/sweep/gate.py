@@ -52,7 +52,7 @@ def coord_check_gate(ctx: SweepContext) -> None:
         if data is None or tracker is None:
             raise RuntimeError("coord_check_gate runs after the proxies' phase, which sets the data and the tracker")
         sizes = tuple(k for k in modes if k is not None)
-        verdict, flagged, payload = _factory_check(study, data, sizes, float(hp["lr"]))
+        verdict, flagged, payload = _factory_check(study, data, sizes, hp)
         write_atomic(json_path, json.dumps(payload, indent=2))
         tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
         where, tolerance, why = json_path, KIT_TOLERANCE, "it checks that the K rule reaches those layers"
@@ -116,10 +116,13 @@ def _fno_check(ctx: SweepContext, modes: list, hp: dict) -> tuple[str, list[str]
 
 
 def _factory_check(
-    study: Study, data: SelectionSplit, modes: tuple[int, ...], lr: float
+    study: Study, data: SelectionSplit, modes: tuple[int, ...], hp: dict
 ) -> tuple[str, list[str], dict[str, object]]:
-    """The kit's check over K on the study's factory (module docstring), on the first 10 fit samples: (verdict, what
-    it flags, the JSON)."""
+    """The kit's check over K on the study's factory (module docstring), on the first 10 fit samples, at the
+    transferred LR, init scale and spectral clipping (``hp``): (verdict, what it flags, the JSON)."""
+    lr, init_scale = float(hp["lr"]), float(hp.get("init_scale", 1.0))
+    clip = None if hp.get("clip_value") is None else float(hp["clip_value"])
+    knobs = {"init_scale": init_scale, "clip_value": clip}
     n = min(10, int(data.train_x.shape[0]))
     x = torch.as_tensor(data.train_x[:n], dtype=torch.float32)
     y = torch.as_tensor(data.train_y[:n], dtype=torch.float32)
@@ -135,9 +138,15 @@ def _factory_check(
             lr=lr,
             seeds=3,
             k_exponent=float(study.k_exponent),
+            init_scale=init_scale,
+            clip_value=clip,
         )
     except Exception as exc:  # the user's code failed at a size no trial built (any error): reported, not raised
         flagged = [f"the check could not run the model: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"]
-        return "error", flagged, {"modes": list(modes), "lr": lr, "verdict": "error", "flagged": flagged}
+        return "error", flagged, {"modes": list(modes), "lr": lr, **knobs, "verdict": "error", "flagged": flagged}
     layers = found.curves[0].layers if found.curves else "spectral"
-    return found.verdict, found.flagged, found.as_dict() | {"layers": layers, "k_exponent": float(study.k_exponent)}
+    return (
+        found.verdict,
+        found.flagged,
+        found.as_dict() | knobs | {"layers": layers, "k_exponent": float(study.k_exponent)},
+    )

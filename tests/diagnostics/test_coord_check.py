@@ -342,6 +342,33 @@ def test_on_a_users_factory_the_gate_passes_its_spectral_layers_and_flags_one_sc
     assert ctx.state["coord_check"]["verdict"] == "error" and "could not run the model" in ctx.said[-1]
 
 
+def test_on_a_users_factory_the_gate_steps_at_the_transferred_init_scale_and_clipping(tiny_file, tmp_path):
+    """The factory's check applies the transferred ``init_scale`` and ``clip_value`` to the weights its muP facts mark
+    spectral, as the trainings do: a clip far below the gradients shrinks those layers' update (their own weights'
+    Adam step is then ~ clip / eps), a larger init scale changes it, and the JSON records both."""
+    from mutransfer.sweep.gate import coord_check_gate
+    from tests.sweep.test_user_operator import USER_MODULE
+
+    spectral_moves = {}
+    for label, knobs in {
+        "plain": {"init_scale": 1.0, "clip_value": None},
+        "scaled": {"init_scale": 4.0, "clip_value": None},
+        "clipped": {"init_scale": 1.0, "clip_value": 1e-12},
+    }.items():
+        (tmp_path / label).mkdir()
+        ctx = _gate_context(tmp_path / label, tiny_file, "mup", module=USER_MODULE, module_name="gate_knob_model")
+        ctx.transfer.hp = {"lr": 3e-3, **knobs}
+        coord_check_gate(ctx)
+        payload = json.loads((tmp_path / label / "coord_check.json").read_text())
+        assert {k: payload[k] for k in knobs} == knobs
+        (curve,) = [c for c in payload["curves"] if c["rule"] == "mup"]
+        assert curve["layers"] == "spectral"
+        spectral_moves[label] = curve["moves"]
+    plain, scaled, clipped = spectral_moves["plain"], spectral_moves["scaled"], spectral_moves["clipped"]
+    assert all(c < p / 4 for c, p in zip(clipped, plain, strict=True)), (clipped, plain)  # measured: ~11x smaller
+    assert all(abs(s / p - 1) > 0.05 for s, p in zip(scaled, plain, strict=True)), (scaled, plain)
+
+
 @pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
 def test_cli_on_a_file_written_by_mutransfer_data(tmp_path):
     data = tmp_path / "b.h5"
