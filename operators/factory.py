@@ -37,6 +37,7 @@ from operators.base_shapes import declare, infer_shapes, set_base_shapes
 from operators.errors import OperatorConfigError
 from operators.family import OPERATORS, ModelSpec, OperatorFamily, register_family
 from operators.interfaces import ModelConfig, StepPlan, config_int
+from operators.saved_activations import SavedActivations, saved_activations
 
 _PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 #: copies of the parameters in one Adam step: the weight, its gradient, Adam's two moments
@@ -171,21 +172,25 @@ def _mapping(value: object) -> dict[str, object]:
 
 @dataclass(frozen=True)
 class FactoryPlan:
-    """One Adam step of a user's model: its parameters counted on the meta device; activations unknown."""
+    """One Adam step of a user's model: its parameters counted on the meta device, and the activations its forward
+    keeps for backward measured there (operators.saved_activations; None where the forward cannot run on the meta
+    device, or under mixed precision, which keeps other dtypes than the fp32 measurement)."""
 
     total_params: int
     label: str
     precision: str = "fp32"
     #: the parameters' bytes (a complex64 entry is 8)
     params_bytes: int = 0
+    saved: SavedActivations | None = None
+    batch: int = 1
 
     @property
     def activations_bytes(self) -> int | None:
-        return None
+        return None if self.saved is None or self.precision != "fp32" else self.saved.at(self.batch)
 
     @property
     def total_bytes(self) -> int:
-        return _STEP_COPIES * (self.params_bytes or 4 * self.total_params)
+        return _STEP_COPIES * (self.params_bytes or 4 * self.total_params) + (self.activations_bytes or 0)
 
     smaller = "a smaller target_width or target_K"
 
@@ -193,7 +198,7 @@ class FactoryPlan:
         return self.total_bytes <= memory_bytes
 
     def replan(self, *, batch: int = 1, precision: str = "fp32") -> StepPlan:
-        return replace(self, precision=precision)
+        return replace(self, batch=batch, precision=precision)
 
 
 def count_parameters(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> int:
@@ -284,8 +289,18 @@ def factory_family(
     def planner(
         config: ModelConfig, *, grid: tuple[int, ...], batch: int, precision: str, weight_decay: float, device: str
     ) -> StepPlan:
-        params, nbytes = _count(factory, path, config)
-        return FactoryPlan(params, f"{model_label} K={config['K']} width {config['width']}", precision, nbytes)
+        model = _shapes_only(factory, path, config)
+        params = list(model.parameters())
+        on_meta = all(p.device.type == "meta" for p in params)
+        sample = (*grid, config_int(config["in_channels"], "in_channels"))
+        return FactoryPlan(
+            sum(p.numel() for p in params),
+            f"{model_label} K={config['K']} width {config['width']}",
+            precision,
+            sum(p.numel() * p.element_size() for p in params),
+            saved_activations(model, sample) if on_meta else None,
+            batch,
+        )
 
     if label is None:  # its model's class name, from one build on the meta device
         try:

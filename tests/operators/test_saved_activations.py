@@ -1,0 +1,111 @@
+"""The activations a user's model keeps for backward, measured on the meta device (operators.saved_activations), and
+the factory family's memory plan that holds them (operators.factory.FactoryPlan)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from mutransfer.errors import UserInputError
+from mutransfer.training.memory import check_fits
+from operators.factory import FactoryPlan
+from operators.saved_activations import saved_activations
+
+
+class _Spectral1d(nn.Module):
+    def __init__(self, width: int, K: int):
+        super().__init__()
+        self.K = K
+        self.weight = nn.Parameter(torch.randn(width, width, K, dtype=torch.cfloat) / width)
+
+    def forward(self, x):  # (B, C, N)
+        z = torch.fft.rfft(x)
+        out = torch.zeros_like(z)
+        out[..., : self.K] = torch.einsum("bik,iok->bok", z[..., : self.K], self.weight)
+        return torch.fft.irfft(out, n=x.shape[-1])
+
+
+class _UserFNO(nn.Module):
+    """Channel-last (B, N, C_in) in, (B, N, C_out) out, as a factory's model."""
+
+    def __init__(self, K: int = 8, width: int = 16, layers: int = 2):
+        super().__init__()
+        self.lift = nn.Linear(2, width)
+        self.spectral = nn.ModuleList(_Spectral1d(width, K) for _ in range(layers))
+        self.skip = nn.ModuleList(nn.Conv1d(width, width, 1) for _ in range(layers))
+        self.readout = nn.Linear(width, 1)
+
+    def forward(self, x):
+        h = self.lift(x).movedim(-1, 1)
+        for spectral, skip in zip(self.spectral, self.skip, strict=True):
+            h = torch.nn.functional.gelu(spectral(h) + skip(h))
+        return self.readout(h.movedim(1, -1))
+
+
+def _real_saved_bytes(model: nn.Module, x: torch.Tensor) -> int:
+    """The same count on real tensors: each storage autograd saves once (by address), parameters excluded, the
+    output included."""
+    owned = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+    refs = []
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in owned:
+            kept[s.data_ptr()] = max(kept.get(s.data_ptr(), 0), s.nbytes())
+            refs.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = model(x.requires_grad_())
+    kept[out.untyped_storage().data_ptr()] = out.untyped_storage().nbytes()
+    return sum(kept.values())
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_the_meta_measurement_equals_what_autograd_keeps_on_real_tensors(batch):
+    torch.manual_seed(0)
+    real = _UserFNO()
+    with torch.device("meta"):
+        meta = _UserFNO()
+    saved = saved_activations(meta, (64, 2))
+    assert saved is not None and saved.per_sample > 0
+    assert saved.at(batch) == _real_saved_bytes(real, torch.randn(batch, 64, 2))
+    # a wider model keeps more per sample
+    with torch.device("meta"):
+        wider = saved_activations(_UserFNO(width=32), (64, 2))
+    assert wider is not None and wider.per_sample > saved.per_sample
+
+
+def test_a_forward_that_cannot_run_on_the_meta_device_is_unknown():
+    class Reads(nn.Module):  # a data-dependent branch: .item() has no value on the meta device
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 1)
+
+        def forward(self, x):
+            return self.lin(x) * 2 if x.sum().item() > 0 else self.lin(x)
+
+    with torch.device("meta"):
+        model = Reads()
+    assert saved_activations(model, (8, 2)) is None
+    plan = FactoryPlan(10, "Reads", params_bytes=40, saved=None, batch=4)
+    assert plan.activations_bytes is None and plan.total_bytes == 4 * 40  # parameters only, as before
+
+
+def test_a_step_that_fits_by_its_parameters_but_not_its_activations_is_refused_with_the_batch_that_fits():
+    with torch.device("meta"):
+        model = _UserFNO()
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    saved = saved_activations(model, (64, 2))
+    assert saved is not None
+    plan = FactoryPlan(sum(p.numel() for p in model.parameters()), "UserFNO K=8 width 16", "fp32", params, saved, 64)
+    assert plan.activations_bytes == saved.at(64) and plan.total_bytes == 4 * params + saved.at(64)
+    limit = 4 * params + saved.at(16)  # the parameters fit, 64 samples' activations do not, 16 samples' do
+    assert FactoryPlan(plan.total_params, plan.label, "fp32", params).fits(limit)  # what parameters alone said
+    with pytest.raises(UserInputError, match=r"a batch size of at most 16\b"):
+        check_fits(plan, "cpu", limit=limit)
+    assert plan.replan(batch=16).fits(limit)
+    # under mixed precision the fp32 measurement is not the step's: unknown, parameters only
+    assert plan.replan(batch=64, precision="bf16").activations_bytes is None
