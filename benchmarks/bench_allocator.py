@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mutransfer.allocator import TUNED_ENV
+from mutransfer._allocator import TUNED_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 

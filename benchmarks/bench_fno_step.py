@@ -29,7 +29,7 @@ Beyond the comparison (see benchmarks/README.md for every option):
 * ``--precision fp32|bf16|fp16``: the forward runs under ``torch.autocast`` (our
   spectral layers keep their FFTs and contraction in float32 inside it), the loss
   is computed in float32 outside it; fp16 uses the trainer's loss scaler
-  (``mutransfer.training.precision``; torch.amp.GradScaler cannot unscale complex gradients).
+  (``mutransfer._training.precision``; torch.amp.GradScaler cannot unscale complex gradients).
 * ``--contraction new|einsum``: time our FNO with the former spectral layer (full
   rfftn, one complex einsum per corner, full irfftn), for before/after numbers (a
   private switch of operators.spectral; not a model option). ``--transform dft|fft``
@@ -64,7 +64,7 @@ import time
 import torch
 
 import operators.spectral as spectral_module
-from mutransfer.allocator import TUNED_ENV
+from mutransfer._allocator import TUNED_ENV
 from operators.fno import FNO
 from operators.parametrization import optimizer_param_groups
 from operators.planning import step_flops
@@ -101,9 +101,9 @@ AUTOCAST_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def make_step(model, optimizer, x, y, precision: str = "fp32"):
-    """One training step as the trainer takes it (mutransfer.training.precision.training_step): the forward
+    """One training step as the trainer takes it (mutransfer._training.precision.training_step): the forward
     under autocast for bf16/fp16, the loss in float32, fp16 with the trainer's loss scaler (complex-safe)."""
-    from mutransfer.training.precision import Precision, training_step
+    from mutransfer._training.precision import Precision, training_step
 
     amp = Precision(precision, x.device)
     return lambda: training_step(model, optimizer, amp, x, y)
@@ -311,7 +311,7 @@ def set_implementation(contraction: str, transform: str) -> dict:
     return {"contraction": contraction, "transform": "rfftn/irfftn" if contraction == "einsum" else resolved}
 
 
-MALLOC_ENV = TUNED_ENV  # the product's own settings (mutransfer.allocator)
+MALLOC_ENV = TUNED_ENV  # the product's own settings (mutransfer._allocator)
 
 
 def reexec_with_malloc_env(argv) -> None:

@@ -1,7 +1,7 @@
 """The planner's peak memory of one Adam step against the measured peak, on the CPU or a GPU.
 
 For each configuration, builds the FNO on the device, runs three training steps
-(mutransfer.diagnostics.peak_memory.measure_training_peak: autocast at the precision,
+(mutransfer._diagnostics.peak_memory.measure_training_peak: autocast at the precision,
 Adam on the muP groups) and compares the third step's peak with
 ``operators.planning.plan_fno(...).total_bytes``:
 
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mutransfer.diagnostics.peak_memory import measure_training_peak  # noqa: E402
+from mutransfer._diagnostics.peak_memory import measure_training_peak  # noqa: E402
 from operators import FNO  # noqa: E402
 from operators.planning import format_bytes, plan_fno  # noqa: E402
 

@@ -7,7 +7,7 @@
    K 8, width 32, muP, Adam lr 3e-3, cosine, ``--epochs`` epochs, ``--seeds`` seeds, in each
    precision; the final test relative L2, its mean and standard deviation over seeds, and each precision's
    paired difference to fp32 (same seeds, same initial weights) with a Student-t 95 % interval
-   (mutransfer.diagnostics.statistics.mean_ci). ``bf16-fp32-spectrum`` is bf16 with the spectral part kept in
+   (mutransfer._diagnostics.statistics.mean_ci). ``bf16-fp32-spectrum`` is bf16 with the spectral part kept in
    float32 (operators.spectral._SPECTRAL_BF16 = "off"), bf16 as it ran before CPUs with bf16 matrix units got
    the bf16 spectrum.
 
@@ -28,10 +28,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import operators.spectral as spectral  # noqa: E402
+from mutransfer._diagnostics.statistics import mean_ci  # noqa: E402
+from mutransfer._problems import default_dataset, get_problem  # noqa: E402
+from mutransfer._training import TrainConfig, train  # noqa: E402
 from mutransfer.data.loading import load_split  # noqa: E402
-from mutransfer.diagnostics.statistics import mean_ci  # noqa: E402
-from mutransfer.problems import default_dataset, get_problem  # noqa: E402
-from mutransfer.training import TrainConfig, train  # noqa: E402
 from operators import FNO  # noqa: E402
 
 FORWARD_CASES = [(1, (1024,), 16, 64, 20), (2, (64, 64), 12, 64, 20), (3, (32, 32, 32), 8, 32, 4)]

@@ -28,9 +28,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mutransfer._training import TrainConfig, train  # noqa: E402
 from mutransfer.data.loading import load_split  # noqa: E402
 from mutransfer.data.streaming import iterate_batches  # noqa: E402
-from mutransfer.training import TrainConfig, train  # noqa: E402
 from operators import FNO  # noqa: E402
 
 

@@ -5,7 +5,7 @@
 Each run: a tiny study (tests/sweep_helpers.write_tiny_study: 2 proxy trials of 2 epochs, a 60-epoch target) by
 ``mutransfer sweep --json`` on local Ray, SIGINT to the driver once the target has logged 3 epochs. Printed per run:
 the driver's exit code (130 expected), the seconds from SIGINT to its exit, the epochs the target had logged when the
-driver exited (the workers stop at their next epoch: mutransfer.sweep.target.STOP_FILE), and whether the stop file
+driver exited (the workers stop at their next epoch: mutransfer._sweep.target.STOP_FILE), and whether the stop file
 was written. docs/robustness.md ("Ctrl-C while the target trains") quotes it.
 """
 

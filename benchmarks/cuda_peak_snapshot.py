@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from mutransfer.training.precision import Precision, training_step  # noqa: E402
+from mutransfer._training.precision import Precision, training_step  # noqa: E402
 from operators import FNO, optimizer_param_groups  # noqa: E402
 from operators.planning import plan_fno  # noqa: E402
 

@@ -47,8 +47,8 @@ def summarise(path: str) -> None:
 
 def data_args(study_path: str) -> None:
     """The cache file a study with ``problem.data: null`` reads, and the n and resolution that make it."""
-    from mutransfer.problems import cache_dir, get_problem
-    from mutransfer.study import load_study
+    from mutransfer._problems import cache_dir, get_problem
+    from mutransfer._study import load_study
 
     study, _ = load_study(study_path)
     p, problem = study.problem, get_problem(study.problem.name)

@@ -6,9 +6,9 @@ the coverage is the share of replications whose interval contains the true mean
 
 - one set of seeds, mean N(1, 2²): the old percentile bootstrap (``scipy.stats.bootstrap``,
   ``method="percentile"``, what ``mean_ci`` computed before) against
-  :func:`mutransfer.diagnostics.statistics.mean_ci` (Student-t);
+  :func:`mutransfer._diagnostics.statistics.mean_ci` (Student-t);
 - two independent sets, N(1, 1) minus N(0, 3²), n each: the old two-sample percentile
-  bootstrap against :func:`mutransfer.diagnostics.statistics.difference_ci` (Welch's t).
+  bootstrap against :func:`mutransfer._diagnostics.statistics.difference_ci` (Welch's t).
 
 The draws, seeds and replications are those of ``tests/diagnostics/test_statistics.py``, so the
 table is the test's simulation.
@@ -22,7 +22,7 @@ import argparse
 
 import numpy as np
 
-from mutransfer.diagnostics.statistics import LEVEL, difference_ci, mean_ci
+from mutransfer._diagnostics.statistics import LEVEL, difference_ci, mean_ci
 
 SIZES = (2, 3, 5)
 REPS = 2000

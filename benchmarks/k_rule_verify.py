@@ -2,7 +2,7 @@
 
 For each dataset (smooth Burgers, initial field α = 2; rough Burgers, α = 0.6) and each K rule (``paper``:
 operator.k_exponent 1, c(K) = 1/√(d·log K); ``data``: operator.k_exponent data, ρ measured on the training data
-before the search, mutransfer.diagnostics.k_exponent), one real study runs end to end through the CLI:
+before the search, mutransfer._diagnostics.k_exponent), one real study runs end to end through the CLI:
 ``mutransfer sweep --study <file> --verify --verify-points P --verify-seeds S --json`` (local Ray, MLflow in
 sqlite). Its ``--verify`` trains the target and the proxy on the same LR grid around the transferred LR with
 S seeds each and reports the **transfer error** (target optimum − proxy optimum, decades, Welch's 95 % t

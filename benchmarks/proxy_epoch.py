@@ -5,13 +5,13 @@ product's trainer, alone, then with what a trial adds per epoch, and Tune's repo
 
 For the proxy (K 6, width 16, 32 points) and the target (K 24, width 64, 128 points) of studies/quick.yaml,
 on random data of the study's sizes (320 fit and 80 selection samples, batch 10, one thread), the median
-seconds per epoch of ``mutransfer.training.train`` over 10 epochs, each mode run 5 times interleaved (the
+seconds per epoch of ``mutransfer._training.train`` over 10 epochs, each mode run 5 times interleaved (the
 median of the runs and their range are printed; an epoch's time is taken between the evaluations' callbacks on
 the wall clock, so it holds the checkpoint and the history file, which the trainer's own clock leaves out):
 
 1. ``plain``: steps and the per-epoch evaluation only;
 2. ``+ checkpoint``: the trainer's checkpoint after every epoch, as a trial writes it (fsynced);
-3. ``+ history``: and the trial's ``history.json`` after every epoch (mutransfer.sweep.trial.write_trial_history).
+3. ``+ history``: and the trial's ``history.json`` after every epoch (mutransfer._sweep.trial.write_trial_history).
 
 Then a bare Ray Tune run (2 trials at a time, 60 reports each, 150 ms of sleep apart): the median time a
 ``tune.report`` call waits. docs/results.md ("Cheap proxies on three problems") quotes it.
@@ -28,10 +28,10 @@ import ray
 import torch
 from ray import tune
 
-from mutransfer.study import load_study
-from mutransfer.study.models import build_model
-from mutransfer.sweep.trial import write_trial_history
-from mutransfer.training import TrainConfig, train
+from mutransfer._study import load_study
+from mutransfer._study.models import build_model
+from mutransfer._sweep.trial import write_trial_history
+from mutransfer._training import TrainConfig, train
 
 EPOCHS = 10
 

@@ -3,11 +3,11 @@
     python benchmarks/proxy_phase.py            # about 4 minutes on 2 cores, nothing else running
 
 Runs ``mutransfer sweep`` on the embedded defaults (the default study, no baseline) ``--rounds`` times for
-each of two windows of the search plan (mutransfer.sweep.plan: trial i is handed out once trials 0 … i-w have
+each of two windows of the search plan (mutransfer._sweep.plan: trial i is handed out once trials 0 … i-w have
 finished):
 
 - ``w = concurrency`` (the product's rule, 2 on this machine);
-- ``w = concurrency + 1`` (an experiment: ``mutransfer.sweep.proxies._plan`` is given one more, so a slot
+- ``w = concurrency + 1`` (an experiment: ``mutransfer._sweep.proxies._plan`` is given one more, so a slot
   waits only when two older trials are unfinished; ASHA and the sampler then see one result fewer).
 
 While each study runs, every process's command line is sampled from ``/proc`` every 0.2 s. Printed per run:
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from unittest import mock
 
+from mutransfer._sweep import proxies
 from mutransfer.cli.main import main as cli_main
-from mutransfer.sweep import proxies
 
 
 def ray_workers(seen: dict[int, float], stop: threading.Event) -> None:

@@ -4,7 +4,7 @@ Two sources, printed side by side with what docs/results.md showed (old):
 
 1. **Stored per-seed values.** The K-landscape JSON files in ``docs/results/`` keep every
    training (``records``); the curves, drifts and SP − μP difference are recomputed from
-   them by the landscape's own analysis (:func:`mutransfer.landscape.analysis.analyze`, now
+   them by the landscape's own analysis (:func:`mutransfer._landscape.analysis.analyze`, now
    Student-t over seeds and Welch's t for the difference), and the per-seed slopes are
    checked against the stored ones (the estimator did not change, only the interval).
 2. **Per-seed values recovered from the printed intervals** (``sweep --verify`` over 2 seeds
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mutransfer.diagnostics.coord_check import classify_slopes
-from mutransfer.diagnostics.statistics import Estimate, mean_ci
-from mutransfer.landscape.analysis import analyze, transform
+from mutransfer._diagnostics.coord_check import classify_slopes
+from mutransfer._diagnostics.statistics import Estimate, mean_ci
+from mutransfer._landscape.analysis import analyze, transform
 
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 LANDSCAPES = (
@@ -90,7 +90,7 @@ def seeds_from_bootstrap(mean: float, lo: float, hi: float, n: int) -> list[floa
 
 
 def verify_verdict(e: Estimate) -> str:
-    """``sweep --verify``'s rule (:func:`mutransfer.sweep.verify._verdict`) for a distance in decades."""
+    """``sweep --verify``'s rule (:func:`mutransfer._sweep.verify._verdict`) for a distance in decades."""
     if not e.bounded:
         return "one seed: no CI"
     if -HALF_STEP <= e.lo and e.hi <= HALF_STEP:

@@ -1,15 +1,15 @@
 """The rule panel: does a gate classify known K-scaling rules correctly? (issue "Verdicts you can trust", item 4)
 
-For each dataset and each rule of :data:`mutransfer.diagnostics.rule_panel.RULES` (SP, the paper's μP
+For each dataset and each rule of :data:`mutransfer._diagnostics.rule_panel.RULES` (SP, the paper's μP
 c(K), and the wrong-on-purpose c(K)·K, c(K)², c = 1):
 
 1. **Truth**: an LR landscape at K_lo and K_hi (the same master-LR grid, ``--seeds`` seeds, trained on the
    fit samples and measured on the validation samples: mutransfer.data.validation), each seed's optimum
-   fitted by the one estimator (:func:`mutransfer.landscape.analysis.fit_optimum`), and the drift
+   fitted by the one estimator (:func:`mutransfer._landscape.analysis.fit_optimum`), and the drift
    log10 lr*(K_hi) − log10 lr*(K_lo) with Welch's 95 % t interval. The rule **fails** here when the
    interval excludes 0 ("moves"), **holds** when the interval lies inside ±``--holds`` decades, and is
    **not resolved** otherwise.
-2. **Gate**: the coordinate check (``mutransfer coord-check``'s :func:`~mutransfer.diagnostics.coord_check.coord_check`,
+2. **Gate**: the coordinate check (``mutransfer coord-check``'s :func:`~mutransfer._diagnostics.coord_check.coord_check`,
    3 seeds, K_lo, √(K_lo·K_hi), K_hi) on the same rule at the rule's K_lo optimum: pass or flag.
 
 A gate classifies a rule correctly when it flags a rule that fails and passes one that holds or is not
@@ -44,10 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mutransfer.data.loading import SplitData  # noqa: E402
-from mutransfer.data.validation import carve_validation  # noqa: E402
-from mutransfer.diagnostics.coord_check import GROWS, SHRINKS, coord_check  # noqa: E402
-from mutransfer.diagnostics.rule_panel import (  # noqa: E402
+from mutransfer._diagnostics.coord_check import GROWS, SHRINKS, coord_check  # noqa: E402
+from mutransfer._diagnostics.rule_panel import (  # noqa: E402
     NOT_RESOLVED,
     RULES,
     apply_rule,
@@ -55,9 +53,11 @@ from mutransfer.diagnostics.rule_panel import (  # noqa: E402
     get_rule,
     truth,
 )
-from mutransfer.diagnostics.statistics import difference_ci  # noqa: E402
-from mutransfer.sweep.verify_transfer import seed_optima  # noqa: E402
-from mutransfer.training import TrainConfig, train  # noqa: E402
+from mutransfer._diagnostics.statistics import difference_ci  # noqa: E402
+from mutransfer._sweep.verify_transfer import seed_optima  # noqa: E402
+from mutransfer._training import TrainConfig, train  # noqa: E402
+from mutransfer.data.loading import SplitData  # noqa: E402
+from mutransfer.data.validation import carve_validation  # noqa: E402
 from operators import FNO  # noqa: E402
 
 
@@ -145,7 +145,7 @@ def _train(job: tuple) -> dict:
 
 
 def drift(records: list[dict], rule: str, modes: tuple[int, int], grid: list[float]) -> dict:
-    """Per-seed optima at both K (verify's estimator: mutransfer.sweep.verify_transfer.seed_optima) and the Welch t
+    """Per-seed optima at both K (verify's estimator: mutransfer._sweep.verify_transfer.seed_optima) and the Welch t
     drift of log10 lr* (decades); optima at the grid's edge are not usable."""
     optima = {k: seed_optima([r for r in records if r["rule"] == rule and r["K"] == k], grid) for k in modes}
     lo, hi = ([o["coordinate"] for o in optima[k] if o["coordinate"] is not None] for k in modes)

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from mutransfer.diagnostics.statistics import fit_slope, mean_ci
+from mutransfer._diagnostics.statistics import fit_slope, mean_ci
 from operators.spectral import SpectralConv
 
 

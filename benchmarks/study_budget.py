@@ -33,8 +33,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mutransfer.study import load_study  # noqa: E402
-from mutransfer.training.precision import Precision, training_step  # noqa: E402
+from mutransfer._study import load_study  # noqa: E402
+from mutransfer._training.precision import Precision, training_step  # noqa: E402
 from operators import FNO, optimizer_param_groups  # noqa: E402
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from mutransfer.diagnostics.statistics import mean_ci
+from mutransfer._diagnostics.statistics import mean_ci
 
 
 def seeded_study(path: Path, seed: int, out: Path) -> Path:
@@ -90,7 +90,7 @@ def row(report: dict) -> dict:
         "direct_flops": d["cost"]["flops"],
         "transferred_lr": report["target_hyperparameters"]["lr"],
         "sweep_wall_seconds": report["compute"].get("sweep_wall_seconds"),
-        "overheads": report["compute"].get("overheads"),  # mutransfer.sweep.overheads
+        "overheads": report["compute"].get("overheads"),  # mutransfer._sweep.overheads
         "fixed_overhead_share": (report["compute"].get("overheads") or {}).get("fixed_share"),
         "direct_best_config": d["best_config"],
         "same_configuration": all(

@@ -1,7 +1,7 @@
 """Same configuration, data and seed, trained with 1 and with 2 torch intra-op threads: how far apart do they end?
 
 Trains a sweep's target configuration (from a report written by ``mutransfer sweep --json``) twice
-per thread count with ``mutransfer.sweep.verify.train_target_at`` and prints the test errors next
+per thread count with ``mutransfer._sweep.verify.train_target_at`` and prints the test errors next
 to the sweep's own target (Ray Train, ``target.cpus_per_worker`` threads) and, when the report has
 one, the direct baseline's winner (a Tune trial, ``resources.cpus_per_trial`` threads).
 
@@ -15,9 +15,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from mutransfer.study import load_study
-from mutransfer.study.data import load_study_data
-from mutransfer.sweep.verify import train_target_at
+from mutransfer._study import load_study
+from mutransfer._study.data import load_study_data
+from mutransfer._sweep.verify import train_target_at
 
 
 def main() -> None:

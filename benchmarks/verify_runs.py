@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mutransfer.diagnostics.statistics import contrast_ci  # noqa: E402
+from mutransfer._diagnostics.statistics import contrast_ci  # noqa: E402
 
 
 def make_burgers(work: Path, name: str, n: int, alpha: float) -> Path:
@@ -100,7 +100,7 @@ def _coordinates(row: dict) -> tuple[list[float], list[float]]:
 
 def transfer_error_difference(a: dict, b: dict) -> dict | None:
     """transfer error(a) − transfer error(b), decades, with the Welch–Satterthwaite 95 % t interval of
-    :func:`mutransfer.diagnostics.statistics.contrast_ci` over the four independent sets of per-seed optima (each
+    :func:`mutransfer._diagnostics.statistics.contrast_ci` over the four independent sets of per-seed optima (each
     study's target and proxy; its coverage at 2-5 seeds is tested in tests/diagnostics/test_statistics.py)."""
     groups = [*_coordinates(a), *_coordinates(b)]
     if any(len(g) < 2 for g in groups):

@@ -4,9 +4,9 @@
     result = check_operator(build, dim=2, options={"layers": 2})   # your factory (docs/byo.md)
     assert result.passed, result.to_text()
 
-What it checks and how: :mod:`mutransfer.diagnostics.operator_check`.
+What it checks and how: :mod:`mutransfer._diagnostics.operator_check`.
 """
 
-from mutransfer.diagnostics.operator_check import Curve, OperatorCheck, check_operator
+from mutransfer._diagnostics.operator_check import Curve, OperatorCheck, check_operator
 
 __all__ = ["Curve", "OperatorCheck", "check_operator"]

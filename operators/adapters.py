@@ -248,7 +248,7 @@ def point_set_config(
 ) -> dict[str, object]:
     """The ``{"operator", "operator_config"}`` part of a point-set adapter's config (nothing built).
 
-    What mutransfer.training.memory.check_before_building plans before allocating.
+    What mutransfer._training.memory.check_before_building plans before allocating.
     """
     config = _operator_config(
         coord_dim=coord_dim,

@@ -5,7 +5,7 @@
   {...}}``): plain values by name, read back with :func:`config_int` where a count is needed;
 - :class:`StepPlan`: what a family's plan of one Adam step offers (operators.planning.FNOPlan,
   operators.planning_attention.AttentionPlan, a test's toy plan), what
-  mutransfer.training.memory.check_fits reads;
+  mutransfer._training.memory.check_fits reads;
 - :class:`Planner`: a family's ``planner``, the plan of a config on samples of shape ``grid``.
 
 No import of the planners' modules at run time: operators.family imports this module, the

@@ -83,7 +83,7 @@ def data_aware_scale(modes: int, dim: int, k_exponent: float) -> float:
     ρ = 1 is :func:`mup_scale` (the paper, exact for a scale-invariant spectrum, whose energy in the kept
     modes grows like log K); ρ = 0 keeps no K correction (data whose energy the added modes do not carry);
     ρ = 2 corrects twice as much (in log). mutransfer estimates ρ from the energy the kept modes of the
-    user's data carry (mutransfer.diagnostics.k_exponent). Needs K ≥ 2.
+    user's data carry (mutransfer._diagnostics.k_exponent). Needs K ≥ 2.
     """
     check_modes(modes, dim, "mup")
     return float((dim * math.log(modes)) ** (-0.5 * check_k_exponent(k_exponent)))

@@ -18,7 +18,7 @@ with torch's saved-tensor hooks), with G = ∏N, G_p = ∏(N+padding), b = 4 (fp
   input needs a gradient, (L·m² + m·P + P·C_out)·b.
 
 The peak of one step is the largest of three moments (measured with
-mutransfer.diagnostics.peak_memory on the CPU, where it predicts the peak of live
+mutransfer._diagnostics.peak_memory on the CPU, where it predicts the peak of live
 tensors within 1 % in 1D/2D/3D, fp32 and bf16; on a GPU see docs/benchmarks.md):
 - start of backward: weights + Adam + activations + the projection's gradient
   buffers B·G·(P + C_out)·b (``workspace_bytes``);

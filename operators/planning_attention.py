@@ -29,7 +29,7 @@ the loss stay float32, so b = 3 is used, an average):
 with the per-family constants, in floats per point and width unit, counted from the
 forward pass (each Linear keeps its input, each activation its input, each LayerNorm
 its input and statistics, each head split/concat its copy) and fitted to the measured
-peak of live tensors (:func:`mutransfer.diagnostics.peak_memory.measure_training_peak`):
+peak of live tensors (:func:`mutransfer._diagnostics.peak_memory.measure_training_peak`):
 
 - Galerkin: c_layer = 9 + 2r + 12·h·d_c/w (the coordinates appended to every head's
   q, k, v), c_out = 5;

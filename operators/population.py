@@ -19,7 +19,7 @@ A member trained in a population takes the steps the member trained alone takes,
 (tests/operators/test_population.py): the loss of a population is the sum of its members' losses, so each
 member's gradient is its own. :meth:`PopulationFNO.keep` and :meth:`PopulationAdam.keep` drop members (a stopped
 trial) and go on with the others. An LR schedule sets ``PopulationAdam.lr`` (one rate per member) before each
-step; the rates are not in its ``state_dict``. mutransfer.training._population trains a search's window this way
+step; the rates are not in its ``state_dict``. mutransfer._training._population trains a search's window this way
 (``mutransfer sweep --executor population``); members of different batch sizes train as separate populations.
 """
 

@@ -2,7 +2,7 @@
 
 - ``"fp32"``: float32 throughout;
 - ``"bf16"`` / ``"fp16"``: mixed precision — ``torch.autocast`` runs the real-valued layers in
-  the low precision (mutransfer/training/precision.py). The spectral part stays in float32, except
+  the low precision (mutransfer/_training/precision.py). The spectral part stays in float32, except
   under ``bf16`` on a CPU that multiplies bf16 matrices in hardware (:func:`cpu_multiplies_bf16`):
   there its truncated-DFT GEMMs and its contraction run in bf16 too (float32 accumulation, float32
   weights and gradients; operators.spectral), which is what makes bf16 faster than fp32 on such CPUs.

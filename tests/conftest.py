@@ -102,11 +102,11 @@ def _nothing_written_in_the_repository():
 @pytest.fixture(scope="module")
 def ray_local():
     """A local Ray with 2 CPUs for one test module (left running if the module found one already), without idle
-    workers started ahead, as the product's local Ray (mutransfer.local_ray.NO_IDLE_WORKERS)."""
+    workers started ahead, as the product's local Ray (mutransfer._local_ray.NO_IDLE_WORKERS)."""
     import ray
 
-    from mutransfer.allocator import environment
-    from mutransfer.local_ray import NO_IDLE_WORKERS
+    from mutransfer._allocator import environment
+    from mutransfer._local_ray import NO_IDLE_WORKERS
 
     started = not ray.is_initialized()
     if started:

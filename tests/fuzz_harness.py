@@ -4,7 +4,7 @@ Every bad input must end the same way: exit code 2, exactly one line on stderr,
 no traceback, and no file created or changed (in the working directory, the
 data cache, or next to the input files). :func:`run_cli` runs
 ``mutransfer.cli.main.main(argv)`` in a fresh working directory with stdout and
-stderr captured; the entry points of compute (``mutransfer.training.train``,
+stderr captured; the entry points of compute (``mutransfer._training.train``,
 the coordinate check, ``ray.init``, the MLflow UI's subprocess) are replaced by
 a sentinel, so a *valid* input stops where compute would start and is reported
 as ``reached-compute`` instead of training.
@@ -81,8 +81,8 @@ def compute_guard():
     """Replace the entry points of compute by :func:`_sentinel` for the duration."""
     import ray
 
-    import mutransfer.diagnostics.coord_check as coord_check
-    import mutransfer.training as training
+    import mutransfer._diagnostics.coord_check as coord_check
+    import mutransfer._training as training
 
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.object(training, "train", _sentinel))

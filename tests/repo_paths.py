@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def smoke_env(tmp_path: Path) -> dict[str, str]:
     """The environment in which a page's commands run as a user's would, shortened: ``MUTRANSFER_SMOKE=1`` (one
-    epoch, two trials: mutransfer.config.smoke), a cache in ``tmp_path``, no telemetry."""
+    epoch, two trials: mutransfer._config.smoke), a cache in ``tmp_path``, no telemetry."""
     return dict(
         os.environ,
         MUTRANSFER_SMOKE="1",

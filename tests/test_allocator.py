@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mutransfer.allocator import (
+from mutransfer._allocator import (
     OPT_OUT_ENV,
     SET_BY_US_ENV,
     TUNED_ENV,
@@ -21,7 +21,7 @@ from mutransfer.allocator import (
     tuned_for_children,
     wanted_env,
 )
-from mutransfer.local_ray import start_ray
+from mutransfer._local_ray import start_ray
 
 ROOT = Path(__file__).resolve().parents[1]
 GLIBC = allocator_env({}) != {}

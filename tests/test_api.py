@@ -66,8 +66,8 @@ def test_a_study_from_python_end_to_end_then_loaded_again(tiny, tmp_path):
 
     again = mt.load_study("py", storage=tmp_path / "runs", executor="inprocess")
     assert again.best_params == study.best_params
-    from mutransfer.study_folder.lock import lock_paths
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study_folder.lock import lock_paths
+    from mutransfer._study_folder.state import StudyDir
 
     assert not lock_paths(StudyDir(study.study_dir))[1].exists(), "a finished study, loaded, holds its lock"
     assert again.train_target().test_error == pytest.approx(target.test_error)

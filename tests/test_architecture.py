@@ -108,22 +108,28 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 #: above (imports inside functions count). docs/architecture.md draws the same picture.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("operators",),
-    ("mutransfer._version", "mutransfer.errors", "mutransfer.atomic", "mutransfer.allocator", "mutransfer.local_ray"),
+    (
+        "mutransfer._version",
+        "mutransfer.errors",
+        "mutransfer._atomic",
+        "mutransfer._allocator",
+        "mutransfer._local_ray",
+    ),
     ("mutransfer.mup", "mutransfer.neuralop"),  # the muP facts' façade; neuraloperator's models as factories
-    ("mutransfer.config",),
+    ("mutransfer._config",),
     ("mutransfer.data",),
-    ("mutransfer.problems",),
-    ("mutransfer.training",),
-    ("mutransfer.study",),
-    ("mutransfer.tracking",),
-    ("mutransfer.study_folder",),
-    ("mutransfer.diagnostics",),
-    ("mutransfer.landscape",),
+    ("mutransfer._problems",),
+    ("mutransfer._training",),
+    ("mutransfer._study",),
+    ("mutransfer._tracking",),
+    ("mutransfer._study_folder",),
+    ("mutransfer._diagnostics",),
+    ("mutransfer._landscape",),
     ("mutransfer.serving",),
-    ("mutransfer.reporting",),
-    ("mutransfer.sweep",),
+    ("mutransfer._reporting",),
+    ("mutransfer._sweep",),
     ("mutransfer._api", "mutransfer.testing"),
-    ("mutransfer.cli", "mutransfer.__main__", "mutransfer.browser"),
+    ("mutransfer.cli", "mutransfer.__main__", "mutransfer._browser"),
     # the package itself: its names are the Python API's (mutransfer/__init__.py); nothing below imports it
     ("mutransfer!",),
 )
@@ -164,12 +170,12 @@ def test_layers_point_down():
 def test_the_layering_check_finds_a_planted_upward_import():
     """A check that cannot fail is a defect: data importing the sweep, or operators importing the service, is found."""
     graph = {
-        "mutransfer.data.loading": {"mutransfer.sweep.context"},
+        "mutransfer.data.loading": {"mutransfer._sweep.context"},
         "operators.fno": {"mutransfer.errors"},
-        "mutransfer.sweep.proxies": {"mutransfer.data.loading", "operators.fno"},
+        "mutransfer._sweep.proxies": {"mutransfer.data.loading", "operators.fno"},
     }
     assert upward_edges(graph) == [
-        "mutransfer.data.loading -> mutransfer.sweep.context",
+        "mutransfer.data.loading -> mutransfer._sweep.context",
         "operators.fno -> mutransfer.errors",
     ]
 
@@ -178,6 +184,51 @@ def test_every_package_has_a_layer():
     """A new package must be placed in LAYERS, so the layering covers it."""
     for name in _modules():
         layer_of(name)
+
+
+#: mutransfer's public modules (issue "A library with a CLI on top", item 1): the Python API (the package itself,
+#: mutransfer/__init__.py), the muP façade, the conformance kit, the errors, neuraloperator's factories, the data
+#: API, the command line and MLflow's pyfunc loader (its path is written into every saved model). A name ending in
+#: ".*" covers the package's modules. Everything else is private: a "_" in its path (docs/architecture.md).
+PUBLIC = (
+    "mutransfer",
+    "mutransfer.__main__",
+    "mutransfer.errors",
+    "mutransfer.mup",
+    "mutransfer.neuralop",
+    "mutransfer.testing",
+    "mutransfer.data.*",
+    "mutransfer.cli.*",
+    "mutransfer.serving.*",
+)
+
+
+def unlisted_public(modules: list[str]) -> list[str]:
+    """The modules of ``modules`` with no private ("_") part that :data:`PUBLIC` does not list."""
+
+    def listed(module: str) -> bool:
+        return any(module == p or (p.endswith(".*") and (module + ".").startswith(p[:-1])) for p in PUBLIC)
+
+    private = [m for m in modules if any(part.startswith("_") and part != "__main__" for part in m.split("."))]
+    return sorted(m for m in modules if m.startswith("mutransfer") and m not in private and not listed(m))
+
+
+def test_internals_are_private():
+    """Every module of mutransfer outside its public surface has a private name."""
+    assert unlisted_public(list(_modules())) == []
+
+
+def test_the_privacy_check_finds_a_planted_public_module():
+    """A check that cannot fail is a defect: a new top-level module, or a public one inside a private package
+    that is named like a public one, is found; private ones and the listed surface are not."""
+    planted = [
+        "mutransfer.helpers",
+        "mutransfer._sweep.runner",
+        "mutransfer.cli.main",
+        "mutransfer.mupx",
+        "operators.fno",
+    ]
+    assert unlisted_public(planted) == ["mutransfer.helpers", "mutransfer.mupx"]
 
 
 @pytest.mark.parametrize("name", sorted(_modules()))

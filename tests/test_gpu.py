@@ -94,7 +94,7 @@ def test_train_cli_learns_on_cuda_in_each_precision(precision, tmp_path, monkeyp
 
 def _measured_peak(dim, grid, modes, width, batch, precision, padding=0):
     """torch.cuda.max_memory_allocated over the third training step (Adam states exist), minus the data."""
-    from mutransfer.diagnostics.peak_memory import measure_training_peak
+    from mutransfer._diagnostics.peak_memory import measure_training_peak
     from operators import FNO
 
     torch.cuda.empty_cache()

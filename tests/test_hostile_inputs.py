@@ -97,10 +97,10 @@ def test_evaluate_against_a_dead_tracking_server_says_so_at_once(tmp_path):
 def test_evaluate_against_a_server_that_never_answers_says_so_in_bounded_time(tmp_path, monkeypatch, capsys):
     """Found by the attack re-run: a port that accepts connections but never answers (not an MLflow server, or one
     hung) kept `evaluate --tracking-uri` waiting for over 90 s. The server is asked once, as `sweep` asks it
-    (mutransfer.tracking._server_check.check_server_reachable: an answer within REPLY_SECONDS, 20 s; 2 s here)."""
+    (mutransfer._tracking._server_check.check_server_reachable: an answer within REPLY_SECONDS, 20 s; 2 s here)."""
     import socket
 
-    import mutransfer.tracking._server_check as server_check
+    import mutransfer._tracking._server_check as server_check
 
     monkeypatch.setattr(server_check, "REPLY_SECONDS", 2.0)
     monkeypatch.chdir(tmp_path)
@@ -164,7 +164,7 @@ def test_names_too_long_for_the_folder_or_mlflow_are_refused_up_front(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.yaml"]
     study["tracking"]["experiment"] = "e" * 255  # the limit itself is fine
     (tmp_path / "long.yaml").write_text(yaml.safe_dump(study))
-    from mutransfer.study.files import load_study
+    from mutransfer._study.files import load_study
 
     assert load_study("long.yaml")[0].tracking.experiment == "e" * 255
 
@@ -215,7 +215,7 @@ def test_a_tracking_store_on_a_full_disk_is_one_line(tmp_path, small_fs, monkeyp
     "database or disk is full" from the first write, or its "disk I/O error" where a fresh process could not make the
     store's write-ahead files. Each is now the one line of a full disk naming the store, exit 2; the study folder is
     not made; with room again the same command runs."""
-    from mutransfer.tracking.runs import Tracker
+    from mutransfer._tracking.runs import Tracker
     from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
 
     monkeypatch.chdir(tmp_path)
@@ -428,7 +428,7 @@ def test_a_store_being_written_is_not_called_damaged(tmp_path):
     reads it read-only and compares its size only while no journal or log is live."""
     import sqlite3
 
-    from mutransfer.tracking.runs import resolve_tracking_uri
+    from mutransfer._tracking.runs import resolve_tracking_uri
 
     live = tmp_path / "live.db"
     live.write_bytes(_store(tmp_path / "whole.db"))
@@ -494,7 +494,7 @@ def test_seeds_past_64_bits_and_names_past_the_file_systems_are_one_line(tmp_pat
     name the file system refuses is one line, whatever the command."""
     import yaml
 
-    from mutransfer.training.hyperparameters import MAX_SEED
+    from mutransfer._training.hyperparameters import MAX_SEED
     from tests.sweep_helpers import write_tiny_data, write_tiny_study
 
     monkeypatch.chdir(tmp_path)

@@ -93,8 +93,8 @@ def test_studies_and_ui_ask_a_store_as_a_sweep_does(tmp_path, monkeypatch, capsy
     """`studies` and `ui` against a port that accepts but never answers waited past 120 s; a 404 server, a
     postgresql:// store without its driver were 34- and 60-line tracebacks; `sqlite:////dev/null` made
     /dev/null-journal and /dev/null.lock, then a traceback; a FIFO as the store hung. They now check the store as
-    `sweep` does (mutransfer.sweep.endpoints.check_store)."""
-    import mutransfer.tracking._server_check as server_check
+    `sweep` does (mutransfer._sweep.endpoints.check_store)."""
+    import mutransfer._tracking._server_check as server_check
 
     monkeypatch.setattr(server_check, "REPLY_SECONDS", 2.0)
     from tests.team_store import free_port

@@ -1,4 +1,4 @@
-"""A local Ray started by the product starts no idle Python workers (mutransfer.local_ray.NO_IDLE_WORKERS); without
+"""A local Ray started by the product starts no idle Python workers (mutransfer._local_ray.NO_IDLE_WORKERS); without
 the setting the same start leaves idle workers (the check can fail)."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _idle_after_start(monkeypatch, settings: dict[str, str], wait: float) -> tup
     """(idle workers, seconds until the first was seen) within ``wait`` seconds of a local Ray's start."""
     import ray
 
-    from mutransfer import local_ray
+    from mutransfer import _local_ray as local_ray
 
     if ray.is_initialized():
         ray.shutdown()
@@ -47,7 +47,7 @@ def _idle_after_start(monkeypatch, settings: dict[str, str], wait: float) -> tup
 
 @pytest.mark.slow  # starts Ray twice
 def test_a_local_ray_starts_no_idle_workers_and_without_the_setting_it_does(monkeypatch):
-    from mutransfer.local_ray import NO_IDLE_WORKERS
+    from mutransfer._local_ray import NO_IDLE_WORKERS
 
     monkeypatch.delenv(next(iter(NO_IDLE_WORKERS)), raising=False)
     idle, _ = _idle_after_start(monkeypatch, NO_IDLE_WORKERS, wait=WAIT_S)

@@ -45,7 +45,7 @@ _RAY_SCRIPT = """
 import json, os, sys
 from tests.net_helpers import exposed, listeners, process_tree
 if sys.argv[1] == "sweep":
-    from mutransfer.local_ray import start_ray  # how sweep and landscape start Ray
+    from mutransfer._local_ray import start_ray  # how sweep and landscape start Ray
     start_ray(None)
 else:  # the way Ray was started before: ray.init on Linux prepares for a cluster
     import ray
@@ -88,8 +88,8 @@ def test_the_local_ray_of_a_sweep_listens_on_loopback_only():
 _TARGET_SCRIPT = """
 import json, os, sys
 import ray
-from mutransfer.local_ray import start_ray
-from mutransfer.sweep.loopback_group import LoopbackTorchConfig
+from mutransfer._local_ray import start_ray
+from mutransfer._sweep.loopback_group import LoopbackTorchConfig
 from tests.net_helpers import exposed, listeners
 
 start_ray(None)
@@ -108,7 +108,7 @@ def look():  # in a worker, while the target's trainer would run: what does this
     pid = os.getpid()
     return {"group": dist.is_initialized(), "listeners": len(listeners([pid])), "exposed": len(exposed([pid]))}
 
-from mutransfer.sweep._target_actor import TargetWorker
+from mutransfer._sweep._target_actor import TargetWorker
 
 worker = ray.remote(num_cpus=1)(TargetWorker).remote(1)  # the one-CPU-worker target's actor, as the product makes it
 ray.get(worker.__ray_ready__.remote())
@@ -129,7 +129,7 @@ print(json.dumps(found))
 def test_the_targets_workers_listen_on_loopback_only(tmp_path):
     """Edge case 1 of the issue "A team deployment": a one-worker CPU target (the default) trains in a Ray actor,
     without torch's process group; a target of two workers (DDP over gloo) has its rendezvous (TCPStore) and gloo's
-    connections on 127.0.0.1 (mutransfer/sweep/loopback_group.py). Under Ray Train's own set-up the same two
+    connections on 127.0.0.1 (mutransfer/_sweep/loopback_group.py). Under Ray Train's own set-up the same two
     workers' rank 0 listens on all interfaces, which shows the check sees a rendezvous."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
@@ -162,8 +162,8 @@ def _get(url: str, host: str | None = None) -> int:
 
 @pytest.mark.slow  # starts the MLflow UI server
 def test_the_mlflow_ui_binds_loopback_and_refuses_foreign_host_headers(tmp_path):
+    from mutransfer._sweep.endpoints import check_tracking_uri
     from mutransfer.cli.ui_cmd import ui_command
-    from mutransfer.sweep.endpoints import check_tracking_uri
 
     port = _free_port()
     proc = subprocess.Popen(

@@ -5,7 +5,7 @@ aside); then what the Quickstart's `mutransfer init` wrote for the user's data f
 what the earlier ones left: the same folder, the same ``./mlflow.db``, the same data cache.
 
 The commands are the README's and the page's own text, extracted from them here. ``MUTRANSFER_SMOKE=1`` shortens
-the trainings (one epoch, two trials, at most 24 generated samples: mutransfer.config.smoke); `mutransfer ui` and
+the trainings (one epoch, two trials, at most 24 generated samples: mutransfer._config.smoke); `mutransfer ui` and
 `mutransfer dashboard`, servers, are stopped once they have printed their links. The page's sweep and init's trains
 in process (``--executor inprocess``): the same study on Ray, a user's module imported by every worker, is
 tests/sweep/test_user_operator.py's, and the README's main job runs on Ray here. neuraloperator 2.0's FNO is tuned

@@ -2,7 +2,7 @@
 
 Starts `mutransfer ui` on a free port of 127.0.0.1 for a tracking store, reads the link it
 prints (once the server answers), saves a PNG of that page taken by headless Chromium
-(mutransfer.browser), and stops the server::
+(mutransfer._browser), and stops the server::
 
     python docs/tools/screenshot_mlflow.py [--tracking-uri sqlite:///mlflow.db] [--out docs/img/mlflow-runs.png]
                                            [--size 1900x680] [--budget-ms 25000] [--experiment NAME]
@@ -13,7 +13,7 @@ registered model's version page, say.
 
 For any other page (a study's HTML report, say) use the browser module directly::
 
-    python -m mutransfer.browser screenshot file:///path/to/report.html docs/img/report.png --size 1400x900
+    python -m mutransfer._browser screenshot file:///path/to/report.html docs/img/report.png --size 1400x900
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 
-from mutransfer.browser import DEFAULT_BUDGET_MS, _size, find_chromium, screenshot
+from mutransfer._browser import DEFAULT_BUDGET_MS, _size, find_chromium, screenshot
 
 
 def _free_port() -> int:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from torch import nn
 
-from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.report import format_report
-from mutransfer.training.records import EpochRecord
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._sweep.report import format_report
+from mutransfer._training.records import EpochRecord
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import yaml
 
-from mutransfer.study import Study, default_study_text, load_study
-from mutransfer.study._study_text import read_study_text
+from mutransfer._study import Study, default_study_text, load_study
+from mutransfer._study._study_text import read_study_text
 
 
 @dataclass(frozen=True)

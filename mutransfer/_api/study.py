@@ -1,6 +1,6 @@
 """The Python API's study: :func:`create_study`, :func:`load_study` and :class:`Study`, shaped after Optuna's.
 
-A :class:`Study` runs the same phases as ``mutransfer sweep`` (mutransfer.sweep.runner.sweep_steps), one step at a
+A :class:`Study` runs the same phases as ``mutransfer sweep`` (mutransfer._sweep.runner.sweep_steps), one step at a
 time: :meth:`Study.optimize` the proxy search, :meth:`Study.transfer` the μP rescaling, :meth:`Study.train_target`
 the target, :meth:`Study.report` the rest. Between calls it holds the study's lock, its executor's session (Ray, for
 the Ray executor) and the MLflow parent run; :meth:`Study.close` (or ``with``) releases them, and a study closed
@@ -20,24 +20,24 @@ import optuna
 
 from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialResult
 from mutransfer._api.spec import StudySpec
-from mutransfer.config.executors import EXECUTORS
+from mutransfer._config.executors import EXECUTORS
+from mutransfer._study.inputs import check_storage
+from mutransfer._study_folder.portable import read_study_file
+from mutransfer._study_folder.records import MODEL_DIR
+from mutransfer._study_folder.state import StudyDir
+from mutransfer._sweep._trial_journal import JOURNAL_FILE, journal_storage
+from mutransfer._sweep.context import ProxyResults, SweepContext, SweepOptions
+from mutransfer._sweep.pareto import pareto_front
+from mutransfer._sweep.plan import key_index, trial_status
+from mutransfer._sweep.runner import COMPLETE, sweep_steps
+from mutransfer._sweep.target import TargetOutcome
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import read_model_dir
-from mutransfer.study.inputs import check_storage
-from mutransfer.study_folder.portable import read_study_file
-from mutransfer.study_folder.records import MODEL_DIR
-from mutransfer.study_folder.state import StudyDir
-from mutransfer.sweep._trial_journal import JOURNAL_FILE, journal_storage
-from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions
-from mutransfer.sweep.pareto import pareto_front
-from mutransfer.sweep.plan import key_index, trial_status
-from mutransfer.sweep.runner import COMPLETE, sweep_steps
-from mutransfer.sweep.target import TargetOutcome
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: what each step of the API runs up to (the phases of mutransfer.sweep.runner)
+#: what each step of the API runs up to (the phases of mutransfer._sweep.runner)
 _OPTIMIZE, _TRANSFER, _TARGET, _REPORT = "run_proxies", "transfer_phase", "log_model_phase", "write_report"
 _ORDER = (_OPTIMIZE, _TRANSFER, _TARGET, _REPORT)
 
@@ -315,7 +315,7 @@ def _passed(reached: set[str], until: str) -> bool:
 
 
 class _UserCallbacks:
-    """The Python API's callbacks as an observer of the search's trials (mutransfer.sweep._executors.TrialCallback)."""
+    """The Python API's callbacks as an observer of the search's trials (mutransfer._sweep._executors.TrialCallback)."""
 
     def __init__(self, study: Study, callbacks: Sequence[TrialCallbackFn]):
         self.study, self.callbacks = study, list(callbacks)
@@ -469,7 +469,7 @@ def load_study(
             f"study {study_name!r}: not found in {storage} ({', '.join(found) or 'no studies there'}); "
             "pass the name and storage it was created with"
         )
-    # its problem.data as the folder keeps it: relative to the folder (mutransfer.study_folder.portable), absolute here
+    # its problem.data as the folder keeps it: relative to the folder (mutransfer._study_folder.portable), absolute here
     spec = StudySpec.from_text(read_study_file(folder).to_yaml(), str(folder.study_file))
     study = create_study(spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet)
     study._options.rebuild_state = rebuild_state

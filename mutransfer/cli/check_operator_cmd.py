@@ -1,4 +1,4 @@
-"""`mutransfer check-operator FACTORY`: the conformance kit of a user's operator (mutransfer.diagnostics.operator_check)."""
+"""`mutransfer check-operator FACTORY`: the conformance kit of a user's operator (mutransfer._diagnostics.operator_check)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from torch import nn
 
+from mutransfer._diagnostics.operator_check import PROBLEMS, check_operator
 from mutransfer.cli.common import positive_int, print_json
-from mutransfer.diagnostics.operator_check import PROBLEMS, check_operator
 from mutransfer.errors import UserInputError
 from operators.factory import load_factory, locate, plugins
 

@@ -1,7 +1,7 @@
 """`mutransfer coord-check`: does the update at a fixed LR stay flat in K under each parametrization?
 
 With ``--operator FACTORY`` (a user's model, docs/byo.md) it is the conformance kit's check over K instead
-(mutransfer.diagnostics.operator_check.k_coord_check): the layers holding the parameters its muP facts mark spectral.
+(mutransfer._diagnostics.operator_check.k_coord_check): the layers holding the parameters its muP facts mark spectral.
 """
 
 from __future__ import annotations
@@ -14,20 +14,20 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from mutransfer._diagnostics import coord_check as coord_checking
+from mutransfer._diagnostics.coord_check import check_coord_check_inputs
+from mutransfer._diagnostics.coord_plot import plot_coord_check
+from mutransfer._diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
+from mutransfer._diagnostics.operator_check import k_coord_check
+from mutransfer._problems import PROBLEMS
+from mutransfer._study.inputs import check_folder
 from mutransfer.cli.check_operator_cmd import factory_options, load_named_factory
 from mutransfer.cli.common import non_negative_float, non_negative_int, positive_float, positive_int, print_json
 from mutransfer.cli.data_cmd import add_reader_arguments
 from mutransfer.cli.outputs import check_outside_kept_folders
 from mutransfer.cli.train_cmd import resolve_data
 from mutransfer.data.loading import SplitData, StreamingSplit
-from mutransfer.diagnostics import coord_check as coord_checking
-from mutransfer.diagnostics.coord_check import check_coord_check_inputs
-from mutransfer.diagnostics.coord_plot import plot_coord_check
-from mutransfer.diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
-from mutransfer.diagnostics.operator_check import k_coord_check
 from mutransfer.errors import UserInputError
-from mutransfer.problems import PROBLEMS
-from mutransfer.study.inputs import check_folder
 from operators.errors import OperatorConfigError
 from operators.parametrization import PARAMETRIZATIONS
 

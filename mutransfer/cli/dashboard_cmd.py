@@ -13,11 +13,11 @@ import socket
 import sys
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from mutransfer._reporting.study_files import resolve_study_dir
+from mutransfer._study_folder.state import StudyDir
 from mutransfer.cli.report_cmd import RUNS_DIR_HELP, STUDY_HELP
 from mutransfer.cli.ui_cmd import LOCAL_HOSTS, _interrupt, _port, check_port_free
 from mutransfer.errors import UserInputError
-from mutransfer.reporting.study_files import resolve_study_dir
-from mutransfer.study_folder.state import StudyDir
 
 
 def add_parser(subparsers) -> None:
@@ -47,7 +47,7 @@ class _QuietHandler(WSGIRequestHandler):
 def run_dashboard_cmd(args: argparse.Namespace) -> int:
     from optuna_dashboard import wsgi  # noqa: PLC0415 -- deferred: imports optuna and bottle, only this command needs them
 
-    from mutransfer.sweep._trial_journal import JOURNAL_FILE, journal_storage  # noqa: PLC0415 -- deferred: as above
+    from mutransfer._sweep._trial_journal import JOURNAL_FILE, journal_storage  # noqa: PLC0415 -- deferred: as above
 
     root = resolve_study_dir(args.study, args.runs_dir)
     StudyDir(root).check_links()  # the journal it serves (and writes) stays inside the folder

@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from mutransfer._config import smoke
+from mutransfer._problems import PROBLEMS, get_problem
+from mutransfer._problems.datasets import writer_for
+from mutransfer._training.hyperparameters import MAX_SEED
 from mutransfer.cli.common import (
     int_from_0_to,
     non_negative_float,
@@ -13,15 +17,11 @@ from mutransfer.cli.common import (
     print_json,
 )
 from mutransfer.cli.outputs import check_out
-from mutransfer.config import smoke
 from mutransfer.data.pointclouds import inspect_point_dataset, is_point_file
 from mutransfer.data.problem_facts import get_facts
 from mutransfer.data.readers import describe
 from mutransfer.data.streaming import available_memory
 from mutransfer.errors import UserInputError
-from mutransfer.problems import PROBLEMS, get_problem
-from mutransfer.problems.datasets import writer_for
-from mutransfer.training.hyperparameters import MAX_SEED
 from operators.planning import format_bytes
 
 

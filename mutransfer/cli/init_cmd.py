@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mutransfer._problems import PROBLEMS
+from mutransfer._study.template import new_study, study_text
 from mutransfer.cli.outputs import check_out
-from mutransfer.problems import PROBLEMS
-from mutransfer.study.template import new_study, study_text
 from operators.registry import OPERATORS
 
 

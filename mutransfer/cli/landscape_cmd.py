@@ -6,12 +6,12 @@ import argparse
 
 import numpy as np
 
+from mutransfer._landscape.analysis import TRANSFORMS
+from mutransfer._landscape.runner import LandscapeOptions, format_table, run_landscape
+from mutransfer._study.schema import MAX_EPOCHS
 from mutransfer.cli.common import positive_float, positive_int, positive_int_at_most, print_json
 from mutransfer.cli.outputs import check_outside_kept_folders
 from mutransfer.errors import UserInputError
-from mutransfer.landscape.analysis import TRANSFORMS
-from mutransfer.landscape.runner import LandscapeOptions, format_table, run_landscape
-from mutransfer.study.schema import MAX_EPOCHS
 from operators.parametrization import PARAMETRIZATIONS
 from operators.precision import PRECISIONS
 

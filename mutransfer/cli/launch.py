@@ -1,6 +1,6 @@
 """The `mutransfer` command's entry point: start under the tuned allocator, then run the CLI.
 
-glibc reads its allocator settings once, at process start (see :mod:`mutransfer.allocator`),
+glibc reads its allocator settings once, at process start (see :mod:`mutransfer._allocator`),
 so when they are missing the command re-executes itself once with them, before torch
 is imported. ``MUTRANSFER_TUNED_ALLOCATOR=0`` runs it as it is.
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 
-from mutransfer.allocator import SET_BY_US_ENV, allocator_env
+from mutransfer._allocator import SET_BY_US_ENV, allocator_env
 
 
 def restart_tuned() -> None:

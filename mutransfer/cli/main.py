@@ -11,10 +11,10 @@ import re
 import sys
 from pathlib import Path
 
+from mutransfer._tracking._sqlite_file import full_store_error, sqlite_path
 from mutransfer._version import __version__
 from mutransfer.cli.quiet import quiet_third_party
 from mutransfer.errors import USER_ERRORS
-from mutransfer.tracking._sqlite_file import full_store_error, sqlite_path
 
 EXIT_USER_ERROR = 2
 
@@ -75,7 +75,7 @@ COMMANDS = {
     "ui": "ui_cmd",
     "evaluate": "evaluate_cmd",
     "predict": "predict_cmd",
-    "report": "report_cmd",  # a study folder read back (mutransfer.reporting): report, trials, dashboard
+    "report": "report_cmd",  # a study folder read back (mutransfer._reporting): report, trials, dashboard
     "trials": "trials_cmd",
     "dashboard": "dashboard_cmd",
 }
@@ -173,14 +173,14 @@ def main(argv: list[str] | None = None) -> int:
 
 #: the errors of a write the file system refuses
 UNWRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
-#: the errors of a write the file system has no room for (h5py's error names no file; mutransfer.atomic.save_torch's
+#: the errors of a write the file system has no room for (h5py's error names no file; mutransfer._atomic.save_torch's
 #: does)
 FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 def full_message(exc: OSError) -> str:
     """One line for a full file system (or quota): where, if known, and how to go on without losing what was written
-    (every file mutransfer writes is replaced whole or not at all: mutransfer.atomic)."""
+    (every file mutransfer writes is replaced whole or not at all: mutransfer._atomic)."""
     where = f" to write {os.fspath(exc.filename)}" if exc.filename else ""
     what = "no space is left" if exc.errno == errno.ENOSPC else "the disk quota is used up"
     return (

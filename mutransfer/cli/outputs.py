@@ -16,11 +16,11 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from mutransfer._study.inputs import check_writable
+from mutransfer._study_folder.state import StudyDir
+from mutransfer._tracking._sqlite_file import is_sqlite_database
 from mutransfer.errors import UserInputError
 from mutransfer.serving._folder_schema import MLMODEL_FILE
-from mutransfer.study.inputs import check_writable
-from mutransfer.study_folder.state import StudyDir
-from mutransfer.tracking._sqlite_file import is_sqlite_database
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from mutransfer._training.memory import available_memory
 from mutransfer.cli.common import (
     BUILTIN_STUDY,
     memory_size,
@@ -14,7 +15,6 @@ from mutransfer.cli.common import (
     study_argument,
 )
 from mutransfer.errors import UserInputError
-from mutransfer.training.memory import available_memory
 from operators.planning import format_bytes, largest_batch, plan_fno
 from operators.precision import PRECISIONS
 
@@ -90,8 +90,8 @@ def add_parser(subparsers) -> None:
 
 
 def _run_study(args: argparse.Namespace) -> int:
-    from mutransfer.study import load_study  # noqa: PLC0415 -- deferred: the study reader, only for --study
-    from mutransfer.sweep.cost_estimate import estimate_proxy_cost  # noqa: PLC0415
+    from mutransfer._study import load_study  # noqa: PLC0415 -- deferred: the study reader, only for --study
+    from mutransfer._sweep.cost_estimate import estimate_proxy_cost  # noqa: PLC0415
 
     study, _ = load_study(study_argument(args.study))
     cost = estimate_proxy_cost(study)

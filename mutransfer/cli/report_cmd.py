@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mutransfer._reporting.study_files import load_study_files
 from mutransfer.cli.outputs import check_out
 from mutransfer.errors import UserInputError
-from mutransfer.reporting.study_files import load_study_files
 
 STUDY_HELP = (
     "a study folder (holding state.json) or the name of a study under the runs directory "
@@ -45,8 +45,8 @@ def run_report_cmd(args: argparse.Namespace) -> int:
     if out.is_dir() or not out.parent.is_dir():
         raise UserInputError(f"--out {out}: not a file in an existing folder; pass --out FOLDER/report.html")
     check_out(out, force=args.force, own=files.root / "report.html")
-    from mutransfer.reporting.html import write_report_page  # noqa: PLC0415 -- deferred: heavy imports (matplotlib, optuna, pandas, the sweep package), `mutransfer --help` stays fast
-    from mutransfer.sweep.strategies import html_sections  # noqa: PLC0415
+    from mutransfer._reporting.html import write_report_page  # noqa: PLC0415 -- deferred: heavy imports (matplotlib, optuna, pandas, the sweep package), `mutransfer --help` stays fast
+    from mutransfer._sweep.strategies import html_sections  # noqa: PLC0415
 
     try:
         write_report_page(files, out, html_sections(files.report, files.state))

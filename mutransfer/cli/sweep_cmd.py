@@ -7,16 +7,16 @@ import contextlib
 import shlex
 import sys
 
+from mutransfer._config import smoke
+from mutransfer._config.checks import VERIFY_POINTS, VERIFY_SEEDS
+from mutransfer._config.executors import EXECUTORS
+from mutransfer._config.flags import flag_kwargs
+from mutransfer._study.files import OVERRIDES, declared, load_study
+from mutransfer._study.schema import MAX_TRIALS
+from mutransfer._sweep.endpoints import check_store
+from mutransfer._tracking.listings import format_studies, list_studies
+from mutransfer._tracking.runs import resolve_tracking_uri
 from mutransfer.cli.common import model_name, positive_int_at_most, print_json
-from mutransfer.config import smoke
-from mutransfer.config.checks import VERIFY_POINTS, VERIFY_SEEDS
-from mutransfer.config.executors import EXECUTORS
-from mutransfer.config.flags import flag_kwargs
-from mutransfer.study.files import OVERRIDES, declared, load_study
-from mutransfer.study.schema import MAX_TRIALS
-from mutransfer.sweep.endpoints import check_store
-from mutransfer.tracking.listings import format_studies, list_studies
-from mutransfer.tracking.runs import resolve_tracking_uri
 
 EXIT_SWEEP_FAILED = 1
 
@@ -156,7 +156,7 @@ _OVERRIDE_GROUPS = {
 
 
 def _add_override_flags(groups: dict) -> None:
-    """One flag per entry of mutransfer.study.OVERRIDES, typed and described by the field's own declaration; the
+    """One flag per entry of mutransfer._study.OVERRIDES, typed and described by the field's own declaration; the
     default shown is the built-in quick study's value (what runs without --study)."""
 
     quick, _ = load_study(None)
@@ -174,8 +174,8 @@ def _add_override_flags(groups: dict) -> None:
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.sweep.report import format_report  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
-    from mutransfer.sweep.runner import SweepError, SweepOptions, run_sweep  # noqa: PLC0415
+    from mutransfer._sweep.report import format_report  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
+    from mutransfer._sweep.runner import SweepError, SweepOptions, run_sweep  # noqa: PLC0415
 
     overrides = {key: getattr(args, key) for key in OVERRIDES}
     if smoke.smoke():

@@ -8,7 +8,17 @@ from typing import NamedTuple
 import torch
 import yaml
 
-from mutransfer import training
+from mutransfer import _training as training
+from mutransfer._config import smoke
+from mutransfer._config.flags import add_flags
+from mutransfer._config.settings import setting_of
+from mutransfer._problems import PROBLEMS, Problem, default_dataset, get_problem
+from mutransfer._study.models import HPARAM_KEYS
+from mutransfer._study.resolve import check_operator_options
+from mutransfer._study.schema import MAX_EPOCHS, TrainingSpec
+from mutransfer._training import TrainConfig
+from mutransfer._training.memory import check_before_building
+from mutransfer._training.trainer import resolve_device
 from mutransfer.cli.common import (
     memory_size,
     non_negative_int,
@@ -19,20 +29,10 @@ from mutransfer.cli.common import (
 )
 from mutransfer.cli.data_cmd import add_reader_arguments, reader_options
 from mutransfer.cli.train_keep import add_keep_arguments, check_outputs, keep
-from mutransfer.config import smoke
-from mutransfer.config.flags import add_flags
-from mutransfer.config.settings import setting_of
 from mutransfer.data.loading import SplitData, StreamingSplit, load_split
 from mutransfer.data.pointclouds import is_point_file, load_point_split, point_file_header
 from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
-from mutransfer.problems import PROBLEMS, Problem, default_dataset, get_problem
-from mutransfer.study.models import HPARAM_KEYS
-from mutransfer.study.resolve import check_operator_options
-from mutransfer.study.schema import MAX_EPOCHS, TrainingSpec
-from mutransfer.training import TrainConfig
-from mutransfer.training.memory import check_before_building
-from mutransfer.training.trainer import resolve_device
 from operators.adapters import normalization_from
 from operators.factory import is_user_operator
 from operators.family import OperatorFamily
@@ -109,7 +109,7 @@ def add_parser(subparsers) -> None:
     budget.add_argument(
         "--iterations", type=positive_int_at_most(MAX_EPOCHS * 1000), help="optimizer steps instead of epochs"
     )
-    # the training hyperparameters: declared once in mutransfer.training.hyperparameters (train's own default LR)
+    # the training hyperparameters: declared once in mutransfer._training.hyperparameters (train's own default LR)
     add_flags(p, TrainingSpec, ["lr", "batch_size"], defaults={"lr": 3e-3})
     p.add_argument("--beta1", type=unit_interval, default=0.9, help="Adam beta1 (default: 0.9)")
     p.add_argument("--beta2", type=unit_interval, default=0.999, help="Adam beta2 (default: 0.999)")

@@ -6,14 +6,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mutransfer._tracking._server_check import check_server_reachable
+from mutransfer._tracking.runs import resolve_tracking_uri
+from mutransfer._training import TrainConfig
+from mutransfer._training.checkpoint import weights_of
 from mutransfer.cli.outputs import check_out_dir, check_outside_kept_folders
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import model_card
 from mutransfer.serving.kept import TRAIN_EXPERIMENT, keep_model, log_trained
-from mutransfer.tracking._server_check import check_server_reachable
-from mutransfer.tracking.runs import resolve_tracking_uri
-from mutransfer.training import TrainConfig
-from mutransfer.training.checkpoint import weights_of
 
 
 def add_keep_arguments(p: argparse.ArgumentParser) -> None:

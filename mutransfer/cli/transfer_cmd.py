@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from mutransfer._config.flags import add_flags
+from mutransfer._config.settings import REQUIRED
+from mutransfer._study import load_study
+from mutransfer._study.schema import OperatorSpec, TrainingSpec
 from mutransfer.cli.common import BUILTIN_STUDY, positive_int, print_json, study_argument
-from mutransfer.config.flags import add_flags
-from mutransfer.config.settings import REQUIRED
 from mutransfer.errors import UserInputError
-from mutransfer.study import load_study
-from mutransfer.study.schema import OperatorSpec, TrainingSpec
 from operators.parametrization import PARAMETRIZATIONS
 from operators.transfer import Scaling, transfer
 from operators.width_mup import WIDTH_PARAMETRIZATIONS

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from mutransfer._reporting.study_files import load_study_files
 from mutransfer.cli.common import print_json
 from mutransfer.cli.report_cmd import RUNS_DIR_HELP, STUDY_HELP
-from mutransfer.reporting.study_files import load_study_files
 
 
 def add_parser(subparsers) -> None:
@@ -25,7 +25,7 @@ def add_parser(subparsers) -> None:
 
 
 def run_trials_cmd(args: argparse.Namespace) -> int:
-    from mutransfer.reporting.trials_table import format_trials, sort_trials, trials_frame, trials_records  # noqa: PLC0415 -- deferred: heavy imports (pandas), `mutransfer --help` stays fast
+    from mutransfer._reporting.trials_table import format_trials, sort_trials, trials_frame, trials_records  # noqa: PLC0415 -- deferred: heavy imports (pandas), `mutransfer --help` stays fast
 
     frame = sort_trials(trials_frame(load_study_files(args.study, args.runs_dir)), args.sort)
     if args.json:

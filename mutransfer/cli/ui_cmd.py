@@ -2,7 +2,7 @@
 
 The link is printed once the server answers (``/health``), so it opens a page, not an
 error; a port already taken is refused before anything starts (one line, exit 2). The
-experiment is tagged on the way (mutransfer.tracking.views) so that stores written
+experiment is tagged on the way (mutransfer._tracking.views) so that stores written
 before those tags existed open on the study's runs too.
 """
 
@@ -18,15 +18,12 @@ import threading
 import time
 import urllib.request
 
-from mutransfer.cli.common import positive_int
-from mutransfer.cli.quiet import relay_server_output, server_environment, server_options
-from mutransfer.errors import UserInputError
-from mutransfer.sweep.endpoints import check_store
-from mutransfer.tracking._sqlite_file import sqlite_path
-from mutransfer.tracking.guard import guarded
-from mutransfer.tracking.listings import list_studies, study_to_show
-from mutransfer.tracking.runs import _client, resolve_tracking_uri
-from mutransfer.tracking.views import (
+from mutransfer._sweep.endpoints import check_store
+from mutransfer._tracking._sqlite_file import sqlite_path
+from mutransfer._tracking.guard import guarded
+from mutransfer._tracking.listings import list_studies, study_to_show
+from mutransfer._tracking.runs import _client, resolve_tracking_uri
+from mutransfer._tracking.views import (
     STUDIES_KEY,
     compare_link,
     searched_keys,
@@ -35,6 +32,9 @@ from mutransfer.tracking.views import (
     tag_study,
     ui_link,
 )
+from mutransfer.cli.common import positive_int
+from mutransfer.cli.quiet import relay_server_output, server_environment, server_options
+from mutransfer.errors import UserInputError
 
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")
 EXIT_SERVER_FAILED = 1
@@ -173,7 +173,7 @@ def _tag_study(uri: str, experiment: str | None, rows: list[dict]) -> tuple[str 
 
 def _tag_studies(uri: str, experiment_id: str | None, rows: list[dict]) -> int:
     """How many studies the experiment holds among ``rows`` (the store's studies); with more than one, its studies'
-    side-by-side view is written onto it (mutransfer.tracking.views.tag_studies). 0 when there is nothing to
+    side-by-side view is written onto it (mutransfer._tracking.views.tag_studies). 0 when there is nothing to
     compare or the store is read-only."""
     if experiment_id is None:
         return 0
@@ -189,7 +189,7 @@ def _tag_studies(uri: str, experiment_id: str | None, rows: list[dict]) -> int:
 
 def _tag_across(uri: str, rows: list[dict]) -> list[str]:
     """The experiments holding the store's studies (``rows``), each with the studies' side-by-side view written onto
-    it (MLflow's compare-experiments page reads the view from one of them: mutransfer.tracking.views); [] when the
+    it (MLflow's compare-experiments page reads the view from one of them: mutransfer._tracking.views); [] when the
     studies are all in one experiment or the store is read-only (no link then: it would open on an error)."""
     experiment_ids = sorted({row["experiment_id"] for row in rows})
     if len(experiment_ids) < 2:
@@ -250,7 +250,7 @@ def run_ui_cmd(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the server too, as Ctrl-C does
     # an argument list, no shell; the server's output is relayed to stderr (its known notes left out) so stdout
     # holds only the link
-    # through the guard (mutransfer.tracking.guard): the server stops with this command, even after `kill -9`
+    # through the guard (mutransfer._tracking.guard): the server stops with this command, even after `kill -9`
     proc = subprocess.Popen(
         guarded(ui_command(uri, host=args.host, port=args.port, verbose=args.verbose)),
         stdout=subprocess.PIPE,

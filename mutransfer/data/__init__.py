@@ -1,6 +1,6 @@
 """PDE data layer: random fields, Burgers/Darcy/Navier-Stokes solvers, HDF5 schemas, readers, loading.
 
-Layout (each module imports only modules listed before it, never ``mutransfer.problems``):
+Layout (each module imports only modules listed before it, never ``mutransfer._problems``):
 
 * ``problem_facts``: the one table of problem facts (dimension, periodic grid, grid or points)
 * ``schema_common``, ``hdf5_io``, ``point_schema``: the project's HDF5 schemas (grids, point sets)

@@ -26,7 +26,7 @@ import numpy as np
 import scipy.fft
 from tqdm.auto import tqdm
 
-from mutransfer.config.progress import bar_disabled
+from mutransfer._config.progress import bar_disabled
 from mutransfer.data.grf import periodic_grf_1d
 from mutransfer.errors import UserInputError
 

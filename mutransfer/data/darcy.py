@@ -25,7 +25,7 @@ import scipy.sparse
 import scipy.sparse.linalg
 from tqdm.auto import tqdm
 
-from mutransfer.config.progress import bar_disabled
+from mutransfer._config.progress import bar_disabled
 from mutransfer.data.grf import neumann_grf_2d
 from mutransfer.errors import UserInputError
 

@@ -36,7 +36,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from mutransfer.atomic import atomic_path
+from mutransfer._atomic import atomic_path
 from mutransfer.data.problem_facts import default_points_problem, space_dims
 from mutransfer.data.schema_common import (
     GRID_SCHEMA,

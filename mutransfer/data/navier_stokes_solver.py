@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from mutransfer.config.progress import bar_disabled
+from mutransfer._config.progress import bar_disabled
 from mutransfer.errors import UserInputError
 
 __all__ = ["MAX_CFL", "VorticitySolver", "solve_navier_stokes"]

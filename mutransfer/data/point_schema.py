@@ -38,7 +38,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from mutransfer.atomic import atomic_path
+from mutransfer._atomic import atomic_path
 from mutransfer.data.hdf5_io import open_hdf5
 from mutransfer.data.problem_facts import default_points_problem
 from mutransfer.data.schema_common import (

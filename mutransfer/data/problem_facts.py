@@ -1,13 +1,13 @@
 """The one table of facts about each PDE problem that the data layer needs.
 
 Everything that reads or writes data files (``hdf5_io``, ``loading``, the format
-readers, ``pointclouds``) asks this table; ``mutransfer.problems`` builds its
+readers, ``pointclouds``) asks this table; ``mutransfer._problems`` builds its
 learning-problem records (generator, default sizes, padding, ...) on top of it,
 so each fact is stated here once. This module imports nothing from the project:
 it is the bottom of the data layer.
 
 The built-in problems are listed in ``FACTS`` below. A new problem states its facts in
-its own module in ``mutransfer.problems`` (``problem_from_facts(name, facts=ProblemFacts(...))``),
+its own module in ``mutransfer._problems`` (``problem_from_facts(name, facts=ProblemFacts(...))``),
 which adds them here with :func:`register_facts` (docs/architecture.md, "Add a PDE problem").
 """
 

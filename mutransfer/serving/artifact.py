@@ -25,11 +25,11 @@ from pathlib import Path
 
 import torch
 
+from mutransfer._atomic import save_torch
+from mutransfer._tracking.runs import STUDY_TAG
 from mutransfer._version import __version__
-from mutransfer.atomic import save_torch
 from mutransfer.errors import UserInputError
 from mutransfer.serving._folder_schema import MLMODEL_FILE, RESTORE, read_card_fields, read_flavor
-from mutransfer.tracking.runs import STUDY_TAG
 from operators.errors import OperatorConfigError
 from operators.family import OperatorFamily, family_of_config
 

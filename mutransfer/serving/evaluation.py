@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mutransfer._training.losses import relative_l2
 from mutransfer.data.hdf5_io import write_dataset
 from mutransfer.data.loading import load_split
 from mutransfer.data.point_schema import is_point_file, write_point_dataset
@@ -23,7 +24,6 @@ from mutransfer.data.problem_facts import periodic_grids
 from mutransfer.data.readers import open_data
 from mutransfer.errors import UserInputError
 from mutransfer.serving.load import LoadedModel
-from mutransfer.training.losses import relative_l2
 from operators.adapters import unpack_points
 from operators.errors import OperatorConfigError
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mutransfer._tracking.runs import KIND_TAG, RUN_NAME_TAG, STATUS_TAG, STUDY_TAG, Tracker, create_run, log_batch
 from mutransfer.serving.artifact import LOGGED_NAME, ModelCard, log_logged_model, write_model_dir
-from mutransfer.tracking.runs import KIND_TAG, RUN_NAME_TAG, STATUS_TAG, STUDY_TAG, Tracker, create_run, log_batch
 
 #: the MLflow experiment `train --tracking-uri` logs to (a study's runs go to the study's own experiment)
 TRAIN_EXPERIMENT = "mutransfer-train"

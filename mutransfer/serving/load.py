@@ -12,7 +12,7 @@ Accepted sources:
 MLflow URIs are resolved in the tracking store ``--tracking-uri`` (default
 ``sqlite:///mlflow.db`` here). A store that was moved or copied still works: an
 artifact missing at the absolute path MLflow recorded is looked up beside the store
-(mutransfer.study_folder.portable), with a note on stderr.
+(mutransfer._study_folder.portable), with a note on stderr.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from mutransfer._study_folder.portable import relocated_artifact_path
+from mutransfer._study_folder.records import MODEL_DIR
+from mutransfer._study_folder.state import StudyDir
+from mutransfer._tracking._server_check import check_server_reachable
+from mutransfer._tracking._sqlite_file import sqlite_path
+from mutransfer._tracking.runs import _client, resolve_tracking_uri
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import MLMODEL_FILE, ModelCard, read_model_dir
-from mutransfer.study_folder.portable import relocated_artifact_path
-from mutransfer.study_folder.records import MODEL_DIR
-from mutransfer.study_folder.state import StudyDir
-from mutransfer.tracking._server_check import check_server_reachable
-from mutransfer.tracking._sqlite_file import sqlite_path
-from mutransfer.tracking.runs import _client, resolve_tracking_uri
 
 #: the prefix of the temporary folder a model from a tracking server is downloaded into
 DOWNLOADED = "mutransfer-model-"

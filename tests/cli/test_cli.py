@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-import mutransfer.problems as problems
+import mutransfer._problems as problems
 from mutransfer.cli.main import main
 from tests.cli_batch import run_cli_batch
 from tests.repo_paths import ROOT

@@ -74,8 +74,8 @@ def test_sweep_help_is_grouped_and_shows_the_defaults_that_run(capsys):
 
     import yaml
 
+    from mutransfer._study import default_study_text
     from mutransfer.cli.main import main
-    from mutransfer.study import default_study_text
 
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])

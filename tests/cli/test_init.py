@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mutransfer._study import load_study
 from mutransfer.cli.main import main
-from mutransfer.study import load_study
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ since they give tqdm ``disable`` and tqdm reads the variable only for arguments 
 
 from __future__ import annotations
 
+from mutransfer._config.progress import bar_disabled
 from mutransfer.cli.main import main
-from mutransfer.config.progress import bar_disabled
 
 
 def test_tqdm_disable_hides_the_bars_of_data_generate_and_train(tmp_path, monkeypatch, capsys):

@@ -151,8 +151,8 @@ def test_resume_without_a_study(tmp_path, monkeypatch, capsys):
 
 
 def test_resume_with_a_conflicting_flag(tmp_path, monkeypatch, capsys):
-    from mutransfer.study import load_study
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study import load_study
+    from mutransfer._study_folder.state import StudyDir
 
     monkeypatch.chdir(tmp_path)
     study, _ = load_study(K_ONLY_STUDY)
@@ -162,7 +162,7 @@ def test_resume_with_a_conflicting_flag(tmp_path, monkeypatch, capsys):
     assert main(["sweep", "--resume", "--num-trials", "3"]) == 2
     err = capsys.readouterr().err.strip()
     assert "--num-trials 3 differs from the stored study (search.num_trials = 8)" in err
-    from mutransfer.study_folder.portable import stored_tracking
+    from mutransfer._study_folder.portable import stored_tracking
 
     sdir.write_state({"phase": "proxies", **stored_tracking(f"sqlite:///{tmp_path / 'mlflow.db'}", sdir.root)})
     assert main(["sweep", "--resume", "--tracking-uri", "sqlite:///elsewhere.db"]) == 2
@@ -183,7 +183,7 @@ def test_studies_without_a_store(tmp_path, monkeypatch, capsys):
 
 
 def test_studies_table_format():
-    from mutransfer.tracking.listings import format_studies
+    from mutransfer._tracking.listings import format_studies
 
     rows = [
         {
@@ -233,9 +233,9 @@ def test_ui_parser_defaults_and_missing_store(tmp_path, monkeypatch, capsys):
 
 def test_cluster_fit_check_rejects_requests_no_single_node_can_hold():
     """With --address, a trial or target worker larger than every node would wait forever: one-line error instead."""
+    from mutransfer._study import load_study
+    from mutransfer._sweep.runner import check_cluster_fits
     from mutransfer.errors import UserInputError
-    from mutransfer.study import load_study
-    from mutransfer.sweep.runner import check_cluster_fits
 
     study, _ = load_study(K_ONLY_STUDY)  # quick: target.cpus_per_worker 2, cpus_per_trial 1
     check_cluster_fits(study, [{"CPU": 2.0}, {"CPU": 1.0}])
@@ -261,7 +261,7 @@ def test_a_name_or_address_ending_in_a_newline_is_refused_before_anything_is_cre
 
 def test_a_warm_start_name_ending_in_a_newline_is_not_a_plain_study_name():
     """Edge case 3 for --warm-start: "quick\\n" is not read as the study "quick" (matched whole, like --name)."""
-    from mutransfer.sweep.warm_start import _plain_name
+    from mutransfer._sweep.warm_start import _plain_name
 
     assert _plain_name("quick") and not _plain_name("quick\n") and not _plain_name("../quick")
 

@@ -119,9 +119,9 @@ def test_outputs_that_would_overwrite_or_cannot_be_written_are_refused_before_tr
     darcy, tmp_path, capsys, monkeypatch, where, fragments
 ):
     """One line, exit 2, nothing trained (the train loop is never called) and nothing a user made touched."""
-    import mutransfer.training
+    import mutransfer._training
 
-    monkeypatch.setattr(mutransfer.training, "train", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr(mutransfer._training, "train", lambda *a, **k: pytest.fail("trained"))
     full = tmp_path / "full"
     full.mkdir()
     (full / "notes.txt").write_text("mine")

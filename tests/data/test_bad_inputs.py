@@ -111,7 +111,7 @@ def test_bad_data_is_one_line_from_the_real_command_and_nothing_is_written(tmp_p
 
 
 def test_k_against_the_grid_before_building():
-    from mutransfer.training.memory import check_before_building
+    from mutransfer._training.memory import check_before_building
 
     fno = dict(dim=1, modes=129, width=8, layers=2, in_channels=1, out_channels=1, projection_channels=16, padding=0)
     assert check_before_building(fno, (256,), 4, "cpu", limit=2**30).modes == 129  # K = N/2 + 1: the largest
@@ -123,7 +123,7 @@ def test_k_against_the_grid_before_building():
 
 
 def test_memory_estimate_against_the_limit_before_building():
-    from mutransfer.training.memory import check_before_building
+    from mutransfer._training.memory import check_before_building
 
     fno = dict(dim=2, modes=16, width=64, layers=4, in_channels=1, out_channels=1, projection_channels=128, padding=0)
     plan = check_before_building(fno, (64, 64), 8, "cpu", limit=2**32)
@@ -267,8 +267,8 @@ def test_non_finite_values_in_point_sets_are_refused_and_the_repaired_file_loads
 
 
 def test_the_address_form_check_passes_ray_addresses_and_refuses_the_rest():
+    from mutransfer._study.inputs import check_address_form
     from mutransfer.errors import UserInputError
-    from mutransfer.study.inputs import check_address_form
 
     for ok in (None, "auto", "127.0.0.1:6379", "ray://head.example:10001", "[::1]:6379"):
         check_address_form(ok)

@@ -314,7 +314,7 @@ def test_fno3d_trains_on_generated_navier_stokes_under_mup(tmp_path):
 
 def test_train_without_data_uses_the_registry(tmp_path, monkeypatch, capsys):
     """No --data: the navier_stokes problem generates and caches its own small dataset."""
-    import mutransfer.problems as problems
+    import mutransfer._problems as problems
     from mutransfer.cli.main import main
 
     monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path))

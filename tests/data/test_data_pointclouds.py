@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import mutransfer
-import mutransfer.problems as problems
+import mutransfer._problems as problems
+from mutransfer._training.losses import relative_l2
 from mutransfer.cli.main import main
 from mutransfer.data import describe, generate_darcy, load_split, read_dataset, write_dataset
 from mutransfer.data.pointclouds import (
@@ -26,7 +27,6 @@ from mutransfer.data.pointclouds import (
     write_point_dataset,
 )
 from mutransfer.errors import UserInputError
-from mutransfer.training.losses import relative_l2
 from operators.adapters import unpack_points
 
 S = 17

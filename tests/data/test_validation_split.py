@@ -56,7 +56,7 @@ def test_streamed_samples_are_carved_without_reading(tmp_path):
 
 
 def test_the_trainer_measures_the_validation_split_when_given_one():
-    from mutransfer.training import TrainConfig, train
+    from mutransfer._training import TrainConfig, train
     from operators import FNO
 
     g = torch.Generator().manual_seed(0)
@@ -82,7 +82,7 @@ def test_the_trainer_measures_the_validation_split_when_given_one():
 def test_the_study_defaults_the_validation_split_to_a_fifth_of_the_training_samples():
     import yaml
 
-    from mutransfer.study import default_study_text, study_from_yaml_text
+    from mutransfer._study import default_study_text, study_from_yaml_text
 
     study = study_from_yaml_text(default_study_text(), "quick.yaml")
     assert study.problem.n_val == 400 // 5 and study.problem.n_fit == 320
@@ -94,8 +94,8 @@ def test_the_study_defaults_the_validation_split_to_a_fifth_of_the_training_samp
 def test_a_validation_split_as_large_as_the_training_data_is_refused_in_one_line(tmp_path, capsys, monkeypatch):
     import yaml
 
+    from mutransfer._study import default_study_text
     from mutransfer.cli.main import main
-    from mutransfer.study import default_study_text
 
     monkeypatch.chdir(tmp_path)
     m = yaml.safe_load(default_study_text())
@@ -110,9 +110,9 @@ def test_a_validation_split_as_large_as_the_training_data_is_refused_in_one_line
 def test_a_study_folder_written_before_validation_splits_resumes_selecting_as_it_started(tmp_path):
     import yaml
 
-    from mutransfer.study import default_study_text, study_from_yaml_text
-    from mutransfer.study_folder.portable import read_study_file, write_study_file
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study import default_study_text, study_from_yaml_text
+    from mutransfer._study_folder.portable import read_study_file, write_study_file
+    from mutransfer._study_folder.state import StudyDir
 
     sdir = StudyDir(tmp_path / "old")
     sdir.root.mkdir()

@@ -10,10 +10,7 @@ import pytest
 import torch
 
 import operators.spectral
-from mutransfer.data.burgers import generate_burgers
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import load_split
-from mutransfer.diagnostics.coord_check import (
+from mutransfer._diagnostics.coord_check import (
     FLAT,
     GROWS,
     NO_SIGNAL,
@@ -23,7 +20,10 @@ from mutransfer.diagnostics.coord_check import (
     coord_check,
     scale_invariant_probe,
 )
-from mutransfer.diagnostics.statistics import difference_ci
+from mutransfer._diagnostics.statistics import difference_ci
+from mutransfer.data.burgers import generate_burgers
+from mutransfer.data.hdf5_io import write_dataset
+from mutransfer.data.loading import load_split
 from operators.spectral import SpectralConv
 
 SMALL = dict(width=16, layers=2, steps=3, seeds=3)
@@ -213,8 +213,8 @@ def _gate_context(tmp_path, tiny_file, parametrization, *, module: str | None = 
     name of the test's own)."""
     import yaml
 
+    from mutransfer._study import load_study
     from mutransfer.data.validation import carve_validation
-    from mutransfer.study import load_study
     from tests.sweep_helpers import write_tiny_study
 
     path = write_tiny_study(tmp_path, tiny_file, name=f"gate-{parametrization}")
@@ -250,7 +250,7 @@ def _gate_context(tmp_path, tiny_file, parametrization, *, module: str | None = 
 def test_the_check_flags_a_wrong_parametrization_and_the_sweep_goes_on(tiny_file, tmp_path, wrong_spectral_lr):
     """A spectral LR multiplied by K makes Fourier updates grow: flagged, recorded, said in one line — and not raised
     (the sweep trains the target anyway: the check misclassifies known rules, docs/results.md's rule panel)."""
-    from mutransfer.sweep.gate import coord_check_gate
+    from mutransfer._sweep.gate import coord_check_gate
 
     ctx = _gate_context(tmp_path, tiny_file, "mup")
     coord_check_gate(ctx)  # no SweepError: reported only
@@ -272,7 +272,7 @@ def test_the_check_on_smooth_burgers_as_measured(tiny_file, tmp_path):
     """The real rules on the tiny smooth study at lr 3e-3: SP's updates are flat (passes, once); muP's first
     Fourier layer's update shrinks with K (c(K) over-corrects on smooth data), so the check flags muP — whose
     optimum, measured, does not move (the rule panel): why it reports and never blocks."""
-    from mutransfer.sweep.gate import coord_check_gate
+    from mutransfer._sweep.gate import coord_check_gate
 
     (tmp_path / "sp").mkdir()
     ctx = _gate_context(tmp_path / "sp", tiny_file, "standard")
@@ -310,7 +310,7 @@ def test_on_a_users_factory_the_gate_passes_its_spectral_layers_and_flags_one_sc
     spectral, found on the user's own model, at K = [6, 12, 24]. The user's FNO passes (its update, relative to the K
     rule, is flat in K, and a wrong rule's grows); the same model with its spectral layer's output scaled by K
     (an author's own mode normalization the rule does not know) is flagged, in one line."""
-    from mutransfer.sweep.gate import coord_check_gate
+    from mutransfer._sweep.gate import coord_check_gate
     from tests.sweep.test_user_operator import USER_MODULE
 
     (tmp_path / "right").mkdir()
@@ -346,7 +346,7 @@ def test_on_a_users_factory_the_gate_steps_at_the_transferred_init_scale_and_cli
     """The factory's check applies the transferred ``init_scale`` and ``clip_value`` to the weights its muP facts mark
     spectral, as the trainings do: a clip far below the gradients shrinks those layers' update (their own weights'
     Adam step is then ~ clip / eps), a larger init scale changes it, and the JSON records both."""
-    from mutransfer.sweep.gate import coord_check_gate
+    from mutransfer._sweep.gate import coord_check_gate
     from tests.sweep.test_user_operator import USER_MODULE
 
     spectral_moves = {}
@@ -421,7 +421,7 @@ def test_cli_on_a_file_written_by_mutransfer_data(tmp_path):
 
 def test_one_seed_is_never_flat():
     """A zero-width CI from one seed would read as certain: the verdict stays unresolved."""
-    from mutransfer.diagnostics.coord_check import classify_slopes
+    from mutransfer._diagnostics.coord_check import classify_slopes
 
     assert classify_slopes([0.0], tolerance=0.1)[0] == "unresolved"
     assert classify_slopes([0.0, 0.01], tolerance=0.1)[0] == "flat"

@@ -1,4 +1,4 @@
-"""The K rule's exponent from the data (mutransfer.diagnostics.k_exponent), checked against spectra whose energy
+"""The K rule's exponent from the data (mutransfer._diagnostics.k_exponent), checked against spectra whose energy
 in the kept modes is known in closed form."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from mutransfer.diagnostics.k_exponent import (
+from mutransfer._diagnostics.k_exponent import (
     KExponentEstimate,
     estimate_k_exponent,
     exponent_between,

@@ -1,4 +1,4 @@
-"""The rule panel's rules (mutransfer.diagnostics.rule_panel) reach Adam, and a wrong rule moves the optimum."""
+"""The rule panel's rules (mutransfer._diagnostics.rule_panel) reach Adam, and a wrong rule moves the optimum."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from mutransfer.diagnostics.rule_panel import RULES, apply_rule, get_rule
+from mutransfer._diagnostics.rule_panel import RULES, apply_rule, get_rule
 from operators import FNO
 from operators.parametrization import optimizer_param_groups
 
@@ -49,7 +49,7 @@ def test_a_rule_refuses_a_model_of_another_parametrization():
 
 def test_a_rules_truth_and_a_gates_judgement():
     """The truth of a drift interval, and when a gate is right: a flag without a measured failure is wrong."""
-    from mutransfer.diagnostics.rule_panel import FAILS, HOLDS, NOT_RESOLVED, gate_is_right, truth
+    from mutransfer._diagnostics.rule_panel import FAILS, HOLDS, NOT_RESOLVED, gate_is_right, truth
 
     inf = float("inf")
     assert truth(-0.51, -0.14, 0.25) == FAILS and truth(0.1, 0.3, 0.25) == FAILS

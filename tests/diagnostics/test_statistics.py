@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from mutransfer.diagnostics.statistics import Estimate, contrast_ci, difference_ci, mean_ci
+from mutransfer._diagnostics.statistics import Estimate, contrast_ci, difference_ci, mean_ci
 
 REPS = 2000  # replications per n; the coverage's standard error is about 0.005 at 95 %
 MEAN, SIGMA = 1.0, 2.0
@@ -155,10 +155,10 @@ def test_one_sample_has_no_interval_and_is_not_resolved():
 
 
 def test_one_seed_reads_not_resolved_in_every_verdict(tmp_path):
-    from mutransfer.diagnostics.coord_check import UNRESOLVED, classify_slopes
-    from mutransfer.landscape.analysis import analyze, describe_drift
-    from mutransfer.landscape.plot import plot_landscape
-    from mutransfer.landscape.runner import format_table
+    from mutransfer._diagnostics.coord_check import UNRESOLVED, classify_slopes
+    from mutransfer._landscape.analysis import analyze, describe_drift
+    from mutransfer._landscape.plot import plot_landscape
+    from mutransfer._landscape.runner import format_table
 
     verdict, est = classify_slopes([0.9], tolerance=0.1)
     assert verdict == UNRESOLVED and est.ci == [None, None]
@@ -202,7 +202,7 @@ def test_one_seed_reads_not_resolved_in_every_verdict(tmp_path):
 
 
 def test_one_seed_verification_says_so_and_writes_strict_json():
-    from mutransfer.sweep.verify import analyse, lr_grid
+    from mutransfer._sweep.verify import analyse, lr_grid
 
     records = [
         {

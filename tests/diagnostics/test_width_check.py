@@ -7,7 +7,7 @@ the code before the fix): ψ's one-step Adam update grows with the width.
 import pytest
 import torch
 
-from mutransfer.diagnostics.width_check import (
+from mutransfer._diagnostics.width_check import (
     Probe,
     eigenfunction_probes,
     grid_point_batch,

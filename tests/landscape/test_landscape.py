@@ -7,9 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from mutransfer.landscape.analysis import analyze, describe_difference, describe_drift, fit_optimum
-from mutransfer.landscape.plot import plot_landscape
-from mutransfer.landscape.runner import format_table
+from mutransfer._landscape.analysis import analyze, describe_difference, describe_drift, fit_optimum
+from mutransfer._landscape.plot import plot_landscape
+from mutransfer._landscape.runner import format_table
 
 TINY_STUDY = """
 name: tiny

@@ -52,8 +52,8 @@ PEAK_CASES = [(16, 2, 512, 4, {}), (64, 1, 64, 1, {}), (32, 2, 256, 2, {"attenti
     "case", PEAK_CASES, ids=lambda c: f"w{c[0]}-L{c[1]}-n{c[2]}-{c[4].get('attention_impl', 'linear')}"
 )
 def test_estimate_is_within_20_percent_of_the_measured_peak(operator, case):
-    """One real Adam step on the CPU, its peak of live tensors (mutransfer.diagnostics.peak_memory) against the plan."""
-    from mutransfer.diagnostics.peak_memory import measure_training_peak
+    """One real Adam step on the CPU, its peak of live tensors (mutransfer._diagnostics.peak_memory) against the plan."""
+    from mutransfer._diagnostics.peak_memory import measure_training_peak
 
     width, layers, points, batch, options = case
     torch.manual_seed(0)
@@ -84,7 +84,7 @@ def test_bad_sizes_are_one_line_errors():
 
 
 def test_check_before_building_refuses_an_attention_model_over_the_limit_and_passes_one_under_it():
-    from mutransfer.training.memory import check_before_building
+    from mutransfer._training.memory import check_before_building
 
     config = point_set_config(
         "galerkin", coord_dim=1, input_channels=1, output_channels=1, packed=False, width=64, layers=2, heads=4
@@ -103,7 +103,7 @@ def test_check_before_building_refuses_an_attention_model_over_the_limit_and_pas
 
 
 def test_the_trainer_checks_a_built_attention_model_too(monkeypatch):
-    from mutransfer.training.memory import check_model_fits
+    from mutransfer._training.memory import check_model_fits
 
     model = GridPointSet(1, "ono", dict(coord_dim=1, in_channels=1, out_channels=1, width=16, layers=1, heads=4))
     assert check_model_fits(model, (64,), 4, "cpu", limit=2**30).operator == "ono"
@@ -112,7 +112,7 @@ def test_the_trainer_checks_a_built_attention_model_too(monkeypatch):
 
 
 def _attention_study(tmp_path, width: int, target_width: int):
-    from mutransfer.study import load_study
+    from mutransfer._study import load_study
 
     study = {
         "name": "attn",
@@ -128,7 +128,7 @@ def _attention_study(tmp_path, width: int, target_width: int):
 
 def test_a_sweep_study_with_an_attention_operator_is_planned(tmp_path, monkeypatch):
     """The proxy and the target of a Galerkin study against the memory; a width of 10**5 is loaded without building it."""
-    from mutransfer.study.memory import check_study_memory
+    from mutransfer._study.memory import check_study_memory
 
     monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", "1GiB")
     check_study_memory(_attention_study(tmp_path, 16, 64), 2, gpus=0)  # a few MiB each
@@ -140,7 +140,7 @@ def test_a_sweep_study_with_an_attention_operator_is_planned(tmp_path, monkeypat
 
 
 def _quick_study_file(tmp_path, padding: int):
-    from mutransfer.study import default_study_text
+    from mutransfer._study import default_study_text
 
     study = yaml.safe_load(default_study_text())
     study["operator"]["padding"] = padding
@@ -150,8 +150,8 @@ def _quick_study_file(tmp_path, padding: int):
 
 
 def test_sweep_padding_is_checked_against_the_grid(tmp_path):
-    from mutransfer.study import load_study
-    from mutransfer.study.memory import check_study_padding
+    from mutransfer._study import load_study
+    from mutransfer._study.memory import check_study_padding
 
     study = load_study(_quick_study_file(tmp_path, 128))[0]
     assert study.problem.resolution == 128

@@ -15,12 +15,12 @@ import pytest
 import torch
 from torch import nn
 
+from mutransfer._study import parse_study
+from mutransfer._study.memory import check_study_memory
+from mutransfer._study.models import build_model, model_spec
 from mutransfer.cli.main import main
 from mutransfer.errors import UserInputError
 from mutransfer.serving.artifact import ModelCard, read_model_dir, write_model_dir
-from mutransfer.study import parse_study
-from mutransfer.study.memory import check_study_memory
-from mutransfer.study.models import build_model, model_spec
 from operators.family import (
     OPERATORS,
     ModelSpec,
@@ -55,7 +55,7 @@ class PointwiseMLP(nn.Module):
 
 @dataclass(frozen=True)
 class ToyPlan:
-    """What mutransfer.training.memory.check_fits reads from a plan."""
+    """What mutransfer._training.memory.check_fits reads from a plan."""
 
     config: dict
     batch: int

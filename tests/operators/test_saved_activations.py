@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
+from mutransfer._training.memory import check_fits
 from mutransfer.errors import UserInputError
-from mutransfer.training.memory import check_fits
 from operators.factory import FactoryPlan
 from operators.saved_activations import saved_activations
 

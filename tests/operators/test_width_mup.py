@@ -274,7 +274,7 @@ def test_param_groups_honour_declared_multipliers():
 
 
 def test_trainer_base_lr_still_reads_the_multiplier_one_group():
-    from mutransfer.training.trainer import _base_lr
+    from mutransfer._training.trainer import _base_lr
 
     model = build("galerkin", M1)
     optimizer = torch.optim.Adam(optimizer_param_groups(model, LR))

@@ -16,12 +16,12 @@ import h5py
 import numpy as np
 import pytest
 
+from mutransfer._problems import get_problem
+from mutransfer._problems.base import problem_from_facts
+from mutransfer._problems.registry import register_problem, unregister_problem
 from mutransfer.cli.main import main
 from mutransfer.data.problem_facts import ProblemFacts, get_facts
 from mutransfer.errors import UserInputError
-from mutransfer.problems import get_problem
-from mutransfer.problems.base import problem_from_facts
-from mutransfer.problems.registry import register_problem, unregister_problem
 
 NU = 0.01
 

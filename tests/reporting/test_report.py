@@ -218,8 +218,8 @@ def test_a_study_without_verify_or_baseline_has_no_such_sections(studies, tmp_pa
 
 @pytest.mark.slow
 def test_learning_curves_draw_one_line_per_trial_and_mark_asha_stops(studies):
-    from mutransfer.reporting.figures import learning_curves_axes, optuna_study
-    from mutransfer.reporting.study_files import load_study_files
+    from mutransfer._reporting.figures import learning_curves_axes, optuna_study
+    from mutransfer._reporting.study_files import load_study_files
 
     _, runs, _ = studies
     files = load_study_files("full", str(runs))
@@ -335,7 +335,7 @@ def test_an_unreadable_state_is_one_line(tmp_path, capsys):
         assert_one_line_error(Result(capsys, command, folder), "state.json is unreadable")
     assert sorted(p.name for p in folder.iterdir()) == ["state.json"]
     # at the end of a sweep the same folder costs one warning line, not the sweep
-    from mutransfer.reporting.html import write_study_page
+    from mutransfer._reporting.html import write_study_page
 
     said = []
     assert write_study_page(folder, said.append) is None
@@ -362,7 +362,7 @@ def test_a_bad_out_path_is_refused_before_rendering(tmp_path, capsys):
 
 def test_the_importance_caveat_holds_below_thirty_trials_only():
     """The caveat is said of 29 trials and not of 30 or more: the caption can go either way."""
-    from mutransfer.reporting.html import IMPORTANCE_TRIALS, importance_caption
+    from mutransfer._reporting.html import IMPORTANCE_TRIALS, importance_caption
 
     assert IMPORTANCE_TRIALS == 30
     assert "from 29 trials (20 ran to the end) these bars are a rough hint" in importance_caption(29, 20)

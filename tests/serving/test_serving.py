@@ -1,6 +1,6 @@
 """A trained model served from a study directory and from MLflow (real sqlite store, real registry), no sweep needed.
 
-The model is a real FNO written as the sweep writes it (mutransfer.sweep.model_log); the
+The model is a real FNO written as the sweep writes it (mutransfer._sweep.model_log); the
 store is moved to another folder to check that `evaluate` still finds its artifacts.
 """
 
@@ -28,14 +28,14 @@ def _main(*argv) -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """Folder A: data.h5, mlflow.db + mlruns/, runs/tiny/ with model/ and state.json; a logged and registered model."""
+    from mutransfer._study import load_study
+    from mutransfer._study.models import model_for
+    from mutransfer._study_folder.portable import stored_tracking, write_study_file
+    from mutransfer._study_folder.state import StudyDir
+    from mutransfer._sweep.model_log import register_model
+    from mutransfer._tracking.runs import Tracker
     from mutransfer.data.loading import load_split
     from mutransfer.serving.artifact import card_for, log_logged_model, write_model_dir
-    from mutransfer.study import load_study
-    from mutransfer.study.models import model_for
-    from mutransfer.study_folder.portable import stored_tracking, write_study_file
-    from mutransfer.study_folder.state import StudyDir
-    from mutransfer.sweep.model_log import register_model
-    from mutransfer.tracking.runs import Tracker
 
     home = tmp_path_factory.mktemp("A")
     data = write_tiny_data(home / "data.h5")
@@ -268,8 +268,8 @@ def test_a_moved_store_still_serves_its_models(served, tmp_path, capsys, monkeyp
 
 
 def test_register_needs_a_database_store_and_a_valid_name(tmp_path):
+    from mutransfer._sweep.model_log import check_registry_store
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep.model_log import check_registry_store
 
     check_registry_store("sqlite:////tmp/x.db", "ok-name")  # a database store passes
     check_registry_store("file:///tmp/mlruns", None)  # nothing to register: no check

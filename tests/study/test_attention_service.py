@@ -11,8 +11,8 @@ import pytest
 import torch
 import yaml
 
+from mutransfer._study import parse_study
 from mutransfer.errors import UserInputError
-from mutransfer.study import parse_study
 
 ATTENTION = ("galerkin", "ono", "gnot")
 
@@ -132,7 +132,7 @@ def test_point_set_problem_has_no_resolution():
 
 
 def test_sweep_flags_override_widths_and_are_reported(tmp_path):
-    from mutransfer.study import load_study
+    from mutransfer._study import load_study
 
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(attention_mapping()))
@@ -168,7 +168,7 @@ def _fake_data(study, n=3):
 @pytest.mark.parametrize("operator", ATTENTION)
 @pytest.mark.parametrize("problem", ["darcy", "darcy_mesh"])
 def test_study_models_rebuild_from_config_and_apply_width_mup(operator, problem):
-    from mutransfer.study.models import model_for
+    from mutransfer._study.models import model_for
     from operators import optimizer_param_groups
     from operators.adapters import GridPointSet, PackedPointSet
 
@@ -237,7 +237,7 @@ def test_packed_padding_gives_each_sample_its_own_result(operator):
 
 
 def test_width_transfer_rows_follow_tensor_programs_v():
-    from mutransfer.sweep.runner import transfer
+    from mutransfer._sweep.runner import transfer
 
     study = study_of(attention_mapping("galerkin"))
     record, hp = transfer(
@@ -270,7 +270,7 @@ def test_width_transfer_rows_follow_tensor_programs_v():
 
 
 def test_fno_k_and_width_transfer_compose():
-    from mutransfer.sweep.runner import transfer
+    from mutransfer._sweep.runner import transfer
     from operators.parametrization import transfer_lr_factor
 
     study = study_of(
@@ -473,9 +473,9 @@ def test_sweep_and_landscape_refuse_what_attention_studies_cannot_do(args, fragm
 @pytest.mark.parametrize("operator", ATTENTION)
 def test_attention_operators_learn_darcy_on_random_point_sets(operator, tmp_path):
     """30 epochs on 120 irregular-mesh samples (150-250 nodes of a 29x29 grid): relative L2 below 0.2 (from ~1)."""
+    from mutransfer._study.models import model_for
+    from mutransfer._training import TrainConfig, train
     from mutransfer.data.pointclouds import generate_darcy_mesh, load_point_split, write_point_dataset
-    from mutransfer.study.models import model_for
-    from mutransfer.training import TrainConfig, train
 
     path = write_point_dataset(
         tmp_path / "mesh.h5", generate_darcy_mesh(150, 29, seed=0, progress=False, points_min=150, points_max=250)

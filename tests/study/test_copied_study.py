@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mutransfer.study import load_study
+from mutransfer._study import load_study
 from tests.repo_paths import ROOT
 from tests.sweep_helpers import write_tiny_data
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mutransfer.study import load_study
+from mutransfer._study import load_study
 from operators.planning import parse_bytes
 from tests.repo_paths import ROOT
 
@@ -95,13 +95,13 @@ def test_paper_study_has_the_papers_numbers():
     per_epoch = study.problem.n_train // study.training.batch_size
     assert study.target.epochs * per_epoch == 50_000
     assert [m * per_epoch for m in study.training.milestones] == [20_000, 40_000]
-    from mutransfer.problems import get_problem
+    from mutransfer._problems import get_problem
 
     assert get_problem("navier_stokes").generator_options[0] == "preset"  # default preset "mutransfer": Re 500
 
 
 def test_paper_target_is_the_906M_model_and_fits_an_80GiB_gpu_per_worker():
-    from mutransfer.study.memory import _plan
+    from mutransfer._study.memory import _plan
 
     study, _ = load_study(PAPER)
     per_worker = study.training.batch_size // study.target.num_workers

@@ -9,15 +9,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from mutransfer._study import load_study
+from mutransfer._study.memory import plan_step
+from mutransfer._study.models import proxy_split
+from mutransfer._sweep.cost import epoch_flops
+from mutransfer._sweep.cost_estimate import estimate_proxy_cost
 from mutransfer.data.hdf5_io import write_dataset
 from mutransfer.data.loading import load_split
 from mutransfer.data.validation import carve_validation, coarsen
 from mutransfer.errors import UserInputError
-from mutransfer.study import load_study
-from mutransfer.study.memory import plan_step
-from mutransfer.study.models import proxy_split
-from mutransfer.sweep.cost import epoch_flops
-from mutransfer.sweep.cost_estimate import estimate_proxy_cost
 from operators import OperatorConfigError
 from operators.transfer import Scaling, resolution_transfer_factor, transfer
 from tests.sweep_helpers import K_ONLY_STUDY

@@ -9,13 +9,13 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.errors import UserInputError
-from mutransfer.study import (
+from mutransfer._study import (
     SEARCHABLE,
     default_study_text,
     load_study,
     parse_study,
 )
+from mutransfer.errors import UserInputError
 from operators.family import unregister_family
 from tests.repo_paths import ROOT
 from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
@@ -356,8 +356,8 @@ def test_override_creates_missing_sections(tmp_path):
 
 
 def test_hyperparameter_merge_and_transfer_of_the_best():
-    from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.runner import transfer
+    from mutransfer._study.models import merge_hyperparameters
+    from mutransfer._sweep.runner import transfer
 
     study, _ = load_study(K_ONLY_STUDY)
     hp = merge_hyperparameters(study, {"lr": 2e-3, "batch_size": 10})
@@ -371,7 +371,7 @@ def test_hyperparameter_merge_and_transfer_of_the_best():
 
 
 def test_space_time_problem_grid_includes_the_time_axis(tmp_path):
-    from mutransfer.problems import PROBLEMS
+    from mutransfer._problems import PROBLEMS
 
     if "navier_stokes" not in PROBLEMS:
         pytest.skip("no space-time problem registered")
@@ -394,9 +394,9 @@ def test_space_time_problem_grid_includes_the_time_axis(tmp_path):
 def test_pino_loss_is_selectable_in_studies_for_darcy_only(tmp_path):
     import yaml as _yaml
 
+    from mutransfer._study import load_study
+    from mutransfer._study.models import fixed_hyperparameters, train_config
     from mutransfer.errors import UserInputError
-    from mutransfer.study import load_study
-    from mutransfer.study.models import fixed_hyperparameters, train_config
 
     base = {
         "name": "pino",
@@ -449,7 +449,7 @@ def test_k_exponent_defaults_to_the_papers_rule_and_reads_a_number_or_data(tmp_p
 
 
 def test_a_model_built_before_the_data_k_rule_is_measured_is_refused_in_one_line():
-    from mutransfer.study.models import model_spec
+    from mutransfer._study.models import model_spec
 
     study, _ = load_study(None, {"k_exponent": "data"})
     with pytest.raises(UserInputError, match=r"^operator.k_exponent: 'data' is estimated .* give a number"):
@@ -461,8 +461,8 @@ def test_the_data_k_rule_is_measured_on_the_training_inputs_or_taken_from_the_st
     white noise: larger). Stored (a resumed study): taken as it is, nothing measured (the data are not read)."""
     from types import SimpleNamespace
 
-    from mutransfer.diagnostics.k_exponent import resolve_k_exponent
-    from mutransfer.study.models import model_spec
+    from mutransfer._diagnostics.k_exponent import resolve_k_exponent
+    from mutransfer._study.models import model_spec
 
     study, _ = load_study(None, {"k_exponent": "data"})
     x = torch.linspace(0, 1, 128)

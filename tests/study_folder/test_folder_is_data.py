@@ -12,15 +12,15 @@ import threading
 
 import pytest
 
+from mutransfer._study_folder.portable import stored_tracking
 from mutransfer.cli.main import main
 from mutransfer.errors import UserInputError
-from mutransfer.study_folder.portable import stored_tracking
 from tests.sweep_helpers import K_ONLY_STUDY
 
 
 def _study_folder(tmp_path, state: dict):
-    from mutransfer.study import load_study
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study import load_study
+    from mutransfer._study_folder.state import StudyDir
 
     study, _ = load_study(K_ONLY_STUDY)
     sdir = StudyDir(tmp_path / "mutransfer-runs" / "quick")
@@ -99,11 +99,11 @@ def test_a_folder_naming_a_file_outside_creates_nothing_there(tmp_path, monkeypa
 def test_a_moved_folder_still_finds_the_store_beside_its_runs(tmp_path, monkeypatch):
     """The one case a folder's record is followed with no flag: an existing SQLite store inside the folder that holds
     the runs directory (mlflow.db beside mutransfer-runs/), whatever the working directory."""
-    from mutransfer.study import load_study
-    from mutransfer.study_folder.state import StudyDir
-    from mutransfer.sweep.context import SweepOptions
-    from mutransfer.sweep.prepare import _resumed_tracking
-    from mutransfer.tracking.runs import Tracker
+    from mutransfer._study import load_study
+    from mutransfer._study_folder.state import StudyDir
+    from mutransfer._sweep.context import SweepOptions
+    from mutransfer._sweep.prepare import _resumed_tracking
+    from mutransfer._tracking.runs import Tracker
 
     beside = tmp_path / "mlflow.db"
     Tracker(f"sqlite:///{beside}").ensure_experiment("mutransfer")  # a real store

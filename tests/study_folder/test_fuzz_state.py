@@ -58,7 +58,7 @@ def _state_text(draw) -> bytes:
 @pytest.fixture(scope="module")
 def study_yaml(tmp_path_factory) -> str:
     """A tiny study's resolved file (its data: a 32-sample Burgers file, read in milliseconds)."""
-    from mutransfer.study import load_study
+    from mutransfer._study import load_study
 
     d = tmp_path_factory.mktemp("fuzz-study")
     study, _ = load_study(str(write_tiny_study(d, write_tiny_data(d / "tiny.h5"), name="fz")))

@@ -82,7 +82,7 @@ def test_the_lock_a_killed_driver_leaves_on_the_journal_is_not_refused_and_is_re
     refused (tests/study_folder/test_state_shapes.py)."""
     import shutil
 
-    from mutransfer.sweep._trial_journal import TrialJournal
+    from mutransfer._sweep._trial_journal import TrialJournal
 
     shutil.copytree(finished, tmp_path / "copy")
     root = tmp_path / "copy"
@@ -105,8 +105,8 @@ def test_the_lock_a_killed_driver_leaves_on_the_journal_is_not_refused_and_is_re
 def test_a_folder_in_place_of_the_journals_lock_is_one_line(tmp_path):
     """A folder named ``optuna.journal.lock`` would make Optuna wait for its lock, then fail to break it: refused in
     one line naming it, before the journal is opened; a plain file there (a stale lock of another kind) is removed."""
+    from mutransfer._sweep._trial_journal import TrialJournal
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep._trial_journal import TrialJournal
 
     journal = tmp_path / "optuna.journal"
     (tmp_path / "optuna.journal.lock").mkdir()

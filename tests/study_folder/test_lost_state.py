@@ -2,7 +2,7 @@
 names a parent run the store does not hold used to resume by starting MLflow afresh without a word (a second parent
 run, the finished trials logged again, the old runs left RUNNING). Each is now refused in one line offering
 ``--resume --rebuild-state``, and the rebuild keeps every finished trial (none trained again), reuses the study's
-MLflow runs and leaves none RUNNING (mutransfer.sweep._rebuild_state)."""
+MLflow runs and leaves none RUNNING (mutransfer._sweep._rebuild_state)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from mutransfer._sweep.trial import read_executions
 from mutransfer.cli.main import main
-from mutransfer.sweep.trial import read_executions
 from tests.sweep_helpers import IN_PROCESS, K_ONLY_STUDY, mlflow_runs, write_tiny_data, write_tiny_study
 
 REBUILD = "mutransfer sweep --resume --rebuild-state"
@@ -96,8 +96,8 @@ def test_rebuild_state_needs_resume(capsys):
 
 def test_a_folder_with_trials_and_no_state_is_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
     """Fast (no training): the folder a driver killed after its first trials would leave, less its state.json."""
-    from mutransfer.study import load_study
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study import load_study
+    from mutransfer._study_folder.state import StudyDir
 
     monkeypatch.chdir(tmp_path)
     study, _ = load_study(K_ONLY_STUDY)
@@ -162,8 +162,8 @@ def test_a_rebuild_of_an_intact_state_is_refused(tmp_path, capsys):
 def test_a_state_whose_store_is_gone_is_refused_without_making_one(tmp_path, monkeypatch, capsys):
     """Fast (no training): a resumed state names a parent run, and the SQLite store the command names does not exist.
     Refused in one line before anything runs, and the check makes no store (MLflow would create an empty one)."""
-    from mutransfer.study import load_study
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study import load_study
+    from mutransfer._study_folder.state import StudyDir
 
     monkeypatch.chdir(tmp_path)
     study, _ = load_study(K_ONLY_STUDY)

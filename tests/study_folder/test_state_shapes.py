@@ -86,8 +86,8 @@ def test_a_state_naming_an_experiment_the_store_does_not_hold_is_refused_not_sta
 
 
 def _folder(tmp_path, monkeypatch, state: dict):
-    from mutransfer.study import load_study
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study import load_study
+    from mutransfer._study_folder.state import StudyDir
 
     monkeypatch.chdir(tmp_path)
     study, _ = load_study(K_ONLY_STUDY)
@@ -117,7 +117,7 @@ def test_a_report_json_of_wrong_types_is_one_line(tmp_path, monkeypatch, capsys)
     """Found by the study-folder fuzz: report.json with ``best_proxy: true`` (any field of another type than the
     pages read) was an AttributeError traceback in `report`; it is one line naming the field, and a report of the
     right shape renders."""
-    from mutransfer.reporting.study_files import check_report
+    from mutransfer._reporting.study_files import check_report
 
     sdir = _folder(tmp_path, monkeypatch, GOOD)
     out = ["report", "quick", "--out", str(tmp_path / "page.html")]

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
+from mutransfer._study_folder.holder import Holder
+from mutransfer._study_folder.lease import HEARTBEAT_TAG, HOLDER_TAG, MlflowLease, lease_name
+from mutransfer._study_folder.lock import StudyLock, lock_paths, refuse_if_locked
+from mutransfer._study_folder.state import StudyDir
 from mutransfer.errors import UserInputError
-from mutransfer.study_folder.holder import Holder
-from mutransfer.study_folder.lease import HEARTBEAT_TAG, HOLDER_TAG, MlflowLease, lease_name
-from mutransfer.study_folder.lock import StudyLock, lock_paths, refuse_if_locked
-from mutransfer.study_folder.state import StudyDir
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_another_process_holding_the_study_refuses_then_is_taken_over_once_kille
 
 def _hold_in_subprocess(study_dir, uri, tmp_path) -> subprocess.Popen:
     code = (
-        "import sys, time; from mutransfer.study_folder.lock import StudyLock; from mutransfer.study_folder.state import StudyDir;"
+        "import sys, time; from mutransfer._study_folder.lock import StudyLock; from mutransfer._study_folder.state import StudyDir;"
         f"StudyLock(StudyDir({str(study_dir.root)!r}), {uri!r}, say=print).acquire();"
         "print('held', flush=True); time.sleep(600)"
     )

@@ -7,7 +7,7 @@ submitted as a Ray job with `--address auto`; both trials can only run at the sa
 time if one lands on each node.
 
 Node placement is checked without any product change: every proxy trial appends its
-process id to ``trials/<trial_id>/executions.jsonl`` (mutransfer.sweep.trial), and
+process id to ``trials/<trial_id>/executions.jsonl`` (mutransfer._sweep.trial), and
 Ray's state API (``ray.util.state.list_actors``, asked from a subprocess that holds
 the token) maps each trial actor's pid to its node id. Both nodes run on this
 machine, so the pids are unique across them.
@@ -110,7 +110,7 @@ def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
     assert len(names) >= 4, names  # parent + 2 proxies + target
 
     # Placement: trial pid (executions.jsonl) -> actor (state API) -> node id.
-    from mutransfer.sweep.trial import read_executions
+    from mutransfer._sweep.trial import read_executions
 
     trial_pids = {}
     for tdir in sorted((sdir / "trials").iterdir()):
@@ -141,7 +141,7 @@ def test_a_worker_node_killed_mid_trial_the_trial_resumes_on_the_head_and_the_st
     with one MLflow run per trial holding every epoch once."""
     import sys
 
-    from mutransfer.sweep.trial import read_executions, read_trial_history
+    from mutransfer._sweep.trial import read_executions, read_trial_history
 
     epochs = 60
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")

@@ -2,9 +2,9 @@
 
 import pytest
 
-from mutransfer.study import load_study
-from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.cost import epoch_flops, study_cost
+from mutransfer._study import load_study
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._sweep.cost import epoch_flops, study_cost
 from operators.planning import step_flops
 from tests.sweep_helpers import K_ONLY_STUDY
 
@@ -72,8 +72,8 @@ def test_a_searchs_cost_counts_the_proxy_on_its_own_grid():
     """The default study's proxy trains on 32 of the 128 points: its trials cost that grid's FLOPs per epoch on
     muTransfer's side of --baseline direct, as in the report's compute section (the comparison once counted the
     proxy on the target's grid, overstating muTransfer's FLOPs)."""
-    from mutransfer.sweep.baseline import trials_cost
-    from mutransfer.sweep.cost import model_epoch_flops
+    from mutransfer._sweep.baseline import trials_cost
+    from mutransfer._sweep.cost import model_epoch_flops
     from tests.repo_paths import ROOT
 
     study, _ = load_study(ROOT / "studies" / "quick.yaml")

@@ -1,15 +1,15 @@
-"""The cost line said before training (mutransfer.sweep.cost_estimate) and `mutransfer plan --study`."""
+"""The cost line said before training (mutransfer._sweep.cost_estimate) and `mutransfer plan --study`."""
 
 from __future__ import annotations
 
 import pytest
 
+from mutransfer._study import load_study
+from mutransfer._study.models import build_model
+from mutransfer._sweep import cost_estimate
+from mutransfer._sweep.cost import counted_step_flops
+from mutransfer._sweep.cost_estimate import CHEAP_ENOUGH, ProxyCost, estimate_proxy_cost
 from mutransfer.cli.main import main
-from mutransfer.study import load_study
-from mutransfer.study.models import build_model
-from mutransfer.sweep import cost_estimate
-from mutransfer.sweep.cost import counted_step_flops
-from mutransfer.sweep.cost_estimate import CHEAP_ENOUGH, ProxyCost, estimate_proxy_cost
 from tests.sweep_helpers import K_ONLY_STUDY
 
 
@@ -88,7 +88,7 @@ def test_the_searchs_epochs_under_asha_follow_the_plans_rule():
     rung every trial trains the budget. The study's ratio then uses those epochs: p/t + E_t/S."""
     import dataclasses
 
-    from mutransfer.sweep.plan import expected_search_epochs
+    from mutransfer._sweep.plan import expected_search_epochs
 
     def search(trials: int, epochs: int, grace: int):
         study, _ = load_study(K_ONLY_STUDY, {"num_trials": trials, "epochs": epochs})

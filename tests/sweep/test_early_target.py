@@ -1,4 +1,4 @@
-"""The target's run started while the last proxies train (mutransfer.sweep.early_target): one CPU worker's Ray
+"""The target's run started while the last proxies train (mutransfer._sweep.early_target): one CPU worker's Ray
 actor, or Ray Train's run for several workers.
 
 Started without an order, its workers wait; ordered, they train exactly what a target started with its order
@@ -18,12 +18,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mutransfer.study import load_study
-from mutransfer.study.models import merge_hyperparameters
-from mutransfer.sweep.early_target import fits_beside_a_trial
-from mutransfer.sweep.plan import DONE, SearchPlan
-from mutransfer.sweep.runner import PHASES, target_follows_proxies
-from mutransfer.sweep.train_target import train_target
+from mutransfer._study import load_study
+from mutransfer._study.models import merge_hyperparameters
+from mutransfer._sweep.early_target import fits_beside_a_trial
+from mutransfer._sweep.plan import DONE, SearchPlan
+from mutransfer._sweep.runner import PHASES, target_follows_proxies
+from mutransfer._sweep.train_target import train_target
 from tests.sweep_helpers import write_tiny_study
 
 #: seconds a test waits between starting a target early and ordering it
@@ -50,8 +50,8 @@ def test_a_target_called_off_then_one_started_early_in_its_folder_trains_what_on
     """Called off, a run started early trains nothing and leaves its folder; a run started early there afterwards,
     ordered after a wait, trains bit for bit what a run started with its order trains (one test: each run costs a
     process's start-up and imports: docs/architecture.md, "The suite's time")."""
-    from mutransfer.sweep.target import CANCELLED
-    from mutransfer.sweep.target_run import run_target, start_target
+    from mutransfer._sweep.target import CANCELLED
+    from mutransfer._sweep.target_run import run_target, start_target
 
     study, data = _study(tmp_path, tiny_data), _data(tiny_data)
     folder = tmp_path / "early"
@@ -88,10 +88,10 @@ def test_a_target_whose_early_run_fails_is_trained_by_a_run_started_as_usual(ray
     (tests/sweep/test_cluster.py kills such a node)."""
     import ray
 
-    from mutransfer.sweep._executors import RayExecutor, TargetJob
-    from mutransfer.sweep._ledger import Booked, Ledger
-    from mutransfer.sweep.target_run import start_target
-    from mutransfer.sweep.train_target import _early_outcome
+    from mutransfer._sweep._executors import RayExecutor, TargetJob
+    from mutransfer._sweep._ledger import Booked, Ledger
+    from mutransfer._sweep.target_run import start_target
+    from mutransfer._sweep.train_target import _early_outcome
 
     study, data = _study(tmp_path, tiny_data, num_workers=workers), _data(tiny_data)
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
@@ -129,8 +129,8 @@ def test_the_target_starts_early_only_where_it_and_one_trial_fit_together(
 
 
 def test_the_target_starts_early_only_where_the_target_phase_follows_the_proxies():
-    from mutransfer.sweep.ladder import climb_ladder
-    from mutransfer.sweep.strategies.top_k import top_k_phase
+    from mutransfer._sweep.ladder import climb_ladder
+    from mutransfer._sweep.strategies.top_k import top_k_phase
 
     core = [(p.__name__, p) for p in PHASES]
     assert target_follows_proxies(core)
@@ -156,7 +156,7 @@ class _Trial:
 
 
 def test_the_start_callback_acts_once_everything_is_handed_out_and_its_pickled_copy_never():
-    from mutransfer.sweep.tune_callback import WhenHandedOut
+    from mutransfer._sweep.tune_callback import WhenHandedOut
 
     class Plan:
         out = False
@@ -181,7 +181,7 @@ def test_the_start_callback_acts_once_everything_is_handed_out_and_its_pickled_c
 
 
 def test_the_target_waits_until_the_live_trials_leave_room(tiny_data, tmp_path):
-    from mutransfer.sweep.early_target import free_beside, room_for, target_resources
+    from mutransfer._sweep.early_target import free_beside, room_for, target_resources
 
     study = load_study(write_tiny_study(tmp_path, tiny_data, target={"num_workers": 1, "cpus_per_worker": 1}))[0]
     need = target_resources(study, False)
@@ -191,7 +191,7 @@ def test_the_target_waits_until_the_live_trials_leave_room(tiny_data, tmp_path):
 
 
 def test_room_for_the_target_is_counted_per_resource():
-    from mutransfer.sweep.early_target import room_for
+    from mutransfer._sweep.early_target import room_for
 
     assert room_for({"CPU": 1.0, "GPU": 0.0}, {"CPU": 1.0})
     assert not room_for({"CPU": 1.0, "GPU": 0.0}, {"CPU": 0.5, "GPU": 4.0})
@@ -214,7 +214,7 @@ class _Queue:
 
 def test_an_order_stays_for_a_worker_ray_train_restarts():
     """A worker that fails after its order is restarted by Ray Train (budget.max_failures): it must find the order."""
-    from mutransfer.sweep.target import TargetOrder, await_order
+    from mutransfer._sweep.target import TargetOrder, await_order
 
     order = TargetOrder({"lr": 1e-3})
     orders = _Queue(order)
@@ -238,7 +238,7 @@ class _Run:
     "finished, folder, taken", [(False, "study", True), (True, "study", False), (False, "elsewhere", False)]
 )
 def test_the_target_phase_takes_only_a_waiting_run_for_its_folder(tmp_path, finished, folder, taken):
-    from mutransfer.sweep.early_target import EarlyTarget
+    from mutransfer._sweep.early_target import EarlyTarget
 
     early = EarlyTarget(SimpleNamespace(study_dir=SimpleNamespace(root=tmp_path / "study")))
     run = early.run = _Run(finished)

@@ -13,8 +13,8 @@ import threading
 
 import pytest
 
+from mutransfer._sweep.endpoints import check_data_file, check_ray_address, check_tracking_uri
 from mutransfer.errors import UserInputError
-from mutransfer.sweep.endpoints import check_data_file, check_ray_address, check_tracking_uri
 from tests.sweep_helpers import write_tiny_data, write_tiny_study
 
 
@@ -154,8 +154,8 @@ def test_unreachable_endpoints_fail_the_sweep_before_anything_exists(tmp_path, m
         assert len(err.strip().splitlines()) == 1 and expected in err and "Traceback" not in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ep.yaml", "ep2.yaml", "tiny.h5"]  # no runs dir, no store
 
-    from mutransfer.sweep.context import SweepOptions
-    from mutransfer.sweep.prepare import prepare, take_lock
+    from mutransfer._sweep.context import SweepOptions
+    from mutransfer._sweep.prepare import prepare, take_lock
 
     monkeypatch.chdir(tmp_path)
     ctx = prepare(SweepOptions(study_path=str(data_ok), overrides={"name": "ep"}, quiet=True))

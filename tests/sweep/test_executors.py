@@ -1,4 +1,4 @@
-"""The executors (mutransfer.sweep._executors): a study run in this process trains what the same study trains on Ray.
+"""The executors (mutransfer._sweep._executors): a study run in this process trains what the same study trains on Ray.
 
 The in-process executor is a real executor: it trains every trial and the target with the project's trainer, writes
 the same trial files and MLflow runs, and takes ASHA's decisions from the same plan. No Ray is started by it.
@@ -16,7 +16,7 @@ from tests.sweep_helpers import mlflow_runs, write_tiny_study
 
 
 def _run(tmp_path, study, executor: str, name: str, quiet: bool = True, **options):
-    from mutransfer.sweep import SweepOptions, run_sweep
+    from mutransfer._sweep import SweepOptions, run_sweep
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     report = run_sweep(
@@ -65,8 +65,8 @@ def test_an_inprocess_trial_is_retried_then_recorded_failed(tiny_data, tmp_path,
 
 
 def test_an_inprocess_study_refuses_a_ray_address(tiny_data, tmp_path):
+    from mutransfer._sweep import SweepOptions, prepare
     from mutransfer.errors import UserInputError
-    from mutransfer.sweep import SweepOptions, prepare
 
     study = write_tiny_study(tmp_path, tiny_data)
     for executor in ("inprocess", "population"):
@@ -140,12 +140,12 @@ def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_pat
     """population_groups: trials of one batch size form a population; one with a checkpoint (a population cut short:
     it resumes alone), one of another batch size (no partner) and every trial under fault injection train alone; a
     population holds no more members than the memory plan lets fit."""
+    from mutransfer._study import load_study
+    from mutransfer._study.data import load_study_data
+    from mutransfer._study.models import proxy_split
+    from mutransfer._sweep.trial import population_groups
+    from mutransfer._training.memory import available_memory
     from mutransfer.data.validation import carve_validation
-    from mutransfer.study import load_study
-    from mutransfer.study.data import load_study_data
-    from mutransfer.study.models import proxy_split
-    from mutransfer.sweep.trial import population_groups
-    from mutransfer.training.memory import available_memory
 
     study, _ = load_study(str(write_tiny_study(tmp_path, tiny_data)))
     split, _ = load_study_data(study, progress=False)

@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from mutransfer.diagnostics.k_exponent import estimate_k_exponent
-from mutransfer.sweep.report import format_report
+from mutransfer._diagnostics.k_exponent import estimate_k_exponent
+from mutransfer._sweep.report import format_report
 from operators import FNO
 from operators.parametrization import data_aware_scale
 from tests.sweep_helpers import write_tiny_study
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_with_it(tiny_data, tmp_path, capsys):
+    from mutransfer._sweep import SweepOptions, run_sweep
     from mutransfer.data.hdf5_io import read_dataset
-    from mutransfer.sweep import SweepOptions, run_sweep
 
     path = write_tiny_study(tmp_path, tiny_data, name="krule", trials=2)
     mapping = yaml.safe_load(path.read_text())

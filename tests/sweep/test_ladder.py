@@ -6,12 +6,12 @@ import math
 
 import pytest
 
+from mutransfer._study import load_study
+from mutransfer._study.ladder import LadderSize, rung_study, step_study, target_size
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._sweep.context import ranked
+from mutransfer._sweep.ladder import LadderResults, RungResult, keep_count, rung_lines, rung_metrics
 from mutransfer.errors import UserInputError
-from mutransfer.study import load_study
-from mutransfer.study.ladder import LadderSize, rung_study, step_study, target_size
-from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.context import ranked
-from mutransfer.sweep.ladder import LadderResults, RungResult, keep_count, rung_lines, rung_metrics
 from tests.sweep_helpers import K_ONLY_STUDY
 
 
@@ -25,7 +25,7 @@ def test_ladder_flag_sets_the_proxy_to_its_first_size_and_says_so():
     assert study.ladder_sizes() == [LadderSize(4, 32), LadderSize(8, 32), LadderSize(16, 32)]
     assert "--proxy-K 4 overrides proxy_K (study file: 6)" in [o.describe() for o in applied]
     # the study keeps its ladder through its YAML (the copy a study directory holds)
-    from mutransfer.study import study_from_yaml_text
+    from mutransfer._study import study_from_yaml_text
 
     assert study_from_yaml_text(study.to_yaml(), "copy").ladder_sizes() == study.ladder_sizes()
 
@@ -117,7 +117,7 @@ def test_promotion_ranks_full_budget_trials_first():
 
 
 def _fno_model_lr(study, size: LadderSize, lr: float) -> float:
-    from mutransfer.study.models import build_model, effective_spectral_lr
+    from mutransfer._study.models import build_model, effective_spectral_lr
 
     model = build_model(
         rung_study(study, size), modes=size.K, width=size.width, init_scale=1.0, input_channels=2, output_channels=1
@@ -128,7 +128,7 @@ def _fno_model_lr(study, size: LadderSize, lr: float) -> float:
 def test_a_rung_step_is_the_transfer_function_and_the_models_apply_it():
     """The μP step 4 → 8 → 16: the record's factor is operators.transfer's, and the built models' effective
     spectral LR at the same master LR changes by exactly that factor (chained steps = the direct step)."""
-    from mutransfer.sweep.rescale import transfer as sweep_transfer
+    from mutransfer._sweep.rescale import transfer as sweep_transfer
     from operators.transfer import transfer
 
     study = _study(ladder=[4, 8, 16])
@@ -153,7 +153,7 @@ def test_a_standard_parametrization_step_changes_nothing_and_the_model_agrees():
     the models' ratio, which μP's √(log K) factor would not match."""
     import dataclasses
 
-    from mutransfer.sweep.rescale import transfer as sweep_transfer
+    from mutransfer._sweep.rescale import transfer as sweep_transfer
 
     study = dataclasses.replace(_study(ladder=[4, 8]), parametrization="standard")
     a, b = study.ladder_sizes()
@@ -164,7 +164,7 @@ def test_a_standard_parametrization_step_changes_nothing_and_the_model_agrees():
 
 
 def test_preset_plan_hands_out_its_configurations_without_asha(tmp_path):
-    from mutransfer.sweep.plan import DONE, SearchPlan
+    from mutransfer._sweep.plan import DONE, SearchPlan
 
     study = _study(ladder=[4, 8])
     preset = [{"lr": 1e-3, "batch_size": 10}, {"lr": 3e-3, "batch_size": 20}]
@@ -229,7 +229,7 @@ def test_attention_operators_climb_in_width_and_refuse_K():
 def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_size():
     from types import SimpleNamespace
 
-    from mutransfer.sweep.topk import candidates, carry
+    from mutransfer._sweep.topk import candidates, carry
 
     study = _study(ladder=[4, 8, 16], top_k=2)
     proxies = [_trial("t0000", "completed", 0.001), _trial("t0001", "completed", 0.002)]
@@ -246,7 +246,7 @@ def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_si
 
 
 def test_top_k_beyond_the_last_rung_and_widths_the_heads_do_not_divide_are_refused():
-    from mutransfer.study.ladder import planned_rung_trials
+    from mutransfer._study.ladder import planned_rung_trials
 
     study = _study(ladder=[4, 8, 16], ladder_keep=0.25, top_k=1)
     assert planned_rung_trials(study) == [8, 2, 1]

@@ -1,4 +1,4 @@
-"""The cost ledger (mutransfer.sweep._ledger): every training goes through the study's executor, which books it.
+"""The cost ledger (mutransfer._sweep._ledger): every training goes through the study's executor, which books it.
 
 A toy strategy with no cost code of its own trains the target twice more after the study's target; the report's
 ratios to direct tuning grow by exactly those trainings. The same toy saying its trainings are a check leaves the
@@ -12,12 +12,12 @@ import json
 
 import pytest
 
-from mutransfer.sweep import strategies
-from mutransfer.sweep._executors import TargetJob
-from mutransfer.sweep._ledger import LEDGER_FILE, Booking, Ledger
-from mutransfer.sweep.context import SweepContext
-from mutransfer.sweep.cost import model_epoch_flops
-from mutransfer.sweep.strategies import Placement, Strategy
+from mutransfer._sweep import strategies
+from mutransfer._sweep._executors import TargetJob
+from mutransfer._sweep._ledger import LEDGER_FILE, Booking, Ledger
+from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.cost import model_epoch_flops
+from mutransfer._sweep.strategies import Placement, Strategy
 from tests.sweep_helpers import write_tiny_study
 
 pytestmark = pytest.mark.slow
@@ -55,7 +55,7 @@ class Retrain(Strategy):
 
 
 def _sweep(tmp_path, tiny_data, toy: Strategy | None) -> tuple[dict, list[Booking]]:
-    from mutransfer.sweep import SweepOptions, run_sweep
+    from mutransfer._sweep import SweepOptions, run_sweep
 
     study = write_tiny_study(tmp_path, tiny_data, name="ledger", trials=2, target_epochs=3)
     if toy is not None:
@@ -77,7 +77,7 @@ def _sweep(tmp_path, tiny_data, toy: Strategy | None) -> tuple[dict, list[Bookin
 
 
 def _study(tmp_path):
-    from mutransfer.study import load_study
+    from mutransfer._study import load_study
 
     (path,) = tmp_path.glob("*.yaml")
     return load_study(path)[0]

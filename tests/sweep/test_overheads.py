@@ -2,8 +2,8 @@
 
 import pytest
 
-from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.overheads import describe, overheads
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._sweep.overheads import describe, overheads
 
 
 def trial(wall: float, trainer: float) -> TrialRecord:

@@ -9,10 +9,10 @@ import optuna
 import pytest
 import yaml
 
+from mutransfer._study import load_study
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._sweep.pareto import pareto_front, pareto_lines, pareto_section
 from mutransfer.errors import UserInputError
-from mutransfer.study import load_study
-from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.pareto import pareto_front, pareto_lines, pareto_section
 from tests.sweep_helpers import IN_PROCESS, write_tiny_study
 
 
@@ -98,7 +98,7 @@ def test_a_two_objective_study_runs_end_to_end_with_its_front(tiny_data, tmp_pat
     page = (folder / "report.html").read_text()
     assert 'id="pareto"' in page and "Pareto front: validation error vs training seconds" in page
 
-    from mutransfer.sweep.report import format_report  # the summary the sweep prints without --json
+    from mutransfer._sweep.report import format_report  # the summary the sweep prints without --json
 
     assert f"Pareto front (validation error vs training seconds), {len(front)} of {len(done)}" in format_report(report)
 
@@ -108,7 +108,7 @@ def test_a_one_objective_sampler_is_refused_for_two_objectives(tiny_data, tmp_pa
     with pytest.raises(UserInputError, match="CmaEsSampler searches one objective") as err:
         load_study(_study(tmp_path, tiny_data, name))
     assert "search.algorithm" in str(err.value)
-    from mutransfer.study.samplers import single_objective
+    from mutransfer._study.samplers import single_objective
 
     assert single_objective(name) and not single_objective("NSGAIISampler") and not single_objective("tpe")
 
@@ -123,8 +123,8 @@ def test_an_unknown_objective_is_refused(tiny_data, tmp_path):
 def test_a_two_objective_sampler_is_told_pruned_trials_as_pruned_and_failed_ones_as_failed(tiny_data, tmp_path):
     """(error, seconds) for a completed trial, PRUNED for a pruned one (Optuna's samplers count it as a poor one),
     None (failed) for a failed one or one without measured seconds; a one-objective search is told as before."""
-    from mutransfer.sweep.plan import Outcome
-    from mutransfer.sweep.sampling import PRUNED, sample_config
+    from mutransfer._sweep.plan import Outcome
+    from mutransfer._sweep.sampling import PRUNED, sample_config
 
     metrics = {"val_error": 0.3, "trainer_seconds": 2.0}
     assert Outcome("completed", metrics).told("error+seconds") == (0.3, 2.0)

@@ -1,4 +1,4 @@
-"""The console display of a study (mutransfer.sweep.progress), driven with synthetic Tune trial events (fast, no Ray)."""
+"""The console display of a study (mutransfer._sweep.progress), driven with synthetic Tune trial events (fast, no Ray)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutransfer.sweep.progress import PRUNING_NOTE, ProxyProgress, TargetProgress, display_mode
+from mutransfer._sweep.progress import PRUNING_NOTE, ProxyProgress, TargetProgress, display_mode
 
 
 class Terminal(io.StringIO):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from mutransfer._study import load_study
+from mutransfer._sweep.cost import epoch_flops
 from mutransfer.errors import UserInputError
-from mutransfer.study import load_study
-from mutransfer.sweep.cost import epoch_flops
 from tests.sweep_helpers import mlflow_runs, write_tiny_study
 
 pytestmark = pytest.mark.slow
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 def test_a_proxy_small_in_k_width_and_grid_trains_on_its_grid_and_transfers_to_the_full_one(
     tiny_data, tmp_path, capsys
 ):
-    from mutransfer.sweep import SweepOptions, run_sweep
+    from mutransfer._sweep import SweepOptions, run_sweep
 
     path = write_tiny_study(tmp_path, tiny_data, name="cheap", trials=2)
     mapping = yaml.safe_load(path.read_text())

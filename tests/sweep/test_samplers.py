@@ -8,8 +8,8 @@ import json
 import pytest
 import yaml
 
+from mutransfer._study import load_study
 from mutransfer.errors import UserInputError
-from mutransfer.study import load_study
 from tests.sweep_helpers import IN_PROCESS, write_tiny_study
 
 
@@ -95,7 +95,7 @@ def test_an_algorithm_that_is_not_a_seeded_sampler_is_refused_when_read(tiny_dat
 def test_a_sampler_whose_package_is_missing_names_the_install(tiny_data, tmp_path, monkeypatch):
     import importlib.util
 
-    from mutransfer.study import samplers
+    from mutransfer._study import samplers
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "cmaes" else real(name, *a))
@@ -235,7 +235,7 @@ def test_a_searched_size_needs_the_rule_that_covers_it(tiny_data, tmp_path):
 
 def test_a_flag_that_sets_a_searched_field_is_refused_not_lost(tiny_data, tmp_path):
     """--precision with precision searched: every trial would draw its own, so the flag would be silently lost."""
-    from mutransfer.study.files import load_study as load_with_flags
+    from mutransfer._study.files import load_study as load_with_flags
 
     path = _study(tmp_path, tiny_data, "tpe", precision={"type": "choice", "values": ["fp32", "bf16"]})
     with pytest.raises(UserInputError, match=r"search_space.precision: searched, so --precision .* drop --precision"):

@@ -1,4 +1,4 @@
-"""Search strategies as plug-ins (mutransfer.sweep.strategies): a toy strategy registered from a test reaches the
+"""Search strategies as plug-ins (mutransfer._sweep.strategies): a toy strategy registered from a test reaches the
 sweep's phase order, its resume, the report (JSON, text, cost), the HTML page's sections and the parent run's
 metrics, without a line of the sweep naming it; it is unregistered afterwards.
 
@@ -14,16 +14,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mutransfer.study import load_study
-from mutransfer.study_folder.records import TrialRecord
-from mutransfer.study_folder.state import StudyDir
-from mutransfer.sweep import strategies
-from mutransfer.sweep.context import ProxyResults, SweepContext, SweepOptions, TransferResult, pick_best
-from mutransfer.sweep.finish import _build
-from mutransfer.sweep.report import format_report
-from mutransfer.sweep.runner import PHASES
-from mutransfer.sweep.strategies import CostShare, Placement, Strategy
-from mutransfer.sweep.target import TargetOutcome
+from mutransfer._study import load_study
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._study_folder.state import StudyDir
+from mutransfer._sweep import strategies
+from mutransfer._sweep.context import ProxyResults, SweepContext, SweepOptions, TransferResult, pick_best
+from mutransfer._sweep.finish import _build
+from mutransfer._sweep.report import format_report
+from mutransfer._sweep.runner import PHASES
+from mutransfer._sweep.strategies import CostShare, Placement, Strategy
+from mutransfer._sweep.target import TargetOutcome
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _trial(i: int, error: float) -> TrialRecord:
 
 def _context(root, state: dict) -> SweepContext:
     """A context as the phases leave it before the report: proxies, transfer, target, data."""
-    from mutransfer.sweep.rescale import transfer
+    from mutransfer._sweep.rescale import transfer
 
     study, _ = load_study(None)
     sdir = StudyDir(root)
@@ -166,8 +166,8 @@ def test_a_registered_strategy_reaches_the_report_text_cost_page_and_metrics(tmp
 
 
 def test_the_page_gets_the_sections_from_its_caller(tmp_path, audit):
-    """mutransfer.reporting.html draws what its caller passes in (it imports nothing of the sweep)."""
-    from mutransfer.reporting.html import render_report
+    """mutransfer._reporting.html draws what its caller passes in (it imports nothing of the sweep)."""
+    from mutransfer._reporting.html import render_report
 
     files = SimpleNamespace(
         report=None,

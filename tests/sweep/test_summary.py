@@ -8,9 +8,9 @@ import shlex
 
 import pytest
 
+from mutransfer._sweep.report import summary_lines, transfer_verdict
+from mutransfer._sweep.strategies.baseline import baseline_verdict
 from mutransfer.cli.main import build_parser
-from mutransfer.sweep.report import summary_lines, transfer_verdict
-from mutransfer.sweep.strategies.baseline import baseline_verdict
 
 
 def _report(**fields) -> dict:
@@ -73,8 +73,8 @@ def test_the_wall_time_of_direct_tuning_is_estimated_from_the_measured_parts():
     """Setup 10 s; a proxy phase of 30 s at 2 at a time whose 4 trials trained 40 s (20 s of it on the wall clock,
     10 s outside training); the target trains 2 s per epoch: the same 4 trials x 5 epochs at the target's size, 2 at
     a time, take 20 s: 10 + 10 + 20 = 40 s. A part not measured: no estimate."""
-    from mutransfer.study_folder.records import TrialRecord
-    from mutransfer.sweep.cost import direct_wall_estimate
+    from mutransfer._study_folder.records import TrialRecord
+    from mutransfer._sweep.cost import direct_wall_estimate
 
     trials = [TrialRecord(f"t{i:04d}", i + 1, "completed", {}, {}, 0.1, 5, trainer_seconds=10.0) for i in range(4)]
     compute = {"setup_seconds": 10.0, "proxy_phase_seconds": 30.0, "proxy_concurrency": 2}

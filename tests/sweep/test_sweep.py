@@ -136,7 +136,7 @@ def test_quick_study_end_to_end(quick_run):
     assert state["phase"] == "done" and state["parent_run_id"] == parent.info.run_id
 
     # the summary ends with a verdict in words and the next commands, the report's real path among them
-    from mutransfer.sweep.report import format_report
+    from mutransfer._sweep.report import format_report
 
     tail = format_report(report).split("\nverdict:\n", 1)[1]
     page = work / "mutransfer-runs" / "quick" / "report.html"
@@ -146,7 +146,7 @@ def test_quick_study_end_to_end(quick_run):
 
 
 def test_quick_run_executed_each_trial_once(quick_run):
-    from mutransfer.sweep.trial import read_executions
+    from mutransfer._sweep.trial import read_executions
 
     work, report = quick_run
     for t in report["trial_table"]:
@@ -268,7 +268,7 @@ def test_ui_serves_the_store_on_localhost(quick_run):
 
 def test_failing_trial_is_retried_then_recorded_failed(ray_local, tiny_data, tmp_path, monkeypatch):
     """MUTRANSFER_FAIL_TRIALS=2 with max_failures 1: trial 1 fails, is retried, fails again -> FAILED; the sweep goes on."""
-    from mutransfer.sweep import SweepOptions, run_sweep
+    from mutransfer._sweep import SweepOptions, run_sweep
 
     study = write_tiny_study(tmp_path, tiny_data, name="faulty", trials=3, max_concurrent=1, max_failures=1)
     monkeypatch.setenv("MUTRANSFER_FAIL_TRIALS", "2")
@@ -306,8 +306,8 @@ def test_failing_trial_is_retried_then_recorded_failed(ray_local, tiny_data, tmp
 def test_diverged_trial_reports_the_finite_sentinel(tiny_data, tmp_path):
     """An absurd learning rate diverges: the trial ends cleanly with test error DIVERGED_METRIC (in process: how a
     trial ends is the trial function's, the same on Ray)."""
-    from mutransfer.sweep import SweepOptions, run_sweep
-    from mutransfer.training import DIVERGED_METRIC
+    from mutransfer._sweep import SweepOptions, run_sweep
+    from mutransfer._training import DIVERGED_METRIC
 
     study = write_tiny_study(
         tmp_path,
@@ -348,10 +348,10 @@ def test_diverged_trial_reports_the_finite_sentinel(tiny_data, tmp_path):
 
 def test_target_trains_with_two_ddp_workers(ray_local, tiny_data, tmp_path):
     """Ray Train TorchTrainer with 2 gloo workers: complex spectral grads all-reduced by DDP, full-test evaluation."""
+    from mutransfer._study import load_study
+    from mutransfer._study.models import merge_hyperparameters
+    from mutransfer._sweep.target_run import run_target
     from mutransfer.data.loading import load_split
-    from mutransfer.study import load_study
-    from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.target_run import run_target
 
     path = write_tiny_study(tmp_path, tiny_data, target_epochs=3, target={"num_workers": 2, "cpus_per_worker": 1})
     study, _ = load_study(path)
@@ -378,7 +378,7 @@ def test_coord_check_reports_a_wrong_parametrization_and_never_blocks(tiny_data,
     import yaml
 
     import operators.spectral
-    from mutransfer.sweep import SweepOptions, run_sweep
+    from mutransfer._sweep import SweepOptions, run_sweep
 
     right = operators.spectral.spectral_lr_multiplier
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -44,7 +44,7 @@ def _batch(kind: str):
 
 
 def _loss(model, x, y):
-    from mutransfer.training.losses import relative_l2
+    from mutransfer._training.losses import relative_l2
 
     return relative_l2(model(x), y)
 

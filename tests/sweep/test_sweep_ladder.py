@@ -47,7 +47,7 @@ def test_ladder_runs_end_to_end_and_resumes_mid_ladder(tmp_path):
     assert report["target_hyperparameters"]["lr"] == pytest.approx(last_best["config"]["lr"])
     assert report["compute"]["ladder_device_seconds"] > 0
     # the executor booked the rungs' trials under the ladder's tag, in both sessions: what its table counts
-    from mutransfer.sweep._ledger import Ledger
+    from mutransfer._sweep._ledger import Ledger
 
     booked = [b for b in Ledger(root).bookings() if b.tag == "ladder"]
     assert sorted(b.key for b in booked) == ["rungs/r1/t0000", "rungs/r1/t0001", "rungs/r2/t0000"]
@@ -78,7 +78,7 @@ def test_ladder_runs_end_to_end_and_resumes_mid_ladder(tmp_path):
 def test_a_driver_killed_inside_a_rung_resumes_that_rung_from_its_checkpoints(tmp_path):
     """SIGKILL while a rung-1 trial trains (its checkpoint exists, it has no outcome): --resume re-runs no proxy
     trial, continues the rung-1 trial from its own checkpoint, and the study ends with one run per rung."""
-    from mutransfer.training.checkpoint import CHECKPOINT_NAME
+    from mutransfer._training.checkpoint import CHECKPOINT_NAME
 
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     study = write_tiny_study(

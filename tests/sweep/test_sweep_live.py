@@ -50,8 +50,8 @@ class StoreWatcher:
     def look(self) -> None:
         from mlflow.tracking import MlflowClient
 
-        from mutransfer.tracking._sqlite_file import sqlite_path
-        from mutransfer.tracking.runs import _has_tables
+        from mutransfer._tracking._sqlite_file import sqlite_path
+        from mutransfer._tracking.runs import _has_tables
 
         # A client opened on a store still being made runs MLflow's migrations too, racing the sweep's
         # ("table ... already exists" in the sweep): read it only once the sweep has made its tables.

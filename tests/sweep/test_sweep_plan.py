@@ -1,4 +1,4 @@
-"""The proxy search's plan (mutransfer.sweep.plan) without Ray: keys, order independence, resume from JSON, ASHA."""
+"""The proxy search's plan (mutransfer._sweep.plan) without Ray: keys, order independence, resume from JSON, ASHA."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import random
 import pytest
 import yaml
 
-from mutransfer.study import default_study_text, parse_study
-from mutransfer.sweep.plan import DONE, SearchPlan, rung_milestones, trial_key
+from mutransfer._study import default_study_text, parse_study
+from mutransfer._sweep.plan import DONE, SearchPlan, rung_milestones, trial_key
 
 
 def _study(algorithm="tpe", trials=8, epochs=8, grace=2, rf=2, seed=0):
@@ -140,7 +140,7 @@ def test_grid_hands_out_every_combination_once(tmp_path):
 
 
 def test_all_failed_message_names_the_first_error_and_what_to_try(tmp_path):
-    from mutransfer.sweep.proxies import all_failed_message
+    from mutransfer._sweep.proxies import all_failed_message
 
     study = _study(trials=2)
     plan = SearchPlan(study, tmp_path, 2)

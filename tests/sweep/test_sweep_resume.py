@@ -66,7 +66,7 @@ def _kill_when(cmd, tmp_path, env, ready, what: str) -> None:
 
 
 def _executions(trials_dir: Path) -> dict[str, list]:
-    from mutransfer.sweep.trial import read_executions
+    from mutransfer._sweep.trial import read_executions
 
     return {p.name: read_executions(p) for p in sorted(trials_dir.iterdir()) if p.is_dir()}
 
@@ -293,7 +293,7 @@ def test_a_driver_killed_during_a_retry_resumes_the_trial_as_an_uninterrupted_ru
     SIGKILLed during the retry. The failure was not an outcome (``retrying.json``, no ``outcome.json``), so --resume
     trains the trial again, and every trial's configuration, status and epochs equal those of an uninterrupted run of
     the same study. (Before, the first failure was written as the trial's outcome and --resume kept it failed.)"""
-    from mutransfer.sweep.trial import read_executions
+    from mutransfer._sweep.trial import read_executions
 
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
     runs = {}

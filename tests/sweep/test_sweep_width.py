@@ -27,7 +27,7 @@ def mesh_file(tmp_path_factory):
 
 def test_galerkin_width_sweep_on_an_irregular_mesh(mesh_file, tmp_path):
     """Proxies at width 8, the best configuration trained at width 32 under width-muP; all recorded in MLflow."""
-    from mutransfer.sweep import SweepOptions, run_sweep
+    from mutransfer._sweep import SweepOptions, run_sweep
 
     path = galerkin_mesh_study(
         tmp_path, "galerkin-mesh", mesh_file, n_train=32, n_test=8, target_width=32, batch_size=8, epochs=2
@@ -130,10 +130,10 @@ def test_attention_target_trains_with_two_ddp_workers(ray_local, mesh_file, tmp_
     """Ray Train DDP (2 gloo workers) on packed point sets: every parameter gets a gradient, the model saves and rebuilds.
     ONO's and GNOT's gradients under DDP, without Ray: tests/sweep/test_sweep_ddp.py (Ray's part is the same)."""
     operator = "galerkin"
+    from mutransfer._study import parse_study
+    from mutransfer._study.models import merge_hyperparameters
+    from mutransfer._sweep.target_run import run_target
     from mutransfer.data.pointclouds import load_point_split
-    from mutransfer.study import parse_study
-    from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.target_run import run_target
     from operators.adapters import PackedPointSet
 
     study = parse_study(

@@ -1,4 +1,4 @@
-"""The target's folder as the one-CPU-worker trainer writes it (mutransfer.sweep._target_here; on Ray its actor runs
+"""The target's folder as the one-CPU-worker trainer writes it (mutransfer._sweep._target_here; on Ray its actor runs
 the same function): checkpoint folders readable as any other folder the user makes, and what a publication cut
 short by a kill left removed on the next start."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 import stat
 
-from mutransfer.sweep._target_here import TargetJob, train_target_here
+from mutransfer._sweep._target_here import TargetJob, train_target_here
 from tests.sweep_helpers import write_tiny_study
 
 
 def test_checkpoint_folders_follow_the_umask_and_a_cut_publication_is_cleared(tiny_data, tmp_path):
+    from mutransfer._study import load_study
+    from mutransfer._study.models import merge_hyperparameters
     from mutransfer.data.loading import load_split
-    from mutransfer.study import load_study
-    from mutransfer.study.models import merge_hyperparameters
 
     study, _ = load_study(write_tiny_study(tmp_path, tiny_data, target_epochs=2))
     data = load_split(tiny_data, n_train=32, n_test=16, resolution=64)

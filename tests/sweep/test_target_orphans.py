@@ -19,7 +19,7 @@ from tests.sweep_helpers import driver_command, write_tiny_study
 
 
 def test_driver_gone_tells_a_live_driver_from_a_dead_one_a_zombie_and_a_reused_pid():
-    from mutransfer.sweep.target import driver_gone, driver_identity
+    from mutransfer._sweep.target import driver_gone, driver_identity
 
     me = driver_identity()
     assert not driver_gone(me) and not driver_gone(None)

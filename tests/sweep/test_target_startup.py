@@ -2,7 +2,7 @@
 
 Ray Train's run of one worker starts a controller and six helper actors (about 22 CPU-s on 2 cores) and
 TorchTrainer a gloo process group, where DDP is never used; run_target then trains it in one Ray actor
-(mutransfer.sweep._target_actor) with the in-process trainer. The two paths must train the same model to the
+(mutransfer._sweep._target_actor) with the in-process trainer. The two paths must train the same model to the
 same numbers (the same loop, data, seed and threads); the actor's run must retry a lost worker from its last
 checkpoint as Ray Train does, and fail once its budget is spent.
 """
@@ -18,8 +18,8 @@ from tests.sweep_helpers import write_tiny_study
 
 
 def _train(study, data, tmp_path, name, ray_train):
-    from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.target_run import run_target
+    from mutransfer._study.models import merge_hyperparameters
+    from mutransfer._sweep.target_run import run_target
 
     hp = merge_hyperparameters(study, {"lr": 3e-3, "batch_size": 8})
     return run_target(study, hp, data, tmp_path / name, use_gpu=False, max_failures=0, ray_train=ray_train)
@@ -27,8 +27,8 @@ def _train(study, data, tmp_path, name, ray_train):
 
 @pytest.mark.slow  # starts Ray
 def test_one_cpu_worker_in_a_ray_actor_trains_the_same_target_as_ray_train(ray_local, tiny_data, tmp_path):
+    from mutransfer._study import load_study
     from mutransfer.data.loading import load_split
-    from mutransfer.study import load_study
 
     path = write_tiny_study(tmp_path, tiny_data, target_epochs=3, target={"num_workers": 1, "cpus_per_worker": 1})
     study, _ = load_study(path)
@@ -60,10 +60,10 @@ def test_the_actors_run_retries_a_lost_worker_from_its_checkpoint_and_fails_past
 ):
     import ray
 
+    from mutransfer._study import load_study
+    from mutransfer._study.models import merge_hyperparameters
+    from mutransfer._sweep.target_run import start_target
     from mutransfer.data.loading import load_split
-    from mutransfer.study import load_study
-    from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.target_run import start_target
 
     # 300 epochs (about 10 s here): the kill lands long before the end, whatever the machine's load
     path = write_tiny_study(tmp_path, tiny_data, target_epochs=300, target={"num_workers": 1, "cpus_per_worker": 1})
@@ -87,6 +87,6 @@ def test_the_actors_run_retries_a_lost_worker_from_its_checkpoint_and_fails_past
 def test_one_cpu_worker_trains_in_an_actor_and_ddp_or_a_gpu_on_ray_train(workers, gpu, actor):
     """The one rule (start_target's, and the summary line's "a Ray actor" / "Ray Train"): only several workers
     (DDP's all-reduce) or a GPU (TorchTrainer's device placement) need Ray Train."""
-    from mutransfer.sweep.target_run import on_one_actor
+    from mutransfer._sweep.target_run import on_one_actor
 
     assert on_one_actor(workers, gpu) is actor

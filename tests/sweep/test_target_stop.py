@@ -1,8 +1,8 @@
 """Ctrl-C while the target trains: the driver asks the workers to stop and waits for Ray Train's ``fit()`` to return
 before it goes on to shut Ray down (a ``fit()`` still running under ``ray.shutdown`` crashed a driver with SIGSEGV in
 CI). No Ray here: the run's ``fit()`` is a stand-in that trains nothing and returns once the stop is asked for, as the
-workers' loop does (mutransfer.sweep.target.target_loop). End to end, tests/sweep/test_sweep_resume.py interrupts
-the default target of one CPU worker, a Ray actor (mutransfer.sweep._target_actor), not a Ray Train run."""
+workers' loop does (mutransfer._sweep.target.target_loop). End to end, tests/sweep/test_sweep_resume.py interrupts
+the default target of one CPU worker, a Ray actor (mutransfer._sweep._target_actor), not a Ray Train run."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mutransfer.sweep.target import STOP_FILE, ask_to_stop, clear_stop
-from mutransfer.sweep.target_run import TargetRun
+from mutransfer._sweep.target import STOP_FILE, ask_to_stop, clear_stop
+from mutransfer._sweep.target_run import TargetRun
 
 
 class _Trainer:
@@ -94,7 +94,7 @@ def _rank(rank: int, port: int, folders: list[str], out: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from mutransfer.sweep.target import _stop_asked
+    from mutransfer._sweep.target import _stop_asked
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:

@@ -1,6 +1,6 @@
 """`sweep --top-k N`: the N best proxies trained at the target, the winner chosen by its target error.
 
-Fast tests (no Ray): the ranking, the winner, the resume bookkeeping of mutransfer.sweep.topk (a stand-in for
+Fast tests (no Ray): the ranking, the winner, the resume bookkeeping of mutransfer._sweep.topk (a stand-in for
 Ray Train's training, a real sqlite MLflow store), the report's table and costs, the refusal of top_k > trials.
 Slow tests: the CLI end to end with real Ray and MLflow, and a SIGKILL between two candidates then --resume.
 """
@@ -19,11 +19,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from mutransfer.errors import UserInputError
-from mutransfer.study import load_study, parse_study
-from mutransfer.study_folder.records import TrialRecord
-from mutransfer.sweep.context import FinalSearch, ProxyResults, SweepContext, SweepOptions, pick_best, ranked
-from mutransfer.sweep.topk import (
+from mutransfer._study import load_study, parse_study
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._sweep.context import FinalSearch, ProxyResults, SweepContext, SweepOptions, pick_best, ranked
+from mutransfer._sweep.topk import (
     Candidate,
     candidates,
     carry,
@@ -32,6 +31,7 @@ from mutransfer.sweep.topk import (
     topk_metrics,
     train_top_k,
 )
+from mutransfer.errors import UserInputError
 from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
 
@@ -98,7 +98,7 @@ class _Stop(Exception):
 
 
 def _outcome(error: float, checkpoint: Path):
-    from mutransfer.sweep.target import TargetOutcome
+    from mutransfer._sweep.target import TargetOutcome
 
     checkpoint.mkdir(parents=True, exist_ok=True)
     return TargetOutcome(
@@ -109,7 +109,7 @@ def _outcome(error: float, checkpoint: Path):
 def _context(tmp_path: Path, study, tracker, state: dict) -> SweepContext:
     import torch
 
-    from mutransfer.study_folder.state import StudyDir
+    from mutransfer._study_folder.state import StudyDir
 
     sdir = StudyDir(tmp_path / "study")
     sdir.root.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def _context(tmp_path: Path, study, tracker, state: dict) -> SweepContext:
 
 def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruption(tmp_path):
     """Session 1 stops during candidate 2 (after its run was created); session 2 trains 2 and 3 only, reusing 2's run."""
-    from mutransfer.tracking.runs import Tracker
+    from mutransfer._tracking.runs import Tracker
 
     study, _ = load_study(K_ONLY_STUDY, {"top_k": 3})
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -215,8 +215,8 @@ def test_every_candidate_counts_in_mutransfers_cost():
 
 
 def test_the_report_shows_the_table_and_compares_the_winner_with_its_own_proxy():
-    from mutransfer.sweep.report import build_report, format_report
-    from mutransfer.sweep.target import TargetOutcome
+    from mutransfer._sweep.report import build_report, format_report
+    from mutransfer._sweep.target import TargetOutcome
 
     study, _ = load_study(K_ONLY_STUDY, {"top_k": 2})
     trials = [_trial(1, "completed", 0.1), _trial(2, "completed", 0.2)]
@@ -343,8 +343,8 @@ def test_top_k_2_from_the_cli_trains_two_targets_and_logs_the_winner(tmp_path):
     assert sorted(p.name for p in (root / "targets").iterdir()) == sorted(r["trial_id"] for r in report["top_k"])
     assert not (root / "target").exists()
     assert "winner" in (root / "report.txt").read_text()
-    # the executor booked each candidate under top-k's tag (mutransfer.sweep._ledger): what its table counts
-    from mutransfer.sweep._ledger import Ledger
+    # the executor booked each candidate under top-k's tag (mutransfer._sweep._ledger): what its table counts
+    from mutransfer._sweep._ledger import Ledger
 
     booked = [b for b in Ledger(root).bookings() if b.tag == "top_k"]
     assert sorted(b.key for b in booked) == sorted(f"targets/{r['trial_id']}/target" for r in report["top_k"])

@@ -1,4 +1,4 @@
-"""The trials' Optuna journal (mutransfer.sweep._trial_journal): a refused write is an OSError naming the journal."""
+"""The trials' Optuna journal (mutransfer._sweep._trial_journal): a refused write is an OSError naming the journal."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import pytest
 from optuna.distributions import FloatDistribution
 
+from mutransfer._sweep._trial_journal import TrialJournal, _refused_writes
 from mutransfer.cli.main import UNWRITABLE
-from mutransfer.sweep._trial_journal import TrialJournal, _refused_writes
 
 SPACE = {"lr": FloatDistribution(1e-4, 1e-1, log=True)}
 

@@ -238,8 +238,8 @@ def test_a_bad_factory_is_one_line_exit_2_and_nothing_is_made(tmp_path, case):
 def test_on_a_cluster_the_users_module_ships_with_the_job(tmp_path):
     """A cluster's nodes may not see the driver's folders: the module goes with the job as Ray ``py_modules``; a
     built-in operator or an installed module ships nothing."""
-    from mutransfer.local_ray import cluster_runtime_env
-    from mutransfer.study.files import load_study
+    from mutransfer._local_ray import cluster_runtime_env
+    from mutransfer._study.files import load_study
     from operators.factory import module_paths
     from operators.family import unregister_family
 
@@ -354,8 +354,8 @@ def test_a_folder_cannot_choose_an_installed_function_to_run(tmp_path, monkeypat
     """A saved model's config or a study folder's study.yaml names its factory; from a folder only a module of the
     working directory or an installed plug-in is imported. ``torch.hub:load`` with the folder's options would
     fetch and run a repository of the folder writer's choosing."""
+    from mutransfer._study import study_from_yaml_text
     from mutransfer.errors import UserInputError
-    from mutransfer.study import study_from_yaml_text
     from operators.errors import OperatorConfigError
     from operators.family import OPERATORS, family_of_config
 
@@ -392,7 +392,7 @@ def test_a_proxy_sized_model_knows_its_spectral_weights():
 
 def test_a_plugin_study_parses_again_in_the_same_process(tmp_path, monkeypatch):
     """A resume or the Python API reads the study a second time, after its plug-in's family is registered."""
-    from mutransfer.study.files import load_study
+    from mutransfer._study.files import load_study
     from operators.family import unregister_family
 
     site = _fake_plugin(tmp_path)
@@ -415,8 +415,8 @@ def test_a_plugin_study_parses_again_in_the_same_process(tmp_path, monkeypatch):
 def test_a_factorys_depth_is_searched_among_its_own_options_not_as_operator_layers(tmp_path, monkeypatch):
     """A factory is not given operator.layers, so searching it would change nothing: refused, with the fix; the
     factory's own option (here ``layers``, which the study's options set) is searched instead."""
+    from mutransfer._study.files import load_study
     from mutransfer.errors import UserInputError
-    from mutransfer.study.files import load_study
     from operators.family import unregister_family
 
     site = _fake_plugin(tmp_path)

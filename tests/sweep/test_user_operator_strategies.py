@@ -250,7 +250,7 @@ def test_warm_start_from_another_directory_reads_the_source_study(verified, proj
     """The first study ran from ``elsewhere`` (its module beside the --study file); so does the warm start. Found by
     this test: the source folder's study.yaml was read under the folder rule (a factory only from the working
     directory), so the factory beside the --study file was refused, exit 2; the source may now import it from where
-    this study's own factory was found (mutransfer.sweep.warm_start.load_source's ``factory_dir``)."""
+    this study's own factory was found (mutransfer._sweep.warm_start.load_source's ``factory_dir``)."""
     rc, out, err = _cli(
         "sweep", "--study", project.study, "--name", "byo-warm-elsewhere", "--warm-start", "byo",
         "--warm-start-top", 1, *project.store, "--json", *IN_PROCESS, log=project.root / "builds-warm2.log",

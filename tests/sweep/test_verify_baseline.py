@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mutransfer.sweep.verify import analyse, lr_grid
+from mutransfer._sweep.verify import analyse, lr_grid
 from tests.sweep_helpers import IN_PROCESS, galerkin_mesh_study, mlflow_runs, write_tiny_data, write_tiny_study
 
 
@@ -191,7 +191,7 @@ def _edge_seed(seed: int, edge: str | None, lr: float | None = 1e-2) -> dict:
 
 
 def _claims_a_cause(verdict: str) -> bool:
-    from mutransfer.sweep.verify_transfer import HELD, SEARCH_ADVICE, SEARCH_FAILED, TRANSFER_FAILED
+    from mutransfer._sweep.verify_transfer import HELD, SEARCH_ADVICE, SEARCH_FAILED, TRANSFER_FAILED
 
     return any(claim in verdict for claim in (SEARCH_FAILED, SEARCH_ADVICE, TRANSFER_FAILED, HELD))
 
@@ -199,7 +199,7 @@ def _claims_a_cause(verdict: str) -> bool:
 def test_one_proxy_seed_at_the_grid_edge_is_not_resolved_and_names_no_cause():
     """One seed's best point at the edge is an observation, not a finding: no interval, so no cause is named —
     neither from the pure verdict nor from records built by hand (1 seed, error falling across the whole grid)."""
-    from mutransfer.sweep.verify_transfer import compare, diagnose
+    from mutransfer._sweep.verify_transfer import compare, diagnose
 
     for proxy in ([_edge_seed(0, "above")], [_edge_seed(0, "above"), _edge_seed(1, None), _edge_seed(2, None)]):
         verdict = diagnose(None, None, proxy, True, "target verdict", 0.25, 0.125)
@@ -219,8 +219,8 @@ def test_one_proxy_seed_at_the_grid_edge_is_not_resolved_and_names_no_cause():
 
 
 def test_two_proxy_seeds_at_the_same_edge_or_a_resolved_gap_blame_the_search():
-    from mutransfer.diagnostics.statistics import Estimate
-    from mutransfer.sweep.verify_transfer import SEARCH_ADVICE, SEARCH_FAILED, TRANSFER_FAILED, diagnose
+    from mutransfer._diagnostics.statistics import Estimate
+    from mutransfer._sweep.verify_transfer import SEARCH_ADVICE, SEARCH_FAILED, TRANSFER_FAILED, diagnose
 
     verdict = diagnose(
         None, None, [_edge_seed(0, "below"), _edge_seed(1, "below")], True, "target verdict", 0.25, 0.125
@@ -237,8 +237,8 @@ def test_two_proxy_seeds_at_the_same_edge_or_a_resolved_gap_blame_the_search():
 def test_no_verdict_names_a_cause_from_an_unresolved_or_one_seed_effect():
     """Every branch of ``diagnose``: an effect without an interval (n = 1) or whose interval covers 0 is never the
     cause; only a resolved one is. "Transfer held" needs both intervals within half a grid step, not just covering 0."""
-    from mutransfer.diagnostics.statistics import Estimate
-    from mutransfer.sweep.verify_transfer import SEARCH_FAILED, TRANSFER_FAILED, diagnose
+    from mutransfer._diagnostics.statistics import Estimate
+    from mutransfer._sweep.verify_transfer import SEARCH_FAILED, TRANSFER_FAILED, diagnose
 
     inf = math.inf
     one_seed, unresolved, resolved = (
@@ -263,7 +263,7 @@ def test_no_verdict_names_a_cause_from_an_unresolved_or_one_seed_effect():
 
 def test_the_proxy_grid_maps_onto_the_target_grid_by_master_lr():
     """A proxy whose master LR differs from the transferred one by a factor: its grid and optimum are mapped back."""
-    from mutransfer.sweep.verify_transfer import proxy_grid
+    from mutransfer._sweep.verify_transfer import proxy_grid
 
     grid = lr_grid(1e-3, 5)
     mapped = proxy_grid(grid, 1e-3, 2e-3)
@@ -276,8 +276,8 @@ def test_the_proxy_grid_maps_onto_the_target_grid_by_master_lr():
 
 def test_a_verification_from_before_the_proxy_still_renders():
     """state.json from an older version: no proxy keys; the old fields render as they did, no proxy metrics."""
-    from mutransfer.sweep.strategies.verify import Verify, verification_lines
-    from mutransfer.sweep.verify import Verification
+    from mutransfer._sweep.strategies.verify import Verify, verification_lines
+    from mutransfer._sweep.verify import Verification
 
     old = analyse(_landscape(1e-3, 1e-3, seeds=2), 1e-3).as_dict()
     for key in (
@@ -313,8 +313,8 @@ def test_a_verification_from_before_the_proxy_still_renders():
 
 def test_the_target_outcome_round_trips_through_state():
     """A finished target is read back on --resume (its cost and error are not re-measured)."""
-    from mutransfer.sweep.target import TargetOutcome
-    from mutransfer.training.records import EpochRecord
+    from mutransfer._sweep.target import TargetOutcome
+    from mutransfer._training.records import EpochRecord
 
     history = [EpochRecord(epoch=1, iteration=10, test_error=0.1, train_loss=0.2, lr=1e-3, seconds=1.5)]
     outcome = TargetOutcome(
@@ -325,7 +325,7 @@ def test_the_target_outcome_round_trips_through_state():
 
 
 def test_baseline_cost_helpers_split_training_from_overhead():
-    from mutransfer.sweep.baseline import add_costs, ratios
+    from mutransfer._sweep.baseline import add_costs, ratios
 
     a = {"device_seconds": 10.0, "trainer_device_seconds": 6.0, "overhead_device_seconds": 4.0, "flops": 5.0}
     b = {"device_seconds": 30.0, "trainer_device_seconds": 24.0, "overhead_device_seconds": 6.0, "flops": None}
@@ -447,7 +447,7 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(tiny_data, tmp_path, cap
     assert parent.data.metrics["direct_test_error"] == pytest.approx(d["test_error"])
     assert "verify_error_at_transferred" in parent.data.metrics
 
-    from mutransfer.sweep.report import format_report
+    from mutransfer._sweep.report import format_report
 
     text = format_report(report)
     assert "verification (2 seed(s), 3 LRs" in text and "direct baseline: test error" in text
@@ -546,7 +546,7 @@ def test_verify_names_a_search_whose_range_excludes_the_optimum(tiny_data, tmp_p
     assert v["verdict"].startswith("the search missed the proxy's optimum") and "widen search_space.lr" in v["verdict"]
     assert "transfer rule" not in v["verdict"]
 
-    from mutransfer.sweep.report import format_report
+    from mutransfer._sweep.report import format_report
 
     assert "the search missed the proxy's optimum" in format_report(report)
     parent = next(r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "study")
@@ -555,8 +555,8 @@ def test_verify_names_a_search_whose_range_excludes_the_optimum(tiny_data, tmp_p
 
 @pytest.mark.slow  # ~45-95 s
 def test_verify_and_direct_baseline_on_a_galerkin_width_study(tmp_path):
+    from mutransfer._sweep import SweepOptions, run_sweep
     from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
-    from mutransfer.sweep import SweepOptions, run_sweep
 
     mesh = tmp_path / "mesh.h5"
     write_point_dataset(mesh, generate_darcy_mesh(16, 9, seed=0, progress=False, points_min=30, points_max=50))
@@ -605,8 +605,8 @@ def test_bad_verification_options_fail_before_compute(capsys, tmp_path, monkeypa
 def test_a_resolved_search_gap_within_half_a_grid_step_does_not_blame_the_search():
     """Seeds that agree closely can resolve a gap the grid cannot tell apart (+0.04 decades on a 0.25-decade grid):
     that is below the grid's resolution, so the search is not blamed — beyond half a step it is."""
-    from mutransfer.diagnostics.statistics import Estimate
-    from mutransfer.sweep.verify_transfer import SEARCH_FAILED, TRANSFER_FAILED, diagnose
+    from mutransfer._diagnostics.statistics import Estimate
+    from mutransfer._sweep.verify_transfer import SEARCH_FAILED, TRANSFER_FAILED, diagnose
 
     small, large = Estimate(0.04, 0.02, 0.06, 5), Estimate(0.5, 0.4, 0.6, 5)
     held = Estimate(0.01, -0.05, 0.07, 5)

@@ -19,7 +19,7 @@ import math
 
 import pytest
 
-from mutransfer.sweep.verify_transfer import TRANSFER_FAILED
+from mutransfer._sweep.verify_transfer import TRANSFER_FAILED
 from operators.family import unregister_family
 from tests.sweep import wrong_rule_family as wrong
 from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_study
@@ -117,7 +117,7 @@ def test_verify_names_a_transfer_rule_that_is_wrong_on_purpose(wrong_rule, tmp_p
     # with seeds that agree closely even a few hundredths of a decade can come out resolved (then named as well)
     assert abs(v["search_gap"]["value"]) < 0.125, v["search_gap"]
 
-    from mutransfer.sweep.report import format_report
+    from mutransfer._sweep.report import format_report
 
     assert TRANSFER_FAILED in format_report(report)
     parent = next(r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.kind") == "study")

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from mutransfer._study.files import parse_study
+from mutransfer._sweep.warm_start import load_source, read_folder, read_tracking
 from mutransfer.errors import UserInputError
-from mutransfer.study.files import parse_study
-from mutransfer.sweep.warm_start import load_source, read_folder, read_tracking
 from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
 
 
@@ -75,10 +75,10 @@ def test_a_study_folder_reads_back_as_typed_records(tmp_path):
 def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str:
     """A real sqlite MLflow store holding ``study``'s parent run and proxy_trial child runs, written by the sweep's own
     Tracker and TrialLogger (the path a driver takes for a trial that finished while it was down)."""
-    from mutransfer.study.models import merge_hyperparameters
-    from mutransfer.sweep.plan import Outcome
-    from mutransfer.sweep.trial_logger import TrialLogger
-    from mutransfer.tracking.runs import Tracker
+    from mutransfer._study.models import merge_hyperparameters
+    from mutransfer._sweep.plan import Outcome
+    from mutransfer._sweep.trial_logger import TrialLogger
+    from mutransfer._tracking.runs import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     tracker = Tracker(uri)
@@ -144,8 +144,8 @@ def test_a_missing_source_says_where_it_looked_and_creates_no_store(tmp_path):
 
 
 def test_the_rescale_is_the_transfer_function_and_the_effective_spectral_lr_moves_by_its_factor(tmp_path):
-    from mutransfer.study.models import build_model, effective_spectral_lr
-    from mutransfer.sweep.warm_plan import build_warm_start
+    from mutransfer._study.models import build_model, effective_spectral_lr
+    from mutransfer._sweep.warm_plan import build_warm_start
     from operators.transfer import Scaling, transfer
 
     src_study = _study(name="src", proxy_K=4, target_K=24)
@@ -173,7 +173,7 @@ def test_the_rescale_is_the_transfer_function_and_the_effective_spectral_lr_move
 
 
 def test_out_of_range_values_are_clipped_and_foreign_choices_or_missing_names_left_out(tmp_path):
-    from mutransfer.sweep.warm_plan import build_warm_start
+    from mutransfer._sweep.warm_plan import build_warm_start
 
     trials = [
         ("t0000", {"lr": 0.05, "batch_size": 20}, "completed", 0.1),  # clipped
@@ -200,7 +200,7 @@ def test_out_of_range_values_are_clipped_and_foreign_choices_or_missing_names_le
 
 
 def _options(tmp_path, warm=None, **kw):
-    from mutransfer.sweep.context import SweepOptions
+    from mutransfer._sweep.context import SweepOptions
 
     overrides = {"name": kw.pop("name", "here"), "proxy_K": 8, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
     return SweepOptions(overrides=overrides, runs_dir=str(tmp_path / "runs"), quiet=True, warm_start=warm, **kw)
@@ -211,7 +211,7 @@ def _nothing_created(tmp_path) -> bool:
 
 
 def test_a_matching_source_passes_prepare_and_each_refusal_fires(tmp_path, monkeypatch):
-    from mutransfer.sweep.prepare import prepare
+    from mutransfer._sweep.prepare import prepare
 
     monkeypatch.chdir(tmp_path)
     write_source(tmp_path / "runs" / "src")  # by name under --runs-dir
@@ -242,7 +242,7 @@ def test_a_matching_source_passes_prepare_and_each_refusal_fires(tmp_path, monke
 
 
 def test_another_operator_is_refused_unless_any(tmp_path):
-    from mutransfer.sweep.warm_plan import _check_kind
+    from mutransfer._sweep.warm_plan import _check_kind
 
     source = dataclasses.replace(read_folder(write_source(tmp_path / "src")), operator="galerkin")
     with pytest.raises(UserInputError, match="used operator galerkin, this study operator fno; .* --warm-start-any"):
@@ -261,7 +261,7 @@ def test_the_cli_refuses_an_unknown_source_in_one_line_before_any_compute(tmp_pa
 
 
 def test_grid_search_is_refused_and_tpe_random_pass(tmp_path, monkeypatch):
-    from mutransfer.sweep.prepare import prepare
+    from mutransfer._sweep.prepare import prepare
 
     monkeypatch.chdir(tmp_path)
     write_source(tmp_path / "runs" / "src")
@@ -281,7 +281,7 @@ def test_grid_search_is_refused_and_tpe_random_pass(tmp_path, monkeypatch):
 
 def _resumable(tmp_path, state: dict) -> None:
     """A study folder 'here' as a first session leaves it (study.yaml + state.json)."""
-    from mutransfer.study import load_study
+    from mutransfer._study import load_study
 
     study, _ = load_study(
         K_ONLY_STUDY, {"name": "here", "proxy_K": 8, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"}
@@ -295,7 +295,7 @@ def _resumable(tmp_path, state: dict) -> None:
 def test_resume_keeps_the_stored_warm_start_and_refuses_a_new_or_different_one(tmp_path, monkeypatch):
     import shutil
 
-    from mutransfer.sweep.prepare import prepare
+    from mutransfer._sweep.prepare import prepare
 
     monkeypatch.chdir(tmp_path)
     write_source(tmp_path / "runs" / "src")
@@ -322,9 +322,9 @@ def test_resume_keeps_the_stored_warm_start_and_refuses_a_new_or_different_one(t
 
 
 def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(tmp_path):
-    from mutransfer.sweep.plan import SEED_FILE, SearchPlan
-    from mutransfer.sweep.sampling import sample_config
-    from mutransfer.sweep.warm_plan import build_warm_start
+    from mutransfer._sweep.plan import SEED_FILE, SearchPlan
+    from mutransfer._sweep.sampling import sample_config
+    from mutransfer._sweep.warm_plan import build_warm_start
 
     here = _study(name="here", proxy_K=8, search=dict(_mapping()["search"], num_trials=6))
     warm = build_warm_start("src", here, read_folder(write_source(tmp_path / "src")), 3, [])
@@ -353,9 +353,9 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
 
 
 def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_path):
-    from mutransfer.study_folder.records import TrialRecord
-    from mutransfer.sweep.strategies.warm_start import warm_start_lines as _warm_start_lines
-    from mutransfer.sweep.warm_plan import build_warm_start, warm_start_section
+    from mutransfer._study_folder.records import TrialRecord
+    from mutransfer._sweep.strategies.warm_start import warm_start_lines as _warm_start_lines
+    from mutransfer._sweep.warm_plan import build_warm_start, warm_start_section
 
     here = _study(name="here", proxy_K=8)
     warm = build_warm_start("src", here, read_folder(write_source(tmp_path / "src")), 2, [])
@@ -378,9 +378,9 @@ def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_pat
 
 def test_a_source_value_that_is_not_a_number_is_left_out_with_a_note():
     """A hand-made folder or a stray MLflow param ("abc", a list, inf) leaves that trial out, without a traceback."""
-    from mutransfer.study import load_study
-    from mutransfer.sweep.warm_plan import _fit
-    from mutransfer.sweep.warm_start import SourceTrial
+    from mutransfer._study import load_study
+    from mutransfer._sweep.warm_plan import _fit
+    from mutransfer._sweep.warm_start import SourceTrial
 
     study = load_study(K_ONLY_STUDY)[0]
     for bad in ("abc", [1e-3], float("inf")):

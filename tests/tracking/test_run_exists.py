@@ -9,7 +9,7 @@ import socket
 import pytest
 from mlflow.exceptions import MlflowException
 
-from mutransfer.tracking.runs import Tracker
+from mutransfer._tracking.runs import Tracker
 
 
 def test_a_held_run_is_true_and_an_unknown_one_false(tmp_path):
@@ -35,7 +35,7 @@ def test_an_experiments_artifact_folder_is_its_name_or_a_safe_name_with_a_digest
     """Plain names keep their folder (existing stores unchanged); a name with a path, '%', a space or dots alone gets
     only safe characters and a digest (MLflow URL-decodes the location: `../../x` quoted had escaped the store), and
     two such names stay apart."""
-    from mutransfer.tracking.runs import artifact_folder
+    from mutransfer._tracking.runs import artifact_folder
 
     assert artifact_folder("mutransfer") == "mutransfer" and artifact_folder("quick.v2") == "quick.v2"
     unsafe = ["../../escape", "..", "a%2Fb", "/Users/me/exp", "my exp", "a/b", "a_b-x"]

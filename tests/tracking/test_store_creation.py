@@ -13,7 +13,7 @@ import pytest
 #: waits for a shared start time, then opens the store and makes (or finds) the experiment
 RACE = """
 import sys, time
-from mutransfer.tracking.runs import Tracker
+from mutransfer._tracking.runs import Tracker
 start = float(sys.argv[2])
 while time.time() < start:
     time.sleep(0.001)
@@ -57,7 +57,7 @@ def test_the_embedded_store_is_made_in_wal_mode(tmp_path):
     )
     assert mode(tmp_path / "mlflow_made.db") == "delete"
     make(
-        "import sys; from mutransfer.tracking.runs import Tracker; Tracker(sys.argv[1]).ensure_experiment('e')",
+        "import sys; from mutransfer._tracking.runs import Tracker; Tracker(sys.argv[1]).ensure_experiment('e')",
         tmp_path / "ours.db",
     )
     assert mode(tmp_path / "ours.db") == "wal"
@@ -74,7 +74,7 @@ def test_a_store_half_way_through_its_migrations_is_opened_only_after_its_maker(
 
     from filelock import FileLock
 
-    from mutransfer.tracking.runs import _client
+    from mutransfer._tracking.runs import _client
 
     path = tmp_path / "mlflow.db"
     uri = f"sqlite:///{path}"

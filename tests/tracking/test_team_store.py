@@ -19,7 +19,7 @@ EPOCHS, TARGET_EPOCHS, TRIALS = 2, 2, 2
 @pytest.fixture(scope="module")
 def team_run(team_store, tmp_path_factory):
     """A tiny study logged to the team store, trained in process (what reaches the store is the driver's, on Ray too)."""
-    from mutransfer.sweep import SweepOptions, run_sweep
+    from mutransfer._sweep import SweepOptions, run_sweep
 
     work = tmp_path_factory.mktemp("team-run")
     data = write_tiny_data(work / "burgers_tiny.h5")
@@ -104,7 +104,7 @@ def test_the_error_log_reader_finds_a_traceback(team_store, tmp_path):
 
 def test_a_postgres_uri_without_its_driver_is_one_line_before_anything_starts():
     """SQLAlchemy 2.1 maps postgresql:// to psycopg 3, which is not installed: one line naming the package."""
-    from mutransfer.sweep.endpoints import check_tracking_uri
+    from mutransfer._sweep.endpoints import check_tracking_uri
 
     try:
         import psycopg  # noqa: F401
@@ -121,7 +121,7 @@ def test_a_postgres_uri_without_its_driver_is_one_line_before_anything_starts():
 @pytest.mark.slow  # a real PostgreSQL and MLflow server, started once for the session (about 40 s)
 def test_the_team_stores_postgres_uri_passes_the_check(team_store):
     """postgresql+psycopg2:// with a running PostgreSQL passes the endpoint check (driver present, port open)."""
-    from mutransfer.sweep.endpoints import check_tracking_uri
+    from mutransfer._sweep.endpoints import check_tracking_uri
 
     check_tracking_uri(team_store.server.backend_uri)
 
@@ -163,7 +163,7 @@ def _tag_at_once(uri: str, setter, experiments: int = 12, drivers: int = 6) -> l
 
     from mlflow.tracking import MlflowClient
 
-    from mutransfer.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+    from mutransfer._tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 
     client = MlflowClient(uri)
     errors: list[str] = []
@@ -190,7 +190,7 @@ def _tag_at_once(uri: str, setter, experiments: int = 12, drivers: int = 6) -> l
 def test_studies_starting_together_tag_their_experiment_without_a_duplicate_key(team_store):
     """CI found it (four studies at once on PostgreSQL): two drivers writing the same experiment tag at one
     moment both insert it, and MLflow refuses the second for a duplicate key. mutransfer's writer tries again."""
-    from mutransfer.tracking.views import set_experiment_tag
+    from mutransfer._tracking.views import set_experiment_tag
 
     assert _tag_at_once(team_store.uri, set_experiment_tag) == []
 

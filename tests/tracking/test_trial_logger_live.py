@@ -1,4 +1,4 @@
-"""The proxy trials' live MLflow child runs (mutransfer.sweep.trial_logger) on a real sqlite store, with synthetic
+"""The proxy trials' live MLflow child runs (mutransfer._sweep.trial_logger) on a real sqlite store, with synthetic
 Tune trial events: created RUNNING at the start, epochs logged while the trial runs, one run per trial across a
 driver restart, finished with every epoch once."""
 
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutransfer.sweep.trial_logger import TrialLogger
-from mutransfer.tracking.runs import Tracker
+from mutransfer._sweep.trial_logger import TrialLogger
+from mutransfer._tracking.runs import Tracker
 
 
 @pytest.fixture(scope="module")
@@ -190,7 +190,7 @@ def test_in_the_background_tunes_events_return_while_the_store_waits_and_the_wri
 
 
 def test_a_write_that_fails_is_said_and_the_next_ones_still_run(tmp_path):
-    from mutransfer.tracking.background import Background
+    from mutransfer._tracking.background import Background
 
     done: list[int] = []
 

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutransfer.browser import DEFAULT_BUDGET_MS, dump_dom, find_chromium, visible_text
+from mutransfer._browser import DEFAULT_BUDGET_MS, dump_dom, find_chromium, visible_text
 
 ENV = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true")
 GENAI_ONLY = "Judges"  # a GenAI-mode navigation entry: absent from the classic runs view
@@ -46,9 +46,9 @@ def write_store(
     """An MLflow store with one study (more on later calls) as the sweep writes it: parent run + 3 proxy trials.
     ``experiment``: the study file's ``tracking.experiment`` (default: the default study's, "mutransfer").
     Returns (uri, experiment id)."""
-    from mutransfer.study import load_study
-    from mutransfer.sweep.parent_run import tag_study_view
-    from mutransfer.tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, Tracker, log_batch
+    from mutransfer._study import load_study
+    from mutransfer._sweep.parent_run import tag_study_view
+    from mutransfer._tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, Tracker, log_batch
 
     study, _ = load_study(None)
     study.name = name
@@ -87,8 +87,8 @@ def write_store(
 
 
 def test_ui_command_binds_localhost_without_a_shell():
+    from mutransfer._tracking.views import ui_link
     from mutransfer.cli.ui_cmd import ui_command
-    from mutransfer.tracking.views import ui_link
 
     cmd = ui_command("sqlite:////tmp/x/mlflow.db", port=5123)
     assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"] and all(isinstance(a, str) for a in cmd)
@@ -111,7 +111,7 @@ def test_the_ui_starts_mlflow_without_its_job_runner_unless_the_user_asks(monkey
 
 
 def test_study_view_names_its_runs_errors_and_searched_hyperparameters():
-    from mutransfer.tracking.views import searched_keys, study_view_state, view_key
+    from mutransfer._tracking.views import searched_keys, study_view_state, view_key
 
     state = study_view_state("quick", ["lr", "weight_decay"])
     assert state["searchFilter"] == "tags.`mutransfer.study` = 'quick' AND tags.`mutransfer.kind` != 'study'"
@@ -130,10 +130,10 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
     a store it cannot write to is still served, with a warning and a link without the view."""
     from mlflow.tracking import MlflowClient
 
+    from mutransfer._tracking.listings import list_studies
+    from mutransfer._tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
     from mutransfer.cli import ui_cmd
     from mutransfer.cli.ui_cmd import _tag_study
-    from mutransfer.tracking.listings import list_studies
-    from mutransfer.tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
 
     uri, experiment_id = write_store(tmp_path, tagged=False)
     tags = MlflowClient(uri).get_experiment(experiment_id).tags
@@ -313,10 +313,10 @@ def two_studies(tmp_path_factory):
 
 
 def test_the_side_by_side_view_is_written_only_where_there_are_studies_to_compare(tmp_path):
+    from mutransfer._tracking.listings import list_studies
+    from mutransfer._tracking.runs import _client
+    from mutransfer._tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, studies_view_state
     from mutransfer.cli.ui_cmd import _tag_studies
-    from mutransfer.tracking.listings import list_studies
-    from mutransfer.tracking.runs import _client
-    from mutransfer.tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, studies_view_state
 
     uri, experiment_id = write_store(tmp_path, name="alone")
     tag = SHARED_VIEW_PREFIX + STUDIES_KEY
@@ -360,11 +360,11 @@ def test_the_across_experiments_link_is_printed_only_when_studies_span_two_exper
     experiments on the studies' view, which both experiments carry. A store it cannot tag gets no such line."""
     from urllib.parse import parse_qs, urlsplit
 
+    from mutransfer._tracking.listings import list_studies
+    from mutransfer._tracking.runs import _client
+    from mutransfer._tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, compare_link, studies_view_state
     from mutransfer.cli import ui_cmd
     from mutransfer.cli.ui_cmd import ui_lines
-    from mutransfer.tracking.listings import list_studies
-    from mutransfer.tracking.runs import _client
-    from mutransfer.tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, compare_link, studies_view_state
 
     uri, first = write_store(tmp_path, name="one", experiment="exp-a")
     write_store(tmp_path, name="two", experiment="exp-a")

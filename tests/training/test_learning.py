@@ -3,10 +3,10 @@
 import pytest
 import torch
 
+from mutransfer._training import TrainConfig, train
 from mutransfer.data.darcy import generate_darcy
 from mutransfer.data.hdf5_io import write_dataset
 from mutransfer.data.loading import load_split
-from mutransfer.training import TrainConfig, train
 from operators import FNO
 
 

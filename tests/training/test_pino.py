@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import torch
 
+from mutransfer._training import TrainConfig, train
+from mutransfer._training.pino import build_loss, darcy_physics_loss, darcy_residual, pino_darcy_loss
+from mutransfer._training.trainer import load_checkpoint
 from mutransfer.cli.main import main
 from mutransfer.data.darcy import darcy_matrix, generate_darcy
 from mutransfer.data.hdf5_io import write_dataset
 from mutransfer.data.loading import load_split
 from mutransfer.errors import UserInputError
-from mutransfer.training import TrainConfig, train
-from mutransfer.training.pino import build_loss, darcy_physics_loss, darcy_residual, pino_darcy_loss
-from mutransfer.training.trainer import load_checkpoint
 from operators.fno import FNO
 
 
@@ -195,7 +195,7 @@ def test_cli_pino(tmp_path, capsys):
 
 def test_large_initial_residual_is_not_divergence(tmp_path, monkeypatch):
     """The divergence check looks at the relative L2 part, not the (legitimately large) initial residual."""
-    import mutransfer.training.trainer as trainer
+    import mutransfer._training.trainer as trainer
 
     data = load_split(
         write_dataset(tmp_path / "d.h5", generate_darcy(6, 31, seed=0, progress=False)), n_train=4, n_test=2

@@ -1,4 +1,4 @@
-"""A population's members train as :func:`mutransfer.training.train` trains each alone (mutransfer.training._population).
+"""A population's members train as :func:`mutransfer._training.train` trains each alone (mutransfer._training._population).
 
 Four FNO-1D proxies on a small regression problem, the trainer's recipe (muP, Adam, step schedule, spectral
 clipping): member 0 and 1 at ordinary LRs, member 2 at an LR that blows up, member 3 stopped by the observer
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mutransfer.training import DIVERGED_METRIC, StopTraining, TrainConfig, train
-from mutransfer.training._population import Member, population_key, train_population, why_alone
+from mutransfer._training import DIVERGED_METRIC, StopTraining, TrainConfig, train
+from mutransfer._training._population import Member, population_key, train_population, why_alone
 from operators.fno import FNO
 
 SHAPE = dict(dim=1, in_channels=1, out_channels=1, modes=4, width=8, layers=2, parametrization="mup")
@@ -86,7 +86,7 @@ def test_final_weights_match_the_solo_runs_and_another_lr_does_not():
     results = train_population(members, _data(), lambda index, record, wall: False)
     assert [r.status for r in results] == ["completed", "completed"]
     # the weights: train again as a population and take the members out at the end
-    from mutransfer.training import _population
+    from mutransfer._training import _population
 
     run = _population._Population([Member(_model(), _config(lr)) for lr in LRS[:2]], _data())
     for epoch in range(3):

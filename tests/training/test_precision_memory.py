@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from mutransfer._training import TrainConfig, train
 from mutransfer.data.hdf5_io import write_dataset
 from mutransfer.data.loading import load_split
 from mutransfer.errors import UserInputError
-from mutransfer.training import TrainConfig, train
 from operators import FNO
 from operators.planning import largest_batch, parse_bytes, plan_fno
 from tests.operator_helpers import saved_activation_bytes
@@ -76,7 +76,7 @@ def test_mixed_precision_training_learns_on_cpu(burgers_file, precision):
 
 def test_fp16_clips_the_unscaled_gradients(burgers_file, monkeypatch):
     """Clipping sees the true gradients (the loss scale, 65536 at first, is divided out before)."""
-    import mutransfer.training.trainer as trainer
+    import mutransfer._training.trainer as trainer
 
     seen = {}
 
@@ -107,7 +107,7 @@ def test_fp16_resume_restores_the_loss_scaler(burgers_file, tmp_path):
 
 
 def _stop_after(epochs: int):
-    from mutransfer.training import StopTraining
+    from mutransfer._training import StopTraining
 
     def callback(event):
         if event.event == "eval" and event.epoch >= epochs:
@@ -126,7 +126,7 @@ def test_a_checkpoint_written_in_another_precision_is_refused(burgers_file, tmp_
 def test_unknown_precision_is_a_one_line_error(tmp_path):
     with pytest.raises(UserInputError, match="precision 'fp8' is unknown; use one of: fp32, bf16, fp16"):
         _config(precision="fp8")
-    from mutransfer.study import parse_study, read_study_mapping
+    from mutransfer._study import parse_study, read_study_mapping
 
     mapping, _ = read_study_mapping(None)
     mapping["training"]["precision"] = "fp8"
@@ -177,7 +177,7 @@ PEAK_CASES = [
 @pytest.mark.parametrize("case", PEAK_CASES, ids=lambda c: f"d{c[0]}-K{c[2]}-m{c[3]}-B{c[4]}")
 def test_plan_predicts_the_measured_cpu_peak(case, precision):
     """The plan (device cpu) against the peak of live tensors over a real training step: within 3 %."""
-    from mutransfer.diagnostics.peak_memory import measure_training_peak
+    from mutransfer._diagnostics.peak_memory import measure_training_peak
 
     dim, grid, modes, width, batch, padding, projection = case
     torch.manual_seed(0)
@@ -200,7 +200,7 @@ def test_plan_predicts_the_measured_cpu_peak(case, precision):
 
 def test_the_peak_measurement_sees_a_leak():
     """A step that keeps an extra buffer alive raises the measured peak by exactly its size (the meter can fail)."""
-    from mutransfer.diagnostics.peak_memory import LiveTensorPeak
+    from mutransfer._diagnostics.peak_memory import LiveTensorPeak
 
     x = torch.randn(64, 64)
     with LiveTensorPeak([x]) as quiet:
@@ -320,8 +320,8 @@ def test_sweep_refuses_a_study_that_cannot_fit_before_starting(tmp_path, monkeyp
 
 
 def test_sweep_memory_check_passes_a_study_that_fits(monkeypatch):
-    from mutransfer.study import load_study
-    from mutransfer.study.memory import check_study_memory
+    from mutransfer._study import load_study
+    from mutransfer._study.memory import check_study_memory
 
     study, _ = load_study(None)
     monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", "1GiB")
@@ -333,8 +333,8 @@ def test_sweep_memory_check_passes_a_study_that_fits(monkeypatch):
 
 def test_the_trainer_holds_the_plan_it_is_given_not_its_own(burgers_file, tmp_path, monkeypatch):
     """A sweep's workers get the driver's plan: the trainer checks that one (here a huge target's) and does not re-plan."""
-    from mutransfer.study import load_study
-    from mutransfer.study.memory import plan_step
+    from mutransfer._study import load_study
+    from mutransfer._study.memory import plan_step
 
     study, _ = load_study(None)
     big = plan_step(dataclasses.replace(study, target_width=4096), target=True, device="cpu")
@@ -347,10 +347,10 @@ def test_the_trainer_holds_the_plan_it_is_given_not_its_own(burgers_file, tmp_pa
 
 
 def test_the_sweep_plans_each_model_once_and_carries_the_plan(tmp_path):
-    from mutransfer.study import load_study
-    from mutransfer.study.memory import plan_step
-    from mutransfer.study_folder.state import StudyDir
-    from mutransfer.sweep.context import SweepContext, SweepOptions
+    from mutransfer._study import load_study
+    from mutransfer._study.memory import plan_step
+    from mutransfer._study_folder.state import StudyDir
+    from mutransfer._sweep.context import SweepContext, SweepOptions
 
     study, _ = load_study(None)
     ctx = SweepContext(SweepOptions(), study, StudyDir(tmp_path / "s"), [], "sqlite:///x.db", "", {}, 0)

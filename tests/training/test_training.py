@@ -1,4 +1,4 @@
-"""Tests for mutransfer.training: losses, schedules, the training loop and resume."""
+"""Tests for mutransfer._training: losses, schedules, the training loop and resume."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from mutransfer.errors import UserInputError
-from mutransfer.training import (
+from mutransfer._training import (
     DIVERGED_METRIC,
     EpochRecord,
     StopTraining,
@@ -23,7 +22,8 @@ from mutransfer.training import (
     schedules,
     train,
 )
-from mutransfer.training.schedules import schedule_function
+from mutransfer._training.schedules import schedule_function
+from mutransfer.errors import UserInputError
 from operators.fno import FNO
 from operators.parametrization import optimizer_param_groups
 
@@ -84,7 +84,7 @@ def test_relative_l2_matches_hand_computation():
 
 
 def build_scheduler(optimizer, name: str, total: int, **options):
-    """The trainer's scheduler: the schedule as a LambdaLR over ``optimizer`` (mutransfer.training._schedule_of)."""
+    """The trainer's scheduler: the schedule as a LambdaLR over ``optimizer`` (mutransfer._training._schedule_of)."""
     return torch.optim.lr_scheduler.LambdaLR(optimizer, schedule_function(name, total, **options))
 
 
@@ -392,7 +392,7 @@ def test_the_training_clock_leaves_setup_out(monkeypatch):
     torch._dynamo, about 1.3 s) counts in the call's wall time. Fails if the clock starts with setup."""
     import time
 
-    from mutransfer.training import trainer
+    from mutransfer._training import trainer
 
     slow_setup = 0.4
     build = trainer._Run._optimizer

@@ -1,0 +1,93 @@
+"""The checks of a trial's own files (``config.json``, ``outcome.json``) before a search uses them: a file edited or
+damaged in a study folder is one line naming the file and the field (issue "Nothing lost", item 5), never a
+traceback from Optuna or a wait on a FIFO. :mod:`mutransfer._sweep.plan` reads the files through these."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from mutransfer._study_folder.state import refuse_link
+from mutransfer.errors import UserInputError
+
+
+def read_trial_json(path: Path):
+    """The JSON value of a trial's file; None where it is absent or unreadable (the trial is not that far yet). A
+    folder, FIFO or device in its place is refused (reading a FIFO would wait for ever)."""
+    refuse_link(path)
+    if path.exists() and not path.is_file():
+        raise UserInputError(
+            f"{path} is not a file (a folder, a FIFO or a device); move it aside, then resume again: the trial runs "
+            "again from its last checkpoint"
+        )
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):  # RecursionError: JSON nested thousands deep
+        return None
+
+
+#: the statuses outcome.json may hold (mutransfer._sweep.plan.trial_status, and a failure)
+OUTCOME_STATUSES = ("completed", "pruned", "diverged", "failed")
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_outcome(path: Path, d: dict) -> None:
+    """outcome.json (``d``): every field of its type; one line naming the first that is not."""
+    fix = "restore it, or move it aside and resume: the trial runs again from its last checkpoint"
+    metrics, rungs, error = d.get("metrics") or {}, d.get("rungs") or {}, d.get("error")
+    if d.get("status") not in OUTCOME_STATUSES:
+        raise UserInputError(f"{path}: 'status' must be one of {', '.join(OUTCOME_STATUSES)}; {fix}")
+    if not isinstance(metrics, dict) or not all(v is None or _number(v) for v in metrics.values()):
+        raise UserInputError(f"{path}: 'metrics' must map names to numbers; {fix}")
+    for told in ("val_error", "test_error"):  # the value the sampler is told (a diverged trial's is DIVERGED_METRIC)
+        if metrics.get(told) is not None and not math.isfinite(metrics[told]):
+            raise UserInputError(f"{path}: metrics {told!r} must be a finite number; {fix}")
+    if not isinstance(rungs, dict) or not all(
+        str(k).isdigit() and _number(v) and math.isfinite(v) for k, v in rungs.items()
+    ):
+        raise UserInputError(f"{path}: 'rungs' must map epochs to validation errors; {fix}")
+    if error is not None and not isinstance(error, str):
+        raise UserInputError(f"{path}: 'error' must be text or null; {fix}")
+
+
+def check_config_keys(path: Path, config: dict, space: dict) -> None:
+    """One line unless a trial's config.json holds exactly the searched hyperparameters (its other keys named, a
+    few and cut short: never a file's contents at length)."""
+    if set(config) != set(space):
+        found = ", ".join(repr(str(k)[:30]) for k in sorted(map(str, config))[:5]) + (", …" if len(config) > 5 else "")
+        raise UserInputError(
+            f"{path}: holds {found or 'nothing'}, not the study's search space {sorted(space)}; restore the file or "
+            "start a new study with --name NEW"
+        )
+
+
+def check_config(path: Path, config: dict, space: dict, seeded: bool) -> None:
+    """A trial's config.json: every searched value one its distribution holds (a seeded trial's, from another study's
+    space, any finite number or choice); one line naming the first that is not."""
+    for name, distribution in space.items():
+        value = config[name]
+        if _number(value) and math.isfinite(value):
+            held = seeded or _in_distribution(distribution, value)
+        else:
+            held = isinstance(distribution, CategoricalDistribution) and (seeded or value in distribution.choices)
+        if not held:
+            raise UserInputError(
+                f"{path}: {name} {str(value)[:40]!r} is not a value of the study's search space; restore the file, "
+                "or start a new study with --name NEW"
+            )
+
+
+def _in_distribution(distribution: object, value: float) -> bool:
+    if isinstance(distribution, CategoricalDistribution):
+        return value in distribution.choices
+    if isinstance(distribution, FloatDistribution | IntDistribution):
+        span = distribution.high - distribution.low
+        inside = distribution.low - 1e-9 * span <= value <= distribution.high + 1e-9 * span
+        return inside and (not isinstance(distribution, IntDistribution) or float(value).is_integer())
+    return True

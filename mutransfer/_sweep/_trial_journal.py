@@ -1,0 +1,215 @@
+"""The proxy trials of a search in an Optuna storage: ``<study folder>/optuna.journal``, one Optuna study per search.
+
+The plan (:class:`mutransfer._sweep.plan.SearchPlan`) writes each trial there as it goes: a RUNNING trial when its
+configuration is handed out (so Optuna's trial number is our trial's index), finished when its outcome is recorded,
+with its value (the last validation relative L2), its validation error at every evaluated epoch as Optuna's
+intermediate values, and our key and status as user attributes. So ``optuna.load_study`` and optuna-dashboard open a
+mutransfer study (``mutransfer dashboard STUDY``; docs/api.md)::
+
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(".../quick/optuna.journal"))
+    optuna.load_study(study_name="quick", storage=storage).trials
+
+The journal is written from the trial files (``config.json``, ``outcome.json``, ``history.json``), which stay what a
+resume reads: a plan that finds a trial missing from the journal (a study folder written before the journal, or a
+driver stopped between the two writes) writes it there when it loads. Optuna's journal takes a file lock for each
+write, so a dashboard may read it while the study runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.storages import JournalStorage
+from optuna.storages.journal import JournalFileBackend
+from optuna.trial import TrialState
+
+from mutransfer._study_folder.state import JOURNAL_FILE, JOURNAL_LOCK
+from mutransfer.errors import UserInputError
+
+#: user attributes of each Optuna trial: our key (``t0003``) and our status (completed | pruned | diverged | failed)
+KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
+
+#: our status -> Optuna's trial state (a diverged trial has no usable value: FAIL, as a failed one)
+STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
+
+
+def journal_path(trials_dir: str | Path) -> Path:
+    """The journal of the search whose trial folders are in ``trials_dir``: ``<trials_dir>/../optuna.journal``."""
+    return Path(trials_dir).parent / JOURNAL_FILE
+
+
+def journal_storage(path: str | Path) -> JournalStorage:
+    """Optuna's storage on the journal file ``path`` (made on first write); a damaged journal is refused first, before
+    anything is appended to it (:func:`check_journal`)."""
+    check_journal(Path(path))
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def check_journal(path: Path) -> None:
+    """One line (UserInputError) if the journal at ``path`` is not Optuna's: every line a JSON object with an
+    ``op_code``, the last one ended (a write cut short would join the next write to it). The journal is written from
+    the trials' own files, so moving it aside loses nothing: a resume writes it again."""
+    if not path.exists():
+        return
+    fix = f"move it aside ({JOURNAL_FILE}.damaged): a resume writes it again from the trials' own files"
+    if not path.is_file():
+        raise UserInputError(f"{path} is not a file; {fix}")
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        raise UserInputError(f"{path}: its last write was cut short; {fix}")
+    for number, line in enumerate(data.splitlines(), 1):
+        try:
+            op = json.loads(line)
+        except ValueError:  # not JSON, or not UTF-8
+            op = None
+        if not isinstance(op, dict) or not isinstance(op.get("op_code"), int):
+            raise UserInputError(f"{path}: line {number} is not an Optuna journal entry; {fix}")
+
+
+def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution | None:
+    """``distribution``, widened to hold ``value`` where it is a range that does not (a seeded trial from another
+    study's space); None where no distribution of its kind can (a choice not in the list, a log range reaching 0, an
+    integer range off its step): Optuna refuses a parameter outside its distribution."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return (
+            distribution
+            if isinstance(distribution, CategoricalDistribution) and value in distribution.choices
+            else None
+        )
+    if isinstance(distribution, CategoricalDistribution):
+        return distribution if value in distribution.choices else None
+    if isinstance(value, str) or not math.isfinite(value):
+        return None
+    if isinstance(distribution, FloatDistribution):
+        if distribution.low <= value <= distribution.high:
+            return distribution
+        low, high = min(distribution.low, float(value)), max(distribution.high, float(value))
+        if (distribution.log and low <= 0) or distribution.step is not None:
+            return None
+        return FloatDistribution(low, high, log=distribution.log)
+    if isinstance(distribution, IntDistribution):
+        if value != int(value) or (int(value) - distribution.low) % distribution.step:
+            return None
+        low, high = min(distribution.low, int(value)), max(distribution.high, int(value))
+        if distribution.log and low <= 0:
+            return None
+        return IntDistribution(low, high, log=distribution.log, step=distribution.step)
+    return None
+
+
+@contextlib.contextmanager
+def _refused_writes(path: Path) -> Iterator[None]:
+    """A write the file system refuses, as an OSError naming the journal (the CLI's one line: mutransfer.cli.main).
+    Optuna's file lock turns a refused release into ``RuntimeError("did not possess lock")``; the refusal is its
+    context."""
+    try:
+        yield
+    except (OSError, RuntimeError) as exc:
+        cause: BaseException | None = exc
+        while cause is not None and not (isinstance(cause, OSError) and cause.errno):
+            cause = cause.__context__
+        if not isinstance(cause, OSError):
+            raise
+        raise OSError(cause.errno, cause.strerror, str(path)) from exc
+
+
+class TrialJournal:
+    """One search's trials in the Optuna study ``name`` of the journal at ``path``.
+
+    ``distributions``: the searched hyperparameters' Optuna distributions (mutransfer._sweep.sampling.search_distributions).
+    ``objectives``: the study's ``search.objectives``; ``error+seconds`` makes a two-objective Optuna study (the
+    validation error and the training seconds, both minimised: optuna-dashboard draws its Pareto front).
+    """
+
+    def __init__(
+        self, path: str | Path, name: str, distributions: Mapping[str, BaseDistribution], objectives: str = "error"
+    ):
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.path = Path(path)
+        self.distributions = dict(distributions)
+        # a lock left by a driver killed during a write: only the driver holding the study's lock (StudyLock) makes
+        # a TrialJournal, so no other write holds it; Optuna would wait 30 s before breaking it
+        lock = self.path.with_name(JOURNAL_LOCK)
+        if lock.is_symlink() or lock.is_file():
+            lock.unlink()
+        elif lock.exists():  # a folder (or a FIFO…) in its place: Optuna could never take its lock
+            raise UserInputError(f"{lock} is not Optuna's lock (a symbolic link); move it aside, then run again")
+        self.storage = journal_storage(self.path)
+        with _refused_writes(self.path):
+            self.study = optuna.create_study(
+                study_name=name,
+                storage=self.storage,
+                directions=["minimize"] * (1 if objectives == "error" else 2),
+                load_if_exists=True,
+            )
+        self._study_id = self.storage.get_study_id_from_name(name)  # read once: each trial's write names it
+        #: our trial index -> Optuna's trial id, for the trials already in the journal
+        self._ids: dict[int, int] = {}
+        #: our indices of the trials the journal holds as finished
+        self.done: set[int] = set()
+        for trial in self.study.get_trials(deepcopy=False):
+            key = trial.user_attrs.get(KEY_ATTR)
+            if isinstance(key, str) and key[1:].isdigit():
+                self._ids[int(key[1:])] = self.storage.get_trial_id_from_study_id_trial_number(
+                    self._study_id, trial.number
+                )
+                if trial.state.is_finished():
+                    self.done.add(int(key[1:]))
+
+    def _params(self, config: Mapping[str, object]) -> tuple[dict, dict, dict]:
+        """(params, their distributions, user attributes): a value no distribution of its kind holds is kept as the
+        user attribute ``param.<name>`` instead of a parameter."""
+        params, dists, kept = {}, {}, {}
+        for k, distribution in self.distributions.items():
+            if k not in config:
+                continue
+            held = _contains(distribution, config[k])
+            if held is None:
+                kept[f"param.{k}"] = config[k]
+            else:
+                params[k], dists[k] = config[k], held
+        return params, dists, kept
+
+    def handed_out(self, index: int, key: str, config: Mapping[str, object]) -> None:
+        """Trial ``index`` (``key``) was handed out with ``config``: a RUNNING trial, once."""
+        if index in self._ids:
+            return
+        params, dists, kept = self._params(config)
+        template = optuna.trial.FrozenTrial(
+            number=-1, state=TrialState.RUNNING, value=None, datetime_start=None, datetime_complete=None,
+            params=params, distributions=dists, user_attrs={KEY_ATTR: key, **kept}, system_attrs={},
+            intermediate_values={}, trial_id=-1,
+        )  # fmt: skip
+        with _refused_writes(self.path):
+            self._ids[index] = self.storage.create_new_trial(self._study_id, template_trial=template)
+
+    def finished(
+        self, index: int, key: str, config: Mapping[str, object], status: str,
+        value: float | tuple[float, ...] | None, history: Sequence[tuple[int, float]],
+    ) -> None:  # fmt: skip
+        """Trial ``index`` ended with ``status`` and ``value`` (None for a failed one; a tuple of the two objectives'
+        values in a two-objective study); ``history``: (epoch, validation error) of its evaluations. A trial the
+        journal already holds as finished is left as it is."""
+        if index in self.done:
+            return
+        self.handed_out(index, key, config)
+        trial_id = self._ids[index]
+        state = STATES.get(status, TrialState.FAIL)
+        given = [] if value is None else [float(v) for v in (value if isinstance(value, tuple) else (value,))]
+        usable = given and all(math.isfinite(v) for v in given) and state != TrialState.FAIL
+        values = given if usable else None
+        if values is None and state == TrialState.COMPLETE:
+            state = TrialState.FAIL  # Optuna's COMPLETE holds a value
+        with _refused_writes(self.path):
+            for epoch, error in history:
+                if math.isfinite(error):
+                    self.storage.set_trial_intermediate_value(trial_id, int(epoch), float(error))
+            self.storage.set_trial_user_attr(trial_id, STATUS_ATTR, status)
+            self.storage.set_trial_state_values(trial_id, state, values)
+        self.done.add(index)

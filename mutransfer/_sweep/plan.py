@@ -1,0 +1,470 @@
+"""The proxy search's plan: which trial runs next, with which configuration, and when ASHA stops it.
+
+Every proxy trial has a key of ours, ``t0000``, ``t0001``, … in the order its
+configuration was handed out. The key names its directory (``trials/<key>/``), its
+MLflow child run (tag ``mutransfer.trial_id``) and its row in the report. The plan
+keeps two JSON files per trial, written by the driver:
+
+- ``config.json``: the searched hyperparameters, written when the configuration is
+  handed out (before Tune starts the trial);
+- ``outcome.json``: status (completed | pruned | diverged | failed), the last reported
+  metrics, the error of a failed trial and the trial's values at the ASHA rungs it
+  reached, written when the trial ends.
+
+A resumed sweep rebuilds the plan from these files alone (nothing is unpickled):
+trials with an outcome are finished and never run again; trials with a configuration
+but no outcome are handed out first, under their old keys, and continue from their
+own checkpoints; then new trials are sampled up to the study's total.
+
+Reproducibility: with ``window`` = w (the concurrency of the study's first session,
+kept in ``state.json``), trial i is handed out only once trials 0 … i-w have their
+outcome, and its configuration is ``sample_config(study, i, results of trials
+0 … i-w in key order)`` (mutransfer._sweep.sampling). ASHA (:meth:`SearchPlan.should_stop`)
+compares trial i at a rung with trials 0 … i-w only, which all finished before
+trial i started. So the configurations, the stopping decisions and, with deterministic
+training, the results do not depend on the order in which Tune delivers results.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import optuna
+
+from mutransfer._study import Study
+from mutransfer._study_folder.state import write_atomic
+from mutransfer._sweep._trial_files import (
+    check_config,
+    check_config_keys,
+    check_outcome,
+    read_trial_json,
+    refuse_link,
+)
+from mutransfer._sweep._trial_journal import TrialJournal, journal_path
+from mutransfer._sweep.sampling import PRUNED, sample_config, search_distributions
+from mutransfer._sweep.trial import read_trial_history
+from mutransfer.errors import UserInputError
+
+CONFIG_FILE = "config.json"
+OUTCOME_FILE = "outcome.json"
+#: a trial that failed and is being retried (its last failure; no outcome yet)
+RETRYING_FILE = "retrying.json"
+#: a seeded trial's provenance (a strategy's seed_trials: a warm start's), written before its config.json;
+#: the name is kept for the study folders written before the strategies were plug-ins
+SEED_FILE = "warm_start.json"
+#: SearchPlan.next_trial: every trial has been handed out
+DONE = "done"
+#: the last result's metrics an outcome keeps (mutransfer._sweep.trial.TrialReport, and Tune's wall time)
+OUTCOME_METRICS = (
+    "epoch",
+    "val_error",
+    "train_loss",
+    "lr",
+    "trainer_seconds",
+    "spectral_lr0",
+    "diverged",
+    "time_total_s",
+)
+
+
+def trial_key(index: int) -> str:
+    """``t0000`` for index 0: the stable name of a trial (directory, MLflow tag, report)."""
+    return f"t{index:04d}"
+
+
+def key_index(key: str) -> int:
+    """The index of a key made by :func:`trial_key` (ValueError for anything else)."""
+    if not (key.startswith("t") and key[1:].isdigit()):
+        raise ValueError(f"not a trial key: {key!r}")
+    return int(key[1:])
+
+
+def total_trials(study: Study) -> int:
+    """Trials of the study: every grid combination, else ``search.num_trials``."""
+    return study.trial_count
+
+
+def rung_milestones(study: Study) -> list[int]:
+    """ASHA's rungs (epochs) below the budget: grace_period · reduction_factor^k < epochs."""
+    b = study.budget
+    out, m = [], b.grace_period
+    while m < b.epochs:
+        out.append(m)
+        m *= b.reduction_factor
+    return out
+
+
+def asha_stops(value: float, pool: Sequence[float] | np.ndarray, reduction_factor: int) -> bool:
+    """ASHA's rule at one rung: a value above the 1/reduction_factor quantile of the ``pool`` (the values at the
+    same rung of the trials it is compared with) stops the trial; an empty pool stops nothing."""
+    if len(pool) == 0:
+        return False
+    return value > float(np.nanpercentile(pool, 100.0 / reduction_factor))
+
+
+#: trials simulated by :func:`expected_search_epochs` (later trials are counted at the simulated ones' late mean)
+SIMULATED_TRIALS = 128
+#: simulated searches averaged by :func:`expected_search_epochs`
+SIMULATED_ROUNDS = 32
+
+
+def expected_search_epochs(study: Study, window: int) -> float:
+    """Epochs the study's proxy (or direct) search is expected to train under the plan's ASHA, before any trial runs.
+
+    Simulated with :func:`asha_stops` exactly as :meth:`SearchPlan.should_stop` applies it (trial i compared at
+    each rung with trials 0 … i-``window`` that reached it): trials of random quality (seeded, the same for every
+    call) whose errors keep their rank from rung to rung, :data:`SIMULATED_ROUNDS` searches averaged. Beyond
+    :data:`SIMULATED_TRIALS` trials each further trial counts the late simulated trials' mean. Without rungs (the
+    grace period at or past the budget) every trial trains ``budget.epochs``: trials x epochs.
+    """
+    epochs, rf = int(study.budget.epochs), int(study.budget.reduction_factor)
+    milestones, trials, w = rung_milestones(study), int(study.trial_count), max(1, int(window))
+    if not milestones or trials < 1:
+        return float(trials * epochs)
+    n = min(trials, SIMULATED_TRIALS)
+    rng = np.random.default_rng(0)
+    trained = np.zeros((SIMULATED_ROUNDS, n))
+    for r in range(SIMULATED_ROUNDS):
+        quality = rng.random(n)
+        reached: dict[int, tuple[list[int], list[float]]] = {
+            m: ([], []) for m in milestones
+        }  # per rung: trial indices (ascending) and their values
+        for i in range(n):
+            trained[r, i] = epochs
+            for m in milestones:
+                index, values = reached[m]
+                visible = int(np.searchsorted(index, i - w, side="right"))  # trials 0 … i-w that reached m
+                index.append(i)
+                values.append(quality[i])
+                if asha_stops(quality[i], values[:visible], rf):
+                    trained[r, i] = m
+                    break
+    per_trial = trained.mean(axis=0)
+    late = per_trial[n // 2 :].mean()
+    return float(per_trial.sum() + (trials - n) * late)
+
+
+def key_number(key: str) -> int:
+    """1-based trial number of a key: its index + 1; 0 for a name that is not a key."""
+    try:
+        return key_index(str(key)) + 1
+    except ValueError:
+        return 0
+
+
+#: the configuration entry that carries a trial's key through Tune
+KEY = "trial_key"
+
+
+def key_of(trial) -> str | None:
+    """A Tune trial's key (its configuration carries it); None for a trial without one."""
+    key = (getattr(trial, "config", None) or {}).get(KEY)
+    return None if key is None else str(key)
+
+
+def trial_number(trial) -> int:
+    """:func:`key_number` of a Tune trial's key (0 for a trial without one)."""
+    return key_number(key_of(trial))
+
+
+def error_text(trial) -> str:
+    """The exception line of a Tune trial's last error, at most 500 characters ("unknown error" if none).
+
+    Read from Tune's text error file in the trial's local folder (written before the
+    scheduler and the callbacks hear of the error), else from ``trial.get_error()``;
+    Tune's pickled copy of the error is never read.
+    """
+    text = None
+    try:
+        path = Path(trial.error_file) if getattr(trial, "error_file", None) else None
+        if path is not None and path.is_file():
+            text = path.read_text(errors="replace")
+    except (OSError, TypeError, ValueError):
+        text = None
+    if text is None:
+        try:
+            err = trial.get_error()
+        except Exception:  # Tune's error file may be missing
+            err = None
+        text = None if err is None else str(err) or type(err).__name__
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip() and not line.startswith("Failure # ")]
+    return lines[-1][:500] if lines else "unknown error"
+
+
+def trial_status(metrics: dict, failed: bool, budget_epochs: int) -> str:
+    """completed | pruned | diverged | failed, from a trial's last reported metrics."""
+    if failed:
+        return "failed"
+    if metrics.get("diverged"):
+        return "diverged"
+    if int(metrics.get("epoch", 0) or 0) < budget_epochs:
+        return "pruned"
+    return "completed"
+
+
+@dataclass
+class Outcome:
+    """How a trial ended (``outcome.json``). ``rungs``: its validation error at each ASHA rung it reached (epoch -> value)."""
+
+    status: str
+    metrics: dict = field(default_factory=dict)
+    error: str | None = None
+    rungs: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def value(self) -> float | None:
+        """The result the sampler is told: the last reported validation error (None for a failed trial); an
+        outcome written before validation splits holds its ``test_error``."""
+        value = self.metrics.get("val_error", self.metrics.get("test_error"))
+        if self.status == "failed" or value is None:
+            return None
+        return float(value)
+
+    def told(self, objectives: str) -> float | tuple[float, float] | str | None:
+        """What a search on ``objectives`` (``search.objectives``) tells its sampler of this trial: its
+        :attr:`value`; for ``error+seconds``, (validation error, training seconds) of a trial that ran its whole
+        budget, :data:`~mutransfer._sweep.sampling.PRUNED` for a pruned one (its seconds are a part of a training's;
+        Optuna's samplers count a pruned trial as a poor one), None for a failed or diverged one."""
+        if objectives == "error":
+            return self.value
+        seconds = self.metrics.get("trainer_seconds")
+        if self.status == "pruned":
+            return PRUNED
+        if self.status != "completed" or self.value is None or not seconds:
+            return None
+        return self.value, float(seconds)
+
+    def as_dict(self) -> dict:
+        return dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Outcome:
+        return cls(
+            status=str(d["status"]),
+            metrics=dict(d.get("metrics") or {}),
+            error=d.get("error"),
+            rungs={int(k): float(v) for k, v in (d.get("rungs") or {}).items()},
+        )
+
+
+def read_trials(
+    trials_dir: Path, total: int, space: dict, seeded: Callable[[int], bool]
+) -> Iterator[tuple[int, dict, Outcome | None]]:
+    """(index, config, outcome or None) of each trial handed out, in key order, each file checked
+    (mutransfer._sweep._trial_files): one line naming the first that is not as the sweep wrote it. ``seeded(i)``: trial
+    ``i``'s config may lie outside the space (a seed from another study's, a rung's), so only its types are checked."""
+    refuse_link(trials_dir)
+    if trials_dir.exists() and not trials_dir.is_dir():
+        raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
+    for i in range(total):
+        refuse_link(trials_dir / trial_key(i))
+        config = read_trial_json(trials_dir / trial_key(i) / CONFIG_FILE)
+        if not isinstance(config, dict):
+            return  # configurations are handed out in key order: the first gap ends them
+        check_config_keys(trials_dir / trial_key(i) / CONFIG_FILE, config, space)
+        check_config(trials_dir / trial_key(i) / CONFIG_FILE, config, space, seeded(i))
+        outcome = read_trial_json(trials_dir / trial_key(i) / OUTCOME_FILE)
+        if isinstance(outcome, dict) and "status" in outcome:
+            check_outcome(trials_dir / trial_key(i) / OUTCOME_FILE, outcome)
+            yield i, config, Outcome.from_dict(outcome)
+        else:
+            yield i, config, None
+
+
+def check_trial_files(study: Study, trials_dir: Path) -> None:
+    """Before a resume starts anything: the main search's trial files read as :class:`SearchPlan` reads them. A trial
+    with its seed's provenance (``SEED_FILE``, written before its config) is taken as seeded: its values may lie
+    outside the space (the plan checks them against the strategies' seeds when it loads)."""
+
+    def seeded(i: int) -> bool:
+        return (trials_dir / trial_key(i) / SEED_FILE).exists()
+
+    for _ in read_trials(trials_dir, total_trials(study), search_distributions(study), seeded):
+        pass
+
+
+class SearchPlan:
+    """Hands out trial keys and configurations in a fixed order and decides ASHA stops (see the module docstring).
+
+    ``trials_dir``: ``<study dir>/trials``. ``window``: w >= 1, fixed for the study.
+    ``preset``: the configurations to run, in key order, instead of sampling, all to the
+    full budget (no ASHA): a ladder rung's promoted trials (mutransfer._sweep.ladder).
+    ``sampler``: an Optuna sampler object in place of the study's ``search.algorithm`` (the Python API's).
+    ``seeds``: (configuration, provenance) of the first trials, handed out in place of samples
+    (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their ``warm_start.json``).
+    """
+
+    def __init__(
+        self,
+        study: Study,
+        trials_dir: str | Path,
+        window: int,
+        seeds: Sequence[tuple[dict, dict]] = (),
+        *,
+        preset: list[dict] | None = None,
+        sampler: optuna.samplers.BaseSampler | None = None,
+    ):
+        self.study = study
+        self.sampler = sampler
+        self.seeds = list(seeds)
+        self.trials_dir = Path(trials_dir)
+        self.preset = None if preset is None else [dict(c) for c in preset]
+        self.total = total_trials(study) if preset is None else len(preset)
+        self.window = max(1, int(window)) if preset is None else max(1, self.total)  # presets never wait for results
+        self.milestones = rung_milestones(study) if preset is None else []
+        self.configs: dict[int, dict] = {}
+        self.outcomes: dict[int, Outcome] = {}
+        #: rung values of trials still running (epoch -> validation error), judged once each
+        self._rungs: dict[int, dict[int, float]] = {}
+        self._space = search_distributions(study)
+        self._load()
+        #: the trials in Optuna's storage (mutransfer._sweep._trial_journal), brought up to the files here
+        self.journal = TrialJournal(journal_path(self.trials_dir), study.name, self._space, study.search.objectives)
+        for i in sorted(self.configs):
+            self._journal(i)
+        self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
+        self._next = len(self.configs)
+
+    def _load(self) -> None:
+        def seeded(i: int) -> bool:  # from another study's space (a seed), or a rung's promoted trial
+            return i < len(self.seeds) or self.preset is not None
+
+        for i, config, outcome in read_trials(self.trials_dir, self.total, self._space, seeded):
+            self.configs[i] = config
+            if outcome is not None:
+                self.outcomes[i] = outcome
+
+    # ---- handing out ----------------------------------------------------------------
+    def finished(self) -> bool:
+        return len(self.outcomes) >= self.total
+
+    def handed_out(self) -> bool:
+        """Every trial has been handed out: no new trial will ask for resources (a failed one may be retried)."""
+        return not self._queue and self._next >= self.total
+
+    def remaining(self) -> int:
+        """Trials still to run this session (resumed unfinished ones and new ones)."""
+        return self.total - len(self.outcomes)
+
+    def next_trial(self) -> tuple[str, dict] | str | None:
+        """(key, configuration) of the next trial; None: wait for earlier results; :data:`DONE`: all handed out."""
+        if self._queue:
+            i = self._queue.pop(0)
+            return trial_key(i), dict(self.configs[i])
+        i = self._next
+        if i >= self.total:
+            return DONE
+        known = range(0, i - self.window + 1)
+        if any(j not in self.outcomes for j in known):
+            return None
+        config = dict(self.seeds[i][0]) if i < len(self.seeds) else self._sample(i, known)
+        directory = self.trials_dir / trial_key(i)
+        directory.mkdir(parents=True, exist_ok=True)
+
+        if i < len(self.seeds):
+            write_atomic(directory / SEED_FILE, json.dumps(self.seeds[i][1]))
+        write_atomic(directory / CONFIG_FILE, json.dumps(config))
+        self.configs[i] = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
+        self._journal(i)
+        self._next += 1
+        return trial_key(i), dict(self.configs[i])
+
+    def _sample(self, index: int, known: range) -> dict:
+        if self.preset is not None:
+            return dict(self.preset[index])
+
+        return sample_config(
+            self.study,
+            index,
+            [(self.configs[j], self.outcomes[j].told(self.study.search.objectives)) for j in known],
+            self.sampler,
+        )
+
+    # ---- results --------------------------------------------------------------------
+    def record(self, key: str, metrics: dict, *, failed: bool, error: str | None = None) -> Outcome:
+        """Store how trial ``key`` ended (``outcome.json``) from its last reported ``metrics``."""
+        i = key_index(key)
+        last = {k: metrics[k] for k in OUTCOME_METRICS if k in metrics}
+        outcome = Outcome(
+            trial_status(last, failed, self.study.budget.epochs),
+            last,
+            (error or "unknown error") if failed else None,
+            dict(self._rungs.pop(i, {})),
+        )
+
+        directory = self.trials_dir / key
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(directory / OUTCOME_FILE, json.dumps(outcome.as_dict()))
+        self.outcomes[i] = Outcome.from_dict(json.loads(json.dumps(outcome.as_dict())))
+        self._journal(i)
+        return self.outcomes[i]
+
+    def retrying(self, key: str, failures: int, error: str) -> None:
+        """Trial ``key`` failed and is retried: not an outcome (``outcome.json`` is written when its retries end), so a
+        driver that dies meanwhile leaves it unfinished and ``--resume`` runs it again from its checkpoint; what
+        failed is kept in ``retrying.json`` beside its files."""
+        directory = self.trials_dir / key
+        directory.mkdir(parents=True, exist_ok=True)
+        write_atomic(directory / RETRYING_FILE, json.dumps({"failures": int(failures), "error": error}))
+
+    def _journal(self, index: int) -> None:
+        """Write trial ``index`` to the journal as the files here hold it: handed out, or finished."""
+        key, config, outcome = trial_key(index), self.configs.get(index), self.outcomes.get(index)
+        if config is None or index in self.journal.done:
+            return
+        if outcome is None:
+            self.journal.handed_out(index, key, config)
+            return
+        history = [(r.epoch, r.test_error) for r in read_trial_history(self.trials_dir / key)]
+        told = outcome.told(self.study.search.objectives)  # a pruned trial of a two-objective search: no values
+        self.journal.finished(index, key, config, outcome.status, None if isinstance(told, str) else told, history)
+
+    def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
+        """ASHA: stop trial ``key`` (which just reported ``val_error`` at ``epoch``)?
+
+        Each rung m <= epoch is judged once per trial, with the trial's value at epoch m
+        (this report's, or its ``history.json``'s when it resumed past m): it is stopped
+        if that value is above the 1/reduction_factor quantile of the values at m of
+        trials 0 … i-w (all finished before it started; Ray's ASHA compares with whichever
+        trials happened to reach the rung first).
+        """
+        i = key_index(key)
+        judged = self._rungs.setdefault(i, {})
+        history = None
+        for m in self.milestones:
+            if m > epoch or m in judged:
+                continue
+            if m == epoch:
+                value = float(val_error)
+            else:
+                history = self._history(key) if history is None else history
+                if m not in history:
+                    continue
+                value = history[m]
+            judged[m] = value
+            if self._above_cutoff(i, m, value):
+                return True
+        return False
+
+    def _above_cutoff(self, index: int, milestone: int, value: float) -> bool:
+        pool = [
+            self.outcomes[j].rungs[milestone]
+            for j in range(0, index - self.window + 1)
+            if j in self.outcomes and milestone in self.outcomes[j].rungs
+        ]
+        return asha_stops(value, pool, self.study.budget.reduction_factor)
+
+    def _history(self, key: str) -> dict[int, float]:
+        return {int(r.epoch): float(r.test_error) for r in read_trial_history(self.trials_dir / key)}
+
+
+def write_journal(study: Study, trials_dir: str | Path) -> None:
+    """Bring the Optuna journal of the search in ``trials_dir`` up to its trial files (nothing where the folder holds
+    no trial): what a plan does when it loads, for a study resumed after its search ended (one finished before the
+    journal existed opens in Optuna once resumed)."""
+    if Path(trials_dir).is_dir():
+        SearchPlan(study, trials_dir, 1)

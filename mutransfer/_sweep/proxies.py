@@ -1,0 +1,289 @@
+"""The proxy phase: the search over proxy models with Ray Tune (TPE/random/grid + ASHA).
+
+Sets ``ctx.proxies`` (:class:`ProxyResults`): one :class:`TrialRecord` per trial (by
+key, ``t0000`` …), the best one, the concurrency. The configurations, the ASHA
+decisions and the trials' outcomes go through a :class:`~mutransfer._sweep.plan.SearchPlan`
+kept as JSON in ``<study dir>/trials/<key>/`` (config.json, outcome.json). Trials are
+logged to MLflow as child runs by :class:`~mutransfer._sweep.trial_logger.TrialLogger`
+while they run; after the search, any trial that finished before a driver kill and
+missed its child run is logged from its files.
+
+Resume never restores Tune's own experiment (``Tuner.restore`` would unpickle files of
+the study folder): each session runs a fresh Tune experiment in ``tune/run-<n>/`` over
+the plan rebuilt from the JSON files, so finished trials are not run again and
+unfinished ones continue from their own checkpoints (loaded with ``weights_only=True``).
+Nothing Tune writes under ``tune/`` is ever read. A resumed study whose proxy phase
+finished reads the records back from ``state.json`` instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import re
+import signal
+import threading
+import time
+
+from mutransfer._study.models import merge_hyperparameters
+from mutransfer._study.search_space import typed
+from mutransfer._study_folder.records import TrialRecord
+from mutransfer._sweep import progress
+from mutransfer._sweep._executors import SearchRun
+from mutransfer._sweep.context import ProxyResults, SweepContext, SweepError, pick_best
+from mutransfer._sweep.parent_run import WINDOW_TAG
+from mutransfer._sweep.plan import SearchPlan, trial_key
+from mutransfer._sweep.trial_logger import TrialLogger
+from mutransfer._tracking.runs import TRIAL_ID_TAG, Tracker
+
+
+@contextlib.contextmanager
+def keep_sigint_handler():
+    """Restore the SIGINT handler after Tune / Ray Train, which install their own and leave it behind."""
+
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        if threading.current_thread() is threading.main_thread() and previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def run_proxies(ctx: SweepContext) -> None:
+    """Run (or continue) the search and set ``ctx.proxies``."""
+    if ctx.state.get("phase") != "proxies":
+        ctx.proxies = ProxyResults.from_state(ctx.state)
+        return
+    start = time.perf_counter()
+    window, concurrency = ctx.executor.search_shape(ctx.study)
+    plan = _plan(ctx, window)
+    logger = _logger(ctx, plan.total)
+    _announce(ctx, plan, concurrency)
+    note = ctx.executor.search_note(window)
+    if note:
+        ctx.say(note)
+    if not plan.finished():
+        try:
+            with keep_sigint_handler():
+                ctx.executor.search(_search_run(ctx, plan, logger, concurrency))
+            if not plan.finished():
+                raise KeyboardInterrupt("the Tune experiment was interrupted")
+        except BaseException:
+            logger.close(timeout=INTERRUPTED_WRITES_S)  # before the study marks its open runs ended
+            raise
+    _drain(ctx, logger)
+    trials = collect_trials(ctx.study, plan, logger)
+    seconds = float(ctx.state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
+    ctx.proxies = ProxyResults(trials, next(t for t in trials if t.best), concurrency, seconds)
+    ctx.update_state(phase="target", **ctx.proxies.as_dict())
+
+
+#: seconds the end of a search waits on its queued trial writes before it says that it waits
+QUIET_DRAIN_S = 2.0
+#: seconds an interrupted search gives the trial writes still queued (the rest is logged by --resume)
+INTERRUPTED_WRITES_S = 10.0
+
+
+def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
+    """Wait for the trials' MLflow writes the search queued (a tracking server that was down gets them now)."""
+    try:
+        logger.drain(timeout=QUIET_DRAIN_S)
+    except TimeoutError:  # the store is slow or away: say what the study is waiting for
+        ctx.say(f"mlflow: sending {logger.pending()} queued trial writes to {ctx.tracking_uri} ...")
+    for failure in logger.drain():
+        ctx.say(f"warning: an MLflow write failed ({failure}); the trial's run is written again from its files")
+    logger.close()
+
+
+def _plan(ctx: SweepContext, first_window: int):
+    """The study's plan; its window is the first session's (kept in state.json), so a resume samples alike."""
+
+    window = ctx.state.get("search_window")
+    if not isinstance(window, int) or window < 1:
+        window = first_window
+        ctx.update_state(search_window=window)
+    if ctx.tracker is not None and ctx.parent_id:  # kept on the parent run too: a rebuilt state takes it back
+        ctx.tracker.set_tags(ctx.parent_id, {WINDOW_TAG: str(window)})
+
+    # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)
+    from mutransfer._sweep.strategies import registry as strategies  # noqa: PLC0415
+
+    return SearchPlan(
+        ctx.study,
+        ctx.study_dir.trials_dir,
+        window,
+        seeds=strategies.seed_trials(ctx),
+        preset=ctx.preset,
+        sampler=ctx.options.sampler,
+    )
+
+
+def _logger(ctx: SweepContext, total: int):
+    from mutransfer._sweep.strategies import registry as strategies  # noqa: PLC0415 -- deferred: cycle, as in _plan
+
+    study, at_target, r, data = ctx.study, ctx.search_at_target, ctx.study.resources, ctx.search_data
+    uses_gpu = r.gpus_per_trial > 0
+    return TrialLogger(
+        uri=ctx.tracking_uri,
+        experiment_id=ctx.experiment_id,
+        parent_run_id=ctx.parent_id,
+        study_name=study.name,
+        proxy_K=study.target_K if at_target else study.proxy_K,
+        proxy_width=(study.target_width or study.operator.width) if at_target else study.operator.width,
+        grid=None if study.point_problem or data is None else "x".join(map(str, data.grid_shape)),
+        budget_epochs=study.budget.epochs,
+        hyperparameters=functools.partial(merge_hyperparameters, study),
+        total_trials=total,
+        device_kind="gpu" if uses_gpu else "cpu",
+        devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
+        quiet=ctx.options.quiet,
+        trials_dir=str(ctx.study_dir.trials_dir),
+        tags=ctx.trial_tags,
+        key_tags=strategies.trial_tags(ctx),
+        background=True,  # Tune never waits on the store: the trials train on through a server outage
+    )
+
+
+def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
+    study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
+    total = plan.total
+    if study.budget.grace_period >= study.budget.epochs and ctx.preset is None:
+        ctx.say(
+            f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early"
+        )
+    if study.search.algorithm == "grid" and study.search.num_trials != total and ctx.preset is None:
+        ctx.say(
+            f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)"
+        )
+    gpu = f" + {r.gpus_per_trial} GPU" if r.gpus_per_trial > 0 else ""
+    ctx.say(
+        f"{ctx.search_name}: {total} trials, {study.model_text(at_target)} "
+        f"({'promoted, no ASHA' if ctx.preset is not None else study.search.algorithm + ', ASHA'}), "
+        f"{study.budget.epochs} epochs each, {concurrency} at a time x {r.cpus_per_trial} CPU{gpu} ...",
+    )
+    if plan.outcomes or plan.configs:
+        ctx.say(
+            f"continuing the search: {len(plan.outcomes)} of {total} trials finished (kept), "
+            f"{len(plan.configs) - len(plan.outcomes)} continue from their checkpoints"
+        )
+
+
+def _search_run(ctx: SweepContext, plan, logger, concurrency: int) -> SearchRun:
+    """The plan's remaining trials as the executor runs them (on Ray: a fresh Tune experiment, tune/run-<n>)."""
+    study, r = ctx.study, ctx.study.resources
+    uses_gpu = r.gpus_per_trial > 0
+    tune_callbacks = []
+    if ctx.early_target is not None:  # the target's workers start while the last trials run (Ray only)
+        from mutransfer._sweep.tune_callback import WhenHandedOut  # noqa: PLC0415 -- deferred: imports Ray
+
+        tune_callbacks.append(WhenHandedOut(plan, ctx.early_target.start))
+    return SearchRun(
+        plan=plan,
+        study=study,
+        data=ctx.search_data,  # validation rows held out, no test rows: nothing a search picks read them
+        options={
+            "study_dir": str(ctx.study_dir.root),
+            "threads": r.cpus_per_trial,
+            "device": "cuda" if uses_gpu else "cpu",
+            "fail_trials": ctx.fail_trials,
+            "target_size": ctx.search_at_target,
+            # the driver's plan of this search's model: the trials hold it against their device
+            "plan": ctx.memory_plan(target=ctx.search_at_target, device="cuda" if uses_gpu else "cpu"),
+        },
+        concurrency=concurrency,
+        # the Python API's callbacks watch the study's own search (not a ladder rung's or the direct baseline's)
+        callbacks=[logger, progress.proxy_callback(ctx, plan.total, len(plan.outcomes))]
+        + ([] if ctx.search_at_target else list(ctx.options.trial_callbacks)),
+        max_failures=study.budget.max_failures,
+        tune_dir=ctx.study_dir.tune_dir,
+        tune_callbacks=tune_callbacks,
+    )
+
+
+def collect_trials(study, plan, logger) -> list[TrialRecord]:
+    """Trial records, by key, from the plan's JSON files and the MLflow child runs (the best marked).
+
+    Logs any trial that MLflow missed (it finished just before a driver kill); child runs of
+    keys that are not this study's trials (left by an older version) are tagged superseded.
+    """
+
+    tracker = Tracker(logger.uri)
+    keys = [trial_key(i) for i in range(plan.total)]
+    for i, key in enumerate(keys):
+        if key not in logger.logged_trial_ids():
+            logger.log_from_files(key, plan.configs[i], plan.outcomes[i])
+    children = {
+        c.data.tags.get(TRIAL_ID_TAG): c
+        for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")
+    }
+    for tid, child in children.items():
+        if tid not in keys and child.data.tags.get("mutransfer.superseded") != "true":
+            tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
+        if tid not in keys and child.info.status == "RUNNING":  # started by a driver that died; its trial is gone
+            tracker.set_status(child.info.run_id, "KILLED")
+    trials = [_record(study, i, key, plan, children.get(key)) for i, key in enumerate(keys)]
+    best = pick_best(trials)
+    if best is None:
+        raise SweepError(all_failed_message(study, plan))
+    best.best = True
+    return trials
+
+
+def _record(study, index: int, key: str, plan, child) -> TrialRecord:
+    outcome, config = plan.outcomes[index], plan.configs[index]
+    m = child.data.metrics if child else {}
+    val_error = outcome.value
+    config = {k: typed(k, v) for k, v in config.items() if k in study.search_space}
+    spectral = outcome.metrics.get("spectral_lr0")
+    return TrialRecord(
+        trial_id=key,
+        index=index + 1,
+        status=outcome.status,
+        config=config,
+        hp=merge_hyperparameters(study, config),
+        val_error=None if val_error is None or not math.isfinite(val_error) else float(val_error),
+        epochs=int(outcome.metrics.get("epoch", 0) or 0),
+        trainer_seconds=float(m.get("trainer_seconds", outcome.metrics.get("trainer_seconds", 0.0)) or 0.0),
+        wall_seconds=float(m.get("wall_seconds", 0.0)),
+        device_seconds=float(m.get("device_seconds", 0.0)),
+        span_seconds=float(m.get("span_seconds", 0.0)),
+        spectral_lr=None if spectral is None else float(spectral),
+        mlflow_run_id=child.info.run_id if child else None,
+    )
+
+
+#: (pattern in a trial's error, what to try), first match wins
+_ADVICE = (
+    (r"MUTRANSFER_FAIL_TRIALS", "unset MUTRANSFER_FAIL_TRIALS (it injects failures for testing)"),
+    (
+        r"out of memory|MemoryError",
+        "a smaller batch_size, fewer trials at once (search.max_concurrent) or a smaller proxy (operator.width, proxy_K)",
+    ),
+    (r"\b(nan|inf)\b|overflow|non-finite", "a lower LR range (search_space.lr)"),
+)
+
+
+def all_failed_message(study, plan) -> str:
+    """What to say when no trial produced a result: the first trial's error and what to try."""
+
+    first = plan.outcomes[0]
+    config = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in plan.configs[0].items())
+    error = first.error or "unknown error"
+    advice = next((a for pattern, a in _ADVICE if re.search(pattern, error, re.IGNORECASE)), None)
+    if advice is None:
+        lr = study.search_space.get("lr")
+        lr_text = (
+            f" or a lower LR range (search_space.lr is {lr.low:g}..{lr.high:g})"
+            if lr is not None and lr.low is not None
+            else ""
+        )
+        advice = (
+            f"run that trial alone with `mutransfer train` at its hyperparameters for the full traceback "
+            f"(Ray's logs: /tmp/ray/session_latest/logs){lr_text}"
+        )
+    return (
+        f"no proxy trial produced a result: all {plan.total} failed, each after {study.budget.max_failures} "
+        f"retries; the first ({trial_key(0)}: {config}) failed with: {error}. Try {advice}; failed trials are final, "
+        f"so after the fix start a new study (--name NEW or a new study name): --resume of this one would report the same failures"
+    )

@@ -1,0 +1,183 @@
+"""The target phase: train the target once on the study's executor (on Ray: Ray Train, or one Ray actor for one CPU
+worker), logged as an MLflow child run.
+
+Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``; with ``search.top_k`` > 1,
+mutransfer._sweep.topk trains the N best proxies through :func:`fit_target` instead, the winner kept. A resumed study
+reuses its target run and Ray Train resumes from the last reported checkpoint; a target
+that had finished (the study was interrupted later, during ``--verify`` or ``--baseline``)
+is read back from ``state.json`` and not trained again. A
+failure marks the run FAILED and ends the sweep with a SweepError naming the cause;
+Ctrl-C marks it KILLED. While it trains, :class:`TargetWatch` shows its epochs on the
+console (mutransfer._sweep.progress) and logs them to the target run (step = epoch).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mutransfer._study_folder.portable import resolved_path, stored_path
+from mutransfer._sweep._executors import TargetJob
+from mutransfer._sweep.context import SweepContext, SweepError
+from mutransfer._sweep.progress import TargetProgress, for_options
+from mutransfer._sweep.proxies import keep_sigint_handler
+from mutransfer._sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
+from mutransfer._sweep.target_run import RunningTarget, on_one_actor, resolve_use_gpu
+from mutransfer._tracking.runs import logged_steps
+
+
+def first_line(exc: BaseException) -> str:
+    """The type and last non-empty line of an exception (Ray wraps causes in long messages)."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"[:300]
+
+
+class TargetWatch:
+    """Called by run_target while the target trains: reads the evaluations rank 0 appended to
+    ``<storage_dir>/target/progress.jsonl``, shows the latest (epoch, train loss, test error, ETA) and,
+    given a ``run_id``, logs them to that MLflow run at most every ``log_interval_s`` seconds.
+
+    Best effort: a failure here is said once and the watch stops; the training is not disturbed.
+    """
+
+    log_interval_s = 1.0
+
+    def __init__(self, ctx: SweepContext, storage_dir, *, run_id: str | None = None, label: str = "target"):
+        self.ctx, self.run_id = ctx, run_id
+        self.path = Path(storage_dir) / "target" / PROGRESS_FILE
+        self.offset = self.path.stat().st_size if self.path.exists() else 0  # an earlier session's epochs are not news
+        self.display = TargetProgress(ctx.study.target.epochs, mode=for_options(ctx.options), label=label)
+        self.logged: set[int] = logged_steps(ctx.tracker.client, run_id) if run_id else set()
+        self.pending: list = []
+        self.flushed = 0.0
+        self.broken = False
+
+    def __call__(self) -> None:
+        if self.broken:
+            return
+        try:
+            self._poll()
+        except Exception as exc:  # never let the display stop the training
+            self.broken = True
+            self.ctx.say(f"note: the target's live progress stopped ({first_line(exc)}); training goes on")
+
+    def _poll(self) -> None:
+        records, self.offset = read_progress(self.path, self.offset)
+        if records:
+            last = records[-1]
+            self.display.show(last.epoch, train_loss=last.train_loss, test_error=last.test_error)
+            self.pending += records
+        if self.run_id and self.pending and time.time() - self.flushed >= self.log_interval_s:
+            self.logged.update(self.ctx.tracker.log_epochs(self.run_id, self.pending, skip=self.logged))
+            self.pending, self.flushed = [], time.time()
+
+    def close(self) -> None:
+        self.display.close()
+
+
+def _runs_on(ctx: SweepContext, early: bool, use_gpu: bool) -> str:
+    if ctx.executor.name != "ray":
+        return "in this process"
+    on = "a Ray actor" if on_one_actor(ctx.study.target.num_workers, use_gpu) else "Ray Train"
+    return f"{on}, started while the last proxies trained" if early else on
+
+
+def _early_outcome(ctx: SweepContext, early: RunningTarget, job: TargetJob, watch: TargetWatch) -> TargetOutcome:
+    """The target trained by the run started early, given its order; if that run fails (its node was lost while it
+    waited, and its run's retries found the node not yet marked dead), the target is trained by a run started as
+    usual, which resumes from the early run's last checkpoint: an early start saves time, it never fails a study."""
+    try:
+        early.order(job.hp, job.plan)
+        return early.outcome(watch)
+    except Exception as exc:  # noqa: BLE001 -- any failure of the early run: the usual run below has its own retries
+        ctx.say(f"note: the target's run started early failed ({first_line(exc)}); a new run trains it")
+        return ctx.executor.inner.target(job, watch)
+
+
+def train_target(ctx: SweepContext) -> None:
+    """Train the target with the transferred hyperparameters (with ``search.top_k`` > 1 the top-k strategy's
+    phase runs instead, mutransfer._sweep.strategies.top_k)."""
+
+    if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
+        ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
+        ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
+        ctx.target_run_id = ctx.state.get("target_run_id")
+        return
+    outcome, run_id = fit_target(
+        ctx,
+        ctx.transfer,
+        ctx.transfer.source_key,
+        storage_dir=ctx.study_dir.root,
+        run_id=ctx.state.get("target_run_id"),
+        remember_run=lambda new: ctx.update_state(target_run_id=new),
+    )
+    ctx.target, ctx.target_run_id = outcome, run_id
+    # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
+    ctx.update_state(
+        target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root))
+    )
+
+
+def fit_target(
+    ctx: SweepContext,
+    transfer,
+    proxy_trial_id: str,
+    *,
+    storage_dir: Path,
+    run_id: str | None,
+    remember_run,
+    tags: dict | None = None,
+    label: str = "target",
+):
+    """Train the target at ``transfer.hp`` (a TransferResult) on the executor in ``storage_dir/target``, logged to
+    MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
+    before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
+    study, tracker = ctx.study, ctx.tracker
+    hp, record = transfer.hp, transfer.record
+    use_gpu = resolve_use_gpu(study.target.use_gpu, ctx.executor.resources()[1])
+    start_ms = int(time.time() * 1000)
+    if run_id and tracker.run_exists(run_id):
+        tracker.set_status(run_id, "RUNNING")
+    else:
+        params = {
+            "K": study.target_K,
+            "width": study.target_width,
+            **{f"hp.{k}": v for k, v in hp.items()},
+            "epochs": study.target.epochs,
+            "num_workers": study.target.num_workers,
+            "use_gpu": use_gpu,
+            "transfer.lr_factor": record.get("lr_factor"),
+            "transfer.init_variance_factor": record.get("init_variance_factor"),
+            "proxy_trial_id": proxy_trial_id,
+        }
+        run_id = tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, params)
+        if tags:
+            tracker.set_tags(run_id, tags)
+        remember_run(run_id)
+    plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
+    watch = TargetWatch(ctx, storage_dir, run_id=run_id, label=label)
+    early = ctx.early_target.take(storage_dir) if ctx.early_target is not None else None  # ordered right below
+    ctx.say(
+        f"{label}: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
+        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} ({_runs_on(ctx, early is not None, use_gpu)}) ...",
+    )
+    try:
+        with keep_sigint_handler():
+            job = TargetJob(study, hp, ctx.data, Path(storage_dir), use_gpu, study.budget.max_failures, plan)
+            run = None if early is None else (lambda: _early_outcome(ctx, early, job, watch))
+            outcome = ctx.executor.target(job, watch, run=run)
+    except KeyboardInterrupt:
+        tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
+        tracker.set_status(run_id, "KILLED")
+        raise
+    except Exception as exc:
+        tracker.set_tags(run_id, {"mutransfer.status": "failed", "mutransfer.error": first_line(exc)})
+        tracker.set_status(run_id, "FAILED")
+        raise SweepError(
+            f"{label} training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
+            f"Ray's logs are in /tmp/ray/session_latest/logs; fix the cause and run again with --resume"
+        ) from exc
+    finally:
+        watch.close()
+    tracker.finish_target(run_id, outcome, start_ms=start_ms, logged_epochs=watch.logged)
+    return outcome, run_id

@@ -1,7 +1,0 @@
-"""The names of the executors a study's trainings run on (mutransfer.sweep._executors), declared once: the CLI's
-``--executor`` and ``mutransfer.create_study(executor=...)`` offer these."""
-
-#: ``ray``: Ray Tune trials, a Ray Train target (one Ray actor for one CPU worker), Ray tasks (the default);
-#: ``inprocess``: one at a time in this process;
-#: ``population``: in this process, the trials of a search's window trained together as one batched model
-EXECUTORS = ("ray", "inprocess", "population")
