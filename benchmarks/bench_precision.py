@@ -31,7 +31,7 @@ import operators.spectral as spectral  # noqa: E402
 from mutransfer._diagnostics.statistics import mean_ci  # noqa: E402
 from mutransfer._problems import default_dataset, get_problem  # noqa: E402
 from mutransfer._training import TrainConfig, train  # noqa: E402
-from mutransfer.data.loading import load_split  # noqa: E402
+from mutransfer.data._loading import load_split  # noqa: E402
 from operators import FNO  # noqa: E402
 
 FORWARD_CASES = [(1, (1024,), 16, 64, 20), (2, (64, 64), 12, 64, 20), (3, (32, 32, 32), 8, 32, 4)]

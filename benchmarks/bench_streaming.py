@@ -1,4 +1,4 @@
-"""Throughput of the loaded and the streamed data paths (mutransfer.data.streaming).
+"""Throughput of the loaded and the streamed data paths (mutransfer.data._streaming).
 
 Writes a project-schema HDF5 file of ``--samples`` random samples on a ``--grid`` (2D,
 Darcy-like; --size-gib decides the samples when given), then measures, for one epoch
@@ -29,14 +29,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from mutransfer._training import TrainConfig, train  # noqa: E402
-from mutransfer.data.loading import load_split  # noqa: E402
-from mutransfer.data.streaming import iterate_batches  # noqa: E402
+from mutransfer.data._loading import load_split  # noqa: E402
+from mutransfer.data._streaming import iterate_batches  # noqa: E402
 from operators import FNO  # noqa: E402
 
 
 def write_file(path: Path, n: int, s: int) -> None:
     """A mutransfer-pde (darcy) file written in blocks, so that it can be larger than memory."""
-    from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.data._hdf5_io import write_dataset
 
     rng = np.random.default_rng(0)
     small = {

@@ -4,7 +4,7 @@ For each dataset and each rule of :data:`mutransfer._diagnostics.rule_panel.RULE
 c(K), and the wrong-on-purpose c(K)·K, c(K)², c = 1):
 
 1. **Truth**: an LR landscape at K_lo and K_hi (the same master-LR grid, ``--seeds`` seeds, trained on the
-   fit samples and measured on the validation samples: mutransfer.data.validation), each seed's optimum
+   fit samples and measured on the validation samples: mutransfer.data._validation), each seed's optimum
    fitted by the one estimator (:func:`mutransfer._landscape.analysis.fit_optimum`), and the drift
    log10 lr*(K_hi) − log10 lr*(K_lo) with Welch's 95 % t interval. The rule **fails** here when the
    interval excludes 0 ("moves"), **holds** when the interval lies inside ±``--holds`` decades, and is
@@ -56,8 +56,8 @@ from mutransfer._diagnostics.rule_panel import (  # noqa: E402
 from mutransfer._diagnostics.statistics import difference_ci  # noqa: E402
 from mutransfer._sweep.verify_transfer import seed_optima  # noqa: E402
 from mutransfer._training import TrainConfig, train  # noqa: E402
-from mutransfer.data.loading import SplitData  # noqa: E402
-from mutransfer.data.validation import carve_validation  # noqa: E402
+from mutransfer.data._loading import SplitData  # noqa: E402
+from mutransfer.data._validation import carve_validation  # noqa: E402
 from operators import FNO  # noqa: E402
 
 
@@ -87,12 +87,12 @@ def make_data(name: str, n_train: int, n_val: int, n_test: int):
     """(fit split, selection split) of a freshly generated dataset (seed 0)."""
     n = n_train + n_test
     if name.startswith("burgers"):
-        from mutransfer.data.burgers import generate_burgers
+        from mutransfer.data._burgers import generate_burgers
 
         raw = generate_burgers(n, 256, seed=0, alpha=0.6 if name == "burgers_rough" else 2.0, progress=False)
         x, y = raw["input"][:, ::2], raw["output"][:, ::2]  # 256 -> 128 periodic points
     else:
-        from mutransfer.data.darcy import generate_darcy
+        from mutransfer.data._darcy import generate_darcy
 
         raw = generate_darcy(n, 16, seed=0, progress=False)
         x, y = raw["input"], raw["output"]

@@ -27,7 +27,7 @@ from mutransfer._study.models import proxy_split  # noqa: E402
 from mutransfer._sweep.trial import _setup  # noqa: E402 -- the trial's own model and TrainConfig
 from mutransfer._training import train  # noqa: E402
 from mutransfer._training._population import Member, train_population  # noqa: E402
-from mutransfer.data.validation import carve_validation  # noqa: E402
+from mutransfer.data._validation import carve_validation  # noqa: E402
 
 TRIAL, PARTNER = {"lr": 5e-4, "batch_size": 10}, {"lr": 3.2e-4, "batch_size": 10}
 

@@ -29,8 +29,8 @@ from mutransfer._diagnostics.statistics import contrast_ci  # noqa: E402
 
 def make_burgers(work: Path, name: str, n: int, alpha: float) -> Path:
     """Burgers at 256 points, ``n`` samples, seed 0, initial field smoothness ``alpha``, as the project's HDF5."""
-    from mutransfer.data.burgers import generate_burgers  # noqa: PLC0415 -- deferred: only when data is made
-    from mutransfer.data.hdf5_io import write_dataset  # noqa: PLC0415
+    from mutransfer.data._burgers import generate_burgers  # noqa: PLC0415 -- deferred: only when data is made
+    from mutransfer.data._hdf5_io import write_dataset  # noqa: PLC0415
 
     path = work / f"{name}.h5"
     if not path.exists():

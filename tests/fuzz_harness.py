@@ -158,9 +158,9 @@ def assert_refused(outcome: Outcome) -> None:
 def write_grid_file(
     path: Path, *, problem: str = "burgers", n: int = 12, resolution: int = 64, seed: int = 0, times: int = 0
 ) -> Path:
-    """A valid file of the project's HDF5 schema (``mutransfer.data.hdf5_io``), random smooth-enough fields."""
-    from mutransfer.data.hdf5_io import write_dataset
-    from mutransfer.data.problem_facts import get_facts
+    """A valid file of the project's HDF5 schema (``mutransfer.data._hdf5_io``), random smooth-enough fields."""
+    from mutransfer.data._hdf5_io import write_dataset
+    from mutransfer.data._problem_facts import get_facts
 
     rng = np.random.default_rng(seed)
     dims = get_facts(problem).space_dim

@@ -36,8 +36,8 @@ def driver_command(study: Path, tmp_path: Path) -> tuple[list[str], dict]:
 
 
 def write_tiny_data(path: Path) -> Path:
-    from mutransfer.data.burgers import generate_burgers
-    from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.data._burgers import generate_burgers
+    from mutransfer.data._hdf5_io import write_dataset
 
     write_dataset(path, generate_burgers(48, 128, seed=0, progress=False))
     return path

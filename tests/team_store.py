@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from mutransfer.cli.ui_cmd import JOB_EXECUTION_ENV
+from mutransfer.cli._ui_cmd import JOB_EXECUTION_ENV
 
 START_TIMEOUT_S = 120  # a fresh store's migrations run when the server first opens it (tens of seconds on 2 cores)
 

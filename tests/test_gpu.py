@@ -211,9 +211,9 @@ def test_contraction_matches_einsum_on_cuda(monkeypatch):
 def test_streamed_batches_reach_the_gpu_pinned(tmp_path):
     import numpy as np
 
-    from mutransfer.data.hdf5_io import write_dataset
-    from mutransfer.data.loading import load_split
-    from mutransfer.data.streaming import iterate_batches
+    from mutransfer.data._hdf5_io import write_dataset
+    from mutransfer.data._loading import load_split
+    from mutransfer.data._streaming import iterate_batches
 
     rng = np.random.default_rng(0)
     n, s = 64, 32

@@ -317,7 +317,7 @@ def test_the_stored_size_check_passes_data_that_is_written(tmp_path):
     import h5py
     import numpy as np
 
-    from mutransfer.data.schema_common import check_stored
+    from mutransfer.data._schema_common import check_stored
     from mutransfer.errors import UserInputError
 
     shape, chunks = (17, 1024, 1024), (1, 1024, 1024)
@@ -546,7 +546,7 @@ def test_evaluate_names_a_fifo_or_a_device_as_data_for_what_it_is(tmp_path):
     """Found by the attack re-run: `evaluate --data` of a FIFO or /dev/zero said "file not found"; it says what the path
     is, as `data inspect` and `train` do, without opening it (a FIFO would be waited on)."""
     from mutransfer.errors import UserInputError
-    from mutransfer.serving.evaluation import sample_count
+    from mutransfer.serving._evaluation import sample_count
 
     os.mkfifo(tmp_path / "fifo.h5")
     for path in (tmp_path / "fifo.h5", Path("/dev/zero")):

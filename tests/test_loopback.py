@@ -163,7 +163,7 @@ def _get(url: str, host: str | None = None) -> int:
 @pytest.mark.slow  # starts the MLflow UI server
 def test_the_mlflow_ui_binds_loopback_and_refuses_foreign_host_headers(tmp_path):
     from mutransfer._sweep.endpoints import check_tracking_uri
-    from mutransfer.cli.ui_cmd import ui_command
+    from mutransfer.cli._ui_cmd import ui_command
 
     port = _free_port()
     proc = subprocess.Popen(

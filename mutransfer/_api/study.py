@@ -32,7 +32,7 @@ from mutransfer._sweep.plan import key_index, trial_status
 from mutransfer._sweep.runner import COMPLETE, sweep_steps
 from mutransfer._sweep.target import TargetOutcome
 from mutransfer.errors import UserInputError
-from mutransfer.serving.artifact import read_model_dir
+from mutransfer.serving._artifact import read_model_dir
 
 if TYPE_CHECKING:
     import pandas as pd

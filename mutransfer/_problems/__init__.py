@@ -5,7 +5,7 @@ dimensions, padding for non-periodic domains) and to the dataset sizes used when
 the user gives no data file. Default datasets are generated once and cached.
 
 Facts about the data (dimension, periodic grid, grid or point sets) come from
-``mutransfer.data.problem_facts``; each problem's module here adds its generator
+``mutransfer.data._problem_facts``; each problem's module here adds its generator
 and training defaults, and ``registry.PROBLEMS`` lists them. Imports go from
 here down to ``mutransfer.data``, never back.
 """

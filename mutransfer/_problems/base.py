@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mutransfer.data.problem_facts import ProblemFacts, get_facts, register_facts
+from mutransfer.data._problem_facts import ProblemFacts, get_facts, register_facts
 
 __all__ = ["Problem", "problem_from_facts"]
 
@@ -32,7 +32,7 @@ class Problem:
     #: extra keyword options the generator accepts (``mutransfer data generate`` flags)
     generator_options: tuple[str, ...] = ()
     #: "grid" (arrays on a regular grid, schema mutransfer-pde) or "points" (random point sets,
-    #: schema mutransfer-points, loaded packed by ``mutransfer.data.pointclouds.load_point_split``)
+    #: schema mutransfer-points, loaded packed by ``mutransfer.data._pointclouds.load_point_split``)
     kind: str = "grid"
     #: training losses this problem offers: relative_l2 always; pino where its PDE residual is implemented
     losses: tuple[str, ...] = ("relative_l2",)
@@ -43,10 +43,10 @@ class Problem:
 
 
 def problem_from_facts(name: str, *, facts: ProblemFacts | None = None, **fields) -> Problem:
-    """The Problem ``name`` with dim, periodic and kind taken from ``mutransfer.data.problem_facts``.
+    """The Problem ``name`` with dim, periodic and kind taken from ``mutransfer.data._problem_facts``.
 
     ``facts``: a new problem's facts, registered with the data layer here (built-in problems have theirs
-    in ``mutransfer.data.problem_facts.FACTS`` already).
+    in ``mutransfer.data._problem_facts.FACTS`` already).
     """
     if facts is not None:
         if facts.name != name:

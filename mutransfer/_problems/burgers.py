@@ -1,4 +1,4 @@
-"""1D viscous Burgers (``mutransfer.data.burgers``)."""
+"""1D viscous Burgers (``mutransfer.data._burgers``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ def generate(
     n: int, resolution: int, *, seed: int, progress: bool = True, nu: float | None = None, alpha: float | None = None
 ) -> dict:
     """``nu`` (default 0.1) and ``alpha`` (the initial field's smoothness, default 2; lower is rougher)."""
-    from mutransfer.data.burgers import generate_burgers  # noqa: PLC0415 -- deferred: scipy, needed only to generate data; the problem registry is on every command's path
+    from mutransfer.data._burgers import generate_burgers  # noqa: PLC0415 -- deferred: scipy, needed only to generate data; the problem registry is on every command's path
 
     options = {k: v for k, v in (("nu", nu), ("alpha", alpha)) if v is not None}
     return generate_burgers(n, resolution, seed=seed, progress=progress, **options)

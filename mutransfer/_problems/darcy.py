@@ -1,4 +1,4 @@
-"""2D Darcy flow on the unit square (``mutransfer.data.darcy``)."""
+"""2D Darcy flow on the unit square (``mutransfer.data._darcy``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from mutransfer._problems.base import problem_from_facts
 
 
 def generate(n: int, resolution: int, *, seed: int, progress: bool = True) -> dict:
-    from mutransfer.data.darcy import generate_darcy  # noqa: PLC0415 -- deferred: scipy, needed only to generate data; the problem registry is on every command's path
+    from mutransfer.data._darcy import generate_darcy  # noqa: PLC0415 -- deferred: scipy, needed only to generate data; the problem registry is on every command's path
 
     return generate_darcy(n, resolution, seed=seed, progress=progress)
 

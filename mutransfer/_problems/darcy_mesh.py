@@ -1,4 +1,4 @@
-"""Darcy flow on random point sets (``mutransfer.data.pointclouds``).
+"""Darcy flow on random point sets (``mutransfer.data._pointclouds``).
 
 Darcy solved on the 61x61 node grid, then each sample sampled at its own random nodes
 (exact grid values, padded to points_max with a mask); point-set operators only.
@@ -7,7 +7,7 @@ Darcy solved on the 61x61 node grid, then each sample sampled at its own random 
 from __future__ import annotations
 
 from mutransfer._problems.base import problem_from_facts
-from mutransfer.data.pointclouds import generate_darcy_mesh
+from mutransfer.data._pointclouds import generate_darcy_mesh
 
 
 def generate(n: int, resolution: int, *, seed: int, progress: bool = True, **options) -> dict:

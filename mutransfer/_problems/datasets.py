@@ -6,8 +6,8 @@ import os
 from pathlib import Path
 
 from mutransfer._problems.base import Problem
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.point_schema import write_point_dataset
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._point_schema import write_point_dataset
 
 __all__ = ["cache_dir", "default_dataset", "writer_for"]
 

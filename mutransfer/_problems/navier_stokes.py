@@ -1,4 +1,4 @@
-"""2D Navier-Stokes vorticity on the torus, learned in space-time (``mutransfer.data.navier_stokes``).
+"""2D Navier-Stokes vorticity on the torus, learned in space-time (``mutransfer.data._navier_stokes``).
 
 FNO-3D on space-time: w0 broadcast along t -> w(x, y, t). Space is periodic, time is
 not; the FNO pads every axis equally, so 4 points of padding are paid on the periodic
@@ -8,7 +8,7 @@ space axes too (harmless, ~25% more FFT work at 32^2) to stop the time axis wrap
 from __future__ import annotations
 
 from mutransfer._problems.base import problem_from_facts
-from mutransfer.data.navier_stokes import generate_navier_stokes
+from mutransfer.data._navier_stokes import generate_navier_stokes
 
 
 def generate(n: int, resolution: int, *, seed: int, progress: bool = True, **options) -> dict:

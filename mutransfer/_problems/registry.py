@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from mutransfer._problems import burgers, darcy, darcy_mesh, navier_stokes
 from mutransfer._problems.base import Problem
-from mutransfer.data.problem_facts import unregister_facts
+from mutransfer.data._problem_facts import unregister_facts
 from mutransfer.errors import UserInputError
 
 __all__ = ["PROBLEMS", "get_problem", "register_problem", "unregister_problem"]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from mutransfer._problems import default_dataset, get_problem
 from mutransfer._study import Study
-from mutransfer.data.loading import load_split
-from mutransfer.data.pointclouds import load_point_split
+from mutransfer.data._loading import load_split
+from mutransfer.data._pointclouds import load_point_split
 
 
 def dataset_path(study: Study, *, progress: bool = True) -> Path:

@@ -17,7 +17,7 @@ from mutransfer._problems import get_problem
 from mutransfer._study import Study
 from mutransfer._study.search_space import SEARCHABLE, SIZE_KEYS, is_operator_key, trial_study, typed
 from mutransfer._training import TrainConfig
-from mutransfer.data.validation import SelectionSplit, coarsen
+from mutransfer.data._validation import SelectionSplit, coarsen
 from operators.adapters import normalization_from
 from operators.family import ModelSpec
 from operators.parametrization import model_spectral_lr
@@ -212,7 +212,7 @@ def eval_metrics(record, spectral_lr0: float, *, error_key: str = "test_error") 
     """What a proxy trial or the target reports to Ray for one evaluation (a training.EpochRecord).
 
     ``error_key``: what the run's held-out error is called: ``val_error`` for a selection run (a proxy trial,
-    whose held-out split is the validation split: mutransfer.data.validation), ``test_error`` for the target.
+    whose held-out split is the validation split: mutransfer.data._validation), ``test_error`` for the target.
     """
     return {
         "epoch": record.epoch,

@@ -20,9 +20,9 @@ from mutransfer._study.ladder import check_ladder
 from mutransfer._study.samplers import sampler_problem, single_objective
 from mutransfer._study.schema import Study
 from mutransfer._study.search_space import OPTIONS_PREFIX, SIZE_KEYS, trial_study
-from mutransfer.data.loading import valid_resolutions
-from mutransfer.data.pointclouds import is_point_file, point_file_header
-from mutransfer.data.readers import open_data
+from mutransfer.data._loading import valid_resolutions
+from mutransfer.data._pointclouds import is_point_file, point_file_header
+from mutransfer.data._readers import open_data
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 from operators.family import OperatorFamily

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ray.tune import Callback
 
     from mutransfer._study import Study
-    from mutransfer.data.validation import SelectionSplit
+    from mutransfer.data._validation import SelectionSplit
 
 
 class TrialCallback(Protocol):

@@ -53,8 +53,8 @@ if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
     from mutransfer._study import Study
-    from mutransfer.data.loading import SplitData
-    from mutransfer.data.streaming import StreamingSplit
+    from mutransfer.data._loading import SplitData
+    from mutransfer.data._streaming import StreamingSplit
 
 
 class _Stopped(Exception):

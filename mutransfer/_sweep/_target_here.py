@@ -20,8 +20,8 @@ from mutransfer._training import EpochRecord, train
 
 if TYPE_CHECKING:
     from mutransfer._study import Study
-    from mutransfer.data.loading import SplitData
-    from mutransfer.data.streaming import StreamingSplit
+    from mutransfer.data._loading import SplitData
+    from mutransfer.data._streaming import StreamingSplit
 
 
 @dataclass(frozen=True)

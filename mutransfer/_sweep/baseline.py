@@ -8,7 +8,7 @@ nested sweep context over ``<study dir>/direct/`` (its own Tune experiment and
 run of kind ``direct_baseline``, a child of the study's parent run.
 
 The direct winner is the trial with the lowest validation error, as for the proxies (the search never reads
-the test split: mutransfer.data.validation). It is then **trained once more, fresh**, for ``target.epochs``
+the test split: mutransfer.data._validation). It is then **trained once more, fresh**, for ``target.epochs``
 with the same recipe, threads and Ray Train workers as μTransfer's target, and that training's test error
 and cost count: both arms' reported errors are measured alike, on a split neither arm selected on. (A study
 made before validation splits, which selected on the test split, keeps its old rule: the best trial is reused

@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     from mutransfer._sweep.target import TargetOutcome
     from mutransfer._sweep.target_run import RunningTarget
     from mutransfer._tracking.runs import Tracker
-    from mutransfer.data.loading import SplitData
-    from mutransfer.data.streaming import StreamingSplit
-    from mutransfer.data.validation import SelectionSplit
+    from mutransfer.data._loading import SplitData
+    from mutransfer.data._streaming import StreamingSplit
+    from mutransfer.data._validation import SelectionSplit
 
 
 class EarlyTarget(Protocol):

@@ -31,7 +31,7 @@ from mutransfer._sweep.cost import epoch_flops, model_epoch_flops
 from mutransfer._sweep.plan import expected_search_epochs
 from mutransfer._sweep.search import max_concurrent
 from mutransfer._training.precision import Precision, training_step
-from mutransfer.data.loading import valid_resolutions
+from mutransfer.data._loading import valid_resolutions
 from operators.adapters import PackedPointSet
 from operators.errors import OperatorConfigError
 from operators.parametrization import optimizer_param_groups

@@ -35,7 +35,7 @@ from mutransfer._diagnostics.operator_check import k_coord_check
 from mutransfer._study import Study
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep.context import SweepContext
-from mutransfer.data.validation import SelectionSplit
+from mutransfer.data._validation import SelectionSplit
 
 
 def coord_check_gate(ctx: SweepContext) -> None:

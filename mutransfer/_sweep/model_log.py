@@ -1,7 +1,7 @@
 """The model phase: the trained target as a model directory in the study, an MLflow logged model, optionally registered.
 
 After the target phase, the final checkpoint's ``model.pt`` (the plain state dict and
-the model's config) becomes ``<study dir>/model/`` (mutransfer.serving.artifact: an
+the model's config) becomes ``<study dir>/model/`` (mutransfer.serving._artifact: an
 MLflow model of the ``mutransfer`` flavor, no pickle) and an MLflow *logged model*
 named ``model`` whose source run is the target run, so ``runs:/<target run>/model``
 and ``models:/<model id>`` resolve. ``sweep --register NAME`` adds it to the model
@@ -20,7 +20,7 @@ from mutransfer._study_folder.records import MODEL_DIR
 from mutransfer._sweep.context import SweepContext
 from mutransfer._tracking.runs import Tracker
 from mutransfer.errors import UserInputError
-from mutransfer.serving.artifact import LOGGED_NAME, card_for, log_logged_model, write_model_dir
+from mutransfer.serving._artifact import LOGGED_NAME, card_for, log_logged_model, write_model_dir
 
 
 def check_registry_store(uri: str, register: str | None) -> None:

@@ -51,7 +51,7 @@ from mutransfer._sweep.rescale import transfer, transfer_phase
 from mutransfer._sweep.strategies.base import Phase
 from mutransfer._sweep.train_target import train_target
 from mutransfer._tracking.runs import Tracker
-from mutransfer.data.validation import carve_validation
+from mutransfer.data._validation import carve_validation
 from mutransfer.errors import UserInputError
 from operators.factory import module_paths
 

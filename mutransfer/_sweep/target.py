@@ -16,7 +16,7 @@ Data parallel details:
 - the per-rank batch is batch_size // W, so the effective batch (the one the
   proxy tuned) stays batch_size;
 - every rank evaluates the full test split (identical values; no reduction needed);
-- streamed data (mutransfer.data.streaming, for files larger than memory) travels
+- streamed data (mutransfer.data._streaming, for files larger than memory) travels
   to the workers as its file path and row selection; each worker reads its own
   shard from the file (the file must be readable on every node).
 
@@ -248,7 +248,7 @@ class _Shard:
 
 def _rows(array, rank: int, n: int, world: int):
     """Rows rank, rank + world, … < n: a view of a tensor, or an unread subset of streamed data."""
-    if hasattr(array, "subset"):  # mutransfer.data.streaming.LazySamples: each worker reads its own shard
+    if hasattr(array, "subset"):  # mutransfer.data._streaming.LazySamples: each worker reads its own shard
         return array.subset(range(rank, n, world))
     return array[rank:n:world]
 

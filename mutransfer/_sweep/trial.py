@@ -126,7 +126,7 @@ class TrialReport:
     if nothing was reported or it diverged (that last one is also stored in ``done.json``)."""
 
     epoch: int
-    #: the error on the trial's held-out split: the validation split (mutransfer.data.validation)
+    #: the error on the trial's held-out split: the validation split (mutransfer.data._validation)
     val_error: float
     train_loss: float
     lr: float

@@ -4,7 +4,7 @@
 for it. When PARENT_PID is gone (the guard is re-parented: the command that started it was killed, even by
 SIGKILL, where it runs no code) or the guard itself is asked to stop (SIGTERM, SIGINT), the guard stops CMD's
 whole group (SIGTERM, then SIGKILL after :data:`GRACE_SECONDS`), so no server is left serving its port. It exits
-with CMD's exit code. ``mutransfer ui`` starts its MLflow server through it (mutransfer.cli.ui_cmd).
+with CMD's exit code. ``mutransfer ui`` starts its MLflow server through it (mutransfer.cli._ui_cmd).
 """
 
 from __future__ import annotations

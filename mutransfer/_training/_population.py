@@ -36,7 +36,7 @@ from mutransfer._training.losses import relative_l2
 from mutransfer._training.precision import Precision
 from mutransfer._training.records import DIVERGED_METRIC, EpochRecord, TrainResult
 from mutransfer._training.trainer import EXPLODED_LOSS, _epoch_permutation
-from mutransfer.data.streaming import LazySamples, iterate_batches, iterate_chunks
+from mutransfer.data._streaming import LazySamples, iterate_batches, iterate_chunks
 from operators.parametrization import optimizer_param_groups
 from operators.population import PopulationAdam, PopulationFNO, clip_population_spectral_gradients, stackable
 

@@ -35,7 +35,7 @@ class TrainConfig(Hyperparameters):
     #: bytes of memory the device may use; None: what is free on it now (FNOs are checked against
     #: operators.planning before anything is moved to the device; see mutransfer._training.memory)
     device_memory: int | None = None
-    #: DataLoader worker processes reading batches of streamed data (mutransfer.data.streaming);
+    #: DataLoader worker processes reading batches of streamed data (mutransfer.data._streaming);
     #: None: 2 for streamed data, none for data in memory (which is indexed directly)
     data_workers: int | None = None
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from mutransfer._training.losses import relative_l2
 from mutransfer._training.precision import Precision
-from mutransfer.data.streaming import LazySamples, iterate_chunks
+from mutransfer.data._streaming import LazySamples, iterate_chunks
 
 
 def all_finite(params: list[torch.Tensor]) -> bool:

@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from mutransfer.data.streaming import available_memory as ram_available
+from mutransfer.data._streaming import available_memory as ram_available
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 from operators.interfaces import StepPlan

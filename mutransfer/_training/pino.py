@@ -1,7 +1,7 @@
 """PINO for Darcy flow: a physics-informed loss next to the data loss.
 
 Physics: -div(a grad u) = f on (0,1)^2, u = 0 on the boundary, discretised
-exactly as the data generator (``mutransfer.data.darcy``): S x S node grid
+exactly as the data generator (``mutransfer.data._darcy``): S x S node grid
 x_i = i/(S-1) (h = 1/(S-1)), 5-point stencil on the (S-2)^2 interior nodes,
 face coefficients the harmonic mean of the two nodal values of a.
 

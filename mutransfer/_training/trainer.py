@@ -48,7 +48,7 @@ from mutransfer._training.memory import available_memory, check_fits, check_mode
 from mutransfer._training.pino import build_loss
 from mutransfer._training.precision import Precision
 from mutransfer._training.records import DIVERGED_METRIC, EpochRecord, TrainEnd, TrainResult
-from mutransfer.data.streaming import LazySamples, iterate_batches
+from mutransfer.data._streaming import LazySamples, iterate_batches
 from mutransfer.errors import UserInputError
 from operators.parametrization import clip_spectral_gradients, optimizer_param_groups
 
@@ -468,7 +468,7 @@ def train(
     (n, *grid, C) (channel-last), and optionally ``val_x, val_y`` (a validation split, evaluated beside the
     test split at every evaluation: ``EpochRecord.val_error``). ``test_x``/``test_y`` is the split the
     run is judged by; a selection run is handed the validation samples there and no test samples at all
-    (mutransfer.data.validation.SelectionSplit). Loss: ``config.loss`` (mean relative L2 over the
+    (mutransfer.data._validation.SelectionSplit). Loss: ``config.loss`` (mean relative L2 over the
     batch, or the PINO Darcy loss of mutransfer._training.pino); the test metric
     is always the mean relative L2.
     Each callback gets one :class:`EpochRecord` per evaluation (``event`` "eval")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from mutransfer._tracking._sqlite_file import full_store_error, sqlite_path
 from mutransfer._version import __version__
-from mutransfer.cli.quiet import quiet_third_party
+from mutransfer.cli._quiet import quiet_third_party
 from mutransfer.errors import USER_ERRORS
 
 EXIT_USER_ERROR = 2
@@ -62,22 +62,22 @@ class OneLineParser(argparse.ArgumentParser):
 #: A command line that names a command imports that module alone (0.3-0.8 CPU-s less than all of them), never
 #: another command's; ``--version`` none; ``--help`` and a mistyped command (its suggestion) load them all.
 COMMANDS = {
-    "init": "init_cmd",
-    "sweep": "sweep_cmd",
-    "studies": "sweep_cmd",
-    "train": "train_cmd",
-    "transfer": "transfer_cmd",
-    "plan": "plan_cmd",
-    "data": "data_cmd",
-    "landscape": "landscape_cmd",
-    "coord-check": "coord_check_cmd",
-    "check-operator": "check_operator_cmd",
-    "ui": "ui_cmd",
-    "evaluate": "evaluate_cmd",
-    "predict": "predict_cmd",
-    "report": "report_cmd",  # a study folder read back (mutransfer._reporting): report, trials, dashboard
-    "trials": "trials_cmd",
-    "dashboard": "dashboard_cmd",
+    "init": "_init_cmd",
+    "sweep": "_sweep_cmd",
+    "studies": "_sweep_cmd",
+    "train": "_train_cmd",
+    "transfer": "_transfer_cmd",
+    "plan": "_plan_cmd",
+    "data": "_data_cmd",
+    "landscape": "_landscape_cmd",
+    "coord-check": "_coord_check_cmd",
+    "check-operator": "_check_operator_cmd",
+    "ui": "_ui_cmd",
+    "evaluate": "_evaluate_cmd",
+    "predict": "_predict_cmd",
+    "report": "_report_cmd",  # a study folder read back (mutransfer._reporting): report, trials, dashboard
+    "trials": "_trials_cmd",
+    "dashboard": "_dashboard_cmd",
 }
 
 
@@ -107,7 +107,7 @@ def _add_verbose(sub: argparse._SubParsersAction) -> None:
         command.add_argument(
             "--verbose",
             action="store_true",
-            help="show third-party INFO logs and known-harmless warnings (hidden by default: mutransfer.cli.quiet)",
+            help="show third-party INFO logs and known-harmless warnings (hidden by default: mutransfer.cli._quiet)",
         )
 
 

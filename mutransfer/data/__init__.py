@@ -1,15 +1,17 @@
-"""PDE data layer: random fields, Burgers/Darcy/Navier-Stokes solvers, HDF5 schemas, readers, loading.
+"""The data API: random fields, Burgers/Darcy/Navier-Stokes solvers, point sets, HDF5 files, readers, loading.
+
+Public: the names of ``__all__`` (below), imported from their private modules on first use, so importing
+one module (e.g. ``_problem_facts``) does not load the solvers::
+
+    from mutransfer.data import generate_burgers, load_split
 
 Layout (each module imports only modules listed before it, never ``mutransfer._problems``):
 
-* ``problem_facts``: the one table of problem facts (dimension, periodic grid, grid or points)
-* ``schema_common``, ``hdf5_io``, ``point_schema``: the project's HDF5 schemas (grids, point sets)
-* ``grf``, ``burgers``, ``darcy``, ``navier_stokes_solver``, ``navier_stokes``, ``pointclouds``: generators
-* ``formats/``: one module per data-file format + ``formats.registry``; ``readers``: the public entry
-* ``streaming``, ``loading``: train/test splits
-
-The names below are imported on first use, so importing a submodule (e.g.
-``problem_facts``) does not load the solvers.
+* ``_problem_facts``: the one table of problem facts (dimension, periodic grid, grid or points)
+* ``_schema_common``, ``_hdf5_io``, ``_point_schema``: the project's HDF5 schemas (grids, point sets)
+* ``_grf``, ``_burgers``, ``_darcy``, ``_navier_stokes_solver``, ``_navier_stokes``, ``_pointclouds``: generators
+* ``_formats/``: one module per data-file format + ``_formats.registry``; ``_readers``: the entry for any format
+* ``_streaming``, ``_loading``: train/test splits
 """
 
 from __future__ import annotations
@@ -18,28 +20,31 @@ import importlib
 
 #: public name -> submodule defining it
 _EXPORTS = {
-    "periodic_grf_1d": "grf",
-    "neumann_grf_2d": "grf",
-    "solve_burgers": "burgers",
-    "generate_burgers": "burgers",
-    "stable_time_step": "burgers",
-    "solve_darcy": "darcy",
-    "generate_darcy": "darcy",
-    "darcy_matrix": "darcy",
-    "write_dataset": "hdf5_io",
-    "read_dataset": "hdf5_io",
-    "inspect_dataset": "hdf5_io",
-    "open_dataset": "hdf5_io",
-    "downsample": "loading",
-    "valid_resolutions": "loading",
-    "load_split": "loading",
-    "SplitData": "loading",
-    "generate_navier_stokes": "navier_stokes",
-    "solve_navier_stokes": "navier_stokes",
-    "DataSource": "readers",
-    "open_data": "readers",
-    "describe": "readers",
-    "detect_format": "readers",
+    "periodic_grf_1d": "_grf",
+    "neumann_grf_2d": "_grf",
+    "solve_burgers": "_burgers",
+    "generate_burgers": "_burgers",
+    "stable_time_step": "_burgers",
+    "solve_darcy": "_darcy",
+    "generate_darcy": "_darcy",
+    "darcy_matrix": "_darcy",
+    "write_dataset": "_hdf5_io",
+    "read_dataset": "_hdf5_io",
+    "inspect_dataset": "_hdf5_io",
+    "open_dataset": "_hdf5_io",
+    "downsample": "_loading",
+    "valid_resolutions": "_loading",
+    "load_split": "_loading",
+    "SplitData": "_loading",
+    "generate_navier_stokes": "_navier_stokes",
+    "solve_navier_stokes": "_navier_stokes",
+    "DataSource": "_readers",
+    "open_data": "_readers",
+    "describe": "_readers",
+    "detect_format": "_readers",
+    "generate_darcy_mesh": "_pointclouds",
+    "write_point_dataset": "_pointclouds",
+    "load_point_split": "_pointclouds",
 }
 
 __all__ = list(_EXPORTS)

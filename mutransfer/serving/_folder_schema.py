@@ -2,7 +2,7 @@
 
 ``MLmodel`` must be a YAML mapping whose ``mutransfer`` flavor names its config and weights as plain file names of the
 folder (no path: a flavor that said ``../../data.h5`` or ``/etc/passwd`` would have been read); ``config.json`` must be
-a JSON object with every :class:`~mutransfer.serving.artifact.ModelCard` field of the right type, its shapes positive
+a JSON object with every :class:`~mutransfer.serving._artifact.ModelCard` field of the right type, its shapes positive
 and small enough to build one sample of. Anything else is one :class:`UserInputError` naming the file and the field;
 no file's contents are echoed.
 """

@@ -1,6 +1,6 @@
 """MLflow's ``python_function`` flavor of a mutransfer model: ``mlflow.pyfunc.load_model(uri).predict(array)``.
 
-A model directory (:mod:`mutransfer.serving.artifact`) names this module as its pyfunc ``loader_module``: MLflow
+A model directory (:mod:`mutransfer.serving._artifact`) names this module as its pyfunc ``loader_module``: MLflow
 imports it and calls :func:`_load_pyfunc` with the directory, which rebuilds the model from ``config.json`` and
 loads ``state_dict.pt`` as tensors, as ``mutransfer evaluate`` does. Nothing is unpickled. The same flavor serves
 the model over HTTP (``mlflow models serve -m URI --env-manager local -h 127.0.0.1``).
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mutransfer.serving.artifact import ModelCard, read_model_dir
+from mutransfer.serving._artifact import ModelCard, read_model_dir
 
 #: samples per forward pass
 BATCH = 32

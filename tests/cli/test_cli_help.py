@@ -120,7 +120,7 @@ def test_a_command_line_imports_that_commands_module_and_no_other():
         ).stdout.split()
         for command in ("trials", "--version", "--help")
     }
-    assert "mutransfer.cli.trials_cmd" in loaded["trials"]
-    assert "mutransfer.cli.sweep_cmd" not in loaded["trials"] and "mutransfer.cli.train_cmd" not in loaded["trials"]
+    assert "mutransfer.cli._trials_cmd" in loaded["trials"]
+    assert "mutransfer.cli._sweep_cmd" not in loaded["trials"] and "mutransfer.cli._train_cmd" not in loaded["trials"]
     assert loaded["--version"] == []
     assert loaded["--help"] == sorted(f"mutransfer.cli.{m}" for m in set(COMMANDS.values())), loaded["--help"]

@@ -1,4 +1,4 @@
-"""Quiet by default (mutransfer.cli.quiet): the listed third-party notices are hidden, warnings a user may act on
+"""Quiet by default (mutransfer.cli._quiet): the listed third-party notices are hidden, warnings a user may act on
 are not, and ``--verbose`` shows everything."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mutransfer.cli import quiet
+from mutransfer.cli import _quiet as quiet
 from tests.sweep_helpers import write_tiny_data, write_tiny_study
 
 
@@ -93,12 +93,12 @@ RAY_NOTICE = quiet.RAY_AUTH_ENABLED
 
 
 def test_the_ui_servers_local_only_note_is_hidden_and_its_other_lines_are_relayed():
-    """`mutransfer ui` relays the MLflow server's printed lines (mutransfer.cli.quiet.relay_server_output): the note
+    """`mutransfer ui` relays the MLflow server's printed lines (mutransfer.cli._quiet.relay_server_output): the note
     that it serves local requests only is left out unless --verbose; anything else, a warning for another host
     included, passes. The registry line is not printed at all: the command names the registry store."""
     import io
 
-    from mutransfer.cli.ui_cmd import ui_command
+    from mutransfer.cli._ui_cmd import ui_command
 
     lines = [
         "[MLflow] Security middleware enabled with default settings (localhost-only). To allow connections ...\n",

@@ -17,7 +17,7 @@ import h5py
 import numpy as np
 import pytest
 
-from mutransfer.data.loading import load_split
+from mutransfer.data._loading import load_split
 from mutransfer.errors import UserInputError
 from tests.fuzz_harness import run_cli, write_grid_file
 from tests.fuzz_inputs import corrupt
@@ -232,7 +232,7 @@ def test_train_galerkin_with_a_huge_width_is_refused_before_allocating(tmp_path)
 
 def test_non_finite_values_in_point_sets_are_refused_and_the_repaired_file_loads(tmp_path):
     from mutransfer.cli.main import main
-    from mutransfer.data.pointclouds import load_point_split
+    from mutransfer.data._pointclouds import load_point_split
 
     path = tmp_path / "mesh.h5"
     assert (

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from mutransfer.data.burgers import generate_burgers, solve_burgers, stable_time_step
-from mutransfer.data.grf import periodic_grf_1d
+from mutransfer.data._burgers import generate_burgers, solve_burgers, stable_time_step
+from mutransfer.data._grf import periodic_grf_1d
 from mutransfer.errors import UserInputError
 
 NU = 0.1

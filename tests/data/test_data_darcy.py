@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mutransfer.data.darcy import darcy_matrix, generate_darcy, solve_darcy
+from mutransfer.data._darcy import darcy_matrix, generate_darcy, solve_darcy
 from mutransfer.errors import UserInputError
 
 PI = np.pi

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import scipy.fft
 
-from mutransfer.data.grf import (
+from mutransfer.data._grf import (
     neumann_grf_2d,
     neumann_spectrum_2d,
     periodic_grf_1d,

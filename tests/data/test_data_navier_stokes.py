@@ -10,9 +10,9 @@ import h5py
 import numpy as np
 import pytest
 
-from mutransfer.data.hdf5_io import read_dataset, write_dataset
-from mutransfer.data.loading import load_split
-from mutransfer.data.navier_stokes import (
+from mutransfer.data._hdf5_io import read_dataset, write_dataset
+from mutransfer.data._loading import load_split
+from mutransfer.data._navier_stokes import (
     FNO_TIME_STEPS,
     PRESETS,
     VorticitySolver,

@@ -16,7 +16,7 @@ import mutransfer._problems as problems
 from mutransfer._training.losses import relative_l2
 from mutransfer.cli.main import main
 from mutransfer.data import describe, generate_darcy, load_split, read_dataset, write_dataset
-from mutransfer.data.pointclouds import (
+from mutransfer.data._pointclouds import (
     generate_darcy_mesh,
     inspect_point_dataset,
     is_point_file,

@@ -9,10 +9,10 @@ import scipy.io
 import torch
 
 from mutransfer.cli.main import main
-from mutransfer.data.darcy import generate_darcy
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import load_split
-from mutransfer.data.readers import describe, detect_format, open_data, parse_time_spec
+from mutransfer.data._darcy import generate_darcy
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._loading import load_split
+from mutransfer.data._readers import describe, detect_format, open_data, parse_time_spec
 from mutransfer.errors import UserInputError
 
 RNG = np.random.default_rng(0)

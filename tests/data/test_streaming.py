@@ -12,11 +12,11 @@ import pytest
 import scipy.io
 import torch
 
-from mutransfer.data import streaming
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import SplitData, load_split
-from mutransfer.data.readers import LazyArray
-from mutransfer.data.streaming import (
+from mutransfer.data import _streaming as streaming
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._loading import SplitData, load_split
+from mutransfer.data._readers import LazyArray
+from mutransfer.data._streaming import (
     STREAM_MEMORY_FRACTION,
     LazySamples,
     StreamingSplit,
@@ -167,9 +167,9 @@ def test_automatic_choice(tmp_path, monkeypatch):
     assert type(load_split(path, max_memory=nbytes - 1, **kwargs)) is StreamingSplit
     assert type(load_split(path, max_memory=1, stream=False, **kwargs)) is SplitData
     assert type(load_split(path, max_memory=10**12, stream=True, **kwargs)) is StreamingSplit
-    monkeypatch.setattr("mutransfer.data.loading.available_memory", lambda: 2 * nbytes)
+    monkeypatch.setattr("mutransfer.data._loading.available_memory", lambda: 2 * nbytes)
     assert type(load_split(path, **kwargs)) is SplitData
-    monkeypatch.setattr("mutransfer.data.loading.available_memory", lambda: 2 * nbytes - 2)
+    monkeypatch.setattr("mutransfer.data._loading.available_memory", lambda: 2 * nbytes - 2)
     assert type(load_split(path, **kwargs)) is StreamingSplit
     # validation comes first, with the same errors either way
     for stream in (True, False, None):
@@ -277,8 +277,8 @@ CAPPED = textwrap.dedent(
     """
     import resource, sys
     import numpy as np, torch
-    from mutransfer.data.loading import load_split
-    from mutransfer.data.streaming import iterate_batches
+    from mutransfer.data._loading import load_split
+    from mutransfer.data._streaming import iterate_batches
 
     HEADROOM = 64 * 2**20
     path, n_train, n_test, mode, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]

@@ -1,12 +1,12 @@
-"""The validation split (mutransfer.data.validation) and its place in the study and the trainer."""
+"""The validation split (mutransfer.data._validation) and its place in the study and the trainer."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from mutransfer.data.loading import SplitData
-from mutransfer.data.validation import SelectionSplit, carve_validation
+from mutransfer.data._loading import SplitData
+from mutransfer.data._validation import SelectionSplit, carve_validation
 
 
 def _split(n_train: int = 10, n_test: int = 4) -> SplitData:
@@ -43,9 +43,9 @@ def test_carve_refuses_a_validation_split_that_leaves_nothing_to_train_on(n_val)
 
 
 def test_streamed_samples_are_carved_without_reading(tmp_path):
-    from mutransfer.data.burgers import generate_burgers
-    from mutransfer.data.hdf5_io import write_dataset
-    from mutransfer.data.loading import load_split
+    from mutransfer.data._burgers import generate_burgers
+    from mutransfer.data._hdf5_io import write_dataset
+    from mutransfer.data._loading import load_split
 
     path = write_dataset(tmp_path / "b.h5", generate_burgers(12, 64, seed=0, progress=False))
     loaded = load_split(path, n_train=8, n_test=4, problem="burgers", stream=False)

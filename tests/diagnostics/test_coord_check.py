@@ -21,9 +21,9 @@ from mutransfer._diagnostics.coord_check import (
     scale_invariant_probe,
 )
 from mutransfer._diagnostics.statistics import difference_ci
-from mutransfer.data.burgers import generate_burgers
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import load_split
+from mutransfer.data._burgers import generate_burgers
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._loading import load_split
 from operators.spectral import SpectralConv
 
 SMALL = dict(width=16, layers=2, steps=3, seeds=3)
@@ -214,7 +214,7 @@ def _gate_context(tmp_path, tiny_file, parametrization, *, module: str | None = 
     import yaml
 
     from mutransfer._study import load_study
-    from mutransfer.data.validation import carve_validation
+    from mutransfer.data._validation import carve_validation
     from tests.sweep_helpers import write_tiny_study
 
     path = write_tiny_study(tmp_path, tiny_file, name=f"gate-{parametrization}")
@@ -232,7 +232,7 @@ def _gate_context(tmp_path, tiny_file, parametrization, *, module: str | None = 
         study=study,
         transfer=SimpleNamespace(hp={"lr": 3e-3, "clip_value": None, "init_scale": 1.0}),
         data=load_split(tiny_file, n_train=32, n_test=16, resolution=64),
-        # the gate reads the selection split (mutransfer.data.validation): the study's 32 - 32 // 5 fit samples
+        # the gate reads the selection split (mutransfer.data._validation): the study's 32 - 32 // 5 fit samples
         selection_data=carve_validation(load_split(tiny_file, n_train=32, n_test=16, resolution=64), 6)[1],
         say=said.append,
         study_dir=SimpleNamespace(root=tmp_path),

@@ -20,7 +20,7 @@ from mutransfer._study.memory import check_study_memory
 from mutransfer._study.models import build_model, model_spec
 from mutransfer.cli.main import main
 from mutransfer.errors import UserInputError
-from mutransfer.serving.artifact import ModelCard, read_model_dir, write_model_dir
+from mutransfer.serving._artifact import ModelCard, read_model_dir, write_model_dir
 from operators.family import (
     OPERATORS,
     ModelSpec,
@@ -298,7 +298,7 @@ NO_META = OperatorFamily(
 def test_a_model_that_cannot_be_planned_is_built_within_a_budget(tmp_path):
     """A model neither its family's planner nor the meta device can size (a user's) was built as its config.json said:
     `width: 10^6` asked terabytes. It is now built under an address-space budget (4x its weights file + 1 GiB,
-    mutransfer.serving.artifact._address_space_budget): the edited folder is one line; the folder as written loads."""
+    mutransfer.serving._artifact._address_space_budget): the edited folder is one line; the folder as written loads."""
     import json
 
     register_family(NO_META)

@@ -20,7 +20,7 @@ from mutransfer._problems import get_problem
 from mutransfer._problems.base import problem_from_facts
 from mutransfer._problems.registry import register_problem, unregister_problem
 from mutransfer.cli.main import main
-from mutransfer.data.problem_facts import ProblemFacts, get_facts
+from mutransfer.data._problem_facts import ProblemFacts, get_facts
 from mutransfer.errors import UserInputError
 
 NU = 0.01

@@ -34,8 +34,8 @@ def served(tmp_path_factory):
     from mutransfer._study_folder.state import StudyDir
     from mutransfer._sweep.model_log import register_model
     from mutransfer._tracking.runs import Tracker
-    from mutransfer.data.loading import load_split
-    from mutransfer.serving.artifact import card_for, log_logged_model, write_model_dir
+    from mutransfer.data._loading import load_split
+    from mutransfer.serving._artifact import card_for, log_logged_model, write_model_dir
 
     home = tmp_path_factory.mktemp("A")
     data = write_tiny_data(home / "data.h5")
@@ -83,7 +83,7 @@ def _evaluate_json(capsys, *argv) -> dict:
 
 
 def test_the_model_directory_rebuilds_the_model_without_pickle(served):
-    from mutransfer.serving.artifact import read_model_dir
+    from mutransfer.serving._artifact import read_model_dir
 
     model, card = read_model_dir(served["home"] / "runs" / "tiny" / "model")
     assert card.model_class == "FNO" and card.problem == "burgers" and card.resolution == 64
@@ -161,7 +161,7 @@ def test_mlflow_models_serve_answers_a_request_on_loopback(served, tmp_path):
 
 def test_a_pickled_object_in_the_weights_is_refused(served, tmp_path):
     from mutransfer.errors import UserInputError
-    from mutransfer.serving.artifact import read_model_dir
+    from mutransfer.serving._artifact import read_model_dir
 
     bad = tmp_path / "model"
     shutil.copytree(served["home"] / "runs" / "tiny" / "model", bad)
@@ -198,7 +198,7 @@ def test_evaluate_reports_each_resolution_and_refuses_one_the_operator_cannot_ta
 
 
 def test_predict_writes_the_project_schema_and_evaluates_to_zero(served, capsys, monkeypatch):
-    from mutransfer.data.hdf5_io import read_dataset
+    from mutransfer.data._hdf5_io import read_dataset
 
     monkeypatch.chdir(served["home"])
     assert (
@@ -216,7 +216,7 @@ def test_predict_writes_the_project_schema_and_evaluates_to_zero(served, capsys,
 
 
 def test_bad_inputs_are_one_line_and_exit_2(served, tmp_path, capsys, monkeypatch):
-    from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.data._hdf5_io import write_dataset
 
     monkeypatch.chdir(served["home"])
     import numpy as np
@@ -327,7 +327,7 @@ def test_outputs_never_overwrite_the_input_the_store_or_a_study(served, tmp_path
     assert elsewhere.read_bytes() == b"a user's file" and not (study / "trial.h5").exists()
     # with --force, a file of the user's that is none of those is replaced
     assert _main("predict", *model, "--out", str(elsewhere), "--force", "--resolution", "64") == 0
-    from mutransfer.data.hdf5_io import read_dataset
+    from mutransfer.data._hdf5_io import read_dataset
 
     assert read_dataset(elsewhere)["output"].shape == (48, 64)
 
@@ -338,7 +338,7 @@ def test_a_model_folder_is_replaced_whole_or_not_at_all(served, tmp_path):
     hidden folder behind; one that succeeds replaces it whole."""
     import shutil
 
-    from mutransfer.serving.artifact import ModelCard, read_model_dir, write_model_dir
+    from mutransfer.serving._artifact import ModelCard, read_model_dir, write_model_dir
 
     folder = tmp_path / "model"
     shutil.copytree(served["home"] / "runs" / "tiny" / "model", folder)

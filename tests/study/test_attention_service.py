@@ -335,7 +335,7 @@ def _refused(capsys, monkeypatch, *args, cwd, env_cache) -> tuple[int, str]:
 
 @pytest.fixture(scope="module")
 def mesh_file(tmp_path_factory):
-    from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
+    from mutransfer.data._pointclouds import generate_darcy_mesh, write_point_dataset
 
     path = tmp_path_factory.mktemp("mesh") / "mesh.h5"
     write_point_dataset(path, generate_darcy_mesh(24, 17, seed=0, progress=False, points_min=40, points_max=80))
@@ -475,7 +475,7 @@ def test_attention_operators_learn_darcy_on_random_point_sets(operator, tmp_path
     """30 epochs on 120 irregular-mesh samples (150-250 nodes of a 29x29 grid): relative L2 below 0.2 (from ~1)."""
     from mutransfer._study.models import model_for
     from mutransfer._training import TrainConfig, train
-    from mutransfer.data.pointclouds import generate_darcy_mesh, load_point_split, write_point_dataset
+    from mutransfer.data._pointclouds import generate_darcy_mesh, load_point_split, write_point_dataset
 
     path = write_point_dataset(
         tmp_path / "mesh.h5", generate_darcy_mesh(150, 29, seed=0, progress=False, points_min=150, points_max=250)

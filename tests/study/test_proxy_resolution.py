@@ -14,9 +14,9 @@ from mutransfer._study.memory import plan_step
 from mutransfer._study.models import proxy_split
 from mutransfer._sweep.cost import epoch_flops
 from mutransfer._sweep.cost_estimate import estimate_proxy_cost
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import load_split
-from mutransfer.data.validation import carve_validation, coarsen
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._loading import load_split
+from mutransfer.data._validation import carve_validation, coarsen
 from mutransfer.errors import UserInputError
 from operators import OperatorConfigError
 from operators.transfer import Scaling, resolution_transfer_factor, transfer
@@ -58,13 +58,13 @@ def test_a_proxy_grid_that_cannot_be_is_refused_in_one_line(overrides, fragment)
 
 
 def _burgers_file(tmp_path):
-    from mutransfer.data.burgers import generate_burgers
+    from mutransfer.data._burgers import generate_burgers
 
     return write_dataset(tmp_path / "b.h5", generate_burgers(12, 128, seed=0, progress=False))
 
 
 def _darcy_file(tmp_path):
-    from mutransfer.data.darcy import generate_darcy
+    from mutransfer.data._darcy import generate_darcy
 
     return write_dataset(tmp_path / "d.h5", generate_darcy(10, 33, seed=0, progress=False))
 

@@ -38,7 +38,7 @@ def _study(tmp_path, tiny_data, **target):
 
 
 def _data(tiny_data):
-    from mutransfer.data.loading import load_split
+    from mutransfer.data._loading import load_split
 
     return load_split(tiny_data, n_train=32, n_test=16, resolution=64)
 

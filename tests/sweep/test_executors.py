@@ -145,7 +145,7 @@ def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_pat
     from mutransfer._study.models import proxy_split
     from mutransfer._sweep.trial import population_groups
     from mutransfer._training.memory import available_memory
-    from mutransfer.data.validation import carve_validation
+    from mutransfer.data._validation import carve_validation
 
     study, _ = load_study(str(write_tiny_study(tmp_path, tiny_data)))
     split, _ = load_study_data(study, progress=False)

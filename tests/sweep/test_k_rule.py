@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_study_with_the_data_k_rule_measures_it_once_and_builds_every_model_with_it(tiny_data, tmp_path, capsys):
     from mutransfer._sweep import SweepOptions, run_sweep
-    from mutransfer.data.hdf5_io import read_dataset
+    from mutransfer.data._hdf5_io import read_dataset
 
     path = write_tiny_study(tmp_path, tiny_data, name="krule", trials=2)
     mapping = yaml.safe_load(path.read_text())

@@ -351,7 +351,7 @@ def test_target_trains_with_two_ddp_workers(ray_local, tiny_data, tmp_path):
     from mutransfer._study import load_study
     from mutransfer._study.models import merge_hyperparameters
     from mutransfer._sweep.target_run import run_target
-    from mutransfer.data.loading import load_split
+    from mutransfer.data._loading import load_split
 
     path = write_tiny_study(tmp_path, tiny_data, target_epochs=3, target={"num_workers": 2, "cpus_per_worker": 1})
     study, _ = load_study(path)

@@ -157,8 +157,8 @@ def test_all_failed_message_names_the_first_error_and_what_to_try(tmp_path):
 def test_resume_hint_repeats_every_override_given():
     import argparse
 
+    from mutransfer.cli._sweep_cmd import _resume_hint
     from mutransfer.cli.main import build_parser
-    from mutransfer.cli.sweep_cmd import _resume_hint
 
     parser = build_parser()
     args = parser.parse_args(["sweep", "--study", "my study.yaml", "--num-trials", "4", "--epochs", "3", "--verify"])

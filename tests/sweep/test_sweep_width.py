@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def mesh_file(tmp_path_factory):
-    from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
+    from mutransfer.data._pointclouds import generate_darcy_mesh, write_point_dataset
 
     path = tmp_path_factory.mktemp("mesh") / "mesh.h5"
     write_point_dataset(path, generate_darcy_mesh(40, 17, seed=0, progress=False, points_min=60, points_max=100))
@@ -133,7 +133,7 @@ def test_attention_target_trains_with_two_ddp_workers(ray_local, mesh_file, tmp_
     from mutransfer._study import parse_study
     from mutransfer._study.models import merge_hyperparameters
     from mutransfer._sweep.target_run import run_target
-    from mutransfer.data.pointclouds import load_point_split
+    from mutransfer.data._pointclouds import load_point_split
     from operators.adapters import PackedPointSet
 
     study = parse_study(

@@ -14,7 +14,7 @@ from tests.sweep_helpers import write_tiny_study
 def test_checkpoint_folders_follow_the_umask_and_a_cut_publication_is_cleared(tiny_data, tmp_path):
     from mutransfer._study import load_study
     from mutransfer._study.models import merge_hyperparameters
-    from mutransfer.data.loading import load_split
+    from mutransfer.data._loading import load_split
 
     study, _ = load_study(write_tiny_study(tmp_path, tiny_data, target_epochs=2))
     data = load_split(tiny_data, n_train=32, n_test=16, resolution=64)

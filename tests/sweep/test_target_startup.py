@@ -28,7 +28,7 @@ def _train(study, data, tmp_path, name, ray_train):
 @pytest.mark.slow  # starts Ray
 def test_one_cpu_worker_in_a_ray_actor_trains_the_same_target_as_ray_train(ray_local, tiny_data, tmp_path):
     from mutransfer._study import load_study
-    from mutransfer.data.loading import load_split
+    from mutransfer.data._loading import load_split
 
     path = write_tiny_study(tmp_path, tiny_data, target_epochs=3, target={"num_workers": 1, "cpus_per_worker": 1})
     study, _ = load_study(path)
@@ -63,7 +63,7 @@ def test_the_actors_run_retries_a_lost_worker_from_its_checkpoint_and_fails_past
     from mutransfer._study import load_study
     from mutransfer._study.models import merge_hyperparameters
     from mutransfer._sweep.target_run import start_target
-    from mutransfer.data.loading import load_split
+    from mutransfer.data._loading import load_split
 
     # 300 epochs (about 10 s here): the kill lands long before the end, whatever the machine's load
     path = write_tiny_study(tmp_path, tiny_data, target_epochs=300, target={"num_workers": 1, "cpus_per_worker": 1})

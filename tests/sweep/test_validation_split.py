@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow
 
 def _pair_of_data_files(directory):
     """(clean, poisoned): 48 Burgers samples; the poisoned file's last 16 (the test split) outputs are noise."""
-    from mutransfer.data.burgers import generate_burgers
-    from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.data._burgers import generate_burgers
+    from mutransfer.data._hdf5_io import write_dataset
 
     data = generate_burgers(48, 128, seed=0, progress=False)
     clean = write_dataset(directory / "clean.h5", data)

@@ -556,7 +556,7 @@ def test_verify_names_a_search_whose_range_excludes_the_optimum(tiny_data, tmp_p
 @pytest.mark.slow  # ~45-95 s
 def test_verify_and_direct_baseline_on_a_galerkin_width_study(tmp_path):
     from mutransfer._sweep import SweepOptions, run_sweep
-    from mutransfer.data.pointclouds import generate_darcy_mesh, write_point_dataset
+    from mutransfer.data._pointclouds import generate_darcy_mesh, write_point_dataset
 
     mesh = tmp_path / "mesh.h5"
     write_point_dataset(mesh, generate_darcy_mesh(16, 9, seed=0, progress=False, points_min=30, points_max=50))

@@ -37,8 +37,8 @@ def wrong_rule():
 
 
 def _burgers(path, samples: int):
-    from mutransfer.data.burgers import generate_burgers
-    from mutransfer.data.hdf5_io import write_dataset
+    from mutransfer.data._burgers import generate_burgers
+    from mutransfer.data._hdf5_io import write_dataset
 
     write_dataset(path, generate_burgers(samples, 128, seed=0, progress=False))
     return path

@@ -216,7 +216,7 @@ def test_the_target_from_the_team_store_evaluates_and_leaves_no_download_behind(
     from pathlib import Path
 
     from mutransfer.cli.main import main
-    from mutransfer.serving.load import DOWNLOADED
+    from mutransfer.serving._load import DOWNLOADED
 
     data = write_tiny_data(tmp_path / "eval.h5")
     before = set(Path(tempfile.gettempdir()).glob(f"{DOWNLOADED}*"))

@@ -88,7 +88,7 @@ def write_store(
 
 def test_ui_command_binds_localhost_without_a_shell():
     from mutransfer._tracking.views import ui_link
-    from mutransfer.cli.ui_cmd import ui_command
+    from mutransfer.cli._ui_cmd import ui_command
 
     cmd = ui_command("sqlite:////tmp/x/mlflow.db", port=5123)
     assert cmd[:4] == [sys.executable, "-m", "mlflow", "ui"] and all(isinstance(a, str) for a in cmd)
@@ -102,7 +102,7 @@ def test_ui_command_binds_localhost_without_a_shell():
 
 
 def test_the_ui_starts_mlflow_without_its_job_runner_unless_the_user_asks(monkeypatch):
-    from mutransfer.cli.ui_cmd import JOB_EXECUTION_ENV, ui_environment
+    from mutransfer.cli._ui_cmd import JOB_EXECUTION_ENV, ui_environment
 
     monkeypatch.delenv(JOB_EXECUTION_ENV, raising=False)
     assert ui_environment(False)[JOB_EXECUTION_ENV] == ui_environment(True)[JOB_EXECUTION_ENV] == "false"
@@ -132,8 +132,8 @@ def test_ui_tags_an_experiment_written_before_the_tags(tmp_path, monkeypatch, ca
 
     from mutransfer._tracking.listings import list_studies
     from mutransfer._tracking.views import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, SHARED_VIEW_PREFIX
-    from mutransfer.cli import ui_cmd
-    from mutransfer.cli.ui_cmd import _tag_study
+    from mutransfer.cli import _ui_cmd as ui_cmd
+    from mutransfer.cli._ui_cmd import _tag_study
 
     uri, experiment_id = write_store(tmp_path, tagged=False)
     tags = MlflowClient(uri).get_experiment(experiment_id).tags
@@ -176,7 +176,7 @@ def test_taken_port_is_refused_with_one_line_and_exit_2(tmp_path):
 
 
 def test_free_port_passes_the_check():
-    from mutransfer.cli.ui_cmd import check_port_free
+    from mutransfer.cli._ui_cmd import check_port_free
     from mutransfer.errors import UserInputError
 
     port = _free_port()
@@ -274,7 +274,7 @@ def test_without_the_view_the_same_page_is_the_genai_landing(served):
 @pytest.mark.slow
 def test_a_killed_ui_leaves_no_server_behind(tmp_path):
     """`kill -9` of `mutransfer ui` (it runs no code then): its MLflow server stops too, and the port is free again."""
-    from mutransfer.cli.ui_cmd import check_port_free
+    from mutransfer.cli._ui_cmd import check_port_free
     from mutransfer.errors import UserInputError
 
     write_store(tmp_path, tagged=True)
@@ -316,7 +316,7 @@ def test_the_side_by_side_view_is_written_only_where_there_are_studies_to_compar
     from mutransfer._tracking.listings import list_studies
     from mutransfer._tracking.runs import _client
     from mutransfer._tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, studies_view_state
-    from mutransfer.cli.ui_cmd import _tag_studies
+    from mutransfer.cli._ui_cmd import _tag_studies
 
     uri, experiment_id = write_store(tmp_path, name="alone")
     tag = SHARED_VIEW_PREFIX + STUDIES_KEY
@@ -363,8 +363,8 @@ def test_the_across_experiments_link_is_printed_only_when_studies_span_two_exper
     from mutransfer._tracking.listings import list_studies
     from mutransfer._tracking.runs import _client
     from mutransfer._tracking.views import SHARED_VIEW_PREFIX, STUDIES_KEY, compare_link, studies_view_state
-    from mutransfer.cli import ui_cmd
-    from mutransfer.cli.ui_cmd import ui_lines
+    from mutransfer.cli import _ui_cmd as ui_cmd
+    from mutransfer.cli._ui_cmd import ui_lines
 
     uri, first = write_store(tmp_path, name="one", experiment="exp-a")
     write_store(tmp_path, name="two", experiment="exp-a")

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from mutransfer._training import TrainConfig, train
-from mutransfer.data.darcy import generate_darcy
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import load_split
+from mutransfer.data._darcy import generate_darcy
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._loading import load_split
 from operators import FNO
 
 

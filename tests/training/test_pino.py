@@ -10,9 +10,9 @@ from mutransfer._training import TrainConfig, train
 from mutransfer._training.pino import build_loss, darcy_physics_loss, darcy_residual, pino_darcy_loss
 from mutransfer._training.trainer import load_checkpoint
 from mutransfer.cli.main import main
-from mutransfer.data.darcy import darcy_matrix, generate_darcy
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import load_split
+from mutransfer.data._darcy import darcy_matrix, generate_darcy
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._loading import load_split
 from mutransfer.errors import UserInputError
 from operators.fno import FNO
 
@@ -48,7 +48,7 @@ def test_residual_is_large_on_perturbed_solutions(darcy):
 
 
 def test_residual_matches_the_generators_matrix(darcy):
-    """R = A u / h^2 - f with A from mutransfer.data.darcy.darcy_matrix (same stencil, harmonic faces)."""
+    """R = A u / h^2 - f with A from mutransfer.data._darcy.darcy_matrix (same stencil, harmonic faces)."""
     a = darcy["input"][0]
     s = a.shape[0]
     v = np.random.default_rng(0).standard_normal((s, s))
@@ -165,7 +165,7 @@ def test_cli_pino(tmp_path, capsys):
     assert excinfo.value.code == 2 and "DATA:PHYSICS" in capsys.readouterr().err
     # the physics loss is Darcy's: other data are refused with one line
     burgers = tmp_path / "b.h5"
-    from mutransfer.data.burgers import generate_burgers
+    from mutransfer.data._burgers import generate_burgers
 
     write_dataset(burgers, generate_burgers(6, 32, seed=0, progress=False))
     assert (

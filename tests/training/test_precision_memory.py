@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from mutransfer._training import TrainConfig, train
-from mutransfer.data.hdf5_io import write_dataset
-from mutransfer.data.loading import load_split
+from mutransfer.data._hdf5_io import write_dataset
+from mutransfer.data._loading import load_split
 from mutransfer.errors import UserInputError
 from operators import FNO
 from operators.planning import largest_batch, parse_bytes, plan_fno
@@ -27,7 +27,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.fixture(scope="module")
 def burgers_file(tmp_path_factory) -> Path:
     """A small real Burgers data file (the project's solver): 48 samples at 128 points."""
-    from mutransfer.data.burgers import generate_burgers
+    from mutransfer.data._burgers import generate_burgers
 
     return write_dataset(
         tmp_path_factory.mktemp("data") / "burgers.h5", generate_burgers(48, 128, seed=0, progress=False)
@@ -279,7 +279,7 @@ def test_train_cli_refuses_a_model_too_large_with_one_line(tmp_path, monkeypatch
 
     monkeypatch.setenv("MUTRANSFER_CACHE", str(tmp_path / "cache"))
     burgers = tmp_path / "b.h5"
-    from mutransfer.data.burgers import generate_burgers
+    from mutransfer.data._burgers import generate_burgers
 
     write_dataset(burgers, generate_burgers(10, 128, seed=0, progress=False))
     # width 4096 at K 64: 4 x 4096^2 x 64 complex = 34 GB of weights (never built: planned on the meta device)
