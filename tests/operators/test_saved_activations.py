@@ -13,34 +13,16 @@ from operators.factory import FactoryPlan
 from operators.saved_activations import saved_activations
 
 
-class _Spectral1d(nn.Module):
-    def __init__(self, width: int, K: int):
-        super().__init__()
-        self.K = K
-        self.weight = nn.Parameter(torch.randn(width, width, K, dtype=torch.cfloat) / width)
+def _user_fno(width: int = 16) -> nn.Module:
+    """The user's 1-D spectral operator of the factory tests (tests/sweep/test_user_operator.py), channel-last (B, N, 2)
+    in, (B, N, 1) out, built on the current default device."""
+    from tests.sweep.test_user_operator import USER_MODULE
 
-    def forward(self, x):  # (B, C, N)
-        z = torch.fft.rfft(x)
-        out = torch.zeros_like(z)
-        out[..., : self.K] = torch.einsum("bik,iok->bok", z[..., : self.K], self.weight)
-        return torch.fft.irfft(out, n=x.shape[-1])
-
-
-class _UserFNO(nn.Module):
-    """Channel-last (B, N, C_in) in, (B, N, C_out) out, as a factory's model."""
-
-    def __init__(self, K: int = 8, width: int = 16, layers: int = 2):
-        super().__init__()
-        self.lift = nn.Linear(2, width)
-        self.spectral = nn.ModuleList(_Spectral1d(width, K) for _ in range(layers))
-        self.skip = nn.ModuleList(nn.Conv1d(width, width, 1) for _ in range(layers))
-        self.readout = nn.Linear(width, 1)
-
-    def forward(self, x):
-        h = self.lift(x).movedim(-1, 1)
-        for spectral, skip in zip(self.spectral, self.skip, strict=True):
-            h = torch.nn.functional.gelu(spectral(h) + skip(h))
-        return self.readout(h.movedim(1, -1))
+    module: dict[str, object] = {}
+    exec(USER_MODULE, module)  # the module's text, as a user's file would hold it
+    build = module["build"]
+    assert callable(build)
+    return build(K=8, width=width, in_channels=2, out_channels=1)
 
 
 def _real_saved_bytes(model: nn.Module, x: torch.Tensor) -> int:
@@ -66,15 +48,15 @@ def _real_saved_bytes(model: nn.Module, x: torch.Tensor) -> int:
 @pytest.mark.parametrize("batch", [1, 3, 8])
 def test_the_meta_measurement_equals_what_autograd_keeps_on_real_tensors(batch):
     torch.manual_seed(0)
-    real = _UserFNO()
+    real = _user_fno()
     with torch.device("meta"):
-        meta = _UserFNO()
+        meta = _user_fno()
     saved = saved_activations(meta, (64, 2))
     assert saved is not None and saved.per_sample > 0
     assert saved.at(batch) == _real_saved_bytes(real, torch.randn(batch, 64, 2))
     # a wider model keeps more per sample
     with torch.device("meta"):
-        wider = saved_activations(_UserFNO(width=32), (64, 2))
+        wider = saved_activations(_user_fno(width=32), (64, 2))
     assert wider is not None and wider.per_sample > saved.per_sample
 
 
@@ -96,7 +78,7 @@ def test_a_forward_that_cannot_run_on_the_meta_device_is_unknown():
 
 def test_a_step_that_fits_by_its_parameters_but_not_its_activations_is_refused_with_the_batch_that_fits():
     with torch.device("meta"):
-        model = _UserFNO()
+        model = _user_fno()
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     saved = saved_activations(model, (64, 2))
     assert saved is not None
