@@ -99,9 +99,17 @@ class _RuledLayer(Protocol):
 def apply_rule(model: nn.Module, rule: Rule) -> nn.Module:
     """Set every spectral module's LR multiplier to ``rule``'s at its own K (in place; returns ``model``).
 
-    The model must have been built with ``rule.parametrization`` (its init is that parametrization's).
+    The model must have been built with ``rule.parametrization`` (its init is that parametrization's). A model
+    without such layers is refused, rather than left as it was under the rule's name: a user's model whose spectral
+    weights carry muP facts (operators.base_shapes) takes its K rule from those facts, which no panel rule rescales.
     """
-    for found in spectral_modules(model):
+    layers = spectral_modules(model)
+    if not layers:
+        raise ValueError(
+            f"rule {rule.name}: {type(model).__name__} has no spectral layer that states its parametrization, modes "
+            "and dim (the project's FNO has them); the rule panel does not rescale a model's muP facts"
+        )
+    for found in layers:
         if not all(hasattr(found, a) for a in ("parametrization", "modes", "dim")):
             raise ValueError(
                 f"rule {rule.name}: applies to spectral layers that state their parametrization, modes and dim, "

@@ -47,6 +47,18 @@ def test_a_rule_refuses_a_model_of_another_parametrization():
     assert set(RULES) == {"sp", "mup", "mup_c_times_K", "mup_c_squared", "mup_c_one"}
 
 
+def test_a_rule_refuses_a_model_it_cannot_reach_instead_of_leaving_it_as_it_was():
+    """A user's model with muP facts on its parameters has no ruled spectral layer: before, the rule set nothing and
+    the model trained under the facts' own rule, labelled with the panel rule's name."""
+    from mutransfer import mup
+    from tests.operators.test_saved_activations import _user_fno
+
+    model, base = _user_fno(width=16), _user_fno(width=8)
+    mup.set_base_shapes(model, base)
+    with pytest.raises(ValueError, match="no spectral layer that states its parametrization"):
+        apply_rule(model, get_rule("mup_c_times_K"))
+
+
 def test_a_rules_truth_and_a_gates_judgement():
     """The truth of a drift interval, and when a gate is right: a flag without a measured failure is wrong."""
     from mutransfer._diagnostics.rule_panel import FAILS, HOLDS, NOT_RESOLVED, gate_is_right, truth
