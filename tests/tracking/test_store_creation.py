@@ -40,26 +40,22 @@ def test_two_processes_creating_a_new_store_at_once_both_succeed(tmp_path, attem
 
 def test_the_embedded_store_is_made_in_wal_mode(tmp_path):
     """WAL: readers do not block the writer when several drivers log to one sqlite store. A store MLflow makes on
-    its own is in SQLite's default mode ("delete"): the check can fail. Each driver is a process of its own."""
+    its own is in SQLite's default mode ("delete"): the check can fail. The mode is the file's (a later process
+    reads it from the file), so both stores are made here, each at its own path (its own SQLAlchemy engine)."""
     import contextlib
     import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from mutransfer._tracking.runs import Tracker
 
     def mode(path) -> str:
         with contextlib.closing(sqlite3.connect(path)) as db:
             return db.execute("PRAGMA journal_mode").fetchone()[0]
 
-    def make(code: str, path) -> None:
-        subprocess.run([sys.executable, "-c", code, f"sqlite:///{path}"], check=True, timeout=300)
-
-    make(
-        "import sys; from mlflow.tracking import MlflowClient; MlflowClient(sys.argv[1]).search_experiments()",
-        tmp_path / "mlflow_made.db",
-    )
+    MlflowClient(f"sqlite:///{tmp_path / 'mlflow_made.db'}").search_experiments()
     assert mode(tmp_path / "mlflow_made.db") == "delete"
-    make(
-        "import sys; from mutransfer._tracking.runs import Tracker; Tracker(sys.argv[1]).ensure_experiment('e')",
-        tmp_path / "ours.db",
-    )
+    Tracker(f"sqlite:///{tmp_path / 'ours.db'}").ensure_experiment("e")
     assert mode(tmp_path / "ours.db") == "wal"
 
 
