@@ -197,8 +197,9 @@ class FactoryPlan:
     def fits(self, memory_bytes: int, /) -> bool:
         return self.total_bytes <= memory_bytes
 
-    def replan(self, *, batch: int = 1, precision: str = "fp32") -> StepPlan:
-        return replace(self, batch=batch, precision=precision)
+    def replan(self, *, batch: int | None = None, precision: str | None = None) -> StepPlan:
+        """The same step at another batch or precision (what is not given stays)."""
+        return replace(self, batch=batch or self.batch, precision=precision or self.precision)
 
 
 def count_parameters(factory: Callable[..., nn.Module], path: str, config: ModelConfig) -> int:

@@ -52,8 +52,8 @@ def saved_bytes(model: nn.Module, sample: tuple[int, ...]) -> Callable[[int], in
             return t
 
         x = torch.empty((batch, *sample), device="meta", requires_grad=True)
-        try:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        try:  # with gradients whatever the caller's mode, and a tensor the forward makes lands on the meta device too
+            with torch.enable_grad(), torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
                 out = model(x)
         except Exception:  # no meta kernel, a data-dependent branch, a model of its own mind: unknown
             return None

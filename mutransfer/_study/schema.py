@@ -319,7 +319,7 @@ class Study:
     #: where the study came from ("studies/x.yaml" or "quick (built-in)"); not part of the file
     source: str = field(default="", compare=False)
     #: the K rule's exponent measured on the training data when ``operator.k_exponent`` is 'data' (set by
-    #: mutransfer._sweep.k_rule before the search and kept in the study folder's state.json); not part of the file
+    #: mutransfer._sweep.runner._resolve_k_rule before the search and kept in the study folder's state.json); not part of the file
     k_exponent_estimate: float | None = field(default=None, compare=False)
     #: fields of the file ignored as not applying, a line each (the sweep says them); not part of the file
     notes: tuple[str, ...] = field(default=(), compare=False)

@@ -199,7 +199,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
 def run_trial(key: str, config: dict, data, study, options: dict, report: Callable[[dict], None]) -> None:
     """Train proxy trial ``key`` at ``config`` (its searched values), sending each :class:`TrialReport`'s metrics to
     ``report``: Tune's ``tune.report`` (:func:`proxy_trial`), or the in-process executor's, which raises to stop the
-    trial where ASHA stops it (mutransfer._sweep.executors). ``options`` as :func:`proxy_trial`'s."""
+    trial where ASHA stops it (mutransfer._sweep._executors). ``options`` as :func:`proxy_trial`'s."""
     # One intra-op thread pool per trial CPU: oversubscribing 2 cores made torch 10-100x slower.
     torch.set_num_threads(max(1, int(options.get("threads", 1))))
     trial_id = key

@@ -70,7 +70,13 @@ def check_fits(
         best = largest_batch(plan, memory)
         if best:
             fixes.append(f"a batch size of at most {best}")
-    if plan.precision == "fp32" and plan.replan(precision="bf16").fits(memory):
+    bf16 = plan.replan(precision="bf16") if plan.precision == "fp32" else None
+    # offered only where the bf16 plan counts what the fp32 one does (a factory's activations are fp32-only)
+    if (
+        bf16 is not None
+        and bf16.fits(memory)
+        and (bf16.activations_bytes is not None) == (plan.activations_bytes is not None)
+    ):
         fixes.append("precision bf16")
     fixes.append(plan.smaller)
     raise UserInputError(

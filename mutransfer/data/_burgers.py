@@ -182,9 +182,9 @@ def generate_burgers(
 ) -> dict:
     """Generate n Burgers pairs (u0, u(., t_final)) on N = resolution periodic points.
 
-    u0 ~ N(0, scale^2 (-Laplacian + tau I)^(-alpha)) with zero mean (see grf.py).
+    u0 ~ N(0, scale^2 (-Laplacian + tau I)^(-alpha)) with zero mean (see _grf.py).
     Returns {"input": (n, N) float64, "output": (n, N) float64,
-    "grid": {"x": (N,) float64}, "attrs": {...}} in the layout of hdf5_io.
+    "grid": {"x": (N,) float64}, "attrs": {...}} in the layout of _hdf5_io.
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise UserInputError(f"seed {seed!r}: must be a non-negative integer; try 0")

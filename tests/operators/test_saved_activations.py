@@ -86,8 +86,48 @@ def test_a_step_that_fits_by_its_parameters_but_not_its_activations_is_refused_w
     assert plan.activations_bytes == saved.at(64) and plan.total_bytes == 4 * params + saved.at(64)
     limit = 4 * params + saved.at(16)  # the parameters fit, 64 samples' activations do not, 16 samples' do
     assert FactoryPlan(plan.total_params, plan.label, "fp32", params).fits(limit)  # what parameters alone said
-    with pytest.raises(UserInputError, match=r"a batch size of at most 16\b"):
+    with pytest.raises(UserInputError, match=r"a batch size of at most 16\b") as refused:
         check_fits(plan, "cpu", limit=limit)
+    # bf16 is not offered: its plan would count the parameters only and "fit" without knowing its activations
+    assert "bf16" not in str(refused.value)
     assert plan.replan(batch=16).fits(limit)
     # under mixed precision the fp32 measurement is not the step's: unknown, parameters only
     assert plan.replan(batch=64, precision="bf16").activations_bytes is None
+    # what a replan does not name stays
+    assert plan.replan(precision="bf16").batch == 64 and plan.replan(batch=16).precision == "fp32"
+
+
+def test_the_measurement_does_not_depend_on_the_callers_grad_mode_or_default_device():
+    with torch.device("meta"):
+        model = _user_fno()
+    saved = saved_activations(model, (64, 2))
+    with torch.no_grad():
+        assert saved_activations(model, (64, 2)) == saved
+
+    class MakesATensor(nn.Module):  # a tensor made in forward without a device lands on the meta device too
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(2, 3)
+
+        def forward(self, x):
+            return torch.nn.functional.gelu(self.lin(x)) + torch.zeros(3)
+
+    with torch.device("meta"):
+        made = MakesATensor()
+    found = saved_activations(made, (8, 2))
+    assert found is not None and found.per_sample == 4 * (8 * 2 + 8 * 3 + 8 * 3)  # input, gelu's input, output
+
+
+def test_neuraloperators_fno_is_measured_as_autograd_keeps_it_on_real_tensors():
+    """The model of docs/byo.md (neuraloperator's FNO through mutransfer.neuralop), channel-last (B, 32, 32, 1)."""
+    pytest.importorskip("neuralop")
+    from mutransfer.neuralop import fno2d
+
+    torch.manual_seed(0)
+    real = fno2d(K=4, width=8, in_channels=1, out_channels=1)
+    with torch.device("meta"):
+        meta = fno2d(K=4, width=8, in_channels=1, out_channels=1)
+    saved = saved_activations(meta, (32, 32, 1))
+    assert saved is not None
+    for batch in (1, 3):
+        assert saved.at(batch) == _real_saved_bytes(real, torch.randn(batch, 32, 32, 1))
