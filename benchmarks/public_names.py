@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 root = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(root))  # the __all__ of this tree's modules, not an installed copy's
 mods = names = 0
 for f in sorted((root / "mutransfer").rglob("*.py")):
     parts = f.relative_to(root).with_suffix("").parts
@@ -34,7 +35,6 @@ for f in sorted((root / "mutransfer").rglob("*.py")):
             found.add(node.target.id)
     pub = {n for n in found if not n.startswith("_")}
     if "__all__" in found:
-        sys.path.insert(0, str(root))
         pub = set(importlib.import_module(".".join(parts)).__all__)
     mods += 1
     names += len(pub)

@@ -15,7 +15,6 @@ data-dependent branch, ``.item()``) gives None: unknown, as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -34,41 +33,36 @@ class SavedActivations:
         return self.fixed + batch * self.per_sample
 
 
-def saved_bytes(model: nn.Module, sample: tuple[int, ...]) -> Callable[[int], int | None]:
-    """A function of the batch size: the bytes ``model``'s forward saves for backward on a meta input of shape
-    (batch, *sample) (``sample``: the grid and the channels, channel-last), or None where the forward cannot run
-    on the meta device. ``model`` must live on the meta device."""
+def _saved_bytes(model: nn.Module, sample: tuple[int, ...], batch: int) -> int | None:
+    """The bytes ``model``'s forward (on the meta device) saves for backward on a meta input of shape
+    (batch, *sample) (``sample``: the grid and the channels, channel-last); None where it cannot run there."""
     owned = {p.untyped_storage()._cdata for p in model.parameters()}
+    kept: dict[int, int] = {}
+    refs: list[torch.Tensor] = []  # held until counted: a freed storage's address could be reused
 
-    def measure(batch: int) -> int | None:
-        kept: dict[int, int] = {}
-        refs: list[torch.Tensor] = []  # held until counted: a freed storage's address could be reused
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage._cdata not in owned:
+            kept[storage._cdata] = max(kept.get(storage._cdata, 0), storage.nbytes())
+            refs.append(t)
+        return t
 
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            storage = t.untyped_storage()
-            if storage._cdata not in owned:
-                kept[storage._cdata] = max(kept.get(storage._cdata, 0), storage.nbytes())
-                refs.append(t)
-            return t
-
-        x = torch.empty((batch, *sample), device="meta", requires_grad=True)
-        try:  # with gradients whatever the caller's mode, and a tensor the forward makes lands on the meta device too
-            with torch.enable_grad(), torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = model(x)
-        except Exception:  # no meta kernel, a data-dependent branch, a model of its own mind: unknown
-            return None
-        if not isinstance(out, torch.Tensor):
-            return None
-        kept[out.untyped_storage()._cdata] = out.untyped_storage().nbytes()
-        return sum(kept.values())
-
-    return measure
+    x = torch.empty((batch, *sample), device="meta", requires_grad=True)
+    try:  # with gradients whatever the caller's mode, and a tensor the forward makes lands on the meta device too
+        with torch.enable_grad(), torch.device("meta"), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = model(x)
+    except Exception:  # no meta kernel, a data-dependent branch, a model of its own mind: unknown
+        return None
+    if not isinstance(out, torch.Tensor):
+        return None
+    kept[out.untyped_storage()._cdata] = out.untyped_storage().nbytes()
+    return sum(kept.values())
 
 
 def saved_activations(model: nn.Module, sample: tuple[int, ...]) -> SavedActivations | None:
-    """:func:`saved_bytes` at batch 1 and 2, as a fixed and a per-sample part; None where it cannot be measured."""
-    measure = saved_bytes(model, sample)
-    one, two = measure(1), measure(2)
+    """The bytes ``model``'s forward (``model`` on the meta device) keeps for backward on (batch, *sample) inputs, as
+    a fixed and a per-sample part read at batch 1 and 2; None where the forward cannot run on the meta device."""
+    one, two = _saved_bytes(model, sample, 1), _saved_bytes(model, sample, 2)
     if one is None or two is None:
         return None
     return SavedActivations(fixed=max(2 * one - two, 0), per_sample=max(two - one, 0))

@@ -71,11 +71,11 @@ def check_fits(
         if best:
             fixes.append(f"a batch size of at most {best}")
     bf16 = plan.replan(precision="bf16") if plan.precision == "fp32" else None
-    # offered only where the bf16 plan counts what the fp32 one does (a factory's activations are fp32-only)
+    # not where bf16 would drop the activations the fp32 plan counts (a factory's are measured in fp32 only)
     if (
         bf16 is not None
         and bf16.fits(memory)
-        and (bf16.activations_bytes is not None) == (plan.activations_bytes is not None)
+        and (bf16.activations_bytes is not None or plan.activations_bytes is None)
     ):
         fixes.append("precision bf16")
     fixes.append(plan.smaller)

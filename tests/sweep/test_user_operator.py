@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import textwrap
@@ -329,6 +330,15 @@ def test_train_takes_a_factory_from_the_working_directory(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "UserFNO-1D K=4 width 8" in done.stdout + done.stderr
+    # its memory check counts the activations its forward keeps (operators/saved_activations.py): 64 KiB holds the
+    # parameters' four copies (under 10 KiB) but not 20 samples' activations, so the refusal names the batch that fits
+    small = [*train, "--batch-size", "20", "--device-memory", "64KiB"]
+    refused = subprocess.run(small, cwd=study.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr[-2000:]
+    assert re.search(
+        r"needs .* but the memory limit set \(--device-memory\) is 64\.0 KiB; use a batch size of at most \d+,",
+        refused.stderr,
+    ), refused.stderr
 
 
 @pytest.mark.slow  # a whole training end to end (the default suite stays under 5 min)
