@@ -16,7 +16,10 @@ hyperparameters (:meth:`~mutransfer._sweep.target_run.TargetRun.order`); a study
 (:meth:`EarlyTarget.cancel`: its workers return without training, and nothing is written that a resume reads).
 
 No deadlock: the target is started early only where its resources and one more trial's fit in the cluster
-(:func:`fits_beside_a_trial`), so a trial Tune retries after a failure still finds room once the others end.
+(:func:`fits_beside_a_trial`), so a trial Tune retries after a failure still finds room once the others end; and
+a retried trial calls the waiting run off (:meth:`EarlyTarget.trial_retried`): its failure may be a node the
+cluster lost, and with it the room the target was started beside (a 2-node cluster of 1 CPU each whose worker
+node died: the target held the last CPU and the retried trial waited for it, tests/sweep/test_cluster.py).
 """
 
 from __future__ import annotations
@@ -88,6 +91,17 @@ class EarlyTarget:
             )  # fmt: skip
         except Exception as exc:  # the target then starts as usual, after the proxies
             self.ctx.say(f"note: the target could not start early ({type(exc).__name__}: {exc}); it starts later")
+
+    def trial_retried(self) -> None:
+        """Tune retries a trial: a waiting run is called off (the target then starts in its phase, after the
+        trials), since the cluster may have lost the node the trial ran on and the retried trial may need the
+        resources the target holds. The target is not started early again in this search."""
+        self.started = True
+        if self.run is not None:
+            self.ctx.say(
+                "note: a proxy trial is retried: the target's run started early is called off; it starts after the proxies"
+            )
+            self.cancel()
 
     def take(self, storage_dir: Path) -> RunningTarget | None:
         """The waiting run for a target trained in ``storage_dir`` (once), or None: not started, for another folder,

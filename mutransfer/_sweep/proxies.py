@@ -177,7 +177,7 @@ def _search_run(ctx: SweepContext, plan, logger, concurrency: int) -> SearchRun:
     if ctx.early_target is not None:  # the target's workers start while the last trials run (Ray only)
         from mutransfer._sweep.tune_callback import WhenHandedOut  # noqa: PLC0415 -- deferred: imports Ray
 
-        tune_callbacks.append(WhenHandedOut(plan, ctx.early_target.start))
+        tune_callbacks.append(WhenHandedOut(plan, ctx.early_target.start, ctx.early_target.trial_retried))
     return SearchRun(
         plan=plan,
         study=study,

@@ -45,13 +45,14 @@ LIVE = ("PENDING", "RUNNING", "PAUSED")
 class WhenHandedOut(Callback):
     """Calls ``action(live)`` at each trial's start and end once ``plan`` (a SearchPlan) has handed out every trial:
     from then on no new trial asks for resources (mutransfer._sweep.early_target starts the target's workers when
-    the ``live`` trials, those still holding or waiting for resources, leave room for them)."""
+    the ``live`` trials, those still holding or waiting for resources, leave room for them); and ``retried()`` when
+    Tune retries a trial (its node may be lost, and with it the room the target was started beside)."""
 
-    def __init__(self, plan, action):
-        self.plan, self.action = plan, action
+    def __init__(self, plan, action, retried):
+        self.plan, self.action, self.retried = plan, action, retried
 
     def __getstate__(self):  # Tune pickles its callbacks (never read back): a copy acts on nothing
-        return {"plan": None, "action": None}
+        return {"plan": None, "action": None, "retried": None}
 
     def _maybe(self, trials, ended=None) -> None:
         if self.action is not None and self.plan.handed_out():
@@ -65,3 +66,7 @@ class WhenHandedOut(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._maybe(trials, ended=trial)
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        if self.retried is not None:
+            self.retried()

@@ -155,7 +155,7 @@ class _Trial:
         self.status = status
 
 
-def test_the_start_callback_acts_once_everything_is_handed_out_and_its_pickled_copy_never():
+def test_the_start_callback_acts_once_everything_is_handed_out_a_retry_is_told_and_its_pickled_copy_never():
     from mutransfer._sweep.tune_callback import WhenHandedOut
 
     class Plan:
@@ -165,8 +165,9 @@ def test_the_start_callback_acts_once_everything_is_handed_out_and_its_pickled_c
             return self.out
 
     calls: list[int] = []
+    retries: list[str] = []
     plan = Plan()
-    callback = WhenHandedOut(plan, calls.append)
+    callback = WhenHandedOut(plan, calls.append, lambda: retries.append("retried"))
     running, ending = _Trial("RUNNING"), _Trial("RUNNING")
     callback.on_trial_start(0, [running, ending], running)
     assert calls == []  # trials still to hand out
@@ -174,10 +175,13 @@ def test_the_start_callback_acts_once_everything_is_handed_out_and_its_pickled_c
     callback.on_trial_start(0, [running, ending, _Trial("TERMINATED")], running)
     callback.on_trial_complete(0, [running, ending], ending)  # the ending trial no longer counts
     callback.on_trial_error(0, [running, ending], running)
-    assert calls == [2, 1, 1]
+    assert calls == [2, 1, 1] and retries == []
+    callback.on_trial_recover(0, [running], running)  # Tune retries a trial (its node may be gone)
+    assert retries == ["retried"] and calls == [2, 1, 1]
     copy = pickle.loads(pickle.dumps(callback))  # Tune pickles its callbacks; the copy must not start a target
     copy.on_trial_complete(0, [running], running)
-    assert calls == [2, 1, 1]
+    copy.on_trial_recover(0, [running], running)
+    assert calls == [2, 1, 1] and retries == ["retried"]
 
 
 def test_the_target_waits_until_the_live_trials_leave_room(tiny_data, tmp_path):
