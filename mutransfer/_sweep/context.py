@@ -24,6 +24,7 @@ from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import REBUILD_HINT, StudyDir
 from mutransfer._sweep._executors import TrialCallback, executor_for
 from mutransfer._sweep._ledger import Booked, Ledger
+from mutransfer._tracking.runs import Tracker
 from mutransfer.errors import UserInputError
 
 if TYPE_CHECKING:
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from mutransfer._study_folder.lock import StudyLock
     from mutransfer._sweep.target import TargetOutcome
     from mutransfer._sweep.target_run import RunningTarget
-    from mutransfer._tracking.runs import Tracker
     from mutransfer.data._loading import SplitData
     from mutransfer.data._streaming import StreamingSplit
     from mutransfer.data._validation import SelectionSplit
@@ -46,6 +46,8 @@ class EarlyTarget(Protocol):
     def take(self, storage_dir: Path) -> RunningTarget | None: ...
 
     def cancel(self) -> None: ...
+
+    def trial_retried(self) -> None: ...
 
 
 class SweepError(RuntimeError):
@@ -215,7 +217,8 @@ class SweepContext:
     proxy_data: SelectionSplit | None = None
     data_path: Path | None = None
     started_ray: bool = False
-    tracker: Tracker | None = None
+    #: the study's MLflow store (it connects on first use: the parent run is opened once Ray is up)
+    tracker: Tracker = field(init=False)
     experiment_id: str | None = None
     parent_id: str | None = None
     setup_seconds: float = 0.0
@@ -239,6 +242,9 @@ class SweepContext:
     preset: list[dict] | None = None
     #: what the search is called on the console ("proxies", "direct search", "rung 1")
     label: str | None = None
+
+    def __post_init__(self) -> None:
+        self.tracker = Tracker(self.tracking_uri)
 
     @property
     def search_data(self) -> SelectionSplit | None:

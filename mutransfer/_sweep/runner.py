@@ -258,7 +258,6 @@ def _session(ctx: SweepContext):
 
 
 def _open_parent_run(ctx: SweepContext) -> None:
-    ctx.tracker = Tracker(ctx.tracking_uri)
     known = ctx.state.get("experiment_id")
     if known and not ctx.tracker.reopen_experiment(known):  # never start afresh in silence (a second parent run)
         raise UserInputError(
@@ -289,9 +288,9 @@ def _open_parent_run(ctx: SweepContext) -> None:
     ctx.update_state(experiment_id=ctx.experiment_id, parent_run_id=parent)
 
 
-def _mark(tracker, run_id, status: str) -> None:
+def _mark(tracker: Tracker, run_id: str | None, status: str) -> None:
     """Best effort: record the parent run's end state, and its running children's (never masks the original error)."""
-    if tracker is None or not run_id:
+    if not run_id:
         return
     try:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted" if status == "KILLED" else "failed"})
