@@ -22,17 +22,23 @@ from mutransfer.errors import UserInputError
 
 if TYPE_CHECKING:
     from mutransfer._api import (
+        CoordCheck,
+        DirectBaseline,
         Report,
         Study,
         StudySpec,
         TargetResult,
         TransferRecord,
         TrialResult,
+        Verify,
+        WarmStart,
         create_study,
         load_study,
     )
 
 __all__ = [
+    "CoordCheck",
+    "DirectBaseline",
     "Report",
     "Study",
     "StudySpec",
@@ -40,6 +46,8 @@ __all__ = [
     "TransferRecord",
     "TrialResult",
     "UserInputError",
+    "Verify",
+    "WarmStart",
     "__version__",
     "create_study",
     "load_study",

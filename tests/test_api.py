@@ -255,3 +255,52 @@ def test_the_optuna_view_of_a_study_not_yet_searched_is_refused_in_one_line(tiny
     with _create(tmp_path, mt.StudySpec.from_yaml(path).replace({"name": "fresh"})) as study:
         with pytest.raises(mt.UserInputError, match="call study.optimize"):
             _ = study.optuna_study
+
+
+def test_strategy_objects_run_what_their_flags_run(tiny, tmp_path):
+    """mt.Verify, mt.DirectBaseline and mt.CoordCheck run the phases of --verify, --baseline direct and
+    --coord-check: the report holds their sections, and the flags' own checks refuse what they refuse."""
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "strat", "search.num_trials": 2, "budget.epochs": 2})
+    plain = _create(tmp_path, spec.replace({"name": "plain"}))
+    alone = plain.report().data
+    plain.close()
+    assert [alone.get(k) for k in ("verification", "direct_baseline", "coord_check")] == [None] * 3
+    strategies = [mt.Verify(points=3, seeds=1), mt.DirectBaseline(), mt.CoordCheck()]
+    with _create(tmp_path, spec, strategies=strategies) as study:
+        report = study.report().data
+    verification = report["verification"]
+    assert len(verification["grid"]) == 3 and verification["seeds"] == [0]  # Verify(points=3, seeds=1)
+    assert verification["cost"]["trainings"] == 6  # the target's 3 LRs and the proxy's, one seed
+    assert report["direct_baseline"]["test_error"] is not None
+    assert report["coord_check"]["modes"] == [6, 12, 24] and report["coord_check"]["verdict"]
+    again = mt.load_study("strat", storage=tmp_path / "runs", executor="inprocess", strategies=strategies)
+    assert again.report().data["verification"] == report["verification"]  # finished: nothing runs again
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: mt.Verify(points=2), r"Verify\(points=2\): an optimum needs at least 3"),
+        (lambda: mt.Verify(seeds=0), r"Verify\(seeds=0\): at least 1 seed"),
+        (lambda: mt.WarmStart("quick", top=0), r"WarmStart\(top=0\)"),
+        (lambda: mt.WarmStart(""), r"WarmStart\(source=''\)"),
+    ],
+)
+def test_a_bad_strategy_is_one_line_when_it_is_made(make, message):
+    with pytest.raises(mt.UserInputError, match=message):
+        make()
+
+
+def test_strategies_that_are_not_strategies_or_twice_are_refused_before_anything_is_made(tiny, tmp_path):
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path)
+    with pytest.raises(mt.UserInputError, match=r"strategies\[1\]: one of mt.Verify.*got str"):
+        _create(tmp_path, spec, strategies=[mt.Verify(), "baseline"])
+    with pytest.raises(mt.UserInputError, match=r"strategies\[1\]: Verify is given twice"):
+        _create(tmp_path, spec, strategies=[mt.Verify(), mt.Verify(points=7)])
+    with pytest.raises(mt.UserInputError, match="strategies: a list of strategy objects"):
+        _create(tmp_path, spec, strategies=mt.Verify())  # type: ignore[arg-type]
+    with pytest.raises(mt.UserInputError, match="ray_address '127.0.0.1:6379': the 'inprocess' executor"):
+        _create(tmp_path, spec, ray_address="127.0.0.1:6379")
+    assert not (tmp_path / "runs").exists()  # nothing made

@@ -20,6 +20,7 @@ import optuna
 
 from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialResult
 from mutransfer._api.spec import StudySpec
+from mutransfer._api.strategies import Strategy, with_pruner, with_strategies
 from mutransfer._config.executors import EXECUTORS
 from mutransfer._study.inputs import check_storage
 from mutransfer._study_folder.portable import read_study_file
@@ -372,6 +373,9 @@ def create_study(
     tracking_uri: str | None = None,
     load_if_exists: bool = False,
     quiet: bool = True,
+    strategies: Sequence[Strategy] = (),
+    register: str | None = None,
+    ray_address: str | None = None,
 ) -> Study:
     """A new study of ``spec`` in ``<storage>/<spec.name>``. Nothing runs until :meth:`Study.optimize` (or a later
     step).
@@ -390,6 +394,11 @@ def create_study(
         tracking_uri: the MLflow store (default: the spec's ``tracking.uri``, else ``sqlite:///mlflow.db`` here).
         load_if_exists: continue a study of that name in ``storage`` instead of refusing it.
         quiet: no progress lines on stderr.
+        strategies: what the study runs besides its search: :class:`Verify`, :class:`DirectBaseline`,
+            :class:`WarmStart`, :class:`CoordCheck` (``mutransfer sweep``'s ``--verify``, ``--baseline direct``,
+            ``--warm-start``, ``--coord-check``). A study loaded again is given the same ones to run what is left.
+        register: a name in MLflow's model registry for the trained target (``--register``).
+        ray_address: a Ray cluster's address (``--address``; the Ray executor only; None: a local Ray).
 
     Returns:
         The :class:`Study`.
@@ -412,8 +421,10 @@ def create_study(
             f"sampler {type(sampler).__name__}: an Optuna sampler object such as optuna.samplers.TPESampler(seed=0); "
             "for a grid, set search.algorithm: grid in the spec"
         )
+    if ray_address is not None and executor != "ray":
+        raise UserInputError(f"ray_address {ray_address!r}: the {executor!r} executor trains in this process; drop it")
     check_storage(storage)
-    spec = _with_pruner(spec, pruner)
+    spec = with_pruner(spec, pruner)
     folder = StudyDir.for_study(spec.name, storage)
     if folder.exists() and not load_if_exists:
         raise UserInputError(
@@ -422,9 +433,10 @@ def create_study(
         )
     overrides = {"tracking_uri": tracking_uri} if tracking_uri is not None else {}
     options = SweepOptions(
-        runs_dir=str(storage), quiet=quiet, json=True, executor=executor, sampler=sampler, overrides=overrides
-    )
-    return Study(spec, options, _token=_TOKEN)
+        runs_dir=str(storage), quiet=quiet, json=True, executor=executor, sampler=sampler, overrides=overrides,
+        register=register, address=ray_address,
+    )  # fmt: skip
+    return Study(spec, with_strategies(options, strategies), _token=_TOKEN)
 
 
 def load_study(
@@ -435,6 +447,7 @@ def load_study(
     executor: Executor = "ray",
     quiet: bool = True,
     rebuild_state: bool = False,
+    strategies: Sequence[Strategy] = (),
 ) -> Study:
     """The study ``study_name`` of ``storage``, finished or not (a study stopped part-way continues at its next step).
 
@@ -447,6 +460,8 @@ def load_study(
         rebuild_state: the study's ``state.json`` was lost or damaged (its next step refuses it, saying so): rebuild
             it from the trials' own files and the store's runs, keeping every finished trial (``mutransfer sweep
             --resume --rebuild-state``). Refused for a study whose state is intact.
+        strategies: the strategies it was created with, to run those of their phases it has not run yet; one it
+            was not created with is refused once its study is complete.
 
     Returns:
         The :class:`Study`.
@@ -471,27 +486,9 @@ def load_study(
         )
     # its problem.data as the folder keeps it: relative to the folder (mutransfer._study_folder.portable), absolute here
     spec = StudySpec.from_text(read_study_file(folder).to_yaml(), str(folder.study_file))
-    study = create_study(spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet)
+    study = create_study(
+        spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet,
+        strategies=strategies,
+    )  # fmt: skip
     study._options.rebuild_state = rebuild_state
     return study
-
-
-def _with_pruner(spec: StudySpec, pruner: optuna.pruners.BasePruner | None) -> StudySpec:
-    """The spec's ASHA settings as ``pruner`` asks (mutransfer's searches stop trials by ASHA, decided by the plan)."""
-    if pruner is None:
-        return spec
-    if isinstance(pruner, optuna.pruners.NopPruner):
-        return spec.replace({"budget.grace_period": spec.study.budget.epochs})
-    if isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner):
-        grace, factor = getattr(pruner, "_min_resource", None), getattr(pruner, "_reduction_factor", None)
-        rate = getattr(pruner, "_min_early_stopping_rate", 0)
-        if isinstance(grace, int) and isinstance(factor, int) and rate == 0:
-            return spec.replace({"budget.grace_period": grace, "budget.reduction_factor": factor})
-        raise UserInputError(
-            "pruner: SuccessiveHalvingPruner needs a whole min_resource (epochs), a whole reduction_factor and "
-            "min_early_stopping_rate 0, e.g. SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)"
-        )
-    raise UserInputError(
-        f"pruner {type(pruner).__name__}: mutransfer stops trials by ASHA; pass "
-        "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2) or optuna.pruners.NopPruner()"
-    )
