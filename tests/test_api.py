@@ -276,14 +276,36 @@ def test_strategy_objects_run_what_their_flags_run(tiny, tmp_path):
     assert report["coord_check"]["modes"] == [6, 12, 24] and report["coord_check"]["verdict"]
     again = mt.load_study("strat", storage=tmp_path / "runs", executor="inprocess", strategies=strategies)
     assert again.report().data["verification"] == report["verification"]  # finished: nothing runs again
+    finished = mt.load_study("plain", storage=tmp_path / "runs", executor="inprocess", strategies=[mt.Verify()])
+    with pytest.raises(mt.UserInputError, match="already complete without it"):
+        finished.report()  # a finished study cannot grow a verification
+
+
+def test_the_strategy_objects_set_what_the_flags_set():
+    """The flags of `mutransfer sweep` and the API's objects ask the sweep for the same things (one mapping each)."""
+    from mutransfer._api.strategies import with_strategies
+    from mutransfer._sweep.context import SweepOptions
+    from mutransfer.cli._sweep_cmd import sweep_options
+    from mutransfer.cli.main import build_parser
+
+    flags = "--verify --verify-points 7 --verify-seeds 2 --baseline direct --warm-start src --warm-start-top 2"
+    args = build_parser().parse_args(["sweep", *flags.split(), "--warm-start-any", "--coord-check"])
+    objects = [mt.Verify(points=7, seeds=2), mt.DirectBaseline(), mt.WarmStart("src", 2, True), mt.CoordCheck()]
+    fields = ("verify", "verify_points", "verify_seeds", "baseline", "warm_start", "warm_start_top", "warm_start_any")
+    cli, api = sweep_options(args), with_strategies(SweepOptions(), objects)
+    assert [getattr(api, f) for f in (*fields, "coord_check")] == [getattr(cli, f) for f in (*fields, "coord_check")]
+    assert [getattr(SweepOptions(), f) for f in fields] != [getattr(api, f) for f in fields]  # they changed them
 
 
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: mt.Verify(points=2), r"Verify\(points=2\): an optimum needs at least 3"),
-        (lambda: mt.Verify(seeds=0), r"Verify\(seeds=0\): at least 1 seed"),
-        (lambda: mt.WarmStart("quick", top=0), r"WarmStart\(top=0\)"),
+        (lambda: mt.Verify(points=2), r"Verify\(points=2\): from 3 to 41 .* an optimum needs at least 3"),
+        (lambda: mt.Verify(points=5.0), r"Verify\(points=5.0\): a whole number"),
+        (lambda: mt.Verify(seeds=0), r"Verify\(seeds=0\): from 1 to 100 seeds"),
+        (lambda: mt.WarmStart("quick", top=0), r"WarmStart\(top=0\): from 1 to"),
+        (lambda: mt.WarmStart("quick", top=True), r"WarmStart\(top=True\): a whole number"),
+        (lambda: mt.WarmStart("quick", any_source="false"), r"WarmStart\(any_source='false'\): True or False"),
         (lambda: mt.WarmStart(""), r"WarmStart\(source=''\)"),
     ],
 )
@@ -303,4 +325,8 @@ def test_strategies_that_are_not_strategies_or_twice_are_refused_before_anything
         _create(tmp_path, spec, strategies=mt.Verify())  # type: ignore[arg-type]
     with pytest.raises(mt.UserInputError, match="ray_address '127.0.0.1:6379': the 'inprocess' executor"):
         _create(tmp_path, spec, ray_address="127.0.0.1:6379")
-    assert not (tmp_path / "runs").exists()  # nothing made
+    with pytest.raises(mt.UserInputError, match="ray_address 'nowhere': use auto, or HOST:PORT"):
+        mt.create_study(spec, storage=tmp_path / "runs", ray_address="nowhere")
+    with pytest.raises(mt.UserInputError, match="register 'a/b' is not a model name"):
+        _create(tmp_path, spec, register="a/b")
+    assert _create(tmp_path, spec, register=" fno ")._options.register == "fno"  # as --register strips it

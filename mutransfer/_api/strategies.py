@@ -23,10 +23,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import optuna
-
-from mutransfer._api.spec import StudySpec
-from mutransfer._config.checks import VERIFY_POINTS, VERIFY_SEEDS
+from mutransfer._config.checks import (
+    MAX_VERIFY_POINTS,
+    MAX_VERIFY_SEEDS,
+    MIN_VERIFY_POINTS,
+    VERIFY_POINTS,
+    VERIFY_SEEDS,
+)
+from mutransfer._study.schema import MAX_TRIALS
 from mutransfer._sweep.context import SweepOptions
 from mutransfer.errors import UserInputError
 
@@ -49,15 +53,13 @@ class Verify:
     seeds: int = VERIFY_SEEDS
 
     def __post_init__(self) -> None:
-        if isinstance(self.points, bool) or not isinstance(self.points, int) or self.points < 3:
-            raise UserInputError(
-                f"Verify(points={self.points!r}): an optimum needs at least 3 learning rates; use {VERIFY_POINTS} "
-                "(the default) or more"
-            )
-        if isinstance(self.seeds, bool) or not isinstance(self.seeds, int) or self.seeds < 1:
-            raise UserInputError(
-                f"Verify(seeds={self.seeds!r}): at least 1 seed per learning rate (2 or more give an interval)"
-            )
+        _whole(
+            "Verify", "points", self.points, MIN_VERIFY_POINTS, MAX_VERIFY_POINTS,
+            f"learning rates on the grid: an optimum needs at least {MIN_VERIFY_POINTS} (default {VERIFY_POINTS})",
+        )  # fmt: skip
+        _whole(
+            "Verify", "seeds", self.seeds, 1, MAX_VERIFY_SEEDS, "seeds per learning rate (2 or more give an interval)"
+        )
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,10 @@ class WarmStart:
     def __post_init__(self) -> None:
         if not isinstance(self.source, (str, Path)) or not str(self.source):
             raise UserInputError(f"WarmStart(source={self.source!r:.40}): an earlier study's folder or name")
-        if self.top is not None and (isinstance(self.top, bool) or not isinstance(self.top, int) or self.top < 1):
-            raise UserInputError(f"WarmStart(top={self.top!r}): a whole number of trials, at least 1 (or None)")
+        if self.top is not None:
+            _whole("WarmStart", "top", self.top, 1, MAX_TRIALS, "of its best trials (None: a quarter of the search's)")
+        if not isinstance(self.any_source, bool):
+            raise UserInputError(f"WarmStart(any_source={self.any_source!r:.40}): True or False")
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,14 @@ class CoordCheck:
     Example:
         >>> study = mt.create_study(spec, strategies=[mt.CoordCheck()])  # doctest: +SKIP
     """
+
+
+def _whole(kind: str, name: str, value: object, low: int, high: int, what: str) -> None:
+    """``value`` is a whole number in [low, high]; else a one-line UserInputError naming ``kind(name=value)``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UserInputError(f"{kind}({name}={value!r:.40}): a whole number, {low} to {high} {what}")
+    if not low <= value <= high:
+        raise UserInputError(f"{kind}({name}={value}): from {low} to {high} {what}")
 
 
 #: a strategy object :func:`mutransfer.create_study` takes
@@ -138,24 +150,3 @@ def with_strategies(options: SweepOptions, strategies: Sequence[Strategy]) -> Sw
         else:
             options = replace(options, coord_check=True)
     return options
-
-
-def with_pruner(spec: StudySpec, pruner: optuna.pruners.BasePruner | None) -> StudySpec:
-    """The spec's ASHA settings as ``pruner`` asks (mutransfer's searches stop trials by ASHA, decided by the plan)."""
-    if pruner is None:
-        return spec
-    if isinstance(pruner, optuna.pruners.NopPruner):
-        return spec.replace({"budget.grace_period": spec.study.budget.epochs})
-    if isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner):
-        grace, factor = getattr(pruner, "_min_resource", None), getattr(pruner, "_reduction_factor", None)
-        rate = getattr(pruner, "_min_early_stopping_rate", 0)
-        if isinstance(grace, int) and isinstance(factor, int) and rate == 0:
-            return spec.replace({"budget.grace_period": grace, "budget.reduction_factor": factor})
-        raise UserInputError(
-            "pruner: SuccessiveHalvingPruner needs a whole min_resource (epochs), a whole reduction_factor and "
-            "min_early_stopping_rate 0, e.g. SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)"
-        )
-    raise UserInputError(
-        f"pruner {type(pruner).__name__}: mutransfer stops trials by ASHA; pass "
-        "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2) or optuna.pruners.NopPruner()"
-    )

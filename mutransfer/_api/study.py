@@ -18,18 +18,20 @@ from typing import TYPE_CHECKING, Literal
 
 import optuna
 
+from mutransfer._api._callbacks import UserCallbacks
+from mutransfer._api._pruner import with_pruner
 from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialResult
 from mutransfer._api.spec import StudySpec
-from mutransfer._api.strategies import Strategy, with_pruner, with_strategies
+from mutransfer._api.strategies import Strategy, with_strategies
+from mutransfer._config.checks import check_model_name
 from mutransfer._config.executors import EXECUTORS
-from mutransfer._study.inputs import check_storage
+from mutransfer._study.inputs import check_address_form, check_storage
 from mutransfer._study_folder.portable import read_study_file
 from mutransfer._study_folder.records import MODEL_DIR
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep._trial_journal import JOURNAL_FILE, journal_storage
 from mutransfer._sweep.context import ProxyResults, SweepContext, SweepOptions
 from mutransfer._sweep.pareto import pareto_front
-from mutransfer._sweep.plan import key_index, trial_status
 from mutransfer._sweep.runner import COMPLETE, sweep_steps
 from mutransfer._sweep.target import TargetOutcome
 from mutransfer.errors import UserInputError
@@ -92,7 +94,7 @@ class Study:
             )
         if n_trials is not None:
             self._spec = self._spec.replace({"search.num_trials": n_trials})
-        self._options.trial_callbacks = (_UserCallbacks(self, callbacks),) if callbacks else ()
+        self._options.trial_callbacks = (UserCallbacks(self, callbacks),) if callbacks else ()
         self._advance(_OPTIMIZE)
 
     def transfer(self) -> TransferRecord:
@@ -315,51 +317,6 @@ def _passed(reached: set[str], until: str) -> bool:
     return any(step in reached for step in later)
 
 
-class _UserCallbacks:
-    """The Python API's callbacks as an observer of the search's trials (mutransfer._sweep._executors.TrialCallback)."""
-
-    def __init__(self, study: Study, callbacks: Sequence[TrialCallbackFn]):
-        self.study, self.callbacks = study, list(callbacks)
-
-    def __getstate__(self) -> dict:  # Ray Tune stores its callbacks (never read back): a copy calls nothing
-        return {"study": None, "callbacks": []}
-
-    def on_trial_start(self, trial) -> None:
-        pass
-
-    def on_trial_result(self, trial, result: dict) -> None:
-        pass
-
-    def on_trial_recover(self, trial) -> None:
-        pass
-
-    def on_trial_complete(self, trial) -> None:
-        self._tell(trial, failed=False)
-
-    def on_trial_error(self, trial) -> None:
-        self._tell(trial, failed=True)
-
-    def _tell(self, trial, *, failed: bool) -> None:
-        if self.study is None:
-            return
-        config = dict(trial.config or {})
-        key = str(config.pop("trial_key"))
-        last = dict(trial.last_result or {})
-        value = last.get("val_error")
-        result = TrialResult(
-            number=key_index(key),
-            key=key,
-            params=config,
-            hyperparameters={},
-            value=None if failed or value is None else float(value),
-            state=trial_status(last, failed, self.study.spec.study.budget.epochs),
-            epochs=int(last.get("epoch", 0) or 0),
-            mlflow_run_id=None,
-        )
-        for callback in self.callbacks:
-            callback(self.study, result)
-
-
 _TOKEN = object()
 
 
@@ -421,8 +378,11 @@ def create_study(
             f"sampler {type(sampler).__name__}: an Optuna sampler object such as optuna.samplers.TPESampler(seed=0); "
             "for a grid, set search.algorithm: grid in the spec"
         )
-    if ray_address is not None and executor != "ray":
-        raise UserInputError(f"ray_address {ray_address!r}: the {executor!r} executor trains in this process; drop it")
+    if ray_address is not None:
+        if executor != "ray":
+            raise UserInputError(f"ray_address {ray_address!r:.60}: the {executor!r} executor trains here; drop it")
+        check_address_form(ray_address if isinstance(ray_address, str) else repr(ray_address), "ray_address")
+    register = None if register is None else check_model_name(register, "register")
     check_storage(storage)
     spec = with_pruner(spec, pruner)
     folder = StudyDir.for_study(spec.name, storage)
@@ -448,6 +408,8 @@ def load_study(
     quiet: bool = True,
     rebuild_state: bool = False,
     strategies: Sequence[Strategy] = (),
+    register: str | None = None,
+    ray_address: str | None = None,
 ) -> Study:
     """The study ``study_name`` of ``storage``, finished or not (a study stopped part-way continues at its next step).
 
@@ -462,6 +424,8 @@ def load_study(
             --resume --rebuild-state``). Refused for a study whose state is intact.
         strategies: the strategies it was created with, to run those of their phases it has not run yet; one it
             was not created with is refused once its study is complete.
+        register: as :func:`create_study`'s; a finished study's target is registered then.
+        ray_address: as :func:`create_study`'s: the cluster its remaining trainings run on.
 
     Returns:
         The :class:`Study`.
@@ -488,7 +452,7 @@ def load_study(
     spec = StudySpec.from_text(read_study_file(folder).to_yaml(), str(folder.study_file))
     study = create_study(
         spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet,
-        strategies=strategies,
+        strategies=strategies, register=register, ray_address=ray_address,
     )  # fmt: skip
     study._options.rebuild_state = rebuild_state
     return study

@@ -101,7 +101,7 @@ class EarlyTarget:
             self.ctx.say(
                 "note: a proxy trial is retried: the target's run started early is called off; it starts after the proxies"
             )
-            self.cancel()
+            self.cancel(timeout=0.0)  # told at once; Tune's loop, which calls this, does not wait for its end
 
     def take(self, storage_dir: Path) -> RunningTarget | None:
         """The waiting run for a target trained in ``storage_dir`` (once), or None: not started, for another folder,
@@ -112,8 +112,9 @@ class EarlyTarget:
             return None
         return run
 
-    def cancel(self) -> None:
-        """Call the waiting run off (the study stops, or trains its target some other way)."""
+    def cancel(self, timeout: float = 10.0) -> None:
+        """Call the waiting run off (the study stops, or trains its target some other way), waiting up to
+        ``timeout`` seconds for it to end (``ray.shutdown`` ends what is left)."""
         run, self.run = self.run, None
         if run is not None:
-            run.cancel()
+            run.cancel(timeout)

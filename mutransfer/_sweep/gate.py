@@ -49,8 +49,8 @@ def coord_check_gate(ctx: SweepContext) -> None:
     json_path = ctx.study_dir.root / "coord_check.json"
     if study.family.facts_on_parameters:
         data, tracker = ctx.selection_data, ctx.tracker
-        if data is None or tracker is None:
-            raise RuntimeError("coord_check_gate runs after the proxies' phase, which sets the data and the tracker")
+        if data is None:
+            raise RuntimeError("coord_check_gate runs after the data are loaded")
         sizes = tuple(k for k in modes if k is not None)
         verdict, flagged, payload = _factory_check(study, data, sizes, hp)
         write_atomic(json_path, json.dumps(payload, indent=2))
@@ -83,7 +83,7 @@ def coord_check_gate(ctx: SweepContext) -> None:
             "json": str(json_path),
         }
     )
-    if ctx.tracker is not None and ctx.parent_id is not None:
+    if ctx.parent_id is not None:
         ctx.tracker.set_tags(ctx.parent_id, {"mutransfer.coord_check": verdict})
 
 

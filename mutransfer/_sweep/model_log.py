@@ -18,7 +18,6 @@ import torch
 
 from mutransfer._study_folder.records import MODEL_DIR
 from mutransfer._sweep.context import SweepContext
-from mutransfer._tracking.runs import Tracker
 from mutransfer.errors import UserInputError
 from mutransfer.serving._artifact import LOGGED_NAME, card_for, log_logged_model, write_model_dir
 
@@ -64,7 +63,7 @@ def register_completed(ctx: SweepContext) -> None:
             "(it ran before models were logged); run the study again with --name NEW"
         )
 
-    ctx.tracker, ctx.target_run_id = Tracker(ctx.tracking_uri), ctx.state.get("target_run_id")
+    ctx.target_run_id = ctx.state.get("target_run_id")
     register_if_asked(ctx, ctx.state["model"])
 
 

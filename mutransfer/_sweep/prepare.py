@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from mutransfer._config import smoke
+from mutransfer._config.checks import MIN_VERIFY_POINTS, VERIFY_POINTS
 from mutransfer._config.executors import EXECUTORS
 from mutransfer._study import OVERRIDES, Override, Study, default_study_text, load_study
 from mutransfer._study.inputs import check_address_form, check_folder
@@ -317,9 +318,10 @@ def _check_memory(ctx: SweepContext) -> None:
 
 
 def _check_verification_options(options: SweepOptions) -> None:
-    if options.verify_points < 3:
+    if options.verify_points < MIN_VERIFY_POINTS:
         raise UserInputError(
-            f"--verify-points {options.verify_points}: an optimum needs at least 3 LRs; use 5 (the default) or more"
+            f"--verify-points {options.verify_points}: an optimum needs at least {MIN_VERIFY_POINTS} LRs; use "
+            f"{VERIFY_POINTS} (the default) or more"
         )
     if options.verify_seeds < 1:
         raise UserInputError(f"--verify-seeds {options.verify_seeds}: must be at least 1 (2 or more give a CI)")

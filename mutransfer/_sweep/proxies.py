@@ -103,7 +103,7 @@ def _plan(ctx: SweepContext, first_window: int):
     if not isinstance(window, int) or window < 1:
         window = first_window
         ctx.update_state(search_window=window)
-    if ctx.tracker is not None and ctx.parent_id:  # kept on the parent run too: a rebuilt state takes it back
+    if ctx.parent_id:  # kept on the parent run too: a rebuilt state takes it back
         ctx.tracker.set_tags(ctx.parent_id, {WINDOW_TAG: str(window)})
 
     # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)

@@ -317,7 +317,7 @@ def start_warm(ctx) -> list[tuple[dict, dict]]:
         return []
     if not ctx.state.get("warm_start"):
         ctx.update_state(warm_start=warm.as_dict())
-    if ctx.tracker is not None and ctx.parent_id:
+    if ctx.parent_id:
         logged = ctx.tracker.client.get_run(ctx.parent_id).data.metrics
         metrics = (
             []

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from mutransfer._config.checks import check_model_name
 from mutransfer.errors import UserInputError
 from operators.errors import OperatorConfigError
 
@@ -77,13 +78,11 @@ def memory_size(text: str) -> int:
 
 
 def model_name(text: str) -> str:
-    """argparse type: a model registry name MLflow accepts (not blank, no '/' or ':')."""
-    name = text.strip()
-    if not name or "/" in name or ":" in name or name in (".", ".."):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a model name; use letters, digits, '-', '_' or '.', without '/' or ':' (e.g. burgers-fno)"
-        )
-    return name
+    """argparse type: a model registry name MLflow accepts (mutransfer._study.inputs.check_model_name)."""
+    try:
+        return check_model_name(text, "")
+    except UserInputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).strip()) from None
 
 
 def print_json(payload) -> None:

@@ -6,9 +6,10 @@ import argparse
 import contextlib
 import shlex
 import sys
+from typing import TYPE_CHECKING
 
 from mutransfer._config import smoke
-from mutransfer._config.checks import VERIFY_POINTS, VERIFY_SEEDS
+from mutransfer._config.checks import MAX_VERIFY_POINTS, MAX_VERIFY_SEEDS, VERIFY_POINTS, VERIFY_SEEDS
 from mutransfer._config.executors import EXECUTORS
 from mutransfer._config.flags import flag_kwargs
 from mutransfer._study.files import OVERRIDES, declared, load_study
@@ -17,6 +18,9 @@ from mutransfer._sweep.endpoints import check_store
 from mutransfer._tracking.listings import format_studies, list_studies
 from mutransfer._tracking.runs import resolve_tracking_uri
 from mutransfer.cli._common import model_name, positive_int_at_most, print_json
+
+if TYPE_CHECKING:
+    from mutransfer._sweep.context import SweepOptions
 
 EXIT_SWEEP_FAILED = 1
 
@@ -92,14 +96,14 @@ def _add_sweep(subparsers) -> None:
     )
     checks.add_argument(
         "--verify-points",
-        type=positive_int_at_most(41),
+        type=positive_int_at_most(MAX_VERIFY_POINTS),
         default=VERIFY_POINTS,
         metavar="N",
         help=f"LRs of the --verify grid, the transferred one among them (default: {VERIFY_POINTS}, +-0.5 decades; >= 3)",
     )
     checks.add_argument(
         "--verify-seeds",
-        type=positive_int_at_most(100),
+        type=positive_int_at_most(MAX_VERIFY_SEEDS),
         default=VERIFY_SEEDS,
         metavar="S",
         help=f"seeds per --verify LR (default: {VERIFY_SEEDS}; the t CI of the distance needs >= 2)",
@@ -173,9 +177,10 @@ def _add_override_flags(groups: dict) -> None:
         )
 
 
-def run_sweep_cmd(args: argparse.Namespace) -> int:
-    from mutransfer._sweep.report import format_report  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
-    from mutransfer._sweep.runner import SweepError, SweepOptions, run_sweep  # noqa: PLC0415
+def sweep_options(args: argparse.Namespace) -> SweepOptions:
+    """The sweep's options as the flags ask (the Python API's strategy objects set the same fields:
+    mutransfer._api.strategies.with_strategies; tests/test_api.py compares them)."""
+    from mutransfer._sweep.context import SweepOptions  # noqa: PLC0415 -- deferred: as run_sweep_cmd's imports
 
     overrides = {key: getattr(args, key) for key in OVERRIDES}
     if smoke.smoke():
@@ -185,7 +190,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
             target_epochs=smoke.capped(overrides["target_epochs"], smoke.EPOCHS),
         )
         smoke.say("sweep", f"{overrides['num_trials']} trials, {smoke.EPOCHS} epoch each and for the target")
-    options = SweepOptions(
+    return SweepOptions(
         study_path=args.study,
         overrides=overrides,
         address=args.address,
@@ -205,6 +210,12 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         executor=args.executor,
     )
 
+
+def run_sweep_cmd(args: argparse.Namespace) -> int:
+    from mutransfer._sweep.report import format_report  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
+    from mutransfer._sweep.runner import SweepError, run_sweep  # noqa: PLC0415
+
+    options = sweep_options(args)
     try:
         # Ray Tune prints tables to stdout: keep stdout for the report (--json stays parseable).
         with contextlib.redirect_stdout(sys.stderr):

@@ -184,6 +184,33 @@ def test_the_start_callback_acts_once_everything_is_handed_out_a_retry_is_told_a
     assert calls == [2, 1, 1] and retries == ["retried"]
 
 
+def test_a_retried_trial_calls_the_waiting_target_off_at_once_and_none_starts_early_after(tiny_data, tmp_path):
+    """EarlyTarget.trial_retried: a run waiting for its order is called off without waiting for its end (Tune's
+    loop calls this), and no run is started early after it (the cluster may have lost a node)."""
+    from mutransfer._sweep.context import SweepContext, SweepOptions
+    from mutransfer._sweep.early_target import EarlyTarget
+    from mutransfer._study_folder.state import StudyDir
+
+    study = load_study(write_tiny_study(tmp_path, tiny_data))[0]
+    ctx = SweepContext(SweepOptions(quiet=True), study, StudyDir(tmp_path / "s"), [], "sqlite:///x.db", "", {}, 0)
+
+    class Waiting:  # what EarlyTarget holds of a started run: its calling off
+        timeouts: list[float] = []
+
+        def cancel(self, timeout: float = 10.0) -> None:
+            self.timeouts.append(timeout)
+
+    early = EarlyTarget(ctx)
+    early.run, early.started = Waiting(), True  # type: ignore[assignment]
+    early.trial_retried()
+    assert Waiting.timeouts == [0.0] and early.run is None
+    fresh = EarlyTarget(ctx)
+    fresh.trial_retried()  # before any start: none will be made (start() returns at once, Ray untouched)
+    assert fresh.started and fresh.run is None
+    fresh.start(live_trials=0)
+    assert fresh.run is None
+
+
 def test_the_target_waits_until_the_live_trials_leave_room(tiny_data, tmp_path):
     from mutransfer._sweep.early_target import free_beside, room_for, target_resources
 
