@@ -44,14 +44,24 @@ def _largest_searched(study: Study, name: str, fixed):
     return dist.high
 
 
-def _plan(study: Study, modes: int | None, width: int, batch: int, device: str = "cuda", *, proxy_grid: bool = False):
+def _plan(
+    study: Study,
+    modes: int | None,
+    width: int,
+    batch: int,
+    device: str = "cuda",
+    *,
+    proxy_grid: bool = False,
+    channels: tuple[int, int] = (1, 1),
+):
     """The family's plan of one training step at ``modes`` K (families with the K axis) and ``width``, on the
-    target's grid (``proxy_grid``: the proxy's, ``proxy_resolution``)."""
+    target's grid (``proxy_grid``: the proxy's, ``proxy_resolution``), for data of ``channels`` (input, output)
+    channels."""
     shape = study.proxy_grid_shape if proxy_grid else study.grid_shape
     grid = tuple(n - study.padding for n in shape)  # grid_shape includes the padding
     study = study.sized()  # the K rule's exponent may not be measured yet; it changes no size
     return study.family.plan(
-        model_spec(study, modes=modes, width=width),
+        model_spec(study, modes=modes, width=width, input_channels=channels[0], output_channels=channels[1]),
         grid=grid,
         batch=int(batch),
         precision=study.training.precision,
@@ -64,15 +74,18 @@ def _plan(study: Study, modes: int | None, width: int, batch: int, device: str =
 Plan = FNOPlan | AttentionPlan
 
 
-def plan_step(study: Study, *, target: bool, device: str, workers: int = 1) -> Plan | None:
+def plan_step(
+    study: Study, *, target: bool, device: str, workers: int = 1, channels: tuple[int, int] = (1, 1)
+) -> Plan | None:
     """The memory plan of one training step of the proxy (``target=False``) or the target model.
 
     Made once per model by the sweep's driver and carried to the workers that train it
     (mutransfer._sweep.context.SweepContext.memory_plan), who hold it against their device
     instead of planning again. Planned at the largest batch the search may pick, split over
     ``workers`` (the target's Ray Train workers), and the largest searched weight decay: an
-    upper bound for every trial. None for a point-set problem (its point count is known only
-    once the file is read; the trainer plans those itself).
+    upper bound for every trial. ``channels``: the data's (input, output) channels (1 and 1 for
+    the generated problems; a data file's once it is read). None for a point-set problem (its point
+    count is known only once the file is read; the trainer plans those itself).
     """
     if study.point_problem:
         return None
@@ -81,10 +94,9 @@ def plan_step(study: Study, *, target: bool, device: str, workers: int = 1) -> P
     study = trial_study(study, {k: v for k, v in largest.items() if v is not None})  # the largest model searched
     batch = int(_largest_searched(study, "batch_size", study.training.batch_size))
     if target:
-        return _plan(
-            study, study.target_modes, study.target_width or study.operator.width, max(1, batch // workers), device
-        )
-    return _plan(study, study.proxy_modes, study.operator.width, batch, device, proxy_grid=True)
+        width = study.target_width or study.operator.width
+        return _plan(study, study.target_modes, width, max(1, batch // workers), device, channels=channels)
+    return _plan(study, study.proxy_modes, study.operator.width, batch, device, proxy_grid=True, channels=channels)
 
 
 def _device_limit(gpu: bool, share: float, divide: int, gpu_text: str, cpu_text: str) -> tuple[int | None, str | None]:
@@ -158,12 +170,13 @@ def check_grid_point_memory(study: Study, *, modes: int, width: int, batch: int,
     )
 
 
-def check_target_size_memory(study: Study, concurrency: int) -> None:
-    """``--verify`` / ``--baseline direct`` train target-size models, ``concurrency`` at once: each must fit RAM / concurrency."""
+def check_target_size_memory(study: Study, concurrency: int, *, channels: tuple[int, int] = (1, 1)) -> None:
+    """``--verify`` / ``--baseline direct`` train target-size models, ``concurrency`` at once: each must fit RAM /
+    concurrency (``channels``: the data's, as :func:`plan_step`'s)."""
     if study.point_problem:
         return
     limit, where = _device_limit(False, 1.0, concurrency, "", f"the available RAM / {concurrency} trainings at once")
-    plan = plan_step(study, target=True, device="cpu")
+    plan = plan_step(study, target=True, device="cpu", channels=channels)
     assert plan is not None  # a grid problem
     check_fits(
         plan,

@@ -254,8 +254,9 @@ class SweepContext:
 
     #: tags every trial's MLflow run carries (a ladder: mutransfer.rung)
     trial_tags: dict = field(default_factory=dict)
-    #: the memory plans of this context's models, by (target model?, device kind, workers): see memory_plan
-    plans: dict[tuple[bool, str, int], Plan | None] = field(default_factory=dict)
+    #: the memory plans of this context's models, by (target model?, device kind, workers, data channels): see
+    #: memory_plan
+    plans: dict[tuple[bool, str, int, tuple[int, int]], Plan | None] = field(default_factory=dict)
 
     #: the study's executor, made on first use (a nested search shares its study's: mutransfer._sweep.nested)
     booked: Booked | None = field(default=None, repr=False)
@@ -279,12 +280,21 @@ class SweepContext:
         trials and target workers that train the model, who hold it against their device
         instead of planning again. ``workers``: the Ray Train workers the batch is split over (the
         target's). A nested search (a ladder rung, the direct baseline) has its own context, so
-        its own models' plans.
+        its own models' plans. Planned for the data's channels once the data are loaded (1 and 1 before:
+        the generated problems' channels, and a lower bound for a data file's, checked again once read).
         """
-        key = (target, device, workers)
+        channels = self.data_channels
+        key = (target, device, workers, channels)
         if key not in self.plans:
-            self.plans[key] = plan_step(self.study, target=target, device=device, workers=workers)
+            self.plans[key] = plan_step(self.study, target=target, device=device, workers=workers, channels=channels)
         return self.plans[key]
+
+    @property
+    def data_channels(self) -> tuple[int, int]:
+        """The (input, output) channels of the study's data: read from the loaded tensors, (1, 1) before."""
+        if self.data is None:
+            return 1, 1
+        return int(self.data.train_x.shape[-1]), int(self.data.train_y.shape[-1])
 
     def record(self, name: str, kind: type[R]) -> R | None:
         """The record of strategy ``name`` if it has one of type ``kind`` (None when the strategy is not active)."""

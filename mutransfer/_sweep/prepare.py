@@ -139,11 +139,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         prior_wall=float(state.get("wall_seconds", 0.0)),
         trial_tags={"mutransfer.rung": "0"} if study.ladder else {},
     )  # mutransfer._sweep.ladder.RUNG_TAG
-    if options.address is None:
-        _check_memory(ctx)
-        if options.verify or options.baseline or study.ladder:  # a ladder's rungs run trials up to the target's size
-            _check_target_size_memory(study)
-
+    check_memory(ctx)
     prepare_strategies(ctx)  # e.g. a warm start's source is read (or the stored one taken) now
     return ctx
 
@@ -301,12 +297,15 @@ def _check_resources(study: Study, address: str | None) -> None:
             )
 
 
-def _check_memory(ctx: SweepContext) -> None:
-    """Proxy and target must fit this machine's devices (mutransfer._study.memory), before anything starts.
+def check_memory(ctx: SweepContext) -> None:
+    """Proxy and target must fit this machine's devices (mutransfer._study.memory), before anything starts (on a
+    cluster, its nodes' devices are not known here: nothing is checked).
 
-    The plans checked are the context's, the ones the trials and the target's workers get.
+    The plans checked are the context's, the ones the trials and the target's workers get: made for the data's
+    channels once they are loaded (the runner checks again then), for 1 and 1 before.
     """
-
+    if ctx.options.address is not None:
+        return
     study = ctx.study
     gpus = torch.cuda.device_count()
     proxy_device, target_device = local_devices(study, gpus)
@@ -315,6 +314,9 @@ def _check_memory(ctx: SweepContext) -> None:
         ctx.memory_plan(target=True, device=target_device, workers=study.target.num_workers),
     )
     check_study_memory(study, max_concurrent(study, os.cpu_count() or 1, gpus), gpus=gpus, plans=plans)
+    if ctx.options.verify or ctx.options.baseline or study.ladder:  # a ladder's rungs train up to the target's size
+        concurrency = max_concurrent(study, os.cpu_count() or 1, 0)
+        check_target_size_memory(study, concurrency, channels=ctx.data_channels)
 
 
 def _check_verification_options(options: SweepOptions) -> None:
@@ -334,10 +336,6 @@ def _check_verification_options(options: SweepOptions) -> None:
             f"--executor {options.executor} trains in this process; drop --address {options.address} or use "
             "--executor ray"
         )
-
-
-def _check_target_size_memory(study: Study) -> None:
-    check_target_size_memory(study, max_concurrent(study, os.cpu_count() or 1, 0))
 
 
 def check_cluster_fits(study: Study, nodes: list[dict]) -> None:

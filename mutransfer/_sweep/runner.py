@@ -45,7 +45,7 @@ from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.model_log import log_model_phase, register_completed
 from mutransfer._sweep.parent_run import create_parent, tag_study_view
 from mutransfer._sweep.plan import write_journal
-from mutransfer._sweep.prepare import check_cluster_fits, prepare, take_lock
+from mutransfer._sweep.prepare import check_cluster_fits, check_memory, prepare, take_lock
 from mutransfer._sweep.proxies import run_proxies
 from mutransfer._sweep.rescale import transfer, transfer_phase
 from mutransfer._sweep.strategies.base import Phase
@@ -95,6 +95,8 @@ def sweep_steps(options: SweepOptions) -> Generator[tuple[str, SweepContext], No
     ctx = prepare(options)
     if ctx.state.get("phase") != "done":
         _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before any lock, folder or run exists
+        if ctx.data_channels != (1, 1):  # a data file of several channels: its models are planned again, and checked
+            check_memory(ctx)
     ctx.lock = take_lock(ctx)
     with (
         ctx.lock

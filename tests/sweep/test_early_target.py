@@ -187,9 +187,9 @@ def test_the_start_callback_acts_once_everything_is_handed_out_a_retry_is_told_a
 def test_a_retried_trial_calls_the_waiting_target_off_at_once_and_none_starts_early_after(tiny_data, tmp_path):
     """EarlyTarget.trial_retried: a run waiting for its order is called off without waiting for its end (Tune's
     loop calls this), and no run is started early after it (the cluster may have lost a node)."""
+    from mutransfer._study_folder.state import StudyDir
     from mutransfer._sweep.context import SweepContext, SweepOptions
     from mutransfer._sweep.early_target import EarlyTarget
-    from mutransfer._study_folder.state import StudyDir
 
     study = load_study(write_tiny_study(tmp_path, tiny_data))[0]
     ctx = SweepContext(SweepOptions(quiet=True), study, StudyDir(tmp_path / "s"), [], "sqlite:///x.db", "", {}, 0)

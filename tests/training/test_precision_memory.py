@@ -393,3 +393,68 @@ def test_landscape_refuses_its_largest_point_before_starting(tmp_path, monkeypat
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "K=8" in err[0]
     assert not (tmp_path / "cache").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_plans_count_the_channels_of_a_data_file(tmp_path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    """A data file of 3 channels (PDEBench's per-sample groups): once the data are loaded, the plans the trials and
+    the target get count the parameters of the models as built, lift and readout included (1 and 1 before: a
+    lower bound, which the runner checks again with the data's channels)."""
+    import h5py
+    import numpy as np
+
+    import mutransfer as mt
+    from mutransfer._study.models import model_for
+    from mutransfer._sweep.context import SweepOptions
+    from mutransfer._sweep.prepare import prepare
+    from mutransfer._sweep.runner import _load_data
+
+    path = tmp_path / "2D_diff-react_NA_NA.h5"
+    rng = np.random.default_rng(0)
+    with h5py.File(path, "w") as f:
+        for i in range(12):
+            g = f.create_group(f"{i:04d}")
+            g["data"] = rng.standard_normal((2, 16, 16, 3))  # (t, x, y, c)
+            g["grid/x"], g["grid/y"], g["grid/t"] = np.linspace(-1, 1, 16), np.linspace(-1, 1, 16), np.linspace(0, 1, 2)
+    sizes = {"problem.resolution": 16, "problem.n_train": 8, "problem.n_test": 4, "proxy_K": 3, "target_K": 6}
+    sizes |= {"proxy_resolution": None, "operator.width": 8}
+    spec = mt.StudySpec.default().replace(
+        {"name": "channels", "problem.name": "darcy", "problem.data": str(path), **sizes, "target_width": 16}
+    )
+    ctx = prepare(SweepOptions(study_text=spec.text, runs_dir=str(tmp_path / "runs"), executor="inprocess", quiet=True))
+    one_channel = ctx.memory_plan(target=True, device="cpu")
+    _load_data(ctx)
+    assert ctx.data_channels == (3, 3)
+    target, proxy = ctx.memory_plan(target=True, device="cpu"), ctx.memory_plan(target=False, device="cpu")
+
+    def count(model) -> int:
+        return sum(p.numel() for p in model.parameters())
+
+    assert target.total_params == count(model_for(ctx.study, ctx.data, target=True))
+    assert proxy.total_params == count(model_for(ctx.study, ctx.proxy_data))
+    assert one_channel.total_params < target.total_params  # what the plans counted before the data were read
+
+
+def test_a_target_that_fits_only_as_one_channel_is_refused_once_the_data_are_read(tmp_path, monkeypatch):
+    """The runner plans again with the data's channels, and refuses a step that no longer fits, before any lock,
+    folder or run exists."""
+    import mutransfer as mt
+    from mutransfer._sweep.context import SweepOptions
+    from mutransfer._sweep.prepare import prepare
+    from mutransfer._sweep.runner import _load_data, sweep_steps
+
+    test_the_plans_count_the_channels_of_a_data_file(tmp_path / "probe")  # writes the file, checks the counts
+    path = tmp_path / "probe" / "2D_diff-react_NA_NA.h5"
+    sizes = {"problem.resolution": 16, "problem.n_train": 8, "problem.n_test": 4, "proxy_K": 3, "target_K": 6}
+    sizes |= {"proxy_resolution": None, "operator.width": 8, "target_width": 64, "problem.name": "darcy"}
+    spec = mt.StudySpec.default().replace({"name": "tight", "problem.data": str(path), **sizes})
+    options = SweepOptions(study_text=spec.text, runs_dir=str(tmp_path / "runs"), executor="inprocess", quiet=True)
+    ctx = prepare(options)
+    one = ctx.memory_plan(target=True, device="cpu").total_bytes
+    _load_data(ctx)
+    three = ctx.memory_plan(target=True, device="cpu").total_bytes
+    assert one < three
+    monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", str((one + three) // 2))
+    with pytest.raises(UserInputError, match="target .* needs .* but MUTRANSFER_DEVICE_MEMORY is"):
+        next(sweep_steps(options))
+    assert not (tmp_path / "runs" / "tight").exists()
