@@ -9,8 +9,13 @@ behind is booked to the next test of the same worker.
 
 Usage (one JSON line per test to ``--suite-cpu-out``; summarised by ``python benchmarks/suite_cpu.py FILE``)::
 
-    python -m pytest -p benchmarks.suite_cpu --suite-cpu-out /tmp/cpu.jsonl -n 2 --dist loadfile
+    python -m pytest -p benchmarks.suite_cpu --suite-cpu-out=/tmp/cpu.jsonl -n 2 --dist loadfile
     python benchmarks/suite_cpu.py /tmp/cpu.jsonl
+
+Write the option with ``=``: pytest reads ``--suite-cpu-out /tmp/cpu.jsonl`` (a space) before the plugin is loaded, takes
+the path for a test path, and makes the common folder (``/tmp``) its rootdir; ``pyproject.toml``'s markers and
+``tests/slow_files.json``'s order are then not used (seen on 2026-11-29: test ids ``wtfull/tests/...``, "Unknown
+pytest.mark.slow").
 
 Where the cgroup cannot be made (not root, no cgroup v1 ``cpuacct``) the run stops with a usage error. A process
 started through a daemon (docker's containers) is not booked.
