@@ -301,10 +301,10 @@ def test_the_strategy_objects_set_what_the_flags_set():
     ("make", "message"),
     [
         (lambda: mt.Verify(points=2), r"Verify\(points=2\): from 3 to 41 .* an optimum needs at least 3"),
-        (lambda: mt.Verify(points=5.0), r"Verify\(points=5.0\): a whole number"),
+        (lambda: mt.Verify(points=5.0), r"Verify\(points=5.0\): an int, 3 to 41"),
         (lambda: mt.Verify(seeds=0), r"Verify\(seeds=0\): from 1 to 100 seeds"),
         (lambda: mt.WarmStart("quick", top=0), r"WarmStart\(top=0\): from 1 to"),
-        (lambda: mt.WarmStart("quick", top=True), r"WarmStart\(top=True\): a whole number"),
+        (lambda: mt.WarmStart("quick", top=True), r"WarmStart\(top=True\): an int"),
         (lambda: mt.WarmStart("quick", any_source="false"), r"WarmStart\(any_source='false'\): True or False"),
         (lambda: mt.WarmStart(""), r"WarmStart\(source=''\)"),
     ],

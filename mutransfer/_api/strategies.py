@@ -112,7 +112,7 @@ class CoordCheck:
 def _whole(kind: str, name: str, value: object, low: int, high: int, what: str) -> None:
     """``value`` is a whole number in [low, high]; else a one-line UserInputError naming ``kind(name=value)``."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise UserInputError(f"{kind}({name}={value!r:.40}): a whole number, {low} to {high} {what}")
+        raise UserInputError(f"{kind}({name}={value!r:.40}): an int, {low} to {high} {what}")
     if not low <= value <= high:
         raise UserInputError(f"{kind}({name}={value}): from {low} to {high} {what}")
 
@@ -144,9 +144,7 @@ def with_strategies(options: SweepOptions, strategies: Sequence[Strategy]) -> Sw
         elif isinstance(s, DirectBaseline):
             options = replace(options, baseline="direct")
         elif isinstance(s, WarmStart):
-            options = replace(
-                options, warm_start=str(s.source), warm_start_top=s.top, warm_start_any=bool(s.any_source)
-            )
+            options = replace(options, warm_start=str(s.source), warm_start_top=s.top, warm_start_any=s.any_source)
         else:
             options = replace(options, coord_check=True)
     return options

@@ -78,7 +78,7 @@ def memory_size(text: str) -> int:
 
 
 def model_name(text: str) -> str:
-    """argparse type: a model registry name MLflow accepts (mutransfer._study.inputs.check_model_name)."""
+    """argparse type: a model registry name MLflow accepts (mutransfer._config.checks.check_model_name)."""
     try:
         return check_model_name(text, "")
     except UserInputError as exc:

@@ -195,15 +195,16 @@ def test_a_retried_trial_calls_the_waiting_target_off_at_once_and_none_starts_ea
     ctx = SweepContext(SweepOptions(quiet=True), study, StudyDir(tmp_path / "s"), [], "sqlite:///x.db", "", {}, 0)
 
     class Waiting:  # what EarlyTarget holds of a started run: its calling off
-        timeouts: list[float] = []
+        def __init__(self) -> None:
+            self.timeouts: list[float] = []
 
         def cancel(self, timeout: float = 10.0) -> None:
             self.timeouts.append(timeout)
 
-    early = EarlyTarget(ctx)
-    early.run, early.started = Waiting(), True  # type: ignore[assignment]
+    early, waiting = EarlyTarget(ctx), Waiting()
+    early.run, early.started = waiting, True  # type: ignore[assignment]
     early.trial_retried()
-    assert Waiting.timeouts == [0.0] and early.run is None
+    assert waiting.timeouts == [0.0] and early.run is None
     fresh = EarlyTarget(ctx)
     fresh.trial_retried()  # before any start: none will be made (start() returns at once, Ray untouched)
     assert fresh.started and fresh.run is None
