@@ -12,6 +12,7 @@ import textwrap
 import optuna
 import pytest
 import torch
+import yaml
 
 import mutransfer as mt
 from tests.repo_paths import ROOT
@@ -63,6 +64,12 @@ def test_a_study_from_python_end_to_end_then_loaded_again(tiny, tmp_path):
         assert json.loads(report.to_json())["best_proxy"]["trial_id"] == best.key
         assert "<html" in report.to_html().lower() and study.name in report.to_text()
     runs = _executions(study.study_dir)
+    from mlflow.tracking import MlflowClient
+
+    parent = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}").get_run(
+        json.loads(report.to_json())["mlflow"]["parent_run_id"]
+    )
+    assert parent.info.status == "FINISHED", "a study reported, then closed, is finished, not interrupted"
 
     again = mt.load_study("py", storage=tmp_path / "runs", executor="inprocess")
     assert again.best_params == study.best_params
@@ -330,3 +337,40 @@ def test_strategies_that_are_not_strategies_or_twice_are_refused_before_anything
     with pytest.raises(mt.UserInputError, match="register 'a/b' is not a model name"):
         _create(tmp_path, spec, register="a/b")
     assert _create(tmp_path, spec, register=" fno ")._options.register == "fno"  # as --register strips it
+
+
+def test_a_spec_read_from_a_file_finds_its_data_and_its_model_beside_it_from_another_directory(
+    tiny, tmp_path, monkeypatch
+):
+    """As ``mutransfer sweep --study`` finds them: a relative ``problem.data`` and a factory's module beside the file,
+    read and trained from another working directory (a project folder copied with its data and its model)."""
+    from tests.sweep.test_user_operator import USER_MODULE
+
+    folder, _ = tiny
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "tiny.h5").write_bytes((folder / "tiny.h5").read_bytes())
+    (project / "beside_api_model.py").write_text(USER_MODULE)
+    study = {
+        "name": "beside",
+        "problem": {"name": "burgers", "data": "tiny.h5", "resolution": 64, "n_train": 32, "n_test": 16},
+        "operator": {"type": "beside_api_model:build", "width": 8, "layers": 2},
+        "proxy_K": 6,
+        "target_K": 12,
+        "search_space": {"lr": {"type": "loguniform", "low": 1e-3, "high": 1e-2}},
+        "search": {"num_trials": 2, "max_concurrent": 2},
+        "budget": {"epochs": 1, "grace_period": 1},
+        "target": {"epochs": 1, "num_workers": 1, "cpus_per_worker": 1},
+    }
+    (project / "s.yaml").write_text(yaml.safe_dump(study, sort_keys=False))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    spec = mt.StudySpec.from_yaml(project / "s.yaml")
+    assert spec.study.problem.data == str(project / "tiny.h5")
+    assert spec.replace({"name": "beside2"}).study.problem.data == str(project / "tiny.h5")  # a copy keeps its file
+    with pytest.raises(mt.UserInputError, match="file tiny.h5 not found"):  # the same text from no file
+        mt.StudySpec.from_text(spec.text)
+    with _create(tmp_path, spec) as made:
+        assert made.train_target().model.__class__.__name__ == "UserFNO"

@@ -30,6 +30,10 @@ class StudySpec:
     text: str
     #: where it came from (a path, or a label), for messages
     source: str
+    #: the study file it was read from (:meth:`from_yaml`; None for text): a relative ``problem.data`` and a
+    #: factory's module (``operator.type: "mymodel:build"``) are found beside it, as ``mutransfer sweep --study``
+    #: finds them, then in the working directory
+    path: str | None = None
 
     def __post_init__(self) -> None:
         self.study  # noqa: B018 -- checked once, here: a bad field is one line now, not at optimize()
@@ -39,8 +43,9 @@ class StudySpec:
         """The study of a YAML file.
 
         Args:
-            path: a study file (e.g. one of the repository's ``studies/``); relative ``problem.data`` paths are
-                read from the working directory.
+            path: a study file (e.g. one of the repository's ``studies/``); a relative ``problem.data`` and a
+                factory's module are found beside it (then in the working directory), as ``mutransfer sweep
+                --study`` finds them, so a study copied with its data and its model works from any directory.
 
         Returns:
             The checked spec.
@@ -48,7 +53,7 @@ class StudySpec:
         Example:
             >>> spec = mt.StudySpec.from_yaml("studies/quick.yaml")  # doctest: +SKIP
         """
-        return cls(read_study_text(path), str(path))
+        return cls(read_study_text(path), str(path), str(path))
 
     @classmethod
     def from_text(cls, text: str, source: str = "the study spec") -> StudySpec:
@@ -102,12 +107,17 @@ class StudySpec:
                     child = node[part] = {}
                 node = child
             node[last] = value
-        return StudySpec(yaml.safe_dump(mapping, sort_keys=False), self.source)
+        return StudySpec(yaml.safe_dump(mapping, sort_keys=False), self.source, self.path)
 
     @property
     def study(self) -> Study:
         """The validated study (mutransfer's internal record of it)."""
-        return load_study(self.source, text=self.text)[0]
+        return load_study(self.source, text=self.text, folder=self.folder)[0]
+
+    @property
+    def folder(self) -> str | None:
+        """The folder of :attr:`path` (None for a spec made from text)."""
+        return None if self.path is None else os.path.dirname(os.path.abspath(self.path))
 
     @property
     def name(self) -> str:

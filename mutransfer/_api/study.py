@@ -25,6 +25,7 @@ from mutransfer._api.spec import StudySpec
 from mutransfer._api.strategies import Strategy, with_strategies
 from mutransfer._config.checks import check_model_name
 from mutransfer._config.executors import EXECUTORS
+from mutransfer._study import load_study as load_study_file
 from mutransfer._study.inputs import check_address_form, check_storage
 from mutransfer._study_folder.portable import read_study_file
 from mutransfer._study_folder.records import MODEL_DIR
@@ -64,10 +65,12 @@ class Study:
         {'lr': 0.0041..., 'batch_size': 10}
     """
 
-    def __init__(self, spec: StudySpec, options: SweepOptions, *, _token: object = None):
+    def __init__(self, spec: StudySpec, options: SweepOptions, *, _token: object = None, _command: bool = False):
         if _token is not _TOKEN:
             raise TypeError("make a study with mutransfer.create_study(...) or mutransfer.load_study(...)")
         self._spec, self._options = spec, options
+        #: ``mutransfer sweep``'s study (:func:`command_study`): its options are the command's, kept as given
+        self._command = _command
         self._steps: Generator[tuple[str, SweepContext], None, None] | None = None
         self._ctx: SweepContext | None = None
         self._reached: set[str] = set()
@@ -107,8 +110,8 @@ class Study:
             >>> study.transfer().target["lr"]  # doctest: +SKIP
         """
         ctx = self._advance(_TRANSFER)
-        if ctx.transfer is not None:
-            t = ctx.transfer
+        if ctx.made_transfer is not None:
+            t = ctx.made_transfer
             return TransferRecord(
                 proxy=dict(t.source.hp) if t.source is not None else {},
                 target=dict(t.hp),
@@ -264,10 +267,11 @@ class Study:
         if self._ctx is not None and (COMPLETE in self._reached or _passed(self._reached, until)):
             return self._ctx
         if self._steps is None:
-            if self.study_dir.exists():
-                self._options.resume = True  # a folder of this study: it continues (the stored settings must agree)
-            self._options.study_text = self._spec.text
-            self._options.study_path = None
+            if not self._command:
+                if self.study_dir.exists():
+                    self._options.resume = True  # a folder of this study: it continues (the stored settings must agree)
+                self._options.study_text, self._options.study_folder = self._spec.text, self._spec.folder
+                self._options.study_path = None
             self._reached = set()
             self._steps = sweep_steps(self._options)
         try:
@@ -277,7 +281,7 @@ class Study:
                 if name == COMPLETE:  # nothing is left to run: the lock is given back now
                     self.close()
                     return ctx
-                if name == until:
+                if name == until and until != _REPORT:  # the report: on to the end, the session closed as finished
                     return ctx
         except BaseException:
             self._steps = None  # what ran is kept in the folder: the next step resumes it
@@ -288,8 +292,8 @@ class Study:
 
     def _proxies(self) -> ProxyResults:
         ctx = self._advance(_OPTIMIZE)
-        if ctx.proxies is not None:
-            return ctx.proxies
+        if ctx.made_proxies is not None:
+            return ctx.made_proxies
         return ProxyResults.from_state(ctx.state)
 
     @staticmethod
@@ -397,6 +401,25 @@ def create_study(
         register=register, address=ray_address,
     )  # fmt: skip
     return Study(spec, with_strategies(options, strategies), _token=_TOKEN)
+
+
+def command_study(options: SweepOptions) -> Study:
+    """The :class:`Study` ``mutransfer sweep`` runs (mutransfer.cli._sweep_cmd), with the options its flags set, kept
+    as given: the study file by its path (or none: the built-in study, or on ``--resume`` the stored one), the flags'
+    overrides (reported as ``override:`` lines, kept in the folder, compared on ``--resume``) and ``--resume`` itself
+    (a study of :func:`create_study` continues the folder it finds and runs its spec's text). Its spec is the study
+    the flags make; a bad file or flag raises here, worded by the flag, before anything is made.
+
+    Args:
+        options: the command's options (mutransfer.cli._sweep_cmd.sweep_options).
+
+    Returns:
+        The :class:`Study`; :meth:`Study.report` runs it to the end.
+    """
+    resolved, _ = load_study_file(options.study_path, options.overrides)
+    label = options.study_path if options.study_path is not None else f"{resolved.name} (built-in)"
+    spec = StudySpec(resolved.to_yaml(), label, options.study_path)
+    return Study(spec, options, _token=_TOKEN, _command=True)
 
 
 def load_study(

@@ -380,12 +380,19 @@ def _set_path(mapping: dict, path: str, value) -> None:
 
 
 def load_study(
-    path: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None, *, text: str | None = None
+    path: str | os.PathLike | None = None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    text: str | None = None,
+    folder: str | os.PathLike | None = None,
 ) -> tuple[Study, list[Override]]:
     """Load, override and validate a study (no compute, no Ray, no data generation).
 
     ``overrides`` uses the keys of :data:`OVERRIDES` (None values are ignored); ``text``: the study's YAML given as
-    text (``path`` then only labels it). Returns the study and the overrides that changed a value.
+    text (``path`` then only labels it). ``folder``: the folder of the file the study was read from (a relative
+    ``problem.data`` and a factory's module are found beside it, then in the working directory); by default the
+    folder of ``path`` when the study is read from it, else none. Returns the study and the overrides that changed a
+    value.
     """
     mapping, source = read_study_mapping(path, text)
     applied: list[Override] = []
@@ -400,9 +407,11 @@ def load_study(
         if previous != value:
             applied.append(Override(flag, field_path, value, previous))
         _set_path(mapping, field_path, value)
-    search = (Path(path).resolve().parent, Path.cwd()) if path is not None and text is None else (Path.cwd(),)
-    if path is not None and text is None:
-        _data_beside_the_study(mapping, Path(path).resolve().parent)
+    if folder is None and path is not None and text is None:
+        folder = Path(path).resolve().parent
+    search = (Path(folder).resolve(), Path.cwd()) if folder is not None else (Path.cwd(),)
+    if folder is not None:
+        _data_beside_the_study(mapping, Path(folder).resolve())
     study = parse_study(mapping, source, flags=flags, factory_search=search)
     for field_path, flag in flags.items():  # a flag would fix what the search draws: say so rather than lose it
         searched = field_path.removeprefix("training.")

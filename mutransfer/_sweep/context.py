@@ -82,6 +82,9 @@ class SweepOptions:
     sampler: optuna.samplers.BaseSampler | None = None
     #: the study's YAML text, given instead of study_path (mutransfer.StudySpec; study_path then only labels it)
     study_text: str | None = None
+    #: with study_text: the folder of the file it was read from (its relative problem.data and a factory's module are
+    #: found beside it, as --study's; mutransfer.StudySpec.path)
+    study_folder: str | None = None
     #: more observers of each search's trials (the Python API's callbacks: mutransfer._sweep._executors.TrialCallback)
     trial_callbacks: tuple[TrialCallback, ...] = ()
 
@@ -147,8 +150,8 @@ class TransferResult:
 
     record: dict
     hp: dict
-    source: TrialRecord | None = None
-    source_key: str | None = None
+    source: TrialRecord | None
+    source_key: str
 
 
 @dataclass
@@ -174,6 +177,51 @@ def final_search(ctx: SweepContext) -> FinalSearch:
     if ctx.final_search is not None:
         return ctx.final_search
     return FinalSearch(ctx.proxies.trials, ctx.proxies.best, ctx.study)
+
+
+@dataclass(frozen=True)
+class StudyData:
+    """The study's data, read once before any lock, folder or run (mutransfer._sweep.runner._load_data).
+
+    ``fit``: trains on n_train - n_val samples, evaluates the validation and the test split (the final models);
+    ``selection``: the same training samples, the validation samples held out, no test rows (every search);
+    ``proxy``: the selection split on the proxy's grid (``proxy_resolution``; the selection split itself without one);
+    ``path``: the HDF5 file they were read from.
+    """
+
+    fit: SplitData | StreamingSplit
+    selection: SelectionSplit
+    proxy: SelectionSplit
+    path: Path
+
+    @property
+    def channels(self) -> tuple[int, int]:
+        """The (input, output) channels of the data, read from the fit split's tensors."""
+        return int(self.fit.train_x.shape[-1]), int(self.fit.train_y.shape[-1])
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """Where a search logs in MLflow: the study's experiment and the run its trials are children of (the study's
+    parent run; a nested search's own run under it)."""
+
+    experiment_id: str
+    parent_id: str
+
+
+@dataclass(frozen=True)
+class TrainedTarget:
+    """The target phase's outcome (or top-k's winner) and the id of the MLflow run it was trained in."""
+
+    outcome: TargetOutcome
+    run_id: str
+
+
+class NotMadeYet(SweepError):
+    """A phase read a record an earlier step makes before that step ran: a phase placed out of order."""
+
+    def __init__(self, what: str, made_by: str) -> None:
+        super().__init__(f"{what} is read before {made_by} made it: a phase placed out of order")
 
 
 class StrategyRecord(Protocol):
@@ -208,26 +256,22 @@ class SweepContext:
     prior_wall: float = 0.0
     #: the study's lock, taken by prepare, released when run_sweep ends
     lock: StudyLock | None = None
-    # set by the phases, in order
-    #: the fit split: trains on n_train - n_val samples, evaluates the validation and the test split (final models)
-    data: SplitData | StreamingSplit | None = None
-    #: the selection split: the same training samples, the validation samples held out, no test rows (every search)
-    selection_data: SelectionSplit | None = None
-    #: the selection split on the proxy's grid (``proxy_resolution``; the selection split itself without one)
-    proxy_data: SelectionSplit | None = None
-    data_path: Path | None = None
+    # set before the first phase: read through the properties below, which say what is missing if asked too early
+    #: the study's data (mutransfer._sweep.runner._load_data), read before any lock, folder or run exists
+    loaded: StudyData | None = None
     started_ray: bool = False
     #: the study's MLflow store (it connects on first use: the parent run is opened once Ray is up)
     tracker: Tracker = field(init=False)
-    experiment_id: str | None = None
-    parent_id: str | None = None
+    #: the runs this search logs under, once the session is open (mutransfer._sweep.runner._open_parent_run)
+    run: StudyRun | None = None
     setup_seconds: float = 0.0
-    proxies: ProxyResults | None = None
+    # set by the phases, in order: read through the properties below
+    made_proxies: ProxyResults | None = None
     #: the search the target draws from when it is not the proxies (a ladder's last rung, mutransfer._sweep.ladder)
     final_search: FinalSearch | None = None
-    transfer: TransferResult | None = None
-    target: TargetOutcome | None = None
-    target_run_id: str | None = None
+    made_transfer: TransferResult | None = None
+    #: the target's outcome and the MLflow run it was trained in (the target phase, or top-k's)
+    trained: TrainedTarget | None = None
     report: dict | None = None
     #: the search strategies' records (mutransfer._sweep.strategies), by strategy name: "ladder", "top_k", "warm_start",
     #: "verification", "direct_baseline"; a strategy that is not active has none
@@ -247,10 +291,89 @@ class SweepContext:
         self.tracker = Tracker(self.tracking_uri)
 
     @property
-    def search_data(self) -> SelectionSplit | None:
+    def study_data(self) -> StudyData:
+        """The study's data; :class:`NotMadeYet` before they are read."""
+        if self.loaded is None:
+            raise NotMadeYet("the study's data", "the runner (_load_data)")
+        return self.loaded
+
+    @property
+    def data(self) -> SplitData | StreamingSplit:
+        """The fit split (:attr:`StudyData.fit`)."""
+        return self.study_data.fit
+
+    @property
+    def selection_data(self) -> SelectionSplit:
+        """The selection split (:attr:`StudyData.selection`)."""
+        return self.study_data.selection
+
+    @property
+    def proxy_data(self) -> SelectionSplit:
+        """The selection split on the proxy's grid (:attr:`StudyData.proxy`)."""
+        return self.study_data.proxy
+
+    @property
+    def data_path(self) -> Path:
+        return self.study_data.path
+
+    @property
+    def opened(self) -> StudyRun:
+        """The runs this search logs under; :class:`NotMadeYet` before the session opened them."""
+        if self.run is None:
+            raise NotMadeYet("the study's MLflow parent run", "the session (_open_parent_run)")
+        return self.run
+
+    @property
+    def experiment_id(self) -> str:
+        return self.opened.experiment_id
+
+    @property
+    def parent_id(self) -> str:
+        return self.opened.parent_id
+
+    @property
+    def proxies(self) -> ProxyResults:
+        """The proxy search's results; :class:`NotMadeYet` before the proxy phase."""
+        if self.made_proxies is None:
+            raise NotMadeYet("the proxies' results", "the proxy phase (run_proxies)")
+        return self.made_proxies
+
+    @proxies.setter
+    def proxies(self, value: ProxyResults) -> None:
+        self.made_proxies = value
+
+    @property
+    def transfer(self) -> TransferResult:
+        """The transfer's record and the target's hyperparameters; :class:`NotMadeYet` before the transfer."""
+        if self.made_transfer is None:
+            raise NotMadeYet("the transfer", "the transfer phase (transfer_phase, or top-k's)")
+        return self.made_transfer
+
+    @transfer.setter
+    def transfer(self, value: TransferResult) -> None:
+        self.made_transfer = value
+
+    @property
+    def target(self) -> TargetOutcome:
+        """The trained target; :class:`NotMadeYet` before the target phase."""
+        return self.target_trained.outcome
+
+    @property
+    def target_run_id(self) -> str:
+        """The MLflow run the target was trained in."""
+        return self.target_trained.run_id
+
+    @property
+    def target_trained(self) -> TrainedTarget:
+        if self.trained is None:
+            raise NotMadeYet("the target", "the target phase (train_target, or top-k's)")
+        return self.trained
+
+    @property
+    def search_data(self) -> SelectionSplit:
         """What this context's search trains and selects on: the selection split on the grid of the models it
         trains (the proxy's, or the target's for a search at the target's size)."""
-        return self.selection_data if self.search_at_target else (self.proxy_data or self.selection_data)
+        return self.selection_data if self.search_at_target else self.proxy_data
 
     #: tags every trial's MLflow run carries (a ladder: mutransfer.rung)
     trial_tags: dict = field(default_factory=dict)
@@ -292,9 +415,7 @@ class SweepContext:
     @property
     def data_channels(self) -> tuple[int, int]:
         """The (input, output) channels of the study's data: read from the loaded tensors, (1, 1) before."""
-        if self.data is None:
-            return 1, 1
-        return int(self.data.train_x.shape[-1]), int(self.data.train_y.shape[-1])
+        return (1, 1) if self.loaded is None else self.loaded.channels
 
     def record(self, name: str, kind: type[R]) -> R | None:
         """The record of strategy ``name`` if it has one of type ``kind`` (None when the strategy is not active)."""

@@ -34,7 +34,7 @@ from mutransfer._diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
 from mutransfer._diagnostics.operator_check import k_coord_check
 from mutransfer._study import Study
 from mutransfer._study_folder.state import write_atomic
-from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.context import SweepContext, SweepError
 from mutransfer.data._validation import SelectionSplit
 
 
@@ -44,15 +44,15 @@ def coord_check_gate(ctx: SweepContext) -> None:
         return
 
     study, hp = ctx.study, ctx.transfer.hp
-    modes = sorted({study.proxy_K, round(math.sqrt(study.proxy_K * study.target_K)), study.target_K})
+    proxy_k, target_k = study.proxy_modes, study.target_modes
+    if proxy_k is None or target_k is None:  # prepare refuses --coord-check for a study whose K is not transferred
+        raise SweepError(f"--coord-check: study {study.name!r} has no proxy and target K to check across")
+    modes = sorted({proxy_k, round(math.sqrt(proxy_k * target_k)), target_k})
     ctx.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
     json_path = ctx.study_dir.root / "coord_check.json"
     if study.family.facts_on_parameters:
         data, tracker = ctx.selection_data, ctx.tracker
-        if data is None:
-            raise RuntimeError("coord_check_gate runs after the data are loaded")
-        sizes = tuple(k for k in modes if k is not None)
-        verdict, flagged, payload = _factory_check(study, data, sizes, hp)
+        verdict, flagged, payload = _factory_check(study, data, tuple(modes), hp)
         write_atomic(json_path, json.dumps(payload, indent=2))
         tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
         where, tolerance, why = json_path, KIT_TOLERANCE, "it checks that the K rule reaches those layers"
@@ -83,11 +83,11 @@ def coord_check_gate(ctx: SweepContext) -> None:
             "json": str(json_path),
         }
     )
-    if ctx.parent_id is not None:
-        ctx.tracker.set_tags(ctx.parent_id, {"mutransfer.coord_check": verdict})
+    if ctx.run is not None:
+        ctx.tracker.set_tags(ctx.run.parent_id, {"mutransfer.coord_check": verdict})
 
 
-def _fno_check(ctx: SweepContext, modes: list, hp: dict) -> tuple[str, list[str], Path, float]:
+def _fno_check(ctx: SweepContext, modes: list[int], hp: dict) -> tuple[str, list[str], Path, float]:
     """The project's FNO check (mutransfer._diagnostics.coord_check), its JSON and plot written and logged: (verdict,
     what it flags, the plot, the tolerance)."""
     study = ctx.study

@@ -50,7 +50,7 @@ def log_model_phase(ctx: SweepContext) -> None:
         }
         ctx.update_state(model=record)
         ctx.say(f"model: {directory} (MLflow {record['model_uri']}, {record['run_uri']})")
-    register_if_asked(ctx, record)
+    register_if_asked(ctx, record, ctx.target_run_id)
 
 
 def register_completed(ctx: SweepContext) -> None:
@@ -63,16 +63,16 @@ def register_completed(ctx: SweepContext) -> None:
             "(it ran before models were logged); run the study again with --name NEW"
         )
 
-    ctx.target_run_id = ctx.state.get("target_run_id")
-    register_if_asked(ctx, ctx.state["model"])
+    register_if_asked(ctx, ctx.state["model"], ctx.state.get("target_run_id"))
 
 
-def register_if_asked(ctx: SweepContext, record: dict) -> None:
-    """Register the study's logged model under ``--register NAME`` (once per name)."""
+def register_if_asked(ctx: SweepContext, record: dict, run_id: str | None) -> None:
+    """Register the study's logged model under ``--register NAME`` (once per name); ``run_id``: the target's run
+    (None for a study whose state kept none)."""
     name = ctx.options.register
     if name is None or record.get("registered", {}).get("name") == name:
         return
-    record = dict(record, registered=register_model(ctx.tracker.client, name, record["model_id"], ctx.target_run_id))
+    record = dict(record, registered=register_model(ctx.tracker.client, name, record["model_id"], run_id))
     ctx.update_state(model=record)
     ctx.say(f"model registered: {record['registered']['uri']}")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mutransfer._study_folder.state import StudyDir
-from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.context import StudyRun, SweepContext
 from mutransfer._tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, create_run, log_batch
 
 
@@ -32,12 +32,11 @@ def nested_context(
     sub = SweepContext(
         ctx.options, study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0, search_at_target=True, **fields
     )
-    sub.selection_data, sub.proxy_data = ctx.selection_data, ctx.proxy_data
+    sub.loaded = ctx.study_data
     sub.booked = ctx.executor  # one ledger per study, under the tag of the phase that nests the search
-    sub.data, sub.data_path, sub.tracker, sub.experiment_id = ctx.data, ctx.data_path, ctx.tracker, ctx.experiment_id
+    sub.tracker = ctx.tracker
     parent = state.get("parent_run_id")
     if not (parent and ctx.tracker.run_exists(parent)):
-        assert ctx.experiment_id is not None, "the study's experiment is made before any nested phase"
         parent = create_run(
             ctx.tracker.client,
             ctx.experiment_id,
@@ -51,6 +50,6 @@ def nested_context(
         )
         if params:
             log_batch(ctx.tracker.client, parent, params=params)
-    sub.parent_id = parent
+    sub.run = StudyRun(ctx.experiment_id, parent)
     sub.update_state(**{**state, "parent_run_id": parent})
     return sub

@@ -27,8 +27,8 @@ def git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
-def create_parent(ctx: SweepContext) -> str:
-    """Create the parent run (params, tags, the study's files as artifacts); returns its id."""
+def create_parent(ctx: SweepContext, experiment_id: str) -> str:
+    """Create the parent run in ``experiment_id`` (params, tags, the study's files as artifacts); returns its id."""
 
     study = ctx.study
     commit = git_commit()
@@ -57,10 +57,10 @@ def create_parent(ctx: SweepContext) -> str:
     if commit:
         tags["mlflow.source.git.commit"] = commit
     files = {"study/study.yaml": study.to_yaml(), "study/source.yaml": ctx.source_text}
-    return ctx.tracker.create_parent(ctx.experiment_id, study, params=params, tags=tags, files=files)
+    return ctx.tracker.create_parent(experiment_id, study, params=params, tags=tags, files=files)
 
 
-def tag_study_view(ctx: SweepContext) -> None:
+def tag_study_view(ctx: SweepContext, experiment_id: str) -> None:
     """Tag the experiment so the MLflow UI opens on this study's runs (see mutransfer._tracking.views)."""
 
-    tag_study(ctx.tracker.client, ctx.experiment_id, ctx.study.name, list(ctx.study.search_space))
+    tag_study(ctx.tracker.client, experiment_id, ctx.study.name, list(ctx.study.search_space))

@@ -148,8 +148,10 @@ def expected_search_epochs(study: Study, window: int) -> float:
     return float(per_trial.sum() + (trials - n) * late)
 
 
-def key_number(key: str) -> int:
-    """1-based trial number of a key: its index + 1; 0 for a name that is not a key."""
+def key_number(key: str | None) -> int:
+    """1-based trial number of a key: its index + 1; 0 for a name that is not a key, or none."""
+    if key is None:
+        return 0
     try:
         return key_index(str(key)) + 1
     except ValueError:

@@ -17,7 +17,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
 
-from mutransfer._sweep.plan import DONE, KEY, SearchPlan, error_text, key_of
+from mutransfer._sweep.plan import KEY, SearchPlan, error_text, key_of
 
 
 def trial_key_of(trial) -> str:
@@ -45,7 +45,7 @@ class PlanSearcher(Searcher):
 
     def suggest(self, trial_id: str):
         nxt = self.plan.next_trial()
-        if nxt == DONE:
+        if isinstance(nxt, str):  # DONE
             return Searcher.FINISHED
         if nxt is None:
             return None

@@ -43,7 +43,9 @@ def prepare(options: SweepOptions) -> SweepContext:
     """Load and validate everything; decide new study vs resume. Starts nothing (the lock: :func:`take_lock`)."""
 
     fail_trials = fail_trials_from_env()
-    study, applied = load_study(options.study_path, options.overrides, text=options.study_text)
+    study, applied = load_study(
+        options.study_path, options.overrides, text=options.study_text, folder=options.study_folder
+    )
     if options.coord_check and not study.family.coord_checkable:
         raise UserInputError(
             f"--coord-check measures the spectral layers' update across K; operator.type {study.operator.type} has no "
@@ -264,7 +266,7 @@ def _diff(a, b, prefix="") -> list[str]:
     return [] if a == b else [prefix.rstrip(".")]
 
 
-def _get(d: dict, path: str):
+def _get(d: object, path: str) -> object:
     for part in path.split("."):
         d = d.get(part) if isinstance(d, dict) else None
     return d

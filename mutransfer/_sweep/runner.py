@@ -36,7 +36,15 @@ from mutransfer._study.models import proxy_split
 from mutransfer._study_folder.portable import stored_tracking, write_study_file
 from mutransfer._sweep import strategies
 from mutransfer._sweep._rebuild_state import reattach_parent, refuse_missing_parent
-from mutransfer._sweep.context import COST_KEY, K_RULE_KEY, SweepContext, SweepError, SweepOptions
+from mutransfer._sweep.context import (
+    COST_KEY,
+    K_RULE_KEY,
+    StudyData,
+    StudyRun,
+    SweepContext,
+    SweepError,
+    SweepOptions,
+)
 from mutransfer._sweep.cost_estimate import estimate_proxy_cost
 from mutransfer._sweep.early_target import EarlyTarget
 from mutransfer._sweep.finish import write_report
@@ -218,10 +226,10 @@ def _load_data(ctx: SweepContext) -> None:
         ctx.say(
             f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ..."
         )
-    split, ctx.data_path = load_study_data(ctx.study, progress=not ctx.options.quiet)
+    split, path = load_study_data(ctx.study, progress=not ctx.options.quiet)
     # selections read the validation split only; the final models report on the test split
-    ctx.data, ctx.selection_data = carve_validation(split, int(ctx.study.problem.n_val or 0))
-    ctx.proxy_data = proxy_split(ctx.study, ctx.selection_data)  # the proxy's grid (proxy_resolution)
+    fit, selection = carve_validation(split, int(ctx.study.problem.n_val or 0))
+    ctx.loaded = StudyData(fit, selection, proxy_split(ctx.study, selection), path)  # proxy: on its grid
 
 
 @contextlib.contextmanager
@@ -247,11 +255,11 @@ def _session(ctx: SweepContext):
         ctx.setup_seconds = time.perf_counter() - ctx.wall_start
         yield
     except (KeyboardInterrupt, GeneratorExit):  # Ctrl-C, or a Python API study closed before its end
-        _mark(ctx.tracker, ctx.parent_id, "KILLED")
+        _mark(ctx.tracker, ctx.run, "KILLED")
         ctx.update_state(wall_seconds=ctx.wall_seconds)
         raise
     except BaseException:
-        _mark(ctx.tracker, ctx.parent_id, "FAILED")
+        _mark(ctx.tracker, ctx.run, "FAILED")
         raise
     finally:
         if ctx.early_target is not None:  # started, and the study stopped before its target phase took it
@@ -267,8 +275,8 @@ def _open_parent_run(ctx: SweepContext) -> None:
             f"{ctx.tracking_uri} does not hold (replaced, or its experiment removed for good); restore the store from "
             "a copy, or run the study afresh under --name NEW"
         )
-    ctx.experiment_id = known or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
-    tag_study_view(ctx)  # new and resumed studies: the MLflow UI opens on the study's runs
+    experiment_id = known or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
+    tag_study_view(ctx, experiment_id)  # new and resumed studies: the MLflow UI opens on the study's runs
     parent = ctx.state.get("parent_run_id")
     if parent and ctx.tracker.run_exists(parent):
         ctx.tracker.set_status(parent, "RUNNING")
@@ -276,7 +284,7 @@ def _open_parent_run(ctx: SweepContext) -> None:
     elif parent:  # never a second parent run in silence
         raise refuse_missing_parent(ctx.study.name, parent, ctx.tracking_uri)
     elif ctx.options.rebuild_state and (
-        found := reattach_parent(ctx.tracker, ctx.experiment_id, ctx.study.name, ctx.study_dir)
+        found := reattach_parent(ctx.tracker, experiment_id, ctx.study.name, ctx.study_dir)
     ):
         parent = found.pop("parent_run_id")
         ctx.update_state(**{k: v for k, v in found.items() if v is not None})
@@ -285,15 +293,17 @@ def _open_parent_run(ctx: SweepContext) -> None:
             f"MLflow parent run {parent} reused"
         )
     else:
-        parent = create_parent(ctx)
-    ctx.parent_id = parent
-    ctx.update_state(experiment_id=ctx.experiment_id, parent_run_id=parent)
+        parent = create_parent(ctx, experiment_id)
+    ctx.run = StudyRun(experiment_id, parent)
+    ctx.update_state(experiment_id=experiment_id, parent_run_id=parent)
 
 
-def _mark(tracker: Tracker, run_id: str | None, status: str) -> None:
-    """Best effort: record the parent run's end state, and its running children's (never masks the original error)."""
-    if not run_id:
+def _mark(tracker: Tracker, run: StudyRun | None, status: str) -> None:
+    """Best effort: record the parent run's end state, and its running children's (never masks the original error);
+    nothing before the parent run is opened."""
+    if run is None:
         return
+    run_id = run.parent_id
     try:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted" if status == "KILLED" else "failed"})
         tracker.set_status(run_id, status)

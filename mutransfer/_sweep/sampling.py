@@ -48,7 +48,7 @@ def search_distributions(study: Study) -> dict:
 def grid_config(study: Study, index: int) -> dict:
     """The ``index``-th combination of the grid (every search-space entry is a ``choice``)."""
     names = list(study.search_space)
-    combos = itertools.product(*(list(study.search_space[n].values) for n in names))
+    combos = itertools.product(*(list(study.search_space[n].values or ()) for n in names))
     values = next(itertools.islice(combos, index, None))
     return dict(zip(names, values))
 

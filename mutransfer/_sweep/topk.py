@@ -30,7 +30,8 @@ from pathlib import Path
 
 from mutransfer._study_folder.portable import resolved_path, stored_path
 from mutransfer._study_folder.records import TrialRecord
-from mutransfer._sweep.context import SweepContext, TransferResult, final_search, ranked
+from mutransfer._study_folder.state import REBUILD_HINT
+from mutransfer._sweep.context import SweepContext, SweepError, TrainedTarget, TransferResult, final_search, ranked
 from mutransfer._sweep.cost import add_to_mutransfer, target_cost
 from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.rescale import transfer
@@ -61,6 +62,8 @@ class Candidate:
     proxy_val_error: float | None
     hp: dict  # the transferred hyperparameters the target trained with
     record: dict  # the transfer record (mutransfer._sweep.rescale.transfer)
+    #: what the target's training made of it
+    outcome: TargetOutcome = field(repr=False)
     target_test_error: float | None = None
     #: the target's validation error: what the winner is chosen by (the test error is only reported)
     target_val_error: float | None = None
@@ -72,7 +75,6 @@ class Candidate:
     flops: float | None = None
     mlflow_run_id: str | None = None
     winner: bool = False
-    outcome: object = field(default=None, repr=False)  # mutransfer._sweep.target.TargetOutcome
 
     def row(self) -> dict:
         """The report's table row (JSON-ready)."""
@@ -105,10 +107,9 @@ class Candidate:
         names = {f.name for f in dataclasses.fields(cls)}
         if "proxy_val_error" not in d:  # kept before validation splits: the proxy's error was its test error
             d = dict(d, proxy_val_error=d.get("proxy_test_error"))
-        cand = cls(**{k: v for k, v in d.items() if k in names and k != "outcome"})
-        cand.outcome = TargetOutcome.from_dict(d["outcome"])
-        cand.outcome.checkpoint_dir = resolved_path(cand.outcome.checkpoint_dir, root)
-        return cand
+        outcome = TargetOutcome.from_dict(d["outcome"])
+        outcome.checkpoint_dir = resolved_path(outcome.checkpoint_dir, root)
+        return cls(**{k: v for k, v in d.items() if k in names and k != "outcome"}, outcome=outcome)
 
 
 def source_key(ctx: SweepContext, trial) -> str:
@@ -127,8 +128,8 @@ def carry(ctx: SweepContext, trial: TrialRecord) -> TransferResult:
     transfer phase's result is reused for the trial it was computed from, not computed again."""
 
     search = final_search(ctx)
-    done = ctx.transfer
-    if done is not None and done.source_key is not None and done.source_key == search.key(trial):
+    done = ctx.made_transfer
+    if done is not None and done.source_key == search.key(trial):
         return done
     record, hp = transfer(search.study, trial)  # from the last rung's size with a ladder
     return TransferResult(record, hp, source=trial, source_key=search.key(trial))
@@ -223,6 +224,7 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
                 trial.val_error,
                 transfer.hp,
                 transfer.record,
+                outcome,
                 target_test_error=outcome.test_error,
                 target_val_error=outcome.val_error,
                 status=outcome.status,
@@ -232,7 +234,6 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
                 trainer_device_seconds=cost["trainer_device_seconds"],
                 flops=cost["flops"],
                 mlflow_run_id=run_id,
-                outcome=outcome,
             )
         )
         ctx.update_state(topk_targets=[c.as_dict(root) for c in out])  # kept as soon as it finished
@@ -244,11 +245,14 @@ def _crown(ctx: SweepContext, cands: list[Candidate]) -> None:
     winner = choose_winner(cands)
     for c in cands:
         c.winner = c is winner
-        ctx.tracker.set_tags(c.mlflow_run_id, {WINNER_TAG: "true" if c.winner else "false"})
+        if c.mlflow_run_id is not None:
+            ctx.tracker.set_tags(c.mlflow_run_id, {WINNER_TAG: "true" if c.winner else "false"})
     root = ctx.study_dir.root
     ctx.records[NAME] = TopK(cands, root)
-    ctx.target, ctx.target_run_id = winner.outcome, winner.mlflow_run_id
-    ctx.transfer = TransferResult(winner.record, winner.hp, source_key=winner.trial_id)
+    if winner.mlflow_run_id is None:  # every candidate is trained in a run; a record without one is damaged
+        raise SweepError(f"top-k: the winner, proxy trial {winner.trial_id}, names no MLflow run; {REBUILD_HINT}")
+    ctx.trained = TrainedTarget(winner.outcome, winner.mlflow_run_id)
+    ctx.transfer = TransferResult(winner.record, winner.hp, None, winner.trial_id)
     stored = winner.as_dict(root)["outcome"]
     ctx.update_state(
         topk_targets=[c.as_dict(root) for c in cands], target_run_id=winner.mlflow_run_id, target_outcome=stored

@@ -17,13 +17,15 @@ import time
 from pathlib import Path
 
 from mutransfer._study_folder.portable import resolved_path, stored_path
+from mutransfer._study_folder.state import REBUILD_HINT
 from mutransfer._sweep._executors import TargetJob
-from mutransfer._sweep.context import SweepContext, SweepError
+from mutransfer._sweep.context import SweepContext, SweepError, TrainedTarget
 from mutransfer._sweep.progress import TargetProgress, for_options
 from mutransfer._sweep.proxies import keep_sigint_handler
 from mutransfer._sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
 from mutransfer._sweep.target_run import RunningTarget, on_one_actor, resolve_use_gpu
 from mutransfer._tracking.runs import logged_steps
+from mutransfer.errors import UserInputError
 
 
 def first_line(exc: BaseException) -> str:
@@ -99,9 +101,13 @@ def train_target(ctx: SweepContext) -> None:
     phase runs instead, mutransfer._sweep.strategies.top_k)."""
 
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
-        ctx.target = TargetOutcome.from_dict(ctx.state["target_outcome"])
-        ctx.target.checkpoint_dir = resolved_path(ctx.target.checkpoint_dir, ctx.study_dir.root)
-        ctx.target_run_id = ctx.state.get("target_run_id")
+        kept = TargetOutcome.from_dict(ctx.state["target_outcome"])
+        kept.checkpoint_dir = resolved_path(kept.checkpoint_dir, ctx.study_dir.root)
+        if not ctx.state.get("target_run_id"):
+            raise UserInputError(
+                f"state.json: the target is trained but its MLflow run is not named (target_run_id); {REBUILD_HINT}"
+            )
+        ctx.trained = TrainedTarget(kept, ctx.state["target_run_id"])
         return
     outcome, run_id = fit_target(
         ctx,
@@ -111,7 +117,7 @@ def train_target(ctx: SweepContext) -> None:
         run_id=ctx.state.get("target_run_id"),
         remember_run=lambda new: ctx.update_state(target_run_id=new),
     )
-    ctx.target, ctx.target_run_id = outcome, run_id
+    ctx.trained = TrainedTarget(outcome, run_id)
     # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
     ctx.update_state(
         target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root))

@@ -463,7 +463,7 @@ class TrialLogger:
         run.params.update(params)
         self.client.set_terminated(run_id, status="FAILED" if failed else "FINISHED", end_time=now)
         self._open.pop(tid, None)
-        self._logged.add(tid)
+        self.logged_trial_ids().add(tid)
         self._done += 1
 
 

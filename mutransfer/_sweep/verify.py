@@ -292,7 +292,7 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
     the slots the target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in
     ``grids``' order."""
     # the optima are selections: validation rows, never the test split; the proxy's on its own grid
-    proxy = ctx.proxy_data or ctx.selection_data
+    proxy = ctx.proxy_data
     points, jobs = [], []
     for i, grid in enumerate(grids):
         r = grid.study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
@@ -333,7 +333,6 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
 def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool = True) -> None:
 
     client = ctx.tracker.client
-    assert ctx.experiment_id is not None, "the study's experiment is made before the verification"
     run_id = create_run(
         client,
         ctx.experiment_id,

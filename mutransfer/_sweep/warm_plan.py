@@ -183,7 +183,9 @@ def build_warm_start(spec: str, study, source: SourceStudy, top: int | None, not
             f"--warm-start {spec}: study {source.name!r} ({source.location}) has no completed trial with "
             "a finite error; finish it (--resume) or pick another study"
         )
-    clipped, out_of_choice, missing = [], [], []
+    clipped: list[str] = []
+    out_of_choice: list[str] = []
+    missing: list[str] = []
     trials: list[WarmTrial] = []
     size = {"K": study.proxy_modes, "width": int(study.operator.width)}
     for t in best:

@@ -212,14 +212,16 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
-    from mutransfer._sweep.report import format_report  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
-    from mutransfer._sweep.runner import SweepError, run_sweep  # noqa: PLC0415
+    """The flags made into the study's options, run through the Python API's :class:`mutransfer.Study` (its
+    :meth:`~mutransfer.Study.report` runs every phase left), the report printed."""
+    from mutransfer._api.study import command_study  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
+    from mutransfer._sweep.runner import SweepError  # noqa: PLC0415
 
     options = sweep_options(args)
     try:
         # Ray Tune prints tables to stdout: keep stdout for the report (--json stays parseable).
-        with contextlib.redirect_stdout(sys.stderr):
-            report = run_sweep(options)
+        with contextlib.redirect_stdout(sys.stderr), command_study(options) as study:
+            report = study.report()
     except SweepError as exc:
         print(f"mutransfer sweep: failed: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_SWEEP_FAILED
@@ -227,10 +229,7 @@ def run_sweep_cmd(args: argparse.Namespace) -> int:
         again = " ".join(a for a in _resume_hint(args))
         print(f"mutransfer sweep: interrupted; the study is saved: continue it with `{again}`", file=sys.stderr)
         return 130
-    if args.json:
-        print_json(report)
-    else:
-        print(format_report(report))
+    print(report.to_json() if args.json else report.to_text())
     return 0
 
 

@@ -241,6 +241,7 @@ def _gate_context(tmp_path, tiny_file, parametrization, *, module: str | None = 
             set_tags=lambda run_id, tags: logged.append(tags),
         ),
         parent_id="parent",
+        run=SimpleNamespace(parent_id="parent"),
         update_state=lambda **kw: state.update(kw),
         logged=logged,
         said=said,

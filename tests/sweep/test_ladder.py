@@ -236,7 +236,10 @@ def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_si
     last = [_trial("t0000", "completed", 0.03), _trial("t0001", "completed", 0.01), _trial("t0002", "pruned", 0.02)]
     ladder = LadderResults([_rung(0, 4, proxies, ["t0000"]), _rung(2, 16, last, ["t0001", "t0000"])], 0.5)
     ctx = SimpleNamespace(
-        study=study, final_search=ladder.final_search(study), transfer=None, proxies=SimpleNamespace(trials=proxies)
+        study=study,
+        final_search=ladder.final_search(study),
+        made_transfer=None,
+        proxies=SimpleNamespace(trials=proxies),
     )
     assert [t.val_error for t in candidates(ctx, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
     record = carry(ctx, _trial("t0001", "completed", 0.01)).record

@@ -18,7 +18,16 @@ from mutransfer._study import load_study
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep import strategies
-from mutransfer._sweep.context import ProxyResults, SweepContext, SweepOptions, TransferResult, pick_best
+from mutransfer._sweep.context import (
+    ProxyResults,
+    StudyData,
+    StudyRun,
+    SweepContext,
+    SweepOptions,
+    TrainedTarget,
+    TransferResult,
+    pick_best,
+)
 from mutransfer._sweep.finish import _build
 from mutransfer._sweep.report import format_report
 from mutransfer._sweep.runner import PHASES
@@ -115,8 +124,11 @@ def _context(root, state: dict) -> SweepContext:
     ctx.proxies = ProxyResults(trials, pick_best(trials), 1, seconds=4.0)
     record, hp = transfer(study, ctx.proxies.best)
     ctx.transfer = TransferResult(record, hp, ctx.proxies.best, ctx.proxies.best.trial_id)
-    ctx.target = TargetOutcome("completed", 0.1, 2, trainer_seconds=1.5, wall_seconds=4.0, device_seconds=4.0)
-    ctx.data = SimpleNamespace(train_x=torch.zeros(4, 64, 1))
+    target = TargetOutcome("completed", 0.1, 2, trainer_seconds=1.5, wall_seconds=4.0, device_seconds=4.0)
+    ctx.trained = TrainedTarget(target, "target-run")
+    ctx.run = StudyRun("experiment", "parent-run")
+    fit = SimpleNamespace(train_x=torch.zeros(4, 64, 1))
+    ctx.loaded = StudyData(fit, fit, fit, root / "data.h5")
     return ctx
 
 

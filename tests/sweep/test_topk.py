@@ -21,7 +21,17 @@ import yaml
 
 from mutransfer._study import load_study, parse_study
 from mutransfer._study_folder.records import TrialRecord
-from mutransfer._sweep.context import FinalSearch, ProxyResults, SweepContext, SweepOptions, pick_best, ranked
+from mutransfer._sweep.context import (
+    FinalSearch,
+    ProxyResults,
+    StudyData,
+    StudyRun,
+    SweepContext,
+    SweepOptions,
+    pick_best,
+    ranked,
+)
+from mutransfer._sweep.target import TargetOutcome
 from mutransfer._sweep.topk import (
     Candidate,
     candidates,
@@ -70,7 +80,10 @@ def test_candidates_are_the_n_best_and_fewer_when_fewer_reported():
 
 
 def _cand(rank: int, error, status: str = "completed") -> Candidate:
-    return Candidate(rank, f"t{rank:04d}", 0.1 * rank, {"lr": 1e-3}, {}, target_test_error=error, status=status)
+    outcome = TargetOutcome(status, error, 1)
+    return Candidate(
+        rank, f"t{rank:04d}", 0.1 * rank, {"lr": 1e-3}, {}, outcome, target_test_error=error, status=status
+    )
 
 
 def test_the_winner_is_the_lowest_target_error_never_a_diverged_or_nan_one():
@@ -84,7 +97,9 @@ def test_carry_is_the_mup_transfer_of_the_candidate():
     """K 6 -> 24 (the quick study, 1-D): the spectral LR and init std scale by sqrt(log 6 / log 24); master LR unchanged."""
     study, _ = load_study(K_ONLY_STUDY)
     trial = _trial(7, "completed", 0.1, lr=3e-3)
-    result = carry(SimpleNamespace(study=study, final_search=FinalSearch([trial], trial, study), transfer=None), trial)
+    result = carry(
+        SimpleNamespace(study=study, final_search=FinalSearch([trial], trial, study), made_transfer=None), trial
+    )
     factor = math.sqrt(math.log(study.proxy_K) / math.log(study.target_K))
     assert study.dim == 1 and math.isclose(result.record["lr_factor"], factor, rel_tol=1e-12)
     assert math.isclose(
@@ -116,9 +131,10 @@ def _context(tmp_path: Path, study, tracker, state: dict) -> SweepContext:
     ctx = SweepContext(SweepOptions(quiet=True), study, sdir, [], tracker.uri, "", state, 0)
     trials = [_trial(0, "completed", 0.4), _trial(1, "completed", 0.2), _trial(2, "pruned", 0.3)]
     ctx.proxies = ProxyResults(trials, pick_best(trials), 1)
-    ctx.data = SimpleNamespace(train_x=torch.zeros(4, 64, 1))
-    ctx.tracker, ctx.experiment_id = tracker, tracker.ensure_experiment("topk")
-    ctx.parent_id = tracker.client.create_run(ctx.experiment_id).info.run_id
+    fit = SimpleNamespace(train_x=torch.zeros(4, 64, 1))
+    ctx.loaded = StudyData(fit, fit, fit, tmp_path / "data.h5")
+    ctx.tracker, experiment_id = tracker, tracker.ensure_experiment("topk")
+    ctx.run = StudyRun(experiment_id, tracker.client.create_run(experiment_id).info.run_id)
     return ctx
 
 

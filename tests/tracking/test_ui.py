@@ -58,7 +58,7 @@ def write_store(
     tracker = Tracker(uri)
     experiment_id = tracker.ensure_experiment(study.tracking.experiment)
     if tagged:
-        tag_study_view(SimpleNamespace(tracker=tracker, experiment_id=experiment_id, study=study))
+        tag_study_view(SimpleNamespace(tracker=tracker, study=study), experiment_id)
     space = json.dumps({k: v.to_dict() for k, v in study.search_space.items()})
     params = {"study": name, "search.space": space, "problem": "burgers", **study.scaling()}
     parent = tracker.create_parent(experiment_id, study, params=params, tags={}, files={})

@@ -42,7 +42,7 @@ class TopKStrategy(Strategy):
 
     def extra_costs(self, ctx: SweepContext) -> ExtraCosts:
         record = ctx.record(NAME, TopK)
-        if record is None or ctx.data is None:
+        if record is None or ctx.loaded is None:
             return ExtraCosts()
         shape = tuple(ctx.data.train_x.shape[1:])
         return ExtraCosts(target=tuple(target_cost(ctx.study, c.outcome, shape) for c in record.others()))

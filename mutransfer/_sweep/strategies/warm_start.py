@@ -56,7 +56,9 @@ class WarmStartStrategy(Strategy):
         return {key: {WARM_TAG_FROM: source} for key, source in warm.sources().items()}
 
     def section(self, ctx: SweepContext) -> dict | None:
-        return warm_start_section(ctx.record(NAME, WarmStart), ctx.proxies.trials if ctx.proxies is not None else [])
+        return warm_start_section(
+            ctx.record(NAME, WarmStart), ctx.made_proxies.trials if ctx.made_proxies is not None else []
+        )
 
     def text_lines(self, section: Any, report: dict) -> list[str]:
         return warm_start_lines(section)
