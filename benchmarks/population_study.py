@@ -3,9 +3,10 @@
     python benchmarks/population_study.py [--json docs/results/population_study.json] [--windows 2 8]
     python benchmarks/population_study.py --windows 8 --seeds 0 1 2 --baseline --json docs/results/population_baseline.json
     python benchmarks/population_study.py --study studies/table1_darcy_cheaper_cpu.yaml --windows 8 --json ...
+    python benchmarks/population_study.py --windows 8 --executors population ray-population --json ...
 
 Runs ``mutransfer sweep`` on the default study (studies/quick.yaml) with ``--executor inprocess`` and ``--executor
-population``, once per search window (``search.max_concurrent``: 2 as written, and 8, where all eight trials train at
+population`` (``--executors``: others, e.g. ``ray-population``), once per search window (``search.max_concurrent``: 2 as written, and 8, where all eight trials train at
 once), each in a fresh folder and MLflow store, one after the other in subprocesses. Reports per run: the sweep's wall
 time, the proxy phase's seconds, the proxies' training seconds, the target's wall seconds, the report's
 ``mutransfer_vs_direct_training_seconds`` (the study's training time over the estimated cost of tuning the target
@@ -83,6 +84,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[None])
     parser.add_argument("--baseline", action="store_true", help="add --baseline direct to every run")
     parser.add_argument("--study", type=Path, default=STUDY, help="the study file (default: studies/quick.yaml)")
+    parser.add_argument(
+        "--executors", nargs="+", default=["inprocess", "population"], help="default: inprocess population"
+    )
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="population-study-") as tmp:
@@ -96,7 +100,7 @@ def main() -> None:
         )
         for seed in args.seeds:
             for window in args.windows:
-                for executor in ("inprocess", "population"):
+                for executor in args.executors:
                     folder = Path(tmp) / f"w{window}-{executor}-s{seed}"
                     folder.mkdir()
                     row = _run(folder, window, executor, env, seed, args.baseline, args.study.resolve())

@@ -24,7 +24,7 @@ from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialR
 from mutransfer._api.spec import StudySpec
 from mutransfer._api.strategies import Strategy, with_strategies
 from mutransfer._config.checks import check_model_name
-from mutransfer._config.executors import EXECUTORS
+from mutransfer._config.executors import EXECUTORS, ON_RAY
 from mutransfer._study import load_study as load_study_file
 from mutransfer._study.inputs import check_address_form, check_storage
 from mutransfer._study_folder.portable import read_study_file
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 _OPTIMIZE, _TRANSFER, _TARGET, _REPORT = "run_proxies", "transfer_phase", "log_model_phase", "write_report"
 _ORDER = (_OPTIMIZE, _TRANSFER, _TARGET, _REPORT)
 
-Executor = Literal["ray", "inprocess", "population"]
+Executor = Literal["ray", "inprocess", "population", "ray-population"]
 TrialCallbackFn = Callable[["Study", TrialResult], None]
 
 
@@ -350,8 +350,10 @@ def create_study(
         pruner: ``optuna.pruners.SuccessiveHalvingPruner(min_resource=G, reduction_factor=R)`` (ASHA with grace
             period G epochs) or ``optuna.pruners.NopPruner()`` (no early stops); None: the spec's ``budget``.
         executor: ``"ray"`` (Ray Tune trials, a Ray Train target or, for one CPU worker, one Ray actor; the
-            default), ``"inprocess"`` (one training at a time in this process, no Ray: the same trials and results) or ``"population"`` (in this process, a
-            window of FNO proxies of one shape trained as one batched model: the same trials and results).
+            default), ``"inprocess"`` (one training at a time in this process, no Ray: the same trials and results),
+            ``"population"`` (in this process, a window of FNO proxies of one shape trained as one batched model: the
+            same trials and results) or ``"ray-population"`` (those batched models on Ray, each a Ray task, a
+            window's at once; the target as ``"ray"``'s).
         tracking_uri: the MLflow store (default: the spec's ``tracking.uri``, else ``sqlite:///mlflow.db`` here).
         load_if_exists: continue a study of that name in ``storage`` instead of refusing it.
         quiet: no progress lines on stderr.
@@ -383,7 +385,7 @@ def create_study(
             "for a grid, set search.algorithm: grid in the spec"
         )
     if ray_address is not None:
-        if executor != "ray":
+        if executor not in ON_RAY:
             raise UserInputError(f"ray_address {ray_address!r:.60}: the {executor!r} executor trains here; drop it")
         check_address_form(ray_address if isinstance(ray_address, str) else repr(ray_address), "ray_address")
     register = None if register is None else check_model_name(register, "register")

@@ -3,5 +3,9 @@
 
 #: ``ray``: Ray Tune trials, a Ray Train target (one Ray actor for one CPU worker), Ray tasks (the default);
 #: ``inprocess``: one at a time in this process;
-#: ``population``: in this process, the trials of a search's window trained together as one batched model
-EXECUTORS = ("ray", "inprocess", "population")
+#: ``population``: in this process, the trials of a search's window trained together as one batched model;
+#: ``ray-population``: on Ray, each of those batched models (and each trial that trains alone) one Ray task, all of a
+#: window's at once; the target and the grids as ``ray``'s
+EXECUTORS = ("ray", "inprocess", "population", "ray-population")
+#: the executors whose trainings run on Ray (locally, or on the cluster of ``--address``)
+ON_RAY = ("ray", "ray-population")

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from mutransfer._config.executors import EXECUTORS
 from mutransfer._sweep._target_here import TargetJob as TargetJob  # re-exported: the executors' target job
 from mutransfer._sweep._target_here import train_target_here
 from mutransfer._sweep.cost_estimate import local_window
@@ -308,7 +307,7 @@ class InProcessExecutor:
             trial.status, start = "RUNNING", time.perf_counter()
 
             def report(metrics: dict, trial: LocalTrial = trial, start: float = start) -> None:
-                if _tell(run, trial, start, metrics):
+                if tell_trial(run, trial, start, metrics):
                     raise Pruned
 
             try:
@@ -329,7 +328,7 @@ class InProcessExecutor:
                 for c in run.callbacks:
                     c.on_trial_error(trial)
                 return
-            _complete(run, trial)
+            complete_trial(run, trial)
             return
 
     def target(self, job: TargetJob, on_poll: Callable[[], None] | None) -> TargetOutcome:
@@ -367,8 +366,8 @@ class InProcessExecutor:
         return float(threads)  # one job at a time
 
 
-def _tell(run: SearchRun, trial: LocalTrial, start: float, metrics: dict) -> bool:
-    """One report of an in-process trial to the search's observers; True where the plan stops it there (ASHA)."""
+def tell_trial(run: SearchRun, trial: LocalTrial, start: float, metrics: dict) -> bool:
+    """One report of a trial trained outside Tune (in this process, or a Ray population's task) to the search's observers; True where the plan stops it there (ASHA)."""
     result = dict(metrics)
     result.setdefault("time_total_s", time.perf_counter() - start)  # a population member's share comes with it
     trial.last_result = result
@@ -379,8 +378,8 @@ def _tell(run: SearchRun, trial: LocalTrial, start: float, metrics: dict) -> boo
     return run.plan.should_stop(trial.trial_id, int(result["epoch"]), float(result["val_error"]))
 
 
-def _complete(run: SearchRun, trial: LocalTrial) -> None:
-    """An in-process trial ended (completed, stopped by the plan, or diverged): its outcome to the plan and the
+def complete_trial(run: SearchRun, trial: LocalTrial) -> None:
+    """A trial trained outside Tune ended (completed, stopped by the plan, or diverged): its outcome to the plan and the
     observers."""
     trial.status = "TERMINATED"
     run.plan.record(trial.trial_id, dict(trial.last_result), failed=False)
@@ -405,17 +404,7 @@ class PopulationExecutor(InProcessExecutor):
         )
 
     def search(self, run: SearchRun) -> None:
-        plan = run.plan
-        while True:
-            window: list[tuple[str, dict]] = []
-            while True:
-                nxt = plan.next_trial()
-                if nxt is None or nxt == DONE:
-                    break
-                assert not isinstance(nxt, str)
-                window.append(nxt)
-            if not window:  # DONE, or (never here: every trial handed out has its outcome) waiting
-                return
+        while window := take_window(run.plan):
             self._window(run, window)
 
     def _window(self, run: SearchRun, window: list[tuple[str, dict]]) -> None:
@@ -436,10 +425,10 @@ class PopulationExecutor(InProcessExecutor):
         stopped: set[str] = set()
 
         def report(key: str, metrics: dict) -> bool:
-            if not _tell(run, trials[key], start, metrics):
+            if not tell_trial(run, trials[key], start, metrics):
                 return False
             stopped.add(key)  # ASHA stopped it: its outcome now, as a trial alone's (a resume must not train it on)
-            _complete(run, trials[key])
+            complete_trial(run, trials[key])
             return True
 
         try:
@@ -458,15 +447,15 @@ class PopulationExecutor(InProcessExecutor):
             return
         for key, trial in trials.items():
             if key not in stopped:
-                _complete(run, trial)
+                complete_trial(run, trial)
 
 
-def executor_for(name: str) -> Executor:
-    """The executor called ``name`` (:data:`NAMES`)."""
-    if name == "inprocess":
-        return InProcessExecutor()
-    if name == "population":
-        return PopulationExecutor()
-    if name == "ray":
-        return RayExecutor()
-    raise ValueError(f"executor {name!r}: one of {', '.join(EXECUTORS)}")
+def take_window(plan: SearchPlan) -> list[tuple[str, dict]]:
+    """Every trial the plan hands out now (its window: (key, configuration) each); [] when it has handed out all
+    (or, never for an executor that waits for each window's outcomes, when it waits for earlier results)."""
+    window: list[tuple[str, dict]] = []
+    while True:
+        nxt = plan.next_trial()
+        if nxt is None or isinstance(nxt, str):  # waiting, or DONE
+            return window
+        window.append(nxt)

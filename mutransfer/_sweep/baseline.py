@@ -32,8 +32,7 @@ from mutransfer._study_folder.records import TrialRecord
 from mutransfer._sweep._executors import TargetJob
 from mutransfer._sweep.context import SweepContext, SweepError
 from mutransfer._sweep.cost import model_epoch_flops, target_cost, trial_devices
-from mutransfer._sweep.nested import nested_context
-from mutransfer._sweep.proxies import run_proxies
+from mutransfer._sweep.nested import Search, SearchResult, run_search
 from mutransfer._sweep.target_run import resolve_use_gpu
 from mutransfer._sweep.train_target import TargetWatch, first_line
 from mutransfer._tracking.runs import log_batch
@@ -45,12 +44,12 @@ if TYPE_CHECKING:
 NAME = "direct_baseline"
 
 
-def direct_context(ctx: SweepContext) -> SweepContext:
-    """A sweep context whose search trains the target's model, in ``<study dir>/direct``, under its own MLflow run."""
+def direct_search(ctx: SweepContext) -> Search:
+    """The study's search at the target's size, in ``<study dir>/direct``, under its own MLflow run."""
 
-    return nested_context(
-        ctx,
+    return Search(
         ctx.study_dir.root / "direct",
+        ctx.study,
         kind="direct_baseline",
         run_name=f"{ctx.study.name} direct baseline ({ctx.study.model_text(True)})",
     )
@@ -126,21 +125,20 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
 
     study, shape = ctx.study, tuple(ctx.data.train_x.shape[1:])
     start = time.perf_counter()
-    sub = direct_context(ctx)
     ctx.say(
         f"direct baseline: the same search ({study.search.algorithm}, ASHA, {study.budget.epochs} epochs per trial) "
         f"on the target {study.model_text(True)} ..."
     )
-    run_proxies(sub)
-    best = sub.proxies.best
-    search = trials_cost(study, sub.proxies.trials, at_target=True, input_shape=shape)
+    found = run_search(ctx, direct_search(ctx))
+    best = found.best
+    search = trials_cost(study, found.trials, at_target=True, input_shape=shape)
     final, parts = None, [search]
     legacy = not study.problem.n_val  # selected on the test split: its best trial's error was a test error
     # a winner that trained the target's epochs to the end is direct tuning's final model: retrained only to
     # measure its test error the way the target's is measured (Ray Train, the target's threads), not billed
     billed = best.status != "completed" or study.budget.epochs != study.target.epochs
     if not legacy or billed:
-        final = dict(_train_winner(ctx, sub, best), billed=billed)
+        final = dict(_train_winner(ctx, found), billed=billed)
         if billed:
             parts.append(final["cost"])
     direct_error = final["test_error"] if final else best.val_error
@@ -155,7 +153,7 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
     result = {
         "search": {
             "algorithm": study.search.algorithm,
-            "trials": len(sub.proxies.trials),
+            "trials": len(found.trials),
             "budget_epochs": study.budget.epochs,
             "seed": study.search.seed,
         },
@@ -170,24 +168,24 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
         "cost": dict(direct, search=search, wall_seconds=time.perf_counter() - start),
         "mutransfer": dict(mutransfer, test_error=ctx.target.test_error),
         "mutransfer_vs_direct": ratios(mutransfer, direct, ctx.target.test_error, direct_error),
-        "mlflow_run_id": sub.parent_id,
-        "trials": [t.as_dict() for t in sub.proxies.trials],
+        "mlflow_run_id": found.run_id,
+        "trials": [t.as_dict() for t in found.trials],
     }
     ctx.say(summary_line(result))
-    _log(ctx, sub, result)
+    _log(ctx, found.run_id, result)
     ctx.records[NAME] = DirectBaseline(result)
     ctx.update_state(**{NAME: result})
 
 
-def _train_winner(ctx: SweepContext, sub: SweepContext, best: TrialRecord) -> dict:
-    study = ctx.study
+def _train_winner(ctx: SweepContext, found: SearchResult) -> dict:
+    study, best = ctx.study, found.best
     use_gpu = resolve_use_gpu(study.target.use_gpu, ctx.executor.resources()[1])
 
     ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
-    watch = TargetWatch(ctx, sub.study_dir.root, label="direct winner")
+    watch = TargetWatch(ctx, found.folder, label="direct winner")
     try:
         plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
-        job = TargetJob(study, best.hp, ctx.data, sub.study_dir.root, use_gpu, study.budget.max_failures, plan)
+        job = TargetJob(study, best.hp, ctx.data, found.folder, use_gpu, study.budget.max_failures, plan)
         outcome = ctx.executor.target(job, watch)
     except Exception as exc:
         raise SweepError(
@@ -218,7 +216,7 @@ def summary_line(result: dict) -> str:
     )
 
 
-def _log(ctx: SweepContext, sub: SweepContext, result: dict) -> None:
+def _log(ctx: SweepContext, run_id: str, result: dict) -> None:
     now = int(time.time() * 1000)
     c, r = result["cost"], result["mutransfer_vs_direct"]
     metrics = [
@@ -232,9 +230,9 @@ def _log(ctx: SweepContext, sub: SweepContext, result: dict) -> None:
     log_batch(ctx.tracker.client, ctx.parent_id, metrics=metrics)
     log_batch(
         ctx.tracker.client,
-        sub.parent_id,
+        run_id,
         metrics=metrics,
         params={f"best.{k}": v for k, v in result["best_config"].items()},
         tags={"mutransfer.status": "done"},
     )
-    ctx.tracker.set_status(sub.parent_id, "FINISHED")
+    ctx.tracker.set_status(run_id, "FINISHED")

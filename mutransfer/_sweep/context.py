@@ -22,7 +22,8 @@ from mutransfer._study import Override, Study
 from mutransfer._study.memory import Plan, plan_step
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import REBUILD_HINT, StudyDir
-from mutransfer._sweep._executors import TrialCallback, executor_for
+from mutransfer._sweep._executor_names import executor_for
+from mutransfer._sweep._executors import TrialCallback
 from mutransfer._sweep._ledger import Booked, Ledger
 from mutransfer._tracking.runs import Tracker
 from mutransfer.errors import UserInputError

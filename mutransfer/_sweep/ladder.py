@@ -31,8 +31,7 @@ from mutransfer._study_folder.records import TrialRecord
 from mutransfer._sweep.baseline import trials_cost
 from mutransfer._sweep.context import FinalSearch, SweepContext, ranked
 from mutransfer._sweep.holds import hold_if_asked
-from mutransfer._sweep.nested import nested_context
-from mutransfer._sweep.proxies import run_proxies
+from mutransfer._sweep.nested import Search, run_search
 from mutransfer._sweep.rescale import transfer
 from mutransfer._tracking.runs import log_batch
 
@@ -195,13 +194,12 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
     by_key = {t.trial_id: t for t in previous.trials}
     parents = [by_key[k] for k in previous.promoted]
     record, _ = transfer(step_study(study, previous.size, size), parents[0])
-    sub = nested_context(
-        ctx,
+    search = Search(
         ctx.study_dir.root / "rungs" / f"r{r}",
+        rung_study(study, size),
         kind="ladder_rung",
-        study=rung_study(study, size),
         run_name=f"{study.name} rung {r} ({size.text()})",
-        preset=[dict(p.config) for p in parents],
+        preset=tuple(dict(p.config) for p in parents),
         label=f"rung {r}",
         trial_tags={RUNG_TAG: str(r)},
         params={
@@ -216,9 +214,9 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
         f"rung {r}: the best {len(parents)} of rung {r - 1} ({previous.size.text()}) at {size.text()}, "
         f"effective LR x{record['lr_factor']:.3g} by muP ..."
     )
-    run_proxies(sub)
-    trials = sub.proxies.trials
-    cost = trials_cost(sub.study, trials, at_target=True, input_shape=tuple(ctx.data.train_x.shape[1:]))
+    found = run_search(ctx, search)
+    trials = found.trials
+    cost = trials_cost(search.study, trials, at_target=True, input_shape=tuple(ctx.data.train_x.shape[1:]))
     rung = RungResult(
         r,
         size.K,
@@ -228,16 +226,16 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
         parents={t.trial_id: p.trial_id for t, p in zip(trials, parents)},
         lr_factor=record["lr_factor"],
         cost=cost,
-        seconds=sub.proxies.seconds,
-        run_id=sub.parent_id,
+        seconds=found.seconds,
+        run_id=found.run_id,
     )
     now, logged = (
         int(time.time() * 1000),
-        ctx.tracker.client.get_run(sub.parent_id).data.metrics,
+        ctx.tracker.client.get_run(found.run_id).data.metrics,
     )  # a resumed rung logs once
     log_batch(
         ctx.tracker.client,
-        sub.parent_id,
+        found.run_id,
         metrics=[
             (name, value, now, 0)
             for name, value in (
@@ -250,7 +248,7 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
         ],
         tags={"mutransfer.status": "done"},
     )
-    ctx.tracker.set_status(sub.parent_id, "FINISHED")
+    ctx.tracker.set_status(found.run_id, "FINISHED")
     return rung
 
 

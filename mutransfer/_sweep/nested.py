@@ -1,55 +1,88 @@
-"""A search nested in a study: its own folder, ``state.json`` and MLflow run under the study's parent run.
+"""A search nested in a study, as a value: :class:`Search`, trained by :func:`run_search` and nothing else.
 
-The direct-tuning baseline (``<study dir>/direct``) and each rung of a model-size ladder
-(``<study dir>/rungs/r<n>``) are searches of their own: :func:`nested_context` gives one
-a :class:`SweepContext` over its folder (so ``--resume`` continues it from its own JSON
-files) whose trials are logged under an MLflow run of ``kind``, a child of the study's
-parent run, created once and reused on resume.
+The direct-tuning baseline (``<study dir>/direct``) and each rung of a model-size ladder (``<study dir>/rungs/r<n>``)
+are searches of their own: a :class:`Search` says what one trains (the study at its size, the configurations it
+runs instead of sampling) and where it keeps it (its folder, with its own ``state.json`` and trial files, so
+``--resume`` continues it; its MLflow run of ``kind``, a child of the study's parent run, created once and reused on
+resume). :func:`run_search` trains it through the study's executor, as the proxies train, and returns a
+:class:`SearchResult`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep.context import StudyRun, SweepContext
+from mutransfer._sweep.proxies import run_proxies
 from mutransfer._tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, create_run, log_batch
 
+if TYPE_CHECKING:
+    from mutransfer._study import Study
 
-def nested_context(
-    ctx: SweepContext, folder: Path, *, kind: str, run_name: str, study=None, params: dict | None = None, **fields
-) -> SweepContext:
-    """A sweep context over ``folder`` for ``study`` (default: the study's), training the target-sized model.
 
-    ``fields`` are further SweepContext fields (preset, label, trial_tags). ``params`` are logged on the
-    nested run when it is created.
-    """
+@dataclass(frozen=True)
+class Search:
+    """One nested search: ``folder`` (its trials, ``state.json``), ``study`` (the study at the search's size: it
+    trains the target-sized model, or a rung's), the MLflow run it logs its trials under (``kind``, ``run_name``,
+    ``params`` logged once when the run is made, ``trial_tags`` on each trial's run), ``preset`` (the configurations
+    it runs instead of sampling, without ASHA: a rung's promoted trials) and ``label`` (how the console names it)."""
 
-    study = study or ctx.study
-    sdir = StudyDir(folder)
+    folder: Path
+    study: Study
+    kind: str
+    run_name: str
+    label: str | None = None
+    preset: tuple[Mapping[str, object], ...] | None = None
+    trial_tags: Mapping[str, str] = field(default_factory=dict)
+    params: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """What a nested search found: its trials, the best one, its proxy-phase seconds, its MLflow run and folder."""
+
+    trials: list[TrialRecord]
+    best: TrialRecord
+    seconds: float
+    run_id: str
+    folder: Path
+
+
+def run_search(ctx: SweepContext, search: Search) -> SearchResult:
+    """Train ``search`` (or continue it from its folder) through the study's executor, booked in the study's ledger
+    under the tag of the phase that runs it."""
+    sub = _context(ctx, search)
+    run_proxies(sub)
+    return SearchResult(sub.proxies.trials, sub.proxies.best, sub.proxies.seconds, sub.parent_id, search.folder)
+
+
+def _context(ctx: SweepContext, search: Search) -> SweepContext:
+    """The context the proxy phase runs ``search`` on: its folder, its study at the target's size, the study's data,
+    tracker and executor, and its own MLflow run."""
+    sdir = StudyDir(search.folder)
     sdir.root.mkdir(parents=True, exist_ok=True)
     state = sdir.read_state() or {"phase": "proxies", "study": ctx.study.name}
+    preset = None if search.preset is None else [dict(c) for c in search.preset]
     sub = SweepContext(
-        ctx.options, study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0, search_at_target=True, **fields
-    )
+        ctx.options, search.study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0, search_at_target=True,
+        preset=preset, label=search.label, trial_tags=dict(search.trial_tags),
+    )  # fmt: skip
     sub.loaded = ctx.study_data
     sub.booked = ctx.executor  # one ledger per study, under the tag of the phase that nests the search
     sub.tracker = ctx.tracker
     parent = state.get("parent_run_id")
     if not (parent and ctx.tracker.run_exists(parent)):
+        tags = {PARENT_TAG: ctx.parent_id, KIND_TAG: search.kind, STUDY_TAG: ctx.study.name}
         parent = create_run(
-            ctx.tracker.client,
-            ctx.experiment_id,
-            {
-                PARENT_TAG: ctx.parent_id,
-                KIND_TAG: kind,
-                STUDY_TAG: ctx.study.name,
-                RUN_NAME_TAG: run_name,
-                **fields.get("trial_tags", {}),
-            },
+            ctx.tracker.client, ctx.experiment_id, {**tags, RUN_NAME_TAG: search.run_name, **search.trial_tags}
         )
-        if params:
-            log_batch(ctx.tracker.client, parent, params=params)
+        if search.params:
+            log_batch(ctx.tracker.client, parent, params=dict(search.params))
     sub.run = StudyRun(ctx.experiment_id, parent)
     sub.update_state(**{**state, "parent_run_id": parent})
     return sub

@@ -19,7 +19,7 @@ import torch
 
 from mutransfer._config import smoke
 from mutransfer._config.checks import MIN_VERIFY_POINTS, VERIFY_POINTS
-from mutransfer._config.executors import EXECUTORS
+from mutransfer._config.executors import EXECUTORS, ON_RAY
 from mutransfer._study import OVERRIDES, Override, Study, default_study_text, load_study
 from mutransfer._study.inputs import check_address_form, check_folder
 from mutransfer._study.memory import check_study_memory, check_study_padding, check_target_size_memory, local_devices
@@ -64,10 +64,10 @@ def prepare(options: SweepOptions) -> SweepContext:
     _check_verification_options(options)
     if options.rebuild_state and not options.resume:
         raise UserInputError("--rebuild-state rebuilds the state of a study being resumed; add --resume")
-    if options.executor == "population" and study.search.objectives != "error":
+    if options.executor in ("population", "ray-population") and study.search.objectives != "error":
         raise UserInputError(
-            "--executor population books each trial a share of its population's seconds, which search.objectives "
-            "error+seconds would read as the configuration's cost; use --executor inprocess or ray"
+            f"--executor {options.executor} books each trial a share of its population's seconds, which "
+            "search.objectives error+seconds would read as the configuration's cost; use --executor inprocess or ray"
         )
     if study.problem.data is not None:
         study.problem.data = os.path.normpath(Path(study.problem.data).absolute())
@@ -333,10 +333,10 @@ def _check_verification_options(options: SweepOptions) -> None:
         raise UserInputError(f"--baseline {options.baseline}: the one baseline is 'direct'")
     if options.executor not in EXECUTORS:
         raise UserInputError(f"--executor {options.executor}: one of {', '.join(EXECUTORS)}")
-    if options.executor != "ray" and options.address is not None:
+    if options.executor not in ON_RAY and options.address is not None:
         raise UserInputError(
             f"--executor {options.executor} trains in this process; drop --address {options.address} or use "
-            "--executor ray"
+            f"--executor {' or '.join(ON_RAY)}"
         )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from mutransfer._config.executors import ON_RAY
 from mutransfer._study_folder.portable import resolved_path, stored_path
 from mutransfer._study_folder.state import REBUILD_HINT
 from mutransfer._sweep._executors import TargetJob
@@ -78,7 +79,7 @@ class TargetWatch:
 
 
 def _runs_on(ctx: SweepContext, early: bool, use_gpu: bool) -> str:
-    if ctx.executor.name != "ray":
+    if ctx.executor.name not in ON_RAY:
         return "in this process"
     on = "a Ray actor" if on_one_actor(ctx.study.target.num_workers, use_gpu) else "Ray Train"
     return f"{on}, started while the last proxies trained" if early else on

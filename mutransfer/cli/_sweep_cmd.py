@@ -67,8 +67,9 @@ def _add_sweep(subparsers) -> None:
         choices=EXECUTORS,
         default="ray",
         help="where the trainings run: ray (Ray Tune trials, the target on Ray Train or, for one CPU worker, one Ray actor; default), inprocess (one at a "
-        "time in this process, no Ray: the same trials and results) or population (in this process, a window of "
-        "FNO proxies of one shape as one batched model)",
+        "time in this process, no Ray: the same trials and results), population (in this process, a window of "
+        "FNO proxies of one shape as one batched model) or ray-population (those batched models as Ray tasks, a "
+        "window's at once, locally or on --address; the target as ray's)",
     )
     store = groups["store"]
     store.add_argument("--runs-dir", default=None, help="where study directories live (default: ./mutransfer-runs)")

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from mutransfer._sweep.trial import read_executions
 from tests.sweep_helpers import mlflow_runs, write_tiny_study
 
 
@@ -72,7 +73,7 @@ def test_an_inprocess_study_refuses_a_ray_address(tiny_data, tmp_path):
     for executor in ("inprocess", "population"):
         with pytest.raises(UserInputError, match=f"--executor {executor} trains in this process; drop --address"):
             prepare(SweepOptions(study_path=str(study), executor=executor, address="auto", runs_dir=str(tmp_path)))
-    with pytest.raises(UserInputError, match="--executor threads: one of ray, inprocess, population"):
+    with pytest.raises(UserInputError, match="--executor threads: one of ray, inprocess, population, ray-population"):
         prepare(SweepOptions(study_path=str(study), executor="threads", runs_dir=str(tmp_path)))
     assert not (tmp_path / "tiny").exists()
 
@@ -134,6 +135,57 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     runs = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.study") == "together"]
     assert sum(r.data.tags.get("mutransfer.kind") == "proxy_trial" for r in runs) == 8
     assert any(t[3] < 3 for t in a), "ASHA stopped none: the test shows no stop"
+
+
+@pytest.mark.slow
+def test_populations_on_ray_train_what_populations_in_process_train_several_at_once(
+    ray_local, tiny_data, tmp_path, capsys
+):
+    """``ray-population``: each window's populations (and lone trials) as Ray tasks, at once. The same trials, statuses,
+    epochs and errors (to float32 rounding) and the same winner as the in-process population executor; tasks of one
+    window trained at the same time in two Ray workers; every trial's MLflow run."""
+    study = write_tiny_study(tmp_path, tiny_data, trials=8, epochs=3, grace=1, max_concurrent=4)
+    here, _ = _run(tmp_path, study, "population", "here")
+    on_ray, uri = _run(tmp_path, study, "ray-population", "on-ray", quiet=False)
+    assert "population executor on Ray: the trials of each window (up to 4)" in capsys.readouterr().err
+    a, b = _trials(here), _trials(on_ray)
+    assert [t[:4] for t in a] == [t[:4] for t in b]  # ids, configs, statuses, epochs: ASHA's stops included
+    assert [t[4] for t in b] == pytest.approx([t[4] for t in a], rel=1e-5)
+    assert on_ray["best_proxy"]["trial_id"] == here["best_proxy"]["trial_id"]
+    assert any(t[3] < 3 for t in a), "ASHA stopped none: the test shows no stop"
+    folder = tmp_path / "runs" / "on-ray" / "trials"
+    spans = {}  # each task's (pid) first start and last write
+    for key, *_ in b:
+        starts = [e for e in read_executions(folder / key) if e["kind"] == "train"]
+        end = (folder / key / "history.json").stat().st_mtime
+        pid = starts[0]["pid"]
+        first, last = spans.get(pid, (math.inf, 0.0))
+        spans[pid] = (min(first, starts[0]["time"]), max(last, end))
+    assert max(e.get("population", 1) for t in b for e in read_executions(folder / t[0])) >= 2
+    overlaps = [
+        (p, q) for p in spans for q in spans if p < q and spans[p][0] < spans[q][1] and spans[q][0] < spans[p][1]
+    ]
+    assert overlaps, spans  # two tasks trained at once
+    runs = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.study") == "on-ray"]
+    assert sum(r.data.tags.get("mutransfer.kind") == "proxy_trial" for r in runs) == 8
+    assert all(r.info.status == "FINISHED" for r in runs)
+
+
+@pytest.mark.slow
+def test_a_ray_population_task_that_fails_retries_its_trials_alone_then_records_them_failed(
+    ray_local, tiny_data, tmp_path, monkeypatch
+):
+    """A task that raises (here an injected fault; a lost node alike): its trials train again, each in a task of its
+    own, within budget.max_failures; one out of retries is recorded failed with its error, the search goes on."""
+    study = write_tiny_study(tmp_path, tiny_data, trials=2, epochs=1, max_failures=1)
+    # three attempts fail, whichever trial makes them (its two tasks run at once): one trial twice (out of retries),
+    # the other once, then it trains
+    monkeypatch.setenv("MUTRANSFER_FAIL_TRIALS", "3")
+    report, _ = _run(tmp_path, study, "ray-population", "faults")
+    by_status = {t["status"]: t["trial_id"] for t in report["trial_table"]}
+    assert sorted(by_status) == ["completed", "failed"], report["trial_table"]
+    folder = tmp_path / "runs" / "faults" / "trials"
+    assert "injected fault" in json.loads((folder / by_status["failed"] / "outcome.json").read_text())["error"]
 
 
 def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_path):
