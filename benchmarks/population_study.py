@@ -15,7 +15,9 @@ One run each (no seeds varied): the figures of one quiet 2-core machine. Run it 
 
 ``--seeds S …`` runs each configuration once per search seed (``search.seed``); ``--baseline`` adds ``--baseline
 direct`` (the same search at the target's size, run on the same executor, and its winner's target), whose measured
-ratios (test error, training device-seconds, wall device-seconds) are recorded per run.
+ratios (test error, training device-seconds, wall device-seconds) are recorded per run, with the wall time of the
+direct arm (its search and its winner's training) against the rest of the sweep (setup, proxies, target, report):
+``mutransfer_vs_direct_wall``, which leans towards direct tuning (its arm pays no setup or report of its own).
 """
 
 from __future__ import annotations
@@ -59,12 +61,21 @@ def _run(
     wall = time.perf_counter() - start
     report = json.loads(done.stdout)
     c = report["compute"]
-    direct = (report.get("direct_baseline") or {}).get("mutransfer_vs_direct")
+    baseline = report.get("direct_baseline") or {}
+    direct = baseline.get("mutransfer_vs_direct")
+    # the direct arm's own wall time (its search and its winner's training, in this command); everything else the
+    # command's sweep did (setup, proxies, target, model, report) is muTransfer's: the direct arm is spared the
+    # setup and the report it would pay on its own, so the wall ratio below leans towards direct tuning
+    direct_wall = (baseline.get("cost") or {}).get("wall_seconds")
+    mutransfer_wall = None if direct_wall is None else c["sweep_wall_seconds"] - direct_wall
     return {
         "window": window,
         "executor": executor,
         "seed": seed,
         "baseline_direct": direct,
+        "direct_wall_seconds": None if direct_wall is None else round(direct_wall, 2),
+        "mutransfer_wall_seconds": None if mutransfer_wall is None else round(mutransfer_wall, 2),
+        "mutransfer_vs_direct_wall": None if direct_wall is None else round(mutransfer_wall / direct_wall, 3),
         "command_wall_seconds": round(wall, 2),
         "sweep_wall_seconds": round(c["sweep_wall_seconds"], 2),
         "proxy_phase_seconds": round(c["proxy_phase_seconds"], 2),

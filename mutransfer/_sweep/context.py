@@ -7,6 +7,11 @@ context and sets its own typed record (``proxies``, ``transfer``, ``target``,
 a warm start, the verification, the direct baseline) keep theirs in ``records``, one
 slot per strategy. The study directory's ``state.json`` keeps those records (as their
 ``as_dict()``), so a resumed sweep skips the phases already done.
+
+A record is read through a property that is never None (``ctx.data``, ``ctx.parent_id``, ``ctx.proxies``,
+``ctx.transfer``, ``ctx.target``): the record, or :class:`NotMadeYet` naming the step that makes it (a phase placed
+before that step). The fields they read (``loaded``, ``run``, ``made_proxies``, ``made_transfer``, ``trained``) are
+for the few places that may find none.
 """
 
 from __future__ import annotations
