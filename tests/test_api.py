@@ -288,6 +288,38 @@ def test_strategy_objects_run_what_their_flags_run(tiny, tmp_path):
         finished.report()  # a finished study cannot grow a verification
 
 
+def test_a_study_loaded_without_its_strategies_still_runs_what_it_was_started_for(tiny, tmp_path, capsys):
+    """A study made with Verify, closed after its search, then loaded with no strategy (``--resume`` alone on the
+    command line): its verification runs, as first asked (points and seeds), and it says so once."""
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "asked", "search.num_trials": 2, "budget.epochs": 2})
+    with _create(tmp_path, spec, strategies=[mt.Verify(points=3, seeds=1)]) as study:
+        study.optimize()
+    state = json.loads((study.study_dir / "state.json").read_text())
+    assert state["asked"]["verify"] is True and state["asked"]["verify_points"] == 3
+    again = mt.load_study("asked", storage=tmp_path / "runs", executor="inprocess", quiet=False)
+    verification = again.report().data.get("verification")
+    assert verification is not None and len(verification["grid"]) == 3 and verification["seeds"] == [0]
+    err = capsys.readouterr().err
+    assert err.count("note: the study was started with --verify (--verify-points 3 --verify-seeds 1)") == 1
+
+
+def test_a_damaged_record_of_what_a_study_was_asked_is_one_line(tiny, tmp_path):
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "damaged", "search.num_trials": 2, "budget.epochs": 1})
+    with _create(tmp_path, spec) as study:
+        study.optimize()
+    state_file = study.study_dir / "state.json"
+    state = json.loads(state_file.read_text())
+    assert state["asked"] == {
+        "coord_check": False, "verify": False, "verify_points": 5, "verify_seeds": 3, "baseline": None
+    }  # fmt: skip
+    state["asked"]["verify_points"] = 10_000  # a grid no flag could ask for
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(mt.UserInputError, match=r"state.json: field 'asked' must map .* verify_points to 3..41"):
+        mt.load_study("damaged", storage=tmp_path / "runs", executor="inprocess").report()
+
+
 def test_the_strategy_objects_set_what_the_flags_set():
     """The flags of `mutransfer sweep` and the API's objects ask the sweep for the same things (one mapping each)."""
     from mutransfer._api.strategies import with_strategies

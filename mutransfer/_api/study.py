@@ -359,7 +359,7 @@ def create_study(
         quiet: no progress lines on stderr.
         strategies: what the study runs besides its search: :class:`Verify`, :class:`DirectBaseline`,
             :class:`WarmStart`, :class:`CoordCheck` (``mutransfer sweep``'s ``--verify``, ``--baseline direct``,
-            ``--warm-start``, ``--coord-check``). A study loaded again is given the same ones to run what is left.
+            ``--warm-start``, ``--coord-check``). A study loaded again runs them without being given them again.
         register: a name in MLflow's model registry for the trained target (``--register``).
         ray_address: a Ray cluster's address (``--address``; the Ray executor only; None: a local Ray).
 
@@ -447,8 +447,9 @@ def load_study(
         rebuild_state: the study's ``state.json`` was lost or damaged (its next step refuses it, saying so): rebuild
             it from the trials' own files and the store's runs, keeping every finished trial (``mutransfer sweep
             --resume --rebuild-state``). Refused for a study whose state is intact.
-        strategies: the strategies it was created with, to run those of their phases it has not run yet; one it
-            was not created with is refused once its study is complete.
+        strategies: more strategies for it to run (one it was not created with is refused once its study is
+            complete); those it was created with (:class:`Verify`, :class:`DirectBaseline`, :class:`CoordCheck`) it
+            runs as first asked without them (kept in its folder).
         register: as :func:`create_study`'s; a finished study's target is registered then.
         ray_address: as :func:`create_study`'s: the cluster its remaining trainings run on.
 

@@ -27,6 +27,7 @@ from mutransfer._study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer._study_folder.portable import read_study_file, study_tracking_uri
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep._rebuild_state import check_state_runs, refuse_lost_state, refuse_needless_rebuild
+from mutransfer._sweep.asked import with_asked
 from mutransfer._sweep.context import SweepContext, SweepOptions
 from mutransfer._sweep.endpoints import check_endpoints
 from mutransfer._sweep.model_log import check_registry_store
@@ -100,6 +101,7 @@ def prepare(options: SweepOptions) -> SweepContext:
             )
         tracking_uri = resolve_tracking_uri(study.tracking.uri)
         state: dict = {}
+        notes: list[str] = []
     else:
         if not study_dir.study_file.exists():
             raise UserInputError(
@@ -120,8 +122,10 @@ def prepare(options: SweepOptions) -> SweepContext:
         study = stored
         applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
         source_text = state.get("source_text", source_text)
+        options, notes = with_asked(options, state, study_dir.state_file)  # what it was started to measure
 
     check_registry_store(tracking_uri, options.register)
+    _check_verification_options(options)
 
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
@@ -141,6 +145,8 @@ def prepare(options: SweepOptions) -> SweepContext:
         prior_wall=float(state.get("wall_seconds", 0.0)),
         trial_tags={"mutransfer.rung": "0"} if study.ladder else {},
     )  # mutransfer._sweep.ladder.RUNG_TAG
+    for note in notes:
+        ctx.say(note)
     check_memory(ctx)
     prepare_strategies(ctx)  # e.g. a warm start's source is read (or the stored one taken) now
     return ctx

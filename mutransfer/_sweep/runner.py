@@ -36,6 +36,7 @@ from mutransfer._study.models import proxy_split
 from mutransfer._study_folder.portable import stored_tracking, write_study_file
 from mutransfer._sweep import strategies
 from mutransfer._sweep._rebuild_state import reattach_parent, refuse_missing_parent
+from mutransfer._sweep.asked import ASKED_KEY, asked
 from mutransfer._sweep.context import (
     COST_KEY,
     K_RULE_KEY,
@@ -188,10 +189,13 @@ def _start_study_dir(ctx: SweepContext) -> None:
             "source_text": ctx.source_text,
             "created": time.time(),
             "smoke": smoke.smoke(),  # MUTRANSFER_SMOKE: a later real run of the same name is told so
+            ASKED_KEY: asked(ctx.options),  # what it measures besides its search: a shorter resume runs it too
             # the strategies' records known from the start (a warm start), kept so a resume without the flag runs alike
             **{name: record.as_dict() for name, record in ctx.records.items()},
         }
         ctx.study_dir.write_state(ctx.state)
+    elif ctx.state.get(ASKED_KEY) != asked(ctx.options):  # a resume that asked for more: kept for the next
+        ctx.update_state(**{ASKED_KEY: asked(ctx.options)})
     for o in ctx.overrides:
         ctx.say(f"override: {o.describe()}")
     for note in ctx.study.notes:
