@@ -136,7 +136,7 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
         ("phase", "study", "tracking_db", "tracking_uri", "experiment_id", "parent_run_id", "target_run_id"),
         (str,),
     ),
-    "source_text": (str,),
+    **dict.fromkeys(("source_text", "search_summary"), (str,)),
     **dict.fromkeys(("created", "wall_seconds", "proxy_phase_seconds"), (int, float)),
     **dict.fromkeys(("search_window", "concurrency", "version"), (int,)),
     **dict.fromkeys(("trials", "overrides"), (list,)),

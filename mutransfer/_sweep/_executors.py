@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +100,11 @@ class Executor(Protocol):
         """One line the search's announcement adds about how this executor trains its trials (None: nothing)."""
         ...
 
+    def search_summary(self) -> str | None:
+        """One line on how the last search's trials were trained (populations: how many in them, and why the
+        others trained alone), said when it ends and kept in the report (None: nothing to say)."""
+        ...
+
     def search(self, run: SearchRun) -> None:
         """Run the plan's remaining trials (its outcomes are recorded in the plan); Ctrl-C raises KeyboardInterrupt."""
         ...
@@ -117,6 +123,38 @@ class Executor(Protocol):
     def held_cpus(self, jobs: int, threads: int) -> float:
         """The CPUs ``jobs`` grid jobs of ``threads`` threads each hold while they run (their device-seconds' rate)."""
         ...
+
+
+@dataclass
+class Grouping:
+    """How a population executor's search split its windows: the populations' sizes, and why each other trial
+    trained alone (mutransfer._sweep.trial.population_groups's reasons)."""
+
+    sizes: list[int] = field(default_factory=list)
+    alone: dict[str, str] = field(default_factory=dict)
+
+    def split(
+        self, run: SearchRun, window: list[tuple[str, dict]]
+    ) -> tuple[list[list[Together]], list[tuple[str, dict]]]:
+        """The window's populations and lone trials, counted."""
+        why: dict[str, str] = {}
+        populations, alone = population_groups(window, run.data, run.study, run.options, why)
+        self.sizes += [len(group) for group in populations]
+        self.alone.update(why)
+        return populations, alone
+
+    def line(self, executor: str) -> str | None:
+        """``population executor: 6 of 8 trials trained in 2 populations (3–3); 2 alone: <reason> (2)``."""
+        together, total = sum(self.sizes), sum(self.sizes) + len(self.alone)
+        if not total:
+            return None
+        head = f"{executor}: {together} of {total} trials trained in {len(self.sizes)} population(s)"
+        if self.sizes:
+            head += f" ({min(self.sizes)}–{max(self.sizes)} each)"
+        if not self.alone:
+            return head
+        reasons = Counter(self.alone.values()).most_common()
+        return head + f"; {len(self.alone)} alone: " + "; ".join(f"{why} ({n})" for why, n in reasons)
 
 
 class JobFailed(Exception):
@@ -158,6 +196,9 @@ class RayExecutor:
         return concurrency, concurrency
 
     def search_note(self, window: int) -> str | None:
+        return None
+
+    def search_summary(self) -> str | None:
         return None
 
     def search(self, run: SearchRun) -> None:
@@ -286,6 +327,9 @@ class InProcessExecutor:
     def search_note(self, window: int) -> str | None:
         return None
 
+    def search_summary(self) -> str | None:
+        return None
+
     def search(self, run: SearchRun) -> None:
         plan = run.plan
         while True:
@@ -394,6 +438,7 @@ class PopulationExecutor(InProcessExecutor):
     one batched model. The others (and any trial of a population that fails) train alone, one at a time."""
 
     name = "population"
+    grouping: Grouping = Grouping()  # the last search's (one per search, made by search())
 
     def search_note(self, window: int) -> str | None:
         if window < 2:
@@ -404,11 +449,15 @@ class PopulationExecutor(InProcessExecutor):
         )
 
     def search(self, run: SearchRun) -> None:
+        self.grouping = Grouping()
         while window := take_window(run.plan):
             self._window(run, window)
 
+    def search_summary(self) -> str | None:
+        return self.grouping.line("population executor")
+
     def _window(self, run: SearchRun, window: list[tuple[str, dict]]) -> None:
-        populations, alone = population_groups(window, run.data, run.study, run.options)
+        populations, alone = self.grouping.split(run, window)
         configs = dict(window)
         for group in populations:
             self._population(run, group, configs)

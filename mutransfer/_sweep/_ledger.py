@@ -152,6 +152,9 @@ class Booked:
     def search_note(self, window: int) -> str | None:
         return self.inner.search_note(window)
 
+    def search_summary(self) -> str | None:
+        return self.inner.search_summary()
+
     def held_cpus(self, jobs: int, threads: int) -> float:
         return self.inner.held_cpus(jobs, threads)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from mutransfer._sweep._executors import (
+    Grouping,
     LocalTrial,
     Pruned,
     RayExecutor,
@@ -30,7 +31,7 @@ from mutransfer._sweep._executors import (
     take_window,
     tell_trial,
 )
-from mutransfer._sweep.trial import Together, population_groups, run_population, run_trial
+from mutransfer._sweep.trial import Together, run_population, run_trial
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -107,6 +108,7 @@ class RayPopulationExecutor(RayExecutor):
     """:class:`RayExecutor` whose searches train each window's populations as Ray tasks (see the module docstring)."""
 
     name = "ray-population"
+    grouping: Grouping = Grouping()  # the last search's (one per search, made by search())
 
     def search_note(self, window: int) -> str | None:
         if window < 2:
@@ -117,9 +119,13 @@ class RayPopulationExecutor(RayExecutor):
             "trains alone in its own task"
         )
 
+    def search_summary(self) -> str | None:
+        return self.grouping.line("population executor on Ray")
+
     def search(self, run: SearchRun) -> None:
         import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs
 
+        self.grouping = Grouping()
         desk: ActorHandle = ray.remote(num_cpus=0)(_Desk).remote()  # type: ignore[assignment]
         data = ray.put(run.data)
         r = run.study.resources
@@ -137,7 +143,7 @@ class RayPopulationExecutor(RayExecutor):
     def _window(self, run: SearchRun, window: list[tuple[str, dict]], desk, submit: Callable[[_Unit], object]) -> None:
         import ray  # noqa: PLC0415 -- deferred: as above
 
-        populations, alone = population_groups(window, run.data, run.study, run.options)
+        populations, alone = self.grouping.split(run, window)
         configs = dict(window)
         units: list[_Unit] = []
         for group in populations:

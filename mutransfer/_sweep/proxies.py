@@ -69,6 +69,10 @@ def run_proxies(ctx: SweepContext) -> None:
                 ctx.executor.search(_search_run(ctx, plan, logger, concurrency))
             if not plan.finished():
                 raise KeyboardInterrupt("the Tune experiment was interrupted")
+            summary = ctx.executor.search_summary()  # a population executor: how its trials trained
+            if summary:
+                ctx.say(summary)
+                ctx.update_state(search_summary=summary)
         except BaseException:
             logger.close(timeout=INTERRUPTED_WRITES_S)  # before the study marks its open runs ended
             raise

@@ -234,6 +234,8 @@ def format_report(report: dict) -> str:
         f"proxy trials: {t['total']} ({t['completed']} completed, {t['pruned']} pruned by ASHA, "
         f"{t['diverged']} diverged, {t['failed']} failed)"
     )
+    if report.get("search_summary"):  # a population executor's: how many trained together, why others alone
+        lines.append(f"  {report['search_summary']}")
     best = report.get("best_proxy")
     if best:
         cfg = ", ".join(f"{k}={_g(v)}" for k, v in best["config"].items())

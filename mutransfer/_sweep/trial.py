@@ -285,24 +285,29 @@ class Together:
 
 
 def population_groups(
-    window: list[tuple[str, dict]], data, study, options: dict
+    window: list[tuple[str, dict]], data, study, options: dict, why: dict[str, str] | None = None
 ) -> tuple[list[list[Together]], list[tuple[str, dict]]]:
     """Split a search's window into populations (trials that can train as one model: one shape, one batch size, …
     (mutransfer._training._population.population_key), two or more) and the trials that train alone: one that
     finished or has a checkpoint (it replays or resumes), one the study injects faults into, one whose model,
     precision, loss or data a population does not take, one with no partner. A population holds no more members
-    than the device's memory holds (:func:`_members_that_fit`)."""
+    than the device's memory holds (:func:`_members_that_fit`). ``why``, if given, gets each lone trial's reason
+    (one phrase, by its key)."""
     groups: dict[tuple[object, ...], list[Together]] = {}
     alone: list[tuple[str, dict]] = []
+    reasons: dict[str, str] = {} if why is None else why
     faults = int(options.get("fail_trials", 0)) > 0
     for key, config in window:
         trial_dir = Path(options["study_dir"]) / "trials" / key
         if faults or (trial_dir / DONE_FILE).exists() or (trial_dir / CHECKPOINT_NAME).exists():
             alone.append((key, config))
+            reasons[key] = "faults are injected" if faults else "it resumes where it was"
             continue
         hp, model, spectral_lr0, tconfig = _setup(config, data, study, options, None)
-        if why_alone(model, tconfig, data) is not None:
+        reason = why_alone(model, tconfig, data)
+        if reason is not None:
             alone.append((key, config))
+            reasons[key] = reason
             continue
         shape = tuple(sorted((str(k), repr(v)) for k, v in model.config.items()))  # e.g. a searched init_scale
         groups.setdefault(population_key(tconfig) + shape, []).append(
@@ -315,6 +320,7 @@ def population_groups(
             group = whole[start : start + most]
             if len(group) == 1:
                 alone.append((group[0].key, dict(window)[group[0].key]))
+                reasons[group[0].key] = "no partner of its shape and batch size in its window"
             else:
                 populations.append(group)
     return populations, alone

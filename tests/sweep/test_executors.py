@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from mutransfer._sweep.report import format_report
 from mutransfer._sweep.trial import read_executions
 from tests.sweep_helpers import mlflow_runs, write_tiny_study
 
@@ -135,6 +136,12 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     runs = [r for r in mlflow_runs(uri) if r.data.tags.get("mutransfer.study") == "together"]
     assert sum(r.data.tags.get("mutransfer.kind") == "proxy_trial" for r in runs) == 8
     assert any(t[3] < 3 for t in a), "ASHA stopped none: the test shows no stop"
+    together_in = sum(1 for t in b if max(e.get("population", 1) for e in read_executions(folder / t[0])) > 1)
+    summary = together["search_summary"]  # said once, kept in the report: how many trained together, why not all
+    assert summary.startswith(f"population executor: {together_in} of 8 trials trained in "), summary
+    assert (together_in == 8) == ("alone" not in summary), summary
+    assert f"  {summary}" in format_report(together)
+    assert alone.get("search_summary") is None  # one at a time: nothing to say
 
 
 @pytest.mark.slow
@@ -204,15 +211,18 @@ def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_pat
     data = proxy_split(study, carve_validation(split, int(study.problem.n_val or 0))[1])
     window = [(f"t000{i}", {"lr": 1e-3 * (i + 1), "batch_size": 10 if i < 3 else 20}) for i in range(4)]
     options = {"study_dir": str(tmp_path / "runs"), "device": "cpu"}
-    groups, alone = population_groups(window, data, study, options)
+    why: dict[str, str] = {}
+    groups, alone = population_groups(window, data, study, options, why)
     assert [[t.key for t in g] for g in groups] == [["t0000", "t0001", "t0002"]] and alone == [window[3]]
+    assert why == {"t0003": "no partner of its shape and batch size in its window"}
     (tmp_path / "runs" / "trials" / "t0001").mkdir(parents=True)
     (tmp_path / "runs" / "trials" / "t0001" / "checkpoint.pt").write_bytes(b"")
     groups, alone = population_groups(window, data, study, options)
     assert [[t.key for t in g] for g in groups] == [["t0000", "t0002"]]
     assert [key for key, _ in alone] == ["t0001", "t0003"]
-    groups, alone = population_groups(window, data, study, dict(options, fail_trials=1))
-    assert groups == [] and len(alone) == 4
+    why.clear()
+    groups, alone = population_groups(window, data, study, dict(options, fail_trials=1), why)
+    assert groups == [] and len(alone) == 4 and set(why.values()) == {"faults are injected"}
     other_init = [(key, dict(config, init_scale=2.0 if key == "t0002" else 1.0)) for key, config in window]
     groups, _ = population_groups(other_init, data, study, options)  # t0000 and t0002 grouped above, not now
     assert groups == []  # the model's own configuration (here a searched init_scale) splits populations too
