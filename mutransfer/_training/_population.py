@@ -54,7 +54,9 @@ def population_key(config: TrainConfig) -> tuple[object, ...]:
 def why_alone(model: torch.nn.Module, config: TrainConfig, data: object) -> str | None:
     """Why this training cannot join a population (one phrase), or None when it can."""
     if not stackable(model):
-        return f"its model is a {type(model).__name__}, not an FNO a population stacks"
+        inner = getattr(model, "operator", None)  # an adapter (a point set's, a grid's) names the operator it wraps
+        named = inner if isinstance(inner, torch.nn.Module) else model
+        return f"its model is a {type(named).__name__}, not an FNO a population stacks"
     if config.precision != "fp32":
         return f"it trains in {config.precision}"
     if config.loss != "relative_l2":

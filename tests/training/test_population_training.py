@@ -116,6 +116,13 @@ def test_what_cannot_join_a_population_is_named():
     bf16.precision = "bf16"
     assert why_alone(_model(), bf16, data) == "it trains in bf16"
     assert "not an FNO" in str(why_alone(torch.nn.Linear(1, 1), _config(1e-3), data))
+    from operators.adapters import PackedPointSet
+
+    config = {"coord_dim": 2, "in_channels": 1, "out_channels": 1, "width": 8, "layers": 1, "heads": 2}
+    points = PackedPointSet(2, "galerkin", config)
+    assert (
+        why_alone(points, _config(1e-3), data) == "its model is a GalerkinTransformer, not an FNO a population stacks"
+    )
     other = _config(1e-3)
     other.batch_size = 4
     assert population_key(other) != population_key(_config(1e-3))
