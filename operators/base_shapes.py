@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -98,6 +98,9 @@ class MuShape:
     width_ratio: float
     k_exponent: float
     declared: bool
+    #: the LR's K factor in place of :attr:`k_factor`, the init's left as the rule makes it (a deliberately wrong
+    #: rule of the rule panel: :func:`set_lr_k_factor`); None: the K rule's
+    lr_k_factor: float | None = None
 
     @property
     def k_factor(self) -> float:
@@ -112,7 +115,7 @@ class MuShape:
         """The Adam LR multiplier (table in the module docstring)."""
         if self.role == "spectral":
             width = 1.0 / self.width_ratio if len(self.width_dims) == 2 else 1.0
-            return self.k_factor * width
+            return (self.k_factor if self.lr_k_factor is None else self.lr_k_factor) * width
         if self.role in ("hidden", "readout"):
             return 1.0 / self.width_ratio
         return 1.0
@@ -189,6 +192,18 @@ def declare(
         raise OperatorConfigError(f"declare: modes {modes!r}: give K (an integer >= 2) for a spectral parameter only")
     setattr(param, _DECLARED, Declared(role, k, w, modes))
     return param
+
+
+def set_lr_k_factor(param: torch.Tensor, factor: float) -> None:
+    """Give a spectral parameter's LR the K factor ``factor`` (from the base's K to the model's) in place of its K
+    rule's, its init unchanged: how the rule panel trains a model with muP facts under a deliberately wrong rule
+    (mutransfer._diagnostics.rule_panel). ``factor`` must be positive and finite."""
+    fact = shape_of(param)
+    if fact is None or fact.role != "spectral":
+        raise OperatorConfigError("set_lr_k_factor: a spectral parameter with muP facts (run set_base_shapes first)")
+    if not (factor > 0 and math.isfinite(factor)):
+        raise OperatorConfigError(f"set_lr_k_factor: factor {factor} must be positive and finite")
+    setattr(param, _SHAPE, replace(fact, lr_k_factor=float(factor)))
 
 
 def shape_of(param: torch.Tensor) -> MuShape | None:

@@ -16,7 +16,8 @@ name                parametrization spectral LR multiplier (× the master LR)
 
 Every μP variant keeps μP's init b(K); only the spectral weights' LR multiplier changes
 (:func:`apply_rule` sets each spectral module's ``lr_multiplier``, which
-:func:`operators.parametrization.optimizer_param_groups` reads). The truth of a rule on a dataset is the
+:func:`operators.parametrization.optimizer_param_groups` reads; on a model with μP facts instead, its spectral
+weights' LR factor from the base's K, c(K)/c(K0): :func:`operators.base_shapes.set_lr_k_factor`). The truth of a rule on a dataset is the
 drift of its optimal master LR from K_lo to K_hi, measured by an LR landscape at both K
 (``benchmarks/rule_panel.py``); a gate's verdict on the same rule is compared with it there.
 """
@@ -30,6 +31,7 @@ from typing import Protocol, cast
 
 from torch import nn
 
+from operators.base_shapes import set_lr_k_factor, shape_of
 from operators.parametrization import mup_scale, spectral_modules
 
 __all__ = ["FAILS", "HOLDS", "NOT_RESOLVED", "RULES", "Rule", "apply_rule", "gate_is_right", "get_rule", "truth"]
@@ -99,16 +101,15 @@ class _RuledLayer(Protocol):
 def apply_rule(model: nn.Module, rule: Rule) -> nn.Module:
     """Set every spectral module's LR multiplier to ``rule``'s at its own K (in place; returns ``model``).
 
-    The model must have been built with ``rule.parametrization`` (its init is that parametrization's). A model
-    without such layers is refused, rather than left as it was under the rule's name: a user's model whose spectral
-    weights carry muP facts (operators.base_shapes) takes its K rule from those facts, which no panel rule rescales.
+    The model must have been built with ``rule.parametrization`` (its init is that parametrization's). A model whose
+    spectral weights carry muP facts instead (a user's factory after ``mutransfer.mup.set_base_shapes``:
+    operators.base_shapes) takes a μP rule as its facts' LR factor from the base's K to its own, c(K)/c(K0) (the
+    master LR absorbs c(K0), as it absorbs the FNO's), its init left as the facts make it; a rule of another
+    parametrization is refused for it. A model with neither is refused.
     """
     layers = spectral_modules(model)
     if not layers:
-        raise ValueError(
-            f"rule {rule.name}: {type(model).__name__} has no spectral layer that states its parametrization, modes "
-            "and dim (the project's FNO has them); the rule panel does not rescale a model's muP facts"
-        )
+        return _apply_to_facts(model, rule)
     for found in layers:
         if not all(hasattr(found, a) for a in ("parametrization", "modes", "dim")):
             raise ValueError(
@@ -124,6 +125,28 @@ def apply_rule(model: nn.Module, rule: Rule) -> nn.Module:
         if not (mult > 0 and math.isfinite(mult)):
             raise ValueError(f"rule {rule.name}: multiplier {mult} at K={module.modes}")
         module.lr_multiplier = mult
+    return model
+
+
+def _apply_to_facts(model: nn.Module, rule: Rule) -> nn.Module:
+    spectral = [(p, fact) for p in model.parameters() if (fact := shape_of(p)) is not None and fact.role == "spectral"]
+    if not spectral:
+        raise ValueError(
+            f"rule {rule.name}: {type(model).__name__} has no spectral layer that states its parametrization, modes "
+            "and dim (the project's FNO has them) and no spectral weight with muP facts (mutransfer.mup.set_base_shapes)"
+        )
+    if rule.parametrization != "mup":
+        raise ValueError(
+            f"rule {rule.name}: a model with muP facts trains under them (mup); build it without "
+            f"mutransfer.mup.set_base_shapes for a {rule.parametrization} rule"
+        )
+    for param, fact in spectral:
+        if fact.modes is None or fact.base_modes is None:
+            raise ValueError(f"rule {rule.name}: a spectral weight of shape {fact.shape} states no K")
+        d = len(fact.k_dims)
+        set_lr_k_factor(
+            param, rule.spectral_lr_multiplier(fact.modes, d) / rule.spectral_lr_multiplier(fact.base_modes, d)
+        )
     return model
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from mutransfer._diagnostics.rule_panel import RULES, apply_rule, get_rule
 from operators import FNO
@@ -47,16 +48,49 @@ def test_a_rule_refuses_a_model_of_another_parametrization():
     assert set(RULES) == {"sp", "mup", "mup_c_times_K", "mup_c_squared", "mup_c_one"}
 
 
-def test_a_rule_refuses_a_model_it_cannot_reach_instead_of_leaving_it_as_it_was():
-    """A user's model with muP facts on its parameters has no ruled spectral layer: before, the rule set nothing and
-    the model trained under the facts' own rule, labelled with the panel rule's name."""
-    from mutransfer import mup
-    from tests.operators.test_saved_activations import _user_fno
+def _user_model(modes: int, width: int = 8):
+    """The user's 1-D spectral operator of the factory tests (tests/sweep/test_user_operator.py): a complex (in, out,
+    K) weight of its own, no ruled layer of the project's."""
+    from tests.sweep.test_user_operator import USER_MODULE
 
-    model, base = _user_fno(width=16), _user_fno(width=8)
+    module: dict[str, object] = {}
+    exec(USER_MODULE, module)  # the module's text, as a user's file would hold it
+    build = module["build"]
+    assert callable(build)
+    return build(K=modes, width=width, in_channels=2, out_channels=1)
+
+
+@pytest.mark.parametrize("name", ["mup", "mup_c_times_K", "mup_c_squared", "mup_c_one"])
+def test_a_rule_reaches_a_users_model_through_its_mup_facts(name):
+    """A user's model with muP facts (K 4 -> 16): the rule's spectral LR factor from the base's K to the model's,
+    c(K)/c(K0), is what mutransfer.mup.Adam uses; the paper's rule is the facts' own, the init is left as it was."""
+    from mutransfer import mup
+
+    rule = get_rule(name)
+    model, base = _user_model(16), _user_model(4)
     mup.set_base_shapes(model, base)
-    with pytest.raises(ValueError, match="no spectral layer that states its parametrization"):
-        apply_rule(model, get_rule("mup_c_times_K"))
+    own = {g["mutransfer_role"]: g["lr"] for g in mup.Adam(model.parameters(), lr=1e-3).param_groups}
+    weights = [p.detach().clone() for p in model.parameters()]
+    apply_rule(model, rule)
+    groups = {g["mutransfer_role"]: g["lr"] for g in mup.Adam(model.parameters(), lr=1e-3).param_groups}
+    factor = rule.spectral_lr_multiplier(16, 1) / rule.spectral_lr_multiplier(4, 1)
+    assert groups["spectral"] == pytest.approx(1e-3 * factor, rel=1e-12)
+    assert {k: v for k, v in groups.items() if k != "spectral"} == {k: v for k, v in own.items() if k != "spectral"}
+    assert (groups["spectral"] == pytest.approx(own["spectral"], rel=1e-12)) == (name == "mup")
+    assert all(torch.equal(a, b) for a, b in zip(weights, model.parameters()))
+
+
+def test_a_rule_refuses_a_model_it_cannot_reach_instead_of_leaving_it_as_it_was():
+    """A model with neither a ruled spectral layer nor muP facts, and SP on a model with facts: refused, rather than
+    trained as it was under the panel rule's name."""
+    from mutransfer import mup
+
+    with pytest.raises(ValueError, match="no spectral weight with muP facts"):
+        apply_rule(_user_model(8), get_rule("mup_c_times_K"))
+    model = _user_model(16)
+    mup.set_base_shapes(model, _user_model(4))
+    with pytest.raises(ValueError, match="a model with muP facts trains under them"):
+        apply_rule(model, get_rule("sp"))
 
 
 def test_a_rules_truth_and_a_gates_judgement():
