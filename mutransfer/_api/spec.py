@@ -53,7 +53,7 @@ class StudySpec:
         Example:
             >>> spec = mt.StudySpec.from_yaml("studies/quick.yaml")  # doctest: +SKIP
         """
-        return cls(read_study_text(path), str(path), str(path))
+        return cls(read_study_text(path), str(path), os.path.abspath(path))
 
     @classmethod
     def from_text(cls, text: str, source: str = "the study spec") -> StudySpec:

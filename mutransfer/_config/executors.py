@@ -9,3 +9,5 @@
 EXECUTORS = ("ray", "inprocess", "population", "ray-population")
 #: the executors whose trainings run on Ray (locally, or on the cluster of ``--address``)
 ON_RAY = ("ray", "ray-population")
+#: the executors that train a window's proxies as populations
+POPULATION = ("population", "ray-population")

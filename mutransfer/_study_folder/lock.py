@@ -1,8 +1,9 @@
 """One driver per study: a file lock on this machine plus a lease in the MLflow store, held for the driver's life.
 
 :class:`StudyLock` is taken at the end of :func:`mutransfer._sweep.prepare.prepare`
-(after every input and endpoint check) and released when ``run_sweep`` returns,
-raises or is interrupted (Ctrl-C): ``with ctx.lock: ...``.
+(after every input and endpoint check) and released when the study's steps end
+(mutransfer._sweep.runner.sweep_steps: returned, raised, interrupted by Ctrl-C, or a Python API study closed):
+``with ctx.lock: ...``.
 
 - **file lock** ``<runs dir>/.locks/<study>.lock`` (:mod:`filelock`, an ``flock``: the
   kernel frees it when the holder dies, even by SIGKILL), with the holder written

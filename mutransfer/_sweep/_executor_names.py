@@ -6,15 +6,17 @@ from mutransfer._config.executors import EXECUTORS
 from mutransfer._sweep._executors import Executor, InProcessExecutor, PopulationExecutor, RayExecutor
 from mutransfer._sweep._ray_population import RayPopulationExecutor
 
+#: the executor of each name (tests/sweep/test_executors.py: the same names as EXECUTORS)
+KINDS: dict[str, type[Executor]] = {
+    "ray": RayExecutor,
+    "inprocess": InProcessExecutor,
+    "population": PopulationExecutor,
+    "ray-population": RayPopulationExecutor,
+}
+
 
 def executor_for(name: str) -> Executor:
     """The executor called ``name``."""
-    kinds: dict[str, type[Executor]] = {
-        "ray": RayExecutor,
-        "inprocess": InProcessExecutor,
-        "population": PopulationExecutor,
-        "ray-population": RayPopulationExecutor,
-    }
-    if name not in kinds or name not in EXECUTORS:
+    if name not in KINDS:
         raise ValueError(f"executor {name!r}: one of {', '.join(EXECUTORS)}")
-    return kinds[name]()
+    return KINDS[name]()

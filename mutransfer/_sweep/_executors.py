@@ -438,7 +438,9 @@ class PopulationExecutor(InProcessExecutor):
     one batched model. The others (and any trial of a population that fails) train alone, one at a time."""
 
     name = "population"
-    grouping: Grouping = Grouping()  # the last search's (one per search, made by search())
+
+    def __init__(self) -> None:
+        self.grouping = Grouping()  # the last search's
 
     def search_note(self, window: int) -> str | None:
         if window < 2:

@@ -8,14 +8,18 @@ and wait for the answer: whether ASHA stops the trial there, decided by the stud
 executor. The plan judges a trial only against trials that finished before its window started, so the answers (and
 the trials) do not depend on which task reports first: a seeded study trains the same trials as on the in-process
 population executor. A task that fails (an exception, a lost node) sends its trials that had not ended to train
-alone, each as its own task, within the study's retries (``budget.max_failures``).
+again alone, each in a task of its own: a population's once in any case (as in process), a lone trial's within the
+study's retries (``budget.max_failures``). A population is sized by the driver's free memory of the trials' device
+kind (mutransfer._sweep.trial.population_groups), not by the node that runs it: on a cluster whose nodes hold less
+than the driver's machine, set ``search.max_concurrent`` to the population they hold.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,6 +61,12 @@ class _Desk:
         return await self._box(unit).get()
 
     async def next_question(self, timeout: float) -> tuple[int, str, dict] | None:
+        """The oldest question, waiting up to ``timeout`` seconds for one (0: none waited for)."""
+        if timeout <= 0:
+            try:
+                return self._questions.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
         try:
             return await asyncio.wait_for(self._questions.get(), timeout)
         except asyncio.TimeoutError:
@@ -68,14 +78,18 @@ class _Desk:
 
 def _train_unit(unit: int, group: list[Together] | None, solo: tuple[str, dict] | None, data, study, options, desk):
     """In a Ray worker: train a population (``group``) or one trial alone (``solo``), each evaluation asked of the
-    driver through ``desk``; raises what the training raised."""
+    driver through ``desk`` (with the seconds since this task started, where the training does not say them);
+    raises what the training raised."""
     import ray  # noqa: PLC0415 -- deferred: runs in a Ray worker
 
+    start = time.perf_counter()
+
     def ask(key: str, metrics: dict) -> bool:
-        return bool(ray.get(desk.ask.remote(unit, key, metrics)))
+        timed = dict(metrics)
+        timed.setdefault("time_total_s", time.perf_counter() - start)  # not the wait before the task started
+        return bool(ray.get(desk.ask.remote(unit, key, timed)))
 
     torch.set_num_threads(max(1, int(options.get("threads", 1))))  # the trial's CPUs, as a trial alone sets them
-
     if group is not None:
         run_population(group, data, options, ask)
         return
@@ -94,9 +108,9 @@ def _train_unit(unit: int, group: list[Together] | None, solo: tuple[str, dict] 
 
 @dataclass
 class _Unit:
-    """One task of a window: its trials (a population's, or one), which of them ended, when it started."""
+    """One task: its id (unique in its search), its trials (a population's, or one), which of them ended."""
 
-    index: int
+    id: int
     trials: dict[str, LocalTrial]
     group: list[Together] | None = None
     solo: tuple[str, dict] | None = None
@@ -108,15 +122,17 @@ class RayPopulationExecutor(RayExecutor):
     """:class:`RayExecutor` whose searches train each window's populations as Ray tasks (see the module docstring)."""
 
     name = "ray-population"
-    grouping: Grouping = Grouping()  # the last search's (one per search, made by search())
+
+    def __init__(self) -> None:
+        self.grouping = Grouping()  # the last search's
 
     def search_note(self, window: int) -> str | None:
         if window < 2:
             return "population executor on Ray: a window of 1 trial trains each alone (raise search.max_concurrent)"
         return (
-            f"population executor on Ray: the trials of each window (up to {window}) train as one batched model per "
-            "batch size, each population a Ray task, at once; a trial with no partner, another model or precision "
-            "trains alone in its own task"
+            f"population executor on Ray: the trials of each window (up to {window}) of one model shape and batch "
+            "size train as one batched model, each population a Ray task, at once; a trial with no partner, another "
+            "model or precision trains alone in its own task"
         )
 
     def search_summary(self) -> str | None:
@@ -130,39 +146,49 @@ class RayPopulationExecutor(RayExecutor):
         data = ray.put(run.data)
         r = run.study.resources
         task = ray.remote(num_cpus=r.cpus_per_trial, num_gpus=r.gpus_per_trial, max_retries=0)(_train_unit)
+        ids = itertools.count()
 
         def submit(unit: _Unit):
-            return task.remote(unit.index, unit.group, unit.solo, data, run.study, run.options, desk)
+            return task.remote(unit.id, unit.group, unit.solo, data, run.study, run.options, desk)
 
         try:
             while window := take_window(run.plan):
-                self._window(run, window, desk, submit)
+                _Window(run, desk, submit, ids, self.grouping).train(window)
         finally:
             ray.kill(desk)
 
-    def _window(self, run: SearchRun, window: list[tuple[str, dict]], desk, submit: Callable[[_Unit], object]) -> None:
+
+class _Window:
+    """One window's tasks: submitted at once, their questions answered, their failures retried alone."""
+
+    def __init__(self, run: SearchRun, desk, submit: Callable[[_Unit], object], ids: Iterator[int], grouping: Grouping):
+        self.run, self.desk, self.submit, self.ids, self.grouping = run, desk, submit, ids, grouping
+        self.live: dict[int, _Unit] = {}  # the units whose task runs, by id
+
+    def train(self, window: list[tuple[str, dict]]) -> None:
         import ray  # noqa: PLC0415 -- deferred: as above
 
+        run = self.run
         populations, alone = self.grouping.split(run, window)
-        configs = dict(window)
-        units: list[_Unit] = []
+        self.configs = dict(window)
+        pending = {}
         for group in populations:
-            units.append(_Unit(len(units), {t.key: _started(run, t.key, configs[t.key]) for t in group}, group=group))
+            trials = {t.key: _started(run, t.key, self.configs[t.key]) for t in group}
+            pending.update(self._submit(_Unit(next(self.ids), trials, group=group)))
         for key, config in alone:
-            units.append(_Unit(len(units), {key: _started(run, key, config)}, solo=(key, config)))
-        pending = {submit(u): u for u in units}
+            pending.update(self._submit(_Unit(next(self.ids), {key: _started(run, key, config)}, solo=(key, config))))
         try:
             while pending:
-                _answer(run, desk, units)
+                self._answer()
                 done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
                 for ref in done:
                     unit = pending.pop(ref)
+                    del self.live[unit.id]
                     try:
                         ray.get(ref)
-                    except Exception as exc:  # noqa: BLE001 -- any failure: its trials retry alone, or fail
-                        for again in self._failed(run, unit, exc, configs, len(units)):
-                            units.append(again)
-                            pending[submit(again)] = again
+                    except Exception as exc:  # noqa: BLE001 -- any failure: its trials train again alone, or fail
+                        for again in self._failed(unit, exc):
+                            pending.update(self._submit(again))
                         continue
                     for key, trial in unit.trials.items():
                         if key not in unit.ended:
@@ -172,44 +198,52 @@ class RayPopulationExecutor(RayExecutor):
                 ray.cancel(ref, force=True)
             raise
 
-    def _failed(self, run: SearchRun, unit: _Unit, exc: BaseException, configs: dict, count: int) -> list[_Unit]:
-        """A task failed: each of its trials that had not ended trains alone in a task of its own while it has retries
-        left; one out of retries is recorded failed."""
-        again: list[_Unit] = []
+    def _submit(self, unit: _Unit) -> dict[object, _Unit]:
+        self.live[unit.id] = unit
+        return {self.submit(unit): unit}
+
+    def _answer(self) -> None:
+        """Answer the questions the tasks asked (each trial's evaluation: does ASHA stop it?), waiting a little for
+        the first; a question of a task that has ended (it failed while it waited: its trials train again in other
+        tasks) is left unanswered."""
+        import ray  # noqa: PLC0415 -- deferred: as above
+
+        timeout = _POLL_S
+        while (question := ray.get(self.desk.next_question.remote(timeout))) is not None:
+            timeout = 0.0
+            unit_id, key, metrics = question
+            unit = self.live.get(unit_id)
+            if unit is None:
+                continue
+            stop = key in unit.ended or tell_trial(self.run, unit.trials[key], unit.start, metrics)
+            if stop and key not in unit.ended:  # ASHA stopped it: its outcome now, as a trial alone's
+                unit.ended.add(key)
+                complete_trial(self.run, unit.trials[key])
+            ray.get(self.desk.answer.remote(unit_id, stop))
+
+    def _failed(self, unit: _Unit, exc: BaseException) -> list[_Unit]:
+        """A task failed. Each of its trials that had not ended trains again alone, in a task of its own: a
+        population's once in any case (as on the in-process population executor), a lone trial's while it has
+        retries left (``budget.max_failures``); one out of retries is recorded failed."""
+        run, again = self.run, []
         for key, trial in unit.trials.items():
             if key in unit.ended:
                 continue
             trial.num_failures += 1
             cause = getattr(exc, "cause", None) or exc  # a RayTaskError carries what the task raised
             trial.error = f"{type(cause).__name__}: {cause}"[:500]
-            if run.max_failures < 0 or trial.num_failures <= run.max_failures:
+            if unit.group is not None or run.max_failures < 0 or trial.num_failures <= run.max_failures:
                 run.plan.retrying(key, trial.num_failures, trial.error)
                 for c in run.callbacks:
                     c.on_trial_recover(trial)
                 trial.status = "RUNNING"
-                again.append(_Unit(count + len(again), {key: trial}, solo=(key, configs[key])))
+                again.append(_Unit(next(self.ids), {key: trial}, solo=(key, self.configs[key])))
                 continue
             trial.status = "ERROR"
             run.plan.record(key, dict(trial.last_result), failed=True, error=trial.error)
             for c in run.callbacks:
                 c.on_trial_error(trial)
         return again
-
-
-def _answer(run: SearchRun, desk, units: list[_Unit]) -> None:
-    """Answer the questions the tasks asked (each trial's evaluation: does ASHA stop it?), waiting a little for one."""
-    import ray  # noqa: PLC0415 -- deferred: as above
-
-    timeout = _POLL_S
-    while (question := ray.get(desk.next_question.remote(timeout))) is not None:
-        index, key, metrics = question
-        unit = units[index]
-        stop = tell_trial(run, unit.trials[key], unit.start, metrics)
-        if stop:  # ASHA stopped it: its outcome now, as a trial alone's (a resume must not train it on)
-            unit.ended.add(key)
-            complete_trial(run, unit.trials[key])
-        ray.get(desk.answer.remote(index, stop))
-        timeout = 0.0
 
 
 def _started(run: SearchRun, key: str, config: dict) -> LocalTrial:

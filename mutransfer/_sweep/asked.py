@@ -17,6 +17,8 @@ from mutransfer.errors import UserInputError
 
 #: state.json's key
 ASKED_KEY = "asked"
+#: what it holds
+_FIELDS = ("coord_check", "verify", "verify_points", "verify_seeds", "baseline")
 
 
 def asked(options: SweepOptions) -> dict:
@@ -63,13 +65,7 @@ def with_asked(options: SweepOptions, state: dict, path: Path) -> tuple[SweepOpt
 
 def _check(stored: object, path: Path) -> None:
     fix = "restore the file from a copy (a sweep under another --name starts afresh)"
-    ok = isinstance(stored, dict) and set(stored) == {
-        "coord_check",
-        "verify",
-        "verify_points",
-        "verify_seeds",
-        "baseline",
-    }
+    ok = isinstance(stored, dict) and set(stored) == set(_FIELDS)
     if ok:
         assert isinstance(stored, dict)
         ok = (

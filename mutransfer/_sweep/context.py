@@ -82,7 +82,7 @@ class SweepOptions:
     warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)
     warm_start_top: int | None = None  # how many (None: max(1, num_trials // 4))
     warm_start_any: bool = False  # accept a source of another problem or operator
-    #: where the trainings run: "ray" (Ray Tune / Ray Train) or "inprocess" (mutransfer._sweep._executors)
+    #: where the trainings run: one of mutransfer._config.executors.EXECUTORS (mutransfer._sweep._executor_names)
     executor: str = "ray"
     #: an Optuna sampler object in place of the study's search.algorithm (mutransfer.create_study(sampler=...))
     sampler: optuna.samplers.BaseSampler | None = None
@@ -260,7 +260,7 @@ class SweepContext:
     wall_start: float = field(default_factory=time.perf_counter)
     #: wall time of earlier sessions of this study (read once, when the context is made)
     prior_wall: float = 0.0
-    #: the study's lock, taken by prepare, released when run_sweep ends
+    #: the study's lock, taken after prepare, released when the study's steps end (runner.sweep_steps)
     lock: StudyLock | None = None
     # set before the first phase: read through the properties below, which say what is missing if asked too early
     #: the study's data (mutransfer._sweep.runner._load_data), read before any lock, folder or run exists

@@ -74,7 +74,7 @@ class EarlyTarget:
         and only where the cluster holds it beside a retried trial; otherwise the target starts in its phase."""
         import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer._sweep` (mutransfer report)
 
-        if self.started or self.ctx.loaded is None:
+        if self.started:
             return
         study, cluster = self.ctx.study, ray.cluster_resources()
         use_gpu = resolve_use_gpu(study.target.use_gpu, cluster.get("GPU", 0.0))

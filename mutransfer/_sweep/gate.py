@@ -46,7 +46,7 @@ def coord_check_gate(ctx: SweepContext) -> None:
     study, hp = ctx.study, ctx.transfer.hp
     proxy_k, target_k = study.proxy_modes, study.target_modes
     if proxy_k is None or target_k is None:  # prepare refuses --coord-check for a study whose K is not transferred
-        raise SweepError(f"--coord-check: study {study.name!r} has no proxy and target K to check across")
+        raise SweepError(f"--coord-check: study {study.name!r} has no proxy and target K to check across; drop it")
     modes = sorted({proxy_k, round(math.sqrt(proxy_k * target_k)), target_k})
     ctx.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
     json_path = ctx.study_dir.root / "coord_check.json"

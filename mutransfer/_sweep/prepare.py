@@ -19,7 +19,7 @@ import torch
 
 from mutransfer._config import smoke
 from mutransfer._config.checks import MIN_VERIFY_POINTS, VERIFY_POINTS
-from mutransfer._config.executors import EXECUTORS, ON_RAY
+from mutransfer._config.executors import EXECUTORS, ON_RAY, POPULATION
 from mutransfer._study import OVERRIDES, Override, Study, default_study_text, load_study
 from mutransfer._study.inputs import check_address_form, check_folder
 from mutransfer._study.memory import check_study_memory, check_study_padding, check_target_size_memory, local_devices
@@ -47,25 +47,11 @@ def prepare(options: SweepOptions) -> SweepContext:
     study, applied = load_study(
         options.study_path, options.overrides, text=options.study_text, folder=options.study_folder
     )
-    if options.coord_check and not study.family.coord_checkable:
-        raise UserInputError(
-            f"--coord-check measures the spectral layers' update across K; operator.type {study.operator.type} has no "
-            "K axis, drop the flag (--verify measures whether the transferred LR is the target's optimum)"
-        )
-    if options.coord_check and study.family.facts_on_parameters and study.parametrization != "mup":
-        raise UserInputError(
-            f"--coord-check on operator.type {study.operator.type} measures its muP facts across K, and this study "
-            f"trains it under parametrization {study.parametrization}: drop the flag or set parametrization: mup"
-        )
-    if options.coord_check and not study.scales_K:
-        raise UserInputError(
-            f"--coord-check measures the update across K; this study keeps K = {study.proxy_K} (proxy_K = target_K), "
-            "drop the flag or give a larger target_K"
-        )
+    _check_coord_check(options, study)
     _check_verification_options(options)
     if options.rebuild_state and not options.resume:
         raise UserInputError("--rebuild-state rebuilds the state of a study being resumed; add --resume")
-    if options.executor in ("population", "ray-population") and study.search.objectives != "error":
+    if options.executor in POPULATION and study.search.objectives != "error":
         raise UserInputError(
             f"--executor {options.executor} books each trial a share of its population's seconds, which "
             "search.objectives error+seconds would read as the configuration's cost; use --executor inprocess or ray"
@@ -125,7 +111,8 @@ def prepare(options: SweepOptions) -> SweepContext:
         options, notes = with_asked(options, state, study_dir.state_file)  # what it was started to measure
 
     check_registry_store(tracking_uri, options.register)
-    _check_verification_options(options)
+    _check_verification_options(options)  # again: what the study was started with (state.json's asked) too
+    _check_coord_check(options, study)
 
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
@@ -325,6 +312,25 @@ def check_memory(ctx: SweepContext) -> None:
     if ctx.options.verify or ctx.options.baseline or study.ladder:  # a ladder's rungs train up to the target's size
         concurrency = max_concurrent(study, os.cpu_count() or 1, 0)
         check_target_size_memory(study, concurrency, channels=ctx.data_channels)
+
+
+def _check_coord_check(options: SweepOptions, study: Study) -> None:
+    """--coord-check only where it measures something: a family with a K axis, its facts under mup, K transferred."""
+    if options.coord_check and not study.family.coord_checkable:
+        raise UserInputError(
+            f"--coord-check measures the spectral layers' update across K; operator.type {study.operator.type} has no "
+            "K axis, drop the flag (--verify measures whether the transferred LR is the target's optimum)"
+        )
+    if options.coord_check and study.family.facts_on_parameters and study.parametrization != "mup":
+        raise UserInputError(
+            f"--coord-check on operator.type {study.operator.type} measures its muP facts across K, and this study "
+            f"trains it under parametrization {study.parametrization}: drop the flag or set parametrization: mup"
+        )
+    if options.coord_check and not study.scales_K:
+        raise UserInputError(
+            f"--coord-check measures the update across K; this study keeps K = {study.proxy_K} (proxy_K = target_K), "
+            "drop the flag or give a larger target_K"
+        )
 
 
 def _check_verification_options(options: SweepOptions) -> None:

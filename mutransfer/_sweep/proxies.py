@@ -69,9 +69,9 @@ def run_proxies(ctx: SweepContext) -> None:
                 ctx.executor.search(_search_run(ctx, plan, logger, concurrency))
             if not plan.finished():
                 raise KeyboardInterrupt("the Tune experiment was interrupted")
-            summary = ctx.executor.search_summary()  # a population executor: how its trials trained
+            summary = ctx.executor.search_summary()  # a population executor: how this session's trials trained
             if summary:
-                ctx.say(summary)
+                ctx.say(summary if ctx.search_name == "proxies" else f"{ctx.search_name}: {summary}")
                 ctx.update_state(search_summary=summary)
         except BaseException:
             logger.close(timeout=INTERRUPTED_WRITES_S)  # before the study marks its open runs ended

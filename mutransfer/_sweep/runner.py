@@ -205,8 +205,8 @@ def _start_study_dir(ctx: SweepContext) -> None:
 def _say_cost(ctx: SweepContext) -> None:
     """The proxy's cost against the target's and what the search should cost against tuning the target directly,
     before any training (mutransfer._sweep.cost_estimate); measured once, kept in state.json for the report."""
-    data = ctx.data
-    if COST_KEY not in ctx.state and data is not None:
+    if COST_KEY not in ctx.state:
+        data = ctx.data
         cost = estimate_proxy_cost(ctx.study, tuple(data.train_x.shape[1:]), int(data.train_y.shape[-1]))
         ctx.state[COST_KEY] = cost.as_dict()
         ctx.study_dir.write_state(ctx.state)

@@ -9,7 +9,7 @@ each in ``<study dir>/targets/<trial key>/`` and under its own MLflow target run
 (tags ``mutransfer.topk_rank``, ``mutransfer.proxy_trial``; the winner
 ``mutransfer.topk_winner = true``). The winner is the lowest target *validation* error (the test
 error is reported, never compared); it
-becomes ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer`` (the candidates:
+becomes ``ctx.trained`` (read as ``ctx.target``, ``ctx.target_run_id``) and ``ctx.transfer`` (the candidates:
 ``ctx.records["top_k"]``, :class:`TopK`), so the model, the
 verification, the direct baseline and the report work on it as on a top-1 target.
 
@@ -178,7 +178,7 @@ Fit = Callable[..., tuple]
 
 def train_top_k(ctx: SweepContext, fit: Fit) -> None:
     """Train each candidate at the target (``fit``: mutransfer._sweep.train_target.fit_target), pick the winner,
-    set top-k's record, ``ctx.target``, ``ctx.target_run_id`` and ``ctx.transfer`` to it."""
+    set top-k's record, ``ctx.trained`` and ``ctx.transfer`` to it."""
 
     root, n = ctx.study_dir.root, ctx.study.search.top_k
     picked = candidates(ctx, n)

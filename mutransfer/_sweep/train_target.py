@@ -18,7 +18,6 @@ from pathlib import Path
 
 from mutransfer._config.executors import ON_RAY
 from mutransfer._study_folder.portable import resolved_path, stored_path
-from mutransfer._study_folder.state import REBUILD_HINT
 from mutransfer._sweep._executors import TargetJob
 from mutransfer._sweep.context import SweepContext, SweepError, TrainedTarget
 from mutransfer._sweep.progress import TargetProgress, for_options
@@ -104,9 +103,10 @@ def train_target(ctx: SweepContext) -> None:
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
         kept = TargetOutcome.from_dict(ctx.state["target_outcome"])
         kept.checkpoint_dir = resolved_path(kept.checkpoint_dir, ctx.study_dir.root)
-        if not ctx.state.get("target_run_id"):
+        if not ctx.state.get("target_run_id"):  # written before the target trains: the file was edited or damaged
             raise UserInputError(
-                f"state.json: the target is trained but its MLflow run is not named (target_run_id); {REBUILD_HINT}"
+                f"{ctx.study_dir.state_file}: holds the trained target but not its MLflow run (target_run_id); "
+                "restore the file from a copy, or run the study again under --name NEW"
             )
         ctx.trained = TrainedTarget(kept, ctx.state["target_run_id"])
         return

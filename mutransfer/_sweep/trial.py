@@ -301,7 +301,10 @@ def population_groups(
         trial_dir = Path(options["study_dir"]) / "trials" / key
         if faults or (trial_dir / DONE_FILE).exists() or (trial_dir / CHECKPOINT_NAME).exists():
             alone.append((key, config))
-            reasons[key] = "faults are injected" if faults else "it resumes where it was"
+            finished = (trial_dir / DONE_FILE).exists()
+            reasons[key] = (
+                "faults are injected" if faults else "it finished before (replayed)" if finished else "it resumes"
+            )
             continue
         hp, model, spectral_lr0, tconfig = _setup(config, data, study, options, None)
         reason = why_alone(model, tconfig, data)

@@ -90,6 +90,16 @@ def test_the_same_study_trains_the_same_trials_on_ray_and_in_process(ray_local, 
     assert here["target"]["test_error"] == pytest.approx(on_ray["target"]["test_error"], rel=1e-5)
 
 
+def test_every_executor_name_a_study_may_ask_for_has_its_executor():
+    from mutransfer._config.executors import EXECUTORS, ON_RAY, POPULATION
+    from mutransfer._sweep._executor_names import KINDS, executor_for
+
+    assert list(KINDS) == list(EXECUTORS) and set(ON_RAY) | set(POPULATION) <= set(EXECUTORS)
+    assert all(executor_for(name).name == name for name in EXECUTORS)
+    with pytest.raises(ValueError, match="one of ray, inprocess, population, ray-population"):
+        executor_for("threads")
+
+
 def test_the_cli_refuses_an_unknown_executor_with_exit_2(tmp_path, capsys):
     from mutransfer.cli.main import main
 
