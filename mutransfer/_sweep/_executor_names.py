@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mutransfer._config.executors import EXECUTORS
-from mutransfer._sweep._executors import Executor, InProcessExecutor, PopulationExecutor, RayExecutor
+from mutransfer._sweep._executors import Executor, InProcessExecutor, RayExecutor
+from mutransfer._sweep._population_executor import PopulationExecutor
 from mutransfer._sweep._ray_population import RayPopulationExecutor
 
 #: the executor of each name (tests/sweep/test_executors.py: the same names as EXECUTORS)

@@ -11,7 +11,7 @@ An executor is chosen once per study (``SweepOptions.executor``; ``mutransfer sw
 
 :class:`RayExecutor` is the default (locally and on a cluster). :class:`InProcessExecutor` trains one thing at a
 time in the calling process, with the same trial function, trainer, plan, files and MLflow runs: no Ray is started.
-:class:`PopulationExecutor` is the in-process one that trains a window's trials of one proxy shape as one batched
+:class:`~mutransfer._sweep._population_executor.PopulationExecutor` is the in-process one that trains a window's trials of one proxy shape as one batched
 model (mutransfer._training._population), each as it would alone.
 It hands out trials with the window a local Ray would have (``local_window``), so a seeded study samples the same
 configurations and, trained deterministically, gets the same results on either executor
@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from mutransfer._sweep.cost_estimate import local_window
 from mutransfer._sweep.plan import DONE, SearchPlan
 from mutransfer._sweep.search import max_concurrent, tune_config
 from mutransfer._sweep.target import TargetOutcome, outcome_of
-from mutransfer._sweep.trial import Together, population_groups, run_population, run_trial
+from mutransfer._sweep.trial import run_trial
 
 if TYPE_CHECKING:
     from ray.tune import Callback
@@ -123,38 +122,6 @@ class Executor(Protocol):
     def held_cpus(self, jobs: int, threads: int) -> float:
         """The CPUs ``jobs`` grid jobs of ``threads`` threads each hold while they run (their device-seconds' rate)."""
         ...
-
-
-@dataclass
-class Grouping:
-    """How a population executor's search split its windows: the populations' sizes, and why each other trial
-    trained alone (mutransfer._sweep.trial.population_groups's reasons)."""
-
-    sizes: list[int] = field(default_factory=list)
-    alone: dict[str, str] = field(default_factory=dict)
-
-    def split(
-        self, run: SearchRun, window: list[tuple[str, dict]]
-    ) -> tuple[list[list[Together]], list[tuple[str, dict]]]:
-        """The window's populations and lone trials, counted."""
-        why: dict[str, str] = {}
-        populations, alone = population_groups(window, run.data, run.study, run.options, why)
-        self.sizes += [len(group) for group in populations]
-        self.alone.update(why)
-        return populations, alone
-
-    def line(self, executor: str) -> str | None:
-        """``population executor: 6 of 8 trials trained in 2 populations (3–3); 2 alone: <reason> (2)``."""
-        together, total = sum(self.sizes), sum(self.sizes) + len(self.alone)
-        if not total:
-            return None
-        head = f"{executor}: {together} of {total} trials trained in {len(self.sizes)} population(s)"
-        if self.sizes:
-            head += f" ({min(self.sizes)}–{max(self.sizes)} each)"
-        if not self.alone:
-            return head
-        reasons = Counter(self.alone.values()).most_common()
-        return head + f"; {len(self.alone)} alone: " + "; ".join(f"{why} ({n})" for why, n in reasons)
 
 
 class JobFailed(Exception):
@@ -429,84 +396,3 @@ def complete_trial(run: SearchRun, trial: LocalTrial) -> None:
     run.plan.record(trial.trial_id, dict(trial.last_result), failed=False)
     for c in run.callbacks:
         c.on_trial_complete(trial)
-
-
-class PopulationExecutor(InProcessExecutor):
-    """In this process, as :class:`InProcessExecutor`, but the trials the plan hands out together (its window)
-    train as one population where they can (mutransfer._training._population: one FNO shape, batch size, β2,
-    weight decay, clipping, schedule, fp32, data in memory): each as it would alone, to float32 rounding, in
-    one batched model. The others (and any trial of a population that fails) train alone, one at a time."""
-
-    name = "population"
-
-    def __init__(self) -> None:
-        self.grouping = Grouping()  # the last search's
-
-    def search_note(self, window: int) -> str | None:
-        if window < 2:
-            return "population executor: a window of 1 trial trains each alone (raise search.max_concurrent)"
-        return (
-            f"population executor: the trials of each window (up to {window}) train as one batched model per batch "
-            "size; a trial with no partner, another model or precision trains alone"
-        )
-
-    def search(self, run: SearchRun) -> None:
-        self.grouping = Grouping()
-        while window := take_window(run.plan):
-            self._window(run, window)
-
-    def search_summary(self) -> str | None:
-        return self.grouping.line("population executor")
-
-    def _window(self, run: SearchRun, window: list[tuple[str, dict]]) -> None:
-        populations, alone = self.grouping.split(run, window)
-        configs = dict(window)
-        for group in populations:
-            self._population(run, group, configs)
-        for key, config in alone:
-            self._trial(run, key, config)
-
-    def _population(self, run: SearchRun, group: list[Together], configs: dict[str, dict]) -> None:
-        trials = {t.key: LocalTrial(t.key, dict(configs[t.key], trial_key=t.key)) for t in group}
-        start = time.perf_counter()
-        for trial in trials.values():
-            trial.status = "RUNNING"
-            for c in run.callbacks:
-                c.on_trial_start(trial)
-        stopped: set[str] = set()
-
-        def report(key: str, metrics: dict) -> bool:
-            if not tell_trial(run, trials[key], start, metrics):
-                return False
-            stopped.add(key)  # ASHA stopped it: its outcome now, as a trial alone's (a resume must not train it on)
-            complete_trial(run, trials[key])
-            return True
-
-        try:
-            with _threads(int(run.options.get("threads", 1))):
-                run_population(group, run.data, run.options, report)
-        except Exception as exc:  # the population failed: each of its other trials trains alone, with the retries
-            for key, trial in trials.items():
-                if key in stopped:
-                    continue
-                trial.num_failures += 1
-                trial.error = f"{type(exc).__name__}: {exc}"[:500]
-                run.plan.retrying(key, trial.num_failures, trial.error)
-                for c in run.callbacks:
-                    c.on_trial_recover(trial)
-                self._trial(run, key, configs[key], trial)
-            return
-        for key, trial in trials.items():
-            if key not in stopped:
-                complete_trial(run, trial)
-
-
-def take_window(plan: SearchPlan) -> list[tuple[str, dict]]:
-    """Every trial the plan hands out now (its window: (key, configuration) each); [] when it has handed out all
-    (or, never for an executor that waits for each window's outcomes, when it waits for earlier results)."""
-    window: list[tuple[str, dict]] = []
-    while True:
-        nxt = plan.next_trial()
-        if nxt is None or isinstance(nxt, str):  # waiting, or DONE
-            return window
-        window.append(nxt)

@@ -25,16 +25,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mutransfer._sweep._executors import (
-    Grouping,
-    LocalTrial,
-    Pruned,
-    RayExecutor,
-    SearchRun,
-    complete_trial,
-    take_window,
-    tell_trial,
-)
+from mutransfer._sweep._executors import LocalTrial, Pruned, RayExecutor, SearchRun, complete_trial, tell_trial
+from mutransfer._sweep._population_executor import Grouping, take_window
 from mutransfer._sweep.trial import Together, run_population, run_trial
 
 if TYPE_CHECKING:
