@@ -101,7 +101,7 @@ def _fno_check(ctx: SweepContext, modes: list[int], hp: dict) -> tuple[str, list
         padding=study.padding,
         lr=hp["lr"],
         clip_value=hp["clip_value"],
-        batch_size=min(10, int(study.problem.n_train)),
+        batch_size=min(10, int(ctx.selection_data.train_x.shape[0])),  # the samples it draws from
         seeds=3,
         projection_channels=study.operator.projection_channels,
         init_scale=hp["init_scale"],
