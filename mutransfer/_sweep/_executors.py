@@ -327,17 +327,8 @@ class InProcessExecutor:
             except Pruned:
                 pass
             except Exception as exc:
-                trial.num_failures += 1
-                trial.error = f"{type(exc).__name__}: {exc}"[:500]
-                if run.max_failures < 0 or trial.num_failures <= run.max_failures:
-                    run.plan.retrying(key, trial.num_failures, trial.error)
-                    for c in run.callbacks:
-                        c.on_trial_recover(trial)
+                if trial_failed(run, trial, exc):
                     continue
-                trial.status = "ERROR"
-                run.plan.record(key, dict(trial.last_result), failed=True, error=trial.error)
-                for c in run.callbacks:
-                    c.on_trial_error(trial)
                 return
             complete_trial(run, trial)
             return
@@ -387,6 +378,25 @@ def tell_trial(run: SearchRun, trial: LocalTrial, start: float, metrics: dict) -
     if result.get("diverged") or "epoch" not in result or "val_error" not in result:
         return False
     return run.plan.should_stop(trial.trial_id, int(result["epoch"]), float(result["val_error"]))
+
+
+def trial_failed(run: SearchRun, trial: LocalTrial, exc: BaseException, *, once_more: bool = False) -> bool:
+    """An attempt of a trial trained outside Tune failed with ``exc``: True when it trains again (it has retries
+    left, ``budget.max_failures``, or ``once_more``: a population's member trains alone once in any case), told to
+    the plan and the observers as a retry; else it is recorded failed, and False."""
+    cause = getattr(exc, "cause", None) or exc  # a Ray task's error carries what the task raised
+    trial.num_failures += 1
+    trial.error = f"{type(cause).__name__}: {cause}"[:500]
+    if once_more or run.max_failures < 0 or trial.num_failures <= run.max_failures:
+        run.plan.retrying(trial.trial_id, trial.num_failures, trial.error)
+        for c in run.callbacks:
+            c.on_trial_recover(trial)
+        return True
+    trial.status = "ERROR"
+    run.plan.record(trial.trial_id, dict(trial.last_result), failed=True, error=trial.error)
+    for c in run.callbacks:
+        c.on_trial_error(trial)
+    return False
 
 
 def complete_trial(run: SearchRun, trial: LocalTrial) -> None:

@@ -16,6 +16,7 @@ from mutransfer._sweep._executors import (
     _threads,
     complete_trial,
     tell_trial,
+    trial_failed,
 )
 from mutransfer._sweep.plan import SearchPlan
 from mutransfer._sweep.trial import Together, population_groups, run_population
@@ -109,14 +110,8 @@ class PopulationExecutor(InProcessExecutor):
                 run_population(group, run.data, run.options, report)
         except Exception as exc:  # the population failed: each of its other trials trains alone, with the retries
             for key, trial in trials.items():
-                if key in stopped:
-                    continue
-                trial.num_failures += 1
-                trial.error = f"{type(exc).__name__}: {exc}"[:500]
-                run.plan.retrying(key, trial.num_failures, trial.error)
-                for c in run.callbacks:
-                    c.on_trial_recover(trial)
-                self._trial(run, key, configs[key], trial)
+                if key not in stopped and trial_failed(run, trial, exc, once_more=True):
+                    self._trial(run, key, configs[key], trial)
             return
         for key, trial in trials.items():
             if key not in stopped:

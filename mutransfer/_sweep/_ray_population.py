@@ -25,7 +25,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mutransfer._sweep._executors import LocalTrial, Pruned, RayExecutor, SearchRun, complete_trial, tell_trial
+from mutransfer._sweep._executors import (
+    LocalTrial,
+    Pruned,
+    RayExecutor,
+    SearchRun,
+    complete_trial,
+    tell_trial,
+    trial_failed,
+)
 from mutransfer._sweep._population_executor import Grouping, take_window
 from mutransfer._sweep.trial import Together, run_population, run_trial
 
@@ -217,24 +225,11 @@ class _Window:
         """A task failed. Each of its trials that had not ended trains again alone, in a task of its own: a
         population's once in any case (as on the in-process population executor), a lone trial's while it has
         retries left (``budget.max_failures``); one out of retries is recorded failed."""
-        run, again = self.run, []
+        again = []
         for key, trial in unit.trials.items():
-            if key in unit.ended:
-                continue
-            trial.num_failures += 1
-            cause = getattr(exc, "cause", None) or exc  # a RayTaskError carries what the task raised
-            trial.error = f"{type(cause).__name__}: {cause}"[:500]
-            if unit.group is not None or run.max_failures < 0 or trial.num_failures <= run.max_failures:
-                run.plan.retrying(key, trial.num_failures, trial.error)
-                for c in run.callbacks:
-                    c.on_trial_recover(trial)
+            if key not in unit.ended and trial_failed(self.run, trial, exc, once_more=unit.group is not None):
                 trial.status = "RUNNING"
                 again.append(_Unit(next(self.ids), {key: trial}, solo=(key, self.configs[key])))
-                continue
-            trial.status = "ERROR"
-            run.plan.record(key, dict(trial.last_result), failed=True, error=trial.error)
-            for c in run.callbacks:
-                c.on_trial_error(trial)
         return again
 
 

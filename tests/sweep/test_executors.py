@@ -154,6 +154,26 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     assert alone.get("search_summary") is None  # one at a time: nothing to say
 
 
+def test_a_population_that_fails_trains_its_members_alone_once_even_without_retries(tiny_data, tmp_path, monkeypatch):
+    """The population's training raises (here on purpose; an out-of-memory alike): each of its members trains again
+    alone, once even at budget.max_failures: 0, and the search ends with every trial trained."""
+    from mutransfer._sweep import _population_executor
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the population broke")
+
+    monkeypatch.setattr(_population_executor, "run_population", broken)
+    study = write_tiny_study(tmp_path, tiny_data, trials=4, epochs=1, grace=1, max_concurrent=4, max_failures=0)
+    report, _ = _run(tmp_path, study, "population", "broken")
+    assert [t["status"] for t in report["trial_table"]] == ["completed"] * 4
+    folder = tmp_path / "runs" / "broken" / "trials"
+    trained = [
+        e for t in report["trial_table"] for e in read_executions(folder / t["trial_id"]) if e["kind"] == "train"
+    ]
+    assert len(trained) == 4 and all(e.get("population") is None for e in trained)  # each alone, once
+    assert "population(s)" in report["search_summary"]  # it was split into populations before they broke
+
+
 @pytest.mark.slow
 def test_populations_on_ray_train_what_populations_in_process_train_several_at_once(
     ray_local, tiny_data, tmp_path, capsys
