@@ -320,6 +320,24 @@ def test_a_damaged_record_of_what_a_study_was_asked_is_one_line(tiny, tmp_path):
         mt.load_study("damaged", storage=tmp_path / "runs", executor="inprocess").report()
 
 
+def test_a_coordinate_check_a_study_could_not_run_is_refused_when_its_record_asks_for_it(tiny, tmp_path):
+    """``asked`` is re-checked as the flag is: a study that keeps K (the width scales) cannot run a check across K,
+    so an ``asked`` that says coord_check (edited in) is one line before anything trains, not a failure after."""
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace(
+        {"name": "samek", "proxy_K": 24, "target_width": 32, "search.num_trials": 2, "budget.epochs": 1}
+    )
+    with _create(tmp_path, spec) as study:
+        study.optimize()
+    state_file = study.study_dir / "state.json"
+    state = json.loads(state_file.read_text())
+    state["asked"]["coord_check"] = True
+    state_file.write_text(json.dumps(state))
+    with pytest.raises(mt.UserInputError, match="--coord-check measures the update across K; this study keeps K"):
+        mt.load_study("samek", storage=tmp_path / "runs", executor="inprocess").report()
+    assert json.loads(state_file.read_text())["phase"] == "target"  # nothing ran past the search
+
+
 def test_the_strategy_objects_set_what_the_flags_set():
     """The flags of `mutransfer sweep` and the API's objects ask the sweep for the same things (one mapping each)."""
     from mutransfer._api.strategies import with_strategies

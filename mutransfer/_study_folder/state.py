@@ -30,6 +30,7 @@ import os
 from pathlib import Path
 
 from mutransfer._atomic import atomic_path
+from mutransfer._config.checks import MAX_VERIFY_POINTS, MAX_VERIFY_SEEDS, MIN_VERIFY_POINTS
 from mutransfer._version import __version__
 from mutransfer.errors import UserInputError
 
@@ -172,11 +173,38 @@ def check_state(state: object, path: Path) -> None:
         problem = _trial_problem(trial)
         if problem:
             raise UserInputError(f"{path}: field 'trials' entry {i} {problem}; {fix}")
+    if state.get("asked") is not None and not _asked_is_sound(state["asked"]):
+        raise UserInputError(
+            f"{path}: field 'asked' must map coord_check and verify to true/false, verify_points to "
+            f"{MIN_VERIFY_POINTS}..{MAX_VERIFY_POINTS}, verify_seeds to 1..{MAX_VERIFY_SEEDS} and baseline to null or "
+            f"'direct'; {fix}"
+        )
+    if state.get("target_outcome") is not None and not state.get("target_run_id"):  # the run is named before it trains
+        raise UserInputError(f"{path}: holds the trained target but not its MLflow run (target_run_id); {fix}")
     if state.get("phase") == "done" and not isinstance(state.get("report"), dict):
         raise UserInputError(f"{path}: says the study is done but holds no report; {fix}")
     best, trials = state.get("best"), state.get("trials") or []
     if best is not None and trials and best.get("trial_id") not in {t["trial_id"] for t in trials}:
         raise UserInputError(f"{path}: field 'best' names no trial of field 'trials'; {fix}")
+
+
+#: the fields of state.json's ``asked`` (mutransfer._sweep.asked: what a study was started to measure)
+ASKED_FIELDS = ("coord_check", "verify", "verify_points", "verify_seeds", "baseline")
+
+
+def _asked_is_sound(asked: object) -> bool:
+    def whole(value: object, low: int, high: int) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+    return (
+        isinstance(asked, dict)
+        and set(asked) == set(ASKED_FIELDS)
+        and isinstance(asked["coord_check"], bool)
+        and isinstance(asked["verify"], bool)
+        and whole(asked["verify_points"], MIN_VERIFY_POINTS, MAX_VERIFY_POINTS)
+        and whole(asked["verify_seeds"], 1, MAX_VERIFY_SEEDS)
+        and asked["baseline"] in (None, "direct")
+    )
 
 
 #: the fields a trial record of state.json must have (mutransfer._study_folder.records.TrialRecord), and their types

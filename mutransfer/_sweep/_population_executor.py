@@ -22,6 +22,17 @@ from mutransfer._sweep.plan import SearchPlan
 from mutransfer._sweep.trial import Together, population_groups, run_population
 
 
+def population_note(label: str, window: int, how: str) -> str:
+    """What a population executor (``label``) says when a search starts: how its windows train (``how``: where its
+    populations run, appended to the sentence)."""
+    if window < 2:
+        return f"{label}: a window of 1 trial trains each alone (raise search.max_concurrent)"
+    return (
+        f"{label}: the trials of each window (up to {window}) of one model shape and batch size train as one batched "
+        f"model{how}; a trial with no partner, another model or precision trains alone"
+    )
+
+
 @dataclass
 class Grouping:
     """How a population executor's search split its windows: the populations' sizes, and why each other trial
@@ -66,12 +77,7 @@ class PopulationExecutor(InProcessExecutor):
         self.grouping = Grouping()  # the last search's
 
     def search_note(self, window: int) -> str | None:
-        if window < 2:
-            return "population executor: a window of 1 trial trains each alone (raise search.max_concurrent)"
-        return (
-            f"population executor: the trials of each window (up to {window}) train as one batched model per batch "
-            "size; a trial with no partner, another model or precision trains alone"
-        )
+        return population_note("population executor", window, "")
 
     def search(self, run: SearchRun) -> None:
         self.grouping = Grouping()

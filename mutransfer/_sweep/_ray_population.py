@@ -34,7 +34,7 @@ from mutransfer._sweep._executors import (
     tell_trial,
     trial_failed,
 )
-from mutransfer._sweep._population_executor import Grouping, take_window
+from mutransfer._sweep._population_executor import Grouping, population_note, take_window
 from mutransfer._sweep.trial import Together, run_population, run_trial
 
 if TYPE_CHECKING:
@@ -127,12 +127,8 @@ class RayPopulationExecutor(RayExecutor):
         self.grouping = Grouping()  # the last search's
 
     def search_note(self, window: int) -> str | None:
-        if window < 2:
-            return "population executor on Ray: a window of 1 trial trains each alone (raise search.max_concurrent)"
-        return (
-            f"population executor on Ray: the trials of each window (up to {window}) of one model shape and batch "
-            "size train as one batched model, each population a Ray task, at once; a trial with no partner, another "
-            "model or precision trains alone in its own task"
+        return population_note(
+            "population executor on Ray", window, ", each population (and each lone trial) a Ray task, at once"
         )
 
     def search_summary(self) -> str | None:

@@ -108,7 +108,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         study = stored
         applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
         source_text = state.get("source_text", source_text)
-        options, notes = with_asked(options, state, study_dir.state_file)  # what it was started to measure
+        options, notes = with_asked(options, state)  # what it was started to measure
 
     check_registry_store(tracking_uri, options.register)
     _check_verification_options(options)  # again: what the study was started with (state.json's asked) too

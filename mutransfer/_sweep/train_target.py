@@ -25,7 +25,6 @@ from mutransfer._sweep.proxies import keep_sigint_handler
 from mutransfer._sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
 from mutransfer._sweep.target_run import RunningTarget, on_one_actor, resolve_use_gpu
 from mutransfer._tracking.runs import logged_steps
-from mutransfer.errors import UserInputError
 
 
 def first_line(exc: BaseException) -> str:
@@ -103,11 +102,6 @@ def train_target(ctx: SweepContext) -> None:
     if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
         kept = TargetOutcome.from_dict(ctx.state["target_outcome"])
         kept.checkpoint_dir = resolved_path(kept.checkpoint_dir, ctx.study_dir.root)
-        if not ctx.state.get("target_run_id"):  # written before the target trains: the file was edited or damaged
-            raise UserInputError(
-                f"{ctx.study_dir.state_file}: holds the trained target but not its MLflow run (target_run_id); "
-                "restore the file from a copy, or run the study again under --name NEW"
-            )
         ctx.trained = TrainedTarget(kept, ctx.state["target_run_id"])
         return
     outcome, run_id = fit_target(

@@ -38,6 +38,17 @@ BAD = {
         dict(GOOD, trials=[TRIAL], best={"trial_id": "t9999"}),
         "field 'best' names no trial of field 'trials'",
     ),
+    "a verification no flag could ask for": (
+        dict(
+            GOOD,
+            asked={"coord_check": False, "verify": True, "verify_points": 10_000, "verify_seeds": 3, "baseline": None},
+        ),
+        "field 'asked' must map coord_check and verify to true/false, verify_points to 3..41",
+    ),
+    "a trained target without its run": (
+        dict(GOOD, phase="target", target_outcome={"status": "completed"}),
+        "holds the trained target but not its MLflow run (target_run_id)",
+    ),
     "a newer format": (dict(GOOD, version=99), "written by a newer mutransfer (study folder format 99;"),
     "a newer format whose fields changed": (
         dict(GOOD, version=2, trials={"t0000": {}}),

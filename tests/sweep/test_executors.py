@@ -134,7 +134,7 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     together, uri = _run(tmp_path, study, "population", "together", quiet=False)
     err = capsys.readouterr().err
     assert ", in a population of " in err  # the trial's line says so
-    assert "population executor: the trials of each window (up to 4) train as one batched model" in err
+    assert "population executor: the trials of each window (up to 4) of one model shape and batch size train as" in err
     a, b = _trials(alone), _trials(together)
     assert [t[:4] for t in a] == [t[:4] for t in b]  # ids, configs, statuses, epochs
     assert [t[4] for t in b] == pytest.approx([t[4] for t in a], rel=1e-4)
