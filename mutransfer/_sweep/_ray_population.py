@@ -40,6 +40,9 @@ from mutransfer._sweep.trial import Together, run_population, run_trial
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
 
+    from mutransfer._study import Study
+    from mutransfer.data._validation import SelectionSplit
+
 #: seconds the driver waits for a question before it looks for ended tasks
 _POLL_S = 0.05
 
@@ -76,7 +79,15 @@ class _Desk:
         await self._box(unit).put(stop)
 
 
-def _train_unit(unit: int, group: list[Together] | None, solo: tuple[str, dict] | None, data, study, options, desk):
+def _train_unit(
+    unit: int,
+    group: list[Together] | None,
+    solo: tuple[str, dict] | None,
+    data: SelectionSplit | None,
+    study: Study,
+    options: dict,
+    desk: ActorHandle,
+) -> None:
     """In a Ray worker: train a population (``group``) or one trial alone (``solo``), each evaluation asked of the
     driver through ``desk`` (with the seconds since this task started, where the training does not say them);
     raises what the training raised."""
@@ -157,7 +168,14 @@ class RayPopulationExecutor(RayExecutor):
 class _Window:
     """One window's tasks: submitted at once, their questions answered, their failures retried alone."""
 
-    def __init__(self, run: SearchRun, desk, submit: Callable[[_Unit], object], ids: Iterator[int], grouping: Grouping):
+    def __init__(
+        self,
+        run: SearchRun,
+        desk: ActorHandle,
+        submit: Callable[[_Unit], object],
+        ids: Iterator[int],
+        grouping: Grouping,
+    ):
         self.run, self.desk, self.submit, self.ids, self.grouping = run, desk, submit, ids, grouping
         self.live: dict[int, _Unit] = {}  # the units whose task runs, by id
 
