@@ -3,8 +3,9 @@
 The trials of a search that share the proxy's shape differ only in their hyperparameters. Trained one per
 process, a small proxy's step is bound by the number of kernels and the Python around them, not by its
 arithmetic (issue "Proxies that pay in time": 1.35 GFLOP/s for the default study's proxy, 12.1 for its target).
-Stacked, M members run every layer as one batched kernel: on a 2-core CPU a step of 8 default-study proxies takes
-2.1–2.4× the time of one proxy's step (four runs), not 8× (``benchmarks/population_step.py``, docs/benchmarks.md).
+Stacked, M members run every layer as one batched kernel: on a 2-core CPU, one thread, a step of 8 default-study
+proxies takes 1.70× the time of one proxy's step (9 rounds: 1.56–1.87×), not 8×
+(``python benchmarks/population_step.py --rounds 9``, docs/benchmarks.md).
 
 - :class:`PopulationFNO` stacks M :class:`~operators.fno.FNO` of one configuration (their own initial weights):
   input (M, B, N_1, …, N_d, C_in) → output (M, B, N_1, …, N_d, C_out), member m computed with member m's
@@ -19,8 +20,9 @@ A member trained in a population takes the steps the member trained alone takes,
 (tests/operators/test_population.py): the loss of a population is the sum of its members' losses, so each
 member's gradient is its own. :meth:`PopulationFNO.keep` and :meth:`PopulationAdam.keep` drop members (a stopped
 trial) and go on with the others. An LR schedule sets ``PopulationAdam.lr`` (one rate per member) before each
-step; the rates are not in its ``state_dict``. mutransfer._training._population trains a search's window this way
-(``mutransfer sweep --executor population``); members of different batch sizes train as separate populations.
+step; neither the rates nor the moments are in its ``state_dict`` (:meth:`PopulationAdam.moments` reads the
+latter). mutransfer._training._population trains a search's window this way (``mutransfer sweep --executor
+population``); members of different batch sizes train as separate populations.
 """
 
 from __future__ import annotations
@@ -110,56 +112,60 @@ class PopulationFNO(nn.Module):
         self._names = self._member_names()
 
     # ---- the pieces of one layer, for every member ---------------------------------------------
+    # Activations lie member- and channel-major, (M, C, B, N_1, …, N_d): a pointwise layer of member m is then one
+    # (C_out × C_in) @ (C_in × B·N) product, so a layer of the population is a single bmm over M (not M·B tiny ones).
     @staticmethod
     def _linear(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """Channel-first (M, B, C_in, n) → (M, B, C_out, n): member m's ``weight[m] @ h[m] + bias[m]``, one batched
-        matmul over (member, sample) with the activations as they lie (only the small weights are broadcast)."""
-        members, batch, c_in = h.shape[:3]
-        y = torch.matmul(weight.unsqueeze(1), h.reshape(members, batch, c_in, -1)) + bias[:, None, :, None]
-        return y.reshape((members, batch, weight.shape[1]) + tuple(h.shape[3:]))
+        """(M, C_in, B, N…) → (M, C_out, B, N…): member m's ``weight[m] @ h[m] + bias[m]``, one bmm."""
+        members, c_in = h.shape[:2]
+        y = torch.baddbmm(bias.unsqueeze(-1), weight, h.reshape(members, c_in, -1))
+        return y.view((members, weight.shape[1]) + tuple(h.shape[2:]))
 
     def _spectral(self, h: torch.Tensor, layer: int) -> torch.Tensor:
-        """K_l for every member: channel-first real (M, B, m, N_1, …, N_d) → the same shape."""
+        """K_l for every member: real (M, m, B, N_1, …, N_d) → the same shape."""
         if self.spectral_weight[0].device.type == "cpu":
             return self._spectral_gemm(h, layer)
+        return self._spectral_fft(h, layer)
+
+    def _spectral_fft(self, h: torch.Tensor, layer: int) -> torch.Tensor:
+        """K_l as SpectralConv computes it on a GPU: rfftn, the kept corners contracted, irfftn."""
         d, k = self.dim, self.modes
         grid = tuple(h.shape[3:])
         axes = tuple(range(-d, 0))
-        spectrum = torch.fft.rfftn(_working(h), dim=axes)  # (M, B, m, N_1, …, N_d // 2 + 1)
-        out = spectrum.new_zeros(h.shape[:2] + (self.spectral_weight[0].shape[2],) + spectrum.shape[3:])
+        spectrum = torch.fft.rfftn(_working(h), dim=axes)  # (M, m, B, N_1, …, N_d // 2 + 1)
+        out = spectrum.new_zeros((h.shape[0], self.spectral_weight[0].shape[2]) + spectrum.shape[2:])
         for c in range(self.corners):
             negative = [(c >> (d - 2 - j)) & 1 for j in range(d - 1)]  # SpectralConv's corner order
             index = (slice(None),) * 3 + tuple(slice(-k, None) if n else slice(0, k) for n in negative) + (slice(0, k),)
             weight = _complex_for(
                 self.spectral_weight[layer * self.corners + c], spectrum.real.dtype
             )  # (M, m_in, m_out, K…)
-            # modes as batch: (M, K…, B, m_in) @ (M, K…, m_in, m_out), complex, one batched matmul
-            x = spectrum[index].movedim(1, -1).movedim(1, -1)  # (M, K…, B, m_in)
-            w = weight.movedim(1, -1).movedim(1, -1)  # (M, K…, m_in, m_out)
-            out[index] = torch.matmul(x, w).movedim(-1, 1).movedim(-1, 1)
+            # modes as batch: (M, K…, m_out, m_in) @ (M, K…, m_in, B), complex, one batched matmul
+            x = spectrum[index].movedim(1, -1).movedim(1, -1)  # (M, K…, m_in, B)
+            w = weight.movedim(1, -1).movedim(1, -1).transpose(-1, -2)  # (M, K…, m_out, m_in)
+            out[index] = torch.matmul(w, x).movedim(-1, 1).movedim(-1, 1)
         y: torch.Tensor = torch.fft.irfftn(out, s=grid, dim=axes)  # torch.fft is unannotated
         return y.to(h.dtype)
 
     def _spectral_gemm(self, h: torch.Tensor, layer: int) -> torch.Tensor:
         """K_l on CPU as the FNO computes it there (operators.contraction: the kept rfft modes as real GEMMs, in
-        its packed mode order: each non-last axis's corner bit beside its frequency), the complex product of every
-        member and mode as one real batched matmul: [Re y, Im y] = [Re x, Im x] @ [[Re W, Im W], [−Im W, Re W]]."""
+        its packed mode order: each non-last axis's corner bit beside its frequency), the product of every member
+        and mode as one complex batched matmul, samples as rows: (B × m_in) @ (m_in × m_out) per member and mode.
+        (Measured on this project's 2-core machine, one thread, 8 default-study proxies: a layer's forward and
+        backward in 0.30 ms this way, 0.46 ms as one real GEMM of [[Re W, Im W], [−Im W, Re W]] blocks.)"""
         d, k = self.dim, self.modes
         grid = tuple(h.shape[3:])
-        planes = truncated_dft(_working(h), k, d)  # (2, Q, M, B, m_in), Q = 2^(d-1) K^d
-        x = torch.cat([planes[0], planes[1]], dim=-1)  # (Q, M, B, 2 m_in)
+        planes = truncated_dft(_working(h), k, d)  # (2, Q, M, m_in, B), Q = 2^(d-1) K^d
+        x = torch.view_as_complex(planes.permute(1, 2, 4, 3, 0).contiguous())  # (Q, M, B, m_in)
         corners = [
             _complex_for(self.spectral_weight[layer * self.corners + c], planes.dtype) for c in range(self.corners)
         ]  # each (M, m_in, m_out, K, …, K)
-        w = torch.stack(corners)  # (C, M, m_in, m_out, K_1, …, K_d), corner bits most significant first
-        w = w.reshape((2,) * (d - 1) + tuple(w.shape[1:]))
+        w = torch.stack(corners) if len(corners) > 1 else corners[0][None]  # (C, M, m_in, m_out, K_1, …, K_d)
+        w = w.reshape((2,) * (d - 1) + tuple(w.shape[1:]))  # corner bits most significant first
         order = [axis for j in range(d - 1) for axis in (j, d + 2 + j)] + [2 * d + 1, d - 1, d, d + 1]
         w = w.permute(order).reshape(-1, *w.shape[d - 1 : d + 2])  # (Q, M, m_in, m_out), packed mode order
-        re, im = torch.view_as_real(w).unbind(-1)  # each (Q, M, m_in, m_out)
-        blocks = torch.cat([torch.cat([re, im], dim=-1), torch.cat([-im, re], dim=-1)], dim=-2)
-        y = torch.matmul(x, blocks)  # (Q, M, B, 2 m_out)
-        out = torch.stack(y.chunk(2, dim=-1))  # (2, Q, M, B, m_out)
-        return truncated_idft(out, k, grid).to(h.dtype)
+        y = torch.view_as_real(torch.matmul(x, w))  # (Q, M, B, m_out, 2)
+        return truncated_idft(y.permute(4, 0, 1, 3, 2), k, grid).to(h.dtype)  # from (2, Q, M, m_out, B)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(M, B, N_1, …, N_d, C_in) → (M, B, N_1, …, N_d, C_out), member m with its own weights."""
@@ -172,7 +178,8 @@ class PopulationFNO(nn.Module):
         grid = tuple(x.shape[2:-1])
         check_grid(tuple(n + self.padding for n in grid), self.modes)
         coords = grid_coordinates(grid, device=x.device, dtype=x.dtype).expand(members, batch, *grid, self.dim)
-        h = self._linear(torch.cat([x, coords], dim=-1).movedim(-1, 2), self.lift_weight, self.lift_bias)
+        inputs = torch.cat([x, coords], dim=-1).movedim(-1, 1).contiguous()  # (M, C_in + d, B, N…)
+        h = self._linear(inputs, self.lift_weight, self.lift_bias)
         if self.padding:
             h = F.pad(h, [0, self.padding] * self.dim)
         layers = len(self.pointwise_weight)
@@ -183,7 +190,7 @@ class PopulationFNO(nn.Module):
         if self.padding:
             h = h[(slice(None),) * 3 + (slice(0, -self.padding),) * self.dim].contiguous()
         h = F.gelu(self._linear(h, self.readout_weight * self.readout_multiplier, self.readout_bias))
-        return self._linear(h, self.last_weight, self.last_bias).movedim(2, -1).contiguous()
+        return self._linear(h, self.last_weight, self.last_bias).movedim(1, -1).contiguous()
 
     # ---- members back, and each stacked parameter's member-0 counterpart ----------------------
     def _member_names(self) -> list[tuple[nn.Parameter, str]]:
@@ -261,6 +268,11 @@ def _per_member(value: float | Sequence[float] | torch.Tensor, size: int, name: 
     return t.clone()
 
 
+def _real(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its real (…, 2) view; a real one as it is."""
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
 class PopulationAdam(torch.optim.Optimizer):
     """Adam for every member of a :class:`PopulationFNO`: member m at ``lr[m]`` and ``beta1[m]``.
 
@@ -268,6 +280,11 @@ class PopulationAdam(torch.optim.Optimizer):
     :func:`~operators.parametrization.optimizer_param_groups` groups one FNO of the population's shape; the
     update is ``torch.optim.Adam``'s (L2 weight decay added to the gradient, bias-corrected moments, complex
     weights as real pairs).
+
+    The moments of all parameters lie in two (M, N) buffers, N the real entries of one member, each column
+    with its parameter's multiplier and weight decay: a step is a dozen whole-buffer operations whatever the
+    number of parameters (one gather of the gradients, one scatter of the update), not a dozen per parameter.
+    :meth:`moments` gives one parameter's moments in its own shape.
 
     Args:
         population: the stacked model.
@@ -302,6 +319,41 @@ class PopulationAdam(torch.optim.Optimizer):
         super().__init__(params, dict(beta2=beta2, eps=eps))
         self.lr, self.beta1, self.size = lrs, beta1s, size
         self.population = population
+        self.beta2, self.eps = beta2, eps
+        self.steps = 0
+        first = template[0][0]
+        real = _real(first).dtype
+        widths = [_real(stacked).numel() // size for stacked, _single in template]
+        self._widths = widths
+        # per column: the parameter's muP LR multiplier and weight decay, (1, N)
+        self._multiplier = torch.cat(
+            [torch.full((w,), float(g["lr_multiplier"]), dtype=real) for w, g in zip(widths, self.param_groups)]
+        ).to(first.device)[None]
+        decay = [float(g["weight_decay"]) for g in self.param_groups]
+        self._decay = (
+            torch.cat([torch.full((w,), d, dtype=real) for w, d in zip(widths, decay)]).to(first.device)[None]
+            if any(decay)
+            else None
+        )
+        self._exp_avg = torch.zeros(size, sum(widths), dtype=real, device=first.device)
+        self._exp_avg_sq = torch.zeros_like(self._exp_avg)
+
+    def _stacked(self) -> list[torch.Tensor]:
+        return [cast(torch.Tensor, group["params"][0]) for group in self.param_groups]
+
+    def moments(self, stacked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Adam's first and second moments of ``stacked`` (a parameter of the population), each a copy in its
+        shape and dtype (M, …); ``None`` before the first step."""
+        if not self.steps:
+            return None
+        (i,) = [i for i, p in enumerate(self._stacked()) if p is stacked]
+        start = sum(self._widths[:i])
+        out = []
+        for buffer in (self._exp_avg, self._exp_avg_sq):
+            piece = buffer[:, start : start + self._widths[i]].contiguous()
+            shaped = piece.view(_real(stacked).shape)
+            out.append(torch.view_as_complex(shaped) if stacked.is_complex() else shaped)
+        return out[0], out[1]
 
     @torch.no_grad()
     def keep(self, members: Sequence[int]) -> None:
@@ -311,49 +363,38 @@ class PopulationAdam(torch.optim.Optimizer):
         if self.population.size != len(index):
             raise OperatorConfigError("keep: call PopulationFNO.keep with the same members first")
         self.lr, self.beta1, self.size = self.lr[index], self.beta1[index], len(index)
+        rows = index.to(self._exp_avg.device)
+        self._exp_avg, self._exp_avg_sq = self._exp_avg[rows].contiguous(), self._exp_avg_sq[rows].contiguous()
         for group, (stacked, _name) in zip(self.param_groups, self.population._names):
-            (old,) = group["params"]
-            state = self.state.pop(old, {})
-            for name in ("exp_avg", "exp_avg_sq"):
-                if name in state:
-                    state[name] = state[name][index.to(old.device)].contiguous()
             group["params"] = [stacked]
-            if state:
-                self.state[stacked] = state
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]
         """One Adam update of every member (``torch.optim.Adam``'s, at each member's LR and β1)."""
-        members: dict[tuple[torch.device, torch.dtype, int, int], tuple[torch.Tensor, torch.Tensor]] = {}
-        for group in self.param_groups:
-            (p,) = group["params"]
-            if p.grad is None:
-                continue
-            state = self.state[p]
-            if not state:
-                state["step"] = 0
-                state["exp_avg"] = torch.zeros_like(p)
-                state["exp_avg_sq"] = torch.zeros_like(p)
-            state["step"] += 1
-            step, beta2 = state["step"], group["beta2"]
-            real = (lambda t: torch.view_as_real(t)) if p.is_complex() else (lambda t: t)
-            param, grad = real(p), real(p.grad)
-            exp_avg, exp_avg_sq = real(state["exp_avg"]), real(state["exp_avg_sq"])
-            if group["weight_decay"]:
-                grad = grad.add(param, alpha=group["weight_decay"])
-            key = (param.device, param.dtype, param.dim(), step)
-            if key not in members:  # (1 − β1, LR / bias correction) per member, once per step count and layout
-                shape = (self.size,) + (1,) * (param.dim() - 1)
-                members[key] = (
-                    (1 - self.beta1).to(device=param.device, dtype=param.dtype).view(shape),
-                    (self.lr / (1 - self.beta1**step)).to(device=param.device, dtype=param.dtype).view(shape),
-                )
-            one_minus_beta1, lr_corrected = members[key]
-            exp_avg.lerp_(grad, one_minus_beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            step_size = lr_corrected * group["lr_multiplier"]
-            denom = exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(group["eps"])
-            param.addcdiv_(exp_avg * step_size, denom, value=-1.0)
+        stacked = self._stacked()
+        missing = [i for i, p in enumerate(stacked) if p.grad is None]
+        if missing:
+            raise OperatorConfigError(
+                f"step: {len(missing)} of the population's parameters have no gradient; "
+                "call backward on a loss of the whole population's output first"
+            )
+        size = self.size
+        grad = torch.cat([_real(cast(torch.Tensor, p.grad)).reshape(size, -1) for p in stacked], dim=1)  # (M, N)
+        if self._decay is not None:
+            grad.addcmul_(self._decay, torch.cat([_real(p).reshape(size, -1) for p in stacked], dim=1))
+        self.steps += 1
+        step, beta2 = self.steps, self.beta2
+        real = grad.dtype
+        beta1 = self.beta1.to(device=grad.device)
+        lr_corrected = (self.lr.to(device=grad.device) / (1 - beta1**step)).to(real)[:, None]  # (M, 1)
+        self._exp_avg.lerp_(grad, (1 - beta1).to(real)[:, None])
+        self._exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = self._exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(self.eps)
+        update = (self._exp_avg * (lr_corrected * self._multiplier)).div_(denom)
+        torch._foreach_sub_(
+            [_real(p) for p in stacked],
+            [u.view(_real(p).shape) for u, p in zip(torch.split(update, self._widths, dim=1), stacked)],
+        )
 
 
 def clip_population_spectral_gradients(population: PopulationFNO, clip_value: float | None) -> None:

@@ -187,14 +187,14 @@ class _Population:
         scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # as LambdaLR.step sets it
         params = dict(model.named_parameters())
         for stacked, name in self.model._names:
-            state = self.optimizer.state.get(stacked)
-            if not state:
+            moments = self.optimizer.moments(stacked)
+            if moments is None:
                 continue
             p = params[name]
             optimizer.state[p] = {
-                "step": torch.tensor(float(state["step"])),
-                "exp_avg": state["exp_avg"][pos].detach().clone().reshape(p.shape),
-                "exp_avg_sq": state["exp_avg_sq"][pos].detach().clone().reshape(p.shape),
+                "step": torch.tensor(float(self.optimizer.steps)),
+                "exp_avg": moments[0][pos].clone().reshape(p.shape),
+                "exp_avg_sq": moments[1][pos].clone().reshape(p.shape),
             }
         history = self.histories[index]
         save_checkpoint(

@@ -161,6 +161,8 @@ def test_members_of_different_configurations_or_bad_settings_are_one_line():
         population(torch.randn(3, 4, 32, 1))
     with pytest.raises(OperatorConfigError, match="member 2: the population has members 0 … 1"):
         population.member(2)
+    with pytest.raises(OperatorConfigError, match="parameters have no gradient; call backward on a loss"):
+        PopulationAdam(population, [1e-3, 1e-3]).step()
 
 
 def test_keep_drops_members_and_the_others_train_on():
@@ -188,3 +190,23 @@ def test_keep_drops_members_and_the_others_train_on():
         for a, b in zip(population.member(kept).parameters(), full.member(original).parameters()):
             assert torch.allclose(a, b, rtol=1e-5, atol=1e-7)
     assert optimizer.lr.tolist() == [1e-3, 3e-3] and population.size == 2
+
+
+@pytest.mark.parametrize(
+    "config, grid",
+    [(PROXY, (32,)), (dict(dim=2, in_channels=1, out_channels=2, modes=3, width=8, parametrization="mup"), (12, 10))],
+    ids=["1d", "2d"],
+)
+def test_the_gpu_spectral_path_computes_what_the_cpu_path_computes(config, grid):
+    """The FFT path a GPU takes (PopulationFNO._spectral off the CPU) and the CPU's GEMM path agree, values and
+    gradients: the GPU path is checked on every machine, not only where a GPU is."""
+    population = PopulationFNO(_members(2, **config))
+    h = torch.randn(2, config["width"], 3, *grid, requires_grad=True)
+    fft = population._spectral_fft(h, 1)
+    (g_fft,) = torch.autograd.grad(fft.square().sum(), h)
+    gemm = population._spectral_gemm(h, 1)
+    (g_gemm,) = torch.autograd.grad(gemm.square().sum(), h)
+    torch.testing.assert_close(fft, gemm, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(g_fft, g_gemm, rtol=1e-4, atol=1e-4)
+    other = population._spectral_gemm(h, 0)  # another layer's weights: the check can tell layers apart
+    assert not torch.allclose(other, fft, atol=1e-3)
