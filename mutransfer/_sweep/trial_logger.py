@@ -440,7 +440,10 @@ class TrialLogger:
             ("device_seconds", wall * self.devices_per_trial, now, 0),
         ]
         if seen_start:  # from Tune starting the trial to its end, on the driver's clock (mutransfer._sweep.overheads)
-            metrics.append(("span_seconds", end - start, now, 0))
+            # the members of a population (``population``: how many trained together) share its span, as they share
+            # its trainer and wall time: each holds its part, so the study's overheads count the span once
+            together = max(1, int(last.get("population", 1) or 1))
+            metrics.append(("span_seconds", (end - start) / together, now, 0))
         if run is not None:
             metrics = [m for m in metrics if m[0] not in run.finals]
         tags = {STATUS_TAG: status, "mutransfer.retries": max(0, retries)}

@@ -152,6 +152,10 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     assert (together_in == 8) == ("alone" not in summary), summary
     assert f"  {summary}" in format_report(together)
     assert alone.get("search_summary") is None  # one at a time: nothing to say
+    # the members share their population's span as they share its time: the overheads count each population once
+    overheads = together["compute"]["overheads"]
+    assert 0 < overheads["fixed_share"] < 1, overheads
+    assert overheads["trial_startup_seconds"] < together["compute"]["proxy_phase_seconds"], overheads
 
 
 def test_a_population_that_fails_trains_its_members_alone_once_even_without_retries(tiny_data, tmp_path, monkeypatch):
