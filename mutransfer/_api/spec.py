@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -109,9 +110,9 @@ class StudySpec:
             node[last] = value
         return StudySpec(yaml.safe_dump(mapping, sort_keys=False), self.source, self.path)
 
-    @property
+    @functools.cached_property
     def study(self) -> Study:
-        """The validated study (mutransfer's internal record of it)."""
+        """The validated study (mutransfer's internal record of it), parsed once: when the spec is made."""
         return load_study(self.source, text=self.text, folder=self.folder)[0]
 
     @property
