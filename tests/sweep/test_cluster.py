@@ -37,36 +37,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.alone]
 JOB_TIMEOUT_S = 300  # submission to SUCCEEDED, on a loaded 2-core machine
 
 
-def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
-    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    # Trials long enough (200 epochs, no ASHA stop) that the two overlap: with 2-epoch trials the first could end
-    # before the second's actor had started on the worker node, and Tune then ran both on the head node.
-    # No early target: started once both trials are handed out, it may take the worker node's CPU before the second
-    # trial's actor holds it (seen with the suite on two workers), and both trials then run on the head, one after
-    # the other (tests/sweep/test_early_target.py tests the early start).
-    study = write_tiny_study(
-        tmp_path, data, name="cluster-test", trials=2, epochs=200, grace=200, target_epochs=1, max_concurrent=2,
-        target={"start_early": False},
-    )  # fmt: skip
-    runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
-    sweep = [
-        "mutransfer", "sweep",
-        "--study", str(study),
-        "--address", "auto",
-        "--proxy-K", "4",
-        "--target-K", "8",
-        "--num-trials", "2",
-        "--epochs", "200",
-        "--target-epochs", "1",
-        "--tracking-uri", f"sqlite:///{db}",
-        "--name", "cluster-test",
-        "--runs-dir", str(runs),
-        "--json",
-    ]  # fmt: skip
+def _submit(cluster, tmp_path, sweep: list[str], prefix: str) -> str:
+    """Submit ``sweep`` to the cluster as a Ray job, wait for it (JOB_TIMEOUT_S) and assert it succeeded: its logs."""
     # No --working-dir: the package is installed (editable) on every node, so nothing is uploaded.
     # The entrypoint is a shell command; `cd` keeps any relative output (e.g. ./mlruns) in tmp_path.
     entrypoint = f"cd {shlex.quote(str(tmp_path))} && {shlex.join(sweep)}"
-    job_id = f"cluster-test-{secrets.token_hex(4)}"
+    job_id = f"{prefix}-{secrets.token_hex(4)}"
     runtime_env = {"env_vars": {"MUTRANSFER_CACHE": str(tmp_path / "cache"), "TQDM_DISABLE": "1"}}
     cluster.run(
         RAY, "job", "submit",
@@ -100,6 +76,37 @@ def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
         )
     logs = job_logs()
     assert "' succeeded" in status.lower(), f"job {job_id} did not succeed:\n{status}\njob logs:\n{logs}"
+
+    return logs
+
+
+def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
+    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
+    # Trials long enough (200 epochs, no ASHA stop) that the two overlap: with 2-epoch trials the first could end
+    # before the second's actor had started on the worker node, and Tune then ran both on the head node.
+    # No early target: started once both trials are handed out, it may take the worker node's CPU before the second
+    # trial's actor holds it (seen with the suite on two workers), and both trials then run on the head, one after
+    # the other (tests/sweep/test_early_target.py tests the early start).
+    study = write_tiny_study(
+        tmp_path, data, name="cluster-test", trials=2, epochs=200, grace=200, target_epochs=1, max_concurrent=2,
+        target={"start_early": False},
+    )  # fmt: skip
+    runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
+    sweep = [
+        "mutransfer", "sweep",
+        "--study", str(study),
+        "--address", "auto",
+        "--proxy-K", "4",
+        "--target-K", "8",
+        "--num-trials", "2",
+        "--epochs", "200",
+        "--target-epochs", "1",
+        "--tracking-uri", f"sqlite:///{db}",
+        "--name", "cluster-test",
+        "--runs-dir", str(runs),
+        "--json",
+    ]  # fmt: skip
+    logs = _submit(cluster, tmp_path, sweep, "cluster-test")
 
     # The sweep completed: report in the job's stdout, study state on disk, runs in MLflow.
     sdir = runs / "cluster-test"
@@ -194,3 +201,39 @@ def test_a_worker_node_killed_mid_trial_the_trial_resumes_on_the_head_and_the_st
         steps = [m.step for m in client.get_metric_history(run.info.run_id, "val_error")]
         assert sorted(steps) == sorted(set(steps)) and len(steps) == epochs, (run.info.run_name, len(steps))
     print("worker node killed:", json.dumps({"epochs_at_kill": done_at_kill, "retried": retried[0]}))
+
+
+def test_populations_on_a_cluster_train_on_both_nodes(cluster, tmp_path):
+    """``--executor ray-population`` submitted as a job: a window's populations are Ray tasks of one CPU each, so the
+    2-node cluster (one CPU a node) trains two of them at once only with one on each node. Each trial's pid
+    (executions.jsonl) is mapped to its node by Ray's state API (workers)."""
+    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
+    study = write_tiny_study(
+        tmp_path, data, name="cluster-pop", trials=8, epochs=3, grace=1, target_epochs=1, max_concurrent=4,
+        target={"start_early": False},
+    )  # fmt: skip
+    runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
+    sweep = [
+        "mutransfer", "sweep",
+        "--study", str(study),
+        "--address", "auto",
+        "--executor", "ray-population",
+        "--tracking-uri", f"sqlite:///{db}",
+        "--runs-dir", str(runs),
+        "--json",
+    ]  # fmt: skip
+    logs = _submit(cluster, tmp_path, sweep, "cluster-pop")
+    sdir = runs / "cluster-pop"
+    state = json.loads((sdir / "state.json").read_text()) if (sdir / "state.json").exists() else {}
+    assert state.get("phase") == "done", f"study state: {state}\njob logs:\n{logs}"
+    assert len(state["trials"]) == 8
+
+    from mutransfer._sweep.trial import read_executions
+
+    execs = {t.name: [e for e in read_executions(t) if e["kind"] == "train"] for t in (sdir / "trials").iterdir()}
+    assert all(execs.values()), execs
+    assert max(e.get("population", 1) for es in execs.values() for e in es) >= 2, execs  # populations, not lone trials
+    nodes = {n["node_id"] for n in cluster.state("nodes")}
+    node_of_pid = {int(w["pid"]): w["node_id"] for w in cluster.state("workers") if w.get("pid")}
+    used = {node_of_pid.get(e["pid"]) for es in execs.values() for e in es}
+    assert used == nodes, f"tasks ran on {used}, the cluster's nodes are {nodes}; job logs:\n{logs[-3000:]}"
