@@ -283,15 +283,8 @@ class SweepContext:
     #: "verification", "direct_baseline"; a strategy that is not active has none
     records: dict[str, StrategyRecord] = field(default_factory=dict)
     #: the target's Ray Train run started while the last proxies train (mutransfer._sweep.early_target); None: the
-    #: target starts in its phase (``target.start_early: false``, a strategy that trains the target otherwise, a
-    #: nested search)
+    #: target starts in its phase (``target.start_early: false``, a strategy that trains the target otherwise)
     early_target: EarlyTarget | None = None
-    #: the search trains the target's model (the direct-tuning baseline's and a ladder rung's sub-context)
-    search_at_target: bool = False
-    #: the configurations a nested search runs instead of sampling, without ASHA (a ladder rung's promoted trials)
-    preset: list[dict] | None = None
-    #: what the search is called on the console ("proxies", "direct search", "rung 1")
-    label: str | None = None
 
     def __post_init__(self) -> None:
         self.tracker = Tracker(self.tracking_uri)
@@ -375,19 +368,11 @@ class SweepContext:
             raise NotMadeYet("the target", "the target phase (train_target, or top-k's)")
         return self.trained
 
-    @property
-    def search_data(self) -> SelectionSplit:
-        """What this context's search trains and selects on: the selection split on the grid of the models it
-        trains (the proxy's, or the target's for a search at the target's size)."""
-        return self.selection_data if self.search_at_target else self.proxy_data
-
-    #: tags every trial's MLflow run carries (a ladder: mutransfer.rung)
-    trial_tags: dict = field(default_factory=dict)
     #: the memory plans of this context's models, by (target model?, device kind, workers, data channels): see
     #: memory_plan
     plans: dict[tuple[bool, str, int, tuple[int, int]], Plan | None] = field(default_factory=dict)
 
-    #: the study's executor, made on first use (a nested search shares its study's: mutransfer._sweep.nested)
+    #: the study's executor, made on first use (its nested searches train through it: mutransfer._sweep.nested)
     booked: Booked | None = field(default=None, repr=False)
 
     @property
@@ -398,18 +383,14 @@ class SweepContext:
             self.booked = Booked(executor_for(self.options.executor), Ledger(self.study_dir.root))
         return self.booked
 
-    @property
-    def search_name(self) -> str:
-        return self.label or ("direct search" if self.search_at_target else "proxies")
-
     def memory_plan(self, *, target: bool, device: str, workers: int = 1) -> Plan | None:
         """The memory plan of the proxy's or the target's model (mutransfer._study.memory.plan_step), made once.
 
         The driver checks it against this machine (prepare) and hands the same plan to the
         trials and target workers that train the model, who hold it against their device
         instead of planning again. ``workers``: the Ray Train workers the batch is split over (the
-        target's). A nested search (a ladder rung, the direct baseline) has its own context, so
-        its own models' plans. Planned for the data's channels once the data are loaded (1 and 1 before:
+        target's). A nested search (a ladder rung, the direct baseline) plans its own models
+        (mutransfer._sweep.proxies). Planned for the data's channels once the data are loaded (1 and 1 before:
         the generated problems' channels, and a lower bound for a data file's, checked again once read).
         """
         channels = self.data_channels

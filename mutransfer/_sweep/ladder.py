@@ -32,10 +32,10 @@ from mutransfer._sweep.baseline import trials_cost
 from mutransfer._sweep.context import FinalSearch, SweepContext, ranked
 from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.nested import Search, run_search
+from mutransfer._sweep.proxies import RUNG_TAG
 from mutransfer._sweep.rescale import transfer
 from mutransfer._tracking.runs import log_batch
 
-RUNG_TAG = "mutransfer.rung"
 #: the ladder's slot in ``SweepContext.records`` (mutransfer._sweep.strategies.ladder)
 NAME = "ladder"
 

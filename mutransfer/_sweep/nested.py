@@ -5,7 +5,8 @@ are searches of their own: a :class:`Search` says what one trains (the study at 
 runs instead of sampling) and where it keeps it (its folder, with its own ``state.json`` and trial files, so
 ``--resume`` continues it; its MLflow run of ``kind``, a child of the study's parent run, created once and reused on
 resume). :func:`run_search` trains it through the study's executor, as the proxies train, and returns a
-:class:`SearchResult`.
+:class:`SearchResult`. The study's own context is not cloned for it: the search is a value, run by the proxy
+phase's function (mutransfer._sweep.proxies.run_scope) with the study's data, tracker and executor.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep.context import StudyRun, SweepContext
-from mutransfer._sweep.proxies import run_proxies
+from mutransfer._sweep.proxies import SearchScope, run_scope
 from mutransfer._tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, create_run, log_batch
 
 if TYPE_CHECKING:
@@ -56,25 +57,17 @@ class SearchResult:
 def run_search(ctx: SweepContext, search: Search) -> SearchResult:
     """Train ``search`` (or continue it from its folder) through the study's executor, booked in the study's ledger
     under the tag of the phase that runs it."""
-    sub = _context(ctx, search)
-    run_proxies(sub)
-    return SearchResult(sub.proxies.trials, sub.proxies.best, sub.proxies.seconds, sub.parent_id, search.folder)
+    scope = _scope(ctx, search)
+    found = run_scope(ctx, scope)
+    return SearchResult(found.trials, found.best, found.seconds, scope.run.parent_id, search.folder)
 
 
-def _context(ctx: SweepContext, search: Search) -> SweepContext:
-    """The context the proxy phase runs ``search`` on: its folder, its study at the target's size, the study's data,
-    tracker and executor, and its own MLflow run."""
+def _scope(ctx: SweepContext, search: Search) -> SearchScope:
+    """``search`` as the proxy phase's machinery trains it: its folder (made, with a first ``state.json``), its study,
+    and its own MLflow run under the study's parent run (made once; a resume finds it in the folder's state)."""
     sdir = StudyDir(search.folder)
     sdir.root.mkdir(parents=True, exist_ok=True)
     state = sdir.read_state() or {"phase": "proxies", "study": ctx.study.name}
-    preset = None if search.preset is None else [dict(c) for c in search.preset]
-    sub = SweepContext(
-        ctx.options, search.study, sdir, [], ctx.tracking_uri, ctx.source_text, state, 0, search_at_target=True,
-        preset=preset, label=search.label, trial_tags=dict(search.trial_tags),
-    )  # fmt: skip
-    sub.loaded = ctx.study_data
-    sub.booked = ctx.executor  # one ledger per study, under the tag of the phase that nests the search
-    sub.tracker = ctx.tracker
     parent = state.get("parent_run_id")
     if not (parent and ctx.tracker.run_exists(parent)):
         tags = {PARENT_TAG: ctx.parent_id, KIND_TAG: search.kind, STUDY_TAG: ctx.study.name}
@@ -83,6 +76,13 @@ def _context(ctx: SweepContext, search: Search) -> SweepContext:
         )
         if search.params:
             log_batch(ctx.tracker.client, parent, params=dict(search.params))
-    sub.run = StudyRun(ctx.experiment_id, parent)
-    sub.update_state(**{**state, "parent_run_id": parent})
-    return sub
+    sdir.update_state(**{**state, "parent_run_id": parent})
+    return SearchScope(
+        search.study,
+        sdir,
+        StudyRun(ctx.experiment_id, parent),
+        nested=True,
+        preset=search.preset,
+        label=search.label or "direct search",
+        trial_tags=search.trial_tags,
+    )

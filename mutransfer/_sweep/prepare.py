@@ -130,8 +130,7 @@ def prepare(options: SweepOptions) -> SweepContext:
         state,
         fail_trials,
         prior_wall=float(state.get("wall_seconds", 0.0)),
-        trial_tags={"mutransfer.rung": "0"} if study.ladder else {},
-    )  # mutransfer._sweep.ladder.RUNG_TAG
+    )
     for note in notes:
         ctx.say(note)
     check_memory(ctx)

@@ -271,17 +271,17 @@ def for_options(options) -> str:
     return display_mode(quiet=bool(options.quiet), json=bool(getattr(options, "json", False)))
 
 
-def proxy_callback(ctx, total: int, finished: int = 0):
-    """The display of a sweep's search, fed its trials' events by the executor (ctx: a SweepContext; total: its
-    number of trials, ``finished`` of them before this session)."""
-    study = ctx.study
+def proxy_callback(options, study, label: str, total: int, finished: int = 0):
+    """The display of a search (``label``: how the console names it) of ``study``, fed its trials' events by the
+    executor (options: the sweep's SweepOptions; total: its number of trials, ``finished`` of them before this
+    session)."""
     return ProxyProgress(
         total,
         budget_epochs=study.budget.epochs,
         searched=list(study.search_space),
-        mode=for_options(ctx.options),
+        mode=for_options(options),
         finished=finished,
-        label=ctx.search_name,
+        label=label,
     )
 
 

@@ -25,17 +25,29 @@ import re
 import signal
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from mutransfer._study.memory import plan_step
 from mutransfer._study.models import merge_hyperparameters
 from mutransfer._study.search_space import typed
 from mutransfer._study_folder.records import TrialRecord
+from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep import progress
 from mutransfer._sweep._executors import SearchRun
-from mutransfer._sweep.context import ProxyResults, SweepContext, SweepError, pick_best
+from mutransfer._sweep.context import ProxyResults, StudyRun, SweepContext, SweepError, pick_best
 from mutransfer._sweep.parent_run import WINDOW_TAG
 from mutransfer._sweep.plan import SearchPlan, trial_key
 from mutransfer._sweep.trial_logger import TrialLogger
 from mutransfer._tracking.runs import TRIAL_ID_TAG, Tracker
+
+if TYPE_CHECKING:
+    from mutransfer._study import Study
+    from mutransfer.data._validation import SelectionSplit
+
+#: the MLflow tag of a trial's ladder rung (mutransfer._sweep.ladder; 0: the study's own proxies)
+RUNG_TAG = "mutransfer.rung"
 
 
 @contextlib.contextmanager
@@ -50,37 +62,70 @@ def keep_sigint_handler():
             signal.signal(signal.SIGINT, previous)
 
 
+@dataclass(frozen=True)
+class SearchScope:
+    """Which search the phase's machinery trains: the study's own (its proxies: :func:`own_search`) or one nested in
+    it (the direct baseline, a ladder's rung: mutransfer._sweep.nested.run_search).
+
+    ``study``: the study at the search's size; ``folder``: where its trials and ``state.json`` are (a resume continues
+    it from there); ``run``: the MLflow run its trials are children of; ``nested``: it trains its study's target-sized
+    model on the selection split at the target's grid (no warm start, no early target, no injected faults, no API
+    callbacks: those are the study's own search's); ``preset``: the configurations it runs instead of sampling,
+    without ASHA; ``label``: how the console names it; ``trial_tags``: on each trial's MLflow run."""
+
+    study: Study
+    folder: StudyDir
+    run: StudyRun
+    nested: bool = False
+    preset: tuple[Mapping[str, object], ...] | None = None
+    label: str = "proxies"
+    trial_tags: Mapping[str, str] = field(default_factory=dict)
+
+
+def own_search(ctx: SweepContext) -> SearchScope:
+    """The study's own search: its proxies, in its folder, under its parent run (a ladder's first rung: rung 0)."""
+    return SearchScope(ctx.study, ctx.study_dir, ctx.opened, trial_tags={RUNG_TAG: "0"} if ctx.study.ladder else {})
+
+
 def run_proxies(ctx: SweepContext) -> None:
-    """Run (or continue) the search and set ``ctx.proxies``."""
-    if ctx.state.get("phase") != "proxies":
-        ctx.proxies = ProxyResults.from_state(ctx.state)
-        return
+    """The proxy phase: run (or continue) the study's own search and set ``ctx.proxies``."""
+    ctx.proxies = run_scope(ctx, own_search(ctx))
+    ctx.state = ctx.study_dir.read_state()  # what the search wrote there
+
+
+def run_scope(ctx: SweepContext, scope: SearchScope) -> ProxyResults:
+    """Run (or continue) the search ``scope`` through the study's executor and return its results, kept in its
+    folder's ``state.json`` (a search already done there is read back, not run again)."""
+    state = scope.folder.read_state()
+    if state.get("phase") != "proxies":
+        return ProxyResults.from_state(state)
     start = time.perf_counter()
-    window, concurrency = ctx.executor.search_shape(ctx.study)
-    plan = _plan(ctx, window)
-    logger = _logger(ctx, plan.total)
-    _announce(ctx, plan, concurrency)
+    window, concurrency = ctx.executor.search_shape(scope.study)
+    plan = _plan(ctx, scope, state, window)
+    logger = _logger(ctx, scope, plan.total)
+    _announce(ctx, scope, plan, concurrency)
     note = ctx.executor.search_note(window)
     if note:
         ctx.say(note)
     if not plan.finished():
         try:
             with keep_sigint_handler():
-                ctx.executor.search(_search_run(ctx, plan, logger, concurrency))
+                ctx.executor.search(_search_run(ctx, scope, plan, logger, concurrency))
             if not plan.finished():
                 raise KeyboardInterrupt("the Tune experiment was interrupted")
             summary = ctx.executor.search_summary()  # a population executor: how this session's trials trained
             if summary:
-                ctx.say(summary if ctx.search_name == "proxies" else f"{ctx.search_name}: {summary}")
-                ctx.update_state(search_summary=summary)
+                ctx.say(summary if scope.label == "proxies" else f"{scope.label}: {summary}")
+                scope.folder.update_state(search_summary=summary)
         except BaseException:
             logger.close(timeout=INTERRUPTED_WRITES_S)  # before the study marks its open runs ended
             raise
     _drain(ctx, logger)
-    trials = collect_trials(ctx.study, plan, logger)
-    seconds = float(ctx.state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
-    ctx.proxies = ProxyResults(trials, next(t for t in trials if t.best), concurrency, seconds)
-    ctx.update_state(phase="target", **ctx.proxies.as_dict())
+    trials = collect_trials(scope.study, plan, logger)
+    seconds = float(state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
+    results = ProxyResults(trials, next(t for t in trials if t.best), concurrency, seconds)
+    scope.folder.update_state(phase="target", **results.as_dict())
+    return results
 
 
 #: seconds the end of a search waits on its queued trial writes before it says that it waits
@@ -100,38 +145,43 @@ def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
     logger.close()
 
 
-def _plan(ctx: SweepContext, first_window: int):
-    """The study's plan; its window is the first session's (kept in state.json), so a resume samples alike."""
+def _plan(ctx: SweepContext, scope: SearchScope, state: dict, first_window: int) -> SearchPlan:
+    """The search's plan; its window is the first session's (kept in state.json), so a resume samples alike."""
 
-    window = ctx.state.get("search_window")
+    window = state.get("search_window")
     if not isinstance(window, int) or window < 1:
         window = first_window
-        ctx.update_state(search_window=window)
-    if ctx.parent_id:  # kept on the parent run too: a rebuilt state takes it back
-        ctx.tracker.set_tags(ctx.parent_id, {WINDOW_TAG: str(window)})
+        scope.folder.update_state(search_window=window)
+    ctx.tracker.set_tags(scope.run.parent_id, {WINDOW_TAG: str(window)})  # kept on the run: a rebuilt state takes it
 
     # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)
     from mutransfer._sweep.strategies import registry as strategies  # noqa: PLC0415
 
     return SearchPlan(
-        ctx.study,
-        ctx.study_dir.trials_dir,
+        scope.study,
+        scope.folder.trials_dir,
         window,
-        seeds=strategies.seed_trials(ctx),
-        preset=ctx.preset,
+        seeds=[] if scope.nested else strategies.seed_trials(ctx),  # a warm start seeds the study's own search
+        preset=None if scope.preset is None else [dict(c) for c in scope.preset],
         sampler=ctx.options.sampler,
     )
 
 
-def _logger(ctx: SweepContext, total: int):
+def _search_data(ctx: SweepContext, scope: SearchScope) -> SelectionSplit:
+    """What the search trains and selects on: the selection split on the grid of the models it trains (the proxy's,
+    or the target's for a nested search)."""
+    return ctx.selection_data if scope.nested else ctx.proxy_data
+
+
+def _logger(ctx: SweepContext, scope: SearchScope, total: int) -> TrialLogger:
     from mutransfer._sweep.strategies import registry as strategies  # noqa: PLC0415 -- deferred: cycle, as in _plan
 
-    study, at_target, r, data = ctx.study, ctx.search_at_target, ctx.study.resources, ctx.search_data
+    study, at_target, r, data = scope.study, scope.nested, scope.study.resources, _search_data(ctx, scope)
     uses_gpu = r.gpus_per_trial > 0
     return TrialLogger(
         uri=ctx.tracking_uri,
-        experiment_id=ctx.experiment_id,
-        parent_run_id=ctx.parent_id,
+        experiment_id=scope.run.experiment_id,
+        parent_run_id=scope.run.parent_id,
         study_name=study.name,
         proxy_K=study.target_K if at_target else study.proxy_K,
         proxy_width=(study.target_width or study.operator.width) if at_target else study.operator.width,
@@ -142,28 +192,28 @@ def _logger(ctx: SweepContext, total: int):
         device_kind="gpu" if uses_gpu else "cpu",
         devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
         quiet=ctx.options.quiet,
-        trials_dir=str(ctx.study_dir.trials_dir),
-        tags=ctx.trial_tags,
-        key_tags=strategies.trial_tags(ctx),
+        trials_dir=str(scope.folder.trials_dir),
+        tags=dict(scope.trial_tags),
+        key_tags={} if scope.nested else strategies.trial_tags(ctx),
         background=True,  # Tune never waits on the store: the trials train on through a server outage
     )
 
 
-def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
-    study, at_target, r = ctx.study, ctx.search_at_target, ctx.study.resources
+def _announce(ctx: SweepContext, scope: SearchScope, plan: SearchPlan, concurrency: int) -> None:
+    study, at_target, r = scope.study, scope.nested, scope.study.resources
     total = plan.total
-    if study.budget.grace_period >= study.budget.epochs and ctx.preset is None:
+    if study.budget.grace_period >= study.budget.epochs and scope.preset is None:
         ctx.say(
             f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early"
         )
-    if study.search.algorithm == "grid" and study.search.num_trials != total and ctx.preset is None:
+    if study.search.algorithm == "grid" and study.search.num_trials != total and scope.preset is None:
         ctx.say(
             f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)"
         )
     gpu = f" + {r.gpus_per_trial} GPU" if r.gpus_per_trial > 0 else ""
     ctx.say(
-        f"{ctx.search_name}: {total} trials, {study.model_text(at_target)} "
-        f"({'promoted, no ASHA' if ctx.preset is not None else study.search.algorithm + ', ASHA'}), "
+        f"{scope.label}: {total} trials, {study.model_text(at_target)} "
+        f"({'promoted, no ASHA' if scope.preset is not None else study.search.algorithm + ', ASHA'}), "
         f"{study.budget.epochs} epochs each, {concurrency} at a time x {r.cpus_per_trial} CPU{gpu} ...",
     )
     if plan.outcomes or plan.configs:
@@ -173,34 +223,42 @@ def _announce(ctx: SweepContext, plan, concurrency: int) -> None:
         )
 
 
-def _search_run(ctx: SweepContext, plan, logger, concurrency: int) -> SearchRun:
+def _search_run(
+    ctx: SweepContext, scope: SearchScope, plan: SearchPlan, logger: TrialLogger, concurrency: int
+) -> SearchRun:
     """The plan's remaining trials as the executor runs them (on Ray: a fresh Tune experiment, tune/run-<n>)."""
-    study, r = ctx.study, ctx.study.resources
+    study, r = scope.study, scope.study.resources
     uses_gpu = r.gpus_per_trial > 0
+    device = "cuda" if uses_gpu else "cpu"
     tune_callbacks = []
-    if ctx.early_target is not None:  # the target's workers start while the last trials run (Ray only)
+    if ctx.early_target is not None and not scope.nested:  # the target's workers start while the last trials run
         from mutransfer._sweep.tune_callback import WhenHandedOut  # noqa: PLC0415 -- deferred: imports Ray
 
         tune_callbacks.append(WhenHandedOut(plan, ctx.early_target.start, ctx.early_target.trial_retried))
+    # the driver's plan of this search's model: the trials hold it against their device
+    memory = (
+        plan_step(study, target=True, device=device, channels=ctx.data_channels)
+        if scope.nested
+        else ctx.memory_plan(target=False, device=device)
+    )
     return SearchRun(
         plan=plan,
         study=study,
-        data=ctx.search_data,  # validation rows held out, no test rows: nothing a search picks read them
+        data=_search_data(ctx, scope),  # validation rows held out, no test rows: nothing a search picks read them
         options={
-            "study_dir": str(ctx.study_dir.root),
+            "study_dir": str(scope.folder.root),
             "threads": r.cpus_per_trial,
-            "device": "cuda" if uses_gpu else "cpu",
-            "fail_trials": ctx.fail_trials,
-            "target_size": ctx.search_at_target,
-            # the driver's plan of this search's model: the trials hold it against their device
-            "plan": ctx.memory_plan(target=ctx.search_at_target, device="cuda" if uses_gpu else "cpu"),
+            "device": device,
+            "fail_trials": 0 if scope.nested else ctx.fail_trials,
+            "target_size": scope.nested,
+            "plan": memory,
         },
         concurrency=concurrency,
         # the Python API's callbacks watch the study's own search (not a ladder rung's or the direct baseline's)
-        callbacks=[logger, progress.proxy_callback(ctx, plan.total, len(plan.outcomes))]
-        + ([] if ctx.search_at_target else list(ctx.options.trial_callbacks)),
+        callbacks=[logger, progress.proxy_callback(ctx.options, study, scope.label, plan.total, len(plan.outcomes))]
+        + ([] if scope.nested else list(ctx.options.trial_callbacks)),
         max_failures=study.budget.max_failures,
-        tune_dir=ctx.study_dir.tune_dir,
+        tune_dir=scope.folder.tune_dir,
         tune_callbacks=tune_callbacks,
     )
 

@@ -312,10 +312,10 @@ def _rescale_note(source: SourceStudy, size: dict, rescale: dict) -> str:
 def start_warm(ctx) -> list[tuple[dict, dict]]:
     """Keep the warm start in state.json (first session), tag the parent run, say what seeds the search.
 
-    Returns the plan's warm entries (none for a cold study or the direct baseline's search at the target).
+    Returns the plan's warm entries (none for a cold study; a nested search never asks: mutransfer._sweep.proxies).
     """
     warm = ctx.record(NAME, WarmStart)
-    if warm is None or ctx.search_at_target:
+    if warm is None:
         return []
     if not ctx.state.get("warm_start"):
         ctx.update_state(warm_start=warm.as_dict())

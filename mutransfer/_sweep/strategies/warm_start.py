@@ -47,11 +47,11 @@ class WarmStartStrategy(Strategy):
             ctx.records[NAME] = warm
 
     def seed_trials(self, ctx: SweepContext) -> list[tuple[dict, dict]]:
-        return start_warm(ctx)  # none for the direct baseline's search at the target
+        return start_warm(ctx)  # asked for the study's own search only (mutransfer._sweep.proxies)
 
     def trial_tags(self, ctx: SweepContext) -> dict[str, dict[str, str]]:
         warm = ctx.record(NAME, WarmStart)
-        if warm is None or ctx.search_at_target:
+        if warm is None:
             return {}
         return {key: {WARM_TAG_FROM: source} for key, source in warm.sources().items()}
 
