@@ -78,11 +78,11 @@ def alone_step(device: torch.device) -> Callable[[], None]:
     return step
 
 
-def population_step(size: int, device: torch.device) -> Callable[[], None]:
+def population_step(size: int, device: torch.device, batch: int = BATCH) -> Callable[[], None]:
     population = PopulationFNO(_members(size)).to(device)
     optimizer = PopulationAdam(population, [1e-3 * (1 + m) for m in range(size)])
-    x = torch.randn(size, BATCH, GRID, 2, device=device)
-    y = torch.randn(size, BATCH, GRID, 1, device=device)
+    x = torch.randn(size, batch, GRID, 2, device=device)
+    y = torch.randn(size, batch, GRID, 1, device=device)
 
     def step() -> None:
         optimizer.zero_grad()
@@ -90,6 +90,21 @@ def population_step(size: int, device: torch.device) -> Callable[[], None]:
         optimizer.step()
 
     return step
+
+
+def batch_mix(ms: dict[str, float]) -> dict[str, object]:
+    """8 trials searching batch size 10 or 20 (4 each), per 20 training samples: **grouped**, two populations of 4
+    (the batch-10 one steps twice, the batch-20 one once), against **masked**, one population of 8 padded to batch 20
+    stepping twice (each step the batch-10 members take their 10 samples, the batch-20 members a step every other
+    time: their forward and backward computed on every step all the same). The faster one is what a population
+    executor should do (issue "Proxies that pay in time", item 1)."""
+    grouped = 2 * ms["population_4"] + ms["population_4_batch_20"]
+    masked = 2 * ms["population_8_batch_20"]
+    return {
+        "grouped_ms_per_20_samples": round(grouped, 3),
+        "masked_ms_per_20_samples": round(masked, 3),
+        "faster": "grouped" if grouped <= masked else "masked",
+    }
 
 
 def main() -> None:
@@ -115,12 +130,16 @@ def main() -> None:
     steps = {
         "alone": _synced(alone_step(device), device),
         **{f"population_{m}": _synced(population_step(m, device), device) for m in sizes},
+        # a searched batch size (the default study's: 10 or 20): 4 members of each, grouped or padded together
+        "population_4_batch_20": _synced(population_step(4, device, 2 * BATCH), device),
+        "population_8_batch_20": _synced(population_step(8, device, 2 * BATCH), device),
     }
     times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.rounds):
         for name, step in steps.items():
             times[name].append(mean_ms(step, 100, warmup=10))
     ms = {name: statistics.median(t) for name, t in times.items()}
+    mix = batch_mix(ms)
     result: dict[str, object] = {
         "command": " ".join(["python benchmarks/population_step.py", *sys.argv[1:]]),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -130,6 +149,7 @@ def main() -> None:
         "ms_per_step": {name: round(v, 3) for name, v in ms.items()},
         "ms_per_step_rounds": {name: [round(v, 3) for v in t] for name, t in times.items()},
         **{f"ratio_{m}_to_1": round(ms[f"population_{m}"] / ms["alone"], 3) for m in sizes},
+        "batch_mix": mix,
         # the same ratio within each round (both sizes timed moments apart): its spread is the machine's noise
         "ratio_rounds": {
             f"{m}_to_1": [round(p / a, 3) for p, a in zip(times[f"population_{m}"], times["alone"])] for m in sizes
@@ -142,6 +162,10 @@ def main() -> None:
             f"population of {m:2d}: {total:6.2f} ms per step, {total / m:5.2f} ms per member, "
             f"{total / ms['alone']:.2f}x one proxy's step (one after the other: {m}x)"
         )
+    print(
+        f"batch size 10 or 20, 4 trials each, per 20 samples: grouped {mix['grouped_ms_per_20_samples']:.2f} ms, "
+        f"masked {mix['masked_ms_per_20_samples']:.2f} ms: {mix['faster']} is faster"
+    )
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
 
