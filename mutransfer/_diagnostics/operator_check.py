@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from mutransfer._diagnostics.coord_check import FLAT, GROWS, NO_SIGNAL, classify_curve
+from mutransfer._diagnostics.coord_check import FLAT, GROWS, classify_curve
 from mutransfer._problems import get_problem
 from mutransfer._training.checkpoint import weights_of
 from mutransfer.errors import UserInputError
@@ -68,6 +68,9 @@ class Curve:
     slope: float | None
     low: float | None
     high: float | None
+    #: the layers whose update grows fastest with the size, (module name, log-log slope of its mean over seeds),
+    #: steepest first: where to look when the curve is not flat
+    fastest: tuple[tuple[str, float], ...] = ()
 
     def describe(self) -> str:
         shown = ", ".join(f"{s}: {m:.3g}" for s, m in zip(self.sizes, self.moves, strict=True))
@@ -98,7 +101,9 @@ class OperatorCheck:
             found.append(f"a saved and reloaded model's output differs by {self.round_trip_error:.3g}")
         for c in self.curves:
             if c.rule == "mup" and c.verdict != FLAT:
-                found.append(f"under the muP facts the update {c.verdict} with {c.axis} ({c.describe()})")
+                steepest = ", ".join(f"{name} ({slope:+.2f})" for name, slope in c.fastest)
+                where = f"; steepest layers: {steepest}" if steepest else ""
+                found.append(f"under the muP facts the update {c.verdict} with {c.axis} ({c.describe()}){where}")
         for axis, rule, what in (("width", "off", "the multipliers off"), ("K", "wrong", "a wrong K rule")):
             control = next((c for c in self.curves if c.axis == axis and c.rule == rule), None)
             if control is not None and control.verdict != GROWS:
@@ -207,8 +212,9 @@ def _move(
     spectral: Spectral | None = None,
 ) -> dict[str, tuple[float, float]]:
     """Per role ("hidden", "spectral", "output"): (RMS change of the layers' outputs, geometric mean over the
-    layers; the same relative to their size) after one Adam step at ``lr`` under ``rule``; ``spectral``: the
-    training's init scale and gradient clipping of the spectral weights."""
+    layers; the same relative to their size) after one Adam step at ``lr`` under ``rule``; and per watched layer,
+    under ``f"{LAYER}{role} {name}"``: (its RMS change, its size). ``spectral``: the training's init scale and gradient
+    clipping of the spectral weights."""
     K, width = size
     torch.manual_seed(seed)
     model = build(K, width)
@@ -260,7 +266,14 @@ def _move(
         moves = [max(_rms(seen[n] - before[n]), 1e-30) for n in layers]
         sizes = [max(_rms(before[n]), 1e-30) for n in layers]
         found[role] = (_geomean(moves), _geomean([m / s for m, s in zip(moves, sizes, strict=True)]))
+        found.update({f"{LAYER}{role} {n}": (m, s) for n, m, s in zip(layers, moves, sizes, strict=True)})
     return found
+
+
+#: the prefix of a single layer's entry in what :func:`_move` returns
+LAYER = "layer "
+#: how many of the steepest layers a curve names
+STEEPEST = 3
 
 
 @dataclass(frozen=True)
@@ -302,6 +315,12 @@ def _curve(
     relative = [[v[role][1] for v in seed] for seed in values]
     _, verdict, est = classify_curve(scales, moves, relative, TOLERANCE)
     mean = tuple(sum(m[i] for m in moves) / seeds for i in range(len(sizes)))
+    prefix = f"{LAYER}{role} "  # the curve's own layers
+    watched = [k for k in values[0][0] if k.startswith(prefix) and all(k in v for seed in values for v in seed)]
+    layers = {k: [sum(v[k][0] / rule_of(v) for v in (seed[i] for seed in values)) / seeds for i in range(len(sizes))]
+              for k in watched}  # fmt: skip
+    span = math.log(scales[-1] / scales[0]) if scales[-1] != scales[0] else 1.0
+    slopes = sorted(((k[len(prefix) :], math.log(m[-1] / m[0]) / span) for k, m in layers.items()), key=lambda t: -t[1])
     return Curve(
         axis,
         rule,
@@ -312,6 +331,7 @@ def _curve(
         None if est is None else est.mean,
         None if est is None or not math.isfinite(est.lo) else est.lo,
         None if est is None or not math.isfinite(est.hi) else est.hi,
+        tuple((name, round(slope, 3)) for name, slope in slopes[:STEEPEST]),
     )
 
 
@@ -394,104 +414,3 @@ def _check(
     if has_k:  # a width-only operator (no parameter grows with K) has no K curves
         curves += (_curve("K", "mup", "spectral", by_k, run, seeds), _curve("K", "wrong", "spectral", by_k, run, seeds))
     return OperatorCheck(label, type(largest).__name__, problem, describe(largest), planned, built, error, curves)
-
-
-@dataclass(frozen=True)
-class KCheck:
-    """What :func:`k_coord_check` found: the curve under the muP facts and the control under a wrong K rule (none
-    when no parameter of ``model_class`` grows with K)."""
-
-    model_class: str
-    modes: tuple[int, ...]
-    lr: float
-    seeds: int
-    curves: tuple[Curve, ...]
-
-    @property
-    def flagged(self) -> list[str]:
-        """What keeps it from passing, one line each ([] when it passes)."""
-        if not self.curves:
-            return [f"no parameter of {self.model_class} grows with K: nothing to check across K"]
-        mup, wrong = self.curves
-        if mup.verdict != FLAT:
-            return [mup.describe()]
-        if wrong.verdict != GROWS:
-            return [
-                f"under a wrong K rule the update {wrong.verdict} ({wrong.describe()}): the check cannot see the rule"
-            ]
-        return []
-
-    @property
-    def verdict(self) -> str:
-        """``pass``; ``flagged`` (the update under the facts is not flat in K); ``no-signal`` (nothing grows with K,
-        nothing moved, or the wrong rule's control does not grow: the check cannot see the rule at these sizes)."""
-        if not self.flagged:
-            return "pass"
-        if self.curves and self.curves[0].verdict not in (FLAT, NO_SIGNAL):
-            return "flagged"
-        return NO_SIGNAL
-
-    def as_dict(self) -> dict[str, object]:
-        return {
-            "model_class": self.model_class,
-            "modes": list(self.modes),
-            "lr": self.lr,
-            "seeds": self.seeds,
-            "tolerance": TOLERANCE,
-            "curves": [c.__dict__ for c in self.curves],
-            "verdict": self.verdict,
-            "flagged": self.flagged,
-        }
-
-
-def k_coord_check(
-    factory: Callable[..., nn.Module],
-    *,
-    name: str,
-    options: dict[str, object],
-    x: torch.Tensor,
-    y: torch.Tensor,
-    modes: tuple[int, ...],
-    width: int,
-    lr: float,
-    seeds: int = 3,
-    k_exponent: float = 1.0,
-    init_scale: float = 1.0,
-    clip_value: float | None = None,
-) -> KCheck:
-    """The kit's coordinate check over K alone (item 5 of the module docstring) at the given sizes, on the given data:
-    ``sweep --coord-check`` and ``coord-check --operator`` on a user's factory.
-
-    Args:
-        factory: ``build(*, K, width, in_channels, out_channels, **options)``; ``name`` labels its errors.
-        x, y: a batch, channel-last: (B, *grid, C_in) and (B, *grid, C_out), float32.
-        modes: K values, ascending; the first is the base the muP facts are relative to (the proxy's K).
-        width: the width every model is built at; ``lr``: the one Adam step's base LR.
-        k_exponent: the K rule (c(K) = (d log K)^(-k_exponent/2); 1 is the paper's).
-        init_scale, clip_value: the spectral weights' init × scale and their gradients' element-wise clip, as the
-            study's trainings apply them (the weights the muP facts mark spectral on the largest model).
-    Returns:
-        a :class:`KCheck`: the curve under the muP facts and the one under a deliberately wrong rule (spectral LR
-        × (K/K0)²), none when no parameter of the model grows with K; ``.verdict``, ``.flagged``, ``.as_dict()``.
-    """
-
-    def build(K: int, w: int) -> nn.Module:
-        return call(factory, name, _config(K, w, options, int(x.shape[-1]), int(y.shape[-1])))
-
-    base = (modes[0], width)
-    largest = build(modes[-1], width)
-    with torch.random.fork_rng():
-        set_base_shapes(largest, build(*base), k_exponent=k_exponent)
-    found = KCheck(type(largest).__name__, tuple(modes), lr, seeds, ())
-    if not any(f is not None and f.k_dims for f in map(shape_of, largest.parameters())):
-        return found
-    watched = watched_layers(largest, probe=x[:1])
-    names = frozenset(n for n, p in largest.named_parameters() if getattr(shape_of(p), "role", None) == "spectral")
-    spectral = Spectral(names, float(init_scale), clip_value)
-
-    def run(size: tuple[int, int], rule: str, seed: int) -> dict[str, tuple[float, float]]:
-        return _move(build, size, base, rule, seed, (x, y), watched, lr, k_exponent, spectral)
-
-    by_k = [(k, width) for k in modes]
-    curves = (_curve("K", "mup", "spectral", by_k, run, seeds), _curve("K", "wrong", "spectral", by_k, run, seeds))
-    return KCheck(found.model_class, found.modes, lr, seeds, curves)

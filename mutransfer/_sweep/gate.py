@@ -14,7 +14,7 @@ have stopped sweeps that had no measured failure — while it passed c = 1. Use 
 whether the optimum moved.
 
 On a user's factory (``operator.type: "mymodel:build"``) the check is the conformance kit's over K
-(:func:`mutransfer._diagnostics.operator_check.k_coord_check`): the layers holding the spectral weights, found from the
+(:func:`mutransfer._diagnostics.k_coord_check.k_coord_check`): the layers holding the spectral weights, found from the
 muP facts on the parameters, at the same K values, seeds and LR; it passes when their update, relative to the K
 rule, is flat in K **and** the same model under a deliberately wrong K rule grows (else the check could not see the
 rule at these sizes: ``no-signal``).
@@ -30,8 +30,8 @@ import torch
 
 from mutransfer._diagnostics.coord_check import coord_check
 from mutransfer._diagnostics.coord_plot import plot_coord_check
+from mutransfer._diagnostics.k_coord_check import k_coord_check
 from mutransfer._diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
-from mutransfer._diagnostics.operator_check import k_coord_check
 from mutransfer._study import Study
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep.context import SweepContext, SweepError

@@ -1,7 +1,7 @@
 """`mutransfer coord-check`: does the update at a fixed LR stay flat in K under each parametrization?
 
 With ``--operator FACTORY`` (a user's model, docs/byo.md) it is the conformance kit's check over K instead
-(mutransfer._diagnostics.operator_check.k_coord_check): the layers holding the parameters its muP facts mark spectral.
+(mutransfer._diagnostics.k_coord_check.k_coord_check): the layers holding the parameters its muP facts mark spectral.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from torch import nn
 from mutransfer._diagnostics import coord_check as coord_checking
 from mutransfer._diagnostics.coord_check import check_coord_check_inputs
 from mutransfer._diagnostics.coord_plot import plot_coord_check
+from mutransfer._diagnostics.k_coord_check import k_coord_check
 from mutransfer._diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
-from mutransfer._diagnostics.operator_check import k_coord_check
 from mutransfer._problems import PROBLEMS
 from mutransfer._study.inputs import check_folder
 from mutransfer.cli._check_operator_cmd import factory_options, load_named_factory

@@ -109,9 +109,10 @@ def attention_factory(name: str):
             marks=pytest.mark.xfail(
                 raises=AssertionError,
                 strict=True,
-                reason="measured: under the facts alone ONO's hidden update grows with width, slope +0.34 "
-                "[+0.27, +0.41] over 8 seeds (tolerance 0.35: unresolved); its own width-muP, which the facts do "
-                "not express, is not checked by the kit (issue 34 item 4, open)",
+                reason="measured: under the facts alone ONO's hidden update grows with width, slope +0.32 "
+                "[+0.24, +0.41] over 8 seeds (tolerance 0.35: unresolved), steepest at its attention outputs (the "
+                "1/sqrt(d_h) attention scale, which its own width-muP corrects and the facts cannot express; "
+                "issue 34 item 4, open)",
             ),
         ),
     ],
@@ -135,6 +136,43 @@ def test_the_kit_fails_where_a_layer_scales_with_k_beyond_the_rule():
     result = check_operator(k_scaled, dim=1)
     assert not result.passed
     assert any("under the muP facts the update grows with K" in f for f in result.failures), result.to_text()
+    assert any("steepest layers: spectral (+" in f for f in result.failures), result.to_text()  # the layer named
+
+
+class ScaledLinear(nn.Linear):
+    """A dense layer whose output is multiplied by width / 16: an author's own scale that the muP facts cannot see."""
+
+    def forward(self, x):
+        return super().forward(x) * (self.in_features / 16)
+
+
+class WidthScaledMLP(nn.Module):
+    """Two hidden layers on each point, the second a :class:`ScaledLinear`: its update grows with the width, the
+    first's does not."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.lift = nn.Linear(1, width)
+        self.first = nn.Linear(width, width)
+        self.second = ScaledLinear(width, width)
+        self.readout = nn.Linear(width, 1)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.first(torch.nn.functional.gelu(self.lift(x))))
+        return self.readout(torch.nn.functional.gelu(self.second(h)))
+
+
+def test_a_failing_width_check_names_the_layer_whose_update_grows():
+    """The kit's failure says where to look: the steepest-growing layers, the culprit first (and not the layer
+    before it, whose update stays flat)."""
+    result = check_operator(lambda *, K, width, in_channels, out_channels: WidthScaledMLP(width), dim=1)
+    assert not result.passed
+    (line,) = [f for f in result.failures if "under the muP facts the update" in f]
+    steepest = line.split("steepest layers: ")[1]
+    assert steepest.startswith("second ("), line
+    curve = next(c for c in result.curves if (c.axis, c.rule) == ("width", "mup"))
+    slopes = dict(curve.fastest)
+    assert slopes["second"] > 0.35 > slopes["first"], slopes
 
 
 def test_the_command_says_pass_or_fail_by_its_exit_code(tmp_path, monkeypatch, capsys):
