@@ -9,6 +9,9 @@ its own LR) for a population of M = 1, 2, 4, 8, 16, each member on its own batch
 ``--rounds`` rounds of the mean of 100 steps after 10 warm-up steps, the rounds interleaved so a slow moment of
 the machine hits every size alike. ``ratio_M_to_1``: a population step of M members over a step of one proxy
 alone (M would be the ratio of M proxies trained one after the other). Run it on a quiet machine.
+``population_4_batch_20`` and ``population_8_batch_20`` time the same at batch 20, for ``batch_mix``: a searched
+batch size (10 or 20) trained as one population per batch size against one population padded and masked
+(:func:`batch_mix`).
 
 Both run under the allocator every trial of the product gets (mutransfer._allocator: glibc serving every
 allocation from its heap, never a fresh mmap): the script re-executes itself once with those variables, unless
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -31,12 +33,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mutransfer._allocator import allocator_env, wanted_env  # noqa: E402
 from operators.fno import FNO  # noqa: E402
 from operators.parametrization import optimizer_param_groups  # noqa: E402
 from operators.population import PopulationAdam, PopulationFNO  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from allocator_env import CHOICES, run_under  # noqa: E402
 from proxy_step import mean_ms  # noqa: E402 -- the same timing loop as the proxy's step benchmark
 
 PROXY = dict(dim=1, in_channels=2, out_channels=1, modes=6, width=16, layers=4, parametrization="mup")
@@ -115,15 +117,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch's intra-op threads (default 1, as one trial)")
     parser.add_argument(
         "--allocator",
-        choices=("product", "default"),
+        choices=CHOICES,
         default="product",
         help="product (default): glibc tuned as every trial of the product runs; default: glibc as it comes",
     )
     args = parser.parse_args()
-    missing = allocator_env()
-    if args.allocator == "product" and missing:  # glibc reads its variables at start: run again with them
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **missing})
-    tuned = args.allocator == "product" and bool(wanted_env())
+    allocator = run_under(args.allocator, sys.argv[1:])  # glibc reads its variables at start: run again with them
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sizes = GPU_SIZES if device.type == "cuda" else SIZES
@@ -145,7 +144,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "shape": dict(PROXY, grid=GRID, batch=BATCH, threads=args.threads, dtype="float32"),
         "rounds": args.rounds,
-        "allocator": "product (mutransfer._allocator.TUNED_ENV)" if tuned else "glibc default",
+        "allocator": allocator,
         "ms_per_step": {name: round(v, 3) for name, v in ms.items()},
         "ms_per_step_rounds": {name: [round(v, 3) for v in t] for name, t in times.items()},
         **{f"ratio_{m}_to_1": round(ms[f"population_{m}"] / ms["alone"], 3) for m in sizes},

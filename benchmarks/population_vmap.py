@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -33,11 +32,11 @@ from torch.func import functional_call, stack_module_state, vmap
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mutransfer._allocator import allocator_env, wanted_env  # noqa: E402
 from operators.galerkin import GalerkinTransformer  # noqa: E402
 from operators.ono import ONO  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
+from allocator_env import run_under  # noqa: E402
 from proxy_step import mean_ms  # noqa: E402 -- the same timing loop as the proxy's step benchmark
 
 BATCH, POINTS, SIZES = 10, (64, 256, 961), (1, 8)
@@ -97,9 +96,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    missing = allocator_env()
-    if missing:  # glibc reads its variables at start: run again with them
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **missing})
+    allocator = run_under("product", sys.argv[1:])  # glibc reads its variables at start: run again with them
     torch.set_num_threads(1)
     try:
         stacked_step(ono, 64, 2)
@@ -124,7 +121,7 @@ def main() -> None:
     result = {
         "command": " ".join(["python benchmarks/population_vmap.py", *sys.argv[1:]]),
         "model": "GalerkinTransformer(2, 1, 1, width=16, layers=3, heads=4, width-muP), batch 10, fp32, 1 thread",
-        "allocator": "product (mutransfer._allocator.TUNED_ENV)" if wanted_env() else "glibc default",
+        "allocator": allocator,
         "rounds": args.rounds,
         "ms_per_step": {name: round(v, 3) for name, v in ms.items()},
         "ms_per_step_rounds": {name: [round(v, 3) for v in t] for name, t in times.items()},

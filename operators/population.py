@@ -151,8 +151,8 @@ class PopulationFNO(nn.Module):
         """K_l on CPU as the FNO computes it there (operators.contraction: the kept rfft modes as real GEMMs, in
         its packed mode order: each non-last axis's corner bit beside its frequency), the product of every member
         and mode as one complex batched matmul, samples as rows: (B × m_in) @ (m_in × m_out) per member and mode.
-        (Measured on this project's 2-core machine, one thread, 8 default-study proxies: a layer's forward and
-        backward in 0.30 ms this way, 0.46 ms as one real GEMM of [[Re W, Im W], [−Im W, Re W]] blocks.)"""
+        (On this project's 2-core machine, one thread, 8 default-study proxies, while making the change: a layer's
+        forward and backward in 0.30 ms this way, 0.46 ms as one real GEMM of [[Re W, Im W], [−Im W, Re W]] blocks.)"""
         d, k = self.dim, self.modes
         grid = tuple(h.shape[3:])
         planes = truncated_dft(_working(h), k, d)  # (2, Q, M, m_in, B), Q = 2^(d-1) K^d
@@ -273,6 +273,56 @@ def _real(t: torch.Tensor) -> torch.Tensor:
     return torch.view_as_real(t) if t.is_complex() else t
 
 
+class _Moments:
+    """Adam's moments of the population's parameters of one device and real dtype, flat: two (M, N) buffers, N the
+    real entries of one member's parameters, with each column's muP LR multiplier and weight decay (1, N)."""
+
+    def __init__(self, indices: list[int], params: list[torch.Tensor], facts: list[tuple[float, float]], size: int):
+        first = _real(params[0])
+        self.indices = indices
+        self.widths = [_real(p).numel() // size for p in params]
+        spread = [torch.full((w,), 0.0, dtype=first.dtype) for w in self.widths]
+        self.multiplier = torch.cat([t.fill_(m) for t, (m, _d) in zip(spread, facts)]).to(first.device)[None]
+        decay = [d for _m, d in facts]
+        self.decay = (
+            torch.cat([torch.full((w,), d, dtype=first.dtype) for w, d in zip(self.widths, decay)]).to(first.device)[
+                None
+            ]
+            if any(decay)
+            else None
+        )
+        self.exp_avg = torch.zeros(size, sum(self.widths), dtype=first.dtype, device=first.device)
+        self.exp_avg_sq = torch.zeros_like(self.exp_avg)
+
+    def keep(self, rows: torch.Tensor) -> None:
+        rows = rows.to(self.exp_avg.device)
+        self.exp_avg, self.exp_avg_sq = self.exp_avg[rows].contiguous(), self.exp_avg_sq[rows].contiguous()
+
+    def piece(self, position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The moments' columns of the group's parameter at ``position``: copies, (M, width)."""
+        start = sum(self.widths[:position])
+        columns = slice(start, start + self.widths[position])
+        return self.exp_avg[:, columns].clone(), self.exp_avg_sq[:, columns].clone()
+
+    def step(self, params: list[torch.Tensor], step_size: torch.Tensor, one_minus_beta1: torch.Tensor, step: int,
+             beta2: float, eps: float) -> None:  # fmt: skip
+        """One Adam update of ``params`` (this group's, in order): ``step_size`` (M,) the members' LR over their bias
+        correction, ``one_minus_beta1`` (M,)."""
+        size, real = self.exp_avg.shape[0], self.exp_avg.dtype
+        grad = torch.cat([_real(cast(torch.Tensor, p.grad)).reshape(size, -1) for p in params], dim=1)  # (M, N)
+        if self.decay is not None:
+            grad.addcmul_(self.decay, torch.cat([_real(p).reshape(size, -1) for p in params], dim=1))
+        self.exp_avg.lerp_(grad, one_minus_beta1.to(device=grad.device, dtype=real)[:, None])
+        self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        denom = self.exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(eps)
+        rate = step_size.to(device=grad.device, dtype=real)[:, None] * self.multiplier
+        update = (self.exp_avg * rate).div_(denom)
+        torch._foreach_sub_(
+            [_real(p) for p in params],
+            [u.view(_real(p).shape) for u, p in zip(torch.split(update, self.widths, dim=1), params)],
+        )
+
+
 class PopulationAdam(torch.optim.Optimizer):
     """Adam for every member of a :class:`PopulationFNO`: member m at ``lr[m]`` and ``beta1[m]``.
 
@@ -281,10 +331,12 @@ class PopulationAdam(torch.optim.Optimizer):
     update is ``torch.optim.Adam``'s (L2 weight decay added to the gradient, bias-corrected moments, complex
     weights as real pairs).
 
-    The moments of all parameters lie in two (M, N) buffers, N the real entries of one member, each column
-    with its parameter's multiplier and weight decay: a step is a dozen whole-buffer operations whatever the
-    number of parameters (one gather of the gradients, one scatter of the update), not a dozen per parameter.
-    :meth:`moments` gives one parameter's moments in its own shape.
+    The moments of the parameters of one device and real dtype lie in two (M, N) buffers, N their real entries per
+    member, each column with its parameter's multiplier and weight decay: a step is a dozen whole-buffer operations
+    whatever the number of parameters (one gather of the gradients, one scatter of the update), not a dozen per
+    parameter. The buffers are made at the first step, on the parameters' devices and dtypes then. The multipliers
+    and weight decays are read once, when the optimizer is made (changing a group's ``lr_multiplier`` or
+    ``weight_decay`` later has no effect). :meth:`moments` gives one parameter's moments in its own shape and dtype.
 
     Args:
         population: the stacked model.
@@ -321,22 +373,8 @@ class PopulationAdam(torch.optim.Optimizer):
         self.population = population
         self.beta2, self.eps = beta2, eps
         self.steps = 0
-        first = template[0][0]
-        real = _real(first).dtype
-        widths = [_real(stacked).numel() // size for stacked, _single in template]
-        self._widths = widths
-        # per column: the parameter's muP LR multiplier and weight decay, (1, N)
-        self._multiplier = torch.cat(
-            [torch.full((w,), float(g["lr_multiplier"]), dtype=real) for w, g in zip(widths, self.param_groups)]
-        ).to(first.device)[None]
-        decay = [float(g["weight_decay"]) for g in self.param_groups]
-        self._decay = (
-            torch.cat([torch.full((w,), d, dtype=real) for w, d in zip(widths, decay)]).to(first.device)[None]
-            if any(decay)
-            else None
-        )
-        self._exp_avg = torch.zeros(size, sum(widths), dtype=real, device=first.device)
-        self._exp_avg_sq = torch.zeros_like(self._exp_avg)
+        self._facts = [facts[id(single)] for _stacked, single in template]  # per parameter, in the groups' order
+        self._moments: list[_Moments] = []  # made at the first step
 
     def _stacked(self) -> list[torch.Tensor]:
         return [cast(torch.Tensor, group["params"][0]) for group in self.param_groups]
@@ -344,13 +382,17 @@ class PopulationAdam(torch.optim.Optimizer):
     def moments(self, stacked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Adam's first and second moments of ``stacked`` (a parameter of the population), each a copy in its
         shape and dtype (M, …); ``None`` before the first step."""
-        if not self.steps:
+        found = [i for i, p in enumerate(self._stacked()) if p is stacked]
+        if not found:
+            raise OperatorConfigError(
+                "moments: not a parameter this optimizer steps (after keep(), ask for the new ones)"
+            )
+        if not self._moments:
             return None
-        (i,) = [i for i, p in enumerate(self._stacked()) if p is stacked]
-        start = sum(self._widths[:i])
+        (index,) = found
+        group = next(g for g in self._moments if index in g.indices)
         out = []
-        for buffer in (self._exp_avg, self._exp_avg_sq):
-            piece = buffer[:, start : start + self._widths[i]].contiguous()
+        for piece in group.piece(group.indices.index(index)):
             shaped = piece.view(_real(stacked).shape)
             out.append(torch.view_as_complex(shaped) if stacked.is_complex() else shaped)
         return out[0], out[1]
@@ -363,8 +405,8 @@ class PopulationAdam(torch.optim.Optimizer):
         if self.population.size != len(index):
             raise OperatorConfigError("keep: call PopulationFNO.keep with the same members first")
         self.lr, self.beta1, self.size = self.lr[index], self.beta1[index], len(index)
-        rows = index.to(self._exp_avg.device)
-        self._exp_avg, self._exp_avg_sq = self._exp_avg[rows].contiguous(), self._exp_avg_sq[rows].contiguous()
+        for moments in self._moments:
+            moments.keep(index)
         for group, (stacked, _name) in zip(self.param_groups, self.population._names):
             group["params"] = [stacked]
 
@@ -378,23 +420,18 @@ class PopulationAdam(torch.optim.Optimizer):
                 f"step: {len(missing)} of the population's parameters have no gradient; "
                 "call backward on a loss of the whole population's output first"
             )
-        size = self.size
-        grad = torch.cat([_real(cast(torch.Tensor, p.grad)).reshape(size, -1) for p in stacked], dim=1)  # (M, N)
-        if self._decay is not None:
-            grad.addcmul_(self._decay, torch.cat([_real(p).reshape(size, -1) for p in stacked], dim=1))
+        if not self._moments:  # one set of flat buffers per device and real dtype
+            kinds: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+            for i, p in enumerate(stacked):
+                kinds.setdefault((p.device, _real(p).dtype), []).append(i)
+            self._moments = [
+                _Moments(ix, [stacked[i] for i in ix], [self._facts[i] for i in ix], self.size) for ix in kinds.values()
+            ]
         self.steps += 1
-        step, beta2 = self.steps, self.beta2
-        real = grad.dtype
-        beta1 = self.beta1.to(device=grad.device)
-        lr_corrected = (self.lr.to(device=grad.device) / (1 - beta1**step)).to(real)[:, None]  # (M, 1)
-        self._exp_avg.lerp_(grad, (1 - beta1).to(real)[:, None])
-        self._exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-        denom = self._exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(self.eps)
-        update = (self._exp_avg * (lr_corrected * self._multiplier)).div_(denom)
-        torch._foreach_sub_(
-            [_real(p) for p in stacked],
-            [u.view(_real(p).shape) for u, p in zip(torch.split(update, self._widths, dim=1), stacked)],
-        )
+        step_size = self.lr / (1 - self.beta1**self.steps)  # float64, cast to each group's dtype
+        for moments in self._moments:
+            params = [stacked[i] for i in moments.indices]
+            moments.step(params, step_size, 1 - self.beta1, self.steps, self.beta2, self.eps)
 
 
 def clip_population_spectral_gradients(population: PopulationFNO, clip_value: float | None) -> None:

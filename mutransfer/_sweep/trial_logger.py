@@ -441,7 +441,8 @@ class TrialLogger:
         ]
         if seen_start:  # from Tune starting the trial to its end, on the driver's clock (mutransfer._sweep.overheads)
             # the members of a population (``population``: how many trained together) share its span, as they share
-            # its trainer and wall time: each holds its part, so the study's overheads count the span once
+            # its trainer and wall time: each holds its part, so the study's overheads count the span once (by the
+            # members it started with: one that outlives ASHA-stopped partners gets less than its share)
             together = max(1, int(last.get("population", 1) or 1))
             metrics.append(("span_seconds", (end - start) / together, now, 0))
         if run is not None:

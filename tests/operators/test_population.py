@@ -97,7 +97,7 @@ def test_each_member_trains_as_it_trains_alone_and_a_swapped_lr_does_not(config,
     """Six Adam steps with L2 decay and spectral clipping, each member at its own LR and beta1 on its own batches:
     every parameter within 1e-3 of how far it moved (float32 rounding: Adam's m/sqrt(v) magnifies it where a
     gradient entry is near zero); the same population with two members' LRs swapped is off by far more. In 2-D
-    (the FFT path) and under width-muP (the hidden and readout multipliers) too."""
+    (four modes' corners) and under width-muP (the hidden and readout multipliers) too."""
     lrs, beta1s, steps, clip = [3e-3, 1e-2, 3e-2], [0.9, 0.8, 0.95], 6, 0.5
     torch.manual_seed(10)
     shape = (3, 5, *grid)
@@ -194,8 +194,12 @@ def test_keep_drops_members_and_the_others_train_on():
 
 @pytest.mark.parametrize(
     "config, grid",
-    [(PROXY, (32,)), (dict(dim=2, in_channels=1, out_channels=2, modes=3, width=8, parametrization="mup"), (12, 10))],
-    ids=["1d", "2d"],
+    [
+        (PROXY, (32,)),
+        (dict(dim=2, in_channels=1, out_channels=2, modes=3, width=8, parametrization="mup"), (12, 10)),
+        (dict(dim=3, in_channels=2, out_channels=1, modes=2, width=4, layers=2, parametrization="mup"), (8, 8, 6)),
+    ],
+    ids=["1d", "2d", "3d"],
 )
 def test_the_gpu_spectral_path_computes_what_the_cpu_path_computes(config, grid):
     """The FFT path a GPU takes (PopulationFNO._spectral off the CPU) and the CPU's GEMM path agree, values and
@@ -210,3 +214,46 @@ def test_the_gpu_spectral_path_computes_what_the_cpu_path_computes(config, grid)
     torch.testing.assert_close(g_fft, g_gemm, rtol=1e-4, atol=1e-4)
     other = population._spectral_gemm(h, 0)  # another layer's weights: the check can tell layers apart
     assert not torch.allclose(other, fft, atol=1e-3)
+
+
+def test_the_moments_are_each_members_own_and_keep_their_dtypes():
+    """PopulationAdam.moments(p)[m] is the Adam state torch.optim.Adam holds for member m trained alone (what a
+    member's checkpoint carries); in a float64 population (FNO.double(): real weights float64, the spectral ones
+    stay complex64) each moment keeps its parameter's dtype, and the members still train as they do alone."""
+    lrs, steps = [3e-3, 1e-2], 3
+    torch.manual_seed(4)
+    batches = [(torch.randn(2, 5, 32, 1, dtype=torch.float64), torch.randn(2, 5, 32, 1, dtype=torch.float64))] * steps
+    alone, optimizers = [m.double() for m in _members(2, **PROXY)], []
+    for m, model in enumerate(alone):
+        opt = torch.optim.Adam(optimizer_param_groups(model, lrs[m]), lr=lrs[m])
+        for x, y in batches:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x[m]), y[m]).backward()
+            opt.step()
+        optimizers.append(opt)
+    population = PopulationFNO([m.double() for m in _members(2, **PROXY)])
+    optimizer = PopulationAdam(population, lrs)
+    assert optimizer.moments(population.lift_weight) is None  # before the first step
+    for x, y in batches:
+        optimizer.zero_grad()
+        out = population(x)
+        sum(torch.nn.functional.mse_loss(out[m], y[m]) for m in range(2)).backward()
+        optimizer.step()
+    for m, (model, opt) in enumerate(zip(alone, optimizers)):
+        params = dict(model.named_parameters())
+        for stacked, name in population._names:
+            exp_avg, exp_avg_sq = optimizer.moments(stacked)
+            assert exp_avg.dtype == stacked.dtype and exp_avg.shape == stacked.shape, name
+            state = opt.state[params[name]]
+            torch.testing.assert_close(
+                exp_avg[m].reshape(state["exp_avg"].shape), state["exp_avg"], rtol=1e-4, atol=1e-9
+            )
+            torch.testing.assert_close(
+                exp_avg_sq[m].reshape(state["exp_avg_sq"].shape), state["exp_avg_sq"], rtol=1e-4, atol=1e-12
+            )
+    assert population.spectral_weight[0].dtype == torch.complex64 and population.lift_weight.dtype == torch.float64
+    first, _ = optimizer.moments(population.lift_weight)
+    first.zero_()  # a copy: the optimizer's own state is untouched
+    assert optimizer.moments(population.lift_weight)[0].abs().sum() > 0
+    with pytest.raises(OperatorConfigError, match="not a parameter this optimizer steps"):
+        optimizer.moments(torch.nn.Parameter(torch.zeros(2)))
