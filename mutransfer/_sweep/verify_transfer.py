@@ -45,6 +45,17 @@ NOT_RESOLVED = "not resolved"
 ONE_SEED = "one seed: no interval; use --verify-seeds 2 or more"
 
 
+def one_seed(seeds: int) -> str:
+    """Why there is no interval: one seed was run (:data:`ONE_SEED`), or of ``seeds`` only one gave an optimum
+    inside the grid (the others at its edge or diverged), which more seeds alone may not mend."""
+    if seeds < 2:
+        return ONE_SEED
+    return (
+        f"one usable seed of {seeds}: no interval; the others' optima lay at the grid's edge or were not measured: "
+        "a wider grid (--verify-points) or more seeds (--verify-seeds)"
+    )
+
+
 def seed_optima(records: list[dict], grid: list[float]) -> list[dict]:
     """Per seed of ``records`` (``lr``, ``seed``, ``status``, ``val_error``): the estimator's optimum.
 
@@ -154,7 +165,8 @@ def diagnose(
     if error.resolved:
         return f"{moved}; the search gap {_effect(gap)} is " + (small.strip(" ()") if small else "not resolved")
     if not (gap.bounded and error.bounded):
-        return f"{NOT_RESOLVED} ({ONE_SEED}): transfer error {error.mean:+.2f}, search gap {gap.mean:+.2f} decades"
+        reason = one_seed(len(proxy))
+        return f"{NOT_RESOLVED} ({reason}): transfer error {error.mean:+.2f}, search gap {gap.mean:+.2f} decades"
     if all(-half_step <= e.lo and e.hi <= half_step for e in (error, gap)):
         return (
             f"{HELD}: the transfer error {_effect(error)} and the search gap {_effect(gap)} "
@@ -179,7 +191,7 @@ def _proxy_unmeasured(proxy: list[dict], target_verdict: str, half_span: float) 
         at_edge = sum(1 for s in proxy if s["edge"])
         if at_edge < 2:
             return (
-                f"{NOT_RESOLVED} ({ONE_SEED}): the one proxy seed's optimum lay {edge} the grid around the search "
+                f"{NOT_RESOLVED} ({one_seed(len(proxy))}): the one proxy seed's optimum lay {edge} the grid around the search "
                 f"winner (its best point at the edge, more than {half_span:.2f} decades away) — an observation, not a "
                 f"cause; the transfer error is not measured"
             )

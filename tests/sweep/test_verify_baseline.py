@@ -201,9 +201,13 @@ def test_one_proxy_seed_at_the_grid_edge_is_not_resolved_and_names_no_cause():
     neither from the pure verdict nor from records built by hand (1 seed, error falling across the whole grid)."""
     from mutransfer._sweep.verify_transfer import compare, diagnose
 
-    for proxy in ([_edge_seed(0, "above")], [_edge_seed(0, "above"), _edge_seed(1, None), _edge_seed(2, None)]):
+    for proxy, reason in (
+        ([_edge_seed(0, "above")], "one seed: no interval; use --verify-seeds 2 or more"),
+        # three seeds run, one usable: more seeds alone is not the advice
+        ([_edge_seed(0, "above"), _edge_seed(1, None), _edge_seed(2, None)], "one usable seed of 3: no interval; "),
+    ):
         verdict = diagnose(None, None, proxy, True, "target verdict", 0.25, 0.125)
-        assert verdict.startswith("not resolved (one seed: no interval; use --verify-seeds 2 or more)"), verdict
+        assert verdict.startswith(f"not resolved ({reason}"), verdict
         assert not _claims_a_cause(verdict) and "above the grid" in verdict  # the seed's optimum: only observed
 
     grid = lr_grid(1e-3, 3)
