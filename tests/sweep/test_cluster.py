@@ -80,40 +80,43 @@ def _submit(cluster, tmp_path, sweep: list[str], prefix: str) -> str:
     return logs
 
 
-def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
+def _completed_job(cluster, tmp_path, name: str, trials: int, extra: list[str], **study) -> tuple:
+    """A tiny study (``trials`` proxies, a 1-epoch target not started early, ``study``: write_tiny_study's other
+    fields) swept as a job with ``extra`` flags; asserts it completed with every trial: (study folder, MLflow
+    URI, the job's logs)."""
     data = write_tiny_data(tmp_path / "burgers_tiny.h5")
+    path = write_tiny_study(
+        tmp_path, data, name=name, trials=trials, target_epochs=1, target={"start_early": False}, **study
+    )
+    runs, uri = tmp_path / "runs", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sweep = ["mutransfer", "sweep", "--study", str(path), "--address", "auto", *extra]
+    sweep += ["--tracking-uri", uri, "--runs-dir", str(runs), "--json"]
+    logs = _submit(cluster, tmp_path, sweep, name)
+    sdir = runs / name  # the sweep completed: study state on disk
+    state = json.loads((sdir / "state.json").read_text()) if (sdir / "state.json").exists() else {}
+    assert state.get("phase") == "done", f"study state: {state}\njob logs:\n{logs}"
+    assert len(state["trials"]) == trials
+    return sdir, uri, logs
+
+
+def test_sweep_job_runs_trials_on_both_nodes(cluster, tmp_path):
     # Trials long enough (200 epochs, no ASHA stop) that the two overlap: with 2-epoch trials the first could end
     # before the second's actor had started on the worker node, and Tune then ran both on the head node.
     # No early target: started once both trials are handed out, it may take the worker node's CPU before the second
     # trial's actor holds it (seen with the suite on two workers), and both trials then run on the head, one after
     # the other (tests/sweep/test_early_target.py tests the early start).
-    study = write_tiny_study(
-        tmp_path, data, name="cluster-test", trials=2, epochs=200, grace=200, target_epochs=1, max_concurrent=2,
-        target={"start_early": False},
-    )  # fmt: skip
-    runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
-    sweep = [
-        "mutransfer", "sweep",
-        "--study", str(study),
-        "--address", "auto",
-        "--proxy-K", "4",
-        "--target-K", "8",
-        "--num-trials", "2",
-        "--epochs", "200",
-        "--target-epochs", "1",
-        "--tracking-uri", f"sqlite:///{db}",
-        "--name", "cluster-test",
-        "--runs-dir", str(runs),
-        "--json",
-    ]  # fmt: skip
-    logs = _submit(cluster, tmp_path, sweep, "cluster-test")
-
-    # The sweep completed: report in the job's stdout, study state on disk, runs in MLflow.
-    sdir = runs / "cluster-test"
-    state = json.loads((sdir / "state.json").read_text()) if (sdir / "state.json").exists() else {}
-    assert state.get("phase") == "done", f"study state: {state}\njob logs:\n{logs}"
-    assert len(state["trials"]) == 2
-    names = {r.data.tags.get("mlflow.runName", "") for r in mlflow_runs(f"sqlite:///{db}")}
+    flags = ["--proxy-K", "4", "--target-K", "8", "--num-trials", "2", "--epochs", "200", "--target-epochs", "1"]
+    sdir, uri, logs = _completed_job(
+        cluster,
+        tmp_path,
+        "cluster-test",
+        2,
+        [*flags, "--name", "cluster-test"],
+        epochs=200,
+        grace=200,
+        max_concurrent=2,
+    )
+    names = {r.data.tags.get("mlflow.runName", "") for r in mlflow_runs(uri)}
     assert len(names) >= 4, names  # parent + 2 proxies + target
 
     # Placement: trial pid (executions.jsonl) -> actor (state API) -> node id.
@@ -207,26 +210,9 @@ def test_populations_on_a_cluster_train_on_both_nodes(cluster, tmp_path):
     """``--executor ray-population`` submitted as a job: a window's populations are Ray tasks of one CPU each, so the
     2-node cluster (one CPU a node) trains two of them at once only with one on each node. Each trial's pid
     (executions.jsonl) is mapped to its node by Ray's state API (workers)."""
-    data = write_tiny_data(tmp_path / "burgers_tiny.h5")
-    study = write_tiny_study(
-        tmp_path, data, name="cluster-pop", trials=8, epochs=3, grace=1, target_epochs=1, max_concurrent=4,
-        target={"start_early": False},
-    )  # fmt: skip
-    runs, db = tmp_path / "runs", tmp_path / "mlflow.db"
-    sweep = [
-        "mutransfer", "sweep",
-        "--study", str(study),
-        "--address", "auto",
-        "--executor", "ray-population",
-        "--tracking-uri", f"sqlite:///{db}",
-        "--runs-dir", str(runs),
-        "--json",
-    ]  # fmt: skip
-    logs = _submit(cluster, tmp_path, sweep, "cluster-pop")
-    sdir = runs / "cluster-pop"
-    state = json.loads((sdir / "state.json").read_text()) if (sdir / "state.json").exists() else {}
-    assert state.get("phase") == "done", f"study state: {state}\njob logs:\n{logs}"
-    assert len(state["trials"]) == 8
+    sdir, _, logs = _completed_job(
+        cluster, tmp_path, "cluster-pop", 8, ["--executor", "ray-population"], epochs=3, grace=1, max_concurrent=4
+    )
 
     from mutransfer._sweep.trial import read_executions
 
