@@ -4,7 +4,7 @@ The trials of a search that share the proxy's shape differ only in their hyperpa
 process, a small proxy's step is bound by the number of kernels and the Python around them, not by its
 arithmetic (issue "Proxies that pay in time": 1.35 GFLOP/s for the default study's proxy, 12.1 for its target).
 Stacked, M members run every layer as one batched kernel: on a 2-core CPU, one thread, a step of 8 default-study
-proxies takes 1.56× the time of one proxy's step (9 rounds: 1.49–1.59×), not 8×
+proxies takes 1.64× the time of one proxy's step (9 rounds: 1.52–1.96×), not 8×
 (``python benchmarks/population_step.py --rounds 9``, docs/benchmarks.md).
 
 - :class:`PopulationFNO` stacks M :class:`~operators.fno.FNO` of one configuration (their own initial weights):
