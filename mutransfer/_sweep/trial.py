@@ -336,9 +336,12 @@ POPULATION_MEMORY_SHARE = 0.8
 def _members_that_fit(options: dict) -> int:
     """How many proxies one population may hold: as many as :data:`POPULATION_MEMORY_SHARE` of the device's free
     memory holds by the proxy's memory plan (``options["plan"]``, one training step; a population's step takes
-    about its members' sum), checked before anything is built on the device; no limit without a plan."""
+    about its members' sum), checked before anything is built on the device; no limit without a plan, nor in a
+    process without the device (a cluster's driver with no GPU: the population is sized where it trains,
+    :func:`run_population`)."""
     plan = options.get("plan")
-    if plan is None:
+    device = str(options.get("device", "cpu"))
+    if plan is None or (device.startswith("cuda") and not torch.cuda.is_available()):
         return 1 << 30
     free, _ = available_memory(options.get("device", "cpu"))
     return max(1, int(POPULATION_MEMORY_SHARE * free // max(1, int(plan.total_bytes))))
@@ -352,7 +355,18 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
     history and ``done.json`` written as :func:`run_trial` writes them; a stopped member writes no ``done.json`` (as
     a trial that Tune stopped). Each member writes its checkpoint after each evaluation, so a population cut short
     (the driver killed) resumes its trials alone where they were (:func:`population_groups` sends a trial with a
-    checkpoint to :func:`run_trial`). The caller sets torch's threads (the executor's ``_threads``)."""
+    checkpoint to :func:`run_trial`). The caller sets torch's threads (the executor's ``_threads``).
+
+    The group is sized again against this process's device (:func:`_members_that_fit`): one grouped on a driver
+    that lacks the device (a Ray task's GPU), or whose memory has changed, trains as consecutive populations that
+    fit, each saying its own size."""
+    most = _members_that_fit(options)
+    for start in range(0, len(group), most):
+        _train_together(group[start : start + most], data, report)
+
+
+def _train_together(group: list[Together], data, report: Callable[[str, dict], bool]) -> None:
+    """:func:`run_population`'s one batched model, for a group that fits."""
     histories: list[list[EpochRecord]] = [[] for _ in group]
     for t in group:
         t.trial_dir.mkdir(parents=True, exist_ok=True)

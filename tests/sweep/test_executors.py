@@ -11,6 +11,7 @@ import math
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from mutransfer._sweep.report import format_report
 from mutransfer._sweep.trial import read_executions
@@ -265,3 +266,31 @@ def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_pat
     groups, alone = population_groups(window, data, study, dict(options, plan=SimpleNamespace(total_bytes=free * 0.3)))
     assert [[t.key for t in g] for g in groups] == [["t0000", "t0001"]]
     assert [key for key, _ in alone] == ["t0002", "t0003"]
+
+
+def test_a_population_is_sized_where_it_trains(tiny_data, tmp_path):
+    """A driver without the trials' device (a cluster's head with no GPU) does not size populations: it cannot read
+    that device's memory. The population is sized again where it trains (a Ray task's process): a group larger than
+    its device holds trains as consecutive populations that fit, each trial recording the size it trained in."""
+    from mutransfer._study import load_study
+    from mutransfer._study.data import load_study_data
+    from mutransfer._study.models import proxy_split
+    from mutransfer._sweep.trial import _members_that_fit, population_groups, read_executions, run_population
+    from mutransfer._training.memory import available_memory
+    from mutransfer.data._validation import carve_validation
+
+    plan = SimpleNamespace(total_bytes=available_memory("cpu")[0] * 0.3)  # two fit in 80 % of the free memory
+    if not torch.cuda.is_available():  # a driver with no GPU sizing a GPU study's populations: no limit, no error
+        assert _members_that_fit({"plan": plan, "device": "cuda"}) == 1 << 30
+    study, _ = load_study(str(write_tiny_study(tmp_path, tiny_data, epochs=1)))
+    split, _ = load_study_data(study, progress=False)
+    data = proxy_split(study, carve_validation(split, int(study.problem.n_val or 0))[1])
+    window = [(f"t000{i}", {"lr": 1e-3 * (i + 1), "batch_size": 10}) for i in range(3)]
+    options = {"study_dir": str(tmp_path / "runs"), "device": "cpu"}
+    (group,) = population_groups(window, data, study, options)[0]  # grouped with no plan: all three together
+    assert len(group) == 3
+    reports: list[str] = []
+    run_population(group, data, dict(options, plan=plan), lambda key, metrics: reports.append(key) and False)
+    trained = {t.key: [e.get("population") for e in read_executions(t.trial_dir)] for t in group}
+    assert trained == {"t0000": [2], "t0001": [2], "t0002": [1]}, trained
+    assert set(reports) == {"t0000", "t0001", "t0002"}
