@@ -432,3 +432,24 @@ def test_the_training_clock_leaves_checkpoints_and_callbacks_out(tmp_path):
     assert result.history[-1].seconds > 0
     # the three evaluations' callbacks slept (the end event's comes after the result): in the call, not the clock
     assert result.seconds - result.trainer_seconds >= 3 * pause
+
+
+def test_the_divergence_check_finds_every_non_finite_weight_and_no_finite_one():
+    """all_finite reads each tensor's sum: a NaN, an infinity of either sign, both infinities (whose sum is NaN) and a
+    NaN in a complex weight's imaginary part are found; large but finite half-precision and float64 tensors are not
+    flagged (their sums accumulate in float32 and float64)."""
+    from mutransfer._training.evaluation import all_finite
+
+    base = [torch.ones(3, 4), torch.zeros(5, dtype=torch.complex64)]
+    assert all_finite(base) and all_finite([])
+    for bad in (math.nan, math.inf, -math.inf):
+        weight = torch.ones(3, 4)
+        weight[1, 2] = bad
+        assert not all_finite([weight, base[1]]), bad
+    both = torch.tensor([math.inf, -math.inf])
+    assert not all_finite([both])
+    spectral = torch.zeros(5, dtype=torch.complex64)
+    spectral[2] = complex(0.0, math.nan)
+    assert not all_finite([base[0], spectral])
+    assert all_finite([torch.full((100_000,), 60_000.0, dtype=torch.float16)])  # sums past float16's 65,504
+    assert all_finite([torch.full((10,), 1e300, dtype=torch.float64), torch.full((4,), 1e300, dtype=torch.complex128)])
