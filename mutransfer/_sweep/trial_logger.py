@@ -441,10 +441,10 @@ class TrialLogger:
         ]
         if seen_start:  # from Tune starting the trial to its end, on the driver's clock (mutransfer._sweep.overheads)
             # the members of a population (``population``: how many trained together) share its span, as they share
-            # its trainer and wall time: each holds its part, so the study's overheads count the span once (by the
-            # members it started with: one that outlives ASHA-stopped partners gets less than its share)
+            # its trainer and wall time: each holds its part, so the study's overheads count the span once; a member
+            # that outlived ASHA-stopped partners holds at least its wall share (the time it trained alone is its own)
             together = max(1, int(last.get("population", 1) or 1))
-            metrics.append(("span_seconds", (end - start) / together, now, 0))
+            metrics.append(("span_seconds", max((end - start) / together, wall if together > 1 else 0.0), now, 0))
         if run is not None:
             metrics = [m for m in metrics if m[0] not in run.finals]
         tags = {STATUS_TAG: status, "mutransfer.retries": max(0, retries)}
