@@ -294,3 +294,23 @@ def test_a_population_is_sized_where_it_trains(tiny_data, tmp_path):
     trained = {t.key: [e.get("population") for e in read_executions(t.trial_dir)] for t in group}
     assert trained == {"t0000": [2], "t0001": [2], "t0002": [1]}, trained
     assert set(reports) == {"t0000", "t0001", "t0002"}
+
+
+def test_a_seeded_study_on_populations_trains_the_same_trials_twice_to_the_last_bit(tiny_data, tmp_path):
+    """Issue "Proxies that pay in time": seeded studies still reproduce their trials and winners exactly. The same
+    study twice on the population executor: the same configurations, statuses, epochs, validation errors (equal, not
+    close), winner and target error."""
+    study = write_tiny_study(tmp_path, tiny_data, trials=8, epochs=3, grace=1, max_concurrent=4)
+    first, _ = _run(tmp_path, study, "population", "first")
+    second, _ = _run(tmp_path, study, "population", "second")
+    assert _trials(first) == _trials(second)
+    assert (
+        max(
+            e.get("population", 1)
+            for t in _trials(first)
+            for e in read_executions(tmp_path / "runs" / "first" / "trials" / t[0])
+        )
+        >= 2
+    )
+    assert first["best_proxy"]["trial_id"] == second["best_proxy"]["trial_id"]
+    assert first["target"]["test_error"] == second["target"]["test_error"]
