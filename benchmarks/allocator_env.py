@@ -17,12 +17,12 @@ from mutransfer._allocator import TUNED_ENV
 CHOICES = ("product", "default")
 
 
-def run_under(allocator: str, argv: Sequence[str]) -> dict[str, object]:
-    """Re-execute this script (``argv``: its arguments) unless its environment already is ``allocator``'s; then
-    return what to record: the mode and the allocator variables set."""
+def run_under(allocator: str, argv: Sequence[str], script: str) -> dict[str, object]:
+    """Re-execute ``script`` (the benchmark's ``__file__``; ``argv``: its arguments) unless this process's environment
+    already is ``allocator``'s; then return what to record: the mode and the allocator variables set."""
     env = dict(os.environ)
     wanted = {**env, **TUNED_ENV} if allocator == "product" else {k: v for k, v in env.items() if k not in TUNED_ENV}
     if wanted != env:
         sys.stdout.flush()
-        os.execve(sys.executable, [sys.executable, os.path.abspath(sys.argv[0]), *argv], wanted)
+        os.execve(sys.executable, [sys.executable, os.path.abspath(script), *argv], wanted)
     return {"mode": allocator, "variables": {k: env[k] for k in TUNED_ENV if k in env}}

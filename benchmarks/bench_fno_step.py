@@ -62,6 +62,7 @@ import sys
 import time
 
 import torch
+from allocator_env import run_under
 
 import operators.spectral as spectral_module
 from mutransfer._allocator import TUNED_ENV
@@ -315,17 +316,13 @@ MALLOC_ENV = TUNED_ENV  # the product's own settings (mutransfer._allocator)
 
 
 def reexec_with_malloc_env(argv) -> None:
-    """Restart this script with glibc's allocator told to use no mmap and never trim.
+    """Restart this script with glibc's allocator told to use no mmap and never trim (benchmarks/allocator_env.py).
 
     Set at start-up through the environment (mallopt from inside a running process did
     not stop the page faults here): tensors above glibc's mmap threshold (up to 32 MiB)
     are otherwise mmap'd fresh and page-faulted in every step.
     """
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
-        return
-    env = {**os.environ, **MALLOC_ENV}
-    sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *argv], env)
+    run_under("product", list(argv), __file__)
 
 
 def minor_faults() -> int | None:

@@ -122,7 +122,9 @@ def main() -> None:
         help="product (default): glibc tuned as every trial of the product runs; default: glibc as it comes",
     )
     args = parser.parse_args()
-    allocator = run_under(args.allocator, sys.argv[1:])  # glibc reads its variables at start: run again with them
+    allocator = run_under(
+        args.allocator, sys.argv[1:], __file__
+    )  # glibc reads its variables at start: run again with them
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     sizes = GPU_SIZES if device.type == "cuda" else SIZES

@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    allocator = run_under("product", sys.argv[1:])  # glibc reads its variables at start: run again with them
+    allocator = run_under("product", sys.argv[1:], __file__)  # glibc reads its variables at start: run again with them
     torch.set_num_threads(1)
     try:
         stacked_step(ono, 64, 2)

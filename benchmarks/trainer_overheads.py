@@ -76,7 +76,7 @@ def adam_ms(model: FNO, foreach: bool, steps: int = 300) -> float:
 
 
 def main() -> None:
-    run_under("product", sys.argv[1:])  # glibc reads its variables at start: run again with them
+    run_under("product", sys.argv[1:], __file__)  # glibc reads its variables at start: run again with them
     torch.set_num_threads(1)
     for name, modes, width, points in (("proxy", 6, 16, 32), ("target", 24, 64, 128)):
         torch.manual_seed(0)

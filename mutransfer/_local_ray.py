@@ -80,6 +80,7 @@ def start_ray(address: str | None, code: tuple[str, ...] = ()) -> bool:
         unset = {name: value for name, value in NO_IDLE_WORKERS.items() if name not in os.environ}
         with loopback_only(), tuned_for_children(), environment(unset):
             ray.init(
+                address="local",  # a new Ray of its own: never one named by RAY_ADDRESS or /tmp/ray's last cluster file
                 num_cpus=os.cpu_count() or 1,
                 include_dashboard=False,
                 logging_level=logging.WARNING,

@@ -324,6 +324,12 @@ def clip_spectral_gradients(model: nn.Module, clip_value: float | None) -> None:
     clamp_gradients(spectral_parameters(model), clip_value)
 
 
+def real_view(t: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its real (…, 2) view (real and imaginary parts as entries of their own, no copy); a real
+    one as it is: how clipping, Adam and the finiteness checks treat complex weights."""
+    return torch.view_as_real(t) if t.is_complex() else t
+
+
 def clamp_gradients(params: Iterable[torch.Tensor], clip_value: float | None) -> None:
     """Clamp every gradient entry of ``params`` to [-clip, clip] (complex ones part by part); ``None``: no clipping.
     What :func:`clip_spectral_gradients` does to a model's spectral weights, for any tensors (a population's)."""
@@ -335,5 +341,4 @@ def clamp_gradients(params: Iterable[torch.Tensor], clip_value: float | None) ->
         for p in params:
             if p.grad is None:
                 continue
-            grad = torch.view_as_real(p.grad) if p.grad.is_complex() else p.grad
-            grad.clamp_(-clip_value, clip_value)
+            real_view(p.grad).clamp_(-clip_value, clip_value)

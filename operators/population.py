@@ -39,7 +39,7 @@ from torch import nn
 from operators.contraction import truncated_dft, truncated_idft
 from operators.errors import OperatorConfigError
 from operators.fno import FNO, grid_coordinates
-from operators.parametrization import clamp_gradients, optimizer_param_groups
+from operators.parametrization import clamp_gradients, optimizer_param_groups, real_view
 from operators.spectral import SpectralConv, check_grid
 from operators.width_mup import MuLinear
 
@@ -268,19 +268,14 @@ def _per_member(value: float | Sequence[float] | torch.Tensor, size: int, name: 
     return t.clone()
 
 
-def _real(t: torch.Tensor) -> torch.Tensor:
-    """A complex tensor as its real (…, 2) view; a real one as it is."""
-    return torch.view_as_real(t) if t.is_complex() else t
-
-
 class _Moments:
     """Adam's moments of the population's parameters of one device and real dtype, flat: two (M, N) buffers, N the
     real entries of one member's parameters, with each column's muP LR multiplier and weight decay (1, N)."""
 
     def __init__(self, indices: list[int], params: list[torch.Tensor], facts: list[tuple[float, float]], size: int):
-        first = _real(params[0])
+        first = real_view(params[0])
         self.indices = indices
-        self.widths = [_real(p).numel() // size for p in params]
+        self.widths = [real_view(p).numel() // size for p in params]
         spread = [torch.full((w,), 0.0, dtype=first.dtype) for w in self.widths]
         self.multiplier = torch.cat([t.fill_(m) for t, (m, _d) in zip(spread, facts)]).to(first.device)[None]
         decay = [d for _m, d in facts]
@@ -309,17 +304,17 @@ class _Moments:
         """One Adam update of ``params`` (this group's, in order): ``step_size`` (M,) the members' LR over their bias
         correction, ``one_minus_beta1`` (M,)."""
         size, real = self.exp_avg.shape[0], self.exp_avg.dtype
-        grad = torch.cat([_real(cast(torch.Tensor, p.grad)).reshape(size, -1) for p in params], dim=1)  # (M, N)
+        grad = torch.cat([real_view(cast(torch.Tensor, p.grad)).reshape(size, -1) for p in params], dim=1)  # (M, N)
         if self.decay is not None:
-            grad.addcmul_(self.decay, torch.cat([_real(p).reshape(size, -1) for p in params], dim=1))
+            grad.addcmul_(self.decay, torch.cat([real_view(p).reshape(size, -1) for p in params], dim=1))
         self.exp_avg.lerp_(grad, one_minus_beta1.to(device=grad.device, dtype=real)[:, None])
         self.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         denom = self.exp_avg_sq.sqrt().div_(math.sqrt(1 - beta2**step)).add_(eps)
         rate = step_size.to(device=grad.device, dtype=real)[:, None] * self.multiplier
         update = (self.exp_avg * rate).div_(denom)
         torch._foreach_sub_(
-            [_real(p) for p in params],
-            [u.view(_real(p).shape) for u, p in zip(torch.split(update, self.widths, dim=1), params)],
+            [real_view(p) for p in params],
+            [u.view(real_view(p).shape) for u, p in zip(torch.split(update, self.widths, dim=1), params)],
         )
 
 
@@ -393,7 +388,7 @@ class PopulationAdam(torch.optim.Optimizer):
         group = next(g for g in self._moments if index in g.indices)
         out = []
         for piece in group.piece(group.indices.index(index)):
-            shaped = piece.view(_real(stacked).shape)
+            shaped = piece.view(real_view(stacked).shape)
             out.append(torch.view_as_complex(shaped) if stacked.is_complex() else shaped)
         return out[0], out[1]
 
@@ -423,7 +418,7 @@ class PopulationAdam(torch.optim.Optimizer):
         if not self._moments:  # one set of flat buffers per device and real dtype
             kinds: dict[tuple[torch.device, torch.dtype], list[int]] = {}
             for i, p in enumerate(stacked):
-                kinds.setdefault((p.device, _real(p).dtype), []).append(i)
+                kinds.setdefault((p.device, real_view(p).dtype), []).append(i)
             self._moments = [
                 _Moments(ix, [stacked[i] for i in ix], [self._facts[i] for i in ix], self.size) for ix in kinds.values()
             ]

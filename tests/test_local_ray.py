@@ -55,3 +55,18 @@ def test_a_local_ray_starts_no_idle_workers_and_without_the_setting_it_does(monk
     idle, seen_after = _idle_after_start(monkeypatch, {}, wait=60)
     assert idle >= 1  # Ray's default: workers prestarted when the driver connects, left idle
     assert seen_after < WAIT_S, f"idle workers took {seen_after:.1f} s to start: wait longer than {WAIT_S} s above"
+
+
+def test_a_local_ray_never_joins_a_cluster_it_was_not_named(monkeypatch):
+    """With no --address, the sweep starts a Ray of its own: ``address="local"``, so neither RAY_ADDRESS nor the
+    last cluster file Ray leaves in /tmp/ray can send the study's trials (and data) to another cluster."""
+    import ray
+
+    from mutransfer import _local_ray
+
+    seen = {}
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: seen.update(kw))
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")
+    assert _local_ray.start_ray(None)
+    assert seen["address"] == "local"

@@ -270,6 +270,7 @@ class LocalTrial:
 def _threads(n: int) -> Iterator[None]:
     """torch's intra-op threads set to ``n`` for one training, then put back (the caller's process goes on)."""
     before = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(n)))
     try:
         yield
     finally:

@@ -8,6 +8,7 @@ from torch import nn
 from mutransfer._training.losses import relative_l2
 from mutransfer._training.precision import Precision
 from mutransfer.data._streaming import LazySamples, iterate_chunks
+from operators.parametrization import real_view
 
 
 def all_finite(params: list[torch.Tensor]) -> bool:
@@ -20,13 +21,8 @@ def all_finite(params: list[torch.Tensor]) -> bool:
     float32's range (entries near 1e34 and beyond, a diverged training in all but name) counts as not finite."""
     if not params:
         return True
-    sums = [r.sum(dtype=torch.float64 if r.dtype == torch.float64 else torch.float32) for r in map(_real, params)]
+    sums = [r.sum(dtype=torch.float64 if r.dtype == torch.float64 else torch.float32) for r in map(real_view, params)]
     return bool(torch.stack(sums).isfinite().all())
-
-
-def _real(t: torch.Tensor) -> torch.Tensor:
-    """A complex tensor as its real (…, 2) view (a sum then checks both parts), a real one as it is."""
-    return torch.view_as_real(t) if t.is_complex() else t
 
 
 @torch.no_grad()

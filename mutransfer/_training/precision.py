@@ -31,6 +31,7 @@ import contextlib
 import torch
 
 from mutransfer._training.losses import relative_l2
+from operators.parametrization import real_view
 from operators.precision import Precision as PrecisionName
 from operators.precision import check_precision
 
@@ -124,7 +125,7 @@ class LossScaler:
         if self._unscaled:
             return
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        grads = [torch.view_as_real(g) if g.is_complex() else g for g in grads]
+        grads = [real_view(g) for g in grads]
         if grads:
             torch._foreach_mul_(grads, 1.0 / self.scale_value)
             finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()

@@ -314,3 +314,18 @@ def test_a_seeded_study_on_populations_trains_the_same_trials_twice_to_the_last_
     )
     assert first["best_proxy"]["trial_id"] == second["best_proxy"]["trial_id"]
     assert first["target"]["test_error"] == second["target"]["test_error"]
+
+
+def test_an_in_process_training_runs_on_its_trials_threads_and_the_process_gets_its_own_back():
+    """The in-process executors give each training (a population included, which does not set them itself) the
+    study's CPUs per trial, then restore the process's: a population once ran on the process's default threads."""
+    from mutransfer._sweep._executors import _threads
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with _threads(1):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
