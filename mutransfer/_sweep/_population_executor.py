@@ -35,8 +35,9 @@ def population_note(label: str, window: int, how: str) -> str:
 
 @dataclass
 class Grouping:
-    """How a population executor's search split its windows: the populations' sizes, and why each other trial
-    trained alone (mutransfer._sweep.trial.population_groups's reasons)."""
+    """How a population executor's search trained its windows: the sizes of the populations that trained (as
+    :func:`~mutransfer._sweep.trial.run_population` returns them: a group split where it trains counts as its
+    parts), and why each other trial trained alone (population_groups's reasons, or its population failed)."""
 
     sizes: list[int] = field(default_factory=list)
     alone: dict[str, str] = field(default_factory=dict)
@@ -44,15 +45,22 @@ class Grouping:
     def split(
         self, run: SearchRun, window: list[tuple[str, dict]]
     ) -> tuple[list[list[Together]], list[tuple[str, dict]]]:
-        """The window's populations and lone trials, counted."""
+        """The window's populations and lone trials, the lone ones counted (a population counts once it trained)."""
         why: dict[str, str] = {}
         populations, alone = population_groups(window, run.data, run.study, run.options, why)
-        self.sizes += [len(group) for group in populations]
         self.alone.update(why)
         return populations, alone
 
+    def trained(self, sizes: list[int]) -> None:
+        """A group trained, as populations of these sizes."""
+        self.sizes += sizes
+
+    def failed(self, keys: list[str]) -> None:
+        """A group's population failed: its trials trained alone after it."""
+        self.alone.update(dict.fromkeys(keys, "its population failed"))
+
     def line(self, executor: str) -> str | None:
-        """``population executor: 6 of 8 trials trained in 2 populations (3–3); 2 alone: <reason> (2)``."""
+        """``population executor: 6 of 8 trials trained in 2 population(s) (3–3 each); 2 alone: <reason> (2)``."""
         together, total = sum(self.sizes), sum(self.sizes) + len(self.alone)
         if not total:
             return None
@@ -113,8 +121,9 @@ class PopulationExecutor(InProcessExecutor):
 
         try:
             with _threads(int(run.options.get("threads", 1))):
-                run_population(group, run.data, run.options, report)
+                self.grouping.trained(run_population(group, run.data, run.options, report))
         except Exception as exc:  # the population failed: each of its other trials trains alone, with the retries
+            self.grouping.failed([t.key for t in group])
             for key, trial in trials.items():
                 if key not in stopped and trial_failed(run, trial, exc, once_more=True):
                     self._trial(run, key, configs[key], trial)

@@ -9,9 +9,9 @@ executor. The plan judges a trial only against trials that finished before its w
 the trials) do not depend on which task reports first: a seeded study trains the same trials as on the in-process
 population executor. A task that fails (an exception, a lost node) sends its trials that had not ended to train
 again alone, each in a task of its own: a population's once in any case (as in process), a lone trial's within the
-study's retries (``budget.max_failures``). A population is sized by the driver's free memory of the trials' device
-kind (mutransfer._sweep.trial.population_groups), not by the node that runs it: on a cluster whose nodes hold less
-than the driver's machine, set ``search.max_concurrent`` to the population they hold.
+study's retries (``budget.max_failures``). A population's size is bounded by the driver's free memory of the trials'
+device kind where it has that device (mutransfer._sweep.trial.population_groups), and again in the task by its own
+node's (mutransfer._sweep.trial.run_population), which can only split the group further.
 """
 
 from __future__ import annotations
@@ -87,10 +87,10 @@ def _train_unit(
     study: Study,
     options: dict,
     desk: ActorHandle,
-) -> None:
+) -> list[int]:
     """In a Ray worker: train a population (``group``) or one trial alone (``solo``), each evaluation asked of the
     driver through ``desk`` (with the seconds since this task started, where the training does not say them);
-    raises what the training raised."""
+    returns the sizes of the populations trained (none for a trial alone); raises what the training raised."""
     import ray  # noqa: PLC0415 -- deferred: runs in a Ray worker
 
     start = time.perf_counter()
@@ -102,8 +102,7 @@ def _train_unit(
 
     torch.set_num_threads(max(1, int(options.get("threads", 1))))  # the trial's CPUs, as a trial alone sets them
     if group is not None:
-        run_population(group, data, options, ask)
-        return
+        return run_population(group, data, options, ask)
     assert solo is not None
     key, config = solo
 
@@ -115,6 +114,7 @@ def _train_unit(
         run_trial(key, config, data, study, options, report)
     except Pruned:
         pass
+    return []
 
 
 @dataclass
@@ -199,8 +199,10 @@ class _Window:
                     unit = pending.pop(ref)
                     del self.live[unit.id]
                     try:
-                        ray.get(ref)
+                        self.grouping.trained(ray.get(ref))
                     except Exception as exc:  # noqa: BLE001 -- any failure: its trials train again alone, or fail
+                        if unit.group is not None:
+                            self.grouping.failed(list(unit.trials))
                         for again in self._failed(unit, exc):
                             pending.update(self._submit(again))
                         continue

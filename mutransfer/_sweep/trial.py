@@ -347,7 +347,7 @@ def _members_that_fit(options: dict) -> int:
     return max(1, int(POPULATION_MEMORY_SHARE * free // max(1, int(plan.total_bytes))))
 
 
-def run_population(group: list[Together], data, options: dict, report: Callable[[str, dict], bool]) -> None:
+def run_population(group: list[Together], data, options: dict, report: Callable[[str, dict], bool]) -> list[int]:
     """Train ``group`` (from :func:`population_groups`) as one population: each member's evaluations reported as
     its trial alone reports them (``report(key, metrics)``, True to stop that trial: ASHA; ``time_total_s``: the
     member's share of the population's wall time, so the members' device-seconds add up to the population's;
@@ -359,10 +359,12 @@ def run_population(group: list[Together], data, options: dict, report: Callable[
 
     The group is sized again against this process's device (:func:`_members_that_fit`): one grouped on a driver
     that lacks the device (a Ray task's GPU), or whose memory has changed, trains as consecutive populations that
-    fit, each saying its own size."""
+    fit, each saying its own size. Returns the sizes of the populations it trained."""
     most = _members_that_fit(options)
-    for start in range(0, len(group), most):
-        _train_together(group[start : start + most], data, report)
+    chunks = [group[start : start + most] for start in range(0, len(group), most)]
+    for chunk in chunks:
+        _train_together(chunk, data, report)
+    return [len(chunk) for chunk in chunks]
 
 
 def _train_together(group: list[Together], data, report: Callable[[str, dict], bool]) -> None:

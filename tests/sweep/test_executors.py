@@ -176,7 +176,9 @@ def test_a_population_that_fails_trains_its_members_alone_once_even_without_retr
         e for t in report["trial_table"] for e in read_executions(folder / t["trial_id"]) if e["kind"] == "train"
     ]
     assert len(trained) == 4 and all(e.get("population") is None for e in trained)  # each alone, once
-    assert "population(s)" in report["search_summary"]  # it was split into populations before they broke
+    summary = report["search_summary"]  # none trained in a population: each trained alone after its population failed
+    assert summary.startswith("population executor: 0 of 4 trials trained in 0 population(s); 4 alone: "), summary
+    assert "its population failed (4)" in summary, summary
 
 
 @pytest.mark.slow
@@ -268,7 +270,7 @@ def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_pat
     assert [key for key, _ in alone] == ["t0002", "t0003"]
 
 
-def test_a_population_is_sized_where_it_trains(tiny_data, tmp_path):
+def test_a_population_is_sized_where_it_trains(tiny_data, tmp_path, monkeypatch):
     """A driver without the trials' device (a cluster's head with no GPU) does not size populations: it cannot read
     that device's memory. The population is sized again where it trains (a Ray task's process): a group larger than
     its device holds trains as consecutive populations that fit, each trial recording the size it trained in."""
@@ -280,7 +282,8 @@ def test_a_population_is_sized_where_it_trains(tiny_data, tmp_path):
     from mutransfer.data._validation import carve_validation
 
     plan = SimpleNamespace(total_bytes=available_memory("cpu")[0] * 0.3)  # two fit in 80 % of the free memory
-    if not torch.cuda.is_available():  # a driver with no GPU sizing a GPU study's populations: no limit, no error
+    with monkeypatch.context() as m:  # a driver with no GPU sizing a GPU study's populations: no limit, no error
+        m.setattr(torch.cuda, "is_available", lambda: False)
         assert _members_that_fit({"plan": plan, "device": "cuda"}) == 1 << 30
     study, _ = load_study(str(write_tiny_study(tmp_path, tiny_data, epochs=1)))
     split, _ = load_study_data(study, progress=False)

@@ -620,3 +620,24 @@ def test_a_resolved_search_gap_within_half_a_grid_step_does_not_blame_the_search
     verdict = diagnose(moved, small, [], True, "t", 0.5, 0.125)
     assert TRANSFER_FAILED in verdict and SEARCH_FAILED not in verdict and "within half a grid step" in verdict
     assert SEARCH_FAILED in diagnose(held, large, [], True, "t", 0.5, 0.125)
+
+
+def test_three_seeds_with_one_usable_target_optimum_advise_a_wider_grid_not_only_more_seeds():
+    """The path the neuraloperator runs took (docs/results.md): 3 seeds, the proxy's optima all inside its grid, the
+    target's inside for one seed and above the grid for two: no interval for the transfer error, and the verdict says
+    one usable seed of 3 (not "use --verify-seeds 2 or more", which they had) and names a wider grid."""
+    from mutransfer._sweep.verify_transfer import compare
+
+    grid = lr_grid(1e-3, 5)
+    proxy_records = [
+        {"lr": lr, "seed": seed, "status": "completed", "val_error": 0.1 + 0.01 * (i - 2) ** 2 + 0.001 * seed * i,
+         "epochs": 2}
+        for seed in range(3)
+        for i, lr in enumerate(grid)
+    ]  # fmt: skip
+    target = [{"seed": 0, "optimum_lr": 1e-3, "at_edge": False, "edge": None, "coordinate": -3.0}] + [
+        {"seed": s, "optimum_lr": grid[-1], "at_edge": True, "edge": "above", "coordinate": None} for s in (1, 2)
+    ]
+    verdict = compare(target, proxy_records, 1e-3, 1e-3, "target verdict")["verdict"]
+    assert verdict.startswith("not resolved (one usable seed of 3: no interval;"), verdict
+    assert "--verify-points" in verdict and "use --verify-seeds 2 or more" not in verdict
