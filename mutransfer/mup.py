@@ -10,10 +10,13 @@
 
 The rules, how roles are read from the shapes, and when to :func:`declare` a role: docs/mup.md and
 :mod:`operators.base_shapes` (the facts), :mod:`operators.shape_roles` (reading them from
-the shapes) and :mod:`operators.mu_adam` (the optimizer).
+the shapes), :mod:`operators.attention_facts` (an attention's 1/d_h scale, :func:`declare_attention`) and
+:mod:`operators.mu_adam` (the optimizer).
 """
 
-from operators.base_shapes import ROLES, MuShape, declare, infer_shapes, set_base_shapes, shape_of
+from operators.attention_facts import declare_attention
+from operators.base_shapes import MuShape, infer_shapes, set_base_shapes, shape_of
+from operators.declarations import ROLES, declare
 from operators.mu_adam import Adam, describe, param_groups
 
 __all__ = [
@@ -21,6 +24,7 @@ __all__ = [
     "Adam",
     "MuShape",
     "declare",
+    "declare_attention",
     "describe",
     "infer_shapes",
     "param_groups",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from operators.base_shapes import declare
+from operators.declarations import declare
 from operators.errors import OperatorConfigError
 
 

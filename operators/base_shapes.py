@@ -48,34 +48,18 @@ A parameter whose role cannot be inferred is named in a one-line :class:`Operato
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
+from operators.attention_facts import apply_attention_scales
+from operators.declarations import _DECLARED, Declared
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_k_exponent, data_aware_scale, declared_lr_multipliers, spectral_modules
 from operators.shape_roles import differ, fan_dims, modes_of, role_of, torch_layer, width_ratio
 
-ROLES = ("spectral", "hidden", "input", "readout", "vector", "fixed")
-
 _SHAPE = "mutransfer_shape"
-_DECLARED = "mutransfer_declared"
-
-
-@dataclass(frozen=True)
-class Declared:
-    """A role stated by the model's author (:func:`declare`), read by :func:`set_base_shapes`.
-
-    ``k_dims``/``width_dims`` None: read from the shapes (for a non-spectral role, every growing dim is a
-    width dim).
-    """
-
-    role: str
-    k_dims: tuple[int, ...] | None
-    width_dims: tuple[int, ...] | None
-    modes: int | None
 
 
 @dataclass(frozen=True)
@@ -139,59 +123,6 @@ def k_rule(modes: int, k_dims: int, k_exponent: float = 1.0) -> float:
             f"{k_dims} dims grow with K: a spectral weight truncates 1, 2 or 3 dims; declare its k_dims"
         )
     return data_aware_scale(modes, k_dims, k_exponent)
-
-
-# --------------------------------------------------------------------------- declare
-
-
-def declare(
-    param: nn.Parameter,
-    *,
-    role: str,
-    k_dims: Iterable[int] | None = None,
-    width_dims: Iterable[int] | None = None,
-    modes: int | None = None,
-) -> nn.Parameter:
-    """State a parameter's role where the shapes cannot tell it; declare it in every instance a factory builds.
-
-    Args:
-        param: a parameter of a model.
-        role: one of ``spectral``, ``hidden``, ``input``, ``readout``, ``vector``, ``fixed``.
-        k_dims: the dims that hold Fourier modes (spectral only); None: read from the shapes.
-        width_dims: the dims that grow with the width; None: read from the shapes.
-        modes: K, where the K dims' sizes do not say it (e.g. a 1-D neuraloperator weight holds K+1 entries).
-
-    Returns:
-        ``param``, with the declaration on it.
-
-    Example::
-
-        mup.declare(layer.weight, role="spectral", k_dims=(2,), width_dims=(0, 1), modes=K)
-    """
-    if not isinstance(param, nn.Parameter):
-        raise OperatorConfigError(f"declare: {type(param).__name__} is not an nn.Parameter; pass a model's parameter")
-    if role not in ROLES:
-        raise OperatorConfigError(f"declare: role {role!r} is unknown; use one of: {', '.join(ROLES)}")
-    k = None if k_dims is None else tuple(int(d) for d in k_dims)
-    w = None if width_dims is None else tuple(int(d) for d in width_dims)
-    for label, dims in (("k_dims", k), ("width_dims", w)):
-        if dims is not None and (any(not 0 <= d < param.dim() for d in dims) or len(set(dims)) != len(dims)):
-            raise OperatorConfigError(
-                f"declare: {label} {dims} for a parameter of shape {tuple(param.shape)}; "
-                f"use distinct dims in 0..{param.dim() - 1}"
-            )
-    if k is not None and w is not None and set(k) & set(w):
-        raise OperatorConfigError(
-            f"declare: dims {sorted(set(k) & set(w))} in both k_dims and width_dims; a dim grows with one axis"
-        )
-    if k is not None and (role == "spectral") != bool(k):
-        raise OperatorConfigError(
-            f"declare: k_dims {k} with role {role!r}: a spectral parameter needs k_dims, and only a spectral one has them"
-        )
-    if modes is not None and (role != "spectral" or isinstance(modes, bool) or not isinstance(modes, int) or modes < 2):
-        raise OperatorConfigError(f"declare: modes {modes!r}: give K (an integer >= 2) for a spectral parameter only")
-    setattr(param, _DECLARED, Declared(role, k, w, modes))
-    return param
 
 
 def set_lr_k_factor(param: torch.Tensor, factor: float) -> None:
@@ -373,6 +304,9 @@ def set_base_shapes(
         k_exponent: ρ of the K rule (1: the paper).
         rescale_params: rescale the init of spectral and readout parameters (module docstring).
 
+    Each attention declared by ``mup.declare_attention`` gets muP's 1/d_h scale (operators.attention_facts),
+    whatever ``rescale_params``: it is part of the forward, not of the init.
+
     Returns:
         ``model`` (changed in place). Then make its optimizer with :class:`Adam`.
 
@@ -397,6 +331,7 @@ def set_base_shapes(
                 f"set_base_shapes: {again[0]!r} already has its muP facts; rescaling twice would compound: "
                 "build a fresh model, or pass rescale_params=False"
             )
+    apply_attention_scales(model, base)
     with torch.no_grad():
         for name, fact in facts.items():
             p = params[name]

@@ -33,7 +33,8 @@ from typing import cast
 import torch
 from torch import nn
 
-from operators.base_shapes import declare, infer_shapes, set_base_shapes
+from operators.base_shapes import infer_shapes, set_base_shapes
+from operators.declarations import declare
 from operators.errors import OperatorConfigError
 from operators.family import OPERATORS, ModelSpec, OperatorFamily, register_family
 from operators.interfaces import ModelConfig, StepPlan, config_int

@@ -41,6 +41,7 @@ import math
 import torch
 from torch import nn
 
+from operators.attention_facts import declare_attention
 from operators.errors import OperatorConfigError
 from operators.pointset import (
     ATTENTION_IMPLS,
@@ -96,6 +97,7 @@ class GalerkinAttention(nn.Module):
         )
         self.out = MuLinear(heads * (self.head_dim + coord_dim), width, "hidden", spec)
         self.scale = spec.relative_attention_scale(heads)
+        declare_attention(self, head_dim=self.head_dim, scale="scale")  # muP's 1/d_h from the facts, too
         with torch.no_grad():
             for layer in (self.query, self.key, self.value):
                 nn.init.xavier_uniform_(layer.weight, gain=1.0)

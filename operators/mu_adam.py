@@ -12,6 +12,7 @@ from collections.abc import Iterable
 import torch
 from torch import nn
 
+from operators.attention_facts import attention_scales
 from operators.base_shapes import shape_of
 from operators.errors import OperatorConfigError
 
@@ -54,7 +55,8 @@ class Adam(torch.optim.Adam):
 
 
 def describe(model: nn.Module) -> str:
-    """One row per parameter: name, shape, role, K dims, width dims, K (model/base), init and LR multipliers."""
+    """One row per parameter: name, shape, role, K dims, width dims, K (model/base), init and LR multipliers; then one
+    row per declared attention (operators.attention_facts): its scale attribute, d_h and the factor set."""
     header = ("parameter", "shape", "role", "K dims", "width dims", "K", "init ×", "LR ×")
     rows: list[tuple[str, ...]] = [header]
     for name, p in model.named_parameters():
@@ -69,5 +71,15 @@ def describe(model: nn.Module) -> str:
             "-" if not fact.width_dims else ",".join(map(str, fact.width_dims)),
         )
         rows.append((name, str(fact.shape), role, *dims, k, f"{fact.init_multiplier:.4g}", f"{fact.lr_multiplier:.4g}"))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    table = _columns(rows)
+    attention = [("attention", "scale attribute", "d_h (model/base)", "scale ×")]
+    for name, fact in attention_scales(model).items():
+        base = "?" if fact.base_head_dim is None else str(fact.base_head_dim)
+        attention.append((name, fact.attr, f"{fact.head_dim}/{base}", f"{fact.multiplier:.4g}"))
+    return table if len(attention) == 1 else f"{table}\n{_columns(attention)}"
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    """``rows`` (the first a header) as left-aligned columns."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths, strict=True)).rstrip() for r in rows)

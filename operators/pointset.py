@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from operators.base_shapes import declare
+from operators.declarations import declare
 from operators.errors import OperatorConfigError
 from operators.width_mup import MuLinear, WidthSpec
 

@@ -17,7 +17,6 @@ import torch
 from torch import nn
 from torch.autograd.function import FunctionCtx
 
-from operators.base_shapes import declare
 from operators.contraction import (
     packed_to_planar,
     planar_to_packed,
@@ -25,6 +24,7 @@ from operators.contraction import (
     truncated_dft,
     truncated_idft,
 )
+from operators.declarations import declare
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_k_exponent, check_modes, init_spectral_weight_, spectral_lr_multiplier
 from operators.precision import cpu_multiplies_bf16

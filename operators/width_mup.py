@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from operators.base_shapes import declare
+from operators.declarations import declare
 from operators.errors import OperatorConfigError
 from operators.parametrization import (
     base_spectral_init_std,

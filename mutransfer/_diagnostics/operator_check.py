@@ -103,7 +103,8 @@ class OperatorCheck:
             if c.rule == "mup" and c.verdict != FLAT:
                 steepest = ", ".join(f"{name} ({slope:+.2f})" for name, slope in c.fastest)
                 where = f"; steepest layers: {steepest}" if steepest else ""
-                found.append(f"under the muP facts the update {c.verdict} with {c.axis} ({c.describe()}){where}")
+                how = "grows" if c.verdict == GROWS else f"is not flat (verdict: {c.verdict})"
+                found.append(f"under the muP facts the update {how} with {c.axis} ({c.describe()}){where}")
         for axis, rule, what in (("width", "off", "the multipliers off"), ("K", "wrong", "a wrong K rule")):
             control = next((c for c in self.curves if c.axis == axis and c.rule == rule), None)
             if control is not None and control.verdict != GROWS:
@@ -385,16 +386,21 @@ def _check(
         return call(factory, label, _config(K, width, options))
 
     base = (modes[0], widths[0])
-    largest = build(modes[-1], widths[-1])
-    with torch.random.fork_rng():
-        set_base_shapes(largest, build(*base), delta=build(base[0], widths[-1]))
+
+    def largest_with_facts() -> nn.Module:
+        model = build(modes[-1], widths[-1])
+        with torch.random.fork_rng():
+            set_base_shapes(model, build(*base), delta=build(base[0], widths[-1]))
+        return model
+
+    largest = largest_with_facts()
     has_k = any(f is not None and f.k_dims for f in map(shape_of, largest.parameters()))
     planned = count_parameters(factory, label, _config(modes[-1], widths[-1], options))
     built = sum(p.numel() for p in largest.parameters())
     buffer = io.BytesIO()
     torch.save(weights_of(largest), buffer)
     buffer.seek(0)
-    fresh = build(modes[-1], widths[-1])
+    fresh = largest_with_facts()  # rebuilt as the product rebuilds a trained model (operators.factory)
     fresh.load_state_dict(torch.load(buffer, weights_only=True))
     largest.eval(), fresh.eval()  # dropout and the like off: the same weights give the same output
     with torch.no_grad():
