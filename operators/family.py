@@ -249,3 +249,31 @@ def family_of_config(config: object) -> OperatorFamily | None:
     if isinstance(config, dict) and isinstance(config.get("factory"), str):  # a user's model (operators.factory)
         return _factory_family(config["factory"])
     return None
+
+
+def family_factory(name: str, dim: int) -> Callable[..., nn.Module]:
+    """The registered family ``name`` as a factory ``build(*, K, width, in_channels, out_channels, **options)`` on a
+    ``dim``-D grid, built in the standard parametrization so that its muP comes from the facts its parameters and
+    attentions declare, as a user's model's does (``mutransfer check-operator fno``). ``options`` holds
+    ``layers`` (default 2, a small model for the kit) and the family's own fields."""
+    family = get_family(name)
+
+    def build(*, K: int, width: int, in_channels: int, out_channels: int, **options: object) -> nn.Module:
+        layers = options.pop("layers", 2)
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise OperatorConfigError(f"layers {layers!r}: must be a positive integer")
+        spec = ModelSpec(
+            dim=dim,
+            input_channels=in_channels,
+            output_channels=out_channels,
+            width=width,
+            layers=layers,
+            modes=K if family.spectral else None,
+            parametrization="standard",
+            width_parametrization="standard",
+            options=dict(options),
+        )
+        return family.build(spec)
+
+    build.__name__ = name
+    return build

@@ -1,7 +1,8 @@
 """The conformance kit of a user's operator factory (``mutransfer check-operator``, docs/byo.md).
 
 Given a factory ``build(*, K, width, in_channels, out_channels, **options)`` (operators.factory), it checks, on a
-small grid problem's data (Burgers in 1-D, Darcy in 2-D, generated here, a few seconds):
+small grid problem's data (Burgers in 1-D, Darcy in 2-D, Navier-Stokes in space-time in 3-D: w0 broadcast along
+16 times of w(x, y, t) on 32², generated here, a few seconds):
 
 1. **builds**: the factory returns an ``nn.Module`` at the base, the largest K and the largest width;
 2. **roles**: the muP facts of the largest model against the base (operators.base_shapes), printed one row per
@@ -46,9 +47,11 @@ from operators.mu_adam import describe, param_groups
 from operators.parametrization import clamp_gradients
 
 #: the problems the kit generates, by dimension: (problem, generated resolution, stride to the grid used)
-PROBLEMS = {1: ("burgers", 1024, 16), 2: ("darcy", 33, 1)}
-#: the values of K the check spans, by dimension (2K must fit the grid: 64 points in 1-D, 33 in 2-D)
-MODES = {1: (4, 8, 16), 2: (4, 8, 16)}
+PROBLEMS = {1: ("burgers", 1024, 16), 2: ("darcy", 33, 1), 3: ("navier_stokes", 32, 1)}
+#: 3-D (Navier-Stokes in space-time): the input w0 broadcast along time, the output's 64 times strided by this
+TIME_STRIDE = 4
+#: the values of K the check spans, by dimension (2K must fit the grid: 64 points in 1-D, 33 in 2-D, 16³ in 3-D)
+MODES = {1: (4, 8, 16), 2: (4, 8, 16), 3: (4, 6, 8)}
 #: the slope tolerance τ of a flat curve (log-log, over the size)
 TOLERANCE = 0.35
 #: the deliberately wrong K rule: the spectral LR × (K/K0) ** WRONG_POWER instead of c(K)/c(K0)
@@ -148,12 +151,18 @@ class OperatorCheck:
 def _data(dim: int, samples: int) -> tuple[str, torch.Tensor, torch.Tensor]:
     """A small batch of the dimension's problem: (name, x, y), channel-last (B, *grid, 1), float32."""
     if dim not in PROBLEMS:
-        raise UserInputError(f"--dim {dim}: check-operator has data for 1-D (burgers) and 2-D (darcy) models")
+        raise UserInputError(
+            f"--dim {dim}: check-operator has data for 1-D (burgers), 2-D (darcy) and 3-D (navier_stokes) models"
+        )
     name, resolution, stride = PROBLEMS[dim]
     raw = get_problem(name).generator(samples, resolution, seed=0, progress=False)
-    step = (slice(None),) + (slice(None, None, stride),) * dim
-    x = torch.as_tensor(raw["input"][step], dtype=torch.float32)[..., None]
-    y = torch.as_tensor(raw["output"][step], dtype=torch.float32)[..., None]
+    space = (slice(None),) + (slice(None, None, stride),) * min(dim, 2)
+    x = torch.as_tensor(raw["input"][space], dtype=torch.float32)[..., None]
+    if dim == 3:  # space-time: w0 -> w(x, y, t), w0 broadcast along the (strided) time axis
+        y = torch.as_tensor(raw["output"][(*space, slice(None, None, TIME_STRIDE))], dtype=torch.float32)[..., None]
+        x = x.unsqueeze(3).expand(-1, -1, -1, y.shape[3], -1).contiguous()
+    else:
+        y = torch.as_tensor(raw["output"][space], dtype=torch.float32)[..., None]
     return name, x, y
 
 

@@ -12,7 +12,9 @@ from torch import nn
 from mutransfer._diagnostics.operator_check import PROBLEMS, check_operator
 from mutransfer.cli._common import positive_int, print_json
 from mutransfer.errors import UserInputError
-from operators.factory import load_factory, locate, plugins
+from operators.factory import is_factory_path, load_factory, locate, plugins
+from operators.family import family_factory
+from operators.registry import OPERATORS
 
 #: exit code of a factory that runs but does not conform (bad input is 2, as everywhere)
 EXIT_FAILED = 1
@@ -23,16 +25,17 @@ def add_parser(subparsers) -> None:
         "check-operator",
         help="check that your operator's factory conforms: roles, counts, save/load, coordinate checks (< 1 min)",
         description="Build FACTORY (module:function, e.g. mymodel:build for mymodel.py in this directory, or "
-        "mutransfer.neuralop:fno1d) at a few sizes; print the muP role of every parameter; check that the planner's "
+        "mutransfer.neuralop:fno1d; or a built-in family: fno, galerkin, ono, gnot) at a few sizes; print the muP role of every parameter; check that the planner's "
         "parameter count equals the model's and that saved weights load back to the same output; then measure, on "
-        "a small generated problem (burgers in 1-D, darcy in 2-D), the update after one Adam step as the width and K "
+        "a small generated problem (burgers in 1-D, darcy in 2-D, navier_stokes in 3-D), the update after one Adam step as the width and K "
         "grow: flat under the muP facts, growing with the multipliers off and with a wrong K rule (the controls). "
         "Exit 0 when it conforms, 1 when a check fails, 2 on bad input.",
     )
     p.add_argument(
         "factory",
         metavar="FACTORY",
-        help="the factory, module:function, or an installed plug-in's name (operator.type)",
+        help="the factory, module:function, an installed plug-in's name (operator.type), or a built-in family "
+        "(fno, galerkin, ono, gnot: built in the standard parametrization, its muP from the facts it declares)",
     )
     p.add_argument(
         "--dim", type=int, choices=sorted(PROBLEMS), default=1, help="the model's grid dimension (default 1)"
@@ -59,15 +62,27 @@ def factory_options(text: str) -> dict[str, object]:
     return value
 
 
-def load_named_factory(name: str) -> Callable[..., nn.Module]:
-    """The factory ``name`` (module:function, found in the working directory first, or an installed plug-in's name)."""
+def load_named_factory(name: str, dim: int | None = None) -> Callable[..., nn.Module]:
+    """The factory ``name``: an installed plug-in's name, module:function (found in the working directory first),
+    or, given the grid's ``dim``, a built-in or registered family's name (built in the standard parametrization:
+    operators.family.family_factory)."""
+    families = [f.name for f in OPERATORS.values() if not f.facts_on_parameters] if dim is not None else []
+    if name in families:
+        assert dim is not None
+        return family_factory(name, dim)
     path = plugins().get(name, name)
+    if not is_factory_path(path):
+        also = f"a family ({', '.join(families)}), " if families else ""
+        raise UserInputError(
+            f"FACTORY {name!r}: give {also}an installed plug-in's name or a factory module:function, e.g. "
+            "mymodel:build for a build() in mymodel.py here"
+        )
     return load_factory(path, locate(path, [Path.cwd()]))
 
 
 def run(args: argparse.Namespace) -> int:
     options = factory_options(args.options)
-    factory = load_named_factory(args.factory)
+    factory = load_named_factory(args.factory, args.dim)
     result = check_operator(factory, name=args.factory, dim=args.dim, options=options, seeds=args.seeds)
     if args.json:
         print_json(result.as_dict())

@@ -13,6 +13,7 @@ from mutransfer import mup
 from mutransfer.cli.main import main
 from mutransfer.testing import check_operator
 from operators.attention_facts import attention_of
+from operators.family import family_factory
 from operators.fno import FNO
 
 
@@ -64,14 +65,18 @@ def k_scaled(*, K, width, in_channels, out_channels):
     return KScaledOperator(K, width)
 
 
-@pytest.mark.parametrize("factory", ["project", "neuralop"])
-def test_the_kit_passes_on_the_project_fno_and_neuraloperators(factory):
-    if factory == "neuralop":
-        pytest.importorskip("neuralop")
-        from mutransfer.neuralop import fno1d as build
-    else:
+@pytest.mark.parametrize(
+    "factory, dim", [("project", 1), ("fno1d", 1), pytest.param("tfno2d", 2, marks=pytest.mark.slow)]
+)
+def test_the_kit_passes_on_the_project_fno_and_neuraloperators(factory, dim):
+    if factory == "project":
         build = project_fno
-    result = check_operator(build, dim=1, options={"layers": 2})
+    else:
+        pytest.importorskip("neuralop")
+        from mutransfer import neuralop
+
+        build = getattr(neuralop, factory)
+    result = check_operator(build, dim=dim, options={"layers": 2})
     assert result.passed, result.to_text()
     assert result.planned_params == result.built_params and result.round_trip_error == 0.0
     verdicts = {(c.axis, c.rule): c.verdict for c in result.curves}
@@ -83,29 +88,12 @@ def test_the_kit_passes_on_the_project_fno_and_neuraloperators(factory):
     }
 
 
-def attention_factory(name: str):
-    """A built-in attention family (width only: no K) as a factory, built in the standard parametrization so that
-    its muP comes from the facts its parameters declare (operators.registry), as a user's would."""
-    from operators.registry import OPERATORS, ModelSpec
-
-    family = OPERATORS[name]
-
-    def build(*, K, width, in_channels, out_channels, layers=2):
-        spec = ModelSpec(
-            dim=1, input_channels=in_channels, output_channels=out_channels, width=width, layers=layers,
-            parametrization="standard", width_parametrization="standard",
-        )  # fmt: skip
-        return family.build(spec)
-
-    return build
-
-
 @pytest.mark.parametrize("name", ["galerkin", "ono", "gnot"])
 def test_the_kit_on_the_attention_families_built_in_the_standard_parametrization(name):
     """Issue 34 item 4: the kit over every registered family. Width only: no K curves; under the facts the hidden
     layers' update is flat in width and with the multipliers off it grows. The Galerkin attentions (Galerkin, ONO's
     NN block) declare their scale (mup.declare_attention); GNOT's softmax-normalised attention has none."""
-    result = check_operator(attention_factory(name), name=name, dim=1)
+    result = check_operator(family_factory(name, 1), name=name, dim=1)
     assert not any(c.axis == "K" for c in result.curves)
     assert result.passed, result.to_text()
 
@@ -114,7 +102,7 @@ def test_the_kit_fails_on_ono_whose_attention_scale_is_left_undeclared():
     """Without its attention declared, ONO keeps SP's scale at every width and the kit fails it, naming the
     attention's output as the steepest layer (measured before the declaration existed: slope +0.32 [+0.24, +0.41]
     against the tolerance 0.35)."""
-    build = attention_factory("ono")
+    build = family_factory("ono", 1)
 
     def undeclared(**config):
         model = build(**config)
@@ -187,12 +175,37 @@ def test_the_command_says_pass_or_fail_by_its_exit_code(tmp_path, monkeypatch, c
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] is False and report["failures"]
     with pytest.raises(SystemExit) as exit_:
-        main(["check-operator", "mine:build", "--dim", "3"])
+        main(["check-operator", "mine:build", "--dim", "4"])
     assert exit_.value.code == 2
     assert main(["check-operator", "nowhere:build"]) == 2
     assert "no module 'nowhere' is importable" in capsys.readouterr().err
     assert main(["check-operator", "mine:build", "--options", "[1, 2]"]) == 2
     assert "--options '[1, 2]': must be a mapping" in capsys.readouterr().err
+    assert main(["check-operator", "ono2"]) == 2
+    err = capsys.readouterr().err
+    assert "FACTORY 'ono2': give a family (fno, galerkin, ono, gnot), an installed plug-in" in err, err
+    assert main(["check-operator", "gnot", "--options", "{layers: 0}"]) == 2
+    assert "layers 0: must be a positive integer" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "name, dim",
+    [
+        ("fno", 1),
+        ("fno", 2),
+        pytest.param("fno", 3, marks=pytest.mark.slow),  # 15 s: Navier-Stokes in space-time
+        ("galerkin", 1),
+        ("ono", 2),
+        ("gnot", 1),
+    ],
+)
+def test_the_command_passes_every_built_in_family_by_name(name, dim, capsys):
+    """Issue 34's done-when: `mutransfer check-operator` passes on every built-in family (built in the standard
+    parametrization: its muP from the facts it declares). Its failing cases are the tests above."""
+    assert main(["check-operator", name, "--dim", str(dim), "--seeds", "4", "--json"]) == 0, capsys.readouterr()
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] is True
+    assert {(c["axis"], c["rule"]) for c in report["curves"]} >= {("width", "mup"), ("width", "off")}
 
 
 def test_coord_check_with_operator_measures_a_users_model_and_flags_one_scaled_beyond_the_rule(
