@@ -1,0 +1,99 @@
+"""The conformance kit over every built-in family and documented factory: docs/byo.md's table, from its JSON.
+
+Runs ``mutransfer check-operator FACTORY --dim D --options '{layers: 2}' --json`` for each row (one process each,
+in the working directory, so a factory file there, such as docs/byo.md's ``neuralop_fno.py``, is found), keeps
+each result as ``OUT/<factory>_<D>d.json`` and prints the Markdown table::
+
+    python benchmarks/check_operator_table.py --out docs/results/check_operator
+    python benchmarks/check_operator_table.py --table-from docs/results/check_operator   # print it again
+
+A factory whose module cannot be imported here (neuraloperator not installed, no ``neuralop_fno.py`` in the
+working directory) is left out, said on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROWS = (
+    ("fno", 1),
+    ("fno", 2),
+    ("fno", 3),
+    ("galerkin", 1),
+    ("ono", 1),
+    ("gnot", 1),
+    ("mutransfer.neuralop:fno1d", 1),
+    ("mutransfer.neuralop:fno2d", 2),
+    ("mutransfer.neuralop:tfno2d", 2),
+    ("mutransfer.neuralop:fno3d", 3),
+    ("neuralop_fno:build", 2),
+)
+
+
+def _file(out: Path, factory: str, dim: int) -> Path:
+    return out / f"{factory.replace(':', '_').replace('.', '_')}_{dim}d.json"
+
+
+def run(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for factory, dim in ROWS:
+        argv = ["mutransfer", "check-operator", factory, "--dim", str(dim), "--options", "{layers: 2}", "--json"]
+        start = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - start
+        if done.returncode not in (0, 1):
+            print(f"{factory} --dim {dim}: left out ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
+            continue
+        result = json.loads(done.stdout)
+        result["seconds"] = round(seconds, 1)
+        result["command"] = " ".join(argv[:-1]).replace("{layers: 2}", "'{layers: 2}'")
+        _file(out, factory, dim).write_text(json.dumps(result, indent=1))
+        print(f"{factory} --dim {dim}: {'PASS' if result['passed'] else 'FAIL'} ({seconds:.0f} s)", file=sys.stderr)
+
+
+def _cell(curves: list[dict], axis: str, rule: str) -> str:
+    c = next((c for c in curves if c["axis"] == axis and c["rule"] == rule), None)
+    if c is None:
+        return "—"
+    return f"{c['slope']:+.2f} [{c['low']:+.2f}, {c['high']:+.2f}] {c['verdict']}".replace("-", "−")
+
+
+def table(out: Path) -> str:
+    lines = [
+        "| factory | D | width, μP | width, off | K, μP (÷ rule) | K, wrong rule | verdict | s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for factory, dim in ROWS:
+        path = _file(out, factory, dim)
+        if not path.exists():
+            continue
+        r = json.loads(path.read_text())
+        cells = [
+            _cell(r["curves"], a, rule)
+            for a, rule in (("width", "mup"), ("width", "off"), ("K", "mup"), ("K", "wrong"))
+        ]
+        verdict = "PASS" if r["passed"] else "**FAIL**"
+        lines.append(f"| `{factory}` | {dim} | {' | '.join(cells)} | {verdict} | {r.get('seconds', '')} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", type=Path, help="folder for the JSON results (runs every row)")
+    p.add_argument("--table-from", type=Path, help="print the table of a folder of stored results and exit")
+    args = p.parse_args(argv)
+    if args.table_from is None and args.out is None:
+        p.error("give --out (run) or --table-from (print)")
+    if args.table_from is None:
+        run(args.out)
+    print(table(args.table_from or args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
