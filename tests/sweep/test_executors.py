@@ -156,6 +156,10 @@ def test_a_population_trains_the_trials_a_study_trains_one_at_a_time(tiny_data, 
     # the members share their population's span as they share its time: the overheads count each population once
     overheads = together["compute"]["overheads"]
     assert 0 < overheads["fixed_share"] < 1, overheads
+    members = [r for r in runs if r.data.tags.get("mutransfer.kind") == "proxy_trial"]
+    for r in members:  # each member's span holds at least its share of the wall time (a partner stopped by ASHA)
+        m = r.data.metrics
+        assert m["span_seconds"] >= m["wall_seconds"] - 1e-9, m
     assert overheads["trial_startup_seconds"] < together["compute"]["proxy_phase_seconds"], overheads
 
 

@@ -128,6 +128,9 @@ def test_quick_study_end_to_end(quick_run):
         assert m["span_seconds"] > 0 and m["span_seconds"] >= 0.5 * m["trainer_seconds"], m
     assert o["setup_seconds"] > 0 and o["target_startup_seconds"] > 0 and o["trial_startup_mean_seconds"] > 0
     assert 0 < o["fixed_seconds"] < c["sweep_wall_seconds"] and 0 < o["fixed_share"] < 1
+    parts = ("setup_seconds", "trial_startup_seconds", "proxy_scheduling_seconds", "target_startup_seconds")
+    assert o["fixed_seconds"] == pytest.approx(sum(o[k] for k in parts))  # the parts make the whole
+    assert o["fixed_share"] == pytest.approx(o["fixed_seconds"] / c["sweep_wall_seconds"])
     # FLOP accounting: proxies (K=6) cost less per epoch than the target (K=24); ratio vs direct tuning logged
     assert 0 < c["proxy_flops"] < c["direct_sweep_flops"] and c["target_flops"] > 0
     assert parent.data.metrics["mutransfer_vs_direct_flops"] == pytest.approx(c["mutransfer_vs_direct_flops"])

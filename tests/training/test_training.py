@@ -452,4 +452,6 @@ def test_the_divergence_check_finds_every_non_finite_weight_and_no_finite_one():
     spectral[2] = complex(0.0, math.nan)
     assert not all_finite([base[0], spectral])
     assert all_finite([torch.full((100_000,), 60_000.0, dtype=torch.float16)])  # sums past float16's 65,504
+    # the documented limit: finite float32 entries whose sum passes float32's range (~3.4e38) count as diverged
+    assert all_finite([torch.full((1000,), 1e34)]) and not all_finite([torch.full((1000,), 1e36)])
     assert all_finite([torch.full((10,), 1e300, dtype=torch.float64), torch.full((4,), 1e300, dtype=torch.complex128)])
