@@ -6,6 +6,11 @@ each result as ``OUT/<factory>_<D>d.json`` and prints the Markdown table::
 
     python benchmarks/check_operator_table.py --out docs/results/check_operator
     python benchmarks/check_operator_table.py --table-from docs/results/check_operator   # print it again
+    python benchmarks/check_operator_table.py --raw-k-input --out docs/results/check_operator_raw
+
+``--raw-k-input`` runs the kit in this process with its K curves on the raw input (``check_operator(...,
+low_pass=False)``), to measure what the low-pass below the base's K removes (mutransfer._diagnostics.operator_check
+.below_modes); its seconds are not the command's.
 
 A factory whose module cannot be imported here (neuraloperator not installed, no ``neuralop_fno.py`` in the
 working directory) is left out, said on stderr.
@@ -39,19 +44,38 @@ def _file(out: Path, factory: str, dim: int) -> Path:
     return out / f"{factory.replace(':', '_').replace('.', '_')}_{dim}d.json"
 
 
-def run(out: Path) -> None:
+def _raw(factory: str, dim: int) -> dict:
+    """The kit in this process on the raw input's K curves (its result as the command's JSON)."""
+    from mutransfer._diagnostics.operator_check import check_operator  # noqa: PLC0415 -- only for this mode
+    from mutransfer.cli._check_operator_cmd import load_named_factory  # noqa: PLC0415
+
+    options: dict[str, object] = {"layers": 2}
+    build = load_named_factory(factory, dim, options)
+    result = check_operator(build, name=factory, dim=dim, options=options, low_pass=False).as_dict()
+    result["command"] = f"check_operator({factory!r}, dim={dim}, options={options}, low_pass=False)"
+    return result
+
+
+def run(out: Path, raw: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for factory, dim in ROWS:
         argv = ["mutransfer", "check-operator", factory, "--dim", str(dim), "--options", "{layers: 2}", "--json"]
         start = time.perf_counter()
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if raw:
+            try:
+                result = _raw(factory, dim)
+            except Exception as exc:  # noqa: BLE001 -- a factory not importable here: left out, said
+                print(f"{factory} --dim {dim}: left out ({exc})", file=sys.stderr)
+                continue
+        else:
+            done = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if done.returncode not in (0, 1):
+                print(f"{factory} --dim {dim}: left out ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
+                continue
+            result = json.loads(done.stdout)
+            result["command"] = " ".join(argv[:-1]).replace("{layers: 2}", "'{layers: 2}'")
         seconds = time.perf_counter() - start
-        if done.returncode not in (0, 1):
-            print(f"{factory} --dim {dim}: left out ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
-            continue
-        result = json.loads(done.stdout)
         result["seconds"] = round(seconds, 1)
-        result["command"] = " ".join(argv[:-1]).replace("{layers: 2}", "'{layers: 2}'")
         _file(out, factory, dim).write_text(json.dumps(result, indent=1))
         print(f"{factory} --dim {dim}: {'PASS' if result['passed'] else 'FAIL'} ({seconds:.0f} s)", file=sys.stderr)
 
@@ -86,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, help="folder for the JSON results (runs every row)")
     p.add_argument("--table-from", type=Path, help="print the table of a folder of stored results and exit")
+    p.add_argument("--raw-k-input", action="store_true", help="K curves on the raw input, in this process")
     args = p.parse_args(argv)
     if args.table_from is None and args.out is None:
         p.error("give --out (run) or --table-from (print)")
     if args.table_from is None:
-        run(args.out)
+        run(args.out, args.raw_k_input)
     print(table(args.table_from or args.out))
     return 0
 

@@ -229,7 +229,9 @@ def infer_shapes(
             both = set(w) & set(k)
             if both:
                 raise OperatorConfigError(
-                    f"set_base_shapes: dim {min(both)} of {name!r} changes with both K and the width; declare its role"
+                    f"set_base_shapes: dim {min(both)} of {name!r} changes with both K and the width, as a factorized "
+                    "weight's (Tucker/CP factors) does, which follows neither rule; use a dense spectral weight "
+                    "(neuraloperator: factorization=None), or declare its role (mup.declare)"
                 )
         else:
             growing = differ(base_shape, shape)

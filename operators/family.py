@@ -251,17 +251,36 @@ def family_of_config(config: object) -> OperatorFamily | None:
     return None
 
 
-def family_factory(name: str, dim: int) -> Callable[..., nn.Module]:
+def family_factory(name: str, dim: int, options: Mapping[str, object] | None = None) -> Callable[..., nn.Module]:
     """The registered family ``name`` as a factory ``build(*, K, width, in_channels, out_channels, **options)`` on a
     ``dim``-D grid, built in the standard parametrization so that its muP comes from the facts its parameters and
     attentions declare, as a user's model's does (``mutransfer check-operator fno``). ``options`` holds
-    ``layers`` (default 2, a small model for the kit) and the family's own fields."""
+    ``layers`` (default 2, a small model for the kit) and the family's own fields; ``options`` given here are
+    checked now (a name the family does not take is a one-line error), as they are at each build."""
     family = get_family(name)
+    if not family.takes("grid"):
+        raise OperatorConfigError(f"operator {name!r} takes point sets only; the conformance kit's models take grids")
+    known = ("layers", *family.fields)
+
+    def check(options: Mapping[str, object]) -> None:
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            nested = " (its own settings under options, e.g. {options: {attention_type: fourier}})"
+            raise OperatorConfigError(
+                f"option {unknown[0]!r}: the {name} family takes {', '.join(known)}"
+                + (nested if "options" in known else "")
+            )
+        layers = options.get("layers", 2)
+        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
+            raise OperatorConfigError(f"option layers {layers!r}: must be a positive integer")
+
+    if options is not None:
+        check(options)
 
     def build(*, K: int, width: int, in_channels: int, out_channels: int, **options: object) -> nn.Module:
+        check(options)
         layers = options.pop("layers", 2)
-        if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
-            raise OperatorConfigError(f"layers {layers!r}: must be a positive integer")
+        assert isinstance(layers, int)  # checked above
         spec = ModelSpec(
             dim=dim,
             input_channels=in_channels,

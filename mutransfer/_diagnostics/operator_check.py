@@ -51,7 +51,7 @@ from operators.parametrization import clamp_gradients
 PROBLEMS = {1: ("burgers", 1024, 16), 2: ("darcy", 33, 1), 3: ("navier_stokes", 32, 1)}
 #: 3-D (Navier-Stokes in space-time): the input w0 broadcast along time, the output's 64 times strided by this
 TIME_STRIDE = 4
-#: the values of K the check spans, by dimension (2K must fit the grid: 64 points in 1-D, 33 in 2-D, 16³ in 3-D)
+#: the values of K the check spans, by dimension (2K must fit the grid: 64 points in 1-D, 33² in 2-D, 32² × 16 in 3-D)
 MODES = {1: (4, 8, 16), 2: (4, 8, 16), 3: (4, 6, 8)}
 #: the slope tolerance τ of a flat curve (log-log, over the size)
 TOLERANCE = 0.35
@@ -172,8 +172,8 @@ def below_modes(x: torch.Tensor, modes: int) -> torch.Tensor:
 
     The K curves run on it, ``modes`` the base's K: every model of the curve then sees the same input energy, so
     the curve measures how the rule reaches the spectral layers, not how much of the data's spectrum the larger
-    K adds (measured on Navier-Stokes in 3-D: K slope +0.18 [+0.09, +0.27] on the raw input, +0.01 [+0.00,
-    +0.01] on this one, 4 seeds; docs/byo.md)."""
+    K adds. Measured on Navier-Stokes in 3-D, the project's FNO, 8 seeds: K slope +0.21 [+0.17, +0.25] on the raw
+    input, +0.01 [+0.01, +0.01] on this one (docs/byo.md, ``benchmarks/check_operator_table.py``)."""
     grid = tuple(range(1, x.dim() - 1))
     spectrum = torch.fft.rfftn(x, dim=grid)
     for axis in grid:
@@ -374,9 +374,11 @@ def check_operator(
     seeds: int = 8,
     lr: float = 1e-3,
     samples: int = 8,
+    low_pass: bool = True,
 ) -> OperatorCheck:
     """Run the kit (module docstring) on ``factory``; the base is (``modes[0]``, ``widths[0]``), ``modes`` by default
-    :data:`MODES` of ``dim``.
+    :data:`MODES` of ``dim``. ``low_pass=False`` runs the K curves on the raw input (:func:`below_modes` says why
+    they do not by default; ``benchmarks/check_operator_table.py --raw-k-input`` measures the difference).
 
     Returns:
         an :class:`OperatorCheck`: ``.passed``, ``.failures``, ``.to_text()``, ``.as_dict()``.
@@ -388,7 +390,7 @@ def check_operator(
     options = dict(options or {})
     problem, x, y = _data(dim, samples)
     try:
-        return _check(factory, label, options, dim, problem, x, y, modes or MODES[dim], widths, seeds, lr)
+        return _check(factory, label, options, dim, problem, x, y, modes or MODES[dim], widths, seeds, lr, low_pass)
     except RuntimeError as exc:  # the model's own forward or load failed: one line, not a traceback
         raise OperatorConfigError(
             f"{label}: the model failed on a {dim}-D batch of shape {tuple(x.shape)} (B, *grid, C), "
@@ -408,6 +410,7 @@ def _check(
     widths: tuple[int, ...],
     seeds: int,
     lr: float,
+    low_pass: bool = True,
 ) -> OperatorCheck:
     def build(K: int, width: int) -> nn.Module:
         return call(factory, label, _config(K, width, options))
@@ -438,7 +441,7 @@ def _check(
     def run(size: tuple[int, int], rule: str, seed: int) -> dict[str, tuple[float, float]]:
         return _move(build, size, base, rule, seed, (x, y), watched, lr)
 
-    x_low = below_modes(x, modes[0])
+    x_low = below_modes(x, modes[0]) if low_pass else x
 
     def run_low(size: tuple[int, int], rule: str, seed: int) -> dict[str, tuple[float, float]]:
         return _move(build, size, base, rule, seed, (x_low, y), watched, lr)

@@ -12,6 +12,7 @@ from torch import nn
 from mutransfer._diagnostics.operator_check import PROBLEMS, check_operator
 from mutransfer.cli._common import positive_int, print_json
 from mutransfer.errors import UserInputError
+from operators.errors import OperatorConfigError
 from operators.factory import is_factory_path, load_factory, locate, plugins
 from operators.family import family_factory
 from operators.registry import OPERATORS
@@ -62,14 +63,19 @@ def factory_options(text: str) -> dict[str, object]:
     return value
 
 
-def load_named_factory(name: str, dim: int | None = None) -> Callable[..., nn.Module]:
+def load_named_factory(
+    name: str, dim: int | None = None, options: dict[str, object] | None = None
+) -> Callable[..., nn.Module]:
     """The factory ``name``: an installed plug-in's name, module:function (found in the working directory first),
     or, given the grid's ``dim``, a built-in or registered family's name (built in the standard parametrization:
-    operators.family.family_factory)."""
+    operators.family.family_factory; ``options``, the ``--options`` given, checked against what it takes)."""
     families = [f.name for f in OPERATORS.values() if not f.facts_on_parameters] if dim is not None else []
     if name in families:
         assert dim is not None
-        return family_factory(name, dim)
+        try:
+            return family_factory(name, dim, options)
+        except OperatorConfigError as exc:
+            raise UserInputError(f"--options: {exc}") from None
     path = plugins().get(name, name)
     if not is_factory_path(path):
         also = f"a family ({', '.join(families)}), " if families else ""
@@ -82,7 +88,7 @@ def load_named_factory(name: str, dim: int | None = None) -> Callable[..., nn.Mo
 
 def run(args: argparse.Namespace) -> int:
     options = factory_options(args.options)
-    factory = load_named_factory(args.factory, args.dim)
+    factory = load_named_factory(args.factory, args.dim, options)
     result = check_operator(factory, name=args.factory, dim=args.dim, options=options, seeds=args.seeds)
     if args.json:
         print_json(result.as_dict())

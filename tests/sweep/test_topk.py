@@ -185,6 +185,36 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
     assert tags["t0002"]["mutransfer.topk_rank"] == "3" and tags["t0002"]["mutransfer.proxy_trial"] == "t0002"
 
 
+def test_a_stored_winner_without_its_mlflow_run_is_refused_on_resume_naming_the_rebuild(tmp_path):
+    """A top-k record whose winner names no MLflow run (a damaged state.json) is refused in one line that says how
+    to rebuild the state, and nothing is trained again."""
+    from mutransfer._sweep.context import SweepError
+    from mutransfer._tracking.runs import Tracker
+
+    study, _ = load_study(K_ONLY_STUDY, {"top_k": 2})
+    tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    errors = {"t0001": 0.5, "t0000": 0.25}
+    calls: list[str] = []
+
+    def fit(ctx, transfer, key, *, storage_dir, run_id, remember_run, tags, label):
+        calls.append(key)
+        run_id = run_id or ctx.tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, {})
+        remember_run(run_id)
+        return _outcome(errors[key], storage_dir / "target" / "final"), run_id
+
+    train_top_k(_context(tmp_path, study, tracker, {}), fit)
+    stored = json.loads((tmp_path / "study" / "state.json").read_text())
+    winner = next(c for c in stored["topk_targets"] if c["trial_id"] == "t0000")
+    del winner["mlflow_run_id"]
+    calls.clear()
+    with pytest.raises(SweepError) as info:
+        train_top_k(_context(tmp_path, study, tracker, stored), fit)
+    assert calls == []  # both candidates were stored: none trained again
+    message = str(info.value)
+    assert "top-k: the winner, proxy trial t0000, names no MLflow run;" in message and "\n" not in message
+    assert "--rebuild-state" in message, message
+
+
 def _rows() -> list[dict]:
     rows = []
     for rank, (key, error, winner) in enumerate([("t0001", 0.5, False), ("t0002", 0.25, True)], 1):

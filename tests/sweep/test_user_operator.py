@@ -241,6 +241,30 @@ def test_a_bad_factory_is_one_line_exit_2_and_nothing_is_made(tmp_path, case):
     assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+_TUCKER = """
+from neuralop.models import TFNO
+
+from mutransfer.neuralop import NeuralopModel
+
+
+def build(*, K, width, in_channels, out_channels, **options):
+    return NeuralopModel(TFNO(n_modes=(2 * K,), in_channels=in_channels, out_channels=out_channels,
+                              hidden_channels=width, n_layers=2, factorization="tucker", rank=0.5))
+"""
+
+
+def test_a_factorized_spectral_weight_is_one_line_exit_2_and_nothing_is_made(tmp_path):
+    """Issue 34: an unsupported factorization (neuraloperator's TFNO with Tucker factors) is refused before anything
+    is made, naming the parameter and the supported form."""
+    pytest.importorskip("neuralop")
+    proc, _ = _sweep(tmp_path, _study(tmp_path, type_="mymodel:build", module=_TUCKER), *IN_PROCESS)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "follows neither rule; use a dense spectral weight (neuraloperator: factorization=None)" in line, line
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "mlflow.db").exists()
+
+
 def test_on_a_cluster_the_users_module_ships_with_the_job(tmp_path):
     """A cluster's nodes may not see the driver's folders: the module goes with the job as Ray ``py_modules``; a
     built-in operator or an installed module ships nothing."""
