@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from allocator_env import run_under  # noqa: E402
+from proxy_step import mean_ms  # noqa: E402 -- the benchmarks' one timing loop
 
 from mutransfer._training.evaluation import all_finite  # noqa: E402
 from operators.fno import FNO  # noqa: E402
@@ -41,25 +41,19 @@ def per_element(params: list[torch.Tensor]) -> bool:
 
 
 def _us(check: Callable[[list[torch.Tensor]], bool], params: list[torch.Tensor], calls: int = 2000) -> float:
-    for _ in range(50):
-        check(params)
-    start = time.perf_counter()
-    for _ in range(calls):
-        check(params)
-    return 1e6 * (time.perf_counter() - start) / calls
+    return 1e3 * mean_ms(lambda: check(params), calls, warmup=50)
 
 
 def _step_ms(model: FNO, points: int, steps: int = 50) -> float:
     opt = torch.optim.Adam(optimizer_param_groups(model, 1e-3), lr=1e-3)
     x, y = torch.randn(10, points, 2), torch.randn(10, points, 1)
-    start = 0.0
-    for i in range(steps + 10):
-        if i == 10:
-            start = time.perf_counter()
+
+    def step() -> None:
         opt.zero_grad()
         ((model(x) - y) ** 2).mean().backward()
         opt.step()
-    return 1e3 * (time.perf_counter() - start) / steps
+
+    return mean_ms(step, steps, warmup=10)
 
 
 def adam_ms(model: FNO, foreach: bool, steps: int = 300) -> float:
@@ -67,12 +61,7 @@ def adam_ms(model: FNO, foreach: bool, steps: int = 300) -> float:
     opt = torch.optim.Adam(optimizer_param_groups(model, 1e-3), lr=1e-3, foreach=foreach)
     for p in model.parameters():
         p.grad = torch.randn_like(p)
-    for _ in range(20):
-        opt.step()
-    start = time.perf_counter()
-    for _ in range(steps):
-        opt.step()
-    return 1e3 * (time.perf_counter() - start) / steps
+    return mean_ms(opt.step, steps, warmup=20)
 
 
 def main() -> None:

@@ -61,7 +61,11 @@ class _Desk:
     async def ask(self, unit: int, key: str, metrics: dict) -> bool:
         """A task's question (trial ``key`` reported ``metrics``); returns the driver's answer: stop it?"""
         await self._questions.put((unit, key, metrics))
-        return await self._box(unit).get()
+        box = self._box(unit)
+        stop = await box.get()
+        if box.empty():  # a task asks again only after its answer: its box is made again then, not kept meanwhile
+            self._boxes.pop(unit, None)
+        return stop
 
     async def next_question(self, timeout: float) -> tuple[int, str, dict] | None:
         """The oldest question, waiting up to ``timeout`` seconds for one (0: none waited for)."""
