@@ -72,10 +72,10 @@ def describe(model: nn.Module) -> str:
         )
         rows.append((name, str(fact.shape), role, *dims, k, f"{fact.init_multiplier:.4g}", f"{fact.lr_multiplier:.4g}"))
     table = _columns(rows)
-    attention = [("attention", "scale attribute", "d_h (model/base)", "scale ×")]
-    for name, fact in attention_scales(model).items():
-        base = "?" if fact.base_head_dim is None else str(fact.base_head_dim)
-        attention.append((name, fact.attr, f"{fact.head_dim}/{base}", f"{fact.multiplier:.4g}"))
+    attention: list[tuple[str, ...]] = [("attention", "scale attribute", "d_h (model/base)", "scale ×")]
+    for name, scale in attention_scales(model).items():
+        base = "?" if scale.base_head_dim is None else str(scale.base_head_dim)
+        attention.append((name, scale.attr, f"{scale.head_dim}/{base}", f"{scale.multiplier:.4g}"))
     return table if len(attention) == 1 else f"{table}\n{_columns(attention)}"
 
 

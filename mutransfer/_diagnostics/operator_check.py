@@ -160,7 +160,7 @@ def _data(dim: int, samples: int) -> tuple[str, torch.Tensor, torch.Tensor]:
     space = (slice(None),) + (slice(None, None, stride),) * min(dim, 2)
     x = torch.as_tensor(raw["input"][space], dtype=torch.float32)[..., None]
     if dim == 3:  # space-time: w0 -> w(x, y, t), w0 broadcast along the (strided) time axis
-        y = torch.as_tensor(raw["output"][(*space, slice(None, None, TIME_STRIDE))], dtype=torch.float32)[..., None]
+        y = torch.as_tensor(raw["output"][space + (slice(None, None, TIME_STRIDE),)], dtype=torch.float32)[..., None]
         x = x.unsqueeze(3).expand(-1, -1, -1, y.shape[3], -1).contiguous()
     else:
         y = torch.as_tensor(raw["output"][space], dtype=torch.float32)[..., None]
