@@ -72,11 +72,18 @@ def declare_attention(module: nn.Module, *, head_dim: int, scale: str = "scale")
         )
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
         raise OperatorConfigError(f"declare_attention: head_dim {head_dim!r}: give d_h, a positive integer")
-    value = getattr(module, scale, None)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value == 0:
+    where = f"{type(module).__name__}.{scale}"
+    if not hasattr(module, scale):
         raise OperatorConfigError(
-            f"declare_attention: {type(module).__name__}.{scale} is {value!r}; set it to the (nonzero float) scale "
-            "the forward multiplies the attention by before declaring it, or name that attribute with scale="
+            f"declare_attention: {where} does not exist; set it to the (nonzero float) scale the forward multiplies "
+            "the attention by before declaring it, or name that attribute with scale="
+        )
+    value = getattr(module, scale)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value == 0:
+        shown = repr(value) if value is None or isinstance(value, (bool, int, float)) else f"a {type(value).__name__}"
+        raise OperatorConfigError(
+            f"declare_attention: {where} is {shown}; declare the attention module whose forward multiplies by it, "
+            "with that attribute a nonzero float, or name the attribute with scale="
         )
     setattr(module, _ATTENTION, AttentionScale(head_dim, scale, float(value)))
     return module

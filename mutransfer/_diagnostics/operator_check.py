@@ -129,6 +129,7 @@ class OperatorCheck:
             "planned_params": self.planned_params,
             "built_params": self.built_params,
             "round_trip_error": self.round_trip_error,
+            "roles": self.roles.splitlines(),  # mup.describe's table: a row per parameter, then the attentions
             "curves": [c.__dict__ for c in self.curves],
             "failures": self.failures,
             "passed": self.passed,
@@ -386,6 +387,8 @@ def check_operator(
         OperatorConfigError: the factory fails, returns no module, or a role cannot be read (one line).
         UserInputError: no data for ``dim``.
     """
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 2:
+        raise UserInputError(f"seeds {seeds!r} (--seeds): give 2 or more (a slope's interval needs two; 8 by default)")
     label = name or getattr(factory, "__qualname__", "factory")
     options = dict(options or {})
     problem, x, y = _data(dim, samples)

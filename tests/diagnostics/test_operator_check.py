@@ -73,7 +73,7 @@ def k_scaled(*, K, width, in_channels, out_channels):
         ("fno1d", 1),
         pytest.param("fno2d", 2, marks=pytest.mark.slow),
         pytest.param("tfno2d", 2, marks=pytest.mark.slow),
-        pytest.param("fno3d", 3, marks=pytest.mark.slow),  # 40 s: Navier-Stokes in space-time
+        pytest.param("fno3d", 3, marks=pytest.mark.slow),  # 40 s quiet: Navier-Stokes in space-time (3-D's one test)
     ],
 )
 def test_the_kit_passes_on_the_project_fno_and_neuraloperators(factory, dim):
@@ -190,6 +190,8 @@ def test_the_command_says_pass_or_fail_by_its_exit_code(tmp_path, monkeypatch, c
     assert "no module 'nowhere' is importable" in capsys.readouterr().err
     assert main(["check-operator", "mine:build", "--options", "[1, 2]"]) == 2
     assert "--options '[1, 2]': must be a mapping" in capsys.readouterr().err
+    assert main(["check-operator", "fno", "--seeds", "1"]) == 2  # no interval from one seed: refused, not a traceback
+    assert "seeds 1 (--seeds): give 2 or more" in capsys.readouterr().err
     assert main(["check-operator", "ono2"]) == 2
     err = capsys.readouterr().err
     assert "FACTORY 'ono2': give a family (fno, galerkin, ono, gnot), an installed plug-in" in err, err
@@ -210,7 +212,6 @@ def test_the_command_says_pass_or_fail_by_its_exit_code(tmp_path, monkeypatch, c
     [
         ("fno", 1),
         ("fno", 2),
-        pytest.param("fno", 3, marks=pytest.mark.slow),  # 15 s: Navier-Stokes in space-time
         ("galerkin", 1),
         ("ono", 2),
         ("gnot", 1),
@@ -222,6 +223,7 @@ def test_the_command_passes_every_built_in_family_by_name(name, dim, capsys):
     assert main(["check-operator", name, "--dim", str(dim), "--seeds", "4", "--json"]) == 0, capsys.readouterr()
     report = json.loads(capsys.readouterr().out)
     assert report["passed"] is True
+    assert report["roles"][0].split()[:3] == ["parameter", "shape", "role"]  # the role table, in the JSON too
     curves = {(c["axis"], c["rule"]) for c in report["curves"]}
     assert curves >= {("width", "mup"), ("width", "off")}
     assert (curves >= {("K", "mup"), ("K", "wrong")}) == (name == "fno"), curves  # the FNO's K curves, measured

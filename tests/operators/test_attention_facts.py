@@ -82,7 +82,11 @@ def test_the_built_in_attentions_facts_set_the_scale_their_own_width_mup_sets(cl
     [
         (lambda: mup.declare_attention(torch.zeros(2), head_dim=4), "is not an nn.Module; pass the attention"),
         (lambda: mup.declare_attention(nn.Linear(2, 2), head_dim=0), "head_dim 0: give d_h, a positive integer"),
-        (lambda: mup.declare_attention(nn.Linear(2, 2), head_dim=2), "Linear.scale is None; set it to the"),
+        (lambda: mup.declare_attention(nn.Linear(2, 2), head_dim=2), "Linear.scale does not exist; set it to the"),
+        (  # the wrong module: its attribute is a tensor, named by its type, not printed
+            lambda: mup.declare_attention(nn.Linear(2, 2), head_dim=2, scale="weight"),
+            "Linear.weight is a Parameter; declare the attention module whose forward multiplies by it",
+        ),
         (
             lambda: mup.declare_attention(DotAttention(8, 2), head_dim=4, scale="temp"),
             "name that attribute with scale=",
