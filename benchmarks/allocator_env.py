@@ -32,4 +32,9 @@ def run_under(allocator: str, argv: Sequence[str], script: str) -> dict[str, obj
     if wanted != env and _REEXECUTED not in os.environ:
         sys.stdout.flush()
         os.execve(sys.executable, [sys.executable, os.path.abspath(script), *argv], {**wanted, _REEXECUTED: "1"})
-    return {"mode": allocator, "variables": {k: os.environ[k] for k in TUNED_ENV if k in os.environ}}
+    os.environ.pop(_REEXECUTED, None)  # its children (workers, subprocesses) decide again for themselves
+    return {
+        "mode": allocator,
+        "matched": wanted == env,
+        "variables": {k: os.environ[k] for k in TUNED_ENV if k in os.environ},
+    }

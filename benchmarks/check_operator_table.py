@@ -70,7 +70,8 @@ def run(out: Path, raw: bool) -> None:
         else:
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode not in (0, 1):
-                print(f"{factory} --dim {dim}: left out ({done.stderr.strip().splitlines()[-1:]})", file=sys.stderr)
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                print(f"{factory} --dim {dim}: left out ({last})", file=sys.stderr)
                 continue
             result = json.loads(done.stdout)
             result["command"] = " ".join(argv[:-1]).replace("{layers: 2}", "'{layers: 2}'")

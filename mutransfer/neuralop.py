@@ -6,7 +6,7 @@ the model on mutransfer's grid layout, (B, *grid, C) in and out; neuraloperator'
 The K convention: mutransfer's K is the paper's, modes per dimension **per sign**; neuraloperator's ``n_modes`` counts
 both signs, so ``n_modes = 2K`` in every dimension. Its spectral weight then holds 2K entries along each full
 dimension and K + 1 along the last (half-spectrum) one; a 1-D weight holds K + 1 only, so the factories declare K
-on it (operators.base_shapes.declare) rather than leave the shapes to say it.
+on it (operators.declarations.declare) rather than leave the shapes to say it.
 
 ``options`` go to neuraloperator's constructor (``n_layers`` as ``layers``, any other of its arguments as is).
 A factorized TFNO (Tucker, CP) follows neither muP rule and is refused by ``set_base_shapes``: the dense TFNO

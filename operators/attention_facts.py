@@ -72,6 +72,11 @@ def declare_attention(module: nn.Module, *, head_dim: int, scale: str = "scale")
         )
     if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
         raise OperatorConfigError(f"declare_attention: head_dim {head_dim!r}: give d_h, a positive integer")
+    if not isinstance(scale, str):
+        raise OperatorConfigError(
+            f"declare_attention: scale= takes the attribute's name, not its value ({type(scale).__name__}); "
+            "e.g. scale='scale'"
+        )
     where = f"{type(module).__name__}.{scale}"
     if not hasattr(module, scale):
         raise OperatorConfigError(

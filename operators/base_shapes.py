@@ -42,7 +42,7 @@ operators.fno.FNO stores them), or neuraloperator's layout, 2K entries along eac
 the last (half-spectrum) dim. A 1-D weight is read as holding K entries. Anything else: declare it.
 
 A parameter whose role cannot be inferred is named in a one-line :class:`OperatorConfigError` with the fix:
-:func:`declare` its role before ``set_base_shapes``, or pass ``delta``.
+:func:`operators.declarations.declare` its role before ``set_base_shapes``, or pass ``delta``.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ import torch
 from torch import nn
 
 from operators.attention_facts import apply_attention_scales
-from operators.declarations import _DECLARED, Declared
+from operators.declarations import declared_of
 from operators.errors import OperatorConfigError
 from operators.parametrization import check_k_exponent, data_aware_scale, declared_lr_multipliers, spectral_modules
 from operators.shape_roles import differ, fan_dims, modes_of, role_of, torch_layer, width_ratio
@@ -221,8 +221,7 @@ def infer_shapes(
     for name, (p, owner, leaf) in ours.items():
         shape, base_shape = tuple(p.shape), tuple(theirs[name][0].shape)
         fans = fan_dims(owner, leaf)
-        declared = getattr(p, _DECLARED, None)
-        declared = declared if isinstance(declared, Declared) else None
+        declared = declared_of(p)
         if middle is not None:
             mid = tuple(_match(name, p, middle, "delta").shape)
             w, k = differ(base_shape, mid), differ(mid, shape)
@@ -253,9 +252,9 @@ def infer_shapes(
                 )
         modes = base_modes = None
         if role == "spectral":
-            base_declared = getattr(theirs[name][0], _DECLARED, None)
+            base_declared = declared_of(theirs[name][0])
             if declared is not None and declared.modes is not None:
-                if not (isinstance(base_declared, Declared) and base_declared.modes is not None):
+                if base_declared is None or base_declared.modes is None:
                     raise OperatorConfigError(
                         f"set_base_shapes: {name!r} declares modes in the model but not in the base; "
                         "declare it in every model the factory builds"

@@ -20,7 +20,7 @@ _DECLARED = "mutransfer_declared"
 
 @dataclass(frozen=True)
 class Declared:
-    """A role stated by the model's author (:func:`declare`), read by :func:`set_base_shapes`.
+    """A role stated by the model's author (:func:`declare`), read by operators.base_shapes.set_base_shapes.
 
     ``k_dims``/``width_dims`` None: read from the shapes (for a non-spectral role, every growing dim is a
     width dim).
@@ -80,3 +80,9 @@ def declare(
         raise OperatorConfigError(f"declare: modes {modes!r}: give K (an integer >= 2) for a spectral parameter only")
     setattr(param, _DECLARED, Declared(role, k, w, modes))
     return param
+
+
+def declared_of(param: object) -> Declared | None:
+    """The role declared on ``param`` by :func:`declare` (None for a parameter with none)."""
+    found = getattr(param, _DECLARED, None)
+    return found if isinstance(found, Declared) else None

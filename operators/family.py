@@ -251,18 +251,28 @@ def family_of_config(config: object) -> OperatorFamily | None:
     return None
 
 
+#: the layers of a family built for the conformance kit when its options give none (a small model: the kit is quick)
+_KIT_LAYERS = 2
+
+
 def family_factory(name: str, dim: int, options: Mapping[str, object] | None = None) -> Callable[..., nn.Module]:
     """The registered family ``name`` as a factory ``build(*, K, width, in_channels, out_channels, **options)`` on a
     ``dim``-D grid, built in the standard parametrization so that its muP comes from the facts its parameters and
     attentions declare, as a user's model's does (``mutransfer check-operator fno``). ``options`` holds
-    ``layers`` (default 2, a small model for the kit) and the family's own fields; ``options`` given here are
+    ``layers`` (default 2, a small model for the kit) and the family's own fields (not ``k_exponent``: the kit's K
+    rule is ρ = 1); ``options`` given here are
     checked now (a name the family does not take is a one-line error), as they are at each build."""
     family = get_family(name)
     if not family.takes("grid"):
-        raise OperatorConfigError(f"operator {name!r} takes point sets only; the conformance kit's models take grids")
-    known = ("layers", *family.fields)
+        raise OperatorConfigError(
+            f"operator {name!r} takes point sets only, and the conformance kit's models take grids; check a factory "
+            "of yours that wraps it for a grid instead"
+        )
+    # k_exponent is not taken: the kit's K rule is the paper's (rho = 1), whatever the option would say
+    known = ("layers", *(f for f in family.fields if f != "k_exponent"))
 
-    def check(options: Mapping[str, object]) -> None:
+    def layers_of(options: Mapping[str, object]) -> int:
+        """The options' ``layers`` (2 when not given), checked; a name the family does not take is refused."""
         unknown = sorted(set(options) - set(known))
         if unknown:
             nested = " (its own settings under options, e.g. {options: {attention_type: fourier}})"
@@ -270,17 +280,16 @@ def family_factory(name: str, dim: int, options: Mapping[str, object] | None = N
                 f"option {unknown[0]!r}: the {name} family takes {', '.join(known)}"
                 + (nested if "options" in known else "")
             )
-        layers = options.get("layers", 2)
+        layers = options.get("layers", _KIT_LAYERS)
         if isinstance(layers, bool) or not isinstance(layers, int) or layers < 1:
             raise OperatorConfigError(f"option layers {layers!r}: must be a positive integer")
+        return layers
 
     if options is not None:
-        check(options)
+        layers_of(options)
 
     def build(*, K: int, width: int, in_channels: int, out_channels: int, **options: object) -> nn.Module:
-        check(options)
-        layers = options.pop("layers", 2)
-        assert isinstance(layers, int)  # checked above
+        layers = layers_of(options)
         spec = ModelSpec(
             dim=dim,
             input_channels=in_channels,
@@ -290,9 +299,9 @@ def family_factory(name: str, dim: int, options: Mapping[str, object] | None = N
             modes=K if family.spectral else None,
             parametrization="standard",
             width_parametrization="standard",
-            options=dict(options),
+            options={k: v for k, v in options.items() if k != "layers"},
         )
         return family.build(spec)
 
-    build.__name__ = name
+    build.__name__ = build.__qualname__ = name
     return build

@@ -24,7 +24,7 @@ EXIT_FAILED = 1
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "check-operator",
-        help="check that your operator's factory conforms: roles, counts, save/load, coordinate checks (< 1 min)",
+        help="check that your operator's factory conforms: roles, counts, save/load, coordinate checks (seconds in 1-D)",
         description="Build FACTORY (module:function, e.g. mymodel:build for mymodel.py in this directory, or "
         "mutransfer.neuralop:fno1d; or a built-in family: fno, galerkin, ono, gnot) at a few sizes; print the muP role of every parameter; check that the planner's "
         "parameter count equals the model's and that saved weights load back to the same output; then measure, on "
@@ -64,7 +64,7 @@ def factory_options(text: str) -> dict[str, object]:
 
 
 def load_named_factory(
-    name: str, dim: int | None = None, options: dict[str, object] | None = None
+    name: str, dim: int | None = None, options: dict[str, object] | None = None, flag: str = "FACTORY"
 ) -> Callable[..., nn.Module]:
     """The factory ``name``: an installed plug-in's name, module:function (found in the working directory first),
     or, given the grid's ``dim``, a built-in or registered family's name (built in the standard parametrization:
@@ -75,12 +75,13 @@ def load_named_factory(
         try:
             return family_factory(name, dim, options)
         except OperatorConfigError as exc:
-            raise UserInputError(f"--options: {exc}") from None
+            prefix = "--options: " if str(exc).startswith("option ") else ""  # an option's fault, or the family's
+            raise UserInputError(f"{prefix}{exc}") from None
     path = plugins().get(name, name)
     if not is_factory_path(path):
         also = f"a family ({', '.join(families)}), " if families else ""
         raise UserInputError(
-            f"FACTORY {name!r}: give {also}an installed plug-in's name or a factory module:function, e.g. "
+            f"{flag} {name!r}: give {also}an installed plug-in's name or a factory module:function, e.g. "
             "mymodel:build for a build() in mymodel.py here"
         )
     return load_factory(path, locate(path, [Path.cwd()]))

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     check_folder("--out", out)
     if args.operator is not None:
         _refuse_fno_flags(args)
-        factory, options = load_named_factory(args.operator), factory_options(args.options)
+        factory, options = load_named_factory(args.operator, flag="--operator"), factory_options(args.options)
         problem, data, _, _ = resolve_data(args)
         return _run_factory(args, factory, options, problem.name, data, out)
     problem, data, _, _ = resolve_data(args)

@@ -60,7 +60,7 @@ def test_a_declared_attention_gets_mups_one_over_d_h_from_the_base_and_keeps_it_
 
 def test_the_attention_is_undeclared_by_default_and_then_keeps_its_authors_scale():
     model = mup.set_base_shapes(UserTransformer(64, declared=False), UserTransformer(16, declared=False))
-    assert model.attention.scale == pytest.approx(1 / 4)  # the check below fails for want of the declaration
+    assert model.attention.scale == pytest.approx(1 / 4)  # undeclared: SP's 1/sqrt(d_h) at every width
     assert "scale attribute" not in mup.describe(model)
 
 
@@ -94,6 +94,14 @@ def test_the_built_in_attentions_facts_set_the_scale_their_own_width_mup_sets(cl
         (
             lambda: mup.set_base_shapes(UserTransformer(64), UserTransformer(16, declared=False)),
             "the attention 'attention' is declared in the model but not in the base; call mup.declare_attention",
+        ),
+        (
+            lambda: mup.set_base_shapes(UserTransformer(64, declared=False), UserTransformer(16)),
+            "the attention 'attention' is declared in the base but not in the model; call mup.declare_attention",
+        ),
+        (
+            lambda: mup.declare_attention(DotAttention(8, 2, declared=False), head_dim=4, scale=0.5),
+            "scale= takes the attribute's name, not its value (float); e.g. scale='scale'",
         ),
     ],
 )
