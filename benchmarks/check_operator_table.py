@@ -25,6 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+from mutransfer.errors import UserInputError
+from operators.errors import OperatorConfigError
+
 ROWS = (
     ("fno", 1),
     ("fno", 2),
@@ -64,7 +67,7 @@ def run(out: Path, raw: bool) -> None:
         if raw:
             try:
                 result = _raw(factory, dim)
-            except Exception as exc:  # noqa: BLE001 -- a factory not importable here: left out, said
+            except (UserInputError, OperatorConfigError) as exc:  # a factory not importable here: left out, said
                 print(f"{factory} --dim {dim}: left out ({exc})", file=sys.stderr)
                 continue
         else:
@@ -96,6 +99,7 @@ def table(out: Path) -> str:
     for factory, dim in ROWS:
         path = _file(out, factory, dim)
         if not path.exists():
+            print(f"{factory} --dim {dim}: no result in {out} (left out when it ran)", file=sys.stderr)
             continue
         r = json.loads(path.read_text())
         cells = [

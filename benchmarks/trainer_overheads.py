@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from allocator_env import run_under  # noqa: E402
 from proxy_step import mean_ms  # noqa: E402 -- the benchmarks' one timing loop
 
-from mutransfer._training.evaluation import all_finite  # noqa: E402
+from mutransfer._training.precision import all_finite  # noqa: E402
 from operators.fno import FNO  # noqa: E402
 from operators.parametrization import optimizer_param_groups  # noqa: E402
 

@@ -343,7 +343,7 @@ def _members_that_fit(options: dict) -> int:
     device = str(options.get("device", "cpu"))
     if plan is None or (device.startswith("cuda") and not torch.cuda.is_available()):
         return 1 << 30
-    free, _ = available_memory(options.get("device", "cpu"))
+    free, _ = available_memory(device)
     return max(1, int(POPULATION_MEMORY_SHARE * free // max(1, int(plan.total_bytes))))
 
 

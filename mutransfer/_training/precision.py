@@ -96,6 +96,21 @@ def training_step(
     return loss
 
 
+def all_finite(params: list[torch.Tensor]) -> bool:
+    """True when every tensor holds only finite values (the trainer's divergence check after each step, and the fp16
+    loss scaler's overflow check of the unscaled gradients).
+
+    Read from each tensor's sum (a NaN or an infinity makes it non-finite), accumulated in float32, or float64 for
+    float64 tensors, so half-precision tensors do not overflow: one reduction per tensor and no boolean copy of it.
+    On the default study's target (FNO-1D, K 24, width 64, one thread) 0.09 ms a step instead of 1.27 ms for
+    ``isfinite`` per element, against an 11.3-ms training step (``python benchmarks/trainer_overheads.py``). A tensor whose finite entries sum past
+    float32's range (entries near 1e34 and beyond, a diverged training in all but name) counts as not finite."""
+    if not params:
+        return True
+    sums = [r.sum(dtype=torch.float64 if r.dtype == torch.float64 else torch.float32) for r in map(real_view, params)]
+    return bool(torch.stack(sums).isfinite().all())
+
+
 class LossScaler:
     """Dynamic loss scaling for fp16 that also handles complex gradients (through their real views).
 
@@ -128,8 +143,7 @@ class LossScaler:
         grads = [real_view(g) for g in grads]
         if grads:
             torch._foreach_mul_(grads, 1.0 / self.scale_value)
-            finite = torch.stack([torch.isfinite(g).all() for g in grads]).all()
-            self._found_inf = not bool(finite)
+            self._found_inf = not all_finite(grads)
         self._unscaled = True
 
     def step(self, optimizer: torch.optim.Optimizer) -> bool:

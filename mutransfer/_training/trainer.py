@@ -41,12 +41,12 @@ from mutransfer._training.checkpoint import (
     save_checkpoint,
 )
 from mutransfer._training.config import TrainConfig, resolve_device
-from mutransfer._training.evaluation import all_finite as _all_finite
 from mutransfer._training.evaluation import base_lr as _base_lr
 from mutransfer._training.evaluation import evaluate
 from mutransfer._training.memory import available_memory, check_fits, check_model_fits
 from mutransfer._training.pino import build_loss
 from mutransfer._training.precision import Precision
+from mutransfer._training.precision import all_finite as _all_finite
 from mutransfer._training.records import DIVERGED_METRIC, EpochRecord, TrainEnd, TrainResult
 from mutransfer.data._streaming import LazySamples, iterate_batches
 from mutransfer.errors import UserInputError

@@ -21,22 +21,35 @@ from operators.registry import OPERATORS
 EXIT_FAILED = 1
 
 
+def _builtin_families() -> list[str]:
+    """The registered families the kit builds by name (a user's factory family is named by its path instead)."""
+    return [f.name for f in OPERATORS.values() if not f.facts_on_parameters]
+
+
+def _families() -> str:
+    return ", ".join(_builtin_families())
+
+
+def _problems() -> str:
+    return ", ".join(f"{name} in {dim}-D" for dim, (name, _res, _stride) in sorted(PROBLEMS.items()))
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "check-operator",
         help="check that your operator's factory conforms: roles, counts, save/load, coordinate checks (seconds in 1-D)",
         description="Build FACTORY (module:function, e.g. mymodel:build for mymodel.py in this directory, or "
-        "mutransfer.neuralop:fno1d; or a built-in family: fno, galerkin, ono, gnot) at a few sizes; print the muP role of every parameter; check that the planner's "
-        "parameter count equals the model's and that saved weights load back to the same output; then measure, on "
-        "a small generated problem (burgers in 1-D, darcy in 2-D, navier_stokes in 3-D), the update after one Adam step as the width and K "
-        "grow: flat under the muP facts, growing with the multipliers off and with a wrong K rule (the controls). "
+        f"mutransfer.neuralop:fno1d; or a built-in family: {_families()}) at a few sizes; print the muP role of every "
+        "parameter; check that the planner's parameter count equals the model's and that saved weights load back to "
+        f"the same output; then measure, on a small generated problem ({_problems()}), the update after one Adam "
+        "step as the width and K grow: flat under the muP facts, growing with the multipliers off and with a wrong K rule (the controls). "
         "Exit 0 when it conforms, 1 when a check fails, 2 on bad input.",
     )
     p.add_argument(
         "factory",
         metavar="FACTORY",
         help="the factory, module:function, an installed plug-in's name (operator.type), or a built-in family "
-        "(fno, galerkin, ono, gnot: built in the standard parametrization, its muP from the facts it declares)",
+        f"({_families()}: built in the standard parametrization, its muP from the facts it declares)",
     )
     p.add_argument(
         "--dim", type=int, choices=sorted(PROBLEMS), default=1, help="the model's grid dimension (default 1)"
@@ -69,7 +82,7 @@ def load_named_factory(
     """The factory ``name``: an installed plug-in's name, module:function (found in the working directory first),
     or, given the grid's ``dim``, a built-in or registered family's name (built in the standard parametrization:
     operators.family.family_factory; ``options``, the ``--options`` given, checked against what it takes)."""
-    families = [f.name for f in OPERATORS.values() if not f.facts_on_parameters] if dim is not None else []
+    families = _builtin_families() if dim is not None else []
     if name in families:
         assert dim is not None
         try:

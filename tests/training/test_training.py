@@ -438,7 +438,7 @@ def test_the_divergence_check_finds_every_non_finite_weight_and_no_finite_one():
     """all_finite reads each tensor's sum: a NaN, an infinity of either sign, both infinities (whose sum is NaN) and a
     NaN in a complex weight's imaginary part are found; large but finite half-precision and float64 tensors are not
     flagged (their sums accumulate in float32 and float64)."""
-    from mutransfer._training.evaluation import all_finite
+    from mutransfer._training.precision import all_finite
 
     base = [torch.ones(3, 4), torch.zeros(5, dtype=torch.complex64)]
     assert all_finite(base) and all_finite([])
@@ -455,3 +455,27 @@ def test_the_divergence_check_finds_every_non_finite_weight_and_no_finite_one():
     # the documented limit: finite float32 entries whose sum passes float32's range (~3.4e38) count as diverged
     assert all_finite([torch.full((1000,), 1e34)]) and not all_finite([torch.full((1000,), 1e36)])
     assert all_finite([torch.full((10,), 1e300, dtype=torch.float64), torch.full((4,), 1e300, dtype=torch.complex128)])
+
+
+@pytest.mark.parametrize("bad", [math.inf, math.nan, complex(math.nan, 0.0)])
+def test_the_loss_scaler_skips_a_step_whose_gradients_overflow_and_halves_its_scale(bad):
+    """fp16's loss scaler (mutransfer._training.precision.LossScaler): an unscaled gradient that is not finite (a real
+    or a complex one) skips the optimizer's step and halves the scale; finite ones step and keep it."""
+    from mutransfer._training.precision import LossScaler
+
+    real = torch.nn.Parameter(torch.ones(3))
+    spectral = torch.nn.Parameter(torch.ones(2, dtype=torch.complex64))
+    opt = torch.optim.SGD([real, spectral], lr=0.1)
+    scaler = LossScaler(init_scale=8.0)
+    real.grad, spectral.grad = torch.full((3,), 8.0), torch.full((2,), 8.0 + 0j, dtype=torch.complex64)
+    scaler.unscale_(opt)
+    assert scaler.step(opt) and scaler.scale_value == 8.0  # finite: stepped by the unscaled gradient (1.0)
+    assert torch.allclose(real.detach(), torch.full((3,), 0.9))
+    target = spectral if isinstance(bad, complex) else real
+    real.grad, spectral.grad = torch.full((3,), 8.0), torch.full((2,), 8.0 + 0j, dtype=torch.complex64)
+    with torch.no_grad():
+        target.grad[0] = bad
+    before = [p.detach().clone() for p in (real, spectral)]
+    scaler.unscale_(opt)
+    assert not scaler.step(opt) and scaler.scale_value == 4.0  # skipped, the scale halved
+    assert all(torch.equal(b, p.detach()) for b, p in zip(before, (real, spectral)))
