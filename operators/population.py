@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
@@ -39,9 +39,25 @@ from torch import nn
 from operators.contraction import truncated_dft, truncated_idft
 from operators.errors import OperatorConfigError
 from operators.fno import FNO, grid_coordinates
-from operators.parametrization import clamp_gradients, optimizer_param_groups, real_view
+from operators.parametrization import clamp_gradients, optimizer_param_groups, real_view, spectral_parameters
 from operators.spectral import SpectralConv, check_grid
 from operators.width_mup import MuLinear
+
+
+class Stacked(Protocol):
+    """What :class:`PopulationAdam` and the population trainer need of a population: :class:`PopulationFNO`, or
+    :class:`~operators.population_vmap.VmapPopulation` for any other model."""
+
+    size: int
+
+    @property
+    def stacks(self) -> list[tuple[nn.Parameter, str]]: ...
+
+    def template(self) -> tuple[nn.Module, list[tuple[nn.Parameter, nn.Parameter]]]: ...
+
+    def keep(self, members: Sequence[int]) -> None: ...
+
+    def member(self, m: int) -> nn.Module: ...
 
 
 def stackable(model: nn.Module) -> bool:
@@ -193,6 +209,11 @@ class PopulationFNO(nn.Module):
         return self._linear(h, self.last_weight, self.last_bias).movedim(1, -1).contiguous()
 
     # ---- members back, and each stacked parameter's member-0 counterpart ----------------------
+    @property
+    def stacks(self) -> list[tuple[nn.Parameter, str]]:
+        """(stacked parameter, the name of its counterpart in one FNO's state_dict)."""
+        return self._names
+
     def _member_names(self) -> list[tuple[nn.Parameter, str]]:
         """(stacked parameter, the name of its counterpart in one FNO's state_dict)."""
         names: list[tuple[nn.Parameter, str]] = [(self.lift_weight, "lift.weight"), (self.lift_bias, "lift.bias")]
@@ -319,7 +340,8 @@ class _Moments:
 
 
 class PopulationAdam(torch.optim.Optimizer):
-    """Adam for every member of a :class:`PopulationFNO`: member m at ``lr[m]`` and ``beta1[m]``.
+    """Adam for every member of a population (:class:`PopulationFNO`, or any :class:`Stacked`): member m at
+    ``lr[m]`` and ``beta1[m]``.
 
     Each parameter moves at its muP multiplier × the member's LR with its weight decay, as
     :func:`~operators.parametrization.optimizer_param_groups` groups one FNO of the population's shape; the
@@ -341,7 +363,7 @@ class PopulationAdam(torch.optim.Optimizer):
 
     def __init__(
         self,
-        population: PopulationFNO,
+        population: Stacked,
         lr: float | Sequence[float] | torch.Tensor,
         beta1: float | Sequence[float] | torch.Tensor = 0.9,
         beta2: float = 0.999,
@@ -402,7 +424,7 @@ class PopulationAdam(torch.optim.Optimizer):
         self.lr, self.beta1, self.size = self.lr[index], self.beta1[index], len(index)
         for moments in self._moments:
             moments.keep(index)
-        for group, (stacked, _name) in zip(self.param_groups, self.population._names):
+        for group, (stacked, _name) in zip(self.param_groups, self.population.stacks):
             group["params"] = [stacked]
 
     @torch.no_grad()
@@ -429,7 +451,15 @@ class PopulationAdam(torch.optim.Optimizer):
             moments.step(params, step_size, 1 - self.beta1, self.steps, self.beta2, self.eps)
 
 
-def clip_population_spectral_gradients(population: PopulationFNO, clip_value: float | None) -> None:
+def clip_population_spectral_gradients(population: Stacked, clip_value: float | None) -> None:
     """Clamp every member's spectral gradient entries to [-clip, clip] (real and imaginary parts apart), as
-    :func:`~operators.parametrization.clip_spectral_gradients` does for one FNO. ``None``: no clipping."""
-    clamp_gradients(population.spectral_weight, clip_value)
+    :func:`~operators.parametrization.clip_spectral_gradients` does for one model (an FNO's spectral weights, or
+    the parameters a user's model declares spectral). ``None``: no clipping."""
+    if clip_value is None:
+        return
+    if isinstance(population, PopulationFNO):
+        clamp_gradients(population.spectral_weight, clip_value)
+        return
+    one, pairs = population.template()
+    spectral = {id(p) for p in spectral_parameters(one)}
+    clamp_gradients([stacked for stacked, single in pairs if id(single) in spectral], clip_value)

@@ -24,7 +24,7 @@ from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialR
 from mutransfer._api.spec import StudySpec
 from mutransfer._api.strategies import Strategy, with_strategies
 from mutransfer._config.checks import check_model_name
-from mutransfer._config.executors import EXECUTORS, ON_RAY
+from mutransfer._config.executors import EXECUTORS, ON_RAY, chosen_executor
 from mutransfer._study import load_study as load_study_file
 from mutransfer._study.inputs import check_address_form, check_storage
 from mutransfer._study_folder.portable import read_study_file
@@ -330,7 +330,7 @@ def create_study(
     storage: str | Path = "mutransfer-runs",
     sampler: optuna.samplers.BaseSampler | None = None,
     pruner: optuna.pruners.BasePruner | None = None,
-    executor: Executor = "ray",
+    executor: Executor | None = None,
     tracking_uri: str | None = None,
     load_if_exists: bool = False,
     quiet: bool = True,
@@ -349,8 +349,9 @@ def create_study(
             as the built-in ones do.
         pruner: ``optuna.pruners.SuccessiveHalvingPruner(min_resource=G, reduction_factor=R)`` (ASHA with grace
             period G epochs) or ``optuna.pruners.NopPruner()`` (no early stops); None: the spec's ``budget``.
-        executor: ``"ray"`` (Ray Tune trials, a Ray Train target or, for one CPU worker, one Ray actor; the
-            default), ``"inprocess"`` (one training at a time in this process, no Ray: the same trials and results),
+        executor: None (the spec's ``resources.executor``: ``"ray"`` unless it says otherwise; the built-in quick
+            study says ``"population"``, which becomes ``"ray-population"`` with ``ray_address``), ``"ray"`` (Ray Tune trials, a Ray Train target or, for one CPU worker,
+            one Ray actor), ``"inprocess"`` (one training at a time in this process, no Ray: the same trials and results),
             ``"population"`` (in this process, a window of FNO proxies of one shape trained as one batched model: the
             same trials and results) or ``"ray-population"`` (those batched models on Ray, each a Ray task, a
             window's at once; the target as ``"ray"``'s).
@@ -375,8 +376,8 @@ def create_study(
         raise UserInputError(
             f"spec: a mutransfer.StudySpec, got {type(spec).__name__} (e.g. mt.StudySpec.from_yaml(path))"
         )
-    if executor not in EXECUTORS:
-        raise UserInputError(f"executor {executor!r}: one of {', '.join(EXECUTORS)}")
+    if executor is not None and executor not in EXECUTORS:
+        raise UserInputError(f"executor {executor!r}: one of {', '.join(EXECUTORS)}, or None (the spec's)")
     if sampler is not None and (
         not isinstance(sampler, optuna.samplers.BaseSampler) or isinstance(sampler, optuna.samplers.GridSampler)
     ):
@@ -385,8 +386,9 @@ def create_study(
             "for a grid, set search.algorithm: grid in the spec"
         )
     if ray_address is not None:
-        if executor not in ON_RAY:
-            raise UserInputError(f"ray_address {ray_address!r:.60}: the {executor!r} executor trains here; drop it")
+        runs_on = chosen_executor(executor, spec.study.resources.executor, ray_address)
+        if runs_on not in ON_RAY:
+            raise UserInputError(f"ray_address {ray_address!r:.60}: the {runs_on!r} executor trains here; drop it")
         check_address_form(ray_address if isinstance(ray_address, str) else repr(ray_address), "ray_address")
     register = None if register is None else check_model_name(register, "register")
     check_storage(storage)
@@ -429,7 +431,7 @@ def load_study(
     *,
     storage: str | Path = "mutransfer-runs",
     sampler: optuna.samplers.BaseSampler | None = None,
-    executor: Executor = "ray",
+    executor: Executor | None = None,
     quiet: bool = True,
     rebuild_state: bool = False,
     strategies: Sequence[Strategy] = (),
@@ -442,7 +444,7 @@ def load_study(
         study_name: its name (``spec.name``).
         storage: the folder of study folders.
         sampler: as :func:`create_study`'s, for the trials it has still to hand out.
-        executor: where the trainings it still has to run go.
+        executor: where the trainings it still has to run go (None: its spec's ``resources.executor``).
         quiet: no progress lines on stderr.
         rebuild_state: the study's ``state.json`` was lost or damaged (its next step refuses it, saying so): rebuild
             it from the trials' own files and the store's runs, keeping every finished trial (``mutransfer sweep

@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from mutransfer._config.executors import EXECUTORS
 from mutransfer._config.reader import kind_of
 from mutransfer._config.settings import fraction, non_negative, positive, setting
 from mutransfer._problems import PROBLEMS, get_problem
@@ -42,13 +43,12 @@ MAX_EPOCHS = 100_000
 
 def _read_options(r, name, default):
     options = r.raw(name, default)
-    options = {} if options is None else options
-    if not isinstance(options, dict):
+    if not isinstance(options, dict | None):
         r.fail(
             r.where(name),
             f"must be a mapping of operator arguments, got {kind_of(options)}, e.g. options: {{ffn_ratio: 2}}",
         )
-    return dict(options)
+    return dict(options or {})
 
 
 @dataclass
@@ -204,6 +204,9 @@ class ResourcesSpec:
     cpus_per_trial: int = setting(1, "CPUs per trial (torch threads)", kind="int", minimum=1, example="1")
     gpus_per_trial: float = setting(
         0.0, "GPU fraction per trial (0.25: four proxies per GPU)", kind="float", check=_gpu_fraction, example="0.5"
+    )
+    executor: str = setting(
+        "ray", "where the trainings run (docs/sweep.md; --executor overrides)", kind="str", choices=EXECUTORS
     )
 
 
@@ -445,7 +448,6 @@ class Study:
     @property
     def point_problem(self) -> bool:
         """True for problems whose samples are point sets (irregular meshes), not grids."""
-
         return get_problem(self.problem.name).kind == "points"
 
     @property
@@ -454,9 +456,8 @@ class Study:
 
     @property
     def padding(self) -> int:
-        if self.operator.padding is not None:
-            return self.operator.padding
-        return get_problem(self.problem.name).padding
+        own = self.operator.padding
+        return own if own is not None else get_problem(self.problem.name).padding
 
     @property
     def grid_shape(self) -> tuple[int, ...]:
@@ -478,8 +479,7 @@ class Study:
     def to_dict(self) -> dict:
         """The study as a plain mapping (the YAML schema: the fields of TOP_ORDER; ``source``, ``notes`` left out)."""
         d = dataclasses.asdict(self)
-        for derived in ("factory_dir", "factory_label"):
-            d["operator"].pop(derived, None)
+        d["operator"] = {k: v for k, v in d["operator"].items() if k not in ("factory_dir", "factory_label")}
         d["search_space"] = {k: v.to_dict() for k, v in self.search_space.items()}
         ordered = {k: d[k] for k in TOP_ORDER}
         # fields that do not apply to this operator are left out, so the mapping parses again

@@ -35,7 +35,7 @@ from mutransfer._sweep._executors import (
     trial_failed,
 )
 from mutransfer._sweep._population_executor import Grouping, population_note, take_window
-from mutransfer._sweep.trial import Together, run_population, run_trial
+from mutransfer._sweep.trial import Together, rebuilt_group, run_population, run_trial
 
 if TYPE_CHECKING:
     from ray.actor import ActorHandle
@@ -85,14 +85,15 @@ class _Desk:
 
 def _train_unit(
     unit: int,
-    group: list[Together] | None,
+    group: list[tuple[str, dict]] | None,
     solo: tuple[str, dict] | None,
     data: SelectionSplit | None,
     study: Study,
     options: dict,
     desk: ActorHandle,
 ) -> list[int]:
-    """In a Ray worker: train a population (``group``) or one trial alone (``solo``), each evaluation asked of the
+    """In a Ray worker: train a population (``group``: its trials' keys and configurations, its models built here)
+    or one trial alone (``solo``), each evaluation asked of the
     driver through ``desk`` (with the seconds since this task started, where the training does not say them);
     returns the sizes of the populations trained (none for a trial alone); raises what the training raised."""
     import ray  # noqa: PLC0415 -- deferred: runs in a Ray worker
@@ -106,7 +107,7 @@ def _train_unit(
 
     torch.set_num_threads(max(1, int(options.get("threads", 1))))  # the trial's CPUs, as a trial alone sets them
     if group is not None:
-        return run_population(group, data, options, ask)
+        return run_population(rebuilt_group(group, data, study, options), data, options, ask)
     assert solo is not None
     key, config = solo
 
@@ -160,7 +161,8 @@ class RayPopulationExecutor(RayExecutor):
         ids = itertools.count()
 
         def submit(unit: _Unit):
-            return task.remote(unit.id, unit.group, unit.solo, data, run.study, run.options, desk)
+            members = None if unit.group is None else [(t.key, unit.trials[t.key].config) for t in unit.group]
+            return task.remote(unit.id, members, unit.solo, data, run.study, run.options, desk)
 
         try:
             while window := take_window(run.plan):

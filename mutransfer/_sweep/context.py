@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from mutransfer._config.checks import VERIFY_POINTS, VERIFY_SEEDS
+from mutransfer._config.executors import chosen_executor
 from mutransfer._study import Override, Study
 from mutransfer._study.memory import Plan, plan_step
 from mutransfer._study_folder.records import TrialRecord
@@ -82,8 +83,9 @@ class SweepOptions:
     warm_start: str | None = None  # a study folder or name whose best trials seed this search (sweep --warm-start)
     warm_start_top: int | None = None  # how many (None: max(1, num_trials // 4))
     warm_start_any: bool = False  # accept a source of another problem or operator
-    #: where the trainings run: one of mutransfer._config.executors.EXECUTORS (mutransfer._sweep._executor_names)
-    executor: str = "ray"
+    #: where the trainings run: one of mutransfer._config.executors.EXECUTORS (mutransfer._sweep._executor_names);
+    #: None: the study's ``resources.executor`` (set by mutransfer._sweep.prepare.prepare)
+    executor: str | None = None
     #: an Optuna sampler object in place of the study's search.algorithm (mutransfer.create_study(sampler=...))
     sampler: optuna.samplers.BaseSampler | None = None
     #: the study's YAML text, given instead of study_path (mutransfer.StudySpec; study_path then only labels it)
@@ -380,7 +382,8 @@ class SweepContext:
         """Where this study's trainings run (``options.executor``; mutransfer._sweep._executors), each booked in the
         study's cost ledger (mutransfer._sweep._ledger)."""
         if self.booked is None:
-            self.booked = Booked(executor_for(self.options.executor), Ledger(self.study_dir.root))
+            name = chosen_executor(self.options.executor, self.study.resources.executor, self.options.address)
+            self.booked = Booked(executor_for(name), Ledger(self.study_dir.root))
         return self.booked
 
     def memory_plan(self, *, target: bool, device: str, workers: int = 1) -> Plan | None:

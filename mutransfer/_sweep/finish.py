@@ -84,7 +84,9 @@ def _build(ctx: SweepContext, wall: float) -> dict:
         },
     )
     report["model"] = ctx.state.get("model")  # mutransfer._sweep.model_log: the target as an MLflow model
-    report["command"] = repeat_command(ctx.options)  # the summary's next commands paste as printed
+    report["command"] = repeat_command(
+        ctx.options, ctx.study.resources.executor
+    )  # the summary's next commands paste as printed
     report["coord_check"] = ctx.state.get("coord_check")  # sweep --coord-check: reported, never blocking
     report["search_summary"] = ctx.state.get("search_summary")  # a population executor's: who trained together
     return report

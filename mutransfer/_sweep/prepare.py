@@ -19,7 +19,7 @@ import torch
 
 from mutransfer._config import smoke
 from mutransfer._config.checks import MIN_VERIFY_POINTS, VERIFY_POINTS
-from mutransfer._config.executors import EXECUTORS, ON_RAY, POPULATION
+from mutransfer._config.executors import EXECUTORS, ON_RAY, POPULATION, chosen_executor
 from mutransfer._study import OVERRIDES, Override, Study, default_study_text, load_study
 from mutransfer._study.inputs import check_address_form, check_folder
 from mutransfer._study.memory import check_study_memory, check_study_padding, check_target_size_memory, local_devices
@@ -47,14 +47,19 @@ def prepare(options: SweepOptions) -> SweepContext:
     study, applied = load_study(
         options.study_path, options.overrides, text=options.study_text, folder=options.study_folder
     )
+    given_executor = options.executor  # None: the study's resources.executor (on --resume, the stored study's)
+    options = dataclasses.replace(
+        options, executor=chosen_executor(given_executor, study.resources.executor, options.address)
+    )
     _check_coord_check(options, study)
     _check_verification_options(options)
     if options.rebuild_state and not options.resume:
         raise UserInputError("--rebuild-state rebuilds the state of a study being resumed; add --resume")
     if options.executor in POPULATION and study.search.objectives != "error":
         raise UserInputError(
-            f"--executor {options.executor} books each trial a share of its population's seconds, which "
-            "search.objectives error+seconds would read as the configuration's cost; use --executor inprocess or ray"
+            f"executor {options.executor} (--executor, resources.executor) books each trial a share of its "
+            "population's seconds, which search.objectives error+seconds would read as the configuration's cost; use "
+            "--executor inprocess or ray"
         )
     if study.problem.data is not None:
         study.problem.data = os.path.normpath(Path(study.problem.data).absolute())
@@ -106,6 +111,9 @@ def prepare(options: SweepOptions) -> SweepContext:
             refuse_lost_state(study_dir, state)
         tracking_uri = _resumed_tracking(options, study, state, study_dir)
         study = stored
+        options = dataclasses.replace(
+            options, executor=chosen_executor(given_executor, study.resources.executor, options.address)
+        )
         applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
         source_text = state.get("source_text", source_text)
         options, notes = with_asked(options, state)  # what it was started to measure
@@ -131,6 +139,11 @@ def prepare(options: SweepOptions) -> SweepContext:
         fail_trials,
         prior_wall=float(state.get("wall_seconds", 0.0)),
     )
+    if options.executor != (given_executor or study.resources.executor):  # the study's, taken to the cluster
+        notes.append(
+            f"resources.executor {study.resources.executor}: on the cluster of --address its trainings run as "
+            f"--executor {options.executor}"
+        )
     for note in notes:
         ctx.say(note)
     check_memory(ctx)
@@ -346,8 +359,8 @@ def _check_verification_options(options: SweepOptions) -> None:
         raise UserInputError(f"--executor {options.executor}: one of {', '.join(EXECUTORS)}")
     if options.executor not in ON_RAY and options.address is not None:
         raise UserInputError(
-            f"--executor {options.executor} trains in this process; drop --address {options.address} or use "
-            f"--executor {' or '.join(ON_RAY)}"
+            f"executor {options.executor} (--executor, resources.executor) trains in this process; drop --address "
+            f"{options.address} or use --executor {' or '.join(ON_RAY)}"
         )
 
 

@@ -15,9 +15,9 @@ from mutransfer._sweep.context import SweepOptions
 _NOT_REPEATED = ("name",)
 
 
-def repeat_command(options: SweepOptions) -> list[str] | None:
-    """``mutransfer sweep …`` as argv for the study ``options`` ran; None when the study came as text (the Python
-    API: there is no file to name)."""
+def repeat_command(options: SweepOptions, study_executor: str) -> list[str] | None:
+    """``mutransfer sweep …`` as argv for the study ``options`` ran (``--executor`` only where it is not the study's
+    own ``study_executor``); None when the study came as text (the Python API: there is no file to name)."""
     if options.study_text is not None:
         return None
     argv = ["mutransfer", "sweep"]
@@ -32,6 +32,6 @@ def repeat_command(options: SweepOptions) -> list[str] | None:
         argv += ["--runs-dir", os.path.abspath(options.runs_dir)]
     if options.address is not None:
         argv += ["--address", options.address]
-    if options.executor != "ray":
+    if options.executor not in (None, study_executor):
         argv += ["--executor", options.executor]
     return argv

@@ -29,6 +29,7 @@ from collections.abc import Generator
 from dataclasses import asdict
 
 from mutransfer._config import smoke
+from mutransfer._config.executors import POPULATION
 from mutransfer._diagnostics.k_exponent import resolve_k_exponent
 from mutransfer._study import _UNSET
 from mutransfer._study.data import load_study_data
@@ -210,7 +211,8 @@ def _say_cost(ctx: SweepContext) -> None:
         cost = estimate_proxy_cost(ctx.study, tuple(data.train_x.shape[1:]), int(data.train_y.shape[-1]))
         ctx.state[COST_KEY] = cost.as_dict()
         ctx.study_dir.write_state(ctx.state)
-        ctx.say(cost.line())
+        together = ctx.executor.name in POPULATION and cost.time_ratio is not None
+        ctx.say(cost.line() + ("; the step measured is one proxy's alone: populations cost less" if together else ""))
 
 
 def _resolve_k_rule(ctx: SweepContext) -> None:

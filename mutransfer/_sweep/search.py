@@ -15,7 +15,7 @@ from __future__ import annotations
 from mutransfer._study import Study
 from mutransfer._sweep.plan import total_trials
 
-__all__ = ["METRIC", "MODE", "TIME_ATTR", "max_concurrent", "total_trials", "tune_config"]
+__all__ = ["METRIC", "MODE", "TIME_ATTR", "max_concurrent", "resource_slots", "total_trials", "tune_config"]
 
 METRIC = "val_error"
 MODE = "min"
@@ -26,6 +26,12 @@ def max_concurrent(study: Study, cpus: float, gpus: float) -> int:
     """Trials at once: the study's value, else as many as the resources hold (at least 1)."""
     if study.search.max_concurrent is not None:
         return study.search.max_concurrent
+    return resource_slots(study, cpus, gpus)
+
+
+def resource_slots(study: Study, cpus: float, gpus: float) -> int:
+    """How many trials ``cpus`` CPUs and ``gpus`` GPUs train at once, each holding the study's ``resources`` (at least
+    1): a window of more trials than this waits for a slot, however many it asks for at once."""
     r = study.resources
     fit = int(cpus // r.cpus_per_trial) if r.cpus_per_trial else 1
     if r.gpus_per_trial:

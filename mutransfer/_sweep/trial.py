@@ -60,7 +60,7 @@ from mutransfer._study.search_space import without_sizes
 from mutransfer._study_folder.records import HISTORY_FILE
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._training import DIVERGED_METRIC, EpochRecord, train
-from mutransfer._training._population import Member, population_key, train_population, why_alone
+from mutransfer._training._population import Member, member_shape, population_key, train_population, why_alone
 from mutransfer._training.checkpoint import CHECKPOINT_NAME, checkpoint_history, load_checkpoint
 from mutransfer._training.memory import available_memory
 from mutransfer._training.records import dump_history, load_history
@@ -284,6 +284,18 @@ class Together:
     spectral_lr0: float
 
 
+def _together(key: str, config: dict, data, study, options: dict) -> Together:
+    hp, model, spectral_lr0, tconfig = _setup(config, data, study, options, None)
+    return Together(key, Path(options["study_dir"]) / "trials" / key, hp, Member(model, tconfig), spectral_lr0)
+
+
+def rebuilt_group(trials: list[tuple[str, dict]], data, study, options: dict) -> list[Together]:
+    """A population's trials (key, configuration) made ready here, as :func:`population_groups` made them in the
+    driver: a Ray task builds its members itself (a user's model class is imported where the task runs, never
+    unpickled from the driver's objects)."""
+    return [_together(key, config, data, study, options) for key, config in trials]
+
+
 def population_groups(
     window: list[tuple[str, dict]], data, study, options: dict, why: dict[str, str] | None = None
 ) -> tuple[list[list[Together]], list[tuple[str, dict]]]:
@@ -306,16 +318,15 @@ def population_groups(
                 "faults are injected" if faults else "it finished before (replayed)" if finished else "it resumes"
             )
             continue
-        hp, model, spectral_lr0, tconfig = _setup(config, data, study, options, None)
+        together = _together(key, config, data, study, options)
+        model, tconfig = together.member.model, together.member.config
         reason = why_alone(model, tconfig, data)
         if reason is not None:
             alone.append((key, config))
             reasons[key] = reason
             continue
-        shape = tuple(sorted((str(k), repr(v)) for k, v in model.config.items()))  # e.g. a searched init_scale
-        groups.setdefault(population_key(tconfig) + shape, []).append(
-            Together(key, trial_dir, hp, Member(model, tconfig), spectral_lr0)
-        )
+        shape = member_shape(model)  # e.g. a searched init_scale
+        groups.setdefault(population_key(tconfig) + shape, []).append(together)
     populations = []
     most = _members_that_fit(options)
     for whole in groups.values():

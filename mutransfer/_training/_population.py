@@ -15,8 +15,12 @@ After each evaluation, each member still training can write its own checkpoint i
 (``checkpoints``): the state its solo run would have written there (weights, Adam moments, the schedule's
 position, the history), so an interrupted member resumes alone with ``train(..., resume=True)`` where it stopped.
 
-Not here (a trial that needs one trains alone): streamed data, mixed precision, the PINO loss, models other than
-:class:`~operators.fno.FNO`.
+The project's :class:`~operators.fno.FNO` stacks by hand (operators.population.PopulationFNO); any other model
+(the attention operators, a user's own) stacks under ``vmap`` (operators.population_vmap.VmapPopulation) where
+``vmap`` can batch its forward, which :func:`why_alone` tries once per model class and configuration.
+
+Not here (a trial that needs one trains alone): streamed data, mixed precision, the PINO loss, a model ``vmap``
+cannot batch (ONO, neuraloperator's FNO: :func:`why_alone` says why).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from mutransfer._training.trainer import EXPLODED_LOSS, _epoch_permutation
 from mutransfer.data._streaming import LazySamples, iterate_batches, iterate_chunks
 from operators.parametrization import optimizer_param_groups
 from operators.population import PopulationAdam, PopulationFNO, clip_population_spectral_gradients, stackable
+from operators.population_vmap import VmapPopulation, vmap_refusal
 
 #: the TrainConfig fields every member of a population shares: those that decide a training's trajectory
 #: (the checkpoint's TRAJECTORY_FIELDS) but its learning rate and betas (β1 may differ; β2 is compared on its own),
@@ -51,12 +56,38 @@ def population_key(config: TrainConfig) -> tuple[object, ...]:
     return tuple(str(getattr(config, name)) for name in SHARED_FIELDS) + (float(config.betas[1]),)
 
 
+#: what :func:`vmap_refusal` said of each model class and configuration tried in this process
+_REFUSALS: dict[tuple[object, ...], str | None] = {}
+
+
 def why_alone(model: torch.nn.Module, config: TrainConfig, data: object) -> str | None:
     """Why this training cannot join a population (one phrase), or None when it can."""
-    if not stackable(model):
-        inner = getattr(model, "operator", None)  # an adapter (a point set's, a grid's) names the operator it wraps
-        named = inner if isinstance(inner, torch.nn.Module) else model
-        return f"its model is a {type(named).__name__}, not an FNO a population stacks"
+    reason = _why_alone_by_config(config, data)
+    if reason is not None or stackable(model):
+        return reason
+    sample: torch.Tensor = data.train_x[:1]  # type: ignore[attr-defined]
+    key = (member_shape(model), tuple(sample.shape), str(config.device))
+    if key not in _REFUSALS:
+        _REFUSALS[key] = vmap_refusal(model, sample.to(resolve_device(config.device)))
+    refusal = _REFUSALS[key]
+    if refusal is None:
+        return None
+    # a wrapper names the model it wraps: a point set's adapter its ``operator``, neuraloperator's its ``model``
+    inner = [
+        m for m in (getattr(model, "operator", None), getattr(model, "model", None)) if isinstance(m, torch.nn.Module)
+    ]
+    return f"its model is a {type(inner[0] if inner else model).__name__}: {refusal}"
+
+
+def member_shape(model: torch.nn.Module) -> tuple[object, ...]:
+    """What members of one population share besides their training: the model's class, configuration and its
+    parameters' names and shapes (a searched ``init_scale`` or a searched size makes another population)."""
+    config = getattr(model, "config", None)
+    named = tuple(sorted((str(k), repr(v)) for k, v in config.items())) if isinstance(config, dict) else ()
+    return (type(model).__qualname__, named, tuple((n, tuple(p.shape)) for n, p in model.named_parameters()))
+
+
+def _why_alone_by_config(config: TrainConfig, data: object) -> str | None:
     if config.precision != "fp32":
         return f"it trains in {config.precision}"
     if config.loss != "relative_l2":
@@ -107,7 +138,8 @@ class _Population:
         self.total = first.epochs * self.ipe
         self.eval_interval = first.eval_every * self.ipe
         torch.manual_seed(first.seed)  # as the trainer, after the model is built
-        self.model = PopulationFNO([m.model for m in members]).to(self.device)
+        models = [m.model for m in members]
+        self.model = (PopulationFNO(models) if stackable(models[0]) else VmapPopulation(models)).to(self.device)
         self.model.train()
         self.base_lr = torch.tensor([m.config.lr for m in members], dtype=torch.float64)
         self.optimizer = PopulationAdam(
@@ -186,7 +218,7 @@ class _Population:
         scheduler.last_epoch = self.iteration
         scheduler._last_lr = [group["lr"] for group in optimizer.param_groups]  # as LambdaLR.step sets it
         params = dict(model.named_parameters())
-        for stacked, name in self.model._names:
+        for stacked, name in self.model.stacks:
             moments = self.optimizer.moments(stacked)
             if moments is None:
                 continue

@@ -65,8 +65,10 @@ def _add_sweep(subparsers) -> None:
     groups["cluster"].add_argument(
         "--executor",
         choices=EXECUTORS,
-        default="ray",
-        help="where the trainings run: ray (Ray Tune trials, the target on Ray Train or, for one CPU worker, one Ray actor; default), inprocess (one at a "
+        default=None,
+        help="where the trainings run (default: the study's resources.executor, ray unless it says otherwise; the "
+        "built-in quick study says population, which --address takes to ray-population): ray (Ray Tune trials, the target on Ray Train or, for one CPU "
+        "worker, one Ray actor), inprocess (one at a "
         "time in this process, no Ray: the same trials and results), population (in this process, a window of "
         "FNO proxies of one shape as one batched model) or ray-population (those batched models as Ray tasks, a "
         "window's at once, locally or on --address; the target as ray's)",

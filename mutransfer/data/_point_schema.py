@@ -194,6 +194,8 @@ def open_points(path) -> Iterator[h5py.File]:
 
 
 def check_counts(path, mask: np.ndarray, n_points: np.ndarray, offset: int = 0) -> None:
+    """Each sample's ``n_points`` is its mask's count of real points, and at least one (a model trained on the file
+    checks no values inside a population: operators.value_checks)."""
     counts = mask.sum(axis=1)
     bad = np.flatnonzero(counts != n_points)
     if bad.size:
@@ -201,6 +203,12 @@ def check_counts(path, mask: np.ndarray, n_points: np.ndarray, offset: int = 0) 
         raise UserInputError(
             f"data file {path}: n_points[{j + offset}] = {int(n_points[j])} but mask has {int(counts[j])} real points; "
             f"the file is damaged, {_hint(path)}"
+        )
+    empty = np.flatnonzero(counts == 0)
+    if empty.size:
+        raise UserInputError(
+            f"data file {path}: sample {int(empty[0]) + offset} has no real point (mask all 0); remove the empty "
+            "samples from the file"
         )
 
 

@@ -530,3 +530,22 @@ def test_cli_inspect_rejects_reader_flags_for_point_files(point_file, capsys):
     assert main(["data", "inspect", str(point_file), "--input-key", "a"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--input-key" in err and "drop it" in err
+
+
+def test_a_sample_with_no_real_point_is_refused_when_read(tmp_path, points):
+    """A population's models check no input values (operators.value_checks): an empty sample is refused here, in one
+    line naming it, and the file without it reads."""
+    path = tmp_path / "empty.h5"
+    write_point_dataset(path, points)
+    with h5py.File(path, "r+") as f:  # sample 3 loses its points, its count kept consistent
+        mask = f["mask"][()]
+        mask[3] = 0
+        f["mask"][...] = mask
+        counts = f["n_points"][()]
+        counts[3] = 0
+        f["n_points"][...] = counts
+    with pytest.raises(UserInputError) as excinfo:
+        read_point_dataset(path)
+    _one_line(excinfo, "sample 3 has no real point", "remove the empty samples")
+    fresh = write_point_dataset(tmp_path / "fresh.h5", points)
+    assert read_point_dataset(fresh)["n_points"].min() > 0

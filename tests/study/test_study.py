@@ -72,7 +72,9 @@ def test_quick_study_fits_a_laptop():
     assert (study.proxy_K, study.target_K) == (6, 24)
     assert study.grid_shape == (128,)  # K = 24 needs N >= 46 on the last axis
     assert study.search.algorithm == "tpe" and study.search.num_trials == 8
-    assert study.resources.cpus_per_trial * (study.search.max_concurrent or 1) <= 2
+    # its window of 8 trains in this process as populations, one after the other, each on the trial's CPUs
+    assert study.resources.executor == "population" and study.search.max_concurrent == 8
+    assert study.resources.cpus_per_trial <= 2
     assert study.target.num_workers * study.target.cpus_per_worker <= 2
 
 

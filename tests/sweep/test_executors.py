@@ -15,7 +15,7 @@ import torch
 
 from mutransfer._sweep.report import format_report
 from mutransfer._sweep.trial import read_executions
-from tests.sweep_helpers import mlflow_runs, write_tiny_study
+from tests.sweep_helpers import galerkin_mesh_study, mlflow_runs, write_tiny_study
 
 
 def _run(tmp_path, study, executor: str, name: str, quiet: bool = True, **options):
@@ -73,11 +73,30 @@ def test_an_inprocess_study_refuses_a_ray_address(tiny_data, tmp_path):
 
     study = write_tiny_study(tmp_path, tiny_data)
     for executor in ("inprocess", "population"):
-        with pytest.raises(UserInputError, match=f"--executor {executor} trains in this process; drop --address"):
+        refused = rf"executor {executor} \(--executor, resources.executor\) trains in this process; drop --address"
+        with pytest.raises(UserInputError, match=refused):
             prepare(SweepOptions(study_path=str(study), executor=executor, address="auto", runs_dir=str(tmp_path)))
     with pytest.raises(UserInputError, match="--executor threads: one of ray, inprocess, population, ray-population"):
         prepare(SweepOptions(study_path=str(study), executor="threads", runs_dir=str(tmp_path)))
     assert not (tmp_path / "tiny").exists()
+
+
+def test_galerkin_proxies_on_a_mesh_train_as_a_population_and_as_one_at_a_time(tmp_path):
+    """An attention operator's population (``vmap``, operators.population_vmap) on packed point sets with masks: the
+    same trials, errors (to float32 rounding) and winner as one at a time, and the summary says they trained
+    together."""
+    from mutransfer.data._pointclouds import generate_darcy_mesh, write_point_dataset
+
+    mesh = tmp_path / "mesh.h5"
+    write_point_dataset(mesh, generate_darcy_mesh(16, 9, seed=0, progress=False, points_min=30, points_max=50))
+    study = galerkin_mesh_study(tmp_path, "g", mesh, n_train=12, n_test=4, target_width=16, batch_size=4, epochs=2)
+    alone, _ = _run(tmp_path, study, "inprocess", "g-alone")
+    together, _ = _run(tmp_path, study, "population", "g-together")
+    a, b = _trials(alone), _trials(together)
+    assert [t[:4] for t in a] == [t[:4] for t in b]
+    assert [t[4] for t in b] == pytest.approx([t[4] for t in a], rel=1e-4)
+    assert together["best_proxy"]["trial_id"] == alone["best_proxy"]["trial_id"]
+    assert together["search_summary"] == "population executor: 2 of 2 trials trained in 1 population(s) (2–2 each)"
 
 
 @pytest.mark.slow

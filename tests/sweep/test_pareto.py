@@ -150,5 +150,5 @@ def test_the_population_executor_is_refused_for_two_objectives(tiny_data, tmp_pa
     path = _study(tmp_path, tiny_data)
     assert main(["sweep", "--study", str(path), "--executor", "population"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--executor population" in err[0] and "error+seconds" in err[0]
+    assert len(err) == 1 and "executor population (--executor" in err[0] and "error+seconds" in err[0]
     assert not (tmp_path / "mutransfer-runs").exists()  # refused before any folder

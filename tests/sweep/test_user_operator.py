@@ -177,14 +177,17 @@ def test_a_user_model_beside_the_study_file_is_tuned_and_its_target_rebuilt(tmp_
 @pytest.mark.parametrize("executor", ["ray", "ray-population"])
 def test_on_ray_every_trial_and_the_target_build_the_users_class_in_their_workers(tmp_path, executor):
     """Issue 34's first finding: a family registered in the driver never reached the Ray workers (KeyError in every
-    trial). Here the proxies run as Ray Tune trials (``ray``) or Ray tasks (``ray-population``: a user's model is no
-    FNO a population stacks, so each trains alone in its task, said once) and the target on Ray, each in its own
-    worker process."""
+    trial). Here the proxies run as Ray Tune trials (``ray``) or a Ray task (``ray-population``: the user's model
+    stacks under ``vmap``, so the two trials train as one population, said once) and the target on Ray, each in its
+    own worker process."""
     proc, log = _sweep(tmp_path, _study(tmp_path), "--executor", executor)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout)
     if executor == "ray-population":
-        assert "its model is a UserFNO, not an FNO a population stacks" in report["search_summary"], report
+        assert (
+            report["search_summary"]
+            == "population executor on Ray: 2 of 2 trials trained in 1 population(s) (2–2 each)"
+        )
     _check_lrs(report)
     assert report["trials"]["completed"] == 2
     builds = _builds(log)

@@ -1,0 +1,83 @@
+"""Where a study's trainings run: ``resources.executor`` in the study, ``--executor`` over it, the study's in-process
+executors taken to the cluster of ``--address`` as their Ray counterparts, and how many trials a Ray window trains at
+once (no more than the resources hold)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mutransfer._config.executors import ON_RAY_AS, chosen_executor
+from mutransfer._study import default_study_text, load_study
+from mutransfer._sweep._executors import RayExecutor
+from mutransfer._sweep.context import SweepOptions
+from mutransfer._sweep.repeat import repeat_command
+from mutransfer.cli.main import main
+from mutransfer.errors import UserInputError
+
+
+def _text(**resources: object) -> str:
+    text = default_study_text()
+    for key, value in resources.items():
+        text = text.replace("  executor: population", f"  {key}: {value}")
+    return text
+
+
+def test_the_built_in_study_trains_its_proxies_as_populations_eight_at_a_time():
+    study, _ = load_study(None)
+    assert study.resources.executor == "population" and study.search.max_concurrent == 8
+    assert study.trial_count == 8  # one window: every trial in it
+    other, _ = load_study(None, text=_text(executor="ray"))
+    assert other.resources.executor == "ray"
+    plain, _ = load_study(None, text=default_study_text().replace("  executor: population", ""))
+    assert plain.resources.executor == "ray"  # the field's default
+
+
+def test_an_unknown_executor_in_the_study_is_one_line_naming_the_field():
+    with pytest.raises(UserInputError, match=r"resources\.executor") as caught:
+        load_study(None, text=_text(executor="gpu-farm"))
+    assert "ray-population" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_flag_wins_and_an_address_takes_the_studys_in_process_executor_to_ray():
+    assert chosen_executor(None, "population", None) == "population"
+    assert chosen_executor(None, "population", "auto") == "ray-population"
+    assert chosen_executor(None, "inprocess", "auto") == "ray"
+    assert chosen_executor(None, "ray", "auto") == "ray"
+    assert chosen_executor("inprocess", "population", None) == "inprocess"
+    assert chosen_executor("population", "ray", "auto") == "population"  # a flag is never changed (refused later)
+    assert set(ON_RAY_AS.values()) <= {"ray", "ray-population"}
+
+
+def test_a_population_executor_from_the_study_refuses_two_objectives_before_compute(tmp_path, capsys):
+    study = tmp_path / "two.yaml"
+    study.write_text(_two_objectives())
+    assert main(["sweep", "--study", str(study), "--runs-dir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "executor population (--executor, resources.executor)" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def _two_objectives() -> str:
+    return default_study_text().replace(
+        "  seed: 0\n  max_concurrent: 8", "  seed: 0\n  objectives: error+seconds\n  max_concurrent: 8"
+    )
+
+
+def test_the_repeated_command_names_the_executor_only_where_it_is_not_the_studys():
+    assert "--executor" not in (repeat_command(SweepOptions(executor="population"), "population") or [])
+    argv = repeat_command(SweepOptions(executor="ray"), "population") or []
+    assert argv[argv.index("--executor") + 1] == "ray"
+
+
+class _TwoCpus(RayExecutor):
+    """The Ray executor on a cluster of two CPUs (its resources as Ray would report them)."""
+
+    def resources(self) -> tuple[float, float]:
+        return 2.0, 0.0
+
+
+def test_a_ray_window_wider_than_the_cluster_trains_as_many_at_once_as_it_holds():
+    study, _ = load_study(None, text=_text(executor="ray"))
+    assert _TwoCpus().search_shape(study) == (8, 2)
+    narrow, _ = load_study(None, text=_text(executor="ray").replace("max_concurrent: 8", "max_concurrent: 1"))
+    assert _TwoCpus().search_shape(narrow) == (1, 1)
