@@ -9,6 +9,7 @@ not match (the comparison can fail).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import pytest
@@ -41,8 +42,19 @@ def _config(lr: float) -> TrainConfig:
     )
 
 
-def _alone(lr: float, stop_after: int | None = None) -> tuple[list, FNO, str]:
-    model = _model()
+def _galerkin() -> torch.nn.Module:
+    """A Galerkin Transformer on the grid as a point set: a population of it stacks under vmap."""
+    import operators.registry  # noqa: F401, PLC0415 -- registers the built-in families the adapter builds
+    from operators.adapters import GridPointSet  # noqa: PLC0415 -- only this model's tests need it
+
+    torch.manual_seed(0)
+    return GridPointSet(1, "galerkin", {"coord_dim": 1, "in_channels": 1, "out_channels": 1, "width": 8, "layers": 1})
+
+
+def _alone(
+    lr: float, stop_after: int | None = None, build: Callable[[], torch.nn.Module] = _model
+) -> tuple[list, torch.nn.Module, str]:
+    model = build()
 
     def stop(event) -> None:
         if stop_after is not None and getattr(event, "epoch", None) == stop_after:
@@ -126,10 +138,12 @@ def test_what_cannot_join_a_population_is_named():
         train_population([Member(_model(), _config(1e-3)), Member(_model(), other)], data, lambda i, r, w: False)
 
 
-def test_a_member_cut_short_resumes_alone_from_its_checkpoint(tmp_path):
+@pytest.mark.parametrize("build", [_model, _galerkin], ids=["fno", "galerkin"])
+def test_a_member_cut_short_resumes_alone_from_its_checkpoint(tmp_path, build):
     """Each member writes the trainer's checkpoint after each evaluation; a population interrupted after epoch 2
-    (the driver killed) leaves member 1 a checkpoint from which ``train(resume=True)`` ends where its solo run ends."""
-    members = [Member(_model(), _config(lr)) for lr in LRS[:2]]
+    (the driver killed) leaves member 1 a checkpoint from which ``train(resume=True)`` ends where its solo run ends:
+    the FNO's population and a vmap one (operators.population_vmap)."""
+    members = [Member(build(), _config(lr)) for lr in LRS[:2]]
     paths = [tmp_path / "m0" / "checkpoint.pt", tmp_path / "m1" / "checkpoint.pt"]
 
     def killed(index: int, record, wall: float) -> bool:
@@ -142,7 +156,7 @@ def test_a_member_cut_short_resumes_alone_from_its_checkpoint(tmp_path):
     assert paths[1].exists()
     config = _config(LRS[1])
     config.checkpoint_dir = str(paths[1].parent)
-    resumed = train(_model(), _data(), config, resume=True)
+    resumed = train(build(), _data(), config, resume=True)
     assert resumed.resumed_from == 2 * 4  # 20 samples in batches of 6: 4 iterations an epoch
-    solo, _, _ = _alone(LRS[1])
+    solo, _, _ = _alone(LRS[1], build=build)
     assert [r.test_error for r in resumed.history] == pytest.approx([r.test_error for r in solo], rel=1e-4)

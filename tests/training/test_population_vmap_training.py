@@ -83,24 +83,6 @@ def test_final_weights_match_the_solo_runs_and_another_lr_does_not():
     assert _drift(kept[1], _alone(LRS[1] * 3)[1]) > 1e-2  # the comparison can fail
 
 
-def test_a_galerkin_member_cut_short_resumes_alone_from_its_checkpoint(tmp_path):
-    paths = [tmp_path / "m0" / "checkpoint.pt", tmp_path / "m1" / "checkpoint.pt"]
-
-    def killed(index: int, record, wall: float) -> bool:
-        if record.epoch == 2 and index == 1:
-            raise KeyboardInterrupt
-        return False
-
-    with pytest.raises(KeyboardInterrupt):
-        train_population([Member(_model(), _config(lr)) for lr in LRS[:2]], _data(), killed, paths)
-    config = _config(LRS[1])
-    config.checkpoint_dir = str(paths[1].parent)
-    resumed = train(_model(), _data(), config, resume=True)
-    assert resumed.resumed_from == 2 * 4  # 20 samples in batches of 6: 4 iterations an epoch
-    solo, _, _ = _alone(LRS[1])
-    assert resumed.history[-1].test_error == pytest.approx(solo[-1].test_error, rel=1e-4)
-
-
 def test_onos_join_too_and_a_model_vmap_refuses_trains_alone_and_says_why():
     assert why_alone(_model("ono"), _config(1e-3), _data()) is None  # its whitening is branch-free
     from mutransfer.neuralop import fno1d
