@@ -12,8 +12,9 @@ MSE (no optimizer: the FNO's shows the optimizer is not where a population wins 
 median of ``--rounds`` interleaved rounds of the mean of 20 steps after 5 warm-up steps, under the allocator every
 trial of the product runs with (the script re-executes itself with it, as benchmarks/population_step.py).
 
-ONO is tried too: ``vmap`` refuses it (its orthogonalisation's running moment reads a counter with ``.item()``),
-which the JSON records as its reason.
+ONO is tried too: ``vmap`` refused it until its whitening became branch-free (its running moment read a counter
+with ``.item()``); the JSON records whether it stacks, or the reason. The population executor now stacks every model
+but the project's FNO this way (operators/population_vmap.py).
 
 A hand-written stack is timed beside it (``folded_8``): every ``nn.Linear`` of 8 members as one ``baddbmm`` over the
 members, every LayerNorm's (and per-head LayerNorm's) affine per member, the members' batches folded into one batch

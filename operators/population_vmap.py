@@ -6,7 +6,7 @@ the generic way: its parameters and buffers stacked member-major, its forward ru
 ``vmap(functional_call)``, which turns every operation of the model into one batched operation over the members.
 Where that batches well (many small kernels) the population steps in less time than its members alone; a model
 bound by its arithmetic gains little (``python benchmarks/population_vmap.py``: 8 Galerkin proxies of 64 points
-in 6.4× one proxy's step, docs/benchmarks.md).
+in 6.7× one proxy's step, docs/benchmarks.md).
 
 - :class:`VmapPopulation` stacks M models of one class and configuration: input (M, B, …) → output (M, B, …),
   member m with member m's weights only. It has the interface :class:`~operators.population.PopulationAdam` and
