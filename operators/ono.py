@@ -97,17 +97,19 @@ QUADRATURES = ("mean", "sum")
 def safe_cholesky(matrix: torch.Tensor, max_tries: int = 10) -> torch.Tensor:
     """Lower Cholesky factor of a symmetric PSD matrix (…, k, k); where it is not positive definite, the factor of
     matrix + 1e-6·10^i·mean(diag)·I for the first i < ``max_tries`` that is. Branch-free, so that ``vmap`` batches it
-    (a population of ONOs, operators.population_vmap): the plain and every jittered matrix are factored in one batched
-    call and the first that succeeded is taken. A matrix that no jitter makes positive definite (NaN or inf entries)
-    gives a NaN factor: the training then diverges."""
+    (a population of ONOs, operators.population_vmap): the jitter is chosen without gradients, the plain and every
+    jittered matrix factored in one batched call and the first that succeeded taken; then the matrix with that
+    jitter is factored once more, with gradients (a failed factor's backward is NaN). A matrix that no jitter makes
+    positive definite (NaN or inf entries) gives a NaN factor: the training then diverges."""
     eye = torch.eye(matrix.shape[-1], dtype=matrix.dtype, device=matrix.device)
     scale = matrix.diagonal(dim1=-2, dim2=-1).mean(dim=-1).abs().clamp_min(torch.finfo(matrix.dtype).tiny)
     jitters = torch.tensor([0.0] + [1e-6 * 10**i for i in range(max_tries)], dtype=matrix.dtype, device=matrix.device)
-    tries = matrix.unsqueeze(-3) + (jitters[:, None, None] * scale[..., None, None, None]) * eye  # (…, T, k, k)
-    factors, info = torch.linalg.cholesky_ex(tries)
-    good = info == 0  # (…, T)
-    first = torch.argmax(good.to(torch.int8), dim=-1)  # the first that succeeded (0 when none did)
-    factor = torch.take_along_dim(factors, first[..., None, None, None], dim=-3).squeeze(-3)
+    with torch.no_grad():
+        tries = matrix.unsqueeze(-3) + (jitters[:, None, None] * scale[..., None, None, None]) * eye  # (…, T, k, k)
+        good = torch.linalg.cholesky_ex(tries).info == 0  # (…, T)
+        first = torch.argmax(good.to(torch.int8), dim=-1)  # the first that succeeded (0 when none did)
+    jitter = jitters[first] * scale  # (…,): 0 where the plain matrix factors
+    factor = torch.linalg.cholesky_ex(matrix + jitter[..., None, None] * eye).L
     return torch.where(good.any(dim=-1)[..., None, None], factor, torch.full_like(factor, math.nan))
 
 
@@ -168,7 +170,8 @@ class OrthogonalAttention(nn.Module):
         if self.training:
             c = self.second_moment(g, mask)
             with torch.no_grad():  # the first batch's moment as it is, then the running average (no .item(): vmap)
-                weight = torch.where(self.num_batches_tracked == 0, 1.0, self.momentum).to(c.dtype)
+                weight = torch.where(self.num_batches_tracked == 0, 1.0, self.momentum)
+                weight = weight.to(self.running_second_moment.dtype)
                 self.running_second_moment.mul_(1.0 - weight).add_(weight * c)
                 self.num_batches_tracked += 1
         else:

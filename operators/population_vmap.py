@@ -14,8 +14,8 @@ in 6.7× one proxy's step, docs/benchmarks.md).
   :meth:`~VmapPopulation.template`).
 - :func:`vmap_refusal` says why a model cannot be stacked this way (one phrase), or None: it runs two stacked
   copies of the model forward and backward on one sample. ``vmap`` refuses in-place writes into tensors the
-  forward makes (neuraloperator's FNO), ``.item()`` and data-dependent Python control flow (ONO's running moment),
-  and random operations (dropout: a member's draws would differ from its solo run's).
+  forward makes (neuraloperator's FNO), ``.item()`` and data-dependent Python control flow (ONO's whitening had both
+  until it was made branch-free), and random operations (dropout: a member's draws would differ from its solo run's).
 
 A member computes each step as the model alone does, to float32 rounding (tests/operators/test_population_vmap.py).
 """
@@ -73,7 +73,8 @@ class VmapPopulation(nn.Module):
         self._buffer_names = [name for name, _b in first.named_buffers()]
         by_member = [dict(m.named_parameters()) for m in members]
         self.weights = nn.ParameterList(
-            nn.Parameter(_stack([p[name] for p in by_member])) for name in self._param_names
+            nn.Parameter(_stack([p[name] for p in by_member]), requires_grad=by_member[0][name].requires_grad)
+            for name in self._param_names
         )  # each (M, …), in first.named_parameters()'s order
         buffers = [dict(m.named_buffers()) for m in members]
         for i, name in enumerate(self._buffer_names):
@@ -135,7 +136,7 @@ class VmapPopulation(nn.Module):
             raise OperatorConfigError(f"keep {index}: give distinct members among 0 … {self.size - 1}, at least one")
         rows = torch.tensor(index, dtype=torch.long)
         for i, p in enumerate(self.weights):
-            self.weights[i] = nn.Parameter(p.detach()[rows.to(p.device)].contiguous())
+            self.weights[i] = nn.Parameter(p.detach()[rows.to(p.device)].contiguous(), requires_grad=p.requires_grad)
         for i, b in enumerate(self._buffers_stacked()):
             setattr(self, f"_buffer_{i}", b[rows.to(b.device)].contiguous())
         self.size = len(index)
@@ -154,12 +155,13 @@ def _shapes(model: nn.Module) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
 
 def vmap_refusal(model: nn.Module, sample: torch.Tensor) -> str | None:
     """Why two stacked copies of ``model`` cannot run forward and backward under ``vmap`` on ``sample`` (one input
-    (1, …) of the model's), in one phrase; None when they can. The model itself is not changed."""
+    (1, …) of the model's, on the model's device), in one phrase; None when they can. The model itself is not
+    changed; any exception its forward raises is a reason, never raised."""
     copies = [copy.deepcopy(model) for _ in range(2)]
     try:
         population = VmapPopulation(copies)
         population(sample.unsqueeze(0).expand(2, *sample.shape)).float().square().mean().backward()
-    except (RuntimeError, ValueError, NotImplementedError, OperatorConfigError) as exc:
+    except Exception as exc:  # noqa: BLE001 -- any failure of the user's model here means "train alone", said why
         first = " ".join(str(exc).split())
         return f"vmap cannot batch its forward ({first[:160]})"
     return None

@@ -352,7 +352,7 @@ def create_study(
         executor: None (the spec's ``resources.executor``: ``"ray"`` unless it says otherwise; the built-in quick
             study says ``"population"``, which becomes ``"ray-population"`` with ``ray_address``), ``"ray"`` (Ray Tune trials, a Ray Train target or, for one CPU worker,
             one Ray actor), ``"inprocess"`` (one training at a time in this process, no Ray: the same trials and results),
-            ``"population"`` (in this process, a window of FNO proxies of one shape trained as one batched model: the
+            ``"population"`` (in this process, a window of proxies of one shape trained as one batched model: the
             same trials and results) or ``"ray-population"`` (those batched models on Ray, each a Ray task, a
             window's at once; the target as ``"ray"``'s).
         tracking_uri: the MLflow store (default: the spec's ``tracking.uri``, else ``sqlite:///mlflow.db`` here).

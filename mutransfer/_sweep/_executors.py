@@ -34,7 +34,7 @@ from mutransfer._sweep._target_here import TargetJob as TargetJob  # re-exported
 from mutransfer._sweep._target_here import train_target_here
 from mutransfer._sweep.cost_estimate import local_window
 from mutransfer._sweep.plan import DONE, SearchPlan
-from mutransfer._sweep.search import max_concurrent, resource_slots, tune_config
+from mutransfer._sweep.search import max_concurrent, tune_config
 from mutransfer._sweep.target import TargetOutcome, outcome_of
 from mutransfer._sweep.trial import run_trial
 
@@ -159,8 +159,8 @@ class RayExecutor:
 
     def search_shape(self, study: Study) -> tuple[int, int]:
         cpus, gpus = self.resources()
-        window = max_concurrent(study, cpus, gpus)
-        return window, min(window, resource_slots(study, cpus, gpus))  # a window wider than the cluster waits
+        concurrency = max_concurrent(study, cpus, gpus)  # Tune's limit: more than the cluster holds asks it to grow
+        return concurrency, concurrency
 
     def search_note(self, window: int) -> str | None:
         return None

@@ -75,7 +75,7 @@ class Grouping:
 
 class PopulationExecutor(InProcessExecutor):
     """In this process, as :class:`InProcessExecutor`, but the trials the plan hands out together (its window)
-    train as one population where they can (mutransfer._training._population: one FNO shape, batch size, β2,
+    train as one population where they can (mutransfer._training._population: one model shape, batch size, β2,
     weight decay, clipping, schedule, fp32, data in memory): each as it would alone, to float32 rounding, in
     one batched model. The others (and any trial of a population that fails) train alone, one at a time."""
 

@@ -55,12 +55,7 @@ def prepare(options: SweepOptions) -> SweepContext:
     _check_verification_options(options)
     if options.rebuild_state and not options.resume:
         raise UserInputError("--rebuild-state rebuilds the state of a study being resumed; add --resume")
-    if options.executor in POPULATION and study.search.objectives != "error":
-        raise UserInputError(
-            f"executor {options.executor} (--executor, resources.executor) books each trial a share of its "
-            "population's seconds, which search.objectives error+seconds would read as the configuration's cost; use "
-            "--executor inprocess or ray"
-        )
+    _check_objectives(options, study)
     if study.problem.data is not None:
         study.problem.data = os.path.normpath(Path(study.problem.data).absolute())
     source_text = options.study_text if options.study_text is not None else _source_text(options.study_path)
@@ -120,6 +115,7 @@ def prepare(options: SweepOptions) -> SweepContext:
 
     check_registry_store(tracking_uri, options.register)
     _check_verification_options(options)  # again: what the study was started with (state.json's asked) too
+    _check_objectives(options, study)  # again: a resumed study's stored objectives and executor
     _check_coord_check(options, study)
 
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
@@ -324,6 +320,15 @@ def check_memory(ctx: SweepContext) -> None:
     if ctx.options.verify or ctx.options.baseline or study.ladder:  # a ladder's rungs train up to the target's size
         concurrency = max_concurrent(study, os.cpu_count() or 1, 0)
         check_target_size_memory(study, concurrency, channels=ctx.data_channels)
+
+
+def _check_objectives(options: SweepOptions, study: Study) -> None:
+    if options.executor in POPULATION and study.search.objectives != "error":
+        raise UserInputError(
+            f"executor {options.executor} (--executor, resources.executor) books each trial a share of its "
+            "population's seconds, which search.objectives error+seconds would read as the configuration's cost; use "
+            "--executor inprocess or ray"
+        )
 
 
 def _check_coord_check(options: SweepOptions, study: Study) -> None:

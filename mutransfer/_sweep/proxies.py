@@ -39,6 +39,7 @@ from mutransfer._sweep._executors import SearchRun
 from mutransfer._sweep.context import ProxyResults, StudyRun, SweepContext, SweepError, pick_best
 from mutransfer._sweep.parent_run import WINDOW_TAG
 from mutransfer._sweep.plan import SearchPlan, trial_key
+from mutransfer._sweep.search import lanes
 from mutransfer._sweep.trial_logger import TrialLogger
 from mutransfer._tracking.runs import TRIAL_ID_TAG, Tracker
 
@@ -101,9 +102,10 @@ def run_scope(ctx: SweepContext, scope: SearchScope) -> ProxyResults:
         return ProxyResults.from_state(state)
     start = time.perf_counter()
     window, concurrency = ctx.executor.search_shape(scope.study)
+    at_once = lanes(scope.study, concurrency, *ctx.executor.resources())  # said, and what the report divides by
     plan = _plan(ctx, scope, state, window)
     logger = _logger(ctx, scope, plan.total)
-    _announce(ctx, scope, plan, concurrency)
+    _announce(ctx, scope, plan, at_once)
     note = ctx.executor.search_note(window)
     if note:
         ctx.say(note)
@@ -123,7 +125,7 @@ def run_scope(ctx: SweepContext, scope: SearchScope) -> ProxyResults:
     _drain(ctx, logger)
     trials = collect_trials(scope.study, plan, logger)
     seconds = float(state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
-    results = ProxyResults(trials, next(t for t in trials if t.best), concurrency, seconds)
+    results = ProxyResults(trials, next(t for t in trials if t.best), at_once, seconds)
     scope.folder.update_state(phase="target", **results.as_dict())
     return results
 

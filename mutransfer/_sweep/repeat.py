@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+from mutransfer._config.executors import chosen_executor
 from mutransfer._study.files import OVERRIDES
 from mutransfer._sweep.context import SweepOptions
 
@@ -32,6 +33,6 @@ def repeat_command(options: SweepOptions, study_executor: str) -> list[str] | No
         argv += ["--runs-dir", os.path.abspath(options.runs_dir)]
     if options.address is not None:
         argv += ["--address", options.address]
-    if options.executor not in (None, study_executor):
+    if options.executor not in (None, chosen_executor(None, study_executor, options.address)):
         argv += ["--executor", options.executor]
     return argv

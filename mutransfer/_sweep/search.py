@@ -15,7 +15,7 @@ from __future__ import annotations
 from mutransfer._study import Study
 from mutransfer._sweep.plan import total_trials
 
-__all__ = ["METRIC", "MODE", "TIME_ATTR", "max_concurrent", "resource_slots", "total_trials", "tune_config"]
+__all__ = ["METRIC", "MODE", "TIME_ATTR", "lanes", "max_concurrent", "resource_slots", "total_trials", "tune_config"]
 
 METRIC = "val_error"
 MODE = "min"
@@ -27,6 +27,13 @@ def max_concurrent(study: Study, cpus: float, gpus: float) -> int:
     if study.search.max_concurrent is not None:
         return study.search.max_concurrent
     return resource_slots(study, cpus, gpus)
+
+
+def lanes(study: Study, concurrency: int, cpus: float, gpus: float) -> int:
+    """How many of a search's ``concurrency`` trials train at the same time on ``cpus`` CPUs and ``gpus`` GPUs (at
+    least 1): what the report divides the trials' training time by (an autoscaling cluster may hold more later; its
+    count at the search's start is taken)."""
+    return max(1, min(int(concurrency), resource_slots(study, cpus, gpus)))
 
 
 def resource_slots(study: Study, cpus: float, gpus: float) -> int:

@@ -1,4 +1,4 @@
-"""Several trainings of one FNO shape as one population (operators.population): each member trained as
+"""Several trainings of one model shape as one population (operators.population, operators.population_vmap): each member trained as
 :func:`mutransfer._training.train` trains it alone, one batched model for all.
 
 The members of a population share everything but their weights, their learning rate and their β1: the
@@ -20,7 +20,7 @@ The project's :class:`~operators.fno.FNO` stacks by hand (operators.population.P
 ``vmap`` can batch its forward, which :func:`why_alone` tries once per model class and configuration.
 
 Not here (a trial that needs one trains alone): streamed data, mixed precision, the PINO loss, a model ``vmap``
-cannot batch (ONO, neuraloperator's FNO: :func:`why_alone` says why).
+cannot batch (neuraloperator's FNO, dropout) or with frozen parameters (:func:`why_alone` says why).
 """
 
 from __future__ import annotations
@@ -65,10 +65,13 @@ def why_alone(model: torch.nn.Module, config: TrainConfig, data: object) -> str 
     reason = _why_alone_by_config(config, data)
     if reason is not None or stackable(model):
         return reason
+    if any(not p.requires_grad for p in model.parameters()):
+        return "its model has parameters that do not train (requires_grad=False)"
     sample: torch.Tensor = data.train_x[:1]  # type: ignore[attr-defined]
-    key = (member_shape(model), tuple(sample.shape), str(config.device))
+    where = next((p.device for p in model.parameters()), torch.device("cpu"))  # the model as built, here
+    key = (member_shape(model), tuple(sample.shape), str(where))
     if key not in _REFUSALS:
-        _REFUSALS[key] = vmap_refusal(model, sample.to(resolve_device(config.device)))
+        _REFUSALS[key] = vmap_refusal(model, sample.to(where))
     refusal = _REFUSALS[key]
     if refusal is None:
         return None
@@ -104,7 +107,7 @@ class Member:
     """One training of a population: its model (built and initialised as the training alone would be) and its
     configuration."""
 
-    model: torch.nn.Module  # an FNO (operators.population.stackable)
+    model: torch.nn.Module  # an FNO (operators.population.stackable) or any model vmap batches (why_alone)
     config: TrainConfig
 
 

@@ -70,7 +70,7 @@ def _add_sweep(subparsers) -> None:
         "built-in quick study says population, which --address takes to ray-population): ray (Ray Tune trials, the target on Ray Train or, for one CPU "
         "worker, one Ray actor), inprocess (one at a "
         "time in this process, no Ray: the same trials and results), population (in this process, a window of "
-        "FNO proxies of one shape as one batched model) or ray-population (those batched models as Ray tasks, a "
+        "proxies of one shape as one batched model) or ray-population (those batched models as Ray tasks, a "
         "window's at once, locally or on --address; the target as ray's)",
     )
     store = groups["store"]

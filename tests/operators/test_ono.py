@@ -181,6 +181,19 @@ def test_cholesky_adds_jitter_only_when_needed():
     torch.testing.assert_close(safe_cholesky(pd), torch.linalg.cholesky(pd), rtol=0, atol=0)
 
 
+def test_cholesky_of_a_jittered_matrix_has_finite_gradients_and_no_jitter_gives_nan():
+    """Branch-free for vmap: the jitter is chosen without gradients and the chosen matrix factored once more, so a
+    singular second moment's gradient stays finite (factoring every try in the graph gave NaN); a matrix with NaN
+    entries has no factor: NaN, and the training diverges."""
+    g = torch.randn(2, 4, dtype=torch.float64, requires_grad=True)  # rank 2: the 4 x 4 moment needs jitter
+    factor = safe_cholesky(g.T @ g / 2)
+    assert torch.isfinite(factor).all()
+    factor.sum().backward()
+    assert g.grad is not None and torch.isfinite(g.grad).all()
+    bad = torch.full((3, 3), float("nan"), dtype=torch.float64)
+    assert torch.isnan(safe_cholesky(bad)).all()
+
+
 @pytest.mark.parametrize("nn_block", BLOCKS)
 def test_linear_path_allocates_no_n_by_n_tensor(nn_block):
     n = 1024

@@ -97,6 +97,16 @@ def test_models_vmap_cannot_batch_are_named_with_the_reason():
     assert "randomness" in str(vmap_refusal(dropout, sample))
     assert vmap_refusal(nn.Sequential(nn.Linear(1, 4), nn.Linear(4, 1)), sample) is None
 
+    class Broken(nn.Module):  # a user's model whose forward fails in its own way: a reason, never raised
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(1))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            raise TypeError("my model takes two inputs")
+
+    assert "my model takes two inputs" in str(vmap_refusal(Broken(), sample))
+
 
 def test_a_sample_without_points_is_refused_alone_and_not_checked_inside_a_population():
     """Outside a population the model refuses an all-padding sample; inside, vmap cannot branch on values, so the

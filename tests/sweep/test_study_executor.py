@@ -11,6 +11,7 @@ from mutransfer._study import default_study_text, load_study
 from mutransfer._sweep._executors import RayExecutor
 from mutransfer._sweep.context import SweepOptions
 from mutransfer._sweep.repeat import repeat_command
+from mutransfer._sweep.search import lanes
 from mutransfer.cli.main import main
 from mutransfer.errors import UserInputError
 
@@ -67,6 +68,8 @@ def test_the_repeated_command_names_the_executor_only_where_it_is_not_the_studys
     assert "--executor" not in (repeat_command(SweepOptions(executor="population"), "population") or [])
     argv = repeat_command(SweepOptions(executor="ray"), "population") or []
     assert argv[argv.index("--executor") + 1] == "ray"
+    on_cluster = repeat_command(SweepOptions(executor="ray-population", address="auto"), "population") or []
+    assert "--executor" not in on_cluster and "--address" in on_cluster  # --address takes it there again
 
 
 class _TwoCpus(RayExecutor):
@@ -76,8 +79,12 @@ class _TwoCpus(RayExecutor):
         return 2.0, 0.0
 
 
-def test_a_ray_window_wider_than_the_cluster_trains_as_many_at_once_as_it_holds():
+def test_a_ray_window_wider_than_the_cluster_asks_tune_for_it_and_the_report_counts_what_trains_at_once():
+    """Tune gets the study's window (an autoscaling cluster grows for the trials it waits on); the summary and the
+    report's wall-time estimates divide by the trials the cluster holds at once."""
     study, _ = load_study(None, text=_text(executor="ray"))
-    assert _TwoCpus().search_shape(study) == (8, 2)
+    executor = _TwoCpus()
+    assert executor.search_shape(study) == (8, 8)
+    assert lanes(study, 8, *executor.resources()) == 2
     narrow, _ = load_study(None, text=_text(executor="ray").replace("max_concurrent: 8", "max_concurrent: 1"))
-    assert _TwoCpus().search_shape(narrow) == (1, 1)
+    assert lanes(narrow, executor.search_shape(narrow)[1], *executor.resources()) == 1

@@ -130,6 +130,9 @@ def test_what_cannot_join_a_population_is_named():
     assert why_alone(torch.nn.Linear(1, 1), _config(1e-3), data) is None  # any model vmap batches joins
     dropout = torch.nn.Sequential(torch.nn.Linear(1, 2), torch.nn.Dropout(0.5))
     assert str(why_alone(dropout, _config(1e-3), data)).startswith("its model is a Sequential: vmap cannot batch")
+    frozen = torch.nn.Linear(1, 1)
+    frozen.bias.requires_grad_(False)  # PopulationAdam steps every stacked parameter
+    assert why_alone(frozen, _config(1e-3), data) == "its model has parameters that do not train (requires_grad=False)"
     other = _config(1e-3)
     other.batch_size = 4
     assert population_key(other) != population_key(_config(1e-3))
