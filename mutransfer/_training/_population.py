@@ -87,7 +87,8 @@ def member_shape(model: torch.nn.Module) -> tuple[object, ...]:
     parameters' names and shapes (a searched ``init_scale`` or a searched size makes another population)."""
     config = getattr(model, "config", None)
     named = tuple(sorted((str(k), repr(v)) for k, v in config.items())) if isinstance(config, dict) else ()
-    return (type(model).__qualname__, named, tuple((n, tuple(p.shape)) for n, p in model.named_parameters()))
+    kind = f"{type(model).__module__}.{type(model).__qualname__}"
+    return (kind, named, tuple((n, tuple(p.shape)) for n, p in model.named_parameters()))
 
 
 def _why_alone_by_config(config: TrainConfig, data: object) -> str | None:

@@ -4,6 +4,8 @@ once (no more than the resources hold)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from mutransfer._config.executors import ON_RAY_AS, chosen_executor
@@ -88,3 +90,23 @@ def test_a_ray_window_wider_than_the_cluster_asks_tune_for_it_and_the_report_cou
     assert lanes(study, 8, *executor.resources()) == 2
     narrow, _ = load_study(None, text=_text(executor="ray").replace("max_concurrent: 8", "max_concurrent: 1"))
     assert lanes(narrow, executor.search_shape(narrow)[1], *executor.resources()) == 1
+
+
+@pytest.mark.slow  # ~20 s: the built-in study's data are generated
+def test_the_built_in_study_runs_as_populations_in_this_process_with_no_ray(tmp_path, monkeypatch, capsys):
+    """``mutransfer sweep`` with no --study and no --executor: the quick study's own executor, end to end (shortened
+    by flags): its window's proxies train as populations, the target in this process, and Ray never starts."""
+    import json
+
+    import ray
+
+    monkeypatch.chdir(tmp_path)
+    short = ["--num-trials", "4", "--epochs", "2", "--target-epochs", "2"]
+    assert main(["sweep", "--proxy-K", "6", "--target-K", "24", *short, "--json"]) == 0
+    out = capsys.readouterr()
+    report = json.loads(out.out)
+    assert not ray.is_initialized()
+    summary = report["search_summary"]  # one window of 4: one population per searched batch size with a partner
+    assert re.match(r"population executor: [234] of 4 trials trained in [12] population\(s\)", summary), summary
+    assert "--executor" not in " ".join(report["command"])  # the study's own executor: nothing to repeat
+    assert "(in this process)" in out.err
