@@ -140,11 +140,6 @@ def prepare(options: SweepOptions) -> SweepContext:
             f"resources.executor {study.resources.executor}: on the cluster of --address its trainings run as "
             f"--executor {options.executor}"
         )
-    elif given_executor is not None and given_executor != study.resources.executor:  # said, as an override is
-        notes.append(
-            f"executor: --executor {given_executor} in place of the study's resources.executor "
-            f"{study.resources.executor} (the study keeps its own: pass the flag again with --resume)"
-        )
     for note in notes:
         ctx.say(note)
     check_memory(ctx)

@@ -92,21 +92,6 @@ def test_a_ray_window_wider_than_the_cluster_asks_tune_for_it_and_the_report_cou
     assert lanes(narrow, executor.search_shape(narrow)[1], *executor.resources()) == 1
 
 
-def test_an_executor_flag_other_than_the_studys_is_said(tiny_data, tmp_path, capsys):
-    """Not silent: a flag in place of the study's field gets its line (the study file keeps its own value); the
-    study's own executor says nothing."""
-    from mutransfer._sweep import prepare
-    from tests.sweep_helpers import write_tiny_study
-
-    study = write_tiny_study(tmp_path, tiny_data)  # no resources.executor: ray
-    flagged = prepare(SweepOptions(study_path=str(study), executor="inprocess", runs_dir=str(tmp_path / "runs")))
-    assert flagged.options.executor == "inprocess"
-    line = "executor: --executor inprocess in place of the study's resources.executor ray"
-    assert line in capsys.readouterr().err
-    own = prepare(SweepOptions(study_path=str(study), runs_dir=str(tmp_path / "runs2")))
-    assert own.options.executor == "ray" and "executor:" not in capsys.readouterr().err
-
-
 @pytest.mark.slow  # ~20 s: the built-in study's data are generated
 def test_the_built_in_study_runs_as_populations_in_this_process_with_no_ray(tmp_path, monkeypatch, capsys):
     """``mutransfer sweep`` with no --study and no --executor: the quick study's own executor, end to end (shortened
