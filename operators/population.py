@@ -241,7 +241,7 @@ class PopulationFNO(nn.Module):
         """Keep only ``members`` (indices, in the order given): every stacked parameter is sliced in place, its
         gradient dropped; :meth:`PopulationAdam.keep` slices the optimizer's state alike. A search stops a
         member (pruned, diverged) this way and goes on with the others."""
-        index = _member_index(members, self.size)
+        index = member_index(members, self.size)
         for module in self.modules():  # new parameters: autograd keeps each leaf's shape, so none is reshaped
             for name, p in list(module._parameters.items()):
                 if p is not None:
@@ -271,7 +271,7 @@ def _complex_for(weight: torch.Tensor, real: torch.dtype) -> torch.Tensor:
     return weight if weight.dtype == dtype else weight.to(dtype)
 
 
-def _member_index(members: Sequence[int], size: int) -> torch.Tensor:
+def member_index(members: Sequence[int], size: int) -> torch.Tensor:
     """Indices of kept members as a tensor (one-line errors for none, duplicates, or out of range)."""
     index = [int(m) for m in members]
     if not index or len(set(index)) != len(index) or not all(0 <= m < size for m in index):
@@ -418,7 +418,7 @@ class PopulationAdam(torch.optim.Optimizer):
     def keep(self, members: Sequence[int]) -> None:
         """Keep only ``members``' LR, β1 and Adam moments, after :meth:`PopulationFNO.keep` with the same
         ``members``: the optimizer then steps the population's new parameters."""
-        index = _member_index(members, self.size)
+        index = member_index(members, self.size)
         if self.population.size != len(index):
             raise OperatorConfigError("keep: call PopulationFNO.keep with the same members first")
         self.lr, self.beta1, self.size = self.lr[index], self.beta1[index], len(index)

@@ -30,6 +30,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from operators.errors import OperatorConfigError
+from operators.population import member_index
 from operators.value_checks import inside_population
 
 
@@ -131,15 +132,12 @@ class VmapPopulation(nn.Module):
     @torch.no_grad()
     def keep(self, members: Sequence[int]) -> None:
         """Keep only ``members`` (indices, in the order given), as :meth:`PopulationFNO.keep` does."""
-        index = [int(m) for m in members]
-        if not index or len(set(index)) != len(index) or not all(0 <= m < self.size for m in index):
-            raise OperatorConfigError(f"keep {index}: give distinct members among 0 … {self.size - 1}, at least one")
-        rows = torch.tensor(index, dtype=torch.long)
+        rows = member_index(members, self.size)
         for i, p in enumerate(self.weights):
             self.weights[i] = nn.Parameter(p.detach()[rows.to(p.device)].contiguous(), requires_grad=p.requires_grad)
         for i, b in enumerate(self._buffers_stacked()):
             setattr(self, f"_buffer_{i}", b[rows.to(b.device)].contiguous())
-        self.size = len(index)
+        self.size = len(rows)
 
     def template(self) -> tuple[nn.Module, list[tuple[nn.Parameter, nn.Parameter]]]:
         """The members' model (member 0 as given) and each stacked parameter with the parameter of that model it

@@ -35,10 +35,15 @@ def test_the_built_in_study_trains_its_proxies_as_populations_eight_at_a_time():
     assert plain.resources.executor == "ray"  # the field's default
 
 
-def test_an_unknown_executor_in_the_study_is_one_line_naming_the_field():
+def test_an_unknown_executor_in_the_study_is_one_line_naming_the_field(tmp_path, capsys):
     with pytest.raises(UserInputError, match=r"resources\.executor") as caught:
         load_study(None, text=_text(executor="gpu-farm"))
     assert "ray-population" in str(caught.value) and "\n" not in str(caught.value)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(_text(executor="gpu-farm"))
+    assert main(["sweep", "--study", str(bad), "--runs-dir", str(tmp_path / "runs")]) == 2  # before any folder
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "resources.executor" in err[0] and not (tmp_path / "runs").exists()
 
 
 def test_the_flag_wins_and_an_address_takes_the_studys_in_process_executor_to_ray():
