@@ -99,3 +99,45 @@ def galerkin_mesh_study(
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump(study))
     return path
+
+
+def prepared_by_hand(study, root: Path, state: dict | None = None, options=None, **fields):
+    """A :class:`~mutransfer._sweep.session.Prepared` study made by hand (no validation, no store opened): the value
+    ``prepare`` hands the runner, for tests of the steps after it."""
+    from mutransfer._study_folder.state import StudyDir
+    from mutransfer._sweep.context import SweepOptions
+    from mutransfer._sweep.session import Prepared, StateMirror
+    from mutransfer._tracking.runs import Tracker
+
+    uri = fields.pop("tracking_uri", "sqlite:///x.db")
+    return Prepared(
+        options=options or SweepOptions(quiet=True),
+        study=study,
+        study_dir=StudyDir(root),
+        overrides=(),
+        tracking_uri=uri,
+        source_text="",
+        fail_trials=0,
+        tracker=fields.pop("tracker", None) or Tracker(uri),
+        store=StateMirror(dict(state or {})),
+        **fields,
+    )
+
+
+def session_by_hand(prepared, data, *, run=None, executor=None, lock=None, **fields):
+    """An open :class:`~mutransfer._sweep.session.Session` of ``prepared`` made by hand: ``data`` (a
+    :class:`~mutransfer._sweep.context.StudyData`), the MLflow run (by default ids that name no run), the in-process
+    executor booked in the study's ledger, and no lock held."""
+    from mutransfer._sweep._executor_names import executor_for
+    from mutransfer._sweep._ledger import Booked, Ledger
+    from mutransfer._sweep.context import StudyRun
+    from mutransfer._sweep.session import Session
+
+    return Session.of(
+        prepared,
+        study_data=data,
+        lock=lock,
+        executor=executor or Booked(executor_for("inprocess"), Ledger(prepared.study_dir.root)),
+        run=run or StudyRun("experiment", "parent-run"),
+        **fields,
+    )

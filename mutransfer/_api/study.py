@@ -31,9 +31,10 @@ from mutransfer._study_folder.portable import read_study_file
 from mutransfer._study_folder.records import MODEL_DIR
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep._trial_journal import JOURNAL_FILE, journal_storage
-from mutransfer._sweep.context import ProxyResults, SweepContext, SweepOptions
+from mutransfer._sweep.context import ProxyResults, SweepOptions
 from mutransfer._sweep.pareto import pareto_front
 from mutransfer._sweep.runner import COMPLETE, sweep_steps
+from mutransfer._sweep.session import Made, Prepared
 from mutransfer._sweep.target import TargetOutcome
 from mutransfer.errors import UserInputError
 from mutransfer.serving._artifact import read_model_dir
@@ -71,8 +72,9 @@ class Study:
         self._spec, self._options = spec, options
         #: ``mutransfer sweep``'s study (:func:`command_study`): its options are the command's, kept as given
         self._command = _command
-        self._steps: Generator[tuple[str, SweepContext], None, None] | None = None
-        self._ctx: SweepContext | None = None
+        self._steps: Generator[tuple[str, Prepared, Made], None, None] | None = None
+        #: the study and what its steps made, as the last step left them
+        self._at: tuple[Prepared, Made] | None = None
         self._reached: set[str] = set()
         _OPEN.add(self)  # closed at the interpreter's exit if it is still open then (_close_open_studies)
 
@@ -109,16 +111,16 @@ class Study:
         Example:
             >>> study.transfer().target["lr"]  # doctest: +SKIP
         """
-        ctx = self._advance(_TRANSFER)
-        if ctx.made_transfer is not None:
-            t = ctx.made_transfer
+        prepared, made = self._advance(_TRANSFER)
+        if made.made_transfer is not None:
+            t = made.made_transfer
             return TransferRecord(
                 proxy=dict(t.source.hp) if t.source is not None else {},
                 target=dict(t.hp),
                 rules=dict(t.record),
                 source=t.source_key,
             )
-        report = self._report_data(ctx)
+        report = self._report_data(prepared, made)
         best = report.get("best_proxy") or {}
         return TransferRecord(
             proxy=dict(best.get("hp") or {}),
@@ -137,9 +139,9 @@ class Study:
             >>> target = study.train_target()  # doctest: +SKIP
             >>> prediction = target.model(x)  # doctest: +SKIP
         """
-        ctx = self._advance(_TARGET)
-        outcome = TargetOutcome.from_dict(ctx.state["target_outcome"])
-        model_dir = ctx.study_dir.root / MODEL_DIR
+        prepared, _ = self._advance(_TARGET)
+        outcome = TargetOutcome.from_dict(prepared.state["target_outcome"])
+        model_dir = prepared.study_dir.root / MODEL_DIR
         model, card = read_model_dir(model_dir)
         return TargetResult(
             model=model,
@@ -159,8 +161,8 @@ class Study:
         Example:
             >>> print(study.report().to_text())  # doctest: +SKIP
         """
-        ctx = self._advance(_REPORT)
-        return Report(self._report_data(ctx), ctx.study_dir.root)
+        prepared, made = self._advance(_REPORT)
+        return Report(self._report_data(prepared, made), prepared.study_dir.root)
 
     def close(self) -> None:
         """Release the study's lock, its Ray and its MLflow parent run (marked KILLED if it did not finish: loading
@@ -262,10 +264,11 @@ class Study:
         return pd.DataFrame(rows)
 
     # ---- the engine ---------------------------------------------------------------------------
-    def _advance(self, until: str) -> SweepContext:
-        """Run the study's phases until ``until`` has run (in this session or an earlier one)."""
-        if self._ctx is not None and (COMPLETE in self._reached or _passed(self._reached, until)):
-            return self._ctx
+    def _advance(self, until: str) -> tuple[Prepared, Made]:
+        """Run the study's phases until ``until`` has run (in this session or an earlier one); the study and what its
+        steps made."""
+        if self._at is not None and (COMPLETE in self._reached or _passed(self._reached, until)):
+            return self._at
         if self._steps is None:
             if not self._command:
                 if self.study_dir.exists():
@@ -275,30 +278,30 @@ class Study:
             self._reached = set()
             self._steps = sweep_steps(self._options)
         try:
-            for name, ctx in self._steps:
-                self._ctx = ctx
+            for name, prepared, made in self._steps:
+                self._at = (prepared, made)
                 self._reached.add(name)
                 if name == COMPLETE:  # nothing is left to run: the lock is given back now
                     self.close()
-                    return ctx
+                    return self._at
                 if name == until and until != _REPORT:  # the report: on to the end, the session closed as finished
-                    return ctx
+                    return self._at
         except BaseException:
             self._steps = None  # what ran is kept in the folder: the next step resumes it
             raise
         self._steps = None
-        assert self._ctx is not None
-        return self._ctx
+        assert self._at is not None
+        return self._at
 
     def _proxies(self) -> ProxyResults:
-        ctx = self._advance(_OPTIMIZE)
-        if ctx.made_proxies is not None:
-            return ctx.made_proxies
-        return ProxyResults.from_state(ctx.state)
+        prepared, made = self._advance(_OPTIMIZE)
+        if made.made_proxies is not None:
+            return made.made_proxies
+        return ProxyResults.from_state(prepared.state)
 
     @staticmethod
-    def _report_data(ctx: SweepContext) -> dict:
-        return ctx.report or dict(ctx.state.get("report") or {})
+    def _report_data(prepared: Prepared, made: Made) -> dict:
+        return made.report or dict(prepared.state.get("report") or {})
 
 
 #: the studies alive in this interpreter (weakly held: a study dropped is not kept alive by this set)

@@ -80,7 +80,7 @@ def plan_step(
     """The memory plan of one training step of the proxy (``target=False``) or the target model.
 
     Made once per model by the sweep's driver and carried to the workers that train it
-    (mutransfer._sweep.context.SweepContext.memory_plan), who hold it against their device
+    (mutransfer._sweep.session.Prepared.memory_plan), who hold it against their device
     instead of planning again. Planned at the largest batch the search may pick, split over
     ``workers`` (the target's Ray Train workers), and the largest searched weight decay: an
     upper bound for every trial. ``channels``: the data's (input, output) channels (1 and 1 for

@@ -3,7 +3,7 @@
 :class:`StudyLock` is taken at the end of :func:`mutransfer._sweep.prepare.prepare`
 (after every input and endpoint check) and released when the study's steps end
 (mutransfer._sweep.runner.sweep_steps: returned, raised, interrupted by Ctrl-C, or a Python API study closed):
-``with ctx.lock: ...``.
+``with take_lock(study) as lock: ...``.
 
 - **file lock** ``<runs dir>/.locks/<study>.lock`` (:mod:`filelock`, an ``flock``: the
   kernel frees it when the holder dies, even by SIGKILL), with the holder written

@@ -1,6 +1,7 @@
-"""The sweep service behind `mutransfer sweep`: phases over one context (docs/architecture.md).
+"""The sweep service behind `mutransfer sweep`: steps over typed values (docs/architecture.md).
 
-- :mod:`~mutransfer._sweep.context`      the records the phases pass along (TrialRecord, ProxyResults, …) and SweepContext
+- :mod:`~mutransfer._sweep.context`      the records the steps pass along (TrialRecord, ProxyResults, …) and the options
+- :mod:`~mutransfer._sweep.session`      what flows between the steps: Prepared, the open Session, Made
 - :mod:`~mutransfer._sweep.prepare`      validation before any compute; resources, memory, resume consistency
 - :mod:`~mutransfer._sweep.proxies`      the proxy search (Ray Tune: TPE/random/grid + ASHA)
 - :mod:`~mutransfer._sweep.rescale`      the transfer of the best proxy to the target (operators.transfer)

@@ -132,7 +132,7 @@ def booked_cost(bookings: Sequence[Booking]) -> dict:
 class Booked:
     """The study's executor, booking every training it runs in ``ledger`` under ``tag`` (see the module docstring).
 
-    It is the executor a study's phases get (``SweepContext.executor``); it runs nothing itself.
+    It is the executor a study's steps get (``Session.executor``); it runs nothing itself.
     """
 
     def __init__(self, inner: Executor, ledger: Ledger, tag: str = CORE):

@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._sweep._executors import TargetJob
-from mutransfer._sweep.context import SweepContext, SweepError
+from mutransfer._sweep.context import SweepError
 from mutransfer._sweep.cost import model_epoch_flops, target_cost, trial_devices
 from mutransfer._sweep.nested import Search, SearchResult, run_search
+from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.target_run import resolve_use_gpu
 from mutransfer._sweep.train_target import TargetWatch, first_line
 from mutransfer._tracking.runs import log_batch
@@ -40,18 +41,18 @@ from mutransfer._tracking.runs import log_batch
 if TYPE_CHECKING:
     from mutransfer._sweep.strategies.base import ExtraCosts
 
-#: the baseline's slot in ``SweepContext.records``, its ``state.json`` and report key
+#: the baseline's slot in ``Made.records``, its ``state.json`` and report key
 NAME = "direct_baseline"
 
 
-def direct_search(ctx: SweepContext) -> Search:
+def direct_search(session: Session) -> Search:
     """The study's search at the target's size, in ``<study dir>/direct``, under its own MLflow run."""
 
     return Search(
-        ctx.study_dir.root / "direct",
-        ctx.study,
+        session.study_dir.root / "direct",
+        session.study,
         kind="direct_baseline",
-        run_name=f"{ctx.study.name} direct baseline ({ctx.study.model_text(True)})",
+        run_name=f"{session.study.name} direct baseline ({session.study.model_text(True)})",
     )
 
 
@@ -100,7 +101,7 @@ def same_configuration(a: dict, b: dict, searched) -> bool:
 
 @dataclass
 class DirectBaseline:
-    """The direct baseline's record (``SweepContext.records["direct_baseline"]``): the result as ``state.json`` keeps
+    """The direct baseline's record (``Made.records["direct_baseline"]``): the result as ``state.json`` keeps
     it (the report's ``direct_baseline`` leaves out the direct trials)."""
 
     result: dict
@@ -118,18 +119,18 @@ class DirectBaseline:
         return {k: v for k, v in self.result.items() if k != "trials"}
 
 
-def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) -> None:
+def direct_baseline_phase(session: Session, made: Made, extra: ExtraCosts | None = None) -> DirectBaseline:
     """With ``--baseline direct`` (mutransfer._sweep.strategies.baseline runs it, once): run the study's search at the
-    target's size and set the baseline's record. ``extra``: the other strategies' trainings on muTransfer's side
+    target's size and return the baseline's record. ``extra``: the other strategies' trainings on muTransfer's side
     (a ladder's rungs beside the proxies, --top-k's other targets after the target)."""
 
-    study, shape = ctx.study, tuple(ctx.data.train_x.shape[1:])
+    study, shape = session.study, tuple(session.data.train_x.shape[1:])
     start = time.perf_counter()
-    ctx.say(
+    session.say(
         f"direct baseline: the same search ({study.search.algorithm}, ASHA, {study.budget.epochs} epochs per trial) "
         f"on the target {study.model_text(True)} ..."
     )
-    found = run_search(ctx, direct_search(ctx))
+    found = run_search(session, direct_search(session))
     best = found.best
     search = trials_cost(study, found.trials, at_target=True, input_shape=shape)
     final, parts = None, [search]
@@ -138,16 +139,16 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
     # measure its test error the way the target's is measured (Ray Train, the target's threads), not billed
     billed = best.status != "completed" or study.budget.epochs != study.target.epochs
     if not legacy or billed:
-        final = dict(_train_winner(ctx, found), billed=billed)
+        final = dict(_train_winner(session, found), billed=billed)
         if billed:
             parts.append(final["cost"])
     direct_error = final["test_error"] if final else best.val_error
     direct = add_costs(*parts)
     search_extra, target_extra = (extra.search, extra.target) if extra is not None else ((), ())
     mutransfer = add_costs(
-        trials_cost(study, ctx.proxies.trials, at_target=False, input_shape=shape),
+        trials_cost(study, made.proxies.trials, at_target=False, input_shape=shape),
         *search_extra,
-        target_cost(study, ctx.target, shape),
+        target_cost(study, made.target, shape),
         *target_extra,
     )
     result = {
@@ -162,31 +163,31 @@ def direct_baseline_phase(ctx: SweepContext, extra: ExtraCosts | None = None) ->
         "best_trial_val_error": best.val_error,
         # both arms chose the same configuration: their errors then differ by run-to-run noise only (e.g. the
         # target's Ray Train worker runs cpus_per_worker threads, a trial cpus_per_trial: another summation order)
-        "same_configuration": same_configuration(best.hp, ctx.transfer.hp, study.search_space),
+        "same_configuration": same_configuration(best.hp, made.transfer.hp, study.search_space),
         "final_training": final,
         "test_error": direct_error,
         "cost": dict(direct, search=search, wall_seconds=time.perf_counter() - start),
-        "mutransfer": dict(mutransfer, test_error=ctx.target.test_error),
-        "mutransfer_vs_direct": ratios(mutransfer, direct, ctx.target.test_error, direct_error),
+        "mutransfer": dict(mutransfer, test_error=made.target.test_error),
+        "mutransfer_vs_direct": ratios(mutransfer, direct, made.target.test_error, direct_error),
         "mlflow_run_id": found.run_id,
         "trials": [t.as_dict() for t in found.trials],
     }
-    ctx.say(summary_line(result))
-    _log(ctx, found.run_id, result)
-    ctx.records[NAME] = DirectBaseline(result)
-    ctx.update_state(**{NAME: result})
+    session.say(summary_line(result))
+    _log(session, found.run_id, result)
+    session.update_state(**{NAME: result})
+    return DirectBaseline(result)
 
 
-def _train_winner(ctx: SweepContext, found: SearchResult) -> dict:
-    study, best = ctx.study, found.best
-    use_gpu = resolve_use_gpu(study.target.use_gpu, ctx.executor.resources()[1])
+def _train_winner(session: Session, found: SearchResult) -> dict:
+    study, best = session.study, found.best
+    use_gpu = resolve_use_gpu(study.target.use_gpu, session.executor.resources()[1])
 
-    ctx.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
-    watch = TargetWatch(ctx, found.folder, label="direct winner")
+    session.say(f"direct baseline: training the direct winner for {study.target.epochs} epochs ...")
+    watch = TargetWatch(session, found.folder, label="direct winner")
     try:
-        plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
-        job = TargetJob(study, best.hp, ctx.data, found.folder, use_gpu, study.budget.max_failures, plan)
-        outcome = ctx.executor.target(job, watch)
+        plan = session.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
+        job = TargetJob(study, best.hp, session.data, found.folder, use_gpu, study.budget.max_failures, plan)
+        outcome = session.executor.target(job, watch)
     except Exception as exc:
         raise SweepError(
             f"the direct winner's training failed after {study.budget.max_failures} retries ({first_line(exc)}); "
@@ -199,7 +200,7 @@ def _train_winner(ctx: SweepContext, found: SearchResult) -> dict:
         "test_error": outcome.test_error,
         "val_error": outcome.val_error,
         "epochs": outcome.epochs,
-        "cost": target_cost(study, outcome, tuple(ctx.data.train_x.shape[1:])),
+        "cost": target_cost(study, outcome, tuple(session.data.train_x.shape[1:])),
     }
 
 
@@ -216,7 +217,7 @@ def summary_line(result: dict) -> str:
     )
 
 
-def _log(ctx: SweepContext, run_id: str, result: dict) -> None:
+def _log(session: Session, run_id: str, result: dict) -> None:
     now = int(time.time() * 1000)
     c, r = result["cost"], result["mutransfer_vs_direct"]
     metrics = [
@@ -227,12 +228,12 @@ def _log(ctx: SweepContext, run_id: str, result: dict) -> None:
         *[(f"mutransfer_vs_direct_{k}", v, now, 0) for k, v in r.items()],
     ]
     metrics = [m for m in metrics if m[1] is not None]
-    log_batch(ctx.tracker.client, ctx.parent_id, metrics=metrics)
+    log_batch(session.tracker.client, session.parent_id, metrics=metrics)
     log_batch(
-        ctx.tracker.client,
+        session.tracker.client,
         run_id,
         metrics=metrics,
         params={f"best.{k}": v for k, v in result["best_config"].items()},
         tags={"mutransfer.status": "done"},
     )
-    ctx.tracker.set_status(run_id, "FINISHED")
+    session.tracker.set_status(run_id, "FINISHED")

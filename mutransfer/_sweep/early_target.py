@@ -24,10 +24,16 @@ node died: the target held the last CPU and the retried trial waited for it, tes
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mutransfer._sweep.context import SweepContext
 from mutransfer._sweep.target_run import RunningTarget, resolve_use_gpu, start_target
+
+if TYPE_CHECKING:
+    from mutransfer._study import Study
+    from mutransfer.data._loading import SplitData
+    from mutransfer.data._streaming import StreamingSplit
 
 
 def room_for(needed: dict[str, float], resources: dict) -> bool:
@@ -62,12 +68,14 @@ class EarlyTarget:
     """The study's target run (``run``), started by :meth:`start` once the search has handed out its last trial and
     the trials still running leave room for it; None until then, and again once taken or called off."""
 
-    def __init__(self, ctx: SweepContext):
-        self.ctx = ctx
+    def __init__(
+        self, study: Study, data: SplitData | StreamingSplit, storage_dir: Path, say: Callable[[str], None]
+    ) -> None:
+        self.study, self.data, self.say = study, data, say
         self.run: RunningTarget | None = None
         #: the run was started (it may have been taken or called off since)
         self.started = False
-        self.storage_dir = Path(ctx.study_dir.root)
+        self.storage_dir = Path(storage_dir)
 
     def start(self, live_trials: int) -> None:
         """Start the target's run (once) when the ``live_trials`` still running leave room for it in the cluster,
@@ -76,7 +84,7 @@ class EarlyTarget:
 
         if self.started:
             return
-        study, cluster = self.ctx.study, ray.cluster_resources()
+        study, cluster = self.study, ray.cluster_resources()
         use_gpu = resolve_use_gpu(study.target.use_gpu, cluster.get("GPU", 0.0))
         if not fits_beside_a_trial(study, cluster, use_gpu):
             self.started = True  # never: a retried trial could wait for the target, which waits for the trials
@@ -86,11 +94,11 @@ class EarlyTarget:
         self.started = True
         try:
             self.run = start_target(
-                study, self.ctx.data, self.storage_dir, use_gpu=use_gpu, max_failures=study.budget.max_failures,
+                study, self.data, self.storage_dir, use_gpu=use_gpu, max_failures=study.budget.max_failures,
                 order=None,
             )  # fmt: skip
         except Exception as exc:  # the target then starts as usual, after the proxies
-            self.ctx.say(f"note: the target could not start early ({type(exc).__name__}: {exc}); it starts later")
+            self.say(f"note: the target could not start early ({type(exc).__name__}: {exc}); it starts later")
 
     def trial_retried(self) -> None:
         """Tune retries a trial: a waiting run is called off (the target then starts in its phase, after the
@@ -98,7 +106,7 @@ class EarlyTarget:
         resources the target holds. The target is not started early again in this search."""
         self.started = True
         if self.run is not None:
-            self.ctx.say(
+            self.say(
                 "note: a proxy trial is retried: the target's run started early is called off; it starts after the proxies"
             )
             self.cancel(timeout=0.0)  # told at once; Tune's loop, which calls this, does not wait for its end

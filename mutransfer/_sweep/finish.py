@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep import strategies
-from mutransfer._sweep.context import COST_KEY, K_RULE_KEY, SweepContext
+from mutransfer._sweep.context import COST_KEY, K_RULE_KEY
 from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.repeat import repeat_command
 from mutransfer._sweep.report import build_report, format_report, plot_trials
+from mutransfer._sweep.session import Made, Session
 from mutransfer._tracking.runs import log_batch
 from mutransfer._tracking.views import VERDICT_TAG
 
@@ -25,16 +27,16 @@ from mutransfer._tracking.views import VERDICT_TAG
 MAX_TAG_CHARS = 8000
 
 
-def write_report(ctx: SweepContext) -> None:
-    """Build, store and log the report; set ``ctx.report`` and the study's phase to done."""
+def write_report(session: Session, made: Made) -> Made:
+    """Build, store and log the report; ``made`` with it (``made.report``), the study's phase set to done."""
 
-    study, proxies, wall = ctx.study, ctx.proxies, ctx.wall_seconds
-    if ctx.state.get("report"):  # built by a session killed before it marked the study done: the same report
-        report = ctx.state["report"]
+    study, proxies, wall = session.study, made.proxies, session.wall_seconds
+    if session.state.get("report"):  # built by a session killed before it marked the study done: the same report
+        report = session.state["report"]
     else:
-        report = _build(ctx, wall)
-        ctx.update_state(report=report)
-    root = ctx.study_dir.root
+        report = _build(session, made, wall)
+        session.update_state(report=report)
+    root = session.study_dir.root
     write_atomic(root / "report.json", json.dumps(report, indent=2, default=str))
     write_atomic(root / "report.txt", format_report(report) + "\n")
     plot_trials(
@@ -43,72 +45,72 @@ def write_report(ctx: SweepContext) -> None:
         searched_lr="lr" in study.search_space,
         title=f"{study.name}: proxies, {study.model_text(False)}",
     )
-    _write_page(ctx)
-    _log(ctx, report, wall)
+    _write_page(session)
+    _log(session, made, report, wall)
     hold_if_asked(root, "report_logged")  # fault tests only (MUTRANSFER_HOLD_AT)
-    ctx.report = report
-    ctx.update_state(phase="done", report=report, wall_seconds=wall)
+    session.update_state(phase="done", report=report, wall_seconds=wall)
+    return replace(made, report=report)
 
 
-def _build(ctx: SweepContext, wall: float) -> dict:
-    study, proxies = ctx.study, ctx.proxies
+def _build(session: Session, made: Made, wall: float) -> dict:
+    study, proxies = session.study, made.proxies
     report = build_report(
         study=study,
         trials=proxies.trials,
         best=proxies.best,
-        transfer=ctx.transfer.record,
-        target_hp=ctx.transfer.hp,
-        target=ctx.target,
-        target_run_id=ctx.target_run_id,
+        transfer=made.transfer.record,
+        target_hp=made.transfer.hp,
+        target=made.target,
+        target_run_id=made.target_run_id,
         proxy_device="gpu" if study.resources.gpus_per_trial > 0 else "cpu",
         wall_seconds=wall,
         mlflow={
-            "tracking_uri": ctx.tracking_uri,
-            "experiment_id": ctx.experiment_id,
-            "parent_run_id": ctx.parent_id,
-            "target_run_id": ctx.target_run_id,
+            "tracking_uri": session.tracking_uri,
+            "experiment_id": session.experiment_id,
+            "parent_run_id": session.parent_id,
+            "target_run_id": made.target_run_id,
         },
-        study_dir=str(ctx.study_dir.root),
-        overrides=[o.describe() for o in ctx.overrides],
-        k_rule=ctx.state.get(K_RULE_KEY),
-        cost_estimate=ctx.state.get(COST_KEY),
-        bookings=ctx.executor.ledger.bookings(),  # every training the study ran (mutransfer._sweep._ledger)
-        **strategies.sections(ctx),  # each search strategy's section (mutransfer._sweep.strategies)
+        study_dir=str(session.study_dir.root),
+        overrides=[o.describe() for o in session.overrides],
+        k_rule=session.state.get(K_RULE_KEY),
+        cost_estimate=session.state.get(COST_KEY),
+        bookings=session.executor.ledger.bookings(),  # every training the study ran (mutransfer._sweep._ledger)
+        **strategies.sections(made),  # each search strategy's section (mutransfer._sweep.strategies)
         phases={
-            "setup_seconds": ctx.setup_seconds,
+            "setup_seconds": session.setup_seconds,
             "proxy_phase_seconds": proxies.seconds,
             "concurrency": proxies.concurrency,
-            "input_shape": list(ctx.data.train_x.shape[1:]),
-            "prior_wall": ctx.prior_wall,  # earlier sessions' wall time (a resumed study)
-            "coord_check": bool(ctx.options.coord_check),  # a phase of its own in the wall time
+            "input_shape": list(session.data.train_x.shape[1:]),
+            "prior_wall": session.prior_wall,  # earlier sessions' wall time (a resumed study)
+            "coord_check": bool(session.options.coord_check),  # a phase of its own in the wall time
         },
     )
-    report["model"] = ctx.state.get("model")  # mutransfer._sweep.model_log: the target as an MLflow model
+    report["model"] = session.state.get("model")  # mutransfer._sweep.model_log: the target as an MLflow model
     report["command"] = repeat_command(
-        ctx.options, ctx.study.resources.executor
+        session.options, session.study.resources.executor
     )  # the summary's next commands paste as printed
-    report["coord_check"] = ctx.state.get("coord_check")  # sweep --coord-check: reported, never blocking
-    report["search_summary"] = ctx.state.get("search_summary")  # a population executor's: who trained together
+    report["coord_check"] = session.state.get("coord_check")  # sweep --coord-check: reported, never blocking
+    report["search_summary"] = session.state.get("search_summary")  # a population executor's: who trained together
     return report
 
 
-def _write_page(ctx: SweepContext) -> None:
+def _write_page(session: Session) -> None:
     """The HTML report (mutransfer._reporting.html) in the study folder, logged on the parent run."""
     from mutransfer._reporting.html import write_study_page  # noqa: PLC0415 -- deferred: pandas + reporting load ~0.5-1 s; only a drawn page needs them, not `import mutransfer._sweep`
 
     page = write_study_page(
-        ctx.study_dir.root, ctx.say, sections=lambda files: strategies.html_sections(files.report, files.state)
+        session.study_dir.root, session.say, sections=lambda files: strategies.html_sections(files.report, files.state)
     )
     if page is not None:
-        ctx.tracker.client.log_artifact(ctx.parent_id, str(page), "report")
+        session.tracker.client.log_artifact(session.parent_id, str(page), "report")
 
 
-def _log(ctx: SweepContext, report: dict, wall: float) -> None:
-    c, best, record = report["compute"], ctx.proxies.best, ctx.transfer.record
+def _log(session: Session, made: Made, report: dict, wall: float) -> None:
+    c, best, record = report["compute"], made.proxies.best, made.transfer.record
     now = int(time.time() * 1000)
     metrics = [
         ("best_proxy_val_error", best.val_error, now, 0),
-        ("target_test_error", ctx.target.test_error, now, 0),
+        ("target_test_error", made.target.test_error, now, 0),
         ("proxy_device_seconds", c["proxy_device_seconds"], now, 0),
         ("target_device_seconds", c["target_device_seconds"], now, 0),
         ("proxy_trainer_seconds", c["proxy_trainer_seconds"], now, 0),
@@ -136,7 +138,7 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
         "best_trial_id": best.trial_id,
     }
     params.update({f"best.{k}": v for k, v in best.config.items()})
-    tracker, parent = ctx.tracker, ctx.parent_id
+    tracker, parent = session.tracker, session.parent_id
     logged = tracker.client.get_run(parent).data  # a resumed report phase logs each value once
     metrics = [m for m in metrics if m[0] not in logged.metrics]
     params = {k: v for k, v in params.items() if k not in logged.params}
@@ -147,5 +149,5 @@ def _log(ctx: SweepContext, report: dict, wall: float) -> None:
     if gain is not None and "proxy_to_target_gain" not in logged.metrics:
         log_batch(tracker.client, parent, metrics=[("proxy_to_target_gain", gain, now, 0)])
     for name in ("report.json", "report.txt", "proxy_trials.png"):
-        tracker.client.log_artifact(parent, str(ctx.study_dir.root / name), "report")
+        tracker.client.log_artifact(parent, str(session.study_dir.root / name), "report")
     tracker.set_status(parent, "FINISHED")

@@ -34,27 +34,28 @@ from mutransfer._diagnostics.k_coord_check import k_coord_check
 from mutransfer._diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
 from mutransfer._study import Study
 from mutransfer._study_folder.state import write_atomic
-from mutransfer._sweep.context import SweepContext, SweepError
+from mutransfer._sweep.context import SweepError
+from mutransfer._sweep.session import Made, Session
 from mutransfer.data._validation import SelectionSplit
 
 
-def coord_check_gate(ctx: SweepContext) -> None:
+def coord_check_gate(session: Session, made: Made) -> Made:
     """The coordinate check across K when ``--coord-check`` was given and it has not run yet: reported only."""
-    if not ctx.options.coord_check or ctx.state.get("coord_check"):
-        return
+    if not session.options.coord_check or session.state.get("coord_check"):
+        return made
 
-    study, hp = ctx.study, ctx.transfer.hp
+    study, hp = session.study, made.transfer.hp
     proxy_k, target_k = study.proxy_modes, study.target_modes
     if proxy_k is None or target_k is None:  # prepare refuses --coord-check for a study whose K is not transferred
         raise SweepError(f"--coord-check: study {study.name!r} has no proxy and target K to check across; drop it")
     modes = sorted({proxy_k, round(math.sqrt(proxy_k * target_k)), target_k})
-    ctx.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
-    json_path = ctx.study_dir.root / "coord_check.json"
+    session.say(f"coordinate check ({study.parametrization}) at K = {modes} before the target ...")
+    json_path = session.study_dir.root / "coord_check.json"
     if study.family.facts_on_parameters:
-        data, tracker = ctx.selection_data, ctx.tracker
+        data, tracker = session.selection_data, session.tracker
         verdict, flagged, payload = _factory_check(study, data, tuple(modes), hp)
         write_atomic(json_path, json.dumps(payload, indent=2))
-        tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
+        tracker.client.log_artifact(session.parent_id, str(json_path), "coord_check")
         where, tolerance, why = json_path, KIT_TOLERANCE, "it checks that the K rule reaches those layers"
         layers = str(payload.get("layers", "spectral"))
         passed = (
@@ -62,19 +63,19 @@ def coord_check_gate(ctx: SweepContext) -> None:
             "relative to the K rule, is flat in K and under a wrong K rule it grows"
         )
     else:
-        verdict, flagged, where, tolerance = _fno_check(ctx, modes, hp)
+        verdict, flagged, where, tolerance = _fno_check(session, modes, hp)
         why = "this check misclassifies known rules (docs/results.md, the rule panel)"
         passed = "the output's and every Fourier layer's update are flat in K"
     if flagged:
         others = f" (and {len(flagged) - 1} more)" if len(flagged) > 1 else ""
-        ctx.say(
+        session.say(
             f"coordinate check {verdict} {study.parametrization}: {flagged[0]}{others}, tolerance {tolerance} at "
             f"K = {modes}; see {where}. Reported only: {why}, so the target trains anyway; --verify measures "
             "whether the optimum moved"
         )
     else:
-        ctx.say(f"coordinate check passed: {passed} (reported only)")
-    ctx.update_state(
+        session.say(f"coordinate check passed: {passed} (reported only)")
+    session.update_state(
         coord_check={
             "verdict": verdict,
             "modes": modes,
@@ -83,16 +84,16 @@ def coord_check_gate(ctx: SweepContext) -> None:
             "json": str(json_path),
         }
     )
-    if ctx.run is not None:
-        ctx.tracker.set_tags(ctx.run.parent_id, {"mutransfer.coord_check": verdict})
+    session.tracker.set_tags(session.parent_id, {"mutransfer.coord_check": verdict})
+    return made
 
 
-def _fno_check(ctx: SweepContext, modes: list[int], hp: dict) -> tuple[str, list[str], Path, float]:
+def _fno_check(session: Session, modes: list[int], hp: dict) -> tuple[str, list[str], Path, float]:
     """The project's FNO check (mutransfer._diagnostics.coord_check), its JSON and plot written and logged: (verdict,
     what it flags, the plot, the tolerance)."""
-    study = ctx.study
+    study = session.study
     result = coord_check(
-        ctx.selection_data,
+        session.selection_data,
         dim=study.dim,
         modes=modes,
         parametrizations=(study.parametrization,),
@@ -101,16 +102,16 @@ def _fno_check(ctx: SweepContext, modes: list[int], hp: dict) -> tuple[str, list
         padding=study.padding,
         lr=hp["lr"],
         clip_value=hp["clip_value"],
-        batch_size=min(10, int(ctx.selection_data.train_x.shape[0])),  # the samples it draws from
+        batch_size=min(10, int(session.selection_data.train_x.shape[0])),  # the samples it draws from
         seeds=3,
         projection_channels=study.operator.projection_channels,
         init_scale=hp["init_scale"],
     )
-    json_path, png_path = ctx.study_dir.root / "coord_check.json", ctx.study_dir.root / "coord_check.png"
+    json_path, png_path = session.study_dir.root / "coord_check.json", session.study_dir.root / "coord_check.png"
     write_atomic(json_path, json.dumps(result.as_dict(), indent=2))
     plot_coord_check(result, png_path)
-    ctx.tracker.client.log_artifact(ctx.parent_id, str(json_path), "coord_check")
-    ctx.tracker.client.log_artifact(ctx.parent_id, str(png_path), "coord_check")
+    session.tracker.client.log_artifact(session.parent_id, str(json_path), "coord_check")
+    session.tracker.client.log_artifact(session.parent_id, str(png_path), "coord_check")
     flagged = [c.describe() for c in result.flagged(study.parametrization)]
     return result.verdict(study.parametrization), flagged, png_path, result.tolerance
 

@@ -16,27 +16,28 @@ on Ray Tune, its trials child runs of an MLflow run of kind ``ladder_rung`` (tag
 ``mutransfer.rung``), itself a child of the study's parent run; rung 0's trials carry
 ``mutransfer.rung = 0``. A finished rung is kept in ``state.json`` (``ladder``), so a
 resumed study re-runs no finished rung, and the rung in progress continues from its own
-trials' JSON files and checkpoints. Sets ``ctx.records["ladder"]`` (:class:`LadderResults`) and
-``ctx.final_search`` (the last rung, which the transfer and top-k draw from).
+trials' JSON files and checkpoints. Returns what the sweep made with its record (``made.records["ladder"]``,
+:class:`LadderResults`) and ``made.final_search`` (the last rung, which the transfer and top-k draw from).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from mutransfer._study.ladder import LadderSize, keep_count, rung_study, step_study, target_size
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._sweep.baseline import trials_cost
-from mutransfer._sweep.context import FinalSearch, SweepContext, ranked
+from mutransfer._sweep.context import FinalSearch, ProxyResults, ranked
 from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.nested import Search, run_search
 from mutransfer._sweep.proxies import RUNG_TAG
 from mutransfer._sweep.rescale import transfer
+from mutransfer._sweep.session import Made, Session
 from mutransfer._tracking.runs import log_batch
 
-#: the ladder's slot in ``SweepContext.records`` (mutransfer._sweep.strategies.ladder)
+#: the ladder's slot in ``Made.records`` (mutransfer._sweep.strategies.ladder)
 NAME = "ladder"
 
 
@@ -145,57 +146,57 @@ def _promote(trials: list[TrialRecord], study, last: bool) -> list[str]:
     return [t.trial_id for t in order[:n]]
 
 
-def rung_zero(ctx: SweepContext, size: LadderSize, last: bool) -> RungResult:
-    """The proxy search as the ladder's first rung (from ``ctx.proxies``)."""
+def rung_zero(session: Session, proxies: ProxyResults, size: LadderSize, last: bool) -> RungResult:
+    """The proxy search (``proxies``) as the ladder's first rung."""
 
-    trials = ctx.proxies.trials
-    cost = trials_cost(ctx.study, trials, at_target=False, input_shape=tuple(ctx.data.train_x.shape[1:]))
+    trials = proxies.trials
+    cost = trials_cost(session.study, trials, at_target=False, input_shape=tuple(session.data.train_x.shape[1:]))
     return RungResult(
         0,
         size.K,
         size.width,
         trials,
-        _promote(trials, ctx.study, last),
+        _promote(trials, session.study, last),
         cost=cost,
-        seconds=ctx.proxies.seconds,
-        run_id=ctx.parent_id,
+        seconds=proxies.seconds,
+        run_id=session.parent_id,
     )
 
 
-def climb_ladder(ctx: SweepContext) -> None:
-    """With ``ladder``: run (or continue) the rungs above the proxies; set its record and ``ctx.final_search``."""
-    study = ctx.study
+def climb_ladder(session: Session, made: Made) -> Made:
+    """With ``ladder``: run (or continue) the rungs above the proxies; ``made`` with its record and
+    ``made.final_search``."""
+    study = session.study
     sizes = study.ladder_sizes()
     if not sizes:
-        return
-    stored = {int(d["rung"]): RungResult.from_dict(d) for d in ctx.state.get("ladder") or []}
-    rungs = [rung_zero(ctx, sizes[0], last=len(sizes) == 1)]
+        return made
+    stored = {int(d["rung"]): RungResult.from_dict(d) for d in session.state.get("ladder") or []}
+    rungs = [rung_zero(session, made.proxies, sizes[0], last=len(sizes) == 1)]
     if len(stored) < len(sizes) - 1:
-        ctx.say(
+        session.say(
             "ladder: " + " -> ".join(s.text() for s in sizes) + f" -> target {target_size(study).text()}, "
             f"keeping the best {study.ladder_keep:g} of each rung"
         )
     for r, size in enumerate(sizes[1:], start=1):
         rung = stored.get(r)
         if rung is None:
-            hold_if_asked(ctx.study_dir.root, f"rung_{r}")  # fault tests only (MUTRANSFER_HOLD_AT)
-            rung = run_rung(ctx, r, size, rungs[-1], last=r == len(sizes) - 1)
-            ctx.update_state(ladder=[x.as_dict() for x in rungs[1:]] + [rung.as_dict()])
+            hold_if_asked(session.study_dir.root, f"rung_{r}")  # fault tests only (MUTRANSFER_HOLD_AT)
+            rung = run_rung(session, r, size, rungs[-1], last=r == len(sizes) - 1)
+            session.update_state(ladder=[x.as_dict() for x in rungs[1:]] + [rung.as_dict()])
         rungs.append(rung)
     ladder = LadderResults(rungs, study.ladder_keep)
-    ctx.records[NAME] = ladder
-    ctx.final_search = ladder.final_search(study)
+    return replace(made.with_record(NAME, ladder), final_search=ladder.final_search(study))
 
 
-def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, last: bool) -> RungResult:
+def run_rung(session: Session, r: int, size: LadderSize, previous: RungResult, last: bool) -> RungResult:
     """Train ``previous``'s promoted trials at ``size`` (a nested Tune search over preset configurations)."""
 
-    study = ctx.study
+    study = session.study
     by_key = {t.trial_id: t for t in previous.trials}
     parents = [by_key[k] for k in previous.promoted]
     record, _ = transfer(step_study(study, previous.size, size), parents[0])
     search = Search(
-        ctx.study_dir.root / "rungs" / f"r{r}",
+        session.study_dir.root / "rungs" / f"r{r}",
         rung_study(study, size),
         kind="ladder_rung",
         run_name=f"{study.name} rung {r} ({size.text()})",
@@ -210,13 +211,13 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
             "transfer.lr_factor": record["lr_factor"],
         },
     )
-    ctx.say(
+    session.say(
         f"rung {r}: the best {len(parents)} of rung {r - 1} ({previous.size.text()}) at {size.text()}, "
         f"effective LR x{record['lr_factor']:.3g} by muP ..."
     )
-    found = run_search(ctx, search)
+    found = run_search(session, search)
     trials = found.trials
-    cost = trials_cost(search.study, trials, at_target=True, input_shape=tuple(ctx.data.train_x.shape[1:]))
+    cost = trials_cost(search.study, trials, at_target=True, input_shape=tuple(session.data.train_x.shape[1:]))
     rung = RungResult(
         r,
         size.K,
@@ -231,10 +232,10 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
     )
     now, logged = (
         int(time.time() * 1000),
-        ctx.tracker.client.get_run(found.run_id).data.metrics,
+        session.tracker.client.get_run(found.run_id).data.metrics,
     )  # a resumed rung logs once
     log_batch(
-        ctx.tracker.client,
+        session.tracker.client,
         found.run_id,
         metrics=[
             (name, value, now, 0)
@@ -248,7 +249,7 @@ def run_rung(ctx: SweepContext, r: int, size: LadderSize, previous: RungResult, 
         ],
         tags={"mutransfer.status": "done"},
     )
-    ctx.tracker.set_status(found.run_id, "FINISHED")
+    session.tracker.set_status(found.run_id, "FINISHED")
     return rung
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from mutransfer._study_folder.records import MODEL_DIR
-from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer.errors import UserInputError
 from mutransfer.serving._artifact import LOGGED_NAME, card_for, log_logged_model, write_model_dir
 
@@ -34,65 +34,66 @@ def check_registry_store(uri: str, register: str | None) -> None:
         )
 
 
-def log_model_phase(ctx: SweepContext) -> None:
+def log_model_phase(session: Session, made: Made) -> Made:
     """Write ``<study dir>/model``, log it as an MLflow model of the target run, register it if asked."""
-    record = dict(ctx.state.get("model") or {})
+    record = dict(session.state.get("model") or {})
     if not record:
-        directory = write_study_model(ctx)
+        directory = write_study_model(session, made)
         model_id = log_logged_model(
-            ctx.tracker.client, ctx.experiment_id, ctx.target_run_id, directory, study=ctx.study.name
+            session.tracker.client, session.experiment_id, made.target_run_id, directory, study=session.study.name
         )
         record = {
             "dir": MODEL_DIR,
             "model_id": model_id,
             "model_uri": f"models:/{model_id}",
-            "run_uri": f"runs:/{ctx.target_run_id}/{LOGGED_NAME}",
+            "run_uri": f"runs:/{made.target_run_id}/{LOGGED_NAME}",
         }
-        ctx.update_state(model=record)
-        ctx.say(f"model: {directory} (MLflow {record['model_uri']}, {record['run_uri']})")
-    register_if_asked(ctx, record, ctx.target_run_id)
+        session.update_state(model=record)
+        session.say(f"model: {directory} (MLflow {record['model_uri']}, {record['run_uri']})")
+    register_if_asked(session, record, made.target_run_id)
+    return made
 
 
-def register_completed(ctx: SweepContext) -> None:
+def register_completed(session: Prepared) -> None:
     """``sweep --resume --register NAME`` of a completed study: register its logged model now."""
-    if ctx.options.register is None:
+    if session.options.register is None:
         return
-    if not ctx.state.get("model"):
+    if not session.state.get("model"):
         raise UserInputError(
-            f"--register {ctx.options.register}: study {ctx.study.name!r} logged no model "
+            f"--register {session.options.register}: study {session.study.name!r} logged no model "
             "(it ran before models were logged); run the study again with --name NEW"
         )
 
-    register_if_asked(ctx, ctx.state["model"], ctx.state.get("target_run_id"))
+    register_if_asked(session, session.state["model"], session.state.get("target_run_id"))
 
 
-def register_if_asked(ctx: SweepContext, record: dict, run_id: str | None) -> None:
+def register_if_asked(session: Prepared, record: dict, run_id: str | None) -> None:
     """Register the study's logged model under ``--register NAME`` (once per name); ``run_id``: the target's run
     (None for a study whose state kept none)."""
-    name = ctx.options.register
+    name = session.options.register
     if name is None or record.get("registered", {}).get("name") == name:
         return
-    record = dict(record, registered=register_model(ctx.tracker.client, name, record["model_id"], run_id))
-    ctx.update_state(model=record)
-    ctx.say(f"model registered: {record['registered']['uri']}")
+    record = dict(record, registered=register_model(session.tracker.client, name, record["model_id"], run_id))
+    session.update_state(model=record)
+    session.say(f"model registered: {record['registered']['uri']}")
 
 
-def write_study_model(ctx: SweepContext) -> Path:
+def write_study_model(session: Session, made: Made) -> Path:
     """``<study dir>/model`` from the target's final checkpoint (model.pt, read with ``weights_only=True``)."""
 
-    checkpoint = Path(ctx.target.checkpoint_dir or "") / "model.pt"
+    checkpoint = Path(made.target.checkpoint_dir or "") / "model.pt"
     if not checkpoint.is_file():
         raise FileNotFoundError(f"the target's final checkpoint {checkpoint} is missing; the model cannot be logged")
     saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
     card = card_for(
-        ctx.study,
+        session.study,
         saved["model_class"],
         saved["model_config"],
-        ctx.data,
+        session.data,
         hyperparameters=saved.get("hyperparameters") or {},
-        test_error=ctx.target.test_error,
+        test_error=made.target.test_error,
     )
-    return write_model_dir(ctx.study_dir.root / MODEL_DIR, card, saved["model"])
+    return write_model_dir(session.study_dir.root / MODEL_DIR, card, saved["model"])
 
 
 def register_model(client, name: str, model_id: str, run_id: str | None) -> dict:

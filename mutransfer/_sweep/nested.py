@@ -5,7 +5,7 @@ are searches of their own: a :class:`Search` says what one trains (the study at 
 runs instead of sampling) and where it keeps it (its folder, with its own ``state.json`` and trial files, so
 ``--resume`` continues it; its MLflow run of ``kind``, a child of the study's parent run, created once and reused on
 resume). :func:`run_search` trains it through the study's executor, as the proxies train, and returns a
-:class:`SearchResult`. The study's own context is not cloned for it: the search is a value, run by the proxy
+:class:`SearchResult`. The study's own search is not cloned for it: the search is a value, run by the proxy
 phase's function (mutransfer._sweep.proxies.run_scope) with the study's data, tracker and executor.
 """
 
@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import StudyDir
-from mutransfer._sweep.context import StudyRun, SweepContext
+from mutransfer._sweep.context import StudyRun
 from mutransfer._sweep.proxies import SearchScope, run_scope
+from mutransfer._sweep.session import Session
 from mutransfer._tracking.runs import KIND_TAG, PARENT_TAG, RUN_NAME_TAG, STUDY_TAG, create_run, log_batch
 
 if TYPE_CHECKING:
@@ -54,33 +55,33 @@ class SearchResult:
     folder: Path
 
 
-def run_search(ctx: SweepContext, search: Search) -> SearchResult:
+def run_search(session: Session, search: Search) -> SearchResult:
     """Train ``search`` (or continue it from its folder) through the study's executor, booked in the study's ledger
     under the tag of the phase that runs it."""
-    scope = _scope(ctx, search)
-    found = run_scope(ctx, scope)
+    scope = _scope(session, search)
+    found = run_scope(session, scope)
     return SearchResult(found.trials, found.best, found.seconds, scope.run.parent_id, search.folder)
 
 
-def _scope(ctx: SweepContext, search: Search) -> SearchScope:
+def _scope(session: Session, search: Search) -> SearchScope:
     """``search`` as the proxy phase's machinery trains it: its folder (made, with a first ``state.json``), its study,
     and its own MLflow run under the study's parent run (made once; a resume finds it in the folder's state)."""
     sdir = StudyDir(search.folder)
     sdir.root.mkdir(parents=True, exist_ok=True)
-    state = sdir.read_state() or {"phase": "proxies", "study": ctx.study.name}
+    state = sdir.read_state() or {"phase": "proxies", "study": session.study.name}
     parent = state.get("parent_run_id")
-    if not (parent and ctx.tracker.run_exists(parent)):
-        tags = {PARENT_TAG: ctx.parent_id, KIND_TAG: search.kind, STUDY_TAG: ctx.study.name}
+    if not (parent and session.tracker.run_exists(parent)):
+        tags = {PARENT_TAG: session.parent_id, KIND_TAG: search.kind, STUDY_TAG: session.study.name}
         parent = create_run(
-            ctx.tracker.client, ctx.experiment_id, {**tags, RUN_NAME_TAG: search.run_name, **search.trial_tags}
+            session.tracker.client, session.experiment_id, {**tags, RUN_NAME_TAG: search.run_name, **search.trial_tags}
         )
         if search.params:
-            log_batch(ctx.tracker.client, parent, params=dict(search.params))
+            log_batch(session.tracker.client, parent, params=dict(search.params))
     sdir.update_state(**{**state, "parent_run_id": parent})
     return SearchScope(
         search.study,
         sdir,
-        StudyRun(ctx.experiment_id, parent),
+        StudyRun(session.experiment_id, parent),
         nested=True,
         preset=search.preset,
         label=search.label or "direct search",

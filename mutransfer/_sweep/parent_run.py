@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from mutransfer._sweep.context import SweepContext
 from mutransfer._sweep.search import total_trials
+from mutransfer._sweep.session import Prepared
 from mutransfer._tracking.views import tag_study
 from mutransfer._version import __version__
 
@@ -27,10 +27,10 @@ def git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
 
 
-def create_parent(ctx: SweepContext, experiment_id: str) -> str:
+def create_parent(session: Prepared, data_path: Path, experiment_id: str) -> str:
     """Create the parent run in ``experiment_id`` (params, tags, the study's files as artifacts); returns its id."""
 
-    study = ctx.study
+    study = session.study
     commit = git_commit()
     params = {
         "study": study.name,
@@ -41,7 +41,7 @@ def create_parent(ctx: SweepContext, experiment_id: str) -> str:
         "resolution": study.problem.resolution,
         "n_train": study.problem.n_train,
         "n_test": study.problem.n_test,
-        "data": str(ctx.data_path),
+        "data": str(data_path),
         "search.algorithm": study.search.algorithm,
         "search.num_trials": total_trials(study),
         "search.space": {k: v.to_dict() for k, v in study.search_space.items()},
@@ -51,16 +51,16 @@ def create_parent(ctx: SweepContext, experiment_id: str) -> str:
         "device_kind": "gpu" if study.resources.gpus_per_trial > 0 else "cpu",
         "mutransfer_version": __version__,
         "git_commit": commit or "unknown",
-        "overrides": [o.describe() for o in ctx.overrides] or "none",
+        "overrides": [o.describe() for o in session.overrides] or "none",
     }
-    tags = {FOLDER_TAG: str(ctx.study_dir.root)}
+    tags = {FOLDER_TAG: str(session.study_dir.root)}
     if commit:
         tags["mlflow.source.git.commit"] = commit
-    files = {"study/study.yaml": study.to_yaml(), "study/source.yaml": ctx.source_text}
-    return ctx.tracker.create_parent(experiment_id, study, params=params, tags=tags, files=files)
+    files = {"study/study.yaml": study.to_yaml(), "study/source.yaml": session.source_text}
+    return session.tracker.create_parent(experiment_id, study, params=params, tags=tags, files=files)
 
 
-def tag_study_view(ctx: SweepContext, experiment_id: str) -> None:
+def tag_study_view(session: Prepared, experiment_id: str) -> None:
     """Tag the experiment so the MLflow UI opens on this study's runs (see mutransfer._tracking.views)."""
 
-    tag_study(ctx.tracker.client, experiment_id, ctx.study.name, list(ctx.study.search_space))
+    tag_study(session.tracker.client, experiment_id, session.study.name, list(session.study.search_space))

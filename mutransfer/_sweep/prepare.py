@@ -5,8 +5,8 @@ is loaded and validated, a resume is checked against the stored study, the resou
 and memory it asks for are checked against this machine (or, after Ray starts,
 against the cluster: :func:`check_cluster_fits`), and the tracking store, the Ray
 address and the data file are checked to answer (mutransfer._sweep.endpoints). Last,
-the study's lock is taken (mutransfer._study_folder.lock: one driver per study). Returns the
-:class:`SweepContext`, whose ``lock`` the caller releases.
+the study's lock is taken (:func:`take_lock`; mutransfer._study_folder.lock: one driver per study). Returns the
+:class:`~mutransfer._sweep.session.Prepared` study the runner opens.
 """
 
 from __future__ import annotations
@@ -28,19 +28,20 @@ from mutransfer._study_folder.portable import read_study_file, study_tracking_ur
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep._rebuild_state import check_state_runs, refuse_lost_state, refuse_needless_rebuild
 from mutransfer._sweep.asked import with_asked
-from mutransfer._sweep.context import SweepContext, SweepOptions
+from mutransfer._sweep.context import SweepOptions
 from mutransfer._sweep.endpoints import check_endpoints
 from mutransfer._sweep.model_log import check_registry_store
 from mutransfer._sweep.plan import check_trial_files
 from mutransfer._sweep.search import max_concurrent
+from mutransfer._sweep.session import Prepared, StateMirror
 from mutransfer._sweep.strategies import prepare_strategies
 from mutransfer._sweep.trial import fail_trials_from_env
 from mutransfer._tracking._sqlite_file import is_sqlite_database, sqlite_path
-from mutransfer._tracking.runs import resolve_tracking_uri
+from mutransfer._tracking.runs import Tracker, resolve_tracking_uri
 from mutransfer.errors import UserInputError
 
 
-def prepare(options: SweepOptions) -> SweepContext:
+def prepare(options: SweepOptions) -> Prepared:
     """Load and validate everything; decide new study vs resume. Starts nothing (the lock: :func:`take_lock`)."""
 
     fail_trials = fail_trials_from_env()
@@ -124,16 +125,16 @@ def prepare(options: SweepOptions) -> SweepContext:
     if options.resume:
         check_trial_files(study, study_dir.trials_dir)  # the trials' files as the sweep wrote them
     check_state_runs(study.name, state, tracking_uri)  # a resumed state's parent run is in the store
-    ctx = SweepContext(
-        options,
-        study,
-        study_dir,
-        applied,
-        tracking_uri,
-        source_text,
-        state,
-        fail_trials,
-        prior_wall=float(state.get("wall_seconds", 0.0)),
+    prepared = Prepared(
+        options=options,
+        study=study,
+        study_dir=study_dir,
+        overrides=tuple(applied),
+        tracking_uri=tracking_uri,
+        source_text=source_text,
+        fail_trials=fail_trials,
+        tracker=Tracker(tracking_uri),
+        store=StateMirror(state),
     )
     if options.executor != (given_executor or study.resources.executor):  # the study's, taken to the cluster
         notes.append(
@@ -141,24 +142,23 @@ def prepare(options: SweepOptions) -> SweepContext:
             f"--executor {options.executor}"
         )
     for note in notes:
-        ctx.say(note)
-    check_memory(ctx)
-    prepare_strategies(ctx)  # e.g. a warm start's source is read (or the stored one taken) now
-    return ctx
+        prepared.say(note)
+    check_memory(prepared)
+    # e.g. a warm start's source is read (or the stored one taken) now
+    return dataclasses.replace(prepared, records=prepare_strategies(prepared))
 
 
-def take_lock(ctx: SweepContext) -> StudyLock:
+def take_lock(study: Prepared) -> StudyLock:
     """The study's lock; then what an earlier driver may have written is read again (it could have finished meanwhile)."""
-    lock = StudyLock(ctx.study_dir, ctx.tracking_uri, say=ctx.say).acquire()
+    lock = StudyLock(study.study_dir, study.tracking_uri, say=study.say).acquire()
     try:
-        if not ctx.options.resume and ctx.study_dir.exists():
+        if not study.options.resume and study.study_dir.exists():
             raise UserInputError(
-                f"study directory {ctx.study_dir.root} was just created by another driver; pass --resume to continue it, "
-                "or --name NEW to start a new study"
+                f"study directory {study.study_dir.root} was just created by another driver; pass --resume to continue "
+                "it, or --name NEW to start a new study"
             )
-        if ctx.options.resume and not ctx.options.rebuild_state:  # a rebuild starts from no state
-            ctx.state = ctx.study_dir.read_state()
-            ctx.prior_wall = float(ctx.state.get("wall_seconds", 0.0))
+        if study.options.resume and not study.options.rebuild_state:  # a rebuild starts from no state
+            study.reload_state()
     except BaseException:
         lock.release()
         raise
@@ -300,26 +300,26 @@ def _check_resources(study: Study, address: str | None) -> None:
             )
 
 
-def check_memory(ctx: SweepContext) -> None:
+def check_memory(prepared: Prepared, channels: tuple[int, int] = (1, 1)) -> None:
     """Proxy and target must fit this machine's devices (mutransfer._study.memory), before anything starts (on a
     cluster, its nodes' devices are not known here: nothing is checked).
 
-    The plans checked are the context's, the ones the trials and the target's workers get: made for the data's
-    channels once they are loaded (the runner checks again then), for 1 and 1 before.
+    The plans checked are the study's, the ones the trials and the target's workers get: made for the data's
+    ``channels`` once they are loaded (the runner checks again then), for 1 and 1 before.
     """
-    if ctx.options.address is not None:
+    if prepared.options.address is not None:
         return
-    study = ctx.study
+    study = prepared.study
     gpus = torch.cuda.device_count()
     proxy_device, target_device = local_devices(study, gpus)
     plans = (
-        ctx.memory_plan(target=False, device=proxy_device),
-        ctx.memory_plan(target=True, device=target_device, workers=study.target.num_workers),
+        prepared.memory_plan(target=False, device=proxy_device, channels=channels),
+        prepared.memory_plan(target=True, device=target_device, workers=study.target.num_workers, channels=channels),
     )
     check_study_memory(study, max_concurrent(study, os.cpu_count() or 1, gpus), gpus=gpus, plans=plans)
-    if ctx.options.verify or ctx.options.baseline or study.ladder:  # a ladder's rungs train up to the target's size
+    if prepared.options.verify or prepared.options.baseline or study.ladder:  # rungs train up to the target's size
         concurrency = max_concurrent(study, os.cpu_count() or 1, 0)
-        check_target_size_memory(study, concurrency, channels=ctx.data_channels)
+        check_target_size_memory(study, concurrency, channels=channels)
 
 
 def _check_objectives(options: SweepOptions, study: Study) -> None:

@@ -1,6 +1,6 @@
 """The proxy phase: the search over proxy models with Ray Tune (TPE/random/grid + ASHA).
 
-Sets ``ctx.proxies`` (:class:`ProxyResults`): one :class:`TrialRecord` per trial (by
+Makes ``made.proxies`` (:class:`ProxyResults`): one :class:`TrialRecord` per trial (by
 key, ``t0000`` …), the best one, the concurrency. The configurations, the ASHA
 decisions and the trials' outcomes go through a :class:`~mutransfer._sweep.plan.SearchPlan`
 kept as JSON in ``<study dir>/trials/<key>/`` (config.json, outcome.json). Trials are
@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from mutransfer._study.memory import plan_step
@@ -36,10 +36,11 @@ from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep import progress
 from mutransfer._sweep._executors import SearchRun
-from mutransfer._sweep.context import ProxyResults, StudyRun, SweepContext, SweepError, pick_best
+from mutransfer._sweep.context import ProxyResults, StudyRun, SweepError, pick_best
 from mutransfer._sweep.parent_run import WINDOW_TAG
 from mutransfer._sweep.plan import SearchPlan, trial_key
 from mutransfer._sweep.search import lanes
+from mutransfer._sweep.session import NO_EARLY_TARGET, Made, Session
 from mutransfer._sweep.trial_logger import TrialLogger
 from mutransfer._tracking.runs import TRIAL_ID_TAG, Tracker
 
@@ -83,46 +84,49 @@ class SearchScope:
     trial_tags: Mapping[str, str] = field(default_factory=dict)
 
 
-def own_search(ctx: SweepContext) -> SearchScope:
+def own_search(session: Session) -> SearchScope:
     """The study's own search: its proxies, in its folder, under its parent run (a ladder's first rung: rung 0)."""
-    return SearchScope(ctx.study, ctx.study_dir, ctx.opened, trial_tags={RUNG_TAG: "0"} if ctx.study.ladder else {})
+    return SearchScope(
+        session.study, session.study_dir, session.run, trial_tags={RUNG_TAG: "0"} if session.study.ladder else {}
+    )
 
 
-def run_proxies(ctx: SweepContext) -> None:
-    """The proxy phase: run (or continue) the study's own search and set ``ctx.proxies``."""
-    ctx.proxies = run_scope(ctx, own_search(ctx))
-    ctx.state = ctx.study_dir.read_state()  # what the search wrote there
+def run_proxies(session: Session, made: Made) -> Made:
+    """The proxy phase: run (or continue) the study's own search; ``made`` with its results (``made.proxies``)."""
+    found = run_scope(session, own_search(session))
+    session.reload_state()  # what the search wrote there
+    return replace(made, made_proxies=found)
 
 
-def run_scope(ctx: SweepContext, scope: SearchScope) -> ProxyResults:
+def run_scope(session: Session, scope: SearchScope) -> ProxyResults:
     """Run (or continue) the search ``scope`` through the study's executor and return its results, kept in its
     folder's ``state.json`` (a search already done there is read back, not run again)."""
     state = scope.folder.read_state()
     if state.get("phase") != "proxies":
         return ProxyResults.from_state(state)
     start = time.perf_counter()
-    window, concurrency = ctx.executor.search_shape(scope.study)
-    at_once = lanes(scope.study, concurrency, *ctx.executor.resources())  # said, and what the report divides by
-    plan = _plan(ctx, scope, state, window)
-    logger = _logger(ctx, scope, plan.total)
-    _announce(ctx, scope, plan, at_once)
-    note = ctx.executor.search_note(window)
+    window, concurrency = session.executor.search_shape(scope.study)
+    at_once = lanes(scope.study, concurrency, *session.executor.resources())  # said, and what the report divides by
+    plan = _plan(session, scope, state, window)
+    logger = _logger(session, scope, plan.total)
+    _announce(session, scope, plan, at_once)
+    note = session.executor.search_note(window)
     if note:
-        ctx.say(note)
+        session.say(note)
     if not plan.finished():
         try:
             with keep_sigint_handler():
-                ctx.executor.search(_search_run(ctx, scope, plan, logger, concurrency))
+                session.executor.search(_search_run(session, scope, plan, logger, concurrency))
             if not plan.finished():
                 raise KeyboardInterrupt("the Tune experiment was interrupted")
-            summary = ctx.executor.search_summary()  # a population executor: how this session's trials trained
+            summary = session.executor.search_summary()  # a population executor: how this session's trials trained
             if summary:
-                ctx.say(summary if scope.label == "proxies" else f"{scope.label}: {summary}")
+                session.say(summary if scope.label == "proxies" else f"{scope.label}: {summary}")
                 scope.folder.update_state(search_summary=summary)
         except BaseException:
             logger.close(timeout=INTERRUPTED_WRITES_S)  # before the study marks its open runs ended
             raise
-    _drain(ctx, logger)
+    _drain(session, logger)
     trials = collect_trials(scope.study, plan, logger)
     seconds = float(state.get("proxy_phase_seconds", 0.0)) + time.perf_counter() - start
     results = ProxyResults(trials, next(t for t in trials if t.best), at_once, seconds)
@@ -136,25 +140,27 @@ QUIET_DRAIN_S = 2.0
 INTERRUPTED_WRITES_S = 10.0
 
 
-def _drain(ctx: SweepContext, logger: TrialLogger) -> None:
+def _drain(session: Session, logger: TrialLogger) -> None:
     """Wait for the trials' MLflow writes the search queued (a tracking server that was down gets them now)."""
     try:
         logger.drain(timeout=QUIET_DRAIN_S)
     except TimeoutError:  # the store is slow or away: say what the study is waiting for
-        ctx.say(f"mlflow: sending {logger.pending()} queued trial writes to {ctx.tracking_uri} ...")
+        session.say(f"mlflow: sending {logger.pending()} queued trial writes to {session.tracking_uri} ...")
     for failure in logger.drain():
-        ctx.say(f"warning: an MLflow write failed ({failure}); the trial's run is written again from its files")
+        session.say(f"warning: an MLflow write failed ({failure}); the trial's run is written again from its files")
     logger.close()
 
 
-def _plan(ctx: SweepContext, scope: SearchScope, state: dict, first_window: int) -> SearchPlan:
+def _plan(session: Session, scope: SearchScope, state: dict, first_window: int) -> SearchPlan:
     """The search's plan; its window is the first session's (kept in state.json), so a resume samples alike."""
 
     window = state.get("search_window")
     if not isinstance(window, int) or window < 1:
         window = first_window
         scope.folder.update_state(search_window=window)
-    ctx.tracker.set_tags(scope.run.parent_id, {WINDOW_TAG: str(window)})  # kept on the run: a rebuilt state takes it
+    session.tracker.set_tags(
+        scope.run.parent_id, {WINDOW_TAG: str(window)}
+    )  # kept on the run: a rebuilt state takes it
 
     # deferred: cycle (importing the strategies package runs its __init__: the ladder's strategy imports this module)
     from mutransfer._sweep.strategies import registry as strategies  # noqa: PLC0415
@@ -163,25 +169,25 @@ def _plan(ctx: SweepContext, scope: SearchScope, state: dict, first_window: int)
         scope.study,
         scope.folder.trials_dir,
         window,
-        seeds=[] if scope.nested else strategies.seed_trials(ctx),  # a warm start seeds the study's own search
+        seeds=[] if scope.nested else strategies.seed_trials(session),  # a warm start seeds the study's own search
         preset=None if scope.preset is None else [dict(c) for c in scope.preset],
-        sampler=ctx.options.sampler,
+        sampler=session.options.sampler,
     )
 
 
-def _search_data(ctx: SweepContext, scope: SearchScope) -> SelectionSplit:
+def _search_data(session: Session, scope: SearchScope) -> SelectionSplit:
     """What the search trains and selects on: the selection split on the grid of the models it trains (the proxy's,
     or the target's for a nested search)."""
-    return ctx.selection_data if scope.nested else ctx.proxy_data
+    return session.selection_data if scope.nested else session.proxy_data
 
 
-def _logger(ctx: SweepContext, scope: SearchScope, total: int) -> TrialLogger:
+def _logger(session: Session, scope: SearchScope, total: int) -> TrialLogger:
     from mutransfer._sweep.strategies import registry as strategies  # noqa: PLC0415 -- deferred: cycle, as in _plan
 
-    study, at_target, r, data = scope.study, scope.nested, scope.study.resources, _search_data(ctx, scope)
+    study, at_target, r, data = scope.study, scope.nested, scope.study.resources, _search_data(session, scope)
     uses_gpu = r.gpus_per_trial > 0
     return TrialLogger(
-        uri=ctx.tracking_uri,
+        uri=session.tracking_uri,
         experiment_id=scope.run.experiment_id,
         parent_run_id=scope.run.parent_id,
         study_name=study.name,
@@ -193,72 +199,74 @@ def _logger(ctx: SweepContext, scope: SearchScope, total: int) -> TrialLogger:
         total_trials=total,
         device_kind="gpu" if uses_gpu else "cpu",
         devices_per_trial=r.gpus_per_trial if uses_gpu else r.cpus_per_trial,
-        quiet=ctx.options.quiet,
+        quiet=session.options.quiet,
         trials_dir=str(scope.folder.trials_dir),
         tags=dict(scope.trial_tags),
-        key_tags={} if scope.nested else strategies.trial_tags(ctx),
+        key_tags={} if scope.nested else strategies.trial_tags(session),
         background=True,  # Tune never waits on the store: the trials train on through a server outage
     )
 
 
-def _announce(ctx: SweepContext, scope: SearchScope, plan: SearchPlan, concurrency: int) -> None:
+def _announce(session: Session, scope: SearchScope, plan: SearchPlan, concurrency: int) -> None:
     study, at_target, r = scope.study, scope.nested, scope.study.resources
     total = plan.total
     if study.budget.grace_period >= study.budget.epochs and scope.preset is None:
-        ctx.say(
+        session.say(
             f"note: budget.grace_period {study.budget.grace_period} >= budget.epochs {study.budget.epochs}: ASHA cannot stop trials early"
         )
     if study.search.algorithm == "grid" and study.search.num_trials != total and scope.preset is None:
-        ctx.say(
+        session.say(
             f"note: grid search runs all {total} combinations (search.num_trials {study.search.num_trials} does not apply)"
         )
     gpu = f" + {r.gpus_per_trial} GPU" if r.gpus_per_trial > 0 else ""
-    ctx.say(
+    session.say(
         f"{scope.label}: {total} trials, {study.model_text(at_target)} "
         f"({'promoted, no ASHA' if scope.preset is not None else study.search.algorithm + ', ASHA'}), "
         f"{study.budget.epochs} epochs each, {concurrency} at a time x {r.cpus_per_trial} CPU{gpu} ...",
     )
     if plan.outcomes or plan.configs:
-        ctx.say(
+        session.say(
             f"continuing the search: {len(plan.outcomes)} of {total} trials finished (kept), "
             f"{len(plan.configs) - len(plan.outcomes)} continue from their checkpoints"
         )
 
 
 def _search_run(
-    ctx: SweepContext, scope: SearchScope, plan: SearchPlan, logger: TrialLogger, concurrency: int
+    session: Session, scope: SearchScope, plan: SearchPlan, logger: TrialLogger, concurrency: int
 ) -> SearchRun:
     """The plan's remaining trials as the executor runs them (on Ray: a fresh Tune experiment, tune/run-<n>)."""
     study, r = scope.study, scope.study.resources
     uses_gpu = r.gpus_per_trial > 0
     device = "cuda" if uses_gpu else "cpu"
     tune_callbacks = []
-    if ctx.early_target is not None and not scope.nested:  # the target's workers start while the last trials run
+    if (
+        session.early is not NO_EARLY_TARGET and not scope.nested
+    ):  # the target's workers start while the last trials run
         from mutransfer._sweep.tune_callback import WhenHandedOut  # noqa: PLC0415 -- deferred: imports Ray
 
-        tune_callbacks.append(WhenHandedOut(plan, ctx.early_target.start, ctx.early_target.trial_retried))
+        tune_callbacks.append(WhenHandedOut(plan, session.early.start, session.early.trial_retried))
     # the driver's plan of this search's model: the trials hold it against their device
     memory = (
-        plan_step(study, target=True, device=device, channels=ctx.data_channels)
+        plan_step(study, target=True, device=device, channels=session.study_data.channels)
         if scope.nested
-        else ctx.memory_plan(target=False, device=device)
+        else session.memory_plan(target=False, device=device)
     )
     return SearchRun(
         plan=plan,
         study=study,
-        data=_search_data(ctx, scope),  # validation rows held out, no test rows: nothing a search picks read them
+        data=_search_data(session, scope),  # validation rows held out, no test rows: nothing a search picks read them
         options={
             "study_dir": str(scope.folder.root),
             "threads": r.cpus_per_trial,
             "device": device,
-            "fail_trials": 0 if scope.nested else ctx.fail_trials,
+            "fail_trials": 0 if scope.nested else session.fail_trials,
             "target_size": scope.nested,
             "plan": memory,
         },
         concurrency=concurrency,
         # the Python API's callbacks watch the study's own search (not a ladder rung's or the direct baseline's)
-        callbacks=[logger, progress.proxy_callback(ctx.options, study, scope.label, plan.total, len(plan.outcomes))]
-        + ([] if scope.nested else list(ctx.options.trial_callbacks)),
+        callbacks=[logger, progress.proxy_callback(session.options, study, scope.label, plan.total, len(plan.outcomes))]
+        + ([] if scope.nested else list(session.options.trial_callbacks)),
         max_failures=study.budget.max_failures,
         tune_dir=scope.folder.tune_dir,
         tune_callbacks=tune_callbacks,

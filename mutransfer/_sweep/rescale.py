@@ -3,16 +3,19 @@
 operators.transfer.transfer does the arithmetic (K, width or both); the models apply
 every multiplier themselves (c(K) on spectral weights, m0/m on hidden weights under
 width-muP), so the target's hyperparameters are the proxy's and the record states the
-effective values each rule produces. Sets ``ctx.transfer`` (:class:`TransferResult`), computed once
+effective values each rule produces. Sets ``made.transfer`` (:class:`TransferResult`), computed once
 here and carried: the target trains it, top-k reuses it for the candidate it was computed from.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mutransfer._study import Study
 from mutransfer._study.search_space import SIZE_KEYS, trial_study
 from mutransfer._study_folder.records import TrialRecord
-from mutransfer._sweep.context import SweepContext, TransferResult, final_search
+from mutransfer._sweep.context import TransferResult
+from mutransfer._sweep.session import Made, Session
 from operators.transfer import transfer as rescale
 
 
@@ -47,9 +50,11 @@ def _named_note(named: dict[str, str]) -> str:
     return "carried over unchanged: " + ", ".join(f"{k} {v}" for k, v in named.items())
 
 
-def transfer_phase(ctx: SweepContext) -> None:
-    """Set ``ctx.transfer`` from the best of the search the target draws from (the proxies, or with a ladder the
+def transfer_phase(session: Session, made: Made) -> Made:
+    """``made`` with its transfer (``made.transfer``) from the best of the search the target draws from (the proxies, or with a ladder the
     last rung's best, from its size); the source trial and its name are carried with the record."""
-    search = final_search(ctx)
+    search = made.final(session.study)
     record, hp = transfer(search.study, search.best)
-    ctx.transfer = TransferResult(record, hp, source=search.best, source_key=search.key(search.best))
+    return replace(
+        made, made_transfer=TransferResult(record, hp, source=search.best, source_key=search.key(search.best))
+    )

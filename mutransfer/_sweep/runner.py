@@ -1,14 +1,16 @@
-"""Orchestration of `mutransfer sweep`: the phases in order over one :class:`SweepContext`.
+"""Orchestration of `mutransfer sweep`: the steps in order, typed values flowing from one to the next.
 
-    prepare → start (study directory, data, Ray, MLflow parent run)
+    prepare → Prepared (the validated study; no compute)
+            → data (StudyData), the study's lock, its folder, Ray and the MLflow parent run → Session (made once)
             → proxies → ladder rungs (ladder) → transfer → gate (--coord-check) → target → verify (--verify)
             → direct baseline (--baseline direct) → report
 
-Each phase is a function of the context (mutransfer._sweep.{proxies, rescale, gate,
-train_target, finish}); it reads what earlier phases left there and sets its own
-typed record. Adding a phase is one function and one line in :data:`PHASES`; the search
-strategies (a ladder, top-k, --verify, --baseline direct, --warm-start) bring their own phases
-and place them (mutransfer._sweep.strategies).
+Each step after the session opens is a function ``step(session, made) -> made``
+(mutransfer._sweep.{proxies, rescale, gate, train_target, model_log, finish}): it reads the open study
+(:class:`~mutransfer._sweep.session.Session`) and what earlier steps made
+(:class:`~mutransfer._sweep.session.Made`, frozen), and returns what it made besides. Adding a step is one function
+and one line in :data:`PHASES`; the search strategies (a ladder, top-k, --verify, --baseline direct, --warm-start)
+bring their own steps and place them (mutransfer._sweep.strategies).
 
 Everything that can be wrong with the input is checked in :func:`prepare`, before
 any compute. Resume: the study directory (``<runs dir>/<study name>/``) holds the
@@ -25,17 +27,21 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from dataclasses import asdict
+from pathlib import Path
 
 from mutransfer._config import smoke
-from mutransfer._config.executors import POPULATION
+from mutransfer._config.executors import POPULATION, chosen_executor
 from mutransfer._diagnostics.k_exponent import resolve_k_exponent
 from mutransfer._study import _UNSET
 from mutransfer._study.data import load_study_data
 from mutransfer._study.models import proxy_split
+from mutransfer._study_folder.lock import StudyLock
 from mutransfer._study_folder.portable import stored_tracking, write_study_file
 from mutransfer._sweep import strategies
+from mutransfer._sweep._executor_names import executor_for
+from mutransfer._sweep._ledger import Booked, Ledger
 from mutransfer._sweep._rebuild_state import reattach_parent, refuse_missing_parent
 from mutransfer._sweep.asked import ASKED_KEY, asked
 from mutransfer._sweep.context import (
@@ -43,7 +49,6 @@ from mutransfer._sweep.context import (
     K_RULE_KEY,
     StudyData,
     StudyRun,
-    SweepContext,
     SweepError,
     SweepOptions,
 )
@@ -58,6 +63,7 @@ from mutransfer._sweep.plan import write_journal
 from mutransfer._sweep.prepare import check_cluster_fits, check_memory, prepare, take_lock
 from mutransfer._sweep.proxies import run_proxies
 from mutransfer._sweep.rescale import transfer, transfer_phase
+from mutransfer._sweep.session import NO_EARLY_TARGET, EarlyStart, Made, Prepared, Session
 from mutransfer._sweep.strategies.base import Phase
 from mutransfer._sweep.train_target import train_target
 from mutransfer._tracking.runs import Tracker
@@ -86,8 +92,8 @@ PHASES = (run_proxies, transfer_phase, coord_check_gate, train_target, log_model
 def run_sweep(options: SweepOptions) -> dict:
     """Run (or resume) a study end to end and return the transfer report."""
     report = None
-    for _, ctx in sweep_steps(options):
-        report = ctx.report
+    for _, _, made in sweep_steps(options):
+        report = made.report
     assert report is not None
     return report
 
@@ -96,56 +102,67 @@ def run_sweep(options: SweepOptions) -> dict:
 COMPLETE = "complete"
 
 
-def sweep_steps(options: SweepOptions) -> Generator[tuple[str, SweepContext], None, None]:
-    """Run (or resume) a study one phase at a time: yields (the phase's name, the context) after each phase, with the
-    study's lock, Ray and the MLflow parent run held in between (the Python API's ``Study`` advances it step by step;
-    :func:`run_sweep` to the end). A study that was complete yields :data:`COMPLETE` once, its report on the context.
-    Closing the generator early releases everything; the study's parent run is marked KILLED, and a resume continues
-    it."""
-    ctx = prepare(options)
-    if ctx.state.get("phase") != "done":
-        _load_data(ctx)  # bad data (NaN/Inf, shapes) is refused before any lock, folder or run exists
-        if ctx.data_channels != (1, 1):  # a data file of several channels: its models are planned again, and checked
-            check_memory(ctx)
-    ctx.lock = take_lock(ctx)
-    with (
-        ctx.lock
-    ):  # one driver per study (mutransfer._study_folder.lock): held until this returns, raises or is interrupted
-        yield from _drive(ctx)
+def sweep_steps(options: SweepOptions) -> Generator[tuple[str, Prepared, Made], None, None]:
+    """Run (or resume) a study one step at a time: yields (the step's name, the study, what the steps made so far)
+    after each step, with the study's lock, Ray and the MLflow parent run held in between (the Python API's ``Study``
+    advances it step by step; :func:`run_sweep` to the end). The study is the open :class:`Session` while its steps
+    run. A study that was complete yields :data:`COMPLETE` once, its report in what was made. Closing the generator
+    early releases everything; the study's parent run is marked KILLED, and a resume continues it."""
+    prepared = prepare(options)
+    data = None
+    if prepared.state.get("phase") != "done":
+        data = _load_data(prepared)  # bad data (NaN/Inf, shapes) is refused before any lock, folder or run exists
+        if data.channels != (1, 1):  # a data file of several channels: its models are planned again, and checked
+            check_memory(prepared, data.channels)
+    with take_lock(prepared) as lock:  # one driver per study (mutransfer._study_folder.lock): held until this
+        # returns, raises or is interrupted
+        if prepared.state.get("phase") == "done" and prepared.state.get("report"):
+            yield COMPLETE, prepared, _complete(prepared)
+            return
+        if data is None:  # finished by another driver between prepare and the lock, without its report: read now
+            data = _load_data(prepared)
+        yield from _drive(prepared, data, lock)
 
 
-def _drive(ctx: SweepContext) -> Generator[tuple[str, SweepContext], None, None]:
-    if ctx.state.get("phase") == "done" and ctx.state.get("report"):
-        _check_nothing_new_asked(ctx)
-        register_completed(ctx)
-        write_journal(ctx.study, ctx.study_dir.trials_dir)  # a study finished before the journal: Optuna opens it
-        ctx.say(f"study {ctx.study.name!r} is already complete; its report (--name NEW runs a new study):")
-        report = ctx.state["report"]  # where the study and its store are now (the folder may have moved)
-        mlflow = dict(report.get("mlflow") or {}, tracking_uri=ctx.tracking_uri)
-        ctx.report = dict(
+def _complete(prepared: Prepared) -> Made:
+    """A study that was complete before this command: its report, as the folder and store are now."""
+    _check_nothing_new_asked(prepared)
+    register_completed(prepared)
+    write_journal(prepared.study, prepared.study_dir.trials_dir)  # a study finished before the journal: Optuna opens it
+    prepared.say(f"study {prepared.study.name!r} is already complete; its report (--name NEW runs a new study):")
+    report = prepared.state["report"]  # where the study and its store are now (the folder may have moved)
+    mlflow = dict(report.get("mlflow") or {}, tracking_uri=prepared.tracking_uri)
+    return Made(
+        records=prepared.records,
+        report=dict(
             report,
             already_complete=True,
-            model=ctx.state.get("model"),
-            study_dir=str(ctx.study_dir.root),
+            model=prepared.state.get("model"),
+            study_dir=str(prepared.study_dir.root),
             mlflow=mlflow,
-        )
-        yield COMPLETE, ctx
-        return
-    _start_study_dir(ctx)
-    _resolve_k_rule(ctx)
-    _say_cost(ctx)
-    phases = strategies.ordered_phases(PHASES, ctx)
-    if (
-        ctx.executor.name == "ray"
-        and ctx.study.target.start_early
-        and target_follows_proxies(strategies.ordered_phases(PHASES, ctx, only_active=True))
-    ):  # Ray Train's workers start while the last proxies train (an in-process study trains one thing at a time)
-        ctx.early_target = EarlyTarget(ctx)
-    with _session(ctx):
+        ),
+    )
+
+
+def _drive(prepared: Prepared, data: StudyData, lock: StudyLock) -> Generator[tuple[str, Prepared, Made], None, None]:
+    _start_study_dir(prepared)
+    options, study = prepared.options, prepared.study
+    name = chosen_executor(options.executor, study.resources.executor, options.address)
+    executor = Booked(executor_for(name), Ledger(prepared.study_dir.root))
+    _resolve_k_rule(prepared, data)
+    _say_cost(prepared, data, executor)
+    phases = strategies.ordered_phases(PHASES, prepared)
+    early = (
+        executor.name == "ray"
+        and prepared.study.target.start_early
+        and target_follows_proxies(strategies.ordered_phases(PHASES, prepared, only_active=True))
+    )  # Ray Train's workers start while the last proxies train (an in-process study trains one thing at a time)
+    with _session(prepared, data, lock, executor, early=early) as session:
+        made = Made(records=prepared.records)
         for name, phase in phases:
-            hold_if_asked(ctx.study_dir.root, name)  # fault tests only (MUTRANSFER_HOLD_AT)
-            phase(ctx)
-            yield name, ctx
+            hold_if_asked(session.study_dir.root, name)  # fault tests only (MUTRANSFER_HOLD_AT)
+            made = phase(session, made)
+            yield name, session, made
 
 
 #: the phases that may run between the proxies and the target while the target's workers wait (they train nothing
@@ -165,143 +182,162 @@ def target_follows_proxies(phases: list[tuple[str, Phase]]) -> bool:
     return target is train_target and all(name in _WHILE_WAITING for name in between)
 
 
-def _check_nothing_new_asked(ctx: SweepContext) -> None:
+def _check_nothing_new_asked(prepared: Prepared) -> None:
     """A completed study cannot grow a strategy asked for by a flag (a verification, a baseline): those are asked for
     when it starts."""
 
-    for flag in strategies.asked_but_missing(ctx, ctx.state["report"]):
+    for flag in strategies.asked_but_missing(prepared, prepared.state["report"]):
         raise UserInputError(
-            f"{flag}: study {ctx.study.name!r} is already complete without it; run a new study with {flag} and --name NEW"
+            f"{flag}: study {prepared.study.name!r} is already complete without it; run a new study with {flag} and "
+            "--name NEW"
         )
 
 
-def _start_study_dir(ctx: SweepContext) -> None:
+def _start_study_dir(prepared: Prepared) -> None:
     """A new study gets its directory, its resolved study file and its first state; overrides are reported."""
-    if not ctx.state:
-        ctx.study_dir.root.mkdir(parents=True, exist_ok=True)
-        write_study_file(ctx.study_dir, ctx.study)
-        ctx.state = {
-            "study": ctx.study.name,
-            "phase": "proxies",
-            **stored_tracking(ctx.tracking_uri, ctx.study_dir.root),
-            "overrides": [
-                asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in ctx.overrides
-            ],
-            "source_text": ctx.source_text,
-            "created": time.time(),
-            "smoke": smoke.smoke(),  # MUTRANSFER_SMOKE: a later real run of the same name is told so
-            ASKED_KEY: asked(ctx.options),  # what it measures besides its search: a shorter resume runs it too
-            # the strategies' records known from the start (a warm start), kept so a resume without the flag runs alike
-            **{name: record.as_dict() for name, record in ctx.records.items()},
-        }
-        ctx.study_dir.write_state(ctx.state)
-    elif ctx.state.get(ASKED_KEY) != asked(ctx.options):  # a resume that asked for more: kept for the next
-        ctx.update_state(**{ASKED_KEY: asked(ctx.options)})
-    for o in ctx.overrides:
-        ctx.say(f"override: {o.describe()}")
-    for note in ctx.study.notes:
-        ctx.say(f"note: {note}")
+    if not prepared.state:
+        prepared.study_dir.root.mkdir(parents=True, exist_ok=True)
+        write_study_file(prepared.study_dir, prepared.study)
+        prepared.write_state(
+            {
+                "study": prepared.study.name,
+                "phase": "proxies",
+                **stored_tracking(prepared.tracking_uri, prepared.study_dir.root),
+                "overrides": [
+                    asdict(o) | {"previous": None if o.previous is _UNSET else o.previous} for o in prepared.overrides
+                ],
+                "source_text": prepared.source_text,
+                "created": time.time(),
+                "smoke": smoke.smoke(),  # MUTRANSFER_SMOKE: a later real run of the same name is told so
+                ASKED_KEY: asked(prepared.options),  # what it measures besides its search: a shorter resume runs it too
+                # the strategies' records known from the start (a warm start), kept so a resume without the flag runs
+                # alike
+                **{name: record.as_dict() for name, record in prepared.records.items()},
+            }
+        )
+    elif prepared.state.get(ASKED_KEY) != asked(prepared.options):  # a resume that asked for more: kept for the next
+        prepared.update_state(**{ASKED_KEY: asked(prepared.options)})
+    for o in prepared.overrides:
+        prepared.say(f"override: {o.describe()}")
+    for note in prepared.study.notes:
+        prepared.say(f"note: {note}")
 
 
-def _say_cost(ctx: SweepContext) -> None:
+def _say_cost(prepared: Prepared, data: StudyData, executor: Booked) -> None:
     """The proxy's cost against the target's and what the search should cost against tuning the target directly,
     before any training (mutransfer._sweep.cost_estimate); measured once, kept in state.json for the report."""
-    if COST_KEY not in ctx.state:
-        data = ctx.data
-        cost = estimate_proxy_cost(ctx.study, tuple(data.train_x.shape[1:]), int(data.train_y.shape[-1]))
-        ctx.state[COST_KEY] = cost.as_dict()
-        ctx.study_dir.write_state(ctx.state)
-        together = ctx.executor.name in POPULATION and cost.time_ratio is not None
-        ctx.say(cost.line() + ("; the step measured is one proxy's alone: populations cost less" if together else ""))
+    if COST_KEY not in prepared.state:
+        fit = data.fit
+        cost = estimate_proxy_cost(prepared.study, tuple(fit.train_x.shape[1:]), int(fit.train_y.shape[-1]))
+        prepared.update_state(**{COST_KEY: cost.as_dict()})
+        together = executor.name in POPULATION and cost.time_ratio is not None
+        prepared.say(
+            cost.line() + ("; the step measured is one proxy's alone: populations cost less" if together else "")
+        )
 
 
-def _resolve_k_rule(ctx: SweepContext) -> None:
+def _resolve_k_rule(prepared: Prepared, data: StudyData) -> None:
     """``operator.k_exponent: data``: the K rule's exponent, measured once on the fit samples before the search and
     kept in state.json (a resumed study builds the models it started with)."""
-    estimate = resolve_k_exponent(ctx.study, ctx.selection_data, ctx.state.get(K_RULE_KEY))
+    estimate = resolve_k_exponent(prepared.study, data.selection, prepared.state.get(K_RULE_KEY))
     if estimate is None:
         return
-    if K_RULE_KEY not in ctx.state:
-        ctx.state[K_RULE_KEY] = estimate.as_dict()
-        ctx.study_dir.write_state(ctx.state)
-    ctx.say(estimate.describe())
+    if K_RULE_KEY not in prepared.state:
+        prepared.update_state(**{K_RULE_KEY: estimate.as_dict()})
+    prepared.say(estimate.describe())
 
 
-def _load_data(ctx: SweepContext) -> None:
-    if ctx.study.problem.data is None:  # a data file loads without a word: its errors stay one line
-        ctx.say(
-            f"study {ctx.study.name}: loading data ({ctx.study.problem.name}, generated and cached on first use) ..."
-        )
-    split, path = load_study_data(ctx.study, progress=not ctx.options.quiet)
+def _load_data(prepared: Prepared) -> StudyData:
+    study = prepared.study
+    if study.problem.data is None:  # a data file loads without a word: its errors stay one line
+        prepared.say(f"study {study.name}: loading data ({study.problem.name}, generated and cached on first use) ...")
+    split, path = load_study_data(study, progress=not prepared.options.quiet)
     # selections read the validation split only; the final models report on the test split
-    fit, selection = carve_validation(split, int(ctx.study.problem.n_val or 0))
-    ctx.loaded = StudyData(fit, selection, proxy_split(ctx.study, selection), path)  # proxy: on its grid
+    fit, selection = carve_validation(split, int(study.problem.n_val or 0))
+    return StudyData(fit, selection, proxy_split(study, selection), path)  # proxy: on its grid
 
 
 @contextlib.contextmanager
-def _session(ctx: SweepContext):
-    """Ray and the MLflow parent run around the phases; an interruption or failure is recorded on the parent."""
-    session = ctx.executor.session(
-        ctx.options.address, module_paths(ctx.study.operator.type, ctx.study.operator.factory_dir)
+def _session(
+    prepared: Prepared, data: StudyData, lock: StudyLock, executor: Booked, *, early: bool
+) -> Iterator[Session]:
+    """The open study: Ray (or the in-process executor) and the MLflow parent run around the steps; an interruption
+    or failure is recorded on the parent. ``early``: the target's run may start while the last proxies train."""
+    started = executor.session(
+        prepared.options.address, module_paths(prepared.study.operator.type, prepared.study.operator.factory_dir)
     )
     try:
-        ctx.started_ray = session.__enter__()
+        started.__enter__()
     except Exception as exc:  # e.g. "The current node timed out during startup" on an overloaded machine
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         raise SweepError(
             f"Ray could not start ({type(exc).__name__}: {lines[-1] if lines else ''}); nothing was trained: "
             f"run again with --resume (Ray's logs: /tmp/ray/session_latest/logs)"
         ) from exc
+    run: StudyRun | None = None
+    waiting: EarlyStart = NO_EARLY_TARGET
+    prior_wall = float(prepared.state.get("wall_seconds", 0.0))
     try:
-        if ctx.options.address is not None:
+        if prepared.options.address is not None:
             import ray  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer._sweep` (mutransfer report)
 
-            check_cluster_fits(ctx.study, [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")])
-        _open_parent_run(ctx)
-        ctx.setup_seconds = time.perf_counter() - ctx.wall_start
-        yield
+            check_cluster_fits(prepared.study, [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")])
+        run = _open_parent_run(prepared, data.path)
+        if early:
+            waiting = EarlyTarget(prepared.study, data.fit, prepared.study_dir.root, prepared.say)
+        yield Session.of(
+            prepared,
+            study_data=data,
+            lock=lock,
+            executor=executor,
+            run=run,
+            early=waiting,
+            prior_wall=prior_wall,
+            setup_seconds=time.perf_counter() - prepared.wall_start,
+        )
     except (KeyboardInterrupt, GeneratorExit):  # Ctrl-C, or a Python API study closed before its end
-        _mark(ctx.tracker, ctx.run, "KILLED")
-        ctx.update_state(wall_seconds=ctx.wall_seconds)
+        _mark(prepared.tracker, run, "KILLED")
+        prepared.update_state(wall_seconds=prior_wall + time.perf_counter() - prepared.wall_start)
         raise
     except BaseException:
-        _mark(ctx.tracker, ctx.run, "FAILED")
+        _mark(prepared.tracker, run, "FAILED")
         raise
     finally:
-        if ctx.early_target is not None:  # started, and the study stopped before its target phase took it
-            ctx.early_target.cancel()
-        session.__exit__(None, None, None)  # Ray shut down if the study started it
+        waiting.cancel()  # started, and the study stopped before its target step took it
+        started.__exit__(None, None, None)  # Ray shut down if the study started it
 
 
-def _open_parent_run(ctx: SweepContext) -> None:
-    known = ctx.state.get("experiment_id")
-    if known and not ctx.tracker.reopen_experiment(known):  # never start afresh in silence (a second parent run)
+def _open_parent_run(prepared: Prepared, data_path: Path) -> StudyRun:
+    """The study's MLflow experiment and parent run: made for a new study, reopened for a resumed one."""
+    study, tracker = prepared.study, prepared.tracker
+    known = prepared.state.get("experiment_id")
+    if known and not tracker.reopen_experiment(known):  # never start afresh in silence (a second parent run)
         raise UserInputError(
-            f"study {ctx.study.name!r}: its state.json names MLflow experiment {known[:40]!r}, which the store "
-            f"{ctx.tracking_uri} does not hold (replaced, or its experiment removed for good); restore the store from "
-            "a copy, or run the study afresh under --name NEW"
+            f"study {study.name!r}: its state.json names MLflow experiment {known[:40]!r}, which the store "
+            f"{prepared.tracking_uri} does not hold (replaced, or its experiment removed for good); restore the store "
+            "from a copy, or run the study afresh under --name NEW"
         )
-    experiment_id = known or ctx.tracker.ensure_experiment(ctx.study.tracking.experiment)
-    tag_study_view(ctx, experiment_id)  # new and resumed studies: the MLflow UI opens on the study's runs
-    parent = ctx.state.get("parent_run_id")
-    if parent and ctx.tracker.run_exists(parent):
-        ctx.tracker.set_status(parent, "RUNNING")
-        ctx.say(f"resuming study {ctx.study.name!r} (MLflow parent run {parent})")
+    experiment_id = known or tracker.ensure_experiment(study.tracking.experiment)
+    tag_study_view(prepared, experiment_id)  # new and resumed studies: the MLflow UI opens on the study's runs
+    parent = prepared.state.get("parent_run_id")
+    if parent and tracker.run_exists(parent):
+        tracker.set_status(parent, "RUNNING")
+        prepared.say(f"resuming study {study.name!r} (MLflow parent run {parent})")
     elif parent:  # never a second parent run in silence
-        raise refuse_missing_parent(ctx.study.name, parent, ctx.tracking_uri)
-    elif ctx.options.rebuild_state and (
-        found := reattach_parent(ctx.tracker, experiment_id, ctx.study.name, ctx.study_dir)
+        raise refuse_missing_parent(study.name, parent, prepared.tracking_uri)
+    elif prepared.options.rebuild_state and (
+        found := reattach_parent(tracker, experiment_id, study.name, prepared.study_dir)
     ):
         parent = found.pop("parent_run_id")
-        ctx.update_state(**{k: v for k, v in found.items() if v is not None})
-        ctx.say(
-            f"rebuilding the state of study {ctx.study.name!r} from its {ctx.study_dir.trial_count()} trial(s): "
+        prepared.update_state(**{k: v for k, v in found.items() if v is not None})
+        prepared.say(
+            f"rebuilding the state of study {study.name!r} from its {prepared.study_dir.trial_count()} trial(s): "
             f"MLflow parent run {parent} reused"
         )
     else:
-        parent = create_parent(ctx, experiment_id)
-    ctx.run = StudyRun(experiment_id, parent)
-    ctx.update_state(experiment_id=experiment_id, parent_run_id=parent)
+        parent = create_parent(prepared, data_path, experiment_id)
+    prepared.update_state(experiment_id=experiment_id, parent_run_id=parent)
+    return StudyRun(experiment_id, parent)
 
 
 def _mark(tracker: Tracker, run: StudyRun | None, status: str) -> None:

@@ -89,7 +89,7 @@ def run_target(
     """Train the target on Ray (Ray must be initialised): :func:`start_target` with its order, then its outcome.
     Resumes from ``storage_dir/target``.
 
-    ``plan``: the target's memory plan per worker, made by the driver (SweepContext.memory_plan);
+    ``plan``: the target's memory plan per worker, made by the driver (Session.memory_plan);
     each worker holds it against its device (None: each worker plans the model itself).
 
     Rank 0 appends each evaluation to ``storage_dir/target/progress.jsonl`` (:func:`read_progress`);

@@ -9,8 +9,8 @@ each in ``<study dir>/targets/<trial key>/`` and under its own MLflow target run
 (tags ``mutransfer.topk_rank``, ``mutransfer.proxy_trial``; the winner
 ``mutransfer.topk_winner = true``). The winner is the lowest target *validation* error (the test
 error is reported, never compared); it
-becomes ``ctx.trained`` (read as ``ctx.target``, ``ctx.target_run_id``) and ``ctx.transfer`` (the candidates:
-``ctx.records["top_k"]``, :class:`TopK`), so the model, the
+becomes ``made.trained`` (read as ``made.target``, ``made.target_run_id``) and ``made.transfer`` (the candidates:
+``made.records["top_k"]``, :class:`TopK`), so the model, the
 verification, the direct baseline and the report work on it as on a top-1 target.
 
 Resume: each finished candidate is kept in ``state.json`` (``topk_targets``) as soon as
@@ -25,16 +25,17 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mutransfer._study_folder.portable import resolved_path, stored_path
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import REBUILD_HINT
-from mutransfer._sweep.context import SweepContext, SweepError, TrainedTarget, TransferResult, final_search, ranked
+from mutransfer._sweep.context import FinalSearch, SweepError, TrainedTarget, TransferResult, ranked
 from mutransfer._sweep.cost import add_to_mutransfer, target_cost
 from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.rescale import transfer
+from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.target import TargetOutcome
 
 #: the candidates' storage folders, under the study directory (top-1 keeps ``target/``)
@@ -44,7 +45,7 @@ PROXY_TRIAL_TAG = "mutransfer.proxy_trial"
 WINNER_TAG = "mutransfer.topk_winner"
 #: hold point (mutransfer._sweep.holds) before each candidate after the first that is still to train
 HOLD_POINT = "topk_next_candidate"
-#: top-k's slot in ``SweepContext.records`` (mutransfer._sweep.strategies.top_k)
+#: top-k's slot in ``Made.records`` (mutransfer._sweep.strategies.top_k)
 NAME = "top_k"
 
 
@@ -112,23 +113,15 @@ class Candidate:
         return cls(**{k: v for k, v in d.items() if k in names and k != "outcome"}, outcome=outcome)
 
 
-def source_key(ctx: SweepContext, trial) -> str:
-    """The name of the trial a target trains: its key, ``r<n>-<key>`` for a trial of ladder rung n ≥ 1 (rung keys
-    restart at t0000, so a bare key would name a proxy trial)."""
-    return final_search(ctx).key(trial)
+def candidates(search: FinalSearch, n: int) -> list[TrialRecord]:
+    """The ``n`` best trials of ``search`` (the last ladder rung, else the proxies; fewer when fewer reported an
+    error)."""
+    return ranked(search.trials)[:n]
 
 
-def candidates(ctx: SweepContext, n: int) -> list[TrialRecord]:
-    """The ``n`` best trials of the last ladder rung, else of the proxies (fewer when fewer reported an error)."""
-    return ranked(final_search(ctx).trials)[:n]
-
-
-def carry(ctx: SweepContext, trial: TrialRecord) -> TransferResult:
+def carry(search: FinalSearch, done: TransferResult | None, trial: TrialRecord) -> TransferResult:
     """A candidate's hyperparameters rescaled to the target by the μP rules (the one place top-k transfers); the
-    transfer phase's result is reused for the trial it was computed from, not computed again."""
-
-    search = final_search(ctx)
-    done = ctx.made_transfer
+    transfer phase's result (``done``) is reused for the trial it was computed from, not computed again."""
     if done is not None and done.source_key == search.key(trial):
         return done
     record, hp = transfer(search.study, trial)  # from the last rung's size with a ladder
@@ -137,7 +130,7 @@ def carry(ctx: SweepContext, trial: TrialRecord) -> TransferResult:
 
 @dataclass
 class TopK:
-    """Top-k's record (``SweepContext.records["top_k"]``): the candidates, best proxy first, the winner marked."""
+    """Top-k's record (``Made.records["top_k"]``): the candidates, best proxy first, the winner marked."""
 
     candidates: list[Candidate]
     root: Path  # the study directory: candidates' checkpoints are kept relative to it
@@ -172,42 +165,45 @@ def choose_winner(cands: list[Candidate]) -> Candidate:
     return min(cands, key=key)
 
 
-#: fit(ctx, transfer, proxy_trial_id, *, storage_dir, run_id, remember_run, tags, label) -> (TargetOutcome, run id)
+#: fit(session, transfer, proxy_trial_id, *, storage_dir, run_id, remember_run, tags, label) -> (TargetOutcome, run id)
 Fit = Callable[..., tuple]
 
 
-def train_top_k(ctx: SweepContext, fit: Fit) -> None:
-    """Train each candidate at the target (``fit``: mutransfer._sweep.train_target.fit_target), pick the winner,
-    set top-k's record, ``ctx.trained`` and ``ctx.transfer`` to it."""
+def train_top_k(session: Session, made: Made, fit: Fit) -> Made:
+    """Train each candidate at the target (``fit``: mutransfer._sweep.train_target.fit_target), pick the winner;
+    ``made`` with top-k's record, and the winner as its target (``made.trained``) and transfer (``made.transfer``)."""
 
-    root, n = ctx.study_dir.root, ctx.study.search.top_k
-    picked = candidates(ctx, n)
+    root, n = session.study_dir.root, session.study.search.top_k
+    search = made.final(session.study)
+    picked = candidates(search, n)
     if len(picked) < n:
-        ctx.say(f"top-k: only {len(picked)} trial(s) reported an error; carrying {len(picked)} to the target, not {n}")
-    done = {d["trial_id"]: Candidate.from_dict(d, root) for d in ctx.state.get("topk_targets") or []}
-    run_ids = dict(ctx.state.get("topk_run_ids") or {})
-    shape = tuple(ctx.data.train_x.shape[1:])
+        session.say(
+            f"top-k: only {len(picked)} trial(s) reported an error; carrying {len(picked)} to the target, not {n}"
+        )
+    done = {d["trial_id"]: Candidate.from_dict(d, root) for d in session.state.get("topk_targets") or []}
+    run_ids = dict(session.state.get("topk_run_ids") or {})
+    shape = tuple(session.data.train_x.shape[1:])
     out: list[Candidate] = []
     for rank, trial in enumerate(picked, 1):
-        key = source_key(ctx, trial)  # r<n>-tNNNN for a ladder's last rung
+        key = search.key(trial)  # r<n>-tNNNN for a ladder's last rung (rung keys restart at t0000)
         if key in done:  # trained in an earlier session: not again
             out.append(done[key])
             continue
         if rank > 1:
             hold_if_asked(root, HOLD_POINT)  # fault tests only (MUTRANSFER_HOLD_AT)
-        transfer = carry(ctx, trial)
+        transfer = carry(search, made.made_transfer, trial)
 
         def remember(run_id: str, key: str = key) -> None:
             run_ids[key] = run_id
-            ctx.update_state(topk_run_ids=dict(run_ids))
+            session.update_state(topk_run_ids=dict(run_ids))
 
         tags = {
             RANK_TAG: str(rank),
             PROXY_TRIAL_TAG: key,
-            "mlflow.runName": f"{ctx.study.name} target (top-k rank {rank}, proxy trial {key})",
+            "mlflow.runName": f"{session.study.name} target (top-k rank {rank}, proxy trial {key})",
         }
         outcome, run_id = fit(
-            ctx,
+            session,
             transfer,
             key,
             storage_dir=root / TARGETS_DIR / key,
@@ -216,7 +212,7 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
             tags=tags,
             label=f"target {rank}/{len(picked)} (proxy trial {key})",
         )
-        cost = target_cost(ctx.study, outcome, shape)
+        cost = target_cost(session.study, outcome, shape)
         out.append(
             Candidate(
                 rank,
@@ -236,30 +232,32 @@ def train_top_k(ctx: SweepContext, fit: Fit) -> None:
                 mlflow_run_id=run_id,
             )
         )
-        ctx.update_state(topk_targets=[c.as_dict(root) for c in out])  # kept as soon as it finished
-    _crown(ctx, out)
+        session.update_state(topk_targets=[c.as_dict(root) for c in out])  # kept as soon as it finished
+    return _crown(session, made, out)
 
 
-def _crown(ctx: SweepContext, cands: list[Candidate]) -> None:
-    """Mark the winner (context, state, MLflow tags) and hand it to the phases after the target."""
+def _crown(session: Session, made: Made, cands: list[Candidate]) -> Made:
+    """Mark the winner (state, MLflow tags) and hand it to the phases after the target."""
     winner = choose_winner(cands)
     for c in cands:
         c.winner = c is winner
         if c.mlflow_run_id is not None:
-            ctx.tracker.set_tags(c.mlflow_run_id, {WINNER_TAG: "true" if c.winner else "false"})
-    root = ctx.study_dir.root
-    ctx.records[NAME] = TopK(cands, root)
+            session.tracker.set_tags(c.mlflow_run_id, {WINNER_TAG: "true" if c.winner else "false"})
+    root = session.study_dir.root
     if winner.mlflow_run_id is None:  # every candidate is trained in a run; a record without one is damaged
         raise SweepError(f"top-k: the winner, proxy trial {winner.trial_id}, names no MLflow run; {REBUILD_HINT}")
-    ctx.trained = TrainedTarget(winner.outcome, winner.mlflow_run_id)
-    ctx.transfer = TransferResult(winner.record, winner.hp, None, winner.trial_id)
     stored = winner.as_dict(root)["outcome"]
-    ctx.update_state(
+    session.update_state(
         topk_targets=[c.as_dict(root) for c in cands], target_run_id=winner.mlflow_run_id, target_outcome=stored
     )
-    ctx.say(
+    session.say(
         f"top-k: the winner is proxy trial {winner.trial_id} (rank {winner.rank}), "
         f"target test error {winner.target_test_error:.4g}"
+    )
+    return replace(
+        made.with_record(NAME, TopK(cands, root)),
+        trained=TrainedTarget(winner.outcome, winner.mlflow_run_id),
+        made_transfer=TransferResult(winner.record, winner.hp, None, winner.trial_id),
     )
 
 

@@ -1,7 +1,7 @@
 """The target phase: train the target once on the study's executor (on Ray: Ray Train, or one Ray actor for one CPU
 worker), logged as an MLflow child run.
 
-Sets ``ctx.target`` (the TargetOutcome) and ``ctx.target_run_id``; with ``search.top_k`` > 1,
+Returns ``made`` with its target (``made.target``, the TargetOutcome, and ``made.target_run_id``); with ``search.top_k`` > 1,
 mutransfer._sweep.topk trains the N best proxies through :func:`fit_target` instead, the winner kept. A resumed study
 reuses its target run and Ray Train resumes from the last reported checkpoint; a target
 that had finished (the study was interrupted later, during ``--verify`` or ``--baseline``)
@@ -14,14 +14,16 @@ console (mutransfer._sweep.progress) and logs them to the target run (step = epo
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from mutransfer._config.executors import ON_RAY
 from mutransfer._study_folder.portable import resolved_path, stored_path
 from mutransfer._sweep._executors import TargetJob
-from mutransfer._sweep.context import SweepContext, SweepError, TrainedTarget
+from mutransfer._sweep.context import SweepError, TrainedTarget
 from mutransfer._sweep.progress import TargetProgress, for_options
 from mutransfer._sweep.proxies import keep_sigint_handler
+from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
 from mutransfer._sweep.target_run import RunningTarget, on_one_actor, resolve_use_gpu
 from mutransfer._tracking.runs import logged_steps
@@ -43,12 +45,12 @@ class TargetWatch:
 
     log_interval_s = 1.0
 
-    def __init__(self, ctx: SweepContext, storage_dir, *, run_id: str | None = None, label: str = "target"):
-        self.ctx, self.run_id = ctx, run_id
+    def __init__(self, session: Session, storage_dir, *, run_id: str | None = None, label: str = "target"):
+        self.session, self.run_id = session, run_id
         self.path = Path(storage_dir) / "target" / PROGRESS_FILE
         self.offset = self.path.stat().st_size if self.path.exists() else 0  # an earlier session's epochs are not news
-        self.display = TargetProgress(ctx.study.target.epochs, mode=for_options(ctx.options), label=label)
-        self.logged: set[int] = logged_steps(ctx.tracker.client, run_id) if run_id else set()
+        self.display = TargetProgress(session.study.target.epochs, mode=for_options(session.options), label=label)
+        self.logged: set[int] = logged_steps(session.tracker.client, run_id) if run_id else set()
         self.pending: list = []
         self.flushed = 0.0
         self.broken = False
@@ -60,7 +62,7 @@ class TargetWatch:
             self._poll()
         except Exception as exc:  # never let the display stop the training
             self.broken = True
-            self.ctx.say(f"note: the target's live progress stopped ({first_line(exc)}); training goes on")
+            self.session.say(f"note: the target's live progress stopped ({first_line(exc)}); training goes on")
 
     def _poll(self) -> None:
         records, self.offset = read_progress(self.path, self.offset)
@@ -69,21 +71,21 @@ class TargetWatch:
             self.display.show(last.epoch, train_loss=last.train_loss, test_error=last.test_error)
             self.pending += records
         if self.run_id and self.pending and time.time() - self.flushed >= self.log_interval_s:
-            self.logged.update(self.ctx.tracker.log_epochs(self.run_id, self.pending, skip=self.logged))
+            self.logged.update(self.session.tracker.log_epochs(self.run_id, self.pending, skip=self.logged))
             self.pending, self.flushed = [], time.time()
 
     def close(self) -> None:
         self.display.close()
 
 
-def _runs_on(ctx: SweepContext, early: bool, use_gpu: bool) -> str:
-    if ctx.executor.name not in ON_RAY:
+def _runs_on(session: Session, early: bool, use_gpu: bool) -> str:
+    if session.executor.name not in ON_RAY:
         return "in this process"
-    on = "a Ray actor" if on_one_actor(ctx.study.target.num_workers, use_gpu) else "Ray Train"
+    on = "a Ray actor" if on_one_actor(session.study.target.num_workers, use_gpu) else "Ray Train"
     return f"{on}, started while the last proxies trained" if early else on
 
 
-def _early_outcome(ctx: SweepContext, early: RunningTarget, job: TargetJob, watch: TargetWatch) -> TargetOutcome:
+def _early_outcome(session: Session, early: RunningTarget, job: TargetJob, watch: TargetWatch) -> TargetOutcome:
     """The target trained by the run started early, given its order; if that run fails (its node was lost while it
     waited, and its run's retries found the node not yet marked dead), the target is trained by a run started as
     usual, which resumes from the early run's last checkpoint: an early start saves time, it never fails a study."""
@@ -91,36 +93,37 @@ def _early_outcome(ctx: SweepContext, early: RunningTarget, job: TargetJob, watc
         early.order(job.hp, job.plan)
         return early.outcome(watch)
     except Exception as exc:  # noqa: BLE001 -- any failure of the early run: the usual run below has its own retries
-        ctx.say(f"note: the target's run started early failed ({first_line(exc)}); a new run trains it")
-        return ctx.executor.inner.target(job, watch)
+        session.say(f"note: the target's run started early failed ({first_line(exc)}); a new run trains it")
+        return session.executor.inner.target(job, watch)
 
 
-def train_target(ctx: SweepContext) -> None:
+def train_target(session: Session, made: Made) -> Made:
     """Train the target with the transferred hyperparameters (with ``search.top_k`` > 1 the top-k strategy's
     phase runs instead, mutransfer._sweep.strategies.top_k)."""
 
-    if ctx.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
-        kept = TargetOutcome.from_dict(ctx.state["target_outcome"])
-        kept.checkpoint_dir = resolved_path(kept.checkpoint_dir, ctx.study_dir.root)
-        ctx.trained = TrainedTarget(kept, ctx.state["target_run_id"])
-        return
+    if session.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
+        kept = TargetOutcome.from_dict(session.state["target_outcome"])
+        kept.checkpoint_dir = resolved_path(kept.checkpoint_dir, session.study_dir.root)
+        return replace(made, trained=TrainedTarget(kept, session.state["target_run_id"]))
     outcome, run_id = fit_target(
-        ctx,
-        ctx.transfer,
-        ctx.transfer.source_key,
-        storage_dir=ctx.study_dir.root,
-        run_id=ctx.state.get("target_run_id"),
-        remember_run=lambda new: ctx.update_state(target_run_id=new),
+        session,
+        made.transfer,
+        made.transfer.source_key,
+        storage_dir=session.study_dir.root,
+        run_id=session.state.get("target_run_id"),
+        remember_run=lambda new: session.update_state(target_run_id=new),
     )
-    ctx.trained = TrainedTarget(outcome, run_id)
     # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
-    ctx.update_state(
-        target_outcome=dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, ctx.study_dir.root))
+    session.update_state(
+        target_outcome=dict(
+            outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, session.study_dir.root)
+        )
     )
+    return replace(made, trained=TrainedTarget(outcome, run_id))
 
 
 def fit_target(
-    ctx: SweepContext,
+    session: Session,
     transfer,
     proxy_trial_id: str,
     *,
@@ -133,9 +136,9 @@ def fit_target(
     """Train the target at ``transfer.hp`` (a TransferResult) on the executor in ``storage_dir/target``, logged to
     MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
     before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
-    study, tracker = ctx.study, ctx.tracker
+    study, tracker = session.study, session.tracker
     hp, record = transfer.hp, transfer.record
-    use_gpu = resolve_use_gpu(study.target.use_gpu, ctx.executor.resources()[1])
+    use_gpu = resolve_use_gpu(study.target.use_gpu, session.executor.resources()[1])
     start_ms = int(time.time() * 1000)
     if run_id and tracker.run_exists(run_id):
         tracker.set_status(run_id, "RUNNING")
@@ -151,22 +154,22 @@ def fit_target(
             "transfer.init_variance_factor": record.get("init_variance_factor"),
             "proxy_trial_id": proxy_trial_id,
         }
-        run_id = tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, params)
+        run_id = tracker.create_target_run(session.experiment_id, session.parent_id, study.name, params)
         if tags:
             tracker.set_tags(run_id, tags)
         remember_run(run_id)
-    plan = ctx.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
-    watch = TargetWatch(ctx, storage_dir, run_id=run_id, label=label)
-    early = ctx.early_target.take(storage_dir) if ctx.early_target is not None else None  # ordered right below
-    ctx.say(
+    plan = session.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
+    watch = TargetWatch(session, storage_dir, run_id=run_id, label=label)
+    early = session.early.take(storage_dir)  # ordered right below
+    session.say(
         f"{label}: {study.model_text(True)}, {study.target.epochs} epochs, {study.target.num_workers} worker(s) x "
-        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} ({_runs_on(ctx, early is not None, use_gpu)}) ...",
+        f"{'1 GPU' if use_gpu else f'{study.target.cpus_per_worker} CPU'} ({_runs_on(session, early is not None, use_gpu)}) ...",
     )
     try:
         with keep_sigint_handler():
-            job = TargetJob(study, hp, ctx.data, Path(storage_dir), use_gpu, study.budget.max_failures, plan)
-            run = None if early is None else (lambda: _early_outcome(ctx, early, job, watch))
-            outcome = ctx.executor.target(job, watch, run=run)
+            job = TargetJob(study, hp, session.data, Path(storage_dir), use_gpu, study.budget.max_failures, plan)
+            run = None if early is None else (lambda: _early_outcome(session, early, job, watch))
+            outcome = session.executor.target(job, watch, run=run)
     except KeyboardInterrupt:
         tracker.set_tags(run_id, {"mutransfer.status": "interrupted"})
         tracker.set_status(run_id, "KILLED")

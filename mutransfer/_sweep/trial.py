@@ -188,7 +188,7 @@ def proxy_trial(config: dict, data=None, study=None, options: dict | None = None
 
     options: study_dir, threads, device, fail_trials, target_size (train the target's model instead of the
     proxy's: the direct-tuning baseline, ``sweep --baseline direct``), plan (the model's memory plan, made
-    by the driver: SweepContext.memory_plan; None: the trainer plans it).
+    by the driver: Session.memory_plan; None: the trainer plans it).
     """
     from ray import tune  # noqa: PLC0415 -- deferred: Ray loads only when a sweep runs, not with `import mutransfer._sweep` (mutransfer report)
 

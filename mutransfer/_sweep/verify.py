@@ -42,18 +42,20 @@ import torch
 
 from mutransfer._diagnostics.statistics import mean_ci
 from mutransfer._landscape.analysis import NOT_RESOLVED
+from mutransfer._study import Study
 from mutransfer._study.models import model_for, train_config
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep._executors import JobFailed
-from mutransfer._sweep.context import SweepContext, SweepError, final_search
+from mutransfer._sweep.context import SweepError
 from mutransfer._sweep.cost import epoch_flops
+from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.train_target import first_line
 from mutransfer._sweep.verify_transfer import compare, proxy_grid
 from mutransfer._sweep.verify_transfer import seed_optima as fit_seeds
 from mutransfer._tracking.runs import PARENT_TAG, RUN_NAME_TAG, create_run, log_batch
 from mutransfer._training import train
 
-#: the verification's slot in ``SweepContext.records``, its ``state.json`` and report key
+#: the verification's slot in ``Made.records``, its ``state.json`` and report key
 NAME = "verification"
 #: grid spacing of the verification in decades (the issue asks for <= 0.25)
 SPACING_DECADES = 0.25
@@ -282,31 +284,30 @@ class Grid(NamedTuple):
     target: bool = True
 
 
-def run_grid(ctx: SweepContext, lrs: list[float], seeds: list[int], kind: str) -> list[dict]:
-    """Train the target at every (lr, seed) as Ray tasks; each logged as an MLflow child run of kind ``kind``."""
-    return run_grids(ctx, [Grid(kind, lrs, seeds, ctx.study, ctx.transfer.hp)])[0]
-
-
-def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
+def run_grids(session: Session, grids: list[Grid]) -> list[list[dict]]:
     """Every grid's (lr, seed) trainings through the study's executor, submitted together (the proxy's short ones fill
     the slots the target's leave), each logged as an MLflow child run of its grid's kind; the records per grid, in
     ``grids``' order."""
     # the optima are selections: validation rows, never the test split; the proxy's on its own grid
-    proxy = ctx.proxy_data
+    proxy = session.proxy_data
     points, jobs = [], []
     for i, grid in enumerate(grids):
         r = grid.study.resources  # the trials' resources: CPUs, or GPU shares when the proxies train on GPUs
         device = "cuda" if r.gpus_per_trial > 0 else "cpu"
         for lr in grid.lrs:
             for seed in grid.seeds:
-                data = ctx.selection_data if grid.target else proxy
+                data = session.selection_data if grid.target else proxy
                 jobs.append((grid.study, grid.hp, data, lr, seed, r.cpus_per_trial, device, grid.target))
                 points.append((i, lr, seed))
     records: list[list[dict]] = [[] for _ in grids]
     total, finished = len(jobs), 0
-    r = ctx.study.resources
-    done = ctx.executor.grid(
-        train_target_at, jobs, threads=r.cpus_per_trial, gpus=r.gpus_per_trial, retries=ctx.study.budget.max_failures
+    r = session.study.resources
+    done = session.executor.grid(
+        train_target_at,
+        jobs,
+        threads=r.cpus_per_trial,
+        gpus=r.gpus_per_trial,
+        retries=session.study.budget.max_failures,
     )
     while finished < total:
         try:
@@ -322,25 +323,25 @@ def run_grids(ctx: SweepContext, grids: list[Grid]) -> list[list[dict]]:
         i = points[j][0]
         grid = grids[i]
         records[i].append(record)
-        _log_point(ctx, grid.kind, record, grid.study, grid.target)
-        ctx.say(
+        _log_point(session, grid.kind, record, grid.study, grid.target)
+        session.say(
             f"  {grid.kind} [{finished}/{total}] lr={record['lr']:.4g} seed={record['seed']}: "
             f"{record['status']} val {record['val_error']:.4g}"
         )
     return records
 
 
-def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool = True) -> None:
+def _log_point(session: Session, kind: str, record: dict, study, target: bool = True) -> None:
 
-    client = ctx.tracker.client
+    client = session.tracker.client
     run_id = create_run(
         client,
-        ctx.experiment_id,
+        session.experiment_id,
         {
-            PARENT_TAG: ctx.parent_id,
+            PARENT_TAG: session.parent_id,
             RUN_NAME_TAG: f"{kind} lr={record['lr']:.4g} seed={record['seed']}",
             "mutransfer.kind": kind,
-            "mutransfer.study": ctx.study.name,  # the study's name (a ladder rung's proxy too)
+            "mutransfer.study": session.study.name,  # the study's name (a ladder rung's proxy too)
             "mutransfer.status": record["status"],
         },
     )
@@ -359,21 +360,27 @@ def _log_point(ctx: SweepContext, kind: str, record: dict, study, target: bool =
             "width": (study.target_width or study.operator.width) if target else study.operator.width,
         },
     )
-    ctx.tracker.set_status(run_id, "FINISHED")
+    session.tracker.set_status(run_id, "FINISHED")
 
 
-def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records: list[dict] | None = None) -> dict:
+def grid_cost(
+    session: Session,
+    records: list[dict],
+    wall: float,
+    proxy_records: list[dict] | None = None,
+    search: Study | None = None,
+) -> dict:
     """Device-seconds of ``records`` and ``proxy_records`` (the phase's wall × the CPUs its tasks held), the trainers'
     part, the rest (Ray task start-up, data transfer, MLflow, idle slots) as overhead, and FLOPs (the target's per
-    epoch for ``records``, the proxy's for ``proxy_records``); ``proxy``: the proxy grid's own share."""
+    epoch for ``records``, the proxy's of ``search`` for ``proxy_records``); ``proxy``: the proxy grid's own share."""
     proxies = list(proxy_records or [])
     every = records + proxies
     threads = max((int(r["threads"]) for r in every), default=1)
-    held = ctx.executor.held_cpus(len(every), threads)
+    held = session.executor.held_cpus(len(every), threads)
     trainer = sum(r["trainer_seconds"] * r["threads"] for r in every)
     device = max(wall * held, sum(r["wall_seconds"] * r["threads"] for r in every))
-    shape = tuple(ctx.data.train_x.shape[1:])
-    per_epoch = epoch_flops(ctx.study, ctx.study.target_K, ctx.study.target_width, shape)
+    shape = tuple(session.data.train_x.shape[1:])
+    per_epoch = epoch_flops(session.study, session.study.target_K, session.study.target_width, shape)
     flops = None if per_epoch is None else sum(int(r["epochs"]) for r in records) * per_epoch
     cost = {
         "trainings": len(every),
@@ -384,7 +391,7 @@ def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records
         "wall_seconds": wall,
     }
     if proxies:
-        search = final_search(ctx).study
+        search = search or session.study
         per_proxy = epoch_flops(search, search.proxy_K, search.operator.width, shape, search.proxy_resolution)
         proxy_flops = None if per_proxy is None else sum(int(r["epochs"]) for r in proxies) * per_proxy
         cost["flops"] = None if flops is None or proxy_flops is None else flops + proxy_flops
@@ -396,42 +403,40 @@ def grid_cost(ctx: SweepContext, records: list[dict], wall: float, proxy_records
     return cost
 
 
-def verify_phase(ctx: SweepContext) -> None:
+def verify_phase(session: Session, made: Made) -> Made:
     """With ``--verify`` (mutransfer._sweep.strategies.verify runs it, once): train the target on the LR grid and the
-    proxy on the same master-LR grid around the search winner's LR, fit both optima and set the verification's
+    proxy on the same master-LR grid around the search winner's LR, fit both optima; ``made`` with the verification's
     record."""
 
-    options, transfer = ctx.options, ctx.transfer
-    if transfer is None:
-        raise RuntimeError("verify_phase runs after the transfer phase")
+    options, transfer = session.options, made.transfer
     lr = float(transfer.hp["lr"])
     grid = lr_grid(lr, options.verify_points)
-    seeds = [int(ctx.study.training.seed) + s for s in range(options.verify_seeds)]
-    search = final_search(ctx)
+    seeds = [int(session.study.training.seed) + s for s in range(options.verify_seeds)]
+    search = made.final(session.study)
     winner_hp = dict(search.best.hp)
     search_lr = float(winner_hp["lr"])
     pgrid = proxy_grid(grid, lr, search_lr)
-    ctx.say(
+    session.say(
         f"verification: the target at {len(grid)} LRs {grid[0]:.3g}..{grid[-1]:.3g} ({SPACING_DECADES} decades apart) "
-        f"x {len(seeds)} seed(s), {ctx.study.target.epochs} epochs each, and the proxy on the same master LRs around "
+        f"x {len(seeds)} seed(s), {session.study.target.epochs} epochs each, and the proxy on the same master LRs around "
         f"the search winner's {search_lr:.3g}, {search.study.budget.epochs} epochs each ..."
     )
     start = time.perf_counter()
     records, proxy_records = run_grids(
-        ctx,
+        session,
         [
-            Grid("verify_point", grid, seeds, ctx.study, transfer.hp),
+            Grid("verify_point", grid, seeds, session.study, transfer.hp),
             Grid("verify_proxy_point", pgrid, seeds, search.study, winner_hp, target=False),
         ],
     )
     result = analyse(records, lr, proxy_records=proxy_records, search_lr=search_lr)
     result.lr_factor = transfer.record.get("lr_factor")
-    result.cost = grid_cost(ctx, records, time.perf_counter() - start, proxy_records)
-    ctx.say(result.summary_line())
-    ctx.say(result.transfer_line() or "")
-    _log_verification(ctx, result)
-    ctx.records[NAME] = result
-    ctx.update_state(**{NAME: result.as_dict()})
+    result.cost = grid_cost(session, records, time.perf_counter() - start, proxy_records, search.study)
+    session.say(result.summary_line())
+    session.say(result.transfer_line() or "")
+    _log_verification(session, result)
+    session.update_state(**{NAME: result.as_dict()})
+    return made.with_record(NAME, result)
 
 
 def transfer_metrics(v: dict | None, now: int) -> list[tuple]:
@@ -449,7 +454,7 @@ def transfer_metrics(v: dict | None, now: int) -> list[tuple]:
     return [m for m in out if m[1] is not None]
 
 
-def _log_verification(ctx: SweepContext, result: Verification) -> None:
+def _log_verification(session: Session, result: Verification) -> None:
     now = int(time.time() * 1000)
     metrics = [
         ("verify_error_at_transferred", result.error_at_transferred, now, 0),
@@ -462,11 +467,11 @@ def _log_verification(ctx: SweepContext, result: Verification) -> None:
     if result.regret:
         metrics.append(("verify_regret", result.regret["mean"], now, 0))
     log_batch(
-        ctx.tracker.client,
-        ctx.parent_id,
+        session.tracker.client,
+        session.parent_id,
         metrics=[m for m in metrics if m[1] is not None],
         tags={"mutransfer.verification": result.verdict[:250]},
     )
-    path = ctx.study_dir.root / "verification.json"
+    path = session.study_dir.root / "verification.json"
     write_atomic(path, json.dumps(result.as_dict(), indent=2))
-    ctx.tracker.client.log_artifact(ctx.parent_id, str(path), "verification")
+    session.tracker.client.log_artifact(session.parent_id, str(path), "verification")

@@ -29,6 +29,7 @@ from pathlib import Path
 from mutransfer._study.models import merge_hyperparameters
 from mutransfer._study.search_space import SIZE_KEYS
 from mutransfer._sweep.plan import total_trials, trial_key
+from mutransfer._sweep.session import Session
 from mutransfer._sweep.warm_start import SourceStudy, load_source
 from mutransfer._tracking.runs import log_batch
 from mutransfer.errors import UserInputError
@@ -39,7 +40,7 @@ WARM_TAG = "mutransfer.warm_start"
 #: a warm-started trial's MLflow tag: the source trial it came from
 WARM_TAG_FROM = "mutransfer.warm_start_from"
 WARM_FROM_TAG = "mutransfer.warm_start_from"
-#: the warm start's slot in ``SweepContext.records``, its ``state.json`` and report key
+#: the warm start's slot in ``Made.records``, its ``state.json`` and report key
 NAME = "warm_start"
 
 
@@ -309,28 +310,28 @@ def _rescale_note(source: SourceStudy, size: dict, rescale: dict) -> str:
 # --------------------------------------------------------------------------- the search (proxies) and the report
 
 
-def start_warm(ctx) -> list[tuple[dict, dict]]:
+def start_warm(session: Session) -> list[tuple[dict, dict]]:
     """Keep the warm start in state.json (first session), tag the parent run, say what seeds the search.
 
     Returns the plan's warm entries (none for a cold study; a nested search never asks: mutransfer._sweep.proxies).
     """
-    warm = ctx.record(NAME, WarmStart)
+    warm = session.record(NAME, WarmStart)
     if warm is None:
         return []
-    if not ctx.state.get("warm_start"):
-        ctx.update_state(warm_start=warm.as_dict())
-    if ctx.parent_id:
-        logged = ctx.tracker.client.get_run(ctx.parent_id).data.metrics
+    if not session.state.get("warm_start"):
+        session.update_state(warm_start=warm.as_dict())
+    if session.parent_id:
+        logged = session.tracker.client.get_run(session.parent_id).data.metrics
         metrics = (
             []
             if "warm_start_trials" in logged
             else [("warm_start_trials", len(warm.trials), int(time.time() * 1000), 0)]
         )
-        log_batch(ctx.tracker.client, ctx.parent_id, metrics=metrics, tags={WARM_TAG: warm.source})
+        log_batch(session.tracker.client, session.parent_id, metrics=metrics, tags={WARM_TAG: warm.source})
     keys = ", ".join(f"{t.key}<-{t.source_trial}" for t in warm.trials)
-    ctx.say(f"warm start: {len(warm.trials)} trial(s) from study {warm.source!r} ({keys})")
+    session.say(f"warm start: {len(warm.trials)} trial(s) from study {warm.source!r} ({keys})")
     for note in warm.notes:
-        ctx.say(f"note: warm start: {note}")
+        session.say(f"note: warm start: {note}")
     return warm.plan_entries()
 
 

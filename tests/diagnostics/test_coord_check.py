@@ -203,11 +203,12 @@ def test_rough_burgers_sp_first_layer_update_grows_and_mup_holds_it_flat(rough):
     assert difference_ci(sp["fourier_1"].seed_slopes, mup["fourier_1"].seed_slopes).lo > 0.05  # SP's grows more
 
 
-# --------------------------------------------------------------------------- the sweep's gate (phase on a context)
+# --------------------------------------------------------------------------- the sweep's gate (a step of the sweep)
 
 
 def _gate_context(tmp_path, tiny_file, parametrization, *, module: str | None = None, module_name: str = ""):
-    """A SweepContext stand-in with what coord_check_gate reads: the tiny study (K 6 → 24, width 16, 2 layers);
+    """A stand-in for the session and what the steps made (its transfer), with what coord_check_gate reads: the tiny
+    study (K 6 → 24, width 16, 2 layers);
     ``module``: the text of a user's module ``module_name``.py beside the study file, its ``operator.type:
     "<module_name>:build"`` (a process imports a module once, and the suite's in-process tests share processes: a
     name of the test's own)."""
@@ -254,7 +255,7 @@ def test_the_check_flags_a_wrong_parametrization_and_the_sweep_goes_on(tiny_file
     from mutransfer._sweep.gate import coord_check_gate
 
     ctx = _gate_context(tmp_path, tiny_file, "mup")
-    coord_check_gate(ctx)  # no SweepError: reported only
+    coord_check_gate(ctx, ctx)  # no SweepError: reported only
     message = ctx.said[-1]
     assert "\n" not in message and message.startswith("coordinate check flagged mup: ") and ", slope " in message
     assert "K = [6, 12, 24]" in message and "Reported only" in message and "--verify" in message
@@ -277,14 +278,14 @@ def test_the_check_on_smooth_burgers_as_measured(tiny_file, tmp_path):
 
     (tmp_path / "sp").mkdir()
     ctx = _gate_context(tmp_path / "sp", tiny_file, "standard")
-    coord_check_gate(ctx)
+    coord_check_gate(ctx, ctx)
     assert ctx.state["coord_check"]["verdict"] == "pass" and "passed" in ctx.said[-1]
-    coord_check_gate(ctx)  # already run: not again
+    coord_check_gate(ctx, ctx)  # already run: not again
     assert len([x for x in ctx.logged if isinstance(x, str)]) == 2
 
     (tmp_path / "mup").mkdir()
     ctx = _gate_context(tmp_path / "mup", tiny_file, "mup")
-    coord_check_gate(ctx)
+    coord_check_gate(ctx, ctx)
     assert ctx.state["coord_check"]["verdict"] == "flagged" and ctx.said[-1].startswith(
         "coordinate check flagged mup: "
     )
@@ -316,7 +317,7 @@ def test_on_a_users_factory_the_gate_passes_its_spectral_layers_and_flags_one_sc
 
     (tmp_path / "right").mkdir()
     ctx = _gate_context(tmp_path / "right", tiny_file, "mup", module=USER_MODULE, module_name="gate_user_model")
-    coord_check_gate(ctx)
+    coord_check_gate(ctx, ctx)
     assert ctx.state["coord_check"]["verdict"] == "pass", ctx.said
     assert ctx.said[-1].startswith("coordinate check passed: the update of the layers holding the spectral weights")
     payload = json.loads((tmp_path / "right" / "coord_check.json").read_text())
@@ -328,7 +329,7 @@ def test_on_a_users_factory_the_gate_passes_its_spectral_layers_and_flags_one_sc
     assert scaled != USER_MODULE
     (tmp_path / "scaled").mkdir()
     ctx = _gate_context(tmp_path / "scaled", tiny_file, "mup", module=scaled, module_name="gate_kscaled_model")
-    coord_check_gate(ctx)  # reported, not raised
+    coord_check_gate(ctx, ctx)  # reported, not raised
     record, message = ctx.state["coord_check"], ctx.said[-1]
     assert record["verdict"] == "flagged" and record["blocks"] is False
     assert "\n" not in message and message.startswith("coordinate check flagged mup: K     mup    spectral grows")
@@ -339,7 +340,7 @@ def test_on_a_users_factory_the_gate_passes_its_spectral_layers_and_flags_one_sc
     assert failing != USER_MODULE
     (tmp_path / "failing").mkdir()
     ctx = _gate_context(tmp_path / "failing", tiny_file, "mup", module=failing, module_name="gate_failing_model")
-    coord_check_gate(ctx)
+    coord_check_gate(ctx, ctx)
     assert ctx.state["coord_check"]["verdict"] == "error" and "could not run the model" in ctx.said[-1]
 
 
@@ -359,7 +360,7 @@ def test_on_a_users_factory_the_gate_steps_at_the_transferred_init_scale_and_cli
         (tmp_path / label).mkdir()
         ctx = _gate_context(tmp_path / label, tiny_file, "mup", module=USER_MODULE, module_name="gate_knob_model")
         ctx.transfer.hp = {"lr": 3e-3, **knobs}
-        coord_check_gate(ctx)
+        coord_check_gate(ctx, ctx)
         payload = json.loads((tmp_path / label / "coord_check.json").read_text())
         assert {k: payload[k] for k in knobs} == knobs
         (curve,) = [c for c in payload["curves"] if c["rule"] == "mup"]

@@ -187,12 +187,10 @@ def test_the_start_callback_acts_once_everything_is_handed_out_a_retry_is_told_a
 def test_a_retried_trial_calls_the_waiting_target_off_at_once_and_none_starts_early_after(tiny_data, tmp_path):
     """EarlyTarget.trial_retried: a run waiting for its order is called off without waiting for its end (Tune's
     loop calls this), and no run is started early after it (the cluster may have lost a node)."""
-    from mutransfer._study_folder.state import StudyDir
-    from mutransfer._sweep.context import SweepContext, SweepOptions
     from mutransfer._sweep.early_target import EarlyTarget
 
     study = load_study(write_tiny_study(tmp_path, tiny_data))[0]
-    ctx = SweepContext(SweepOptions(quiet=True), study, StudyDir(tmp_path / "s"), [], "sqlite:///x.db", "", {}, 0)
+    said: list[str] = []
 
     class Waiting:  # what EarlyTarget holds of a started run: its calling off
         def __init__(self) -> None:
@@ -201,11 +199,12 @@ def test_a_retried_trial_calls_the_waiting_target_off_at_once_and_none_starts_ea
         def cancel(self, timeout: float = 10.0) -> None:
             self.timeouts.append(timeout)
 
-    early, waiting = EarlyTarget(ctx), Waiting()
+    early, waiting = EarlyTarget(study, None, tmp_path / "s", said.append), Waiting()  # type: ignore[arg-type]
     early.run, early.started = waiting, True  # type: ignore[assignment]
     early.trial_retried()
     assert waiting.timeouts == [0.0] and early.run is None
-    fresh = EarlyTarget(ctx)
+    assert said and "called off" in said[0]
+    fresh = EarlyTarget(study, None, tmp_path / "s", said.append)  # type: ignore[arg-type]
     fresh.trial_retried()  # before any start: none will be made (start() returns at once, Ray untouched)
     assert fresh.started and fresh.run is None
     fresh.start(live_trials=0)
@@ -272,7 +271,7 @@ class _Run:
 def test_the_target_phase_takes_only_a_waiting_run_for_its_folder(tmp_path, finished, folder, taken):
     from mutransfer._sweep.early_target import EarlyTarget
 
-    early = EarlyTarget(SimpleNamespace(study_dir=SimpleNamespace(root=tmp_path / "study")))
+    early = EarlyTarget(None, None, tmp_path / "study", print)  # type: ignore[arg-type]
     run = early.run = _Run(finished)
     got = early.take(Path(tmp_path / folder))
     assert (got is run) is taken and run.cancelled is not taken  # a run it does not take is called off

@@ -158,6 +158,6 @@ def test_unreachable_endpoints_fail_the_sweep_before_anything_exists(tmp_path, m
     from mutransfer._sweep.prepare import prepare, take_lock
 
     monkeypatch.chdir(tmp_path)
-    ctx = prepare(SweepOptions(study_path=str(data_ok), overrides={"name": "ep"}, quiet=True))
-    take_lock(ctx).release()
-    assert not ctx.study_dir.exists()
+    prepared = prepare(SweepOptions(study_path=str(data_ok), overrides={"name": "ep"}, quiet=True))
+    take_lock(prepared).release()
+    assert not prepared.study_dir.exists()

@@ -227,22 +227,18 @@ def test_attention_operators_climb_in_width_and_refuse_K():
 
 
 def test_top_k_takes_its_candidates_from_the_last_rung_and_transfers_from_its_size():
-    from types import SimpleNamespace
-
+    from mutransfer._sweep.context import ProxyResults
+    from mutransfer._sweep.session import Made
     from mutransfer._sweep.topk import candidates, carry
 
     study = _study(ladder=[4, 8, 16], top_k=2)
     proxies = [_trial("t0000", "completed", 0.001), _trial("t0001", "completed", 0.002)]
     last = [_trial("t0000", "completed", 0.03), _trial("t0001", "completed", 0.01), _trial("t0002", "pruned", 0.02)]
     ladder = LadderResults([_rung(0, 4, proxies, ["t0000"]), _rung(2, 16, last, ["t0001", "t0000"])], 0.5)
-    ctx = SimpleNamespace(
-        study=study,
-        final_search=ladder.final_search(study),
-        made_transfer=None,
-        proxies=SimpleNamespace(trials=proxies),
-    )
-    assert [t.val_error for t in candidates(ctx, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
-    record = carry(ctx, _trial("t0001", "completed", 0.01)).record
+    made = Made(made_proxies=ProxyResults(proxies, proxies[0], 1), final_search=ladder.final_search(study))
+    search = made.final(study)
+    assert [t.val_error for t in candidates(search, 2)] == [0.01, 0.03]  # the last rung's, not the proxies' best
+    record = carry(search, made.made_transfer, _trial("t0001", "completed", 0.01)).record
     assert (record["proxy_modes"], record["target_modes"]) == (16, 24)
     assert record["lr_factor"] == pytest.approx(math.sqrt(math.log(16) / math.log(24)))
     assert "rung 2's best 2 (t0001, t0000; --top-k)" in "\n".join(rung_lines(ladder.summaries()))

@@ -15,8 +15,8 @@ import pytest
 from mutransfer._sweep import strategies
 from mutransfer._sweep._executors import TargetJob
 from mutransfer._sweep._ledger import LEDGER_FILE, Booking, Ledger
-from mutransfer._sweep.context import SweepContext
 from mutransfer._sweep.cost import model_epoch_flops
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer._sweep.strategies import Placement, Strategy
 from tests.sweep_helpers import write_tiny_study
 
@@ -35,21 +35,22 @@ class Retrain(Strategy):
     def __init__(self, cost_side: str = "mutransfer"):
         self.cost_side = cost_side  # type: ignore[assignment]
 
-    def active(self, ctx: SweepContext) -> bool:
+    def active(self, study: Prepared) -> bool:
         return True
 
     def phases(self) -> tuple[Placement, ...]:
-        def retrain(ctx: SweepContext) -> None:
+        def retrain(session: Session, made: Made) -> Made:
             for i in range(EXTRA):
                 job = TargetJob(
-                    ctx.study,
-                    ctx.transfer.hp,
-                    ctx.data,
-                    ctx.study_dir.root / "retrain" / str(i),
+                    session.study,
+                    made.transfer.hp,
+                    session.data,
+                    session.study_dir.root / "retrain" / str(i),
                     False,
-                    ctx.study.budget.max_failures,
+                    session.study.budget.max_failures,
                 )
-                ctx.executor.target(job, None)
+                session.executor.target(job, None)
+            return made
 
         return (Placement("train_target", retrain),)
 

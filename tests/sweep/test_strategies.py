@@ -2,7 +2,8 @@
 sweep's phase order, its resume, the report (JSON, text, cost), the HTML page's sections and the parent run's
 metrics, without a line of the sweep naming it; it is unregistered afterwards.
 
-No Ray and no training: the context is made by hand, as the phases would have left it before the report.
+No Ray and no training: the session and what the steps made are made by hand, as the steps would have left them
+before the report.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from mutransfer._sweep import strategies
 from mutransfer._sweep.context import (
     ProxyResults,
     StudyData,
-    StudyRun,
-    SweepContext,
-    SweepOptions,
     TrainedTarget,
     TransferResult,
     pick_best,
@@ -31,8 +29,10 @@ from mutransfer._sweep.context import (
 from mutransfer._sweep.finish import _build
 from mutransfer._sweep.report import format_report
 from mutransfer._sweep.runner import PHASES
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer._sweep.strategies import CostShare, Placement, Strategy
 from mutransfer._sweep.target import TargetOutcome
+from tests.sweep_helpers import prepared_by_hand, session_by_hand
 
 
 @dataclass
@@ -60,23 +60,23 @@ class Audit(Strategy):
     def __init__(self):
         self.calls = 0
 
-    def active(self, ctx: SweepContext) -> bool:
+    def active(self, study: Prepared) -> bool:
         return True
 
     def phases(self) -> tuple[Placement, ...]:
-        def audit_phase(ctx: SweepContext) -> None:
+        def audit_phase(session: Session, made: Made) -> Made:
             self.calls += 1
-            record = AuditRecord(float(ctx.transfer.hp["lr"]))
-            ctx.records[self.name] = record
-            ctx.update_state(audit=record.as_dict())
+            record = AuditRecord(float(made.transfer.hp["lr"]))
+            session.update_state(audit=record.as_dict())
+            return made.with_record(self.name, record)
 
         return (Placement("transfer_phase", audit_phase),)
 
-    def restore(self, ctx: SweepContext) -> AuditRecord | None:
-        return AuditRecord.from_state(ctx.state)
+    def restore(self, study: Prepared) -> AuditRecord | None:
+        return AuditRecord.from_state(study.state)
 
-    def section(self, ctx: SweepContext) -> dict | None:
-        record = ctx.record(self.name, AuditRecord)
+    def section(self, made: Made) -> dict | None:
+        record = made.record(self.name, AuditRecord)
         return record.as_dict() if record is not None else None
 
     def count_cost(self, compute: dict, section) -> CostShare:
@@ -112,24 +112,23 @@ def _trial(i: int, error: float) -> TrialRecord:
     )
 
 
-def _context(root, state: dict) -> SweepContext:
-    """A context as the phases leave it before the report: proxies, transfer, target, data."""
+def _context(root, state: dict) -> tuple[Session, Made]:
+    """A session and what its steps made before the report: proxies, transfer, target, data."""
     from mutransfer._sweep.rescale import transfer
 
     study, _ = load_study(None)
-    sdir = StudyDir(root)
-    sdir.root.mkdir(parents=True, exist_ok=True)
-    ctx = SweepContext(SweepOptions(quiet=True), study, sdir, [], "sqlite:///x.db", "", state, 0)
-    trials = [_trial(0, 0.3), _trial(1, 0.2)]
-    ctx.proxies = ProxyResults(trials, pick_best(trials), 1, seconds=4.0)
-    record, hp = transfer(study, ctx.proxies.best)
-    ctx.transfer = TransferResult(record, hp, ctx.proxies.best, ctx.proxies.best.trial_id)
-    target = TargetOutcome("completed", 0.1, 2, trainer_seconds=1.5, wall_seconds=4.0, device_seconds=4.0)
-    ctx.trained = TrainedTarget(target, "target-run")
-    ctx.run = StudyRun("experiment", "parent-run")
+    StudyDir(root).root.mkdir(parents=True, exist_ok=True)
     fit = SimpleNamespace(train_x=torch.zeros(4, 64, 1))
-    ctx.loaded = StudyData(fit, fit, fit, root / "data.h5")
-    return ctx
+    session = session_by_hand(prepared_by_hand(study, root, state), StudyData(fit, fit, fit, root / "data.h5"))
+    trials = [_trial(0, 0.3), _trial(1, 0.2)]
+    proxies = ProxyResults(trials, pick_best(trials), 1, seconds=4.0)
+    record, hp = transfer(study, proxies.best)
+    target = TargetOutcome("completed", 0.1, 2, trainer_seconds=1.5, wall_seconds=4.0, device_seconds=4.0)
+    return session, Made(
+        made_proxies=proxies,
+        made_transfer=TransferResult(record, hp, proxies.best, proxies.best.trial_id),
+        trained=TrainedTarget(target, "target-run"),
+    )
 
 
 def test_the_registry_holds_the_five_strategies_in_order():
@@ -143,26 +142,26 @@ def test_the_registry_holds_the_five_strategies_in_order():
 
 
 def test_a_registered_strategy_runs_after_its_anchor_and_resumes_from_its_record(tmp_path, audit):
-    ctx = _context(tmp_path / "study", {})
-    order = strategies.ordered_phases(PHASES, ctx)
+    session, made = _context(tmp_path / "study", {})
+    order = strategies.ordered_phases(PHASES, session)
     names = [name for name, _ in order]
     assert names.index("audit_phase") == names.index("transfer_phase") + 1
     assert names[:3] == ["run_proxies", "climb_ladder", "transfer_phase"] and names[-1] == "write_report"
-    dict(order)["audit_phase"](ctx)
-    assert audit.calls == 1 and ctx.records["audit"] == AuditRecord(ctx.transfer.hp["lr"])
+    after = dict(order)["audit_phase"](session, made)
+    assert audit.calls == 1 and after.records["audit"] == AuditRecord(made.transfer.hp["lr"])
+    assert "audit" not in made.records  # the step returned its record; what it was given is unchanged
     state = json.loads((tmp_path / "study" / "state.json").read_text())
-    assert state["audit"] == {"lr": ctx.transfer.hp["lr"]}
+    assert state["audit"] == {"lr": made.transfer.hp["lr"]}
 
-    resumed = _context(tmp_path / "study", StudyDir(tmp_path / "study").read_state())  # a new driver, --resume
-    dict(strategies.ordered_phases(PHASES, resumed))["audit_phase"](resumed)
-    assert audit.calls == 1 and resumed.records["audit"] == ctx.records["audit"]  # restored, not run again
+    resumed, again = _context(tmp_path / "study", StudyDir(tmp_path / "study").read_state())  # a new driver, --resume
+    restored = dict(strategies.ordered_phases(PHASES, resumed))["audit_phase"](resumed, again)
+    assert audit.calls == 1 and restored.records["audit"] == after.records["audit"]  # restored, not run again
 
 
 def test_a_registered_strategy_reaches_the_report_text_cost_page_and_metrics(tmp_path, audit):
-    plain = _build(_context(tmp_path / "plain", {}), 20.0)
-    ctx = _context(tmp_path / "study", {})
-    ctx.records["audit"] = AuditRecord(0.002)
-    report = _build(ctx, 20.0)
+    plain = _build(*_context(tmp_path / "plain", {}), 20.0)
+    session, made = _context(tmp_path / "study", {})
+    report = _build(session, made.with_record("audit", AuditRecord(0.002)), 20.0)
     assert report["audit"] == {"lr": 0.002} and plain["audit"] is None
     for key in ("rungs", "top_k", "verification", "direct_baseline", "warm_start"):  # the others did not run
         assert report[key] is None

@@ -26,11 +26,10 @@ from mutransfer._sweep.context import (
     ProxyResults,
     StudyData,
     StudyRun,
-    SweepContext,
-    SweepOptions,
     pick_best,
     ranked,
 )
+from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.target import TargetOutcome
 from mutransfer._sweep.topk import (
     Candidate,
@@ -42,7 +41,7 @@ from mutransfer._sweep.topk import (
     train_top_k,
 )
 from mutransfer.errors import UserInputError
-from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text
+from tests.sweep_helpers import K_ONLY_STUDY, k_only_study_text, prepared_by_hand, session_by_hand
 
 
 def _trial(i: int, status: str, error: float | None, lr: float = 1e-3) -> TrialRecord:
@@ -74,9 +73,9 @@ def test_candidates_are_the_n_best_and_fewer_when_fewer_reported():
     proxies = ProxyResults(
         [_trial(0, "completed", 0.4), _trial(1, "failed", None), _trial(2, "completed", 0.2)], None, 1
     )
-    ctx = SimpleNamespace(final_search=None, study=None, proxies=proxies)
-    assert [t.trial_id for t in candidates(ctx, 1)] == ["t0002"]
-    assert [t.trial_id for t in candidates(ctx, 3)] == ["t0002", "t0000"]  # t0001 has no error: only 2 carried
+    search = Made(made_proxies=proxies).final(load_study(K_ONLY_STUDY)[0])
+    assert [t.trial_id for t in candidates(search, 1)] == ["t0002"]
+    assert [t.trial_id for t in candidates(search, 3)] == ["t0002", "t0000"]  # t0001 has no error: only 2 carried
 
 
 def _cand(rank: int, error, status: str = "completed") -> Candidate:
@@ -97,9 +96,7 @@ def test_carry_is_the_mup_transfer_of_the_candidate():
     """K 6 -> 24 (the quick study, 1-D): the spectral LR and init std scale by sqrt(log 6 / log 24); master LR unchanged."""
     study, _ = load_study(K_ONLY_STUDY)
     trial = _trial(7, "completed", 0.1, lr=3e-3)
-    result = carry(
-        SimpleNamespace(study=study, final_search=FinalSearch([trial], trial, study), made_transfer=None), trial
-    )
+    result = carry(FinalSearch([trial], trial, study), None, trial)
     factor = math.sqrt(math.log(study.proxy_K) / math.log(study.target_K))
     assert study.dim == 1 and math.isclose(result.record["lr_factor"], factor, rel_tol=1e-12)
     assert math.isclose(
@@ -121,21 +118,17 @@ def _outcome(error: float, checkpoint: Path):
     )
 
 
-def _context(tmp_path: Path, study, tracker, state: dict) -> SweepContext:
+def _context(tmp_path: Path, study, tracker, state: dict) -> tuple[Session, Made]:
     import torch
 
-    from mutransfer._study_folder.state import StudyDir
-
-    sdir = StudyDir(tmp_path / "study")
-    sdir.root.mkdir(parents=True, exist_ok=True)
-    ctx = SweepContext(SweepOptions(quiet=True), study, sdir, [], tracker.uri, "", state, 0)
+    (tmp_path / "study").mkdir(parents=True, exist_ok=True)
+    prepared = prepared_by_hand(study, tmp_path / "study", state, tracking_uri=tracker.uri, tracker=tracker)
     trials = [_trial(0, "completed", 0.4), _trial(1, "completed", 0.2), _trial(2, "pruned", 0.3)]
-    ctx.proxies = ProxyResults(trials, pick_best(trials), 1)
     fit = SimpleNamespace(train_x=torch.zeros(4, 64, 1))
-    ctx.loaded = StudyData(fit, fit, fit, tmp_path / "data.h5")
-    ctx.tracker, experiment_id = tracker, tracker.ensure_experiment("topk")
-    ctx.run = StudyRun(experiment_id, tracker.client.create_run(experiment_id).info.run_id)
-    return ctx
+    experiment_id = tracker.ensure_experiment("topk")
+    run = StudyRun(experiment_id, tracker.client.create_run(experiment_id).info.run_id)
+    session = session_by_hand(prepared, StudyData(fit, fit, fit, tmp_path / "data.h5"), run=run)
+    return session, Made(made_proxies=ProxyResults(trials, pick_best(trials), 1))
 
 
 def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruption(tmp_path):
@@ -157,9 +150,9 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
             raise _Stop
         return _outcome(errors[key], storage_dir / "target" / "final"), run_id
 
-    ctx = _context(tmp_path, study, tracker, {})
+    ctx, made = _context(tmp_path, study, tracker, {})
     with pytest.raises(_Stop):
-        train_top_k(ctx, lambda *a, **k: fit(*a, **k, stop_at="t0000"))
+        train_top_k(ctx, made, lambda *a, **k: fit(*a, **k, stop_at="t0000"))
     stored = json.loads((ctx.study_dir.root / "state.json").read_text())
     assert [d["trial_id"] for d in stored["topk_targets"]] == ["t0001"] and set(stored["topk_run_ids"]) == {
         "t0001",
@@ -168,19 +161,19 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
     assert stored["topk_targets"][0]["outcome"]["checkpoint_dir"] == "targets/t0001/target/final"  # kept relative
 
     first_session = list(calls)
-    ctx = _context(tmp_path, study, tracker, stored)  # a new driver reads state.json
+    ctx, made = _context(tmp_path, study, tracker, stored)  # a new driver reads state.json
     calls.clear()
-    train_top_k(ctx, fit)
+    made = train_top_k(ctx, made, fit)
     assert [c[0] for c in calls] == ["t0000", "t0002"]  # candidate 1 is not trained again
     assert calls[0][1] == first_session[1][1]  # candidate 2 continues under its own MLflow run
-    top = ctx.records["top_k"].candidates
+    top = made.records["top_k"].candidates
     assert [c.rank for c in top] == [1, 2, 3] and [c.winner for c in top] == [False, True, False]
-    assert ctx.target.test_error == 0.25 and ctx.target_run_id == stored["topk_run_ids"]["t0000"]
-    assert ctx.transfer.hp == carry(ctx, ctx.proxies.trials[0]).hp
-    assert ctx.target.checkpoint_dir == str(ctx.study_dir.root / "targets" / "t0000" / "target" / "final")
+    assert made.target.test_error == 0.25 and made.target_run_id == stored["topk_run_ids"]["t0000"]
+    assert made.transfer.hp == carry(made.final(study), None, made.proxies.trials[0]).hp
+    assert made.target.checkpoint_dir == str(ctx.study_dir.root / "targets" / "t0000" / "target" / "final")
     state = json.loads((ctx.study_dir.root / "state.json").read_text())
-    assert state["target_run_id"] == ctx.target_run_id and state["target_outcome"]["test_error"] == 0.25
-    tags = {c.trial_id: tracker.client.get_run(c.mlflow_run_id).data.tags for c in ctx.records["top_k"].candidates}
+    assert state["target_run_id"] == made.target_run_id and state["target_outcome"]["test_error"] == 0.25
+    tags = {c.trial_id: tracker.client.get_run(c.mlflow_run_id).data.tags for c in made.records["top_k"].candidates}
     assert tags["t0000"]["mutransfer.topk_winner"] == "true" and tags["t0001"]["mutransfer.topk_winner"] == "false"
     assert tags["t0002"]["mutransfer.topk_rank"] == "3" and tags["t0002"]["mutransfer.proxy_trial"] == "t0002"
 
@@ -202,13 +195,13 @@ def test_a_stored_winner_without_its_mlflow_run_is_refused_on_resume_naming_the_
         remember_run(run_id)
         return _outcome(errors[key], storage_dir / "target" / "final"), run_id
 
-    train_top_k(_context(tmp_path, study, tracker, {}), fit)
+    train_top_k(*_context(tmp_path, study, tracker, {}), fit)
     stored = json.loads((tmp_path / "study" / "state.json").read_text())
     winner = next(c for c in stored["topk_targets"] if c["trial_id"] == "t0000")
     del winner["mlflow_run_id"]
     calls.clear()
     with pytest.raises(SweepError) as info:
-        train_top_k(_context(tmp_path, study, tracker, stored), fit)
+        train_top_k(*_context(tmp_path, study, tracker, stored), fit)
     assert calls == []  # both candidates were stored: none trained again
     message = str(info.value)
     assert "top-k: the winner, proxy trial t0000, names no MLflow run;" in message and "\n" not in message

@@ -349,11 +349,10 @@ def test_the_trainer_holds_the_plan_it_is_given_not_its_own(burgers_file, tmp_pa
 def test_the_sweep_plans_each_model_once_and_carries_the_plan(tmp_path):
     from mutransfer._study import load_study
     from mutransfer._study.memory import plan_step
-    from mutransfer._study_folder.state import StudyDir
-    from mutransfer._sweep.context import SweepContext, SweepOptions
+    from tests.sweep_helpers import prepared_by_hand
 
     study, _ = load_study(None)
-    ctx = SweepContext(SweepOptions(), study, StudyDir(tmp_path / "s"), [], "sqlite:///x.db", "", {}, 0)
+    ctx = prepared_by_hand(study, tmp_path / "s")
     proxy = ctx.memory_plan(target=False, device="cpu")
     assert ctx.memory_plan(target=False, device="cpu") is proxy  # made once, the same object handed on
     assert proxy == plan_step(study, target=False, device="cpu")
@@ -423,15 +422,16 @@ def test_the_plans_count_the_channels_of_a_data_file(tmp_path):
     )
     ctx = prepare(SweepOptions(study_text=spec.text, runs_dir=str(tmp_path / "runs"), executor="inprocess", quiet=True))
     one_channel = ctx.memory_plan(target=True, device="cpu")
-    _load_data(ctx)
-    assert ctx.data_channels == (3, 3)
-    target, proxy = ctx.memory_plan(target=True, device="cpu"), ctx.memory_plan(target=False, device="cpu")
+    data = _load_data(ctx)
+    assert data.channels == (3, 3)
+    target = ctx.memory_plan(target=True, device="cpu", channels=data.channels)
+    proxy = ctx.memory_plan(target=False, device="cpu", channels=data.channels)
 
     def count(model) -> int:
         return sum(p.numel() for p in model.parameters())
 
-    assert target.total_params == count(model_for(ctx.study, ctx.data, target=True))
-    assert proxy.total_params == count(model_for(ctx.study, ctx.proxy_data))
+    assert target.total_params == count(model_for(ctx.study, data.fit, target=True))
+    assert proxy.total_params == count(model_for(ctx.study, data.proxy))
     assert one_channel.total_params < target.total_params  # what the plans counted before the data were read
 
 
@@ -451,8 +451,7 @@ def test_a_target_that_fits_only_as_one_channel_is_refused_once_the_data_are_rea
     options = SweepOptions(study_text=spec.text, runs_dir=str(tmp_path / "runs"), executor="inprocess", quiet=True)
     ctx = prepare(options)
     one = ctx.memory_plan(target=True, device="cpu").total_bytes
-    _load_data(ctx)
-    three = ctx.memory_plan(target=True, device="cpu").total_bytes
+    three = ctx.memory_plan(target=True, device="cpu", channels=_load_data(ctx).channels).total_bytes
     assert one < three
     monkeypatch.setenv("MUTRANSFER_DEVICE_MEMORY", str((one + three) // 2))
     with pytest.raises(UserInputError, match="target .* needs .* but MUTRANSFER_DEVICE_MEMORY is"):

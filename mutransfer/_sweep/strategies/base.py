@@ -1,13 +1,16 @@
 """The interface of a search strategy: what the sweep asks of a ladder, top-k, a warm start, a verification, a baseline.
 
-A strategy is an object with a ``name`` (its slot in ``SweepContext.records``) and a
+A strategy is an object with a ``name`` (its slot in ``Made.records``, mutransfer._sweep.session) and a
 ``report_key`` (its key in the report JSON), and hooks the sweep's machinery calls in
 a loop over the registered strategies (mutransfer._sweep.strategies):
 
-- :meth:`Strategy.active`: whether this study and its options ask for it;
-- :meth:`Strategy.prepare`: at the end of ``prepare``, before any compute (checks, a record known up front);
+- :meth:`Strategy.active`: whether this study and its options ask for it (a :class:`Prepared` study);
+- :meth:`Strategy.prepare`: at the end of ``prepare``, before any compute: checks, and a record known up front,
+  returned;
 - :meth:`Strategy.phases`: its phase functions and where they run (:class:`Placement`: after a core phase of
-  mutransfer._sweep.runner, or instead of one);
+  mutransfer._sweep.runner, or instead of one); a phase is ``phase(session, made) -> made``: it reads the open
+  study (:class:`Session`) and what earlier steps made (:class:`Made`), and returns what it made, its record among
+  them (``made.with_record(name, record)``);
 - :meth:`Strategy.restore`: its finished record back from ``state.json`` (``--resume``: the phase is skipped);
 - :meth:`Strategy.section`: its report value; :meth:`Strategy.text_lines`: its lines of the text report;
   :meth:`Strategy.verdict`: its finding in words for the summary (and ``suggestion``: what it would add, when it
@@ -33,10 +36,11 @@ from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
 from mutransfer._study_folder.records import TrialRecord
-from mutransfer._sweep.context import StrategyRecord, SweepContext
+from mutransfer._sweep.context import StrategyRecord
+from mutransfer._sweep.session import Made, Prepared, Session
 
-#: a phase of the sweep: a function of the context
-Phase = Callable[[SweepContext], None]
+#: a step of the sweep: the open study and what earlier steps made in, what it made out
+Phase = Callable[[Session, Made], Made]
 
 
 class Placement(NamedTuple):
@@ -77,7 +81,7 @@ def number(value, fmt: str = ".4g") -> str:
 class Strategy(ABC):
     """A search strategy plugged into the sweep (see the module docstring for the hooks)."""
 
-    #: its slot in ``SweepContext.records``
+    #: its slot in ``Made.records``
     name: str = ""
     #: its key in the report JSON (always present: None when the strategy did not run)
     report_key: str = ""
@@ -96,31 +100,34 @@ class Strategy(ABC):
         return None
 
     @abstractmethod
-    def active(self, ctx: SweepContext) -> bool:
-        """Whether this study (``ctx.study``) and its options (``ctx.options``, ``ctx.state`` on resume) ask for it."""
+    def active(self, study: Prepared) -> bool:
+        """Whether this study (``study.study``) and its options (``study.options``, ``study.state`` on resume) ask for
+        it."""
 
-    def prepare(self, ctx: SweepContext) -> None:  # noqa: B027 - an optional hook, a no-op by default
-        """Called at the end of ``prepare`` for every registered strategy: refuse bad options (UserInputError), or set
-        a record known before any compute."""
+    def prepare(self, study: Prepared) -> StrategyRecord | None:
+        """Called at the end of ``prepare`` for every registered strategy: refuse bad options (UserInputError), or
+        return a record known before any compute (None by default)."""
+        return None
 
     def phases(self) -> tuple[Placement, ...]:
         """Its phases and where they run."""
         return ()
 
-    def seed_trials(self, ctx: SweepContext) -> list[tuple[dict, dict]]:
-        """(configuration, provenance) of the first trials of ``ctx``'s search, handed out in place of samples
+    def seed_trials(self, session: Session) -> list[tuple[dict, dict]]:
+        """(configuration, provenance) of the first trials of the study's own search, handed out in place of samples
         (a warm start); the provenance goes to each trial's ``warm_start.json``. None by default."""
         return []
 
-    def trial_tags(self, ctx: SweepContext) -> dict[str, dict[str, str]]:
-        """Extra MLflow tags of ``ctx``'s search's trials, by trial key (a warm start: each warm trial's source)."""
+    def trial_tags(self, study: Prepared) -> dict[str, dict[str, str]]:
+        """Extra MLflow tags of the study's own search's trials, by trial key (a warm start: each warm trial's
+        source)."""
         return {}
 
-    def restore(self, ctx: SweepContext) -> StrategyRecord | None:
-        """Its finished record from ``ctx.state`` (a resumed study), or None when its phase has to run (again)."""
+    def restore(self, study: Prepared) -> StrategyRecord | None:
+        """Its finished record from ``study.state`` (a resumed study), or None when its phase has to run (again)."""
         return None
 
-    def section(self, ctx: SweepContext) -> Any:
+    def section(self, made: Made) -> Any:
         """Its report value (JSON-ready), None when it has no record."""
         return None
 
@@ -129,7 +136,7 @@ class Strategy(ABC):
         add to the critical path. None (the default): its booked trainings are counted (``cost_side``)."""
         return None
 
-    def extra_costs(self, ctx: SweepContext) -> ExtraCosts:
+    def extra_costs(self, session: Session, made: Made) -> ExtraCosts:
         """Its trainings as measured cost records (the direct baseline's μTransfer side)."""
         return ExtraCosts()
 
@@ -162,18 +169,17 @@ class Strategy(ABC):
 
 def run_phase(strategy: Strategy, phase: Phase) -> Phase:
     """``phase`` as the sweep runs it: only when ``strategy`` is active, and not again when ``state.json`` holds its
-    finished record (which is set on the context instead)."""
+    finished record (which is returned in its place)."""
 
-    def step(ctx: SweepContext) -> None:
-        if not strategy.active(ctx):
-            return
-        if strategy.name not in ctx.records:
-            restored = strategy.restore(ctx)
+    def step(session: Session, made: Made) -> Made:
+        if not strategy.active(session):
+            return made
+        if strategy.name not in made.records:
+            restored = strategy.restore(session)
             if restored is not None:
-                ctx.records[strategy.name] = restored
-                return
-        with ctx.executor.tagged(strategy.name):  # its trainings are booked as its own (mutransfer._sweep._ledger)
-            phase(ctx)
+                return made.with_record(strategy.name, restored)
+        with session.executor.tagged(strategy.name):  # its trainings are booked as its own (mutransfer._sweep._ledger)
+            return phase(session, made)
 
     step.__name__ = phase.__name__  # the hold points (mutransfer._sweep.holds) keep the phase's name
     return step

@@ -12,14 +12,14 @@ from typing import Any
 
 from mutransfer._sweep.baseline import NAME, DirectBaseline, summary_line
 from mutransfer._sweep.baseline import direct_baseline_phase as run_baseline
-from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer._sweep.strategies.base import Placement, Strategy, number
 from mutransfer._sweep.strategies.registry import extra_costs
 
 
-def direct_baseline_phase(ctx: SweepContext) -> None:
+def direct_baseline_phase(session: Session, made: Made) -> Made:
     """Run the baseline with the other strategies' trainings on μTransfer's side (a ladder's rungs, top-k's targets)."""
-    run_baseline(ctx, extra_costs(ctx))
+    return made.with_record(NAME, run_baseline(session, made, extra_costs(session, made)))
 
 
 def baseline_lines(b: dict | None) -> list[str]:
@@ -101,17 +101,17 @@ class Baseline(Strategy):
     cost_side = "direct"  # the direct side itself: it measures what the ratios estimate
     suggestion = "runs the same search on the target itself and compares error and cost with muTransfer's"
 
-    def active(self, ctx: SweepContext) -> bool:
-        return ctx.options.baseline == "direct"
+    def active(self, study: Prepared) -> bool:
+        return study.options.baseline == "direct"
 
     def phases(self) -> tuple[Placement, ...]:
         return (Placement("log_model_phase", direct_baseline_phase),)
 
-    def restore(self, ctx: SweepContext) -> DirectBaseline | None:
-        return DirectBaseline.from_state(ctx.state)
+    def restore(self, study: Prepared) -> DirectBaseline | None:
+        return DirectBaseline.from_state(study.state)
 
-    def section(self, ctx: SweepContext) -> dict | None:
-        record = ctx.record(NAME, DirectBaseline)
+    def section(self, made: Made) -> dict | None:
+        record = made.record(NAME, DirectBaseline)
         return record.section() if record is not None else None
 
     def text_lines(self, section: Any, report: dict) -> list[str]:

@@ -1,7 +1,7 @@
 """The model-size ladder as a strategy (study field ``ladder``): rungs after the proxies (mutransfer._sweep.ladder).
 
 Its phase, ``climb_ladder``, runs after the proxies; the ladder's last rung becomes the search the transfer and
-top-k draw from (``ctx.final_search``). Report key ``rungs`` (a table after the best proxy); the rungs above the
+top-k draw from (``Made.final_search``). Report key ``rungs`` (a table after the best proxy); the rungs above the
 proxies count on μTransfer's side of the cost, beside the proxies.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mutransfer._sweep.context import SweepContext
 from mutransfer._sweep.cost import add_to_mutransfer
 from mutransfer._sweep.ladder import NAME, LadderResults, climb_ladder, rung_lines, rung_metrics
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer._sweep.strategies.base import CostShare, ExtraCosts, Placement, Strategy
 
 
@@ -32,21 +32,21 @@ class Ladder(Strategy):
     report_key = "rungs"
     text_place = "search"
 
-    def active(self, ctx: SweepContext) -> bool:
-        return bool(ctx.study.ladder_sizes())
+    def active(self, study: Prepared) -> bool:
+        return bool(study.study.ladder_sizes())
 
     def phases(self) -> tuple[Placement, ...]:
         return (Placement("run_proxies", climb_ladder),)
 
-    def section(self, ctx: SweepContext) -> list[dict] | None:
-        ladder = ctx.record(NAME, LadderResults)
+    def section(self, made: Made) -> list[dict] | None:
+        ladder = made.record(NAME, LadderResults)
         return ladder.summaries() if ladder is not None else None
 
     def count_cost(self, compute: dict, section: Any) -> CostShare:
         return CostShare(search=count_ladder(compute, section)) if section else CostShare()
 
-    def extra_costs(self, ctx: SweepContext) -> ExtraCosts:
-        ladder = ctx.record(NAME, LadderResults)
+    def extra_costs(self, session: Session, made: Made) -> ExtraCosts:
+        ladder = made.record(NAME, LadderResults)
         return ExtraCosts(search=tuple(ladder.extra_cost())) if ladder is not None else ExtraCosts()
 
     def text_lines(self, section: Any, report: dict) -> list[str]:

@@ -12,8 +12,9 @@ from typing import Any
 
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._sweep._ledger import Booking, booked_cost, tagged_bookings
-from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.context import StrategyRecord
 from mutransfer._sweep.cost import add_to_mutransfer
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer._sweep.strategies.base import CostShare, ExtraCosts, Phase, Strategy, run_phase
 
 #: every strategy the sweep knows, in order
@@ -39,28 +40,30 @@ def by_name(name: str) -> Strategy | None:
     return next((s for s in STRATEGIES if s.name == name), None)
 
 
-def prepare_strategies(ctx: SweepContext) -> None:
-    """Every strategy's ``prepare`` (mutransfer._sweep.prepare, before any compute)."""
-    for s in STRATEGIES:
-        s.prepare(ctx)
+def prepare_strategies(study: Prepared) -> dict[str, StrategyRecord]:
+    """Every strategy's ``prepare`` (mutransfer._sweep.prepare, before any compute); the records they know up front,
+    by strategy name."""
+    found = {s.name: s.prepare(study) for s in STRATEGIES}
+    return {name: record for name, record in found.items() if record is not None}
 
 
-def seed_trials(ctx: SweepContext) -> list[tuple[dict, dict]]:
-    """The active strategies' first trials of ``ctx``'s search (mutransfer._sweep.plan.SearchPlan's ``seeds``)."""
-    return [seed for s in STRATEGIES if s.active(ctx) for seed in s.seed_trials(ctx)]
+def seed_trials(session: Session) -> list[tuple[dict, dict]]:
+    """The active strategies' first trials of the study's own search (mutransfer._sweep.plan.SearchPlan's
+    ``seeds``)."""
+    return [seed for s in STRATEGIES if s.active(session) for seed in s.seed_trials(session)]
 
 
-def trial_tags(ctx: SweepContext) -> dict[str, dict[str, str]]:
-    """The active strategies' extra MLflow tags of ``ctx``'s search's trials, by trial key."""
+def trial_tags(study: Prepared) -> dict[str, dict[str, str]]:
+    """The active strategies' extra MLflow tags of the study's own search's trials, by trial key."""
     tags: dict[str, dict[str, str]] = {}
     for s in STRATEGIES:
-        if s.active(ctx):
-            for key, more in s.trial_tags(ctx).items():
+        if s.active(study):
+            for key, more in s.trial_tags(study).items():
                 tags.setdefault(key, {}).update(more)
     return tags
 
 
-def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext, *, only_active: bool = False) -> list[tuple[str, Phase]]:
+def ordered_phases(core: tuple[Phase, ...], study: Prepared, *, only_active: bool = False) -> list[tuple[str, Phase]]:
     """(hold-point name, phase) in the order the sweep runs them: each core phase (or the active strategy's phase
     that replaces it), then the strategies' phases placed after it (``only_active``: the active strategies' only;
     otherwise every strategy's, each of which does nothing when its strategy is not active)."""
@@ -71,7 +74,7 @@ def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext, *, only_active: b
             (s, p)
             for s in STRATEGIES
             for p in s.phases()
-            if p.anchor == anchor and p.where == "instead" and s.active(ctx)
+            if p.anchor == anchor and p.where == "instead" and s.active(study)
         ]
         if instead:
             strategy, placement = instead[0]
@@ -81,14 +84,14 @@ def ordered_phases(core: tuple[Phase, ...], ctx: SweepContext, *, only_active: b
             (p.phase.__name__, run_phase(s, p.phase))
             for s in STRATEGIES
             for p in s.phases()
-            if p.anchor == anchor and p.where == "after" and (s.active(ctx) or not only_active)
+            if p.anchor == anchor and p.where == "after" and (s.active(study) or not only_active)
         ]
     return out
 
 
-def sections(ctx: SweepContext) -> dict[str, Any]:
+def sections(made: Made) -> dict[str, Any]:
     """Every strategy's report value, by its report key (None for one that did not run)."""
-    return {s.report_key: s.section(ctx) for s in STRATEGIES}
+    return {s.report_key: s.section(made) for s in STRATEGIES}
 
 
 def _counts_itself(s: Strategy) -> bool:
@@ -139,12 +142,12 @@ def _booked_extra(bookings: Sequence[Booking]) -> ExtraCosts:
     )
 
 
-def extra_costs(ctx: SweepContext) -> ExtraCosts:
+def extra_costs(session: Session, made: Made) -> ExtraCosts:
     """Every strategy's trainings on μTransfer's side as measured cost records, before and after the target: its own
     (``extra_costs``) where it counts them itself, else its bookings (mutransfer._sweep._ledger)."""
-    bookings = ctx.executor.ledger.bookings()
+    bookings = session.executor.ledger.bookings()
     parts = [
-        s.extra_costs(ctx)
+        s.extra_costs(session, made)
         if _counts_itself(s)
         else _booked_extra(tagged_bookings(bookings, s.name) if s.cost_side == "mutransfer" else [])
         for s in STRATEGIES
@@ -209,6 +212,6 @@ def metrics(report: dict, timestamp_ms: int) -> list[tuple]:
     return [m for s in STRATEGIES for m in s.metrics(report.get(s.report_key), timestamp_ms)]
 
 
-def asked_but_missing(ctx: SweepContext, report: dict) -> list[str]:
+def asked_but_missing(study: Prepared, report: dict) -> list[str]:
     """The flags asking for a strategy that a completed study's report does not have."""
-    return [s.flag for s in STRATEGIES if s.flag and s.active(ctx) and not report.get(s.report_key)]
+    return [s.flag for s in STRATEGIES if s.flag and s.active(study) and not report.get(s.report_key)]

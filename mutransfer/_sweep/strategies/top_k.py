@@ -10,42 +10,41 @@ from __future__ import annotations
 from typing import Any
 
 from mutransfer._study_folder.records import TrialRecord
-from mutransfer._sweep.context import SweepContext
 from mutransfer._sweep.cost import target_cost
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer._sweep.strategies.base import CostShare, ExtraCosts, Placement, Strategy
 from mutransfer._sweep.topk import NAME, TopK, count_top_k, topk_lines, topk_metrics, train_top_k, winner_proxy
 from mutransfer._sweep.train_target import fit_target
 
 
-def top_k_phase(ctx: SweepContext) -> None:
+def top_k_phase(session: Session, made: Made) -> Made:
     """Train the candidates at the target with the core target's training (mutransfer._sweep.train_target)."""
-
-    train_top_k(ctx, fit_target)
+    return train_top_k(session, made, fit_target)
 
 
 class TopKStrategy(Strategy):
     name = NAME
     report_key = "top_k"
 
-    def active(self, ctx: SweepContext) -> bool:
-        return ctx.study.search.top_k > 1
+    def active(self, study: Prepared) -> bool:
+        return study.study.search.top_k > 1
 
     def phases(self) -> tuple[Placement, ...]:
         return (Placement("train_target", top_k_phase, "instead"),)
 
-    def section(self, ctx: SweepContext) -> list[dict] | None:
-        record = ctx.record(NAME, TopK)
+    def section(self, made: Made) -> list[dict] | None:
+        record = made.record(NAME, TopK)
         return record.rows() if record is not None and record.candidates else None
 
     def count_cost(self, compute: dict, section: Any) -> CostShare:
         return CostShare(target=count_top_k(compute, section)) if section else CostShare()
 
-    def extra_costs(self, ctx: SweepContext) -> ExtraCosts:
-        record = ctx.record(NAME, TopK)
-        if record is None or ctx.loaded is None:
+    def extra_costs(self, session: Session, made: Made) -> ExtraCosts:
+        record = made.record(NAME, TopK)
+        if record is None:
             return ExtraCosts()
-        shape = tuple(ctx.data.train_x.shape[1:])
-        return ExtraCosts(target=tuple(target_cost(ctx.study, c.outcome, shape) for c in record.others()))
+        shape = tuple(session.data.train_x.shape[1:])
+        return ExtraCosts(target=tuple(target_cost(session.study, c.outcome, shape) for c in record.others()))
 
     def gain_source(
         self, section: Any, sections: dict, trials: list[TrialRecord], best: TrialRecord | None

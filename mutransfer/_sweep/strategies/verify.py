@@ -14,7 +14,7 @@ from typing import Any
 
 from mutransfer._config.checks import VERIFY_POINTS, VERIFY_SEEDS
 from mutransfer._study_folder.records import TrialRecord
-from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.session import Made, Prepared
 from mutransfer._sweep.strategies.base import Placement, Strategy, number
 from mutransfer._sweep.verify import NAME, Verification, transfer_metrics, verify_phase
 
@@ -110,18 +110,18 @@ class Verify(Strategy):
         seconds = n * (target + proxies / trials)
         return f"costs {n} target and {n} proxy trainings, about {seconds:.0f} s of training here ({seconds / target:.0f}x the target's)"
 
-    def active(self, ctx: SweepContext) -> bool:
-        return bool(ctx.options.verify)
+    def active(self, study: Prepared) -> bool:
+        return bool(study.options.verify)
 
     def phases(self) -> tuple[Placement, ...]:
         return (Placement("log_model_phase", verify_phase),)
 
-    def restore(self, ctx: SweepContext) -> Verification | None:
-        stored = ctx.state.get(NAME)
+    def restore(self, study: Prepared) -> Verification | None:
+        stored = study.state.get(NAME)
         return Verification.from_dict(stored) if stored else None
 
-    def section(self, ctx: SweepContext) -> dict | None:
-        record = ctx.record(NAME, Verification)
+    def section(self, made: Made) -> dict | None:
+        record = made.record(NAME, Verification)
         return record.as_dict() if record is not None else None
 
     def refine_gain(self, gain: dict, section: Any, best: TrialRecord) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mutransfer._sweep.context import SweepContext
+from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer._sweep.strategies.base import Strategy, number
 from mutransfer._sweep.warm_plan import (
     NAME,
@@ -38,26 +38,24 @@ class WarmStartStrategy(Strategy):
     name = NAME
     report_key = "warm_start"
 
-    def active(self, ctx: SweepContext) -> bool:
-        return ctx.record(NAME, WarmStart) is not None
+    def active(self, study: Prepared) -> bool:
+        return study.record(NAME, WarmStart) is not None
 
-    def prepare(self, ctx: SweepContext) -> None:
-        warm = resolve_warm_start(ctx.options, ctx.study, ctx.tracking_uri, ctx.state)  # refusals as one line
-        if warm is not None:
-            ctx.records[NAME] = warm
+    def prepare(self, study: Prepared) -> WarmStart | None:
+        return resolve_warm_start(study.options, study.study, study.tracking_uri, study.state)  # refusals: one line
 
-    def seed_trials(self, ctx: SweepContext) -> list[tuple[dict, dict]]:
-        return start_warm(ctx)  # asked for the study's own search only (mutransfer._sweep.proxies)
+    def seed_trials(self, session: Session) -> list[tuple[dict, dict]]:
+        return start_warm(session)  # asked for the study's own search only (mutransfer._sweep.proxies)
 
-    def trial_tags(self, ctx: SweepContext) -> dict[str, dict[str, str]]:
-        warm = ctx.record(NAME, WarmStart)
+    def trial_tags(self, study: Prepared) -> dict[str, dict[str, str]]:
+        warm = study.record(NAME, WarmStart)
         if warm is None:
             return {}
         return {key: {WARM_TAG_FROM: source} for key, source in warm.sources().items()}
 
-    def section(self, ctx: SweepContext) -> dict | None:
+    def section(self, made: Made) -> dict | None:
         return warm_start_section(
-            ctx.record(NAME, WarmStart), ctx.made_proxies.trials if ctx.made_proxies is not None else []
+            made.record(NAME, WarmStart), made.made_proxies.trials if made.made_proxies is not None else []
         )
 
     def text_lines(self, section: Any, report: dict) -> list[str]:
