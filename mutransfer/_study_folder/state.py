@@ -141,7 +141,7 @@ STATE_FIELDS: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("created", "wall_seconds", "proxy_phase_seconds"), (int, float)),
     **dict.fromkeys(("search_window", "concurrency", "version"), (int,)),
     **dict.fromkeys(("trials", "overrides"), (list,)),
-    **dict.fromkeys(("best", "cost_estimate", "model", "target_outcome", "report", "asked"), (dict,)),
+    **dict.fromkeys(("best", "cost_estimate", "model", "target_outcome", "report", "asked", "inputs"), (dict,)),
 }
 _KINDS = {str: "a string", int: "a number", float: "a number", list: "a list", dict: "a mapping"}
 

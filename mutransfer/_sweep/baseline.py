@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._sweep._executors import TargetJob
+from mutransfer._sweep._memo import Memo, remembered
 from mutransfer._sweep.context import SweepError
 from mutransfer._sweep.cost import model_epoch_flops, target_cost, trial_devices
 from mutransfer._sweep.nested import Search, SearchResult, run_search
@@ -109,21 +110,22 @@ class DirectBaseline:
     def as_dict(self) -> dict:
         return self.result
 
-    @classmethod
-    def from_state(cls, state: dict) -> DirectBaseline | None:
-        stored = state.get(NAME)
-        return cls(stored) if stored else None
-
     def section(self) -> dict:
         """The report's ``direct_baseline``."""
         return {k: v for k, v in self.result.items() if k != "trials"}
 
 
 def direct_baseline_phase(session: Session, made: Made, extra: ExtraCosts | None = None) -> DirectBaseline:
-    """With ``--baseline direct`` (mutransfer._sweep.strategies.baseline runs it, once): run the study's search at the
-    target's size and return the baseline's record. ``extra``: the other strategies' trainings on muTransfer's side
-    (a ladder's rungs beside the proxies, --top-k's other targets after the target)."""
+    """With ``--baseline direct`` (mutransfer._sweep.strategies.baseline runs it): run the study's search at the
+    target's size, once for the study's target, and return the baseline's record (its search resumes from its own
+    folder). ``extra``: the other strategies' trainings on muTransfer's side (a ladder's rungs beside the proxies,
+    --top-k's other targets after the target)."""
+    memo = Memo(NAME, DirectBaseline, DirectBaseline.as_dict)
+    inputs = {"target_run_id": made.target_run_id}
+    return remembered(session, memo, inputs, lambda: _measure(session, made, extra))
 
+
+def _measure(session: Session, made: Made, extra: ExtraCosts | None) -> DirectBaseline:
     study, shape = session.study, tuple(session.data.train_x.shape[1:])
     start = time.perf_counter()
     session.say(
@@ -174,7 +176,6 @@ def direct_baseline_phase(session: Session, made: Made, extra: ExtraCosts | None
     }
     session.say(summary_line(result))
     _log(session, found.run_id, result)
-    session.update_state(**{NAME: result})
     return DirectBaseline(result)
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep import strategies
+from mutransfer._sweep._memo import Memo, remembered
 from mutransfer._sweep.context import COST_KEY, K_RULE_KEY
 from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.repeat import repeat_command
@@ -27,15 +28,17 @@ from mutransfer._tracking.views import VERDICT_TAG
 MAX_TAG_CHARS = 8000
 
 
+#: state.json's key of the study's report
+REPORT_KEY = "report"
+
+
 def write_report(session: Session, made: Made) -> Made:
     """Build, store and log the report; ``made`` with it (``made.report``), the study's phase set to done."""
 
     study, proxies, wall = session.study, made.proxies, session.wall_seconds
-    if session.state.get("report"):  # built by a session killed before it marked the study done: the same report
-        report = session.state["report"]
-    else:
-        report = _build(session, made, wall)
-        session.update_state(report=report)
+    # built once for the study's target: a session killed before it marked the study done left the same report
+    inputs = {"target_run_id": made.target_run_id, "best": proxies.best.trial_id}
+    report = remembered(session, Memo(REPORT_KEY, dict, dict), inputs, lambda: _build(session, made, wall))
     root = session.study_dir.root
     write_atomic(root / "report.json", json.dumps(report, indent=2, default=str))
     write_atomic(root / "report.txt", format_report(report) + "\n")

@@ -34,17 +34,28 @@ from mutransfer._diagnostics.k_coord_check import k_coord_check
 from mutransfer._diagnostics.operator_check import TOLERANCE as KIT_TOLERANCE
 from mutransfer._study import Study
 from mutransfer._study_folder.state import write_atomic
+from mutransfer._sweep._memo import Memo, remembered
 from mutransfer._sweep.context import SweepError
 from mutransfer._sweep.session import Made, Session
 from mutransfer.data._validation import SelectionSplit
 
+#: state.json's (and the report's) key of the coordinate check's record
+COORD_CHECK_KEY = "coord_check"
+
 
 def coord_check_gate(session: Session, made: Made) -> Made:
-    """The coordinate check across K when ``--coord-check`` was given and it has not run yet: reported only."""
-    if not session.options.coord_check or session.state.get("coord_check"):
-        return made
+    """The coordinate check across K when ``--coord-check`` was given, once for the transferred hyperparameters (a
+    resumed study reads it back): reported only."""
+    if session.options.coord_check:
+        hp = made.transfer.hp
+        remembered(session, Memo(COORD_CHECK_KEY, dict, dict), {"hp": hp}, lambda: _coord_check(session, hp))
+    return made
 
-    study, hp = session.study, made.transfer.hp
+
+def _coord_check(session: Session, hp: dict) -> dict:
+    """Run the coordinate check at the proxy's K, the target's and their geometric mean; say, log and return its
+    record."""
+    study = session.study
     proxy_k, target_k = study.proxy_modes, study.target_modes
     if proxy_k is None or target_k is None:  # prepare refuses --coord-check for a study whose K is not transferred
         raise SweepError(f"--coord-check: study {study.name!r} has no proxy and target K to check across; drop it")
@@ -75,17 +86,8 @@ def coord_check_gate(session: Session, made: Made) -> Made:
         )
     else:
         session.say(f"coordinate check passed: {passed} (reported only)")
-    session.update_state(
-        coord_check={
-            "verdict": verdict,
-            "modes": modes,
-            "flagged": flagged,
-            "blocks": False,
-            "json": str(json_path),
-        }
-    )
     session.tracker.set_tags(session.parent_id, {"mutransfer.coord_check": verdict})
-    return made
+    return {"verdict": verdict, "modes": modes, "flagged": flagged, "blocks": False, "json": str(json_path)}
 
 
 def _fno_check(session: Session, modes: list[int], hp: dict) -> tuple[str, list[str], Path, float]:

@@ -17,9 +17,13 @@ from pathlib import Path
 import torch
 
 from mutransfer._study_folder.records import MODEL_DIR
+from mutransfer._sweep._memo import Memo, remembered
 from mutransfer._sweep.session import Made, Prepared, Session
 from mutransfer.errors import UserInputError
 from mutransfer.serving._artifact import LOGGED_NAME, card_for, log_logged_model, write_model_dir
+
+#: state.json's key of the target as a logged MLflow model (its folder, model id and URIs; its registration)
+MODEL_KEY = "model"
 
 
 def check_registry_store(uri: str, register: str | None) -> None:
@@ -36,8 +40,8 @@ def check_registry_store(uri: str, register: str | None) -> None:
 
 def log_model_phase(session: Session, made: Made) -> Made:
     """Write ``<study dir>/model``, log it as an MLflow model of the target run, register it if asked."""
-    record = dict(session.state.get("model") or {})
-    if not record:
+
+    def log() -> dict:
         directory = write_study_model(session, made)
         model_id = log_logged_model(
             session.tracker.client, session.experiment_id, made.target_run_id, directory, study=session.study.name
@@ -48,8 +52,11 @@ def log_model_phase(session: Session, made: Made) -> Made:
             "model_uri": f"models:/{model_id}",
             "run_uri": f"runs:/{made.target_run_id}/{LOGGED_NAME}",
         }
-        session.update_state(model=record)
         session.say(f"model: {directory} (MLflow {record['model_uri']}, {record['run_uri']})")
+        return record
+
+    # logged once per target run (a resumed study finds it logged)
+    record = remembered(session, Memo(MODEL_KEY, dict, dict), {"target_run_id": made.target_run_id}, log)
     register_if_asked(session, record, made.target_run_id)
     return made
 

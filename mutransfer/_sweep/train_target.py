@@ -20,6 +20,7 @@ from pathlib import Path
 from mutransfer._config.executors import ON_RAY
 from mutransfer._study_folder.portable import resolved_path, stored_path
 from mutransfer._sweep._executors import TargetJob
+from mutransfer._sweep._memo import Memo, remembered
 from mutransfer._sweep.context import SweepError, TrainedTarget
 from mutransfer._sweep.progress import TargetProgress, for_options
 from mutransfer._sweep.proxies import keep_sigint_handler
@@ -27,6 +28,9 @@ from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.target import PROGRESS_FILE, TargetOutcome, read_progress
 from mutransfer._sweep.target_run import RunningTarget, on_one_actor, resolve_use_gpu
 from mutransfer._tracking.runs import logged_steps
+
+#: state.json's key of the trained target's outcome (its run: ``target_run_id``, named before it trains)
+TARGET_KEY = "target_outcome"
 
 
 def first_line(exc: BaseException) -> str:
@@ -101,25 +105,31 @@ def train_target(session: Session, made: Made) -> Made:
     """Train the target with the transferred hyperparameters (with ``search.top_k`` > 1 the top-k strategy's
     phase runs instead, mutransfer._sweep.strategies.top_k)."""
 
-    if session.state.get("target_outcome"):  # trained in an earlier session (interrupted later, e.g. during --verify)
-        kept = TargetOutcome.from_dict(session.state["target_outcome"])
-        kept.checkpoint_dir = resolved_path(kept.checkpoint_dir, session.study_dir.root)
-        return replace(made, trained=TrainedTarget(kept, session.state["target_run_id"]))
-    outcome, run_id = fit_target(
-        session,
-        made.transfer,
-        made.transfer.source_key,
-        storage_dir=session.study_dir.root,
-        run_id=session.state.get("target_run_id"),
-        remember_run=lambda new: session.update_state(target_run_id=new),
-    )
-    # its cost and error are measured once, not re-run on --resume; the checkpoint kept relative to the study
-    session.update_state(
-        target_outcome=dict(
-            outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, session.study_dir.root)
+    root = session.study_dir.root
+
+    def fit() -> TargetOutcome:
+        outcome, _ = fit_target(
+            session,
+            made.transfer,
+            made.transfer.source_key,
+            storage_dir=root,
+            run_id=session.state.get("target_run_id"),
+            remember_run=lambda new: session.update_state(target_run_id=new),
         )
-    )
-    return replace(made, trained=TrainedTarget(outcome, run_id))
+        return outcome
+
+    def load(stored: dict) -> TargetOutcome:
+        kept = TargetOutcome.from_dict(stored)
+        kept.checkpoint_dir = resolved_path(kept.checkpoint_dir, root)
+        return kept
+
+    def dump(outcome: TargetOutcome) -> dict:  # the checkpoint kept relative to the study folder
+        return dict(outcome.as_dict(), checkpoint_dir=stored_path(outcome.checkpoint_dir, root))
+
+    # trained once per transferred configuration: a resumed study (interrupted later, e.g. during --verify) reads it
+    inputs = {"hp": made.transfer.hp, "source": made.transfer.source_key}
+    outcome = remembered(session, Memo(TARGET_KEY, load, dump), inputs, fit)
+    return replace(made, trained=TrainedTarget(outcome, session.state["target_run_id"]))
 
 
 def fit_target(

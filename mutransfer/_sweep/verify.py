@@ -46,6 +46,7 @@ from mutransfer._study import Study
 from mutransfer._study.models import model_for, train_config
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep._executors import JobFailed
+from mutransfer._sweep._memo import Memo, remembered
 from mutransfer._sweep.context import SweepError
 from mutransfer._sweep.cost import epoch_flops
 from mutransfer._sweep.session import Made, Session
@@ -403,11 +404,24 @@ def grid_cost(
     return cost
 
 
-def verify_phase(session: Session, made: Made) -> Made:
-    """With ``--verify`` (mutransfer._sweep.strategies.verify runs it, once): train the target on the LR grid and the
-    proxy on the same master-LR grid around the search winner's LR, fit both optima; ``made`` with the verification's
-    record."""
+#: what a resume that asks for another grid than the finished verification's does instead
+_OTHER_GRID = (
+    "drop --verify-points/--verify-seeds (Verify(points=, seeds=)) to read the finished verification back, or run a "
+    "new study with them and --name NEW"
+)
 
+
+def verify_phase(session: Session, made: Made) -> Made:
+    """With ``--verify`` (mutransfer._sweep.strategies.verify runs it): train the target on the LR grid and the proxy
+    on the same master-LR grid around the search winner's LR, fit both optima, once for the transferred
+    hyperparameters and the grid's points and seeds; ``made`` with the verification's record."""
+    options = session.options
+    inputs = {"hp": made.transfer.hp, "points": options.verify_points, "seeds": options.verify_seeds}
+    memo = Memo(NAME, Verification.from_dict, Verification.as_dict, _OTHER_GRID)
+    return made.with_record(NAME, remembered(session, memo, inputs, lambda: _verify(session, made)))
+
+
+def _verify(session: Session, made: Made) -> Verification:
     options, transfer = session.options, made.transfer
     lr = float(transfer.hp["lr"])
     grid = lr_grid(lr, options.verify_points)
@@ -435,8 +449,7 @@ def verify_phase(session: Session, made: Made) -> Made:
     session.say(result.summary_line())
     session.say(result.transfer_line() or "")
     _log_verification(session, result)
-    session.update_state(**{NAME: result.as_dict()})
-    return made.with_record(NAME, result)
+    return result
 
 
 def transfer_metrics(v: dict | None, now: int) -> list[tuple]:

@@ -19,6 +19,7 @@ from mutransfer._study import load_study
 from mutransfer._study_folder.records import TrialRecord
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep import strategies
+from mutransfer._sweep._memo import Memo, remembered
 from mutransfer._sweep.context import (
     ProxyResults,
     StudyData,
@@ -44,11 +45,6 @@ class AuditRecord:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    @classmethod
-    def from_state(cls, state: dict) -> AuditRecord | None:
-        stored = state.get("audit")
-        return cls(**stored) if stored else None
-
 
 class Audit(Strategy):
     """A toy strategy: a phase after the transfer, a record kept in state.json, a report section, one extra
@@ -65,15 +61,14 @@ class Audit(Strategy):
 
     def phases(self) -> tuple[Placement, ...]:
         def audit_phase(session: Session, made: Made) -> Made:
-            self.calls += 1
-            record = AuditRecord(float(made.transfer.hp["lr"]))
-            session.update_state(audit=record.as_dict())
-            return made.with_record(self.name, record)
+            def audit() -> AuditRecord:
+                self.calls += 1
+                return AuditRecord(float(made.transfer.hp["lr"]))
+
+            memo = Memo(self.name, lambda d: AuditRecord(**d), AuditRecord.as_dict)
+            return made.with_record(self.name, remembered(session, memo, {"hp": made.transfer.hp}, audit))
 
         return (Placement("transfer_phase", audit_phase),)
-
-    def restore(self, study: Prepared) -> AuditRecord | None:
-        return AuditRecord.from_state(study.state)
 
     def section(self, made: Made) -> dict | None:
         record = made.record(self.name, AuditRecord)

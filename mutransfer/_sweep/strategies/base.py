@@ -11,7 +11,6 @@ a loop over the registered strategies (mutransfer._sweep.strategies):
   mutransfer._sweep.runner, or instead of one); a phase is ``phase(session, made) -> made``: it reads the open
   study (:class:`Session`) and what earlier steps made (:class:`Made`), and returns what it made, its record among
   them (``made.with_record(name, record)``);
-- :meth:`Strategy.restore`: its finished record back from ``state.json`` (``--resume``: the phase is skipped);
 - :meth:`Strategy.section`: its report value; :meth:`Strategy.text_lines`: its lines of the text report;
   :meth:`Strategy.verdict`: its finding in words for the summary (and ``suggestion``: what it would add, when it
   did not run);
@@ -123,10 +122,6 @@ class Strategy(ABC):
         source)."""
         return {}
 
-    def restore(self, study: Prepared) -> StrategyRecord | None:
-        """Its finished record from ``study.state`` (a resumed study), or None when its phase has to run (again)."""
-        return None
-
     def section(self, made: Made) -> Any:
         """Its report value (JSON-ready), None when it has no record."""
         return None
@@ -168,16 +163,13 @@ class Strategy(ABC):
 
 
 def run_phase(strategy: Strategy, phase: Phase) -> Phase:
-    """``phase`` as the sweep runs it: only when ``strategy`` is active, and not again when ``state.json`` holds its
-    finished record (which is returned in its place)."""
+    """``phase`` as the sweep runs it: only when ``strategy`` is active, its trainings booked under its name. A resumed
+    study runs it again: a phase keeps what it made once with mutransfer._sweep._memo.remembered, and reads it back
+    instead of making it again."""
 
     def step(session: Session, made: Made) -> Made:
         if not strategy.active(session):
             return made
-        if strategy.name not in made.records:
-            restored = strategy.restore(session)
-            if restored is not None:
-                return made.with_record(strategy.name, restored)
         with session.executor.tagged(strategy.name):  # its trainings are booked as its own (mutransfer._sweep._ledger)
             return phase(session, made)
 

@@ -107,9 +107,6 @@ class Baseline(Strategy):
     def phases(self) -> tuple[Placement, ...]:
         return (Placement("log_model_phase", direct_baseline_phase),)
 
-    def restore(self, study: Prepared) -> DirectBaseline | None:
-        return DirectBaseline.from_state(study.state)
-
     def section(self, made: Made) -> dict | None:
         record = made.record(NAME, DirectBaseline)
         return record.section() if record is not None else None

@@ -116,10 +116,6 @@ class Verify(Strategy):
     def phases(self) -> tuple[Placement, ...]:
         return (Placement("log_model_phase", verify_phase),)
 
-    def restore(self, study: Prepared) -> Verification | None:
-        stored = study.state.get(NAME)
-        return Verification.from_dict(stored) if stored else None
-
     def section(self, made: Made) -> dict | None:
         record = made.record(NAME, Verification)
         return record.as_dict() if record is not None else None
