@@ -19,7 +19,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from mutransfer._study_folder.state import REBUILD_HINT
 from mutransfer._sweep.session import Prepared
 from mutransfer.errors import UserInputError
 
@@ -27,17 +26,21 @@ R = TypeVar("R")
 
 #: state.json's record of the inputs each remembered result was made from, by the result's key
 INPUTS_KEY = "inputs"
+#: what to do when a stored result was made from other inputs than the study's own steps give now (a state.json
+#: edited, or copied from another study: not a state --rebuild-state rebuilds, since it reads as intact)
+_NOT_THIS_STUDYS = "restore the folder's state.json from a copy, or run the study afresh under --name NEW"
 
 
 @dataclass(frozen=True)
 class Memo(Generic[R]):
     """How a step's result is kept: under ``key`` in ``state.json``, written by ``dump`` and read back by ``load``;
-    ``fix``: what to do when the stored result was made from other inputs (by default, rebuild the state)."""
+    ``fix``: what to do when the stored result was made from other inputs (by default: the folder's state is not
+    this study's, restore it or start afresh)."""
 
     key: str
     load: Callable[[dict], R]
     dump: Callable[[R], dict]
-    fix: str = REBUILD_HINT
+    fix: str = _NOT_THIS_STUDYS
 
 
 def plain(inputs: Mapping[str, object]) -> dict:

@@ -36,6 +36,7 @@ from mutransfer._sweep.search import max_concurrent
 from mutransfer._sweep.session import Prepared, StateMirror
 from mutransfer._sweep.strategies import prepare_strategies
 from mutransfer._sweep.trial import fail_trials_from_env
+from mutransfer._sweep.verify import with_finished_grid
 from mutransfer._tracking._sqlite_file import is_sqlite_database, sqlite_path
 from mutransfer._tracking.runs import Tracker, resolve_tracking_uri
 from mutransfer.errors import UserInputError
@@ -113,6 +114,8 @@ def prepare(options: SweepOptions) -> Prepared:
         applied = [Override(**o) for o in state.get("overrides", [])] if state.get("overrides") else applied
         source_text = state.get("source_text", source_text)
         options, notes = with_asked(options, state)  # what it was started to measure
+        options, finished = with_finished_grid(options, state)  # a finished verification: as it ran
+        notes += finished
 
     check_registry_store(tracking_uri, options.register)
     _check_verification_options(options)  # again: what the study was started with (state.json's asked) too

@@ -91,5 +91,28 @@ def test_the_target_is_read_back_for_its_configuration_and_refused_for_another(t
     other = json.loads(json.dumps(state))
     other[INPUTS_KEY][TARGET_KEY]["hp"]["lr"] = 1.0
     session, made = _target_session(tmp_path, other)
-    with pytest.raises(UserInputError, match="the stored target_outcome was made from hp .* --rebuild-state"):
+    with pytest.raises(
+        UserInputError,
+        match="the stored target_outcome was made from hp .* restore the folder's state.json from a copy",
+    ):
         train_target(session, made)
+
+
+def test_a_resume_that_asks_another_grid_reads_the_finished_verification_back_as_it_ran():
+    """`--resume --verify --verify-points 5` of a study whose verification finished at 9 x 2: the options take 9 x 2,
+    with a note, before anything is written (the step's inputs then match, and the finished grid is read back); the
+    same grid, no verification asked, or none finished: the options as given."""
+    from mutransfer._sweep.context import SweepOptions
+    from mutransfer._sweep.verify import with_finished_grid
+
+    state = {"verification": {"points": []}, INPUTS_KEY: {"verification": {"hp": {}, "points": 9, "seeds": 2}}}
+    options, notes = with_finished_grid(SweepOptions(verify=True, verify_points=5, verify_seeds=3), state)
+    assert (options.verify_points, options.verify_seeds) == (9, 2)
+    assert notes == [
+        "note: the study's verification finished with --verify-points 9 --verify-seeds 2: it is read back as it ran "
+        "(another grid: a new study with --verify and --name NEW)"
+    ]
+    same = SweepOptions(verify=True, verify_points=9, verify_seeds=2)
+    assert with_finished_grid(same, state) == (same, [])
+    for options, stored in ((SweepOptions(verify_points=5), state), (SweepOptions(verify=True), {"verification": {}})):
+        assert with_finished_grid(options, stored) == (options, [])
