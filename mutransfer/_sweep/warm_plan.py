@@ -194,6 +194,7 @@ def build_warm_start(spec: str, study, source: SourceStudy, top: int | None, not
         if config is None:
             continue
         record = rescale_record(study, source, config)
+        assert t.val_error is not None  # SourceStudy.best keeps the usable trials: a finite error each
         trials.append(WarmTrial(trial_key(len(trials)), t.key, float(t.val_error), config, record))
     if clipped:
         notes.append("clipped into this study's search space: " + ", ".join(clipped))
