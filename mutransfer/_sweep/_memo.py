@@ -59,6 +59,11 @@ def remembered(study: Prepared, memo: Memo[R], inputs: Mapping[str, object], mak
         kept = (study.state.get(INPUTS_KEY) or {}).get(memo.key)
         if kept is None or kept == wanted:
             return memo.load(stored)
+        if not isinstance(kept, dict):  # not written by this module: a state.json edited by hand
+            raise UserInputError(
+                f"{study.study_dir.state_file}: field 'inputs' entry {memo.key!r} must be a mapping of the inputs its "
+                f"result was made from, found {type(kept).__name__}; {memo.fix}"
+            )
         name = next(k for k in sorted(set(kept) | set(wanted)) if kept.get(k) != wanted.get(k))
         raise UserInputError(
             f"{study.study_dir.state_file}: the stored {memo.key} was made from {name} {_short(kept.get(name))}, but "

@@ -57,6 +57,13 @@ def test_a_result_stored_from_other_inputs_is_refused_in_one_line_and_nothing_is
     assert "\n" not in message and calls == [1]
 
 
+def test_inputs_that_are_not_a_mapping_are_refused_in_one_line(tmp_path):
+    state = {"answer": {"value": 7}, INPUTS_KEY: {"answer": 5}}
+    study = prepared_by_hand(load_study(None)[0], tmp_path, state)
+    with pytest.raises(UserInputError, match="field 'inputs' entry 'answer' must be a mapping .* found int; the fix"):
+        remembered(study, MEMO, {"hp": {"lr": 0.5}}, _made([]))
+
+
 def test_a_result_kept_before_the_inputs_were_is_read_back_as_it_is(tmp_path):
     """A study folder of an earlier version holds the result without its inputs: it resumes, nothing made again."""
     study = prepared_by_hand(load_study(None)[0], tmp_path, {"answer": {"value": 7}})
