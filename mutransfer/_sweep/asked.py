@@ -3,7 +3,8 @@ the verification (its points and seeds) and the direct baseline (``mutransfer sw
 ``--verify``, ``--baseline direct``; the Python API's :class:`~mutransfer.CoordCheck`, :class:`~mutransfer.Verify`,
 :class:`~mutransfer.DirectBaseline`). A resume that does not ask for them again runs them as first asked, and says
 so once: a shorter command (``--resume`` alone, ``mt.load_study(name)``) never drops a measurement the study was
-started for. A resume may ask for more; what it asks then is kept too.
+started for. A resume may ask for more; what it asks then is kept too. A verification the study finished is read
+back as it ran (:func:`with_finished_grid`), whatever grid a resume asks.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 from mutransfer._study_folder.state import ASKED_FIELDS
+from mutransfer._sweep._memo import INPUTS_KEY
 from mutransfer._sweep.context import SweepOptions
+from mutransfer._sweep.verify import NAME
 
 #: state.json's key (its fields: ASKED_FIELDS, their shapes checked when the file is read)
 ASKED_KEY = "asked"
@@ -50,3 +53,22 @@ def with_asked(options: SweepOptions, state: dict) -> tuple[SweepOptions, list[s
         options, coord_check=coord_check, verify=verify, verify_points=points, verify_seeds=seeds, baseline=baseline
     )
     return again, lines
+
+
+def with_finished_grid(options: SweepOptions, state: dict) -> tuple[SweepOptions, list[str]]:
+    """A resumed study whose verification finished reads it back as it ran: ``options`` with its points and seeds
+    (whatever this resume asks), and a note when they differ. Before anything is written: the step's inputs then
+    match what it was made from (mutransfer._sweep._memo)."""
+    done = (state.get(INPUTS_KEY) or {}).get(NAME)
+    if not options.verify or not state.get(NAME) or not isinstance(done, dict):
+        return options, []
+    points, seeds = done.get("points"), done.get("seeds")
+    if not isinstance(points, int) or not isinstance(seeds, int):  # not written by the step: its memo refuses it
+        return options, []
+    if (points, seeds) == (options.verify_points, options.verify_seeds):
+        return options, []
+    note = (
+        f"note: the study's verification finished with --verify-points {points} --verify-seeds {seeds}: it is read "
+        "back as it ran (another grid: a new study with --verify and --name NEW)"
+    )
+    return dataclasses.replace(options, verify_points=points, verify_seeds=seeds), [note]

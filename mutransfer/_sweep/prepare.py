@@ -27,7 +27,7 @@ from mutransfer._study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer._study_folder.portable import read_study_file, study_tracking_uri
 from mutransfer._study_folder.state import StudyDir
 from mutransfer._sweep._rebuild_state import check_state_runs, refuse_lost_state, refuse_needless_rebuild
-from mutransfer._sweep.asked import with_asked
+from mutransfer._sweep.asked import with_asked, with_finished_grid
 from mutransfer._sweep.context import SweepOptions
 from mutransfer._sweep.endpoints import check_endpoints
 from mutransfer._sweep.model_log import check_registry_store
@@ -36,7 +36,6 @@ from mutransfer._sweep.search import max_concurrent
 from mutransfer._sweep.session import Prepared, StateMirror
 from mutransfer._sweep.strategies import prepare_strategies
 from mutransfer._sweep.trial import fail_trials_from_env
-from mutransfer._sweep.verify import with_finished_grid
 from mutransfer._tracking._sqlite_file import is_sqlite_database, sqlite_path
 from mutransfer._tracking.runs import Tracker, resolve_tracking_uri
 from mutransfer.errors import UserInputError

@@ -46,8 +46,8 @@ from mutransfer._study import Study
 from mutransfer._study.models import model_for, train_config
 from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep._executors import JobFailed
-from mutransfer._sweep._memo import INPUTS_KEY, Memo, remembered
-from mutransfer._sweep.context import SweepError, SweepOptions
+from mutransfer._sweep._memo import Memo, remembered
+from mutransfer._sweep.context import SweepError
 from mutransfer._sweep.cost import epoch_flops
 from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.train_target import first_line
@@ -412,25 +412,6 @@ def verify_phase(session: Session, made: Made) -> Made:
     inputs = {"hp": made.transfer.hp, "points": options.verify_points, "seeds": options.verify_seeds}
     memo = Memo(NAME, Verification.from_dict, Verification.as_dict)
     return made.with_record(NAME, remembered(session, memo, inputs, lambda: _verify(session, made)))
-
-
-def with_finished_grid(options: SweepOptions, state: dict) -> tuple[SweepOptions, list[str]]:
-    """A resumed study whose verification finished reads it back as it ran: ``options`` with its points and seeds
-    (whatever this resume asks), and a note when they differ. Before anything is written: the step's inputs then
-    match what it was made from (mutransfer._sweep._memo)."""
-    done = (state.get(INPUTS_KEY) or {}).get(NAME)
-    if not options.verify or not state.get(NAME) or not isinstance(done, dict):
-        return options, []
-    points, seeds = done.get("points"), done.get("seeds")
-    if not isinstance(points, int) or not isinstance(seeds, int):  # not written by the step: its memo refuses it
-        return options, []
-    if (points, seeds) == (options.verify_points, options.verify_seeds):
-        return options, []
-    note = (
-        f"note: the study's verification finished with --verify-points {points} --verify-seeds {seeds}: it is read "
-        "back as it ran (another grid: a new study with --verify and --name NEW)"
-    )
-    return dataclasses.replace(options, verify_points=points, verify_seeds=seeds), [note]
 
 
 def _verify(session: Session, made: Made) -> Verification:

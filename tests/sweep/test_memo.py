@@ -109,8 +109,8 @@ def test_a_resume_that_asks_another_grid_reads_the_finished_verification_back_as
     """`--resume --verify --verify-points 5` of a study whose verification finished at 9 x 2: the options take 9 x 2,
     with a note, before anything is written (the step's inputs then match, and the finished grid is read back); the
     same grid, no verification asked, or none finished: the options as given."""
+    from mutransfer._sweep.asked import with_finished_grid
     from mutransfer._sweep.context import SweepOptions
-    from mutransfer._sweep.verify import with_finished_grid
 
     state = {"verification": {"points": []}, INPUTS_KEY: {"verification": {"hp": {}, "points": 9, "seeds": 2}}}
     options, notes = with_finished_grid(SweepOptions(verify=True, verify_points=5, verify_seeds=3), state)
