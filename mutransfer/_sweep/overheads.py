@@ -74,7 +74,8 @@ def describe(o: dict[str, float]) -> str:
         f"fixed overhead {o['fixed_seconds']:.1f} s = {100 * o['fixed_share']:.0f}% of the wall time: setup "
         f"{o['setup_seconds']:.1f} s (data, MLflow, Ray where it starts), proxy phase outside the trainers "
         f"{o['trial_startup_seconds'] + o['proxy_scheduling_seconds']:.1f} s (the trials' start and scheduling), "
-        f"target start-up {o['target_startup_seconds']:.1f} s (its workers' start{_head_start(o)}); "
+        f"target start-up {o['target_startup_seconds']:.1f} s (outside its trainer: its start, checkpoints"
+        f"{_head_start(o)}); "
         f"other phases {o['other_seconds']:.1f} s"
     )
 

@@ -313,9 +313,10 @@ def format_report(report: dict) -> str:
         share = c.get("overhead_share")
         parts = [f"wall {c['sweep_wall_seconds']:.1f} s"]
         if c.get("setup_seconds") is not None and c.get("proxy_phase_seconds") is not None:
+            unit = " population(s)" if report.get("search_summary") else ""  # a population executor's lanes
             parts.append(
-                f"(setup {c['setup_seconds']:.1f} s, proxies {c['proxy_phase_seconds']:.1f} s at {c['proxy_concurrency']} "
-                f"at a time, target {_g(c['target_wall_seconds'], '.1f')} s)"
+                f"(setup {c['setup_seconds']:.1f} s, proxies {c['proxy_phase_seconds']:.1f} s, {c['proxy_concurrency']}"
+                f"{unit} at a time, target {_g(c['target_wall_seconds'], '.1f')} s)"
             )
         if share is not None:
             parts.append(

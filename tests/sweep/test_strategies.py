@@ -190,3 +190,12 @@ def test_the_page_gets_the_sections_from_its_caller(tmp_path, audit):
     )
     page = render_report(files, strategies.html_sections(None, {"audit": {"lr": 0.5}}))
     assert '<section id="audit">' in page and page.index('id="audit"') < page.index("<h2>Compute</h2>")
+
+
+def test_the_wall_line_counts_populations_where_the_proxies_trained_as_populations(tmp_path):
+    """One trial at a time is said in trials; a population executor's lanes are populations (its summary says how
+    many trials each held), not trials."""
+    report = json.loads(json.dumps(_build(*_context(tmp_path / "study", {}), 20.0)))
+    assert "proxies 4.0 s, 1 at a time, target" in format_report(report)
+    together = dict(report, search_summary="population executor: 2 of 2 trials trained in 1 population(s) (2 each)")
+    assert "proxies 4.0 s, 1 population(s) at a time, target" in format_report(together)
