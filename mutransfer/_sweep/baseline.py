@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -115,17 +116,19 @@ class DirectBaseline:
         return {k: v for k, v in self.result.items() if k != "trials"}
 
 
-def direct_baseline_phase(session: Session, made: Made, extra: ExtraCosts | None = None) -> DirectBaseline:
+def direct_baseline_phase(
+    session: Session, made: Made, extra: Callable[[], ExtraCosts] | None = None
+) -> DirectBaseline:
     """With ``--baseline direct`` (mutransfer._sweep.strategies.baseline runs it): run the study's search at the
     target's size, once for the study's target, and return the baseline's record (its search resumes from its own
     folder). ``extra``: the other strategies' trainings on muTransfer's side (a ladder's rungs beside the proxies,
-    --top-k's other targets after the target)."""
+    --top-k's other targets after the target), asked only when the baseline is measured, not when it is read back."""
     memo = Memo(NAME, DirectBaseline, DirectBaseline.as_dict)
     inputs = {"target_run_id": made.target_run_id}
     return remembered(session, memo, inputs, lambda: _measure(session, made, extra))
 
 
-def _measure(session: Session, made: Made, extra: ExtraCosts | None) -> DirectBaseline:
+def _measure(session: Session, made: Made, extra: Callable[[], ExtraCosts] | None) -> DirectBaseline:
     study, shape = session.study, tuple(session.data.train_x.shape[1:])
     start = time.perf_counter()
     session.say(
@@ -146,7 +149,8 @@ def _measure(session: Session, made: Made, extra: ExtraCosts | None) -> DirectBa
             parts.append(final["cost"])
     direct_error = final["test_error"] if final else best.val_error
     direct = add_costs(*parts)
-    search_extra, target_extra = (extra.search, extra.target) if extra is not None else ((), ())
+    costs = extra() if extra is not None else None
+    search_extra, target_extra = (costs.search, costs.target) if costs is not None else ((), ())
     mutransfer = add_costs(
         trials_cost(study, made.proxies.trials, at_target=False, input_shape=shape),
         *search_extra,

@@ -119,8 +119,7 @@ def sweep_steps(options: SweepOptions) -> Generator[tuple[str, Prepared, Made], 
         if prepared.state.get("phase") == "done" and prepared.state.get("report"):
             yield COMPLETE, prepared, _complete(prepared)
             return
-        if data is None:  # finished by another driver between prepare and the lock, without its report: read now
-            data = _load_data(prepared)
+        assert data is not None  # not done when prepared (a done study holds its report: check_state): data read then
         yield from _drive(prepared, data, lock)
 
 

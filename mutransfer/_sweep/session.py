@@ -85,6 +85,11 @@ class _NoEarlyTarget:
 NO_EARLY_TARGET: EarlyStart = _NoEarlyTarget()
 
 
+def _of_kind(records: Mapping[str, StrategyRecord], name: str, kind: type[R]) -> R | None:
+    found = records.get(name)
+    return found if isinstance(found, kind) else None
+
+
 class StateMirror:
     """The study folder's ``state.json`` as this driver last read or wrote it (the one mutable part of a sweep's
     values: the file is what a resume reads)."""
@@ -137,8 +142,7 @@ class Prepared:
 
     def record(self, name: str, kind: type[R]) -> R | None:
         """The record of strategy ``name`` known before any compute, if it has one of type ``kind``."""
-        found = self.records.get(name)
-        return found if isinstance(found, kind) else None
+        return _of_kind(self.records, name, kind)
 
     def say(self, text: str) -> None:
         """A progress line on stderr (stdout is kept for the report), unless quiet."""
@@ -307,8 +311,7 @@ class Made:
 
     def record(self, name: str, kind: type[R]) -> R | None:
         """The record of strategy ``name`` if it has one of type ``kind`` (None when the strategy is not active)."""
-        found = self.records.get(name)
-        return found if isinstance(found, kind) else None
+        return _of_kind(self.records, name, kind)
 
     def with_record(self, name: str, record: StrategyRecord) -> Made:
         """This value with strategy ``name``'s record set to ``record``."""

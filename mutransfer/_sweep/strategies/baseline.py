@@ -19,7 +19,7 @@ from mutransfer._sweep.strategies.registry import extra_costs
 
 def direct_baseline_phase(session: Session, made: Made) -> Made:
     """Run the baseline with the other strategies' trainings on μTransfer's side (a ladder's rungs, top-k's targets)."""
-    return made.with_record(NAME, run_baseline(session, made, extra_costs(session, made)))
+    return made.with_record(NAME, run_baseline(session, made, lambda: extra_costs(session, made)))
 
 
 def baseline_lines(b: dict | None) -> list[str]:
