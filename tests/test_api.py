@@ -107,6 +107,22 @@ def test_a_sampler_object_chooses_the_configurations(tiny, tmp_path):
     assert params[0] == params[1] and params[0] != params[2]
 
 
+def test_an_optuna_pruner_stops_trials_in_place_of_asha(tiny, tmp_path):
+    """Any Optuna pruner is asked at each evaluation on the study's journal: ThresholdPruner(upper=0) stops every
+    trial at its first (each error is above 0), and the trials' evaluations are its intermediate values."""
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "pruned", "search.num_trials": 2})
+    with _create(tmp_path, spec, pruner=optuna.pruners.ThresholdPruner(upper=0.0)) as study:
+        study.optimize()
+        assert [t.state for t in study.trials] == ["pruned", "pruned"]
+        assert [len(t.intermediate_values) for t in study.optuna_study.trials] == [1, 1]
+        assert study.spec.study.budget.grace_period == study.spec.study.budget.epochs  # ASHA off: no rungs
+    spec = spec.replace({"name": "kept"})
+    with _create(tmp_path, spec, pruner=optuna.pruners.ThresholdPruner(upper=1e9)) as study:
+        study.optimize()  # every error is below 1e9: nothing stopped
+        assert [t.state for t in study.trials] == ["completed", "completed"]
+
+
 def test_pruners_map_to_asha_and_others_are_refused(tiny, tmp_path):
     _, path = tiny
     spec = mt.StudySpec.from_yaml(path)
@@ -114,8 +130,11 @@ def test_pruners_map_to_asha_and_others_are_refused(tiny, tmp_path):
     assert (asha.spec.study.budget.grace_period, asha.spec.study.budget.reduction_factor) == (2, 3)
     none = _create(tmp_path, spec, pruner=optuna.pruners.NopPruner())
     assert none.spec.study.budget.grace_period == spec.study.budget.epochs
-    with pytest.raises(mt.UserInputError, match="pruner MedianPruner: mutransfer stops trials by ASHA"):
-        _create(tmp_path, spec, pruner=optuna.pruners.MedianPruner())
+    with pytest.raises(mt.UserInputError, match="pruner str: an Optuna pruner object"):
+        _create(tmp_path, spec, pruner="median")  # type: ignore[arg-type]
+    two = spec.replace({"search.objectives": "error+seconds"})
+    with pytest.raises(mt.UserInputError, match="pruner MedianPruner: Optuna's pruners judge one objective"):
+        _create(tmp_path, two, pruner=optuna.pruners.MedianPruner())
     with pytest.raises(mt.UserInputError, match="sampler GridSampler"):
         _create(tmp_path, spec, sampler=optuna.samplers.GridSampler({"lr": [1e-3]}))
     with pytest.raises(mt.UserInputError, match="executor 'threads': one of ray, inprocess"):

@@ -1,5 +1,5 @@
-"""An Optuna pruner object as a study's ASHA settings (:func:`mutransfer.create_study`'s ``pruner``): mutransfer's
-searches stop trials by ASHA, decided by the study's plan."""
+"""An Optuna pruner object for a study (:func:`mutransfer.create_study`'s ``pruner``): ASHA's settings, or the pruner
+the searches ask in ASHA's place (mutransfer._sweep._asha)."""
 
 from __future__ import annotations
 
@@ -9,22 +9,39 @@ from mutransfer._api.spec import StudySpec
 from mutransfer.errors import UserInputError
 
 
-def with_pruner(spec: StudySpec, pruner: optuna.pruners.BasePruner | None) -> StudySpec:
-    """The spec's ASHA settings as ``pruner`` asks (mutransfer's searches stop trials by ASHA, decided by the plan)."""
+def with_pruner(
+    spec: StudySpec, pruner: optuna.pruners.BasePruner | None
+) -> tuple[StudySpec, optuna.pruners.BasePruner | None]:
+    """The spec as ``pruner`` asks, and the pruner the searches ask in place of the spec's ASHA (None: its ASHA).
+
+    ``SuccessiveHalvingPruner(min_resource=G, reduction_factor=R)`` is ASHA: the spec's ``budget.grace_period`` and
+    ``budget.reduction_factor``, applied by the built-in pruner, whose stops do not depend on the order results arrive
+    in. ``NopPruner()``: no rungs (``budget.grace_period`` = ``budget.epochs``). Any other pruner (``MedianPruner()``,
+    ``PercentilePruner(25.0)``, ``HyperbandPruner()``…) is asked at each evaluation on the search's journal study, and
+    the spec's ASHA is turned off (no rungs) so the study's cost estimate counts full trainings.
+    """
     if pruner is None:
-        return spec
+        return spec, None
+    if not isinstance(pruner, optuna.pruners.BasePruner):
+        raise UserInputError(
+            f"pruner {type(pruner).__name__}: an Optuna pruner object such as "
+            "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2) or optuna.pruners.MedianPruner()"
+        )
+    no_rungs = spec.replace({"budget.grace_period": spec.study.budget.epochs})
     if isinstance(pruner, optuna.pruners.NopPruner):
-        return spec.replace({"budget.grace_period": spec.study.budget.epochs})
+        return no_rungs, None
     if isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner):
         grace, factor = getattr(pruner, "_min_resource", None), getattr(pruner, "_reduction_factor", None)
         rate = getattr(pruner, "_min_early_stopping_rate", 0)
         if isinstance(grace, int) and isinstance(factor, int) and rate == 0:
-            return spec.replace({"budget.grace_period": grace, "budget.reduction_factor": factor})
+            return spec.replace({"budget.grace_period": grace, "budget.reduction_factor": factor}), None
         raise UserInputError(
             "pruner: SuccessiveHalvingPruner needs a whole min_resource (epochs), a whole reduction_factor and "
             "min_early_stopping_rate 0, e.g. SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)"
         )
-    raise UserInputError(
-        f"pruner {type(pruner).__name__}: mutransfer stops trials by ASHA; pass "
-        "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2) or optuna.pruners.NopPruner()"
-    )
+    if spec.study.search.objectives != "error":
+        raise UserInputError(
+            f"pruner {type(pruner).__name__}: Optuna's pruners judge one objective, and this study searches "
+            f"{spec.study.search.objectives}; pass SuccessiveHalvingPruner(...) (ASHA on the error) or NopPruner()"
+        )
+    return no_rungs, pruner

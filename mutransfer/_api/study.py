@@ -351,7 +351,9 @@ def create_study(
             the spec's ``search.algorithm``; it sees the results of the trials finished before each trial's window,
             as the built-in ones do.
         pruner: ``optuna.pruners.SuccessiveHalvingPruner(min_resource=G, reduction_factor=R)`` (ASHA with grace
-            period G epochs) or ``optuna.pruners.NopPruner()`` (no early stops); None: the spec's ``budget``.
+            period G epochs, kept in the spec's ``budget``), ``optuna.pruners.NopPruner()`` (no early stops), or any
+            other Optuna pruner (e.g. ``MedianPruner()``), asked at each evaluation on the study's Optuna journal in
+            place of ASHA; None: the spec's ``budget`` (ASHA).
         executor: None (the spec's ``resources.executor``: ``"ray"`` unless it says otherwise; the built-in quick
             study says ``"population"``, which becomes ``"ray-population"`` with ``ray_address``), ``"ray"`` (Ray Tune trials, a Ray Train target or, for one CPU worker,
             one Ray actor), ``"inprocess"`` (one training at a time in this process, no Ray: the same trials and results),
@@ -395,7 +397,7 @@ def create_study(
         check_address_form(ray_address if isinstance(ray_address, str) else repr(ray_address), "ray_address")
     register = None if register is None else check_model_name(register, "register")
     check_storage(storage)
-    spec = with_pruner(spec, pruner)
+    spec, pruner = with_pruner(spec, pruner)
     folder = StudyDir.for_study(spec.name, storage)
     if folder.exists() and not load_if_exists:
         raise UserInputError(
@@ -404,7 +406,8 @@ def create_study(
         )
     overrides = {"tracking_uri": tracking_uri} if tracking_uri is not None else {}
     options = SweepOptions(
-        runs_dir=str(storage), quiet=quiet, json=True, executor=executor, sampler=sampler, overrides=overrides,
+        runs_dir=str(storage), quiet=quiet, json=True, executor=executor, sampler=sampler, pruner=pruner,
+        overrides=overrides,
         register=register, address=ray_address,
     )  # fmt: skip
     return Study(spec, with_strategies(options, strategies), _token=_TOKEN)
@@ -434,6 +437,7 @@ def load_study(
     *,
     storage: str | Path = "mutransfer-runs",
     sampler: optuna.samplers.BaseSampler | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
     executor: Executor | None = None,
     quiet: bool = True,
     rebuild_state: bool = False,
@@ -447,6 +451,8 @@ def load_study(
         study_name: its name (``spec.name``).
         storage: the folder of study folders.
         sampler: as :func:`create_study`'s, for the trials it has still to hand out.
+        pruner: as :func:`create_study`'s, for the trials it has still to run (not kept: a study created with an
+            Optuna pruner other than ASHA resumes without one unless given it again).
         executor: where the trainings it still has to run go (None: its spec's ``resources.executor``).
         quiet: no progress lines on stderr.
         rebuild_state: the study's ``state.json`` was lost or damaged (its next step refuses it, saying so): rebuild
@@ -482,7 +488,7 @@ def load_study(
     # its problem.data as the folder keeps it: relative to the folder (mutransfer._study_folder.portable), absolute here
     spec = StudySpec.from_text(read_study_file(folder).to_yaml(), str(folder.study_file))
     study = create_study(
-        spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet,
+        spec, storage=storage, sampler=sampler, pruner=pruner, executor=executor, load_if_exists=True, quiet=quiet,
         strategies=strategies, register=register, ray_address=ray_address,
     )  # fmt: skip
     study._options.rebuild_state = rebuild_state

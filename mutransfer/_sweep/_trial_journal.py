@@ -39,6 +39,13 @@ KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
 STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
 
 
+def trial_index(trial: optuna.trial.FrozenTrial) -> int | None:
+    """Our index of a journal trial (its key ``t0003`` -> 3, the user attribute :data:`KEY_ATTR`); None for a trial
+    without one (added to the journal by another tool)."""
+    key = trial.user_attrs.get(KEY_ATTR)
+    return int(key[1:]) if isinstance(key, str) and key[:1] == "t" and key[1:].isdigit() else None
+
+
 def journal_path(trials_dir: str | Path) -> Path:
     """The journal of the search whose trial folders are in ``trials_dir``: ``<trials_dir>/../optuna.journal``."""
     return Path(trials_dir).parent / JOURNAL_FILE
@@ -140,6 +147,8 @@ class TrialJournal:
             lock.unlink()
         elif lock.exists():  # a folder (or a FIFO…) in its place: Optuna could never take its lock
             raise UserInputError(f"{lock} is not Optuna's lock (a symbolic link); move it aside, then run again")
+        with _refused_writes(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)  # a search's folder, made with its first trial
         self.storage = journal_storage(self.path)
         with _refused_writes(self.path):
             self.study = optuna.create_study(
@@ -153,14 +162,15 @@ class TrialJournal:
         self._ids: dict[int, int] = {}
         #: our indices of the trials the journal holds as finished
         self.done: set[int] = set()
+        #: our trial index -> its intermediate values in the journal (epoch -> validation error)
+        self._values: dict[int, dict[int, float]] = {}
         for trial in self.study.get_trials(deepcopy=False):
-            key = trial.user_attrs.get(KEY_ATTR)
-            if isinstance(key, str) and key[1:].isdigit():
-                self._ids[int(key[1:])] = self.storage.get_trial_id_from_study_id_trial_number(
-                    self._study_id, trial.number
-                )
+            index = trial_index(trial)
+            if index is not None:
+                self._ids[index] = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
+                self._values[index] = dict(trial.intermediate_values)
                 if trial.state.is_finished():
-                    self.done.add(int(key[1:]))
+                    self.done.add(index)
 
     def _params(self, config: Mapping[str, object]) -> tuple[dict, dict, dict]:
         """(params, their distributions, user attributes): a value no distribution of its kind holds is kept as the
@@ -188,6 +198,32 @@ class TrialJournal:
         )  # fmt: skip
         with _refused_writes(self.path):
             self._ids[index] = self.storage.create_new_trial(self._study_id, template_trial=template)
+        self._values[index] = {}
+
+    def _write_values(self, index: int, values: Sequence[tuple[int, float]]) -> None:
+        """Trial ``index``'s intermediate values (epoch, validation error): the finite ones the journal does not
+        hold yet (a value it holds is not written twice)."""
+        held = self._values[index]
+        new = [(int(e), float(v)) for e, v in values if math.isfinite(v) and held.get(int(e)) != float(v)]
+        with _refused_writes(self.path):
+            for epoch, value in new:
+                self.storage.set_trial_intermediate_value(self._ids[index], epoch, value)
+                held[epoch] = value
+
+    def report(
+        self, index: int, key: str, config: Mapping[str, object], values: Sequence[tuple[int, float]]
+    ) -> optuna.trial.FrozenTrial:
+        """Running trial ``index`` (``key``, handed out with ``config``) evaluated ``values`` ((epoch, validation
+        error), its latest last): written as its intermediate values. Returns the trial as the journal holds it now,
+        for the search's pruner (mutransfer._sweep._asha)."""
+        self.handed_out(index, key, config)
+        if index not in self.done:  # a finished trial's values are final
+            self._write_values(index, values)
+        return self.storage.get_trial(self._ids[index])
+
+    def values(self, index: int) -> dict[int, float]:
+        """Trial ``index``'s intermediate values as the journal holds them (epoch -> validation error; {} if none)."""
+        return dict(self._values.get(index, {}))
 
     def finished(
         self, index: int, key: str, config: Mapping[str, object], status: str,
@@ -206,10 +242,8 @@ class TrialJournal:
         values = given if usable else None
         if values is None and state == TrialState.COMPLETE:
             state = TrialState.FAIL  # Optuna's COMPLETE holds a value
+        self._write_values(index, history)
         with _refused_writes(self.path):
-            for epoch, error in history:
-                if math.isfinite(error):
-                    self.storage.set_trial_intermediate_value(trial_id, int(epoch), float(error))
             self.storage.set_trial_user_attr(trial_id, STATUS_ATTR, status)
             self.storage.set_trial_state_values(trial_id, state, values)
         self.done.add(index)

@@ -60,6 +60,8 @@ class SweepOptions:
     executor: str | None = None
     #: an Optuna sampler object in place of the study's search.algorithm (mutransfer.create_study(sampler=...))
     sampler: optuna.samplers.BaseSampler | None = None
+    #: an Optuna pruner object in place of the study's ASHA (mutransfer.create_study(pruner=...); mutransfer._sweep._asha)
+    pruner: optuna.pruners.BasePruner | None = None
     #: the study's YAML text, given instead of study_path (mutransfer.StudySpec; study_path then only labels it)
     study_text: str | None = None
     #: with study_text: the folder of the file it was read from (its relative problem.data and a factory's module are

@@ -6,7 +6,7 @@ operators) and, when one step of the target takes well under a second or two her
 step of each model on this machine; then the μTransfer / direct-tuning cost this study's search should come to.
 
 With S the epochs the search's trials are expected to train (at most N trials x E epochs: ASHA stops trials early,
-mutransfer._sweep.plan.expected_search_epochs simulates its rule), E_t target epochs, and p, t the proxy's and the
+mutransfer._sweep._asha.expected_search_epochs simulates its rule), E_t target epochs, and p, t the proxy's and the
 target's cost per epoch, μTransfer spends S·p + E_t·t where tuning the target directly spends S·t (the same
 search on the target, its winner the final model), a ratio of p/t + E_t/S. (Before ASHA was counted the line
 used S = N·E, which understated the target's share: 0.22x estimated where 0.31x was measured over 3 seeds on
@@ -27,8 +27,8 @@ import torch
 from mutransfer._problems import get_problem
 from mutransfer._study import Study
 from mutransfer._study.models import build_model
+from mutransfer._sweep._asha import expected_search_epochs
 from mutransfer._sweep.cost import epoch_flops, model_epoch_flops
-from mutransfer._sweep.plan import expected_search_epochs
 from mutransfer._sweep.search import max_concurrent
 from mutransfer._training.precision import Precision, training_step
 from mutransfer.data._loading import valid_resolutions

@@ -8,8 +8,11 @@ keeps two JSON files per trial, written by the driver:
 - ``config.json``: the searched hyperparameters, written when the configuration is
   handed out (before Tune starts the trial);
 - ``outcome.json``: status (completed | pruned | diverged | failed), the last reported
-  metrics, the error of a failed trial and the trial's values at the ASHA rungs it
-  reached, written when the trial ends.
+  metrics and the error of a failed trial, written when the trial ends.
+
+Each report's validation error goes to the trial's intermediate values in the search's
+Optuna journal (mutransfer._sweep._trial_journal), and the search's Optuna pruner decides
+there whether the trial stops (:meth:`SearchPlan.should_stop`; mutransfer._sweep._asha).
 
 A resumed sweep rebuilds the plan from these files alone (nothing is unpickled):
 trials with an outcome are finished and never run again; trials with a configuration
@@ -19,9 +22,9 @@ own checkpoints; then new trials are sampled up to the study's total.
 Reproducibility: with ``window`` = w (the concurrency of the study's first session,
 kept in ``state.json``), trial i is handed out only once trials 0 … i-w have their
 outcome, and its configuration is ``sample_config(study, i, results of trials
-0 … i-w in key order)`` (mutransfer._sweep.sampling). ASHA (:meth:`SearchPlan.should_stop`)
-compares trial i at a rung with trials 0 … i-w only, which all finished before
-trial i started. So the configurations, the stopping decisions and, with deterministic
+0 … i-w in key order)`` (mutransfer._sweep.sampling). The built-in pruner, ASHA
+(:class:`mutransfer._sweep._asha.WindowedAsha`), compares trial i at a rung with trials
+0 … i-w only, which all finished before trial i started. So the configurations, the stopping decisions and, with deterministic
 training, the results do not depend on the order in which Tune delivers results.
 """
 
@@ -32,11 +35,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import optuna
 
 from mutransfer._study import Study
 from mutransfer._study_folder.state import write_atomic
+from mutransfer._sweep._asha import WindowedAsha, rung_milestones
 from mutransfer._sweep._trial_files import (
     check_config,
     check_config_keys,
@@ -86,66 +89,6 @@ def key_index(key: str) -> int:
 def total_trials(study: Study) -> int:
     """Trials of the study: every grid combination, else ``search.num_trials``."""
     return study.trial_count
-
-
-def rung_milestones(study: Study) -> list[int]:
-    """ASHA's rungs (epochs) below the budget: grace_period · reduction_factor^k < epochs."""
-    b = study.budget
-    out, m = [], b.grace_period
-    while m < b.epochs:
-        out.append(m)
-        m *= b.reduction_factor
-    return out
-
-
-def asha_stops(value: float, pool: Sequence[float] | np.ndarray, reduction_factor: int) -> bool:
-    """ASHA's rule at one rung: a value above the 1/reduction_factor quantile of the ``pool`` (the values at the
-    same rung of the trials it is compared with) stops the trial; an empty pool stops nothing."""
-    if len(pool) == 0:
-        return False
-    return value > float(np.nanpercentile(pool, 100.0 / reduction_factor))
-
-
-#: trials simulated by :func:`expected_search_epochs` (later trials are counted at the simulated ones' late mean)
-SIMULATED_TRIALS = 128
-#: simulated searches averaged by :func:`expected_search_epochs`
-SIMULATED_ROUNDS = 32
-
-
-def expected_search_epochs(study: Study, window: int) -> float:
-    """Epochs the study's proxy (or direct) search is expected to train under the plan's ASHA, before any trial runs.
-
-    Simulated with :func:`asha_stops` exactly as :meth:`SearchPlan.should_stop` applies it (trial i compared at
-    each rung with trials 0 … i-``window`` that reached it): trials of random quality (seeded, the same for every
-    call) whose errors keep their rank from rung to rung, :data:`SIMULATED_ROUNDS` searches averaged. Beyond
-    :data:`SIMULATED_TRIALS` trials each further trial counts the late simulated trials' mean. Without rungs (the
-    grace period at or past the budget) every trial trains ``budget.epochs``: trials x epochs.
-    """
-    epochs, rf = int(study.budget.epochs), int(study.budget.reduction_factor)
-    milestones, trials, w = rung_milestones(study), int(study.trial_count), max(1, int(window))
-    if not milestones or trials < 1:
-        return float(trials * epochs)
-    n = min(trials, SIMULATED_TRIALS)
-    rng = np.random.default_rng(0)
-    trained = np.zeros((SIMULATED_ROUNDS, n))
-    for r in range(SIMULATED_ROUNDS):
-        quality = rng.random(n)
-        reached: dict[int, tuple[list[int], list[float]]] = {
-            m: ([], []) for m in milestones
-        }  # per rung: trial indices (ascending) and their values
-        for i in range(n):
-            trained[r, i] = epochs
-            for m in milestones:
-                index, values = reached[m]
-                visible = int(np.searchsorted(index, i - w, side="right"))  # trials 0 … i-w that reached m
-                index.append(i)
-                values.append(quality[i])
-                if asha_stops(quality[i], values[:visible], rf):
-                    trained[r, i] = m
-                    break
-    per_trial = trained.mean(axis=0)
-    late = per_trial[n // 2 :].mean()
-    return float(per_trial.sum() + (trials - n) * late)
 
 
 def key_number(key: str | None) -> int:
@@ -210,7 +153,8 @@ def trial_status(metrics: dict, failed: bool, budget_epochs: int) -> str:
 
 @dataclass
 class Outcome:
-    """How a trial ended (``outcome.json``). ``rungs``: its validation error at each ASHA rung it reached (epoch -> value)."""
+    """How a trial ended (``outcome.json``). ``rungs``: its validation error at the ASHA rungs it reached, as an
+    outcome written before the journal held its intermediate values kept them (epoch -> value; {} since then)."""
 
     status: str
     metrics: dict = field(default_factory=dict)
@@ -241,7 +185,10 @@ class Outcome:
         return self.value, float(seconds)
 
     def as_dict(self) -> dict:
-        return dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
+        d = dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
+        if not self.rungs:
+            del d["rungs"]  # the journal holds them (SearchPlan.should_stop)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Outcome:
@@ -296,6 +243,7 @@ class SearchPlan:
     ``preset``: the configurations to run, in key order, instead of sampling, all to the
     full budget (no ASHA): a ladder rung's promoted trials (mutransfer._sweep.ladder).
     ``sampler``: an Optuna sampler object in place of the study's ``search.algorithm`` (the Python API's).
+    ``pruner``: an Optuna pruner object in place of the study's ASHA (the Python API's; mutransfer._sweep._asha).
     ``seeds``: (configuration, provenance) of the first trials, handed out in place of samples
     (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their ``warm_start.json``).
     """
@@ -309,6 +257,7 @@ class SearchPlan:
         *,
         preset: list[dict] | None = None,
         sampler: optuna.samplers.BaseSampler | None = None,
+        pruner: optuna.pruners.BasePruner | None = None,
     ):
         self.study = study
         self.sampler = sampler
@@ -317,11 +266,16 @@ class SearchPlan:
         self.preset = None if preset is None else [dict(c) for c in preset]
         self.total = total_trials(study) if preset is None else len(preset)
         self.window = max(1, int(window)) if preset is None else max(1, self.total)  # presets never wait for results
-        self.milestones = rung_milestones(study) if preset is None else []
+        #: what stops a trial early: the study's ASHA, the Python API's pruner, or nothing for presets (full budget)
+        self.pruner = (
+            optuna.pruners.NopPruner()
+            if preset is not None
+            else pruner or WindowedAsha(rung_milestones(study), study.budget.reduction_factor, self.window)
+        )
         self.configs: dict[int, dict] = {}
         self.outcomes: dict[int, Outcome] = {}
-        #: rung values of trials still running (epoch -> validation error), judged once each
-        self._rungs: dict[int, dict[int, float]] = {}
+        #: trials whose evaluations before this session were brought into the journal (SearchPlan.should_stop)
+        self._caught_up: set[int] = set()
         self._space = search_distributions(study)
         self._load()
         #: the trials in Optuna's storage (mutransfer._sweep._trial_journal), brought up to the files here
@@ -395,7 +349,6 @@ class SearchPlan:
             trial_status(last, failed, self.study.budget.epochs),
             last,
             (error or "unknown error") if failed else None,
-            dict(self._rungs.pop(i, {})),
         )
 
         directory = self.trials_dir / key
@@ -421,47 +374,33 @@ class SearchPlan:
         if outcome is None:
             self.journal.handed_out(index, key, config)
             return
-        history = [(r.epoch, r.test_error) for r in read_trial_history(self.trials_dir / key)]
+        # its evaluations; an outcome written before the journal held them kept its ASHA rungs' values
+        history = dict(outcome.rungs) | dict(self._history(key))
         told = outcome.told(self.study.search.objectives)  # a pruned trial of a two-objective search: no values
-        self.journal.finished(index, key, config, outcome.status, None if isinstance(told, str) else told, history)
+        self.journal.finished(
+            index, key, config, outcome.status, None if isinstance(told, str) else told, sorted(history.items())
+        )
 
     def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
-        """ASHA: stop trial ``key`` (which just reported ``val_error`` at ``epoch``)?
+        """Stop trial ``key``, which just reported ``val_error`` at ``epoch``? The value goes to the trial's
+        intermediate values in the journal, and the search's pruner decides on the trial as the journal holds it.
 
-        Each rung m <= epoch is judged once per trial, with the trial's value at epoch m
-        (this report's, or its ``history.json``'s when it resumed past m): it is stopped
-        if that value is above the 1/reduction_factor quantile of the values at m of
-        trials 0 … i-w (all finished before it started; Ray's ASHA compares with whichever
-        trials happened to reach the rung first).
+        A trial resumed from its checkpoint reports first past epochs it evaluated in an earlier session: those
+        (its ``history.json``) are written to the journal first, where a study written before the journal held
+        them lacks them, so ASHA judges a rung it passed then with its value then.
         """
         i = key_index(key)
-        judged = self._rungs.setdefault(i, {})
-        history = None
-        for m in self.milestones:
-            if m > epoch or m in judged:
-                continue
-            if m == epoch:
-                value = float(val_error)
-            else:
-                history = self._history(key) if history is None else history
-                if m not in history:
-                    continue
-                value = history[m]
-            judged[m] = value
-            if self._above_cutoff(i, m, value):
-                return True
-        return False
+        earlier: list[tuple[int, float]] = []
+        if i not in self._caught_up:
+            self._caught_up.add(i)
+            held = self.journal.values(i)
+            earlier = [(e, v) for e, v in self._history(key) if e < epoch and e not in held]
+        trial = self.journal.report(i, key, self.configs[i], [*earlier, (int(epoch), float(val_error))])
+        return bool(self.pruner.prune(self.journal.study, trial))
 
-    def _above_cutoff(self, index: int, milestone: int, value: float) -> bool:
-        pool = [
-            self.outcomes[j].rungs[milestone]
-            for j in range(0, index - self.window + 1)
-            if j in self.outcomes and milestone in self.outcomes[j].rungs
-        ]
-        return asha_stops(value, pool, self.study.budget.reduction_factor)
-
-    def _history(self, key: str) -> dict[int, float]:
-        return {int(r.epoch): float(r.test_error) for r in read_trial_history(self.trials_dir / key)}
+    def _history(self, key: str) -> list[tuple[int, float]]:
+        """(epoch, validation error) of each evaluation trial ``key`` made, as its ``history.json`` holds them."""
+        return [(int(r.epoch), float(r.test_error)) for r in read_trial_history(self.trials_dir / key)]
 
 
 def write_journal(study: Study, trials_dir: str | Path) -> None:

@@ -172,6 +172,7 @@ def _plan(session: Session, scope: SearchScope, state: dict, first_window: int) 
         seeds=[] if scope.nested else strategies.seed_trials(session),  # a warm start seeds the study's own search
         preset=None if scope.preset is None else [dict(c) for c in scope.preset],
         sampler=session.options.sampler,
+        pruner=session.options.pruner,
     )
 
 

@@ -88,7 +88,7 @@ def test_the_searchs_epochs_under_asha_follow_the_plans_rule():
     rung every trial trains the budget. The study's ratio then uses those epochs: p/t + E_t/S."""
     import dataclasses
 
-    from mutransfer._sweep.plan import expected_search_epochs
+    from mutransfer._sweep._asha import expected_search_epochs
 
     def search(trials: int, epochs: int, grace: int):
         study, _ = load_study(K_ONLY_STUDY, {"num_trials": trials, "epochs": epochs})

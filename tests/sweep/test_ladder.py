@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import optuna
 import pytest
 
 from mutransfer._study import load_study
@@ -169,7 +170,7 @@ def test_preset_plan_hands_out_its_configurations_without_asha(tmp_path):
     study = _study(ladder=[4, 8])
     preset = [{"lr": 1e-3, "batch_size": 10}, {"lr": 3e-3, "batch_size": 20}]
     plan = SearchPlan(study, tmp_path / "trials", 1, preset=preset)
-    assert plan.total == 2 and plan.milestones == []
+    assert plan.total == 2 and isinstance(plan.pruner, optuna.pruners.NopPruner)
     assert plan.next_trial() == ("t0000", preset[0])
     assert plan.next_trial() == ("t0001", preset[1])  # no waiting for t0000's result
     assert plan.next_trial() == DONE

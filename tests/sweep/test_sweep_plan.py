@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from mutransfer._study import default_study_text, parse_study
-from mutransfer._sweep.plan import DONE, SearchPlan, rung_milestones, trial_key
+from mutransfer._sweep._asha import rung_milestones
+from mutransfer._sweep.plan import DONE, SearchPlan, trial_key
 
 
 def _study(algorithm="tpe", trials=8, epochs=8, grace=2, rf=2, seed=0):
@@ -65,9 +66,9 @@ def _table(plan):
 def test_results_arriving_in_any_order_give_the_same_trials(tmp_path, algorithm):
     study = _study(algorithm, trials=10)
     runs = [
-        _run(study, tmp_path / "fifo", 3, order="fifo"),
-        _run(study, tmp_path / "lifo", 3, order="lifo"),
-        _run(study, tmp_path / "random", 3, order="random", rng=random.Random(7)),
+        _run(study, tmp_path / "fifo" / "trials", 3, order="fifo"),
+        _run(study, tmp_path / "lifo" / "trials", 3, order="lifo"),
+        _run(study, tmp_path / "random" / "trials", 3, order="random", rng=random.Random(7)),
     ]
     tables = [_table(p) for p in runs]
     assert tables[0] == tables[1] == tables[2]
@@ -76,28 +77,28 @@ def test_results_arriving_in_any_order_give_the_same_trials(tmp_path, algorithm)
 
 
 def test_a_different_seed_gives_different_configurations(tmp_path):
-    a = _run(_study(seed=0), tmp_path / "a", 2, order="fifo")
-    b = _run(_study(seed=1), tmp_path / "b", 2, order="fifo")
+    a = _run(_study(seed=0), tmp_path / "a" / "trials", 2, order="fifo")
+    b = _run(_study(seed=1), tmp_path / "b" / "trials", 2, order="fifo")
     assert [a.configs[i] for i in range(8)] != [b.configs[i] for i in range(8)]
 
 
 def test_a_plan_rebuilt_from_its_files_continues_as_if_never_interrupted(tmp_path):
     study = _study(trials=10)
-    whole = _run(study, tmp_path / "whole", 2, order="fifo")
-    part = _run(study, tmp_path / "part", 2, order="lifo", stop_after=4)
+    whole = _run(study, tmp_path / "whole" / "trials", 2, order="fifo")
+    part = _run(study, tmp_path / "part" / "trials", 2, order="lifo", stop_after=4)
     handed_out = set(part.configs)
     assert len(handed_out) > len(part.outcomes) == 4  # some trials were running when it stopped
-    resumed = SearchPlan(study, tmp_path / "part", 2)
+    resumed = SearchPlan(study, tmp_path / "part" / "trials", 2)
     assert resumed.outcomes.keys() == part.outcomes.keys()
     unfinished = [i for i in sorted(handed_out) if i not in part.outcomes]
     firsts = [resumed.next_trial() for _ in unfinished]  # the unfinished ones come first, under their old keys
     assert [k for k, _c in firsts] == [trial_key(i) for i in unfinished]
-    resumed = _run(study, tmp_path / "part", 2, order="random", rng=random.Random(3))
+    resumed = _run(study, tmp_path / "part" / "trials", 2, order="random", rng=random.Random(3))
     assert _table(resumed) == _table(whole)
 
 
 def test_the_next_trial_waits_for_the_results_the_window_needs(tmp_path):
-    plan = SearchPlan(_study(), tmp_path, 2)
+    plan = SearchPlan(_study(), tmp_path / "trials", 2)
     k0, c0 = plan.next_trial()
     k1, _c1 = plan.next_trial()
     assert (k0, k1) == ("t0000", "t0001")
@@ -106,14 +107,17 @@ def test_the_next_trial_waits_for_the_results_the_window_needs(tmp_path):
     assert plan.next_trial() is None  # t0001's is not the one it needs
     plan.record(k0, {"epoch": 8, "val_error": 0.4}, failed=False)
     assert plan.next_trial()[0] == "t0002"
-    on_disk = json.loads((tmp_path / "t0000" / "config.json").read_text())
-    assert on_disk == c0 and json.loads((tmp_path / "t0000" / "outcome.json").read_text())["status"] == "completed"
+    on_disk = json.loads((tmp_path / "trials" / "t0000" / "config.json").read_text())
+    assert (
+        on_disk == c0
+        and json.loads((tmp_path / "trials" / "t0000" / "outcome.json").read_text())["status"] == "completed"
+    )
 
 
 def test_asha_stops_a_trial_worse_than_the_finished_ones_at_a_rung(tmp_path):
     study = _study(epochs=8, grace=2, rf=2)
     assert rung_milestones(study) == [2, 4]
-    plan = SearchPlan(study, tmp_path, 1)
+    plan = SearchPlan(study, tmp_path / "trials", 1)
     for value in (0.3, 0.2):  # the second is better: not stopped
         key, _ = plan.next_trial()
         assert not plan.should_stop(key, 2, value) and not plan.should_stop(key, 4, value)
@@ -122,7 +126,36 @@ def test_asha_stops_a_trial_worse_than_the_finished_ones_at_a_rung(tmp_path):
     assert not plan.should_stop(key, 2, 0.25)  # at the median of 0.2 and 0.3: continues
     assert plan.should_stop(key, 4, 0.26)  # above it: stopped
     plan.record(key, {"epoch": 4, "val_error": 0.26}, failed=False)
-    assert plan.outcomes[2].status == "pruned" and plan.outcomes[2].rungs == {2: 0.25, 4: 0.26}
+    assert plan.outcomes[2].status == "pruned" and plan.journal.values(2) == {2: 0.25, 4: 0.26}
+    assert "rungs" not in json.loads(
+        (tmp_path / "trials" / "t0002" / "outcome.json").read_text()
+    )  # the journal holds them
+
+
+def test_a_trial_resumed_past_a_rung_is_judged_there_from_its_history(tmp_path):
+    """A study written before the journal held the evaluations: a trial resumed at epoch 5 is judged at rungs 2 and 4
+    with the values its history.json holds (0.9 at rung 2: above the pool's, stopped), which go to the journal."""
+    from mutransfer._sweep.trial import write_trial_history
+    from mutransfer._training import EpochRecord
+
+    study, trials = _study(epochs=8, grace=2, rf=2), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 1)
+    for value in (0.3, 0.2):
+        key, _ = plan.next_trial()
+        assert not plan.should_stop(key, 2, value)
+        plan.record(key, {"epoch": 8, "val_error": value}, failed=False)
+    key, _ = plan.next_trial()
+    records = [EpochRecord(epoch=e, iteration=e, train_loss=1.0, test_error=0.9, lr=1e-3, seconds=e) for e in (2, 4)]
+    write_trial_history(trials / key, records)
+    resumed = SearchPlan(study, trials, 1)  # a new driver: the journal holds no value of t0002 yet
+    assert resumed.journal.values(2) == {}
+    assert resumed.next_trial()[0] == key and resumed.should_stop(key, 5, 0.1)  # 0.1 now, but 0.9 at rung 2
+    assert resumed.journal.values(2) == {2: 0.9, 4: 0.9, 5: 0.1}
+    fresh = SearchPlan(study, tmp_path / "fresh" / "trials", 1)
+    for value in (0.3, 0.2, 0.1):  # the same trial, never interrupted, better at rung 2: not stopped
+        key, _ = fresh.next_trial()
+        assert not fresh.should_stop(key, 2, value)
+        fresh.record(key, {"epoch": 8, "val_error": value}, failed=False)
 
 
 def test_grid_hands_out_every_combination_once(tmp_path):
@@ -132,7 +165,7 @@ def test_grid_hands_out_every_combination_once(tmp_path):
         "batch_size": {"type": "choice", "values": [10, 20]},
     }
     m["search"].update(algorithm="grid")
-    plan = _run(parse_study(m, "test"), tmp_path, 2, order="lifo")
+    plan = _run(parse_study(m, "test"), tmp_path / "trials", 2, order="lifo")
     assert plan.total == 6
     assert sorted((c["lr"], c["batch_size"]) for c in plan.configs.values()) == sorted(
         (lr, b) for lr in (1e-3, 1e-2, 1e-1) for b in (10, 20)
@@ -143,7 +176,7 @@ def test_all_failed_message_names_the_first_error_and_what_to_try(tmp_path):
     from mutransfer._sweep.proxies import all_failed_message
 
     study = _study(trials=2)
-    plan = SearchPlan(study, tmp_path, 2)
+    plan = SearchPlan(study, tmp_path / "trials", 2)
     for error in ("RuntimeError: loss is nan at step 3", "ValueError: something else"):
         key, _ = plan.next_trial()
         plan.record(key, {}, failed=True, error=error)
@@ -176,9 +209,9 @@ def test_a_config_file_that_does_not_fit_the_search_space_is_refused(tmp_path):
     from mutransfer.errors import UserInputError
 
     study = _study()
-    plan = SearchPlan(study, tmp_path, 2)
+    plan = SearchPlan(study, tmp_path / "trials", 2)
     key, config = plan.next_trial()
-    assert SearchPlan(study, tmp_path, 2).configs[0] == config  # a fitting one is read back
-    (tmp_path / key / "config.json").write_text(json.dumps({"lr": 0.1, "momentum": 0.9}))
+    assert SearchPlan(study, tmp_path / "trials", 2).configs[0] == config  # a fitting one is read back
+    (tmp_path / "trials" / key / "config.json").write_text(json.dumps({"lr": 0.1, "momentum": 0.9}))
     with pytest.raises(UserInputError, match="not the study's search space"):
-        SearchPlan(study, tmp_path, 2)
+        SearchPlan(study, tmp_path / "trials", 2)
