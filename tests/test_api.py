@@ -123,6 +123,35 @@ def test_an_optuna_pruner_stops_trials_in_place_of_asha(tiny, tmp_path):
         assert [t.state for t in study.trials] == ["completed", "completed"]
 
 
+def test_enqueued_trials_run_first_and_bad_ones_are_one_line(tiny, tmp_path):
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "enq", "search.num_trials": 3})
+    with _create(tmp_path, spec) as study:
+        study.enqueue_trial({"lr": 1e-3, "batch_size": 10})
+        study.enqueue_trial({"lr": 1e-3, "batch_size": 10}, skip_if_exists=True)  # already there: nothing
+        study.enqueue_trial({"lr": 2e-3})  # batch_size sampled
+        for bad, why in [
+            ({"lrr": 1e-3}, "'lrr' is not a searched hyperparameter"),
+            ({"lr": 50.0}, "lr '50.0' is not a value of the search space"),
+            ({"batch_size": 7}, "batch_size '7' is not a value of the search space (one of 10, 20)"),
+            ([("lr", 1e-3)], "give a mapping of searched hyperparameters"),
+        ]:
+            with pytest.raises(mt.UserInputError, match=f"enqueue_trial: .*{why[:30]}"):
+                study.enqueue_trial(bad)  # type: ignore[arg-type]
+        study.optimize()
+        assert study.trials[0].params == {"lr": 1e-3, "batch_size": 10}
+        assert study.trials[1].params["lr"] == 2e-3 and study.trials[2].params["lr"] != 2e-3
+        enqueued = [t.user_attrs.get("mutransfer.enqueued", False) for t in study.optuna_study.trials]
+        assert enqueued == [True, True, False]
+        with pytest.raises(mt.UserInputError, match="enqueue_trial: the search has handed out or holds all its 3"):
+            study.enqueue_trial({"lr": 3e-3})
+    grid = mt.StudySpec.from_yaml(path).replace(
+        {"name": "grid", "search.algorithm": "grid", "search_space.lr": {"type": "choice", "values": [1e-3, 2e-3]}}
+    )
+    with pytest.raises(mt.UserInputError, match="enqueue_trial: a grid search hands out every combination"):
+        _create(tmp_path, grid).enqueue_trial({"lr": 1e-3})
+
+
 def test_pruners_map_to_asha_and_others_are_refused(tiny, tmp_path):
     _, path = tiny
     spec = mt.StudySpec.from_yaml(path)

@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING, Literal
 
 import optuna
 
+from mutransfer._api._arguments import checked_arguments
 from mutransfer._api._callbacks import UserCallbacks
+from mutransfer._api._enqueue import Params, enqueue
 from mutransfer._api._pruner import with_pruner
 from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialResult
 from mutransfer._api.spec import StudySpec
 from mutransfer._api.strategies import Strategy, with_strategies
-from mutransfer._config.checks import check_model_name
-from mutransfer._config.executors import EXECUTORS, ON_RAY, chosen_executor
 from mutransfer._study import load_study as load_study_file
-from mutransfer._study.inputs import check_address_form, check_storage
+from mutransfer._study.inputs import check_storage
 from mutransfer._study_folder.portable import read_study_file
 from mutransfer._study_folder.records import MODEL_DIR
 from mutransfer._study_folder.state import StudyDir
@@ -101,6 +101,22 @@ class Study:
             self._spec = self._spec.replace({"search.num_trials": n_trials})
         self._options.trial_callbacks = (UserCallbacks(self, callbacks),) if callbacks else ()
         self._advance(_OPTIMIZE)
+
+    def enqueue_trial(self, params: Params, *, skip_if_exists: bool = False) -> None:
+        """Run a trial with these values next (Optuna's ``enqueue_trial``): the search hands it out before sampling,
+        the names not given sampled; it counts among ``search.num_trials`` and is told to the sampler as any other.
+
+        Args:
+            params: searched hyperparameters and their values, e.g. ``{"lr": 1e-3, "batch_size": 10}``; a name not
+                searched or a value outside the search space is refused in one line.
+            skip_if_exists: do nothing if a trial with these values is already in the study.
+
+        Example:
+            >>> study.enqueue_trial({"lr": 1e-3})  # doctest: +SKIP
+        """
+        self._options.enqueued = enqueue(
+            self._spec, self.study_dir, params, self._options.enqueued, skip_if_exists=skip_if_exists
+        )
 
     def transfer(self) -> TransferRecord:
         """The best proxy's hyperparameters rescaled to the target by the μP rules (runs the search first if needed).
@@ -231,7 +247,8 @@ class Study:
     def optuna_study(self) -> optuna.Study:
         """The proxy trials as an :class:`optuna.Study`, read from the study folder's journal (``optuna.journal``):
         the same trials, numbers, parameters and values, with each evaluation's validation error as an intermediate
-        value; what optuna-dashboard shows (``mutransfer dashboard NAME``). A view: trials added to it are not run.
+        value; what optuna-dashboard shows (``mutransfer dashboard NAME``). Trials enqueued in it (``enqueue_trial``)
+        are run by the search; others added to it are not.
 
         Example:
             >>> study.optuna_study.best_trial.params  # doctest: +SKIP
@@ -289,6 +306,9 @@ class Study:
         except BaseException:
             self._steps = None  # what ran is kept in the folder: the next step resumes it
             raise
+        finally:
+            if (self.study_dir / JOURNAL_FILE).is_file():
+                self._options.enqueued = ()  # the search wrote them to its journal when it made it
         self._steps = None
         assert self._at is not None
         return self._at
@@ -376,27 +396,7 @@ def create_study(
         >>> sampler = optuna.samplers.TPESampler(seed=0)  # doctest: +SKIP
         >>> study = mt.create_study(mt.StudySpec.default(), sampler=sampler)  # doctest: +SKIP
     """
-    spec = spec if spec is not None else StudySpec.default()
-    if not isinstance(spec, StudySpec):
-        raise UserInputError(
-            f"spec: a mutransfer.StudySpec, got {type(spec).__name__} (e.g. mt.StudySpec.from_yaml(path))"
-        )
-    if executor is not None and executor not in EXECUTORS:
-        raise UserInputError(f"executor {executor!r}: one of {', '.join(EXECUTORS)}, or None (the spec's)")
-    if sampler is not None and (
-        not isinstance(sampler, optuna.samplers.BaseSampler) or isinstance(sampler, optuna.samplers.GridSampler)
-    ):
-        raise UserInputError(
-            f"sampler {type(sampler).__name__}: an Optuna sampler object such as optuna.samplers.TPESampler(seed=0); "
-            "for a grid, set search.algorithm: grid in the spec"
-        )
-    if ray_address is not None:
-        runs_on = chosen_executor(executor, spec.study.resources.executor, ray_address)
-        if runs_on not in ON_RAY:
-            raise UserInputError(f"ray_address {ray_address!r:.60}: the {runs_on!r} executor trains here; drop it")
-        check_address_form(ray_address if isinstance(ray_address, str) else repr(ray_address), "ray_address")
-    register = None if register is None else check_model_name(register, "register")
-    check_storage(storage)
+    spec, register = checked_arguments(spec, storage, executor, sampler, register, ray_address)
     spec, pruner = with_pruner(spec, pruner)
     folder = StudyDir.for_study(spec.name, storage)
     if folder.exists() and not load_if_exists:

@@ -83,6 +83,33 @@ def check_config(path: Path, config: dict, space: dict, seeded: bool) -> None:
             )
 
 
+def enqueued_problem(params: object, space: dict) -> str | None:
+    """Why ``params`` (an enqueued trial's fixed parameters: Optuna's ``enqueue_trial``) cannot be a trial of the search
+    over ``space`` (searched name -> Optuna distribution): a name not searched, or a value its distribution does not
+    hold; None where they can (the names not given are sampled)."""
+    if not isinstance(params, dict) or not params:
+        return "give a mapping of searched hyperparameters to values, e.g. {'lr': 0.001}"
+    for name, value in params.items():
+        if name not in space:
+            return f"{str(name)[:40]!r} is not a searched hyperparameter (searched: {', '.join(sorted(space))})"
+        distribution = space[name]
+        if _number(value) and math.isfinite(value):
+            held = _in_distribution(distribution, value)
+        else:
+            held = isinstance(distribution, CategoricalDistribution) and value in distribution.choices
+        if not held:
+            return f"{name} {str(value)[:40]!r} is not a value of the search space ({_described(distribution)})"
+    return None
+
+
+def _described(distribution: object) -> str:
+    if isinstance(distribution, CategoricalDistribution):
+        return "one of " + ", ".join(map(repr, distribution.choices))
+    if isinstance(distribution, FloatDistribution | IntDistribution):
+        return f"{distribution.low:g}..{distribution.high:g}" + (" log" if distribution.log else "")
+    return str(distribution)
+
+
 def _in_distribution(distribution: object, value: float) -> bool:
     if isinstance(distribution, CategoricalDistribution):
         return value in distribution.choices

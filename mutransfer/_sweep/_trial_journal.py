@@ -34,6 +34,8 @@ from mutransfer.errors import UserInputError
 
 #: user attributes of each Optuna trial: our key (``t0003``) and our status (completed | pruned | diverged | failed)
 KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
+#: user attributes of a trial enqueued with Optuna's ``enqueue_trial``: handed out as one of ours (True), or why not
+ENQUEUED_ATTR, REFUSED_ATTR = "mutransfer.enqueued", "mutransfer.refused"
 
 #: our status -> Optuna's trial state (a diverged trial has no usable value: FAIL, as a failed one)
 STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
@@ -220,6 +222,56 @@ class TrialJournal:
         if index not in self.done:  # a finished trial's values are final
             self._write_values(index, values)
         return self.storage.get_trial(self._ids[index])
+
+    def trial_id(self, index: int) -> int | None:
+        """Optuna's trial id of trial ``index`` in the journal (None where it holds none)."""
+        return self._ids.get(index)
+
+    def config(self, index: int) -> dict[str, object]:
+        """What the journal holds of trial ``index``'s configuration: its parameters, the values kept as user
+        attributes (outside the space) and, for an enqueued trial, its fixed parameters ({} where it holds none)."""
+        if index not in self._ids:
+            return {}
+        trial = self.storage.get_trial(self._ids[index])
+        kept = {k.removeprefix("param."): v for k, v in trial.user_attrs.items() if k.startswith("param.")}
+        fixed = trial.system_attrs.get("fixed_params")
+        return {**(fixed if isinstance(fixed, dict) else {}), **trial.params, **kept}
+
+    def waiting(self) -> Iterator[tuple[int, dict[str, object]]]:
+        """(trial id, fixed parameters) of the trials enqueued in the journal (Optuna's ``enqueue_trial``, from
+        :meth:`mutransfer.Study.enqueue_trial` or any process) and not handed out yet, oldest first."""
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            if trial_index(trial) is None and REFUSED_ATTR not in trial.user_attrs:
+                fixed = trial.system_attrs.get("fixed_params")
+                trial_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
+                yield trial_id, dict(fixed) if isinstance(fixed, dict) else {}
+
+    def enqueue(self, params: Mapping[str, object]) -> None:
+        """A trial with these fixed parameters, WAITING to be handed out (Optuna's ``enqueue_trial``)."""
+        with _refused_writes(self.path):
+            self.study.enqueue_trial(dict(params))
+
+    def refuse(self, trial_id: int, why: str) -> None:
+        """An enqueued trial that cannot be one of the search's (``why``): FAIL, the reason its user attribute."""
+        with _refused_writes(self.path):
+            self.storage.set_trial_user_attr(trial_id, REFUSED_ATTR, why)
+            self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+
+    def claim(self, trial_id: int, index: int, key: str, config: Mapping[str, object]) -> None:
+        """The enqueued trial ``trial_id`` becomes trial ``index`` (``key``), handed out with ``config``: our key
+        first (a driver stopped after it hands the same trial out again), then its parameters, then RUNNING."""
+        params, dists, kept = self._params(config)
+        with _refused_writes(self.path):
+            for name, value in {KEY_ATTR: key, ENQUEUED_ATTR: True, **kept}.items():
+                self.storage.set_trial_user_attr(trial_id, name, value)
+            held = self.storage.get_trial(trial_id)
+            for name, value in params.items():
+                if name not in held.params:
+                    self.storage.set_trial_param(trial_id, name, dists[name].to_internal_repr(value), dists[name])
+            if held.state == TrialState.WAITING:
+                self.storage.set_trial_state_values(trial_id, TrialState.RUNNING)
+        self._ids[index] = trial_id
+        self._values.setdefault(index, {})
 
     def values(self, index: int) -> dict[int, float]:
         """Trial ``index``'s intermediate values as the journal holds them (epoch -> validation error; {} if none)."""

@@ -62,6 +62,9 @@ class SweepOptions:
     sampler: optuna.samplers.BaseSampler | None = None
     #: an Optuna pruner object in place of the study's ASHA (mutransfer.create_study(pruner=...); mutransfer._sweep._asha)
     pruner: optuna.pruners.BasePruner | None = None
+    #: fixed parameters of trials enqueued before the study's journal existed (mutransfer.Study.enqueue_trial), run
+    #: first by its own search (mutransfer._sweep.plan.SearchPlan)
+    enqueued: tuple[dict, ...] = ()
     #: the study's YAML text, given instead of study_path (mutransfer.StudySpec; study_path then only labels it)
     study_text: str | None = None
     #: with study_text: the folder of the file it was read from (its relative problem.data and a factory's module are

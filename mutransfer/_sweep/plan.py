@@ -31,7 +31,7 @@ training, the results do not depend on the order in which Tune delivers results.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -44,6 +44,7 @@ from mutransfer._sweep._trial_files import (
     check_config,
     check_config_keys,
     check_outcome,
+    enqueued_problem,
     read_trial_json,
     refuse_link,
 )
@@ -244,6 +245,8 @@ class SearchPlan:
     full budget (no ASHA): a ladder rung's promoted trials (mutransfer._sweep.ladder).
     ``sampler``: an Optuna sampler object in place of the study's ``search.algorithm`` (the Python API's).
     ``pruner``: an Optuna pruner object in place of the study's ASHA (the Python API's; mutransfer._sweep._asha).
+    ``enqueued``: fixed parameters of trials enqueued before the search's journal existed
+    (:meth:`mutransfer.Study.enqueue_trial`): written to it, WAITING, when this plan makes it.
     ``seeds``: (configuration, provenance) of the first trials, handed out in place of samples
     (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their ``warm_start.json``).
     """
@@ -258,6 +261,7 @@ class SearchPlan:
         preset: list[dict] | None = None,
         sampler: optuna.samplers.BaseSampler | None = None,
         pruner: optuna.pruners.BasePruner | None = None,
+        enqueued: Sequence[Mapping[str, object]] = (),
     ):
         self.study = study
         self.sampler = sampler
@@ -279,7 +283,10 @@ class SearchPlan:
         self._space = search_distributions(study)
         self._load()
         #: the trials in Optuna's storage (mutransfer._sweep._trial_journal), brought up to the files here
+        new = not journal_path(self.trials_dir).exists()
         self.journal = TrialJournal(journal_path(self.trials_dir), study.name, self._space, study.search.objectives)
+        for params in enqueued if new else ():
+            self.journal.enqueue(params)
         for i in sorted(self.configs):
             self._journal(i)
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
@@ -317,7 +324,15 @@ class SearchPlan:
         known = range(0, i - self.window + 1)
         if any(j not in self.outcomes for j in known):
             return None
-        config = dict(self.seeds[i][0]) if i < len(self.seeds) else self._sample(i, known)
+        enqueued, fixed = self._enqueued(i)
+        if i < len(self.seeds):
+            config = dict(self.seeds[i][0])
+        elif fixed.keys() >= self._space.keys():
+            config = {name: fixed[name] for name in self._space}
+        else:  # sampled; an enqueued trial's fixed parameters in place of the sampled ones
+            config = {**self._sample(i, known), **fixed}
+        if enqueued is not None:
+            self.journal.claim(enqueued, i, trial_key(i), config)
         directory = self.trials_dir / trial_key(i)
         directory.mkdir(parents=True, exist_ok=True)
 
@@ -328,6 +343,26 @@ class SearchPlan:
         self._journal(i)
         self._next += 1
         return trial_key(i), dict(self.configs[i])
+
+    def _enqueued(self, index: int) -> tuple[int | None, dict[str, object]]:
+        """(journal trial id, fixed parameters) of the enqueued trial that becomes trial ``index`` (Optuna's
+        ``enqueue_trial``: :meth:`mutransfer.Study.enqueue_trial`, or any process writing the journal); (None, {})
+        for none. A trial the journal already holds as ``index`` (a driver stopped as it handed it out) is that one.
+        Seeds, presets and a grid hand out their own configurations; an enqueued trial the search space does not
+        hold is marked FAIL in the journal, with why (its user attribute ``mutransfer.refused``), and skipped."""
+        if index < len(self.seeds) or self.preset is not None:
+            return None, {}
+        held = self.journal.config(index)
+        if held:
+            return self.journal.trial_id(index), held
+        if self.study.search.algorithm == "grid" and self.sampler is None:
+            return None, {}
+        for trial_id, fixed in self.journal.waiting():
+            why = enqueued_problem(fixed, self._space)
+            if why is None:
+                return trial_id, fixed
+            self.journal.refuse(trial_id, why)
+        return None, {}
 
     def _sample(self, index: int, known: range) -> dict:
         if self.preset is not None:

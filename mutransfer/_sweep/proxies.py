@@ -173,6 +173,7 @@ def _plan(session: Session, scope: SearchScope, state: dict, first_window: int) 
         preset=None if scope.preset is None else [dict(c) for c in scope.preset],
         sampler=session.options.sampler,
         pruner=session.options.pruner,
+        enqueued=() if scope.nested else session.options.enqueued,
     )
 
 

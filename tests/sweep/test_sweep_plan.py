@@ -158,6 +158,39 @@ def test_a_trial_resumed_past_a_rung_is_judged_there_from_its_history(tmp_path):
         fresh.record(key, {"epoch": 8, "val_error": value}, failed=False)
 
 
+def test_trials_enqueued_in_the_journal_are_handed_out_before_sampling(tmp_path):
+    """Optuna's enqueue_trial on the journal, from any process: the next trials are those, in order (a missing value
+    sampled); one the search space does not hold is marked FAIL with why, and skipped. A driver stopped as it handed
+    one out hands the same trial out again, once."""
+    import optuna
+
+    from mutransfer._sweep._trial_journal import journal_path, journal_storage
+
+    study, trials = _study(trials=4), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 1)
+    ostudy = optuna.load_study(study_name=study.name, storage=journal_storage(journal_path(trials)))
+    ostudy.enqueue_trial({"lr": 50.0})
+    ostudy.enqueue_trial({"lr": 5e-3, "batch_size": 20})
+    ostudy.enqueue_trial({"lr": 2e-3})
+    key, config = plan.next_trial()
+    assert (key, config) == ("t0000", {"lr": 5e-3, "batch_size": 20})
+    refused = [t for t in ostudy.get_trials() if t.state == optuna.trial.TrialState.FAIL]
+    assert len(refused) == 1 and "lr '50.0' is not a value of the search space (0.0003..0.03 log)" in str(
+        refused[0].user_attrs["mutransfer.refused"]
+    )
+    plan.record(key, {"epoch": 8, "val_error": 0.3}, failed=False)
+    key, config = plan.next_trial()
+    assert key == "t0001" and config["lr"] == 2e-3 and config["batch_size"] in (10, 20)
+    (trials / key / "config.json").unlink()  # as if the driver stopped between the journal's write and the file's
+    again = SearchPlan(study, trials, 1)
+    assert again.next_trial() == (key, config)
+    by_key = [t.user_attrs.get("mutransfer.trial_id") for t in ostudy.get_trials()]
+    assert by_key.count("t0001") == 1 and ostudy.get_trials()[2].user_attrs["mutransfer.enqueued"] is True
+    again.record(key, {"epoch": 8, "val_error": 0.2}, failed=False)
+    key, config = again.next_trial()  # nothing enqueued: sampled
+    assert key == "t0002" and config not in ({"lr": 5e-3, "batch_size": 20},)
+
+
 def test_grid_hands_out_every_combination_once(tmp_path):
     m = yaml.safe_load(default_study_text())
     m["search_space"] = {
