@@ -21,6 +21,7 @@ import contextlib
 import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -36,6 +37,15 @@ from mutransfer.errors import UserInputError
 KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
 #: user attributes of a trial enqueued with Optuna's ``enqueue_trial``: handed out as one of ours (True), or why not
 ENQUEUED_ATTR, REFUSED_ATTR = "mutransfer.enqueued", "mutransfer.refused"
+#: user attributes of what the driver knows of a trial besides its parameters and value: a seeded trial's provenance
+#: (a strategy's seed_trials: a warm start's), its last failure while it is retried, and how it ended (its last
+#: reported metrics; a failed one's error): what the trial files (warm_start.json, retrying.json, outcome.json) hold
+SEED_ATTR, RETRYING_ATTR, METRICS_ATTR, ERROR_ATTR = (
+    "mutransfer.seed", "mutransfer.retrying", "mutransfer.metrics", "mutransfer.error",
+)  # fmt: skip
+#: the study's user attribute of a journal written with all of those for every trial from its first one (a journal
+#: made before holds parameters, values and states only)
+FORMAT_ATTR, FORMAT = "mutransfer.journal_format", 2
 
 #: our status -> Optuna's trial state (a diverged trial has no usable value: FAIL, as a failed one)
 STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
@@ -128,6 +138,20 @@ def _refused_writes(path: Path) -> Iterator[None]:
         raise OSError(cause.errno, cause.strerror, str(path)) from exc
 
 
+@dataclass(frozen=True)
+class HeldTrial:
+    """What a journal holds of one of the search's trials: its ``config``; ``status`` (completed | pruned | diverged
+    | failed) and last reported ``metrics`` once it ended, ``error`` a failed one's; ``seed``, a seeded trial's
+    provenance; ``retrying``, its last failure while it is retried ({"failures": n, "error": text})."""
+
+    config: dict[str, object]
+    status: str | None
+    metrics: dict[str, float | None]
+    error: str | None
+    seed: dict | None
+    retrying: dict | None
+
+
 class TrialJournal:
     """One search's trials in the Optuna study ``name`` of the journal at ``path``.
 
@@ -151,6 +175,7 @@ class TrialJournal:
             raise UserInputError(f"{lock} is not Optuna's lock (a symbolic link); move it aside, then run again")
         with _refused_writes(self.path):
             self.path.parent.mkdir(parents=True, exist_ok=True)  # a search's folder, made with its first trial
+        fresh = not self.path.exists()
         self.storage = journal_storage(self.path)
         with _refused_writes(self.path):
             self.study = optuna.create_study(
@@ -159,6 +184,8 @@ class TrialJournal:
                 directions=["minimize"] * (1 if objectives == "error" else 2),
                 load_if_exists=True,
             )
+            if fresh:
+                self.study.set_user_attr(FORMAT_ATTR, FORMAT)
         self._study_id = self.storage.get_study_id_from_name(name)  # read once: each trial's write names it
         #: our trial index -> Optuna's trial id, for the trials already in the journal
         self._ids: dict[int, int] = {}
@@ -188,14 +215,24 @@ class TrialJournal:
                 params[k], dists[k] = config[k], held
         return params, dists, kept
 
-    def handed_out(self, index: int, key: str, config: Mapping[str, object]) -> None:
-        """Trial ``index`` (``key``) was handed out with ``config``: a RUNNING trial, once."""
+    @property
+    def complete(self) -> bool:
+        """Whether every trial here holds what the driver knows of it (:data:`FORMAT_ATTR`): the journal was written
+        by this version from its first trial."""
+        return self.study.user_attrs.get(FORMAT_ATTR) == FORMAT
+
+    def handed_out(
+        self, index: int, key: str, config: Mapping[str, object], seed: Mapping[str, object] | None = None
+    ) -> None:
+        """Trial ``index`` (``key``) was handed out with ``config`` (``seed``: a seeded trial's provenance): a
+        RUNNING trial, once."""
         if index in self._ids:
             return
         params, dists, kept = self._params(config)
+        attrs = {KEY_ATTR: key, **kept, **({SEED_ATTR: dict(seed)} if seed is not None else {})}
         template = optuna.trial.FrozenTrial(
             number=-1, state=TrialState.RUNNING, value=None, datetime_start=None, datetime_complete=None,
-            params=params, distributions=dists, user_attrs={KEY_ATTR: key, **kept}, system_attrs={},
+            params=params, distributions=dists, user_attrs=attrs, system_attrs={},
             intermediate_values={}, trial_id=-1,
         )  # fmt: skip
         with _refused_writes(self.path):
@@ -273,17 +310,37 @@ class TrialJournal:
         self._ids[index] = trial_id
         self._values.setdefault(index, {})
 
+    def held(self, index: int) -> HeldTrial | None:
+        """What the journal holds of trial ``index`` (None where it holds no such trial)."""
+        if index not in self._ids:
+            return None
+        trial = self.storage.get_trial(self._ids[index])
+        attrs = trial.user_attrs
+        status = attrs.get(STATUS_ATTR) if trial.state.is_finished() else None
+        return HeldTrial(
+            config=self.config(index), status=None if status is None else str(status),
+            metrics=dict(attrs.get(METRICS_ATTR) or {}), error=attrs.get(ERROR_ATTR), seed=attrs.get(SEED_ATTR),
+            retrying=attrs.get(RETRYING_ATTR),
+        )  # fmt: skip
+
     def values(self, index: int) -> dict[int, float]:
         """Trial ``index``'s intermediate values as the journal holds them (epoch -> validation error; {} if none)."""
         return dict(self._values.get(index, {}))
 
+    def retrying(self, index: int, failures: int, error: str) -> None:
+        """Handed-out trial ``index`` failed ``failures`` times, the last with ``error``, and is retried."""
+        with _refused_writes(self.path):
+            self.storage.set_trial_user_attr(self._ids[index], RETRYING_ATTR, {"failures": failures, "error": error})
+
     def finished(
         self, index: int, key: str, config: Mapping[str, object], status: str,
         value: float | tuple[float, ...] | None, history: Sequence[tuple[int, float]],
+        metrics: Mapping[str, float | None], error: str | None = None,
     ) -> None:  # fmt: skip
         """Trial ``index`` ended with ``status`` and ``value`` (None for a failed one; a tuple of the two objectives'
-        values in a two-objective study); ``history``: (epoch, validation error) of its evaluations. A trial the
-        journal already holds as finished is left as it is."""
+        values in a two-objective study); ``history``: (epoch, validation error) of its evaluations; ``metrics`` its
+        last reported ones, ``error`` a failed one's. A trial the journal already holds as finished is left as it
+        is."""
         if index in self.done:
             return
         self.handed_out(index, key, config)
@@ -296,6 +353,9 @@ class TrialJournal:
             state = TrialState.FAIL  # Optuna's COMPLETE holds a value
         self._write_values(index, history)
         with _refused_writes(self.path):
+            self.storage.set_trial_user_attr(trial_id, METRICS_ATTR, dict(metrics))
+            if error is not None:
+                self.storage.set_trial_user_attr(trial_id, ERROR_ATTR, error)
             self.storage.set_trial_user_attr(trial_id, STATUS_ATTR, status)
             self.storage.set_trial_state_values(trial_id, state, values)
         self.done.add(index)

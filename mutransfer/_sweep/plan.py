@@ -400,21 +400,24 @@ class SearchPlan:
         directory = self.trials_dir / key
         directory.mkdir(parents=True, exist_ok=True)
         write_atomic(directory / RETRYING_FILE, json.dumps({"failures": int(failures), "error": error}))
+        self.journal.retrying(key_index(key), int(failures), error)
 
     def _journal(self, index: int) -> None:
         """Write trial ``index`` to the journal as the files here hold it: handed out, or finished."""
         key, config, outcome = trial_key(index), self.configs.get(index), self.outcomes.get(index)
         if config is None or index in self.journal.done:
             return
+        seed = read_trial_json(self.trials_dir / key / SEED_FILE)  # a seeded trial's provenance
+        self.journal.handed_out(index, key, config, seed if isinstance(seed, dict) else None)
         if outcome is None:
-            self.journal.handed_out(index, key, config)
             return
         # its evaluations; an outcome written before the journal held them kept its ASHA rungs' values
         history = dict(outcome.rungs) | dict(self._history(key))
         told = outcome.told(self.study.search.objectives)  # a pruned trial of a two-objective search: no values
         self.journal.finished(
-            index, key, config, outcome.status, None if isinstance(told, str) else told, sorted(history.items())
-        )
+            index, key, config, outcome.status, None if isinstance(told, str) else told, sorted(history.items()),
+            outcome.metrics, outcome.error,
+        )  # fmt: skip
 
     def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
         """Stop trial ``key``, which just reported ``val_error`` at ``epoch``? The value goes to the trial's
@@ -436,6 +439,18 @@ class SearchPlan:
     def _history(self, key: str) -> list[tuple[int, float]]:
         """(epoch, validation error) of each evaluation trial ``key`` made, as its ``history.json`` holds them."""
         return [(int(r.epoch), float(r.test_error)) for r in read_trial_history(self.trials_dir / key)]
+
+
+def journal_trials(journal: TrialJournal, total: int) -> Iterator[tuple[int, dict, Outcome | None]]:
+    """(index, config, outcome or None) of each trial handed out, in key order, as the journal holds them: what
+    :func:`read_trials` reads from the trial files, for a journal that holds every trial in full
+    (:attr:`TrialJournal.complete`; tests/sweep/test_sweep_plan.py compares the two)."""
+    for i in range(total):
+        held = journal.held(i)
+        if held is None or not held.config:
+            return  # handed out in key order: the first gap ends them
+        outcome = None if held.status is None else Outcome(held.status, held.metrics, held.error)
+        yield i, held.config, outcome
 
 
 def write_journal(study: Study, trials_dir: str | Path) -> None:

@@ -191,6 +191,43 @@ def test_trials_enqueued_in_the_journal_are_handed_out_before_sampling(tmp_path)
     assert key == "t0002" and config not in ({"lr": 5e-3, "batch_size": 20},)
 
 
+def test_the_journal_holds_what_the_trial_files_hold(tmp_path):
+    """Every trial's configuration, seed provenance, retried failure and outcome (status, last metrics, error) is in the
+    journal too, read back equal to the files, before and after a new driver loads it; a journal made before it held
+    them says so (``complete``: False)."""
+    from mutransfer._sweep.plan import journal_trials, read_trials
+    from mutransfer._sweep.sampling import search_distributions
+
+    study, trials = _study(trials=6, epochs=8, grace=2, rf=2), tmp_path / "trials"
+    seeds = [({"lr": 1e-2, "batch_size": 10}, {"source": "earlier", "trial_id": "t0003"})]
+    plan = SearchPlan(study, trials, 1, seeds=seeds)
+    assert plan.journal.complete
+    key, _ = plan.next_trial()
+    assert not plan.should_stop(key, 2, 0.3) and not plan.should_stop(key, 4, 0.25)
+    plan.record(key, {"epoch": 8, "val_error": 0.2, "train_loss": 0.1, "diverged": 0}, failed=False)
+    key, _ = plan.next_trial()
+    plan.retrying(key, 1, "RuntimeError: once")
+    plan.record(key, {"epoch": 1, "val_error": 0.9}, failed=True, error="RuntimeError: twice")
+    key, _ = plan.next_trial()
+    assert not plan.should_stop(key, 2, 0.28) and plan.should_stop(key, 4, 0.6)  # at rung 4 above t0000's 0.25
+    plan.record(key, {"epoch": 4, "val_error": 0.6}, failed=False)
+    plan.next_trial()  # t0003: still running
+    space = search_distributions(study)
+    files = list(read_trials(trials, plan.total, space, lambda i: i < len(seeds)))
+    assert [o.status if o else None for _i, _c, o in files] == ["completed", "failed", "pruned", None]
+    for journal in (plan.journal, SearchPlan(study, trials, 1, seeds=seeds).journal):
+        assert list(journal_trials(journal, plan.total)) == files
+        assert journal.held(0).seed == seeds[0][1] and journal.held(0).metrics["train_loss"] == 0.1
+        assert journal.held(1).retrying == {"failures": 1, "error": "RuntimeError: once"}
+        assert journal.held(1).error == "RuntimeError: twice"
+    from mutransfer._sweep._trial_journal import TrialJournal
+
+    (tmp_path / "old").mkdir()
+    old = TrialJournal(tmp_path / "old" / "optuna.journal", "s", space)
+    old.study.set_user_attr("mutransfer.journal_format", 1)  # as a journal written before
+    assert not old.complete
+
+
 def test_grid_hands_out_every_combination_once(tmp_path):
     m = yaml.safe_load(default_study_text())
     m["search_space"] = {

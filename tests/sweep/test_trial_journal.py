@@ -42,7 +42,7 @@ def test_a_journal_in_a_folder_that_refuses_writes_raises_an_os_error_naming_it(
         subprocess.run(["chattr", "-i", str(folder)], check=True)
     assert refused.value.errno in UNWRITABLE and refused.value.filename == str(folder / "optuna.journal")
     journal.handed_out(0, "t0000", {"lr": 1e-3})  # writable again: the same call goes through
-    journal.finished(0, "t0000", {"lr": 1e-3}, "completed", 0.5, [(1, 0.7), (2, 0.5)])
+    journal.finished(0, "t0000", {"lr": 1e-3}, "completed", 0.5, [(1, 0.7), (2, 0.5)], {"val_error": 0.5})
     (trial,) = journal.study.get_trials()
     assert trial.value == 0.5 and trial.intermediate_values == {1: 0.7, 2: 0.5}
 
@@ -60,8 +60,8 @@ def test_a_value_outside_its_distribution_is_widened_or_kept_as_an_attribute_nev
         "layers": IntDistribution(2, 8, step=2),
     }
     journal = TrialJournal(tmp_path / "optuna.journal", "s", space)
-    journal.finished(0, "t0000", {"lr": 0.5, "wd": 0.3, "batch_size": 64, "layers": 3}, "completed", 0.4, [])
-    journal.finished(1, "t0001", {"lr": 0.0, "wd": 0.05, "batch_size": 16, "layers": 10}, "completed", 0.3, [])
+    journal.finished(0, "t0000", {"lr": 0.5, "wd": 0.3, "batch_size": 64, "layers": 3}, "completed", 0.4, [], {})
+    journal.finished(1, "t0001", {"lr": 0.0, "wd": 0.05, "batch_size": 16, "layers": 10}, "completed", 0.3, [], {})
     first, second = journal.study.get_trials()
     assert first.params == {"lr": 0.5, "wd": 0.3} and first.distributions["lr"].high == 0.5
     assert first.user_attrs["param.batch_size"] == 64 and first.user_attrs["param.layers"] == 3
