@@ -389,20 +389,25 @@ def test_a_coordinate_check_a_study_could_not_run_is_refused_when_its_record_ask
     assert json.loads(state_file.read_text())["phase"] == "target"  # nothing ran past the search
 
 
-def test_the_strategy_objects_set_what_the_flags_set():
-    """The flags of `mutransfer sweep` and the API's objects ask the sweep for the same things (one mapping each)."""
+def test_the_flags_are_the_strategy_objects_and_a_spec():
+    """`mutransfer sweep` turns its flags into the API's strategy objects and a spec carrying the command, and calls
+    mt.create_study: the objects are the ones a Python user passes, and they ask the sweep for what the flags say."""
     from mutransfer._api.strategies import with_strategies
     from mutransfer._sweep.context import SweepOptions
-    from mutransfer.cli._sweep_cmd import sweep_options
+    from mutransfer.cli._sweep_cmd import command_spec, command_strategies
     from mutransfer.cli.main import build_parser
 
     flags = "--verify --verify-points 7 --verify-seeds 2 --baseline direct --warm-start src --warm-start-top 2"
-    args = build_parser().parse_args(["sweep", *flags.split(), "--warm-start-any", "--coord-check"])
+    args = build_parser().parse_args(["sweep", *flags.split(), "--warm-start-any", "--coord-check", "--epochs", "3"])
     objects = [mt.Verify(points=7, seeds=2), mt.DirectBaseline(), mt.WarmStart("src", 2, True), mt.CoordCheck()]
+    assert command_strategies(args) == objects
+    assert command_strategies(build_parser().parse_args(["sweep", "--verify-points", "7"])) == []  # without --verify
+    options = with_strategies(SweepOptions(), objects)
     fields = ("verify", "verify_points", "verify_seeds", "baseline", "warm_start", "warm_start_top", "warm_start_any")
-    cli, api = sweep_options(args), with_strategies(SweepOptions(), objects)
-    assert [getattr(api, f) for f in (*fields, "coord_check")] == [getattr(cli, f) for f in (*fields, "coord_check")]
-    assert [getattr(SweepOptions(), f) for f in fields] != [getattr(api, f) for f in fields]  # they changed them
+    assert [getattr(options, f) for f in (*fields, "coord_check")] == [True, 7, 2, "direct", "src", 2, True, True]
+    spec = command_spec(args)
+    assert spec.study.budget.epochs == 3 and spec._command is not None and spec._command.overrides["epochs"] == 3
+    assert spec.replace({"name": "x"})._command is None  # a spec changed in Python is a Python spec
 
 
 @pytest.mark.parametrize(

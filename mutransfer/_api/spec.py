@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import yaml
 
 from mutransfer._study import Study, default_study_text, load_study
 from mutransfer._study._study_text import read_study_text
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What ``mutransfer sweep`` was given besides a study's settings, carried by its spec to
+    :func:`mutransfer.create_study`: the study file by its path (None: the built-in study, or on ``--resume`` the
+    stored one), the flags' overrides (keys of mutransfer._study.OVERRIDES: reported as ``override:`` lines, kept in
+    the study folder, compared with the stored study on ``--resume``), ``--resume``, ``--rebuild-state`` and
+    ``--json`` (the console then shows progress lines, not a live bar)."""
+
+    study_path: str | None
+    overrides: Mapping[str, object]
+    resume: bool = False
+    rebuild_state: bool = False
+    json: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,8 @@ class StudySpec:
     #: factory's module (``operator.type: "mymodel:build"``) are found beside it, as ``mutransfer sweep --study``
     #: finds them, then in the working directory
     path: str | None = None
+    #: the command line that made it (:meth:`_of_command`; None for a spec made in Python)
+    _command: CommandLine | None = field(default=None, kw_only=True, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.study  # noqa: B018 -- checked once, here: a bad field is one line now, not at optimize()
@@ -71,6 +89,22 @@ class StudySpec:
             >>> spec = mt.StudySpec.from_text(mt.StudySpec.default().text)
         """
         return cls(text, source)
+
+    @classmethod
+    def _of_command(cls, command: CommandLine) -> StudySpec:
+        """The study ``mutransfer sweep`` runs: its file (or the built-in study) with the flags' overrides applied; a
+        bad file or flag is one line worded by the flag, before anything is made. The spec carries the command
+        (``_command``), so :func:`mutransfer.create_study` reports the overrides and resumes as the command asks.
+
+        Args:
+            command: what the command was given.
+
+        Returns:
+            The checked spec.
+        """
+        resolved, _ = load_study(command.study_path, dict(command.overrides))
+        label = command.study_path if command.study_path is not None else f"{resolved.name} (built-in)"
+        return cls(resolved.to_yaml(), label, command.study_path, _command=command)
 
     @classmethod
     def default(cls) -> StudySpec:

@@ -23,9 +23,8 @@ from mutransfer._api._callbacks import UserCallbacks
 from mutransfer._api._enqueue import Params, enqueue
 from mutransfer._api._pruner import with_pruner
 from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialResult
-from mutransfer._api.spec import StudySpec
+from mutransfer._api.spec import CommandLine, StudySpec
 from mutransfer._api.strategies import Strategy, with_strategies
-from mutransfer._study import load_study as load_study_file
 from mutransfer._study.inputs import check_storage
 from mutransfer._study_folder.portable import read_study_file
 from mutransfer._study_folder.records import MODEL_DIR
@@ -70,7 +69,7 @@ class Study:
         if _token is not _TOKEN:
             raise TypeError("make a study with mutransfer.create_study(...) or mutransfer.load_study(...)")
         self._spec, self._options = spec, options
-        #: ``mutransfer sweep``'s study (:func:`command_study`): its options are the command's, kept as given
+        #: ``mutransfer sweep``'s study (:func:`_command_study`): its options are the command's, kept as given
         self._command = _command
         self._steps: Generator[tuple[str, Prepared, Made], None, None] | None = None
         #: the study and what its steps made, as the last step left them
@@ -396,6 +395,8 @@ def create_study(
         >>> sampler = optuna.samplers.TPESampler(seed=0)  # doctest: +SKIP
         >>> study = mt.create_study(mt.StudySpec.default(), sampler=sampler)  # doctest: +SKIP
     """
+    if isinstance(spec, StudySpec) and spec._command is not None:  # `mutransfer sweep`'s: checked in its flags' words
+        return _command_study(spec, spec._command, storage, executor, strategies, register, ray_address, quiet)
     spec, register = checked_arguments(spec, storage, executor, sampler, register, ray_address)
     spec, pruner = with_pruner(spec, pruner)
     folder = StudyDir.for_study(spec.name, storage)
@@ -413,23 +414,21 @@ def create_study(
     return Study(spec, with_strategies(options, strategies), _token=_TOKEN)
 
 
-def command_study(options: SweepOptions) -> Study:
-    """The :class:`Study` ``mutransfer sweep`` runs (mutransfer.cli._sweep_cmd), with the options its flags set, kept
-    as given: the study file by its path (or none: the built-in study, or on ``--resume`` the stored one), the flags'
-    overrides (reported as ``override:`` lines, kept in the folder, compared on ``--resume``) and ``--resume`` itself
-    (a study of :func:`create_study` continues the folder it finds and runs its spec's text). Its spec is the study
-    the flags make; a bad file or flag raises here, worded by the flag, before anything is made.
-
-    Args:
-        options: the command's options (mutransfer.cli._sweep_cmd.sweep_options).
-
-    Returns:
-        The :class:`Study`; :meth:`Study.report` runs it to the end.
-    """
-    resolved, _ = load_study_file(options.study_path, options.overrides)
-    label = options.study_path if options.study_path is not None else f"{resolved.name} (built-in)"
-    spec = StudySpec(resolved.to_yaml(), label, options.study_path)
-    return Study(spec, options, _token=_TOKEN, _command=True)
+def _command_study(
+    spec: StudySpec, command: CommandLine, storage: str | Path, executor: Executor | None,
+    strategies: Sequence[Strategy], register: str | None, ray_address: str | None, quiet: bool,
+) -> Study:  # fmt: skip
+    """The :class:`Study` of a spec ``mutransfer sweep`` made (:meth:`StudySpec._of_command`): the command's study file
+    by its path (or none: the built-in study, or on ``--resume`` the stored one), its overrides (reported as
+    ``override:`` lines, kept in the folder, compared on ``--resume``) and ``--resume`` itself, as given; its other
+    arguments are checked by the sweep's first step, worded by their flags (a study of a Python spec continues the
+    folder it finds and runs its spec's text)."""
+    options = SweepOptions(
+        study_path=command.study_path, overrides=dict(command.overrides), resume=command.resume,
+        rebuild_state=command.rebuild_state, json=command.json, runs_dir=str(storage),
+        quiet=quiet, executor=executor, register=register, address=ray_address,
+    )  # fmt: skip
+    return Study(spec, with_strategies(options, strategies), _token=_TOKEN, _command=True)
 
 
 def load_study(

@@ -22,3 +22,12 @@ def check_model_name(value: object, field: str = "--register") -> str:
             "(e.g. burgers-fno)"
         )
     return name
+
+
+def check_verify_points(points: int) -> None:
+    """--verify-points: enough learning rates for an optimum (:data:`MIN_VERIFY_POINTS`); else one line."""
+    if points < MIN_VERIFY_POINTS:
+        raise UserInputError(
+            f"--verify-points {points}: an optimum needs at least {MIN_VERIFY_POINTS} LRs; use {VERIFY_POINTS} (the "
+            "default) or more"
+        )

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from mutransfer._config import smoke
-from mutransfer._config.checks import MIN_VERIFY_POINTS, VERIFY_POINTS
+from mutransfer._config.checks import check_verify_points
 from mutransfer._config.executors import EXECUTORS, ON_RAY, POPULATION, chosen_executor
 from mutransfer._study import OVERRIDES, Override, Study, default_study_text, load_study
 from mutransfer._study.inputs import check_address_form, check_folder
@@ -353,11 +353,7 @@ def _check_coord_check(options: SweepOptions, study: Study) -> None:
 
 
 def _check_verification_options(options: SweepOptions) -> None:
-    if options.verify_points < MIN_VERIFY_POINTS:
-        raise UserInputError(
-            f"--verify-points {options.verify_points}: an optimum needs at least {MIN_VERIFY_POINTS} LRs; use "
-            f"{VERIFY_POINTS} (the default) or more"
-        )
+    check_verify_points(options.verify_points)
     if options.verify_seeds < 1:
         raise UserInputError(f"--verify-seeds {options.verify_seeds}: must be at least 1 (2 or more give a CI)")
     if options.baseline not in (None, "direct"):

@@ -9,7 +9,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from mutransfer._config import smoke
-from mutransfer._config.checks import MAX_VERIFY_POINTS, MAX_VERIFY_SEEDS, VERIFY_POINTS, VERIFY_SEEDS
+from mutransfer._config.checks import (
+    MAX_VERIFY_POINTS,
+    MAX_VERIFY_SEEDS,
+    VERIFY_POINTS,
+    VERIFY_SEEDS,
+    check_verify_points,
+)
 from mutransfer._config.executors import EXECUTORS
 from mutransfer._config.flags import flag_kwargs
 from mutransfer._study.files import OVERRIDES, declared, load_study
@@ -20,7 +26,8 @@ from mutransfer._tracking.runs import resolve_tracking_uri
 from mutransfer.cli._common import model_name, positive_int_at_most, print_json
 
 if TYPE_CHECKING:
-    from mutransfer._sweep.context import SweepOptions
+    from mutransfer._api.spec import StudySpec
+    from mutransfer._api.strategies import Strategy
 
 EXIT_SWEEP_FAILED = 1
 
@@ -180,10 +187,10 @@ def _add_override_flags(groups: dict) -> None:
         )
 
 
-def sweep_options(args: argparse.Namespace) -> SweepOptions:
-    """The sweep's options as the flags ask (the Python API's strategy objects set the same fields:
-    mutransfer._api.strategies.with_strategies; tests/test_api.py compares them)."""
-    from mutransfer._sweep.context import SweepOptions  # noqa: PLC0415 -- deferred: as run_sweep_cmd's imports
+def command_spec(args: argparse.Namespace) -> StudySpec:
+    """The study the flags ask for, as a spec carrying the command (its study file, overrides, --resume,
+    --rebuild-state, --json: mutransfer._api.spec.CommandLine); a bad file or flag raises here, worded by the flag."""
+    from mutransfer._api.spec import CommandLine, StudySpec  # noqa: PLC0415 -- deferred: as run_sweep_cmd's imports
 
     overrides = {key: getattr(args, key) for key in OVERRIDES}
     if smoke.smoke():
@@ -193,37 +200,41 @@ def sweep_options(args: argparse.Namespace) -> SweepOptions:
             target_epochs=smoke.capped(overrides["target_epochs"], smoke.EPOCHS),
         )
         smoke.say("sweep", f"{overrides['num_trials']} trials, {smoke.EPOCHS} epoch each and for the target")
-    return SweepOptions(
-        study_path=args.study,
-        overrides=overrides,
-        address=args.address,
-        resume=args.resume,
-        rebuild_state=args.rebuild_state,
-        coord_check=args.coord_check,
-        runs_dir=args.runs_dir,
-        verify=args.verify,
-        verify_points=args.verify_points,
-        verify_seeds=args.verify_seeds,
-        baseline=args.baseline,
-        register=args.register,
-        json=args.json,
-        warm_start=args.warm_start,
-        warm_start_top=args.warm_start_top,
-        warm_start_any=args.warm_start_any,
-        executor=args.executor,
-    )
+    command = CommandLine(args.study, overrides, args.resume, args.rebuild_state, args.json)
+    return StudySpec._of_command(command)
+
+
+def command_strategies(args: argparse.Namespace) -> list[Strategy]:
+    """The Python API's strategy objects the flags ask for (--verify, --baseline direct, --warm-start, --coord-check)."""
+    from mutransfer._api.strategies import CoordCheck, DirectBaseline, Verify, WarmStart  # noqa: PLC0415 -- deferred: as run_sweep_cmd's imports
+
+    check_verify_points(args.verify_points)  # the flag's words, before its object's; checked with or without --verify
+    asked: list[Strategy] = []
+    if args.verify:
+        asked.append(Verify(points=args.verify_points, seeds=args.verify_seeds))
+    if args.baseline == "direct":
+        asked.append(DirectBaseline())
+    if args.warm_start is not None:
+        asked.append(WarmStart(args.warm_start, top=args.warm_start_top, any_source=args.warm_start_any))
+    if args.coord_check:
+        asked.append(CoordCheck())
+    return asked
 
 
 def run_sweep_cmd(args: argparse.Namespace) -> int:
-    """The flags made into the study's options, run through the Python API's :class:`mutransfer.Study` (its
+    """The flags made into a spec and strategy objects, run through the Python API (:func:`mutransfer.create_study`;
     :meth:`~mutransfer.Study.report` runs every phase left), the report printed."""
-    from mutransfer._api.study import command_study  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
+    from mutransfer._api.study import create_study  # noqa: PLC0415 -- deferred: heavy imports (the sweep runner: ray, optuna, mlflow), `mutransfer --help` stays fast
+    from mutransfer._study_folder.state import DEFAULT_RUNS_DIR  # noqa: PLC0415
     from mutransfer._sweep.runner import SweepError  # noqa: PLC0415
 
-    options = sweep_options(args)
     try:
+        study = create_study(
+            command_spec(args), storage=args.runs_dir or DEFAULT_RUNS_DIR, executor=args.executor,
+            strategies=command_strategies(args), register=args.register, ray_address=args.address, quiet=False,
+        )  # fmt: skip
         # Ray Tune prints tables to stdout: keep stdout for the report (--json stays parseable).
-        with contextlib.redirect_stdout(sys.stderr), command_study(options) as study:
+        with contextlib.redirect_stdout(sys.stderr), study:
             report = study.report()
     except SweepError as exc:
         print(f"mutransfer sweep: failed: {' '.join(str(exc).split())}", file=sys.stderr)
