@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import optuna
 import pytest
 import torch
@@ -124,8 +125,10 @@ def test_an_optuna_pruner_stops_trials_in_place_of_asha(tiny, tmp_path):
 
 
 def test_enqueued_trials_run_first_and_bad_ones_are_one_line(tiny, tmp_path):
+    from mutransfer._api._enqueue import enqueue
+
     _, path = tiny
-    spec = mt.StudySpec.from_yaml(path).replace({"name": "enq", "search.num_trials": 3})
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "enq", "search.num_trials": 4})
     with _create(tmp_path, spec) as study:
         study.enqueue_trial({"lr": 1e-3, "batch_size": 10})
         study.enqueue_trial({"lr": 1e-3, "batch_size": 10}, skip_if_exists=True)  # already there: nothing
@@ -138,18 +141,40 @@ def test_enqueued_trials_run_first_and_bad_ones_are_one_line(tiny, tmp_path):
         ]:
             with pytest.raises(mt.UserInputError, match=f"enqueue_trial: .*{why[:30]}"):
                 study.enqueue_trial(bad)  # type: ignore[arg-type]
-        study.optimize()
+        study.enqueue_trial({"batch_size": np.int64(20), "lr": np.float32(4e-3)})  # numpy numbers: Python ones
+        study.optimize(n_trials=4)
         assert study.trials[0].params == {"lr": 1e-3, "batch_size": 10}
-        assert study.trials[1].params["lr"] == 2e-3 and study.trials[2].params["lr"] != 2e-3
+        assert study.trials[2].params == {"lr": pytest.approx(4e-3), "batch_size": 20}
+        assert type(study.trials[2].params["batch_size"]) is int
+        assert study.trials[1].params["lr"] == 2e-3 and study.trials[3].params["lr"] != 2e-3
         enqueued = [t.user_attrs.get("mutransfer.enqueued", False) for t in study.optuna_study.trials]
-        assert enqueued == [True, True, False]
-        with pytest.raises(mt.UserInputError, match="enqueue_trial: the search has handed out or holds all its 3"):
+        assert enqueued == [True, True, True, False]
+        with pytest.raises(mt.UserInputError, match="enqueue_trial: the search has handed out or holds all its 4"):
             study.enqueue_trial({"lr": 3e-3})
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "optuna.journal").write_bytes(b"")  # a driver stopped as Optuna made the file
+    assert enqueue(spec, tmp_path / "empty", {"lr": 1e-3}, (), skip_if_exists=False) == ({"lr": 1e-3},)  # kept
     grid = mt.StudySpec.from_yaml(path).replace(
         {"name": "grid", "search.algorithm": "grid", "search_space.lr": {"type": "choice", "values": [1e-3, 2e-3]}}
     )
     with pytest.raises(mt.UserInputError, match="enqueue_trial: a grid search hands out every combination"):
         _create(tmp_path, grid).enqueue_trial({"lr": 1e-3})
+
+
+def test_a_loaded_study_takes_a_pruner_in_place_of_its_asha_never_other_asha_settings(tiny, tmp_path):
+    _, path = tiny
+    spec = mt.StudySpec.from_yaml(path).replace({"name": "lp", "search.num_trials": 1})
+    with _create(tmp_path, spec) as study:
+        study.optimize()
+    kw = {"storage": tmp_path / "runs", "executor": "inprocess"}
+    median = optuna.pruners.MedianPruner()
+    with mt.load_study("lp", pruner=median, **kw) as loaded:
+        assert loaded._options.pruner is median  # in place of its ASHA, for the trials it has left
+        assert loaded.spec.study.budget.grace_period == spec.study.budget.grace_period < spec.study.budget.epochs
+    same = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=spec.study.budget.reduction_factor)
+    mt.load_study("lp", pruner=same, **kw).close()  # the stored ASHA itself: nothing to change
+    with pytest.raises(mt.UserInputError, match="pruner SuccessiveHalvingPruner: study 'lp' keeps the ASHA it was"):
+        mt.load_study("lp", pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=2, reduction_factor=3), **kw)
 
 
 def test_pruners_map_to_asha_and_others_are_refused(tiny, tmp_path):

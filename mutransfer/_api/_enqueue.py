@@ -5,14 +5,17 @@ before sampling (mutransfer._sweep.plan.SearchPlan); before the journal exists, 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 import optuna
 
 from mutransfer._api.spec import StudySpec
+from mutransfer._study import Study
 from mutransfer._study_folder.state import JOURNAL_FILE
-from mutransfer._sweep._trial_files import enqueued_problem
+from mutransfer._sweep._trial_files import enqueued_params
 from mutransfer._sweep._trial_journal import journal_storage, trial_index
 from mutransfer._sweep.sampling import search_distributions
 from mutransfer.errors import UserInputError
@@ -23,11 +26,12 @@ Params = Mapping[str, float | int | str]
 def enqueue(
     spec: StudySpec, study_dir: Path, params: Params, pending: tuple[dict, ...], *, skip_if_exists: bool
 ) -> tuple[dict, ...]:
-    """Enqueue ``params`` for the study of ``spec`` in ``study_dir``: written to its journal where it has one (the
-    pending ones are then written already: returns ()), else added to ``pending`` (returned). A value the search space
-    does not hold, a grid search, or a search with no trial left to hand out is one line (UserInputError)."""
+    """Enqueue ``params`` for the study of ``spec`` in ``study_dir``: written to its journal where it holds trials
+    (the pending ones are then written already: returns ()), else added to ``pending`` (returned), which the search
+    writes there before its first trial. A value the search space does not hold, a grid search, or a search with no
+    trial left to hand out is one line (UserInputError)."""
     study = spec.study
-    why = enqueued_problem(dict(params) if isinstance(params, Mapping) else params, search_distributions(study))
+    fixed, why = enqueued_params(dict(params) if isinstance(params, Mapping) else params, search_distributions(study))
     if why is not None:
         raise UserInputError(f"enqueue_trial: {why}")
     if study.search.algorithm == "grid":
@@ -35,17 +39,15 @@ def enqueue(
             "enqueue_trial: a grid search hands out every combination in order; set search.algorithm to tpe or "
             "random to run trials of your own first"
         )
-    fixed = {k: _plain(v) for k, v in params.items()}
     path = study_dir / JOURNAL_FILE
-    if not path.is_file():
-        if skip_if_exists and fixed in pending:
+    ostudy = _journal_study(path, study) if path.is_file() else None
+    trials = [] if ostudy is None else ostudy.get_trials(deepcopy=False)
+    if ostudy is None or not trials:
+        if skip_if_exists and any(_same(held, fixed) for held in pending):
             return pending
         _refuse_past_total(study.trial_count, len(pending))
         return (*pending, fixed)
-    # the journal as it is, its lock left to whoever holds it (a driver may be writing it now)
-    ostudy = optuna.load_study(study_name=study.name, storage=journal_storage(path))
-    trials = ostudy.get_trials(deepcopy=False)
-    if skip_if_exists and any(_holds(t, fixed) for t in trials):
+    if skip_if_exists and any(_same({**(t.system_attrs.get("fixed_params") or {}), **t.params}, fixed) for t in trials):
         return ()
     handed = sum(trial_index(t) is not None for t in trials)
     waiting = sum(t.state == optuna.trial.TrialState.WAITING and trial_index(t) is None for t in trials)
@@ -54,26 +56,43 @@ def enqueue(
     return ()
 
 
-def _plain(value: float | int | str) -> float | int | str:
-    """A value as JSON writes it (a numpy scalar as a Python number)."""
-    item = getattr(value, "item", None)
-    return item() if callable(item) else value
+def holds_trials(study_dir: Path, name: str) -> bool:
+    """Whether the study's journal holds a trial: the search has written the pending enqueued ones there."""
+    path = study_dir / JOURNAL_FILE
+    if not path.is_file():
+        return False
+    try:
+        return bool(optuna.load_study(study_name=name, storage=journal_storage(path)).get_trials(deepcopy=False))
+    except (KeyError, UserInputError):  # no study in it yet, or a write caught half-way: not yet
+        return False
 
 
-def _holds(trial: optuna.trial.FrozenTrial, fixed: dict) -> bool:
-    """Whether ``trial`` has (or is enqueued with) these values (Optuna's ``skip_if_exists``)."""
-    held = {**(trial.system_attrs.get("fixed_params") or {}), **trial.params}
-    return all(
-        name in held
-        and (
-            held[name] == value
-            or (isinstance(value, float) and isinstance(held[name], float) and math.isclose(held[name], value))
-        )
-        for name, value in fixed.items()
-    )
+def _journal_study(path: Path, study: Study) -> optuna.Study:
+    """The journal's Optuna study, as it is: its lock left to whoever holds it (a driver may be writing it now), and
+    a write caught half-way read again once it has ended."""
+    for attempt in range(2):
+        try:
+            storage = journal_storage(path)
+            break
+        except UserInputError:
+            if attempt:
+                raise
+            time.sleep(0.5)
+    directions: list[Literal["minimize"]] = ["minimize"] * (1 if study.search.objectives == "error" else 2)
+    return optuna.create_study(study_name=study.name, storage=storage, directions=directions, load_if_exists=True)
+
+
+def _same(held: Mapping[str, object], fixed: Mapping[str, object]) -> bool:
+    """Whether ``held`` has every value of ``fixed`` (Optuna's ``skip_if_exists``: equal, or as close as floats)."""
+
+    def close(a: object, b: object) -> bool:
+        return a == b or (isinstance(a, float) and isinstance(b, float) and math.isclose(a, b))
+
+    return all(name in held and close(held[name], value) for name, value in fixed.items())
 
 
 def _refuse_past_total(total: int, taken: int) -> None:
+    """One line where the search's ``total`` trials are all ``taken`` (handed out or waiting already)."""
     if taken >= total:
         raise UserInputError(
             f"enqueue_trial: the search has handed out or holds all its {total} trials; create a study with more "

@@ -45,3 +45,18 @@ def with_pruner(
             f"{spec.study.search.objectives}; pass SuccessiveHalvingPruner(...) (ASHA on the error) or NopPruner()"
         )
     return no_rungs, pruner
+
+
+def loaded_pruner(spec: StudySpec, pruner: optuna.pruners.BasePruner | None) -> optuna.pruners.BasePruner | None:
+    """The pruner a study loaded again (:func:`mutransfer.load_study`) asks in place of its stored ASHA: ``pruner``
+    as :func:`with_pruner` takes it, without changing the stored spec. ASHA's own settings (SuccessiveHalvingPruner,
+    NopPruner) other than the stored ones are refused in one line: they are the study's, kept in its folder."""
+    changed, chosen = with_pruner(spec, pruner)
+    if chosen is None and changed.text != spec.text:
+        budget = spec.study.budget
+        raise UserInputError(
+            f"pruner {type(pruner).__name__}: study {spec.name!r} keeps the ASHA it was created with "
+            f"(budget.grace_period {budget.grace_period}, budget.reduction_factor {budget.reduction_factor}); load it "
+            "without pruner, or pass another Optuna pruner (e.g. MedianPruner()) to stop its remaining trials"
+        )
+    return chosen

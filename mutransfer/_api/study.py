@@ -20,8 +20,8 @@ import optuna
 
 from mutransfer._api._arguments import checked_arguments
 from mutransfer._api._callbacks import UserCallbacks
-from mutransfer._api._enqueue import Params, enqueue
-from mutransfer._api._pruner import with_pruner
+from mutransfer._api._enqueue import Params, enqueue, holds_trials
+from mutransfer._api._pruner import loaded_pruner, with_pruner
 from mutransfer._api.results import Report, TargetResult, TransferRecord, TrialResult
 from mutransfer._api.spec import CommandLine, StudySpec
 from mutransfer._api.strategies import Strategy, with_strategies
@@ -306,8 +306,8 @@ class Study:
             self._steps = None  # what ran is kept in the folder: the next step resumes it
             raise
         finally:
-            if (self.study_dir / JOURNAL_FILE).is_file():
-                self._options.enqueued = ()  # the search wrote them to its journal when it made it
+            if self._options.enqueued and holds_trials(self.study_dir, self.name):
+                self._options.enqueued = ()  # the search wrote them to its journal before its first trial
         self._steps = None
         assert self._at is not None
         return self._at
@@ -487,8 +487,9 @@ def load_study(
     # its problem.data as the folder keeps it: relative to the folder (mutransfer._study_folder.portable), absolute here
     spec = StudySpec.from_text(read_study_file(folder).to_yaml(), str(folder.study_file))
     study = create_study(
-        spec, storage=storage, sampler=sampler, pruner=pruner, executor=executor, load_if_exists=True, quiet=quiet,
+        spec, storage=storage, sampler=sampler, executor=executor, load_if_exists=True, quiet=quiet,
         strategies=strategies, register=register, ray_address=ray_address,
     )  # fmt: skip
     study._options.rebuild_state = rebuild_state
+    study._options.pruner = loaded_pruner(spec, pruner)  # in place of its ASHA, the stored spec unchanged
     return study

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TypeGuard
 
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
@@ -33,7 +34,7 @@ def read_trial_json(path: Path):
 OUTCOME_STATUSES = ("completed", "pruned", "diverged", "failed")
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -83,26 +84,36 @@ def check_config(path: Path, config: dict, space: dict, seeded: bool) -> None:
             )
 
 
-def enqueued_problem(params: object, space: dict) -> str | None:
-    """Why ``params`` (an enqueued trial's fixed parameters: Optuna's ``enqueue_trial``) cannot be a trial of the search
-    over ``space`` (searched name -> Optuna distribution): a name not searched, or a value its distribution does not
-    hold; None where they can (the names not given are sampled)."""
+def enqueued_params(params: object, space: dict) -> tuple[dict, str | None]:
+    """An enqueued trial's fixed parameters (Optuna's ``enqueue_trial``) as the search over ``space`` (searched name
+    -> Optuna distribution) hands them out, each value its distribution's own (a numpy number a Python one, 10.0 of
+    an integer range or of the choices [10, 20] the integer 10), and why they cannot be a trial's: a name not
+    searched, or a value its distribution does not hold (None where they can; the names not given are sampled)."""
     if not isinstance(params, dict) or not params:
-        return "give a mapping of searched hyperparameters to values, e.g. {'lr': 0.001}"
-    for name, value in params.items():
+        return {}, "give a mapping of searched hyperparameters to values, e.g. {'lr': 0.001}"
+    fixed: dict = {}
+    for name, given in params.items():
         if name not in space:
-            return f"{str(name)[:40]!r} is not a searched hyperparameter (searched: {', '.join(sorted(space))})"
-        distribution = space[name]
+            return {}, f"{str(name)[:40]!r} is not a searched hyperparameter (searched: {', '.join(sorted(space))})"
+        distribution, value = space[name], _plain(given)
         if _number(value) and math.isfinite(value):
             held = _in_distribution(distribution, value)
         else:
             held = isinstance(distribution, CategoricalDistribution) and value in distribution.choices
         if not held:
-            return f"{name} {str(value)[:40]!r} is not a value of the search space ({_described(distribution)})"
-    return None
+            return {}, f"{name} {str(given)[:40]!r} is not a value of the search space ({_described(distribution)})"
+        fixed[name] = distribution.to_external_repr(distribution.to_internal_repr(value))
+    return fixed, None
+
+
+def _plain(value: object) -> object:
+    """A numpy scalar as the Python number it holds; anything else as it is."""
+    item = getattr(value, "item", None)
+    return item() if callable(item) and not isinstance(value, str) else value
 
 
 def _described(distribution: object) -> str:
+    """A distribution in a message: ``one of 10, 20`` or ``0.0003..0.03 log``."""
     if isinstance(distribution, CategoricalDistribution):
         return "one of " + ", ".join(map(repr, distribution.choices))
     if isinstance(distribution, FloatDistribution | IntDistribution):

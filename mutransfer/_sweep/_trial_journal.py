@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,8 @@ ENQUEUED_ATTR, REFUSED_ATTR = "mutransfer.enqueued", "mutransfer.refused"
 SEED_ATTR, RETRYING_ATTR, METRICS_ATTR, ERROR_ATTR = (
     "mutransfer.seed", "mutransfer.retrying", "mutransfer.metrics", "mutransfer.error",
 )  # fmt: skip
+#: how long a driver waits for Optuna's lock on the journal to be released before it breaks it (seconds)
+LOCK_WAIT_S = 2.0
 #: the study's user attribute of a journal written with all of those for every trial from its first one (a journal
 #: made before holds parameters, values and states only)
 FORMAT_ATTR, FORMAT = "mutransfer.journal_format", 2
@@ -166,11 +169,15 @@ class TrialJournal:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.path = Path(path)
         self.distributions = dict(distributions)
-        # a lock left by a driver killed during a write: only the driver holding the study's lock (StudyLock) makes
-        # a TrialJournal, so no other write holds it; Optuna would wait 30 s before breaking it
+        # Optuna's lock on the journal: another process writing it (an enqueue_trial, the dashboard) holds it for
+        # milliseconds; one still there after LOCK_WAIT_S was left by a driver killed during a write (only the driver
+        # holding the study's lock makes a TrialJournal), and is broken now: Optuna would wait 30 s
         lock = self.path.with_name(JOURNAL_LOCK)
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while (lock.is_symlink() or lock.is_file()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         if lock.is_symlink() or lock.is_file():
-            lock.unlink()
+            lock.unlink(missing_ok=True)
         elif lock.exists():  # a folder (or a FIFO…) in its place: Optuna could never take its lock
             raise UserInputError(f"{lock} is not Optuna's lock (a symbolic link); move it aside, then run again")
         with _refused_writes(self.path):

@@ -44,7 +44,7 @@ from mutransfer._sweep._trial_files import (
     check_config,
     check_config_keys,
     check_outcome,
-    enqueued_problem,
+    enqueued_params,
     read_trial_json,
     refuse_link,
 )
@@ -246,7 +246,7 @@ class SearchPlan:
     ``sampler``: an Optuna sampler object in place of the study's ``search.algorithm`` (the Python API's).
     ``pruner``: an Optuna pruner object in place of the study's ASHA (the Python API's; mutransfer._sweep._asha).
     ``enqueued``: fixed parameters of trials enqueued before the search's journal existed
-    (:meth:`mutransfer.Study.enqueue_trial`): written to it, WAITING, when this plan makes it.
+    (:meth:`mutransfer.Study.enqueue_trial`): written to it, WAITING, while it holds no trial yet.
     ``seeds``: (configuration, provenance) of the first trials, handed out in place of samples
     (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their ``warm_start.json``).
     """
@@ -274,7 +274,9 @@ class SearchPlan:
         self.pruner = (
             optuna.pruners.NopPruner()
             if preset is not None
-            else pruner or WindowedAsha(rung_milestones(study), study.budget.reduction_factor, self.window)
+            else pruner
+            if pruner is not None
+            else WindowedAsha(rung_milestones(study), study.budget.reduction_factor, self.window)
         )
         self.configs: dict[int, dict] = {}
         self.outcomes: dict[int, Outcome] = {}
@@ -283,10 +285,9 @@ class SearchPlan:
         self._space = search_distributions(study)
         self._load()
         #: the trials in Optuna's storage (mutransfer._sweep._trial_journal), brought up to the files here
-        new = not journal_path(self.trials_dir).exists()
         self.journal = TrialJournal(journal_path(self.trials_dir), study.name, self._space, study.search.objectives)
-        for params in enqueued if new else ():
-            self.journal.enqueue(params)
+        for params in enqueued if not self.journal.study.get_trials(deepcopy=False) else ():
+            self.journal.enqueue(params)  # before the search's first trial (Study.enqueue_trial's, kept till now)
         for i in sorted(self.configs):
             self._journal(i)
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
@@ -357,8 +358,8 @@ class SearchPlan:
             return self.journal.trial_id(index), held
         if self.study.search.algorithm == "grid" and self.sampler is None:
             return None, {}
-        for trial_id, fixed in self.journal.waiting():
-            why = enqueued_problem(fixed, self._space)
+        for trial_id, given in self.journal.waiting():
+            fixed, why = enqueued_params(given, self._space)
             if why is None:
                 return trial_id, fixed
             self.journal.refuse(trial_id, why)

@@ -72,6 +72,35 @@ def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finis
     assert json.loads((root / "runs" / "jn" / "state.json").read_text())["phase"] == "done"
 
 
+def test_a_lock_another_process_holds_on_the_journal_is_waited_for_not_broken(tmp_path):
+    """A process writing the journal (an enqueue_trial, the dashboard) holds Optuna's lock for milliseconds: a driver
+    starting then waits for it to be released (here after 0.3 s) rather than breaking it under the writer."""
+    import threading
+    import time
+
+    from mutransfer._sweep._trial_journal import TrialJournal
+
+    journal = tmp_path / "optuna.journal"
+    lock = journal.with_name("optuna.journal.lock")
+    lock.symlink_to(journal)
+    released: list[BaseException | None] = []
+
+    def writer() -> None:
+        time.sleep(0.3)
+        try:
+            lock.unlink()  # the writer releases its own lock: FileNotFoundError had the driver broken it
+            released.append(None)
+        except BaseException as exc:  # noqa: BLE001 -- reported to the test below
+            released.append(exc)
+
+    thread = threading.Thread(target=writer)
+    start = time.monotonic()
+    thread.start()
+    TrialJournal(journal, "s", {})
+    thread.join()
+    assert released == [None] and time.monotonic() - start >= 0.3
+
+
 def test_the_lock_a_killed_driver_leaves_on_the_journal_is_not_refused_and_is_removed_by_the_next_driver(
     finished, tmp_path, capsys
 ):

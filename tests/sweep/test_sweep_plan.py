@@ -158,6 +158,21 @@ def test_a_trial_resumed_past_a_rung_is_judged_there_from_its_history(tmp_path):
         fresh.record(key, {"epoch": 8, "val_error": value}, failed=False)
 
 
+def test_a_trial_that_fails_after_a_restart_keeps_its_rung_values_for_asha(tmp_path):
+    """t0000 reported 0.1 at rung 2, then its driver was stopped; resumed, it fails before it reports again. Its value
+    at rung 2 stays in the journal, so t0001 (0.5 there) is judged against it, as in an uninterrupted search (before
+    the journal held the values, the plan kept them in memory until the outcome, and lost them with the driver)."""
+    study, trials = _study(trials=2, epochs=8, grace=2, rf=2), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 1)
+    key, _ = plan.next_trial()
+    assert not plan.should_stop(key, 2, 0.1)
+    resumed = SearchPlan(study, trials, 1)  # a new driver
+    assert resumed.next_trial()[0] == key
+    resumed.record(key, {}, failed=True, error="RuntimeError: lost worker")
+    key, _ = resumed.next_trial()
+    assert resumed.should_stop(key, 2, 0.5)
+
+
 def test_trials_enqueued_in_the_journal_are_handed_out_before_sampling(tmp_path):
     """Optuna's enqueue_trial on the journal, from any process: the next trials are those, in order (a missing value
     sampled); one the search space does not hold is marked FAIL with why, and skipped. A driver stopped as it handed
