@@ -155,6 +155,40 @@ class HeldTrial:
     retrying: dict | None
 
 
+def config_of(trial: optuna.trial.FrozenTrial) -> dict[str, object]:
+    """A journal trial's configuration: its parameters, the values kept as user attributes (outside the space) and,
+    for an enqueued trial, its fixed parameters."""
+    kept = {k.removeprefix("param."): v for k, v in trial.user_attrs.items() if k.startswith("param.")}
+    fixed = trial.system_attrs.get("fixed_params")
+    return {**(fixed if isinstance(fixed, dict) else {}), **trial.params, **kept}
+
+
+def held_of(trial: optuna.trial.FrozenTrial) -> HeldTrial:
+    """What a journal trial holds (:class:`HeldTrial`)."""
+    attrs = trial.user_attrs
+    status = attrs.get(STATUS_ATTR) if trial.state.is_finished() else None
+    return HeldTrial(
+        config=config_of(trial), status=None if status is None else str(status),
+        metrics=dict(attrs.get(METRICS_ATTR) or {}), error=attrs.get(ERROR_ATTR), seed=attrs.get(SEED_ATTR),
+        retrying=attrs.get(RETRYING_ATTR),
+    )  # fmt: skip
+
+
+def read_journal(path: Path, name: str) -> dict[int, HeldTrial] | None:
+    """The trials of the search ``name`` in the journal at ``path``, by our index, read without writing anything
+    (another driver may be running that study); None where there is no journal holding every trial in full (one
+    written before :data:`FORMAT_ATTR`, damaged, or none): its trial files are then what holds them."""
+    if not path.is_file():
+        return None
+    try:
+        study = optuna.load_study(study_name=name, storage=journal_storage(path))
+    except (KeyError, UserInputError):  # no such study in it, or damaged
+        return None
+    if study.user_attrs.get(FORMAT_ATTR) != FORMAT:
+        return None
+    return {i: held_of(t) for t in study.get_trials(deepcopy=False) if (i := trial_index(t)) is not None}
+
+
 class TrialJournal:
     """One search's trials in the Optuna study ``name`` of the journal at ``path``.
 
@@ -272,14 +306,8 @@ class TrialJournal:
         return self._ids.get(index)
 
     def config(self, index: int) -> dict[str, object]:
-        """What the journal holds of trial ``index``'s configuration: its parameters, the values kept as user
-        attributes (outside the space) and, for an enqueued trial, its fixed parameters ({} where it holds none)."""
-        if index not in self._ids:
-            return {}
-        trial = self.storage.get_trial(self._ids[index])
-        kept = {k.removeprefix("param."): v for k, v in trial.user_attrs.items() if k.startswith("param.")}
-        fixed = trial.system_attrs.get("fixed_params")
-        return {**(fixed if isinstance(fixed, dict) else {}), **trial.params, **kept}
+        """What the journal holds of trial ``index``'s configuration (:func:`config_of`; {} where it holds none)."""
+        return {} if index not in self._ids else config_of(self.storage.get_trial(self._ids[index]))
 
     def waiting(self) -> Iterator[tuple[int, dict[str, object]]]:
         """(trial id, fixed parameters) of the trials enqueued in the journal (Optuna's ``enqueue_trial``, from
@@ -319,16 +347,7 @@ class TrialJournal:
 
     def held(self, index: int) -> HeldTrial | None:
         """What the journal holds of trial ``index`` (None where it holds no such trial)."""
-        if index not in self._ids:
-            return None
-        trial = self.storage.get_trial(self._ids[index])
-        attrs = trial.user_attrs
-        status = attrs.get(STATUS_ATTR) if trial.state.is_finished() else None
-        return HeldTrial(
-            config=self.config(index), status=None if status is None else str(status),
-            metrics=dict(attrs.get(METRICS_ATTR) or {}), error=attrs.get(ERROR_ATTR), seed=attrs.get(SEED_ATTR),
-            retrying=attrs.get(RETRYING_ATTR),
-        )  # fmt: skip
+        return None if index not in self._ids else held_of(self.storage.get_trial(self._ids[index]))
 
     def values(self, index: int) -> dict[int, float]:
         """Trial ``index``'s intermediate values as the journal holds them (epoch -> validation error; {} if none)."""

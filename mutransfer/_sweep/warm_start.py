@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mutransfer._study_folder.portable import read_study_file
-from mutransfer._study_folder.state import StudyDir
-from mutransfer._sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome
+from mutransfer._study_folder.state import JOURNAL_FILE, StudyDir
+from mutransfer._sweep._trial_journal import read_journal
+from mutransfer._sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome, trial_key
 from mutransfer._tracking._sqlite_file import sqlite_path
 from mutransfer._tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker
 from mutransfer.errors import UserInputError
@@ -109,8 +110,9 @@ def _plain_name(spec: str) -> bool:
 
 
 def read_folder(root: Path, factory_dir: str | None = None) -> SourceStudy:
-    """A study folder's study (study.yaml) and its trials (trials/<key>/config.json + outcome.json); a factory it
-    names is imported from ``factory_dir`` (this study's) or the working directory."""
+    """A study folder's study (study.yaml) and its trials (its Optuna journal, or for a folder written before the
+    journal held them in full, trials/<key>/config.json + outcome.json); a factory it names is imported from
+    ``factory_dir`` (this study's) or the working directory."""
 
     sdir = StudyDir(root)
     search = (Path(factory_dir), Path.cwd()) if factory_dir else ()
@@ -119,8 +121,14 @@ def read_folder(root: Path, factory_dir: str | None = None) -> SourceStudy:
     except UserInputError as exc:
         raise UserInputError(f"--warm-start {root}: its study.yaml does not read ({exc})") from None
     trials = []
-    directories = sorted(sdir.trials_dir.iterdir()) if sdir.trials_dir.is_dir() else []
-    for directory in directories:
+    held = read_journal(sdir.root / JOURNAL_FILE, study.name)
+    if held is not None:  # its Optuna journal holds every trial in full (mutransfer._sweep._trial_journal)
+        for index, h in sorted(held.items()):
+            if h.status is not None:  # handed out but not finished: nothing to learn from it
+                result = Outcome(h.status, dict(h.metrics), h.error)
+                trials.append(SourceTrial(trial_key(index), dict(h.config), result.value, result.status))
+    directories = sorted(sdir.trials_dir.iterdir()) if held is None and sdir.trials_dir.is_dir() else []
+    for directory in directories:  # a study folder written before its journal held them: its trial files
         config, outcome = _json(directory / CONFIG_FILE), _json(directory / OUTCOME_FILE)
         if not isinstance(config, dict) or not isinstance(outcome, dict) or "status" not in outcome:
             continue  # handed out but not finished: nothing to learn from it

@@ -110,6 +110,23 @@ def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str
     return uri
 
 
+def test_a_source_folder_reads_back_from_its_journal_alone(tmp_path):
+    """A source whose Optuna journal holds its trials in full reads back from it, equal to its trial files, and still
+    does once those files are gone; a journal written before it held them is passed over for the files."""
+    from mutransfer._sweep.plan import write_journal
+
+    root = write_source(tmp_path / "src", trials=TRIALS[:3])
+    from_files = read_folder(root)
+    write_journal(_study(name="src", proxy_K=4, target_K=24), root / "trials")
+    for key, *_ in TRIALS[:3]:
+        (root / "trials" / key / "config.json").unlink()
+        (root / "trials" / key / "outcome.json").unlink()
+    assert read_folder(root).trials == from_files.trials and len(from_files.trials) == 3
+    journal = root / "optuna.journal"
+    journal.write_text(journal.read_text().replace('"mutransfer.journal_format":2', '"mutransfer.journal_format":1'))
+    assert read_folder(root).trials == ()  # an older journal: the files are read, and there are none left
+
+
 def test_a_study_reads_back_from_a_real_mlflow_store(tmp_path):
     study = _study(name="src", proxy_K=4, target_K=24)
     uri = _store_with_study(tmp_path, study, TRIALS, warm_from={"t0000": "t0042"})
