@@ -35,8 +35,8 @@ import dataclasses
 import json
 import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
 
 import torch
 
@@ -273,15 +273,18 @@ def train_target_at(
     }
 
 
-class Grid(NamedTuple):
-    """One grid of trainings: the MLflow runs' ``kind``, its master LRs and seeds, the study and hyperparameters to
-    train (``target``: the study's target model for ``target.epochs``, else its proxy for ``budget.epochs``)."""
+@dataclass(frozen=True)
+class Grid:
+    """One grid of trainings, a value run by :func:`run_grids` (as a search is a ``Search`` run by ``run_search``):
+    the MLflow runs' ``kind``, its master LRs and seeds, the study and hyperparameters to train (``target``: the
+    study's target model for ``target.epochs`` on the selection split at the target's grid, else its proxy for
+    ``budget.epochs`` on the proxy's)."""
 
     kind: str
-    lrs: list[float]
-    seeds: list[int]
-    study: Any
-    hp: dict
+    lrs: tuple[float, ...]
+    seeds: tuple[int, ...]
+    study: Study
+    hp: Mapping[str, object]
     target: bool = True
 
 
@@ -432,8 +435,8 @@ def _verify(session: Session, made: Made) -> Verification:
     records, proxy_records = run_grids(
         session,
         [
-            Grid("verify_point", grid, seeds, session.study, transfer.hp),
-            Grid("verify_proxy_point", pgrid, seeds, search.study, winner_hp, target=False),
+            Grid("verify_point", tuple(grid), tuple(seeds), session.study, dict(transfer.hp)),
+            Grid("verify_proxy_point", tuple(pgrid), tuple(seeds), search.study, dict(winner_hp), target=False),
         ],
     )
     result = analyse(records, lr, proxy_records=proxy_records, search_lr=search_lr)
