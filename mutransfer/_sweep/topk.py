@@ -37,6 +37,7 @@ from mutransfer._sweep.holds import hold_if_asked
 from mutransfer._sweep.rescale import transfer
 from mutransfer._sweep.session import Made, Session
 from mutransfer._sweep.target import TargetOutcome
+from mutransfer._sweep.train_target import TargetFit
 
 #: the candidates' storage folders, under the study directory (top-1 keeps ``target/``)
 TARGETS_DIR = "targets"
@@ -165,8 +166,8 @@ def choose_winner(cands: list[Candidate]) -> Candidate:
     return min(cands, key=key)
 
 
-#: fit(session, transfer, proxy_trial_id, *, storage_dir, run_id, remember_run, tags, label) -> (TargetOutcome, run id)
-Fit = Callable[..., tuple]
+#: fit(session, the training, remember_run) -> (its outcome, its MLflow run id): mutransfer._sweep.train_target.fit_target
+Fit = Callable[[Session, TargetFit, Callable[[str], None]], tuple[TargetOutcome, str]]
 
 
 def train_top_k(session: Session, made: Made, fit: Fit) -> Made:
@@ -202,16 +203,15 @@ def train_top_k(session: Session, made: Made, fit: Fit) -> Made:
             PROXY_TRIAL_TAG: key,
             "mlflow.runName": f"{session.study.name} target (top-k rank {rank}, proxy trial {key})",
         }
-        outcome, run_id = fit(
-            session,
+        job = TargetFit(
             transfer,
             key,
-            storage_dir=root / TARGETS_DIR / key,
-            run_id=run_ids.get(key),
-            remember_run=remember,
-            tags=tags,
-            label=f"target {rank}/{len(picked)} (proxy trial {key})",
+            root / TARGETS_DIR / key,
+            run_ids.get(key),
+            tags,
+            f"target {rank}/{len(picked)} (proxy trial {key})",
         )
+        outcome, run_id = fit(session, job, remember)
         cost = target_cost(session.study, outcome, shape)
         out.append(
             Candidate(

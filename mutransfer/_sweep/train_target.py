@@ -14,14 +14,15 @@ console (mutransfer._sweep.progress) and logs them to the target run (step = epo
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mutransfer._config.executors import ON_RAY
 from mutransfer._study_folder.portable import resolved_path, stored_path
 from mutransfer._sweep._executors import TargetJob
 from mutransfer._sweep._memo import Memo, remembered
-from mutransfer._sweep.context import SweepError, TrainedTarget
+from mutransfer._sweep.context import SweepError, TrainedTarget, TransferResult
 from mutransfer._sweep.progress import TargetProgress, for_options
 from mutransfer._sweep.proxies import keep_sigint_handler
 from mutransfer._sweep.session import Made, Session
@@ -108,14 +109,8 @@ def train_target(session: Session, made: Made) -> Made:
     root = session.study_dir.root
 
     def fit() -> TargetOutcome:
-        outcome, _ = fit_target(
-            session,
-            made.transfer,
-            made.transfer.source_key,
-            storage_dir=root,
-            run_id=session.state.get("target_run_id"),
-            remember_run=lambda new: session.update_state(target_run_id=new),
-        )
+        job = TargetFit(made.transfer, made.transfer.source_key, root, session.state.get("target_run_id"))
+        outcome, _ = fit_target(session, job, lambda new: session.update_state(target_run_id=new))
         return outcome
 
     def load(stored: dict) -> TargetOutcome:
@@ -132,20 +127,27 @@ def train_target(session: Session, made: Made) -> Made:
     return replace(made, trained=TrainedTarget(outcome, session.state["target_run_id"]))
 
 
-def fit_target(
-    session: Session,
-    transfer,
-    proxy_trial_id: str,
-    *,
-    storage_dir: Path,
-    run_id: str | None,
-    remember_run,
-    tags: dict | None = None,
-    label: str = "target",
-):
-    """Train the target at ``transfer.hp`` (a TransferResult) on the executor in ``storage_dir/target``, logged to
-    MLflow run ``run_id`` if it still exists, else to a new target run (``tags`` added) handed to ``remember_run``
-    before training starts. Returns (TargetOutcome, run id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
+@dataclass(frozen=True)
+class TargetFit:
+    """One training of the target's model, a value :func:`fit_target` runs: at ``transfer``'s hyperparameters (the
+    transferred proxy ``proxy_trial_id``'s), in ``storage_dir/target``, logged to MLflow run ``run_id`` where it still
+    exists (else to a new target run, ``tags`` added), named ``label`` on the console. The study's target is one; top-k
+    trains one per candidate (mutransfer._sweep.topk)."""
+
+    transfer: TransferResult
+    proxy_trial_id: str
+    storage_dir: Path
+    run_id: str | None
+    tags: Mapping[str, str] = field(default_factory=dict)
+    label: str = "target"
+
+
+def fit_target(session: Session, fit: TargetFit, remember_run: Callable[[str], None]) -> tuple[TargetOutcome, str]:
+    """Train ``fit`` on the study's executor; a new MLflow run is handed to ``remember_run`` before training starts.
+    Returns (the outcome, the run's id); a failure raises SweepError, Ctrl-C KeyboardInterrupt."""
+    transfer, proxy_trial_id, storage_dir, run_id, tags, label = (
+        fit.transfer, fit.proxy_trial_id, fit.storage_dir, fit.run_id, fit.tags, fit.label,
+    )  # fmt: skip
     study, tracker = session.study, session.tracker
     hp, record = transfer.hp, transfer.record
     use_gpu = resolve_use_gpu(study.target.use_gpu, session.executor.resources()[1])
@@ -166,7 +168,7 @@ def fit_target(
         }
         run_id = tracker.create_target_run(session.experiment_id, session.parent_id, study.name, params)
         if tags:
-            tracker.set_tags(run_id, tags)
+            tracker.set_tags(run_id, dict(tags))
         remember_run(run_id)
     plan = session.memory_plan(target=True, device="cuda" if use_gpu else "cpu", workers=study.target.num_workers)
     watch = TargetWatch(session, storage_dir, run_id=run_id, label=label)

@@ -140,19 +140,20 @@ def test_a_finished_candidate_is_kept_and_not_trained_again_after_an_interruptio
     errors = {"t0001": 0.5, "t0000": 0.25, "t0002": 0.35}  # ranks: t0001, t0000, t0002 (pruned)
     calls: list[tuple] = []
 
-    def fit(ctx, transfer, key, *, storage_dir, run_id, remember_run, tags, label, stop_at=None):
+    def fit(ctx, job, remember_run, stop_at=None):
+        run_id, key = job.run_id, job.proxy_trial_id
         if run_id is None:
             run_id = ctx.tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, {})
-            ctx.tracker.set_tags(run_id, tags)
+            ctx.tracker.set_tags(run_id, dict(job.tags))
             remember_run(run_id)
-        calls.append((key, run_id, transfer.hp["lr"]))
+        calls.append((key, run_id, job.transfer.hp["lr"]))
         if key == stop_at:
             raise _Stop
-        return _outcome(errors[key], storage_dir / "target" / "final"), run_id
+        return _outcome(errors[key], job.storage_dir / "target" / "final"), run_id
 
     ctx, made = _context(tmp_path, study, tracker, {})
     with pytest.raises(_Stop):
-        train_top_k(ctx, made, lambda *a, **k: fit(*a, **k, stop_at="t0000"))
+        train_top_k(ctx, made, lambda *a: fit(*a, stop_at="t0000"))
     stored = json.loads((ctx.study_dir.root / "state.json").read_text())
     assert [d["trial_id"] for d in stored["topk_targets"]] == ["t0001"] and set(stored["topk_run_ids"]) == {
         "t0001",
@@ -189,11 +190,11 @@ def test_a_stored_winner_without_its_mlflow_run_is_refused_on_resume_naming_the_
     errors = {"t0001": 0.5, "t0000": 0.25}
     calls: list[str] = []
 
-    def fit(ctx, transfer, key, *, storage_dir, run_id, remember_run, tags, label):
-        calls.append(key)
-        run_id = run_id or ctx.tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, {})
+    def fit(ctx, job, remember_run):
+        calls.append(job.proxy_trial_id)
+        run_id = job.run_id or ctx.tracker.create_target_run(ctx.experiment_id, ctx.parent_id, study.name, {})
         remember_run(run_id)
-        return _outcome(errors[key], storage_dir / "target" / "final"), run_id
+        return _outcome(errors[job.proxy_trial_id], job.storage_dir / "target" / "final"), run_id
 
     train_top_k(*_context(tmp_path, study, tracker, {}), fit)
     stored = json.loads((tmp_path / "study" / "state.json").read_text())
