@@ -133,11 +133,16 @@ def test_enqueued_trials_run_first_and_bad_ones_are_one_line(tiny, tmp_path):
         study.enqueue_trial({"lr": 1e-3, "batch_size": 10})
         study.enqueue_trial({"lr": 1e-3, "batch_size": 10}, skip_if_exists=True)  # already there: nothing
         study.enqueue_trial({"lr": 2e-3})  # batch_size sampled
+        study.enqueue_trial({"lr": np.float32(2e-3)}, skip_if_exists=True)  # the same, to float32's precision
+        with pytest.raises(mt.UserInputError, match="skip_if_exists is True or False, got 'yes'"):
+            study.enqueue_trial({"lr": 2e-3}, skip_if_exists="yes")  # type: ignore[arg-type]
         for bad, why in [
             ({"lrr": 1e-3}, "'lrr' is not a searched hyperparameter"),
             ({"lr": 50.0}, "lr '50.0' is not a value of the search space"),
             ({"batch_size": 7}, "batch_size '7' is not a value of the search space (one of 10, 20)"),
-            ([("lr", 1e-3)], "give a mapping of searched hyperparameters"),
+            ([("lr", 1e-3)], "params: a dict of searched hyperparameters to values"),
+            ({}, "params: name at least one searched hyperparameter"),
+            ({"lr": np.array([1e-3])}, "lr: a number or a choice, got ndarray"),
         ]:
             with pytest.raises(mt.UserInputError, match=f"enqueue_trial: .*{why[:30]}"):
                 study.enqueue_trial(bad)  # type: ignore[arg-type]
@@ -173,6 +178,13 @@ def test_a_loaded_study_takes_a_pruner_in_place_of_its_asha_never_other_asha_set
         assert loaded.spec.study.budget.grace_period == spec.study.budget.grace_period < spec.study.budget.epochs
     same = optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=spec.study.budget.reduction_factor)
     mt.load_study("lp", pruner=same, **kw).close()  # the stored ASHA itself: nothing to change
+    with mt.load_study("lp", **kw) as loaded:
+        with pytest.raises(mt.UserInputError, match="n_trials 3: this study searches 1 trials"):
+            loaded.optimize(n_trials=3)
+        assert len(loaded.trials) == 1  # the refusal changed nothing: the study reads on
+    other = _create(tmp_path, spec.replace({"search.num_trials": 2}), load_if_exists=True)
+    with pytest.raises(mt.UserInputError, match=r"study 'lp' was made with other settings \(search.num_trials\): cont"):
+        other.optimize()
     with pytest.raises(mt.UserInputError, match="pruner SuccessiveHalvingPruner: study 'lp' keeps the ASHA it was"):
         mt.load_study("lp", pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=2, reduction_factor=3), **kw)
 

@@ -31,6 +31,8 @@ def enqueue(
     writes there before its first trial. A value the search space does not hold, a grid search, or a search with no
     trial left to hand out is one line (UserInputError)."""
     study = spec.study
+    if not isinstance(skip_if_exists, bool):
+        raise UserInputError(f"enqueue_trial: skip_if_exists is True or False, got {skip_if_exists!r:.40}")
     fixed, why = enqueued_params(dict(params) if isinstance(params, Mapping) else params, search_distributions(study))
     if why is not None:
         raise UserInputError(f"enqueue_trial: {why}")
@@ -47,7 +49,7 @@ def enqueue(
             return pending
         _refuse_past_total(study.trial_count, len(pending))
         return (*pending, fixed)
-    if skip_if_exists and any(_same({**(t.system_attrs.get("fixed_params") or {}), **t.params}, fixed) for t in trials):
+    if skip_if_exists and any(_same(t.system_attrs.get("fixed_params") or t.params, fixed) for t in trials):
         return ()
     handed = sum(trial_index(t) is not None for t in trials)
     waiting = sum(t.state == optuna.trial.TrialState.WAITING and trial_index(t) is None for t in trials)
@@ -78,17 +80,26 @@ def _journal_study(path: Path, study: Study) -> optuna.Study:
             if attempt:
                 raise
             time.sleep(0.5)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # not "Using an existing study ..." at each enqueue
     directions: list[Literal["minimize"]] = ["minimize"] * (1 if study.search.objectives == "error" else 2)
     return optuna.create_study(study_name=study.name, storage=storage, directions=directions, load_if_exists=True)
 
 
 def _same(held: Mapping[str, object], fixed: Mapping[str, object]) -> bool:
-    """Whether ``held`` has every value of ``fixed`` (Optuna's ``skip_if_exists``: equal, or as close as floats)."""
+    """Whether ``held`` holds the values of ``fixed``, no more names and no fewer, as Optuna's ``skip_if_exists``
+    compares them (numbers equal to float precision: ``np.float32(1e-3)`` is 1e-3)."""
 
     def close(a: object, b: object) -> bool:
-        return a == b or (isinstance(a, float) and isinstance(b, float) and math.isclose(a, b))
+        if (
+            isinstance(a, bool)
+            or isinstance(b, bool)
+            or not isinstance(a, int | float)
+            or not isinstance(b, int | float)
+        ):
+            return a == b
+        return math.isclose(float(a), float(b), rel_tol=1e-6)
 
-    return all(name in held and close(held[name], value) for name, value in fixed.items())
+    return held.keys() == fixed.keys() and all(close(held[name], value) for name, value in fixed.items())
 
 
 def _refuse_past_total(total: int, taken: int) -> None:

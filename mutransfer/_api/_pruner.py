@@ -23,8 +23,9 @@ def with_pruner(
     if pruner is None:
         return spec, None
     if not isinstance(pruner, optuna.pruners.BasePruner):
+        what = f"the class {pruner.__name__}" if isinstance(pruner, type) else type(pruner).__name__
         raise UserInputError(
-            f"pruner {type(pruner).__name__}: an Optuna pruner object such as "
+            f"pruner {what}: an Optuna pruner object such as "
             "optuna.pruners.SuccessiveHalvingPruner(min_resource=1, reduction_factor=2) or optuna.pruners.MedianPruner()"
         )
     no_rungs = spec.replace({"budget.grace_period": spec.study.budget.epochs})

@@ -91,7 +91,8 @@ class Study:
         """
         if n_trials is not None and (not isinstance(n_trials, int) or n_trials < 1):
             raise UserInputError(f"n_trials {n_trials!r}: a whole number of trials, at least 1 (e.g. n_trials=8)")
-        if n_trials is not None and self._steps is not None and n_trials != self._spec.study.search.num_trials:
+        started = self._steps is not None or (self.study_dir / "study.yaml").is_file()  # this session's, or loaded
+        if n_trials is not None and started and n_trials != self._spec.study.search.num_trials:
             raise UserInputError(
                 f"n_trials {n_trials}: this study searches {self._spec.study.search.num_trials} trials; "
                 "drop n_trials, or create a study with another name"

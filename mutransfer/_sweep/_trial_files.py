@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import TypeGuard
 
+import numpy as np
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from mutransfer._study_folder.state import refuse_link
@@ -89,8 +90,13 @@ def enqueued_params(params: object, space: dict) -> tuple[dict, str | None]:
     -> Optuna distribution) hands them out, each value its distribution's own (a numpy number a Python one, 10.0 of
     an integer range or of the choices [10, 20] the integer 10), and why they cannot be a trial's: a name not
     searched, or a value its distribution does not hold (None where they can; the names not given are sampled)."""
-    if not isinstance(params, dict) or not params:
-        return {}, "give a mapping of searched hyperparameters to values, e.g. {'lr': 0.001}"
+    if not isinstance(params, dict):
+        return (
+            {},
+            f"params: a dict of searched hyperparameters to values, e.g. {{'lr': 0.001}}, got {type(params).__name__}",
+        )
+    if not params:
+        return {}, "params: name at least one searched hyperparameter, e.g. {'lr': 0.001}"
     fixed: dict = {}
     for name, given in params.items():
         if name not in space:
@@ -100,6 +106,8 @@ def enqueued_params(params: object, space: dict) -> tuple[dict, str | None]:
             held = _in_distribution(distribution, value)
         else:
             held = isinstance(distribution, CategoricalDistribution) and value in distribution.choices
+        if not held and not isinstance(value, (int, float, str, bool)):
+            return {}, f"{name}: a number or a choice, got {type(given).__name__}"
         if not held:
             return {}, f"{name} {str(given)[:40]!r} is not a value of the search space ({_described(distribution)})"
         fixed[name] = distribution.to_external_repr(distribution.to_internal_repr(value))
@@ -107,9 +115,9 @@ def enqueued_params(params: object, space: dict) -> tuple[dict, str | None]:
 
 
 def _plain(value: object) -> object:
-    """A numpy scalar as the Python number it holds; anything else as it is."""
-    item = getattr(value, "item", None)
-    return item() if callable(item) and not isinstance(value, str) else value
+    """A numpy scalar (``np.float32(1e-3)``, ``np.int64(32)``) as the Python number it holds; anything else as it is
+    (an array stays an array, and is refused)."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def _described(distribution: object) -> str:

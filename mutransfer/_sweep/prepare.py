@@ -244,9 +244,14 @@ def _check_resume_consistent(stored: Study, given: Study, options: SweepOptions)
         # a study made before validation splits (n_val 0) resumes as it started, whatever the file's default
         legacy = {"problem.n_val"} if stored.problem.n_val == 0 else set()
         diff = [d for d in _diff(stored_d, given_d) if d != "tracking.uri" and d not in legacy]
+        if diff and options.study_path is None:  # a spec given in Python (mutransfer.create_study / load_study)
+            raise UserInputError(
+                f"study {stored.name!r} was made with other settings ({', '.join(diff[:5])}): continue it with "
+                f"mt.load_study({stored.name!r}) as it is, or give this spec another name (spec.replace({{'name': ...}}))"
+            )
         if diff:
             raise UserInputError(
-                f"--resume: {options.study_path or 'the study spec'} differs from the stored study {stored.name!r} in {', '.join(diff[:5])}; "
+                f"--resume: {options.study_path} differs from the stored study {stored.name!r} in {', '.join(diff[:5])}; "
                 "resume without --study, or pass a new --name to start another study"
             )
     for key, value in options.overrides.items():

@@ -45,10 +45,12 @@ def _add_sweep(subparsers) -> None:
         "sweep",
         help="tune small proxies with Ray Tune, transfer the winner by muP, train the target (Ray Train, or one Ray actor for one CPU worker), log to MLflow",
         description="Run a study: sweep hyperparameters on small proxies (an FNO with K = proxy_K, and/or any "
-        "operator at width operator.width) with Ray Tune (TPE + ASHA), rescale the best to the target (K = "
-        "target_K, width = target_width) by the muP rules, train the target once on Ray (Ray Train; one CPU worker: one Ray actor), "
-        "evaluate it on the test split and record everything in MLflow. Without --study the built-in quick "
-        "study runs (Burgers 1D, a few minutes on a laptop CPU). Flags override the study file and are reported.",
+        "operator at width operator.width; TPE + ASHA), rescale the best to the target (K = target_K, width = "
+        "target_width) by the muP rules, train the target once, evaluate it on the test split and record everything "
+        "in MLflow. The trainings run where --executor says: on Ray (Ray Tune trials, the target on Ray Train or one "
+        "Ray actor) by default, or in this process. Without --study the built-in quick study runs (Burgers 1D, its "
+        "proxies as batched populations in this process, under half a minute on a 2-core laptop CPU: README.md). "
+        "Flags override the study file and are reported.",
     )
     groups = {
         name: p.add_argument_group(title)
