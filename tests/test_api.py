@@ -196,6 +196,8 @@ def test_pruners_map_to_asha_and_others_are_refused(tiny, tmp_path):
     assert (asha.spec.study.budget.grace_period, asha.spec.study.budget.reduction_factor) == (2, 3)
     none = _create(tmp_path, spec, pruner=optuna.pruners.NopPruner())
     assert none.spec.study.budget.grace_period == spec.study.budget.epochs
+    with pytest.raises(mt.UserInputError, match="bootstrap_count 0"):
+        _create(tmp_path, spec, pruner=optuna.pruners.SuccessiveHalvingPruner(min_resource=1, bootstrap_count=2))
     with pytest.raises(mt.UserInputError, match="pruner str: an Optuna pruner object"):
         _create(tmp_path, spec, pruner="median")  # type: ignore[arg-type]
     two = spec.replace({"search.objectives": "error+seconds"})

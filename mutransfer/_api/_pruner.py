@@ -33,12 +33,13 @@ def with_pruner(
         return no_rungs, None
     if isinstance(pruner, optuna.pruners.SuccessiveHalvingPruner):
         grace, factor = getattr(pruner, "_min_resource", None), getattr(pruner, "_reduction_factor", None)
-        rate = getattr(pruner, "_min_early_stopping_rate", 0)
-        if isinstance(grace, int) and isinstance(factor, int) and rate == 0:
+        rate, bootstrap = getattr(pruner, "_min_early_stopping_rate", 0), getattr(pruner, "_bootstrap_count", 0)
+        if isinstance(grace, int) and isinstance(factor, int) and rate == 0 and bootstrap == 0:
             return spec.replace({"budget.grace_period": grace, "budget.reduction_factor": factor}), None
         raise UserInputError(
-            "pruner: SuccessiveHalvingPruner needs a whole min_resource (epochs), a whole reduction_factor and "
-            "min_early_stopping_rate 0, e.g. SuccessiveHalvingPruner(min_resource=1, reduction_factor=2)"
+            "pruner: SuccessiveHalvingPruner needs a whole min_resource (epochs), a whole reduction_factor, "
+            "min_early_stopping_rate 0 and bootstrap_count 0, e.g. SuccessiveHalvingPruner(min_resource=1, "
+            "reduction_factor=2)"
         )
     if spec.study.search.objectives != "error":
         raise UserInputError(
