@@ -40,7 +40,8 @@ KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
 ENQUEUED_ATTR, REFUSED_ATTR = "mutransfer.enqueued", "mutransfer.refused"
 #: user attributes of what the driver knows of a trial besides its parameters and value: a seeded trial's provenance
 #: (a strategy's seed_trials: a warm start's), its last failure while it is retried, and how it ended (its last
-#: reported metrics; a failed one's error): what the trial files (warm_start.json, retrying.json, outcome.json) hold
+#: reported metrics; a failed one's error, which outcome.json holds too; the first two are only here, warm_start.json and
+#: retrying.json in a study folder written before 2026-11-30)
 SEED_ATTR, RETRYING_ATTR, METRICS_ATTR, ERROR_ATTR = (
     "mutransfer.seed", "mutransfer.retrying", "mutransfer.metrics", "mutransfer.error",
 )  # fmt: skip
@@ -333,8 +334,9 @@ class TrialJournal:
         """The enqueued trial ``trial_id`` becomes trial ``index`` (``key``), handed out with ``config``: our key
         first (a driver stopped after it hands the same trial out again), then its parameters, then RUNNING."""
         params, dists, kept = self._params(config)
+        enqueued = "fixed_params" in self.storage.get_trial(trial_id).system_attrs  # not one handed out before a stop
         with _refused_writes(self.path):
-            for name, value in {KEY_ATTR: key, ENQUEUED_ATTR: True, **kept}.items():
+            for name, value in {KEY_ATTR: key, **({ENQUEUED_ATTR: True} if enqueued else {}), **kept}.items():
                 self.storage.set_trial_user_attr(trial_id, name, value)
             held = self.storage.get_trial(trial_id)
             for name, value in params.items():

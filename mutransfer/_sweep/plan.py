@@ -48,17 +48,15 @@ from mutransfer._sweep._trial_files import (
     read_trial_json,
     refuse_link,
 )
-from mutransfer._sweep._trial_journal import TrialJournal, journal_path
+from mutransfer._sweep._trial_journal import TrialJournal, journal_path, read_journal
 from mutransfer._sweep.sampling import PRUNED, sample_config, search_distributions
 from mutransfer._sweep.trial import read_trial_history
 from mutransfer.errors import UserInputError
 
 CONFIG_FILE = "config.json"
 OUTCOME_FILE = "outcome.json"
-#: a trial that failed and is being retried (its last failure; no outcome yet)
-RETRYING_FILE = "retrying.json"
-#: a seeded trial's provenance (a strategy's seed_trials: a warm start's), written before its config.json;
-#: the name is kept for the study folders written before the strategies were plug-ins
+#: a seeded trial's provenance (a strategy's seed_trials: a warm start's) in a study folder written before the journal
+#: held it (its user attribute ``mutransfer.seed`` now), read when the plan brings such a folder's journal up
 SEED_FILE = "warm_start.json"
 #: SearchPlan.next_trial: every trial has been handed out
 DONE = "done"
@@ -227,11 +225,13 @@ def read_trials(
 
 def check_trial_files(study: Study, trials_dir: Path) -> None:
     """Before a resume starts anything: the main search's trial files read as :class:`SearchPlan` reads them. A trial
-    with its seed's provenance (``SEED_FILE``, written before its config) is taken as seeded: its values may lie
-    outside the space (the plan checks them against the strategies' seeds when it loads)."""
+    with its seed's provenance (in the journal, written before its config; ``SEED_FILE`` in a folder from before)
+    is taken as seeded: its values may lie outside the space (the plan checks them against the strategies' seeds
+    when it loads)."""
+    held = read_journal(journal_path(trials_dir), study.name) or {}
 
     def seeded(i: int) -> bool:
-        return (trials_dir / trial_key(i) / SEED_FILE).exists()
+        return (i in held and held[i].seed is not None) or (trials_dir / trial_key(i) / SEED_FILE).exists()
 
     for _ in read_trials(trials_dir, total_trials(study), search_distributions(study), seeded):
         pass
@@ -248,7 +248,7 @@ class SearchPlan:
     ``enqueued``: fixed parameters of trials enqueued before the search's journal existed
     (:meth:`mutransfer.Study.enqueue_trial`): written to it, WAITING, while it holds no trial yet.
     ``seeds``: (configuration, provenance) of the first trials, handed out in place of samples
-    (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their ``warm_start.json``).
+    (the strategies' seed_trials, e.g. a warm start's; the provenance goes to their journal entries, ``mutransfer.seed``).
     """
 
     def __init__(
@@ -332,16 +332,16 @@ class SearchPlan:
             config = {name: fixed[name] for name in self._space}
         else:  # sampled; an enqueued trial's fixed parameters in place of the sampled ones
             config = {**self._sample(i, known), **fixed}
+        config = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
         if enqueued is not None:
             self.journal.claim(enqueued, i, trial_key(i), config)
+        # the journal first, with a seed's provenance: a driver stopped before config.json hands the same trial out
+        # again from it (_enqueued), and a config.json is never without its trial's provenance
+        self.journal.handed_out(i, trial_key(i), config, self.seeds[i][1] if i < len(self.seeds) else None)
         directory = self.trials_dir / trial_key(i)
         directory.mkdir(parents=True, exist_ok=True)
-
-        if i < len(self.seeds):
-            write_atomic(directory / SEED_FILE, json.dumps(self.seeds[i][1]))
         write_atomic(directory / CONFIG_FILE, json.dumps(config))
-        self.configs[i] = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
-        self._journal(i)
+        self.configs[i] = config
         self._next += 1
         return trial_key(i), dict(self.configs[i])
 
@@ -351,9 +351,11 @@ class SearchPlan:
         for none. A trial the journal already holds as ``index`` (a driver stopped as it handed it out) is that one.
         Seeds, presets and a grid hand out their own configurations; an enqueued trial the search space does not
         hold is marked FAIL in the journal, with why (its user attribute ``mutransfer.refused``), and skipped."""
+        held = self.journal.config(index)
+        if held and (index < len(self.seeds) or self.preset is not None):
+            return None, held  # handed out before a stop: as the journal holds it (the seed's, the rung's)
         if index < len(self.seeds) or self.preset is not None:
             return None, {}
-        held = self.journal.config(index)
         if held:
             return self.journal.trial_id(index), held
         if self.study.search.algorithm == "grid" and self.sampler is None:
@@ -395,12 +397,10 @@ class SearchPlan:
         return self.outcomes[i]
 
     def retrying(self, key: str, failures: int, error: str) -> None:
-        """Trial ``key`` failed and is retried: not an outcome (``outcome.json`` is written when its retries end), so a
+        """Trial ``key`` failed and is retried: not an outcome (its outcome is written when its retries end), so a
         driver that dies meanwhile leaves it unfinished and ``--resume`` runs it again from its checkpoint; what
-        failed is kept in ``retrying.json`` beside its files."""
-        directory = self.trials_dir / key
-        directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(directory / RETRYING_FILE, json.dumps({"failures": int(failures), "error": error}))
+        failed is kept in the journal (its user attribute ``mutransfer.retrying``: how many failures, the last
+        error)."""
         self.journal.retrying(key_index(key), int(failures), error)
 
     def _journal(self, index: int) -> None:
@@ -408,7 +408,9 @@ class SearchPlan:
         key, config, outcome = trial_key(index), self.configs.get(index), self.outcomes.get(index)
         if config is None or index in self.journal.done:
             return
-        seed = read_trial_json(self.trials_dir / key / SEED_FILE)  # a seeded trial's provenance
+        seed = read_trial_json(
+            self.trials_dir / key / SEED_FILE
+        )  # a seeded trial's provenance, in a folder from before
         self.journal.handed_out(index, key, config, seed if isinstance(seed, dict) else None)
         if outcome is None:
             return

@@ -55,7 +55,8 @@ class WarmTrial:
     rescale: dict  # lr_factor, init_variance_factor, the transfer's quantities and notes
 
     def provenance(self, warm: WarmStart) -> dict:
-        """What ``trials/<key>/warm_start.json`` holds."""
+        """A warm trial's provenance: its journal entry's user attribute ``mutransfer.seed``
+        (``trials/<key>/warm_start.json`` in a study folder written before the journal held it)."""
         return {
             "source_study": warm.source,
             "source_location": warm.location,

@@ -243,6 +243,23 @@ def test_the_journal_holds_what_the_trial_files_hold(tmp_path):
     assert not old.complete
 
 
+def test_a_seed_outside_the_space_passes_the_resume_check_by_its_provenance_in_the_journal(tmp_path):
+    """A strategy's seed may lie outside the search space (another study's): its provenance, in the journal before
+    its config.json is written, lets check_trial_files (before a resume starts anything) take it as seeded; a trial
+    without one is refused in one line."""
+    from mutransfer._sweep.plan import check_trial_files
+    from mutransfer.errors import UserInputError
+
+    study, trials = _study(trials=2), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 1, seeds=[({"lr": 50.0, "batch_size": 10}, {"source_study": "other"})])
+    assert plan.next_trial() == ("t0000", {"lr": 50.0, "batch_size": 10})
+    assert not (trials / "t0000" / "warm_start.json").exists()  # the journal holds it
+    check_trial_files(study, trials)
+    (tmp_path / "optuna.journal").unlink()  # without the journal, nothing says it was a seed
+    with pytest.raises(UserInputError, match="lr '50.0' is not a value of the study's search space"):
+        check_trial_files(study, trials)
+
+
 def test_grid_hands_out_every_combination_once(tmp_path):
     m = yaml.safe_load(default_study_text())
     m["search_space"] = {

@@ -290,7 +290,8 @@ def test_ctrl_c_during_the_target_then_resume(tmp_path):
 @pytest.mark.slow  # starts Ray
 def test_a_driver_killed_during_a_retry_resumes_the_trial_as_an_uninterrupted_run_ends_it(tmp_path):
     """Issue 36, finding 1: a trial's first attempt fails (MUTRANSFER_FAIL_TRIALS=1) and Tune retries it; the driver is
-    SIGKILLed during the retry. The failure was not an outcome (``retrying.json``, no ``outcome.json``), so --resume
+    SIGKILLed during the retry. The failure was not an outcome (kept in the journal as ``mutransfer.retrying``, no
+    outcome), so --resume
     trains the trial again, and every trial's configuration, status and epochs equal those of an uninterrupted run of
     the same study. (Before, the first failure was written as the trial's outcome and --resume kept it failed.)"""
     from mutransfer._sweep.trial import read_executions
@@ -322,7 +323,11 @@ def test_a_driver_killed_during_a_retry_resumes_the_trial_as_an_uninterrupted_ru
 
     _kill_when(_sweep(study), folder, env, retry_started, "the retry of the failed trial")
     retried = fault.read_text()
-    assert (root / "trials" / retried / "retrying.json").exists()
+    from mutransfer._sweep._trial_journal import read_journal
+
+    held = read_journal(root / "optuna.journal", "retry")[int(retried[1:])]
+    assert held.retrying is not None and held.retrying["failures"] == 1  # its failure, kept as it is retried
+    assert held.status is None, "a retried trial's failure was its outcome"
     assert not (root / "trials" / retried / "outcome.json").exists(), "a retried trial's failure was its outcome"
     resumed = subprocess.run(
         [*_sweep(study), "--resume"], cwd=folder, env=env, capture_output=True, text=True, timeout=900

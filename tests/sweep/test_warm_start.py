@@ -339,7 +339,7 @@ def test_resume_keeps_the_stored_warm_start_and_refuses_a_new_or_different_one(t
 
 
 def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(tmp_path):
-    from mutransfer._sweep.plan import SEED_FILE, SearchPlan
+    from mutransfer._sweep.plan import SearchPlan
     from mutransfer._sweep.sampling import sample_config
     from mutransfer._sweep.warm_plan import build_warm_start
 
@@ -356,7 +356,7 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
     key, config = plan.next_trial()  # the third warm trial, left running
     handed.append((key, config))
     assert handed == [(t.key, t.config) for t in warm.trials]
-    provenance = json.loads((trials / "t0000" / SEED_FILE).read_text())
+    provenance = plan.journal.held(0).seed  # in the study's journal
     assert provenance["source_trial"] == "t0002" and provenance["source_study"] == "src"
     assert provenance["source_size"] == {"K": 4, "width": 32} and "lr_factor" in provenance["rescale"]
 
@@ -366,7 +366,7 @@ def test_the_plan_hands_out_the_warm_configs_first_and_a_resumed_plan_the_same(t
     key, config = resumed.next_trial()  # the first sampled trial: TPE told the warm trials' results
     told = [(t.config, v) for t, v in zip(warm.trials, (0.1, 0.2, 0.05))]
     assert key == "t0003" and config == sample_config(here, 3, told)
-    assert not (trials / "t0003" / SEED_FILE).exists()
+    assert resumed.journal.held(3).seed is None  # a sampled trial has no provenance
 
 
 def test_the_report_section_and_text_name_each_warm_trial_and_its_source(tmp_path):

@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from mutransfer._sweep._trial_journal import read_journal
 from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow
@@ -62,9 +63,8 @@ def test_warm_started_studies_carry_the_cold_studys_best_trials(tmp_path):
         assert row["source_error"] == pytest.approx(source["val_error"])
         assert here[row["trial_id"]]["config"] == pytest.approx(source["config"])  # master values carry over
         assert row["val_error"] == here[row["trial_id"]]["val_error"]
-        provenance = json.loads(
-            (tmp_path / "other" / "warm" / "trials" / row["trial_id"] / "warm_start.json").read_text()
-        )
+        held = read_journal(tmp_path / "other" / "warm" / "optuna.journal", "warm")  # the journal keeps it
+        provenance = held[int(row["trial_id"][1:])].seed
         assert provenance["source_trial"] == source["trial_id"] and provenance["rescale"]["lr_factor"] < 1
     state = json.loads((tmp_path / "other" / "warm" / "state.json").read_text())
     assert [t["source_trial"] for t in state["warm_start"]["trials"]] == [r["source_trial"] for r in rows]

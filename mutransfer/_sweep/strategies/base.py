@@ -114,7 +114,8 @@ class Strategy(ABC):
 
     def seed_trials(self, session: Session) -> list[tuple[dict, dict]]:
         """(configuration, provenance) of the first trials of the study's own search, handed out in place of samples
-        (a warm start); the provenance goes to each trial's ``warm_start.json``. None by default."""
+        (a warm start); the provenance goes to each trial's journal entry (user attribute ``mutransfer.seed``). None by
+        default."""
         return []
 
     def trial_tags(self, study: Prepared) -> dict[str, dict[str, str]]:
