@@ -1,6 +1,6 @@
 """What deciding a trial's stop on the Optuna journal costs the driver, per evaluation a trial reports.
 
-    python benchmarks/journal_pruner.py            # about 20 s on 2 cores
+    python benchmarks/journal_pruner.py            # about 5 s on 2 cores
 
 Each evaluation of a proxy trial is written to its intermediate values in the search's journal and the search's
 pruner decides on the journal study (mutransfer._sweep.plan.SearchPlan.should_stop; mutransfer._sweep._asha). This
