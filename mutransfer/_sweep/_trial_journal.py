@@ -76,8 +76,9 @@ def journal_storage(path: str | Path) -> JournalStorage:
 
 def check_journal(path: Path) -> None:
     """One line (UserInputError) if the journal at ``path`` is not Optuna's: every line a JSON object with an
-    ``op_code``, the last one ended (a write cut short would join the next write to it). The journal is written from
-    the trials' own files, so moving it aside loses nothing: a resume writes it again."""
+    ``op_code``, the last one ended (a write cut short would join the next write to it). A resume writes it again
+    from the trials' own files (config.json, outcome.json, history.json), so moving it aside loses only what it
+    alone holds: a seed's provenance and a retried trial's last failure."""
     if not path.exists():
         return
     fix = f"move it aside ({JOURNAL_FILE}.damaged): a resume writes it again from the trials' own files"

@@ -48,7 +48,7 @@ from mutransfer._sweep._trial_files import (
     read_trial_json,
     refuse_link,
 )
-from mutransfer._sweep._trial_journal import TrialJournal, journal_path, read_journal
+from mutransfer._sweep._trial_journal import TrialJournal, check_journal, journal_path, read_journal
 from mutransfer._sweep.sampling import PRUNED, sample_config, search_distributions
 from mutransfer._sweep.trial import read_trial_history
 from mutransfer.errors import UserInputError
@@ -228,6 +228,7 @@ def check_trial_files(study: Study, trials_dir: Path) -> None:
     with its seed's provenance (in the journal, written before its config; ``SEED_FILE`` in a folder from before)
     is taken as seeded: its values may lie outside the space (the plan checks them against the strategies' seeds
     when it loads)."""
+    check_journal(journal_path(trials_dir))  # a damaged journal is said as such, not as a seed it no longer vouches for
     held = read_journal(journal_path(trials_dir), study.name) or {}
 
     def seeded(i: int) -> bool:

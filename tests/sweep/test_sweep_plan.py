@@ -255,7 +255,11 @@ def test_a_seed_outside_the_space_passes_the_resume_check_by_its_provenance_in_t
     assert plan.next_trial() == ("t0000", {"lr": 50.0, "batch_size": 10})
     assert not (trials / "t0000" / "warm_start.json").exists()  # the journal holds it
     check_trial_files(study, trials)
-    (tmp_path / "optuna.journal").unlink()  # without the journal, nothing says it was a seed
+    journal = tmp_path / "optuna.journal"
+    journal.write_bytes(journal.read_bytes() + b'{"op_code": 8, "cut')  # a driver killed during a write
+    with pytest.raises(UserInputError, match="optuna.journal: its last write was cut short; move it aside"):
+        check_trial_files(study, trials)  # the journal's damage, not "lr 50.0 is not a value"
+    journal.unlink()  # without the journal, nothing says it was a seed
     with pytest.raises(UserInputError, match="lr '50.0' is not a value of the study's search space"):
         check_trial_files(study, trials)
 
