@@ -2,7 +2,10 @@
 
 The fault count is measured, not assumed: a 2D FNO training step (64×64, width 32,
 batch 20) in a Ray worker started the way a sweep starts its trial workers page-faults
-about 90,000 times under glibc's defaults and about once under the tuned allocator.
+about 80,000 times every step under glibc's defaults. Under the tuned allocator most steps
+fault about once; a step that grows the heap faults a few thousand times (2,561 to 12,802
+seen, in 4 runs of 12 steps), so the check takes the median of 11 steps against a line
+far from both (FAULT_LINE).
 """
 
 import os
@@ -28,7 +31,12 @@ GLIBC = allocator_env({}) != {}
 needs_glibc = pytest.mark.skipif(not GLIBC, reason="the tuned allocator is glibc's")
 
 
-def faults_per_2d_step(steps: int = 5) -> float:
+#: minor faults per step that tell the two allocators apart: the default's every step is far above, the tuned
+#: allocator's median step far below
+FAULT_LINE = 10_000
+
+
+def faults_per_2d_step(steps: int = 11) -> float:
     """Median minor page faults of one training step of a 2D FNO in this process (after three warm-up steps:
     the heap's first growth faults once, the default allocator's mmaps fault every step)."""
     import resource
@@ -80,14 +88,14 @@ def worker_faults(monkeypatch, **env: str) -> float:
 @pytest.mark.slow  # starts Ray
 @needs_glibc
 def test_a_trial_worker_runs_without_per_step_page_faults(monkeypatch):
-    assert worker_faults(monkeypatch) < 1000
+    assert worker_faults(monkeypatch) < FAULT_LINE
 
 
 @pytest.mark.slow  # starts Ray
 @needs_glibc
 def test_the_fault_count_sees_the_default_allocator(monkeypatch):
     """The check can fail: with the tuned allocator turned off, the same worker page-faults every step."""
-    assert worker_faults(monkeypatch, **{OPT_OUT_ENV: "0"}) > 10_000
+    assert worker_faults(monkeypatch, **{OPT_OUT_ENV: "0"}) > FAULT_LINE
 
 
 @needs_glibc
