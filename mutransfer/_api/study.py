@@ -456,7 +456,7 @@ def load_study(
         executor: where the trainings it still has to run go (None: its spec's ``resources.executor``).
         quiet: no progress lines on stderr.
         rebuild_state: the study's ``state.json`` was lost or damaged (its next step refuses it, saying so): rebuild
-            it from the trials' own files and the store's runs, keeping every finished trial (``mutransfer sweep
+            it from the study's journal of trials and the store's runs, keeping every finished trial (``mutransfer sweep
             --resume --rebuild-state``). Refused for a study whose state is intact.
         strategies: more strategies for it to run (one it was not created with is refused once its study is
             complete); those it was created with (:class:`Verify`, :class:`DirectBaseline`, :class:`CoordCheck`) it

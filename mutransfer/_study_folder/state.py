@@ -4,11 +4,14 @@ Layout::
 
     study.yaml          the resolved study (overrides applied) this directory belongs to
     state.json          phase (proxies|target|done), MLflow ids, search_window, proxy records, report
-    trials/<key>/       one proxy trial (key t0000, t0001, … in hand-out order, mutransfer._sweep.plan):
-                        config.json (its configuration), outcome.json (how it ended), the trainer
-                        checkpoint, history.json (its EpochRecords), done.json, executions.jsonl
-    optuna.journal      the search's trials in Optuna's journal storage (mutransfer._sweep._trial_journal); while
-                        a trial is written there, optuna.journal.lock: Optuna's lock, a symbolic link
+    trials/<key>/       what one proxy trial's worker writes (key t0000, t0001, … in hand-out order,
+                        mutransfer._sweep.plan): the trainer checkpoint, history.json (its EpochRecords),
+                        done.json, executions.jsonl; a folder written before 2026-11-30 also holds
+                        config.json and outcome.json, brought into the journal once (mutransfer._sweep._migrate)
+    optuna.journal      the search's trials in Optuna's journal storage, their one store (configuration,
+                        evaluations, how each ended; mutransfer._sweep._trial_journal); while a trial is written
+                        there, optuna.journal.lock: Optuna's lock, a symbolic link; optuna.journal.cut: a write
+                        cut short, set aside; optuna.journal.v1: a migrated folder's former journal
     costs.jsonl         one JSON line per training run (mutransfer._sweep._ledger), appended by the executor
     tune/run-<n>/       the Ray Tune experiment of the n-th session (written by Tune, never read back)
     target/             the target's checkpoint folders (epoch_NNNNN/, final/: checkpoint.pt, read with
@@ -20,7 +23,7 @@ Layout::
 Resuming reads JSON and ``weights_only`` checkpoints only: no file of this folder is
 unpickled, so a file planted in it cannot run code. state.json is rewritten atomically
 (temp file + rename), so a killed driver leaves either the old or the new state, never
-a torn file; so are config.json and outcome.json.
+a torn file. Optuna's journal is appended to, one whole line per write under its lock.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from mutransfer.errors import UserInputError
 DEFAULT_RUNS_DIR = "mutransfer-runs"
 #: the way out of a lost or damaged state.json, in every message that finds one (mutransfer._sweep._rebuild_state)
 REBUILD_HINT = (
-    "rebuild it from the trials' own files with `mutransfer sweep --resume --rebuild-state` (this command's other "
-    "flags kept; from Python, mt.load_study(NAME, rebuild_state=True)), or restore it from a copy"
+    "rebuild it from the study's trials (its Optuna journal) with `mutransfer sweep --resume --rebuild-state` (this "
+    "command's other flags kept; from Python, mt.load_study(NAME, rebuild_state=True)), or restore it from a copy"
 )
 #: the Optuna journal of a search's trials (mutransfer._sweep._trial_journal), beside its ``trials/``
 JOURNAL_FILE = "optuna.journal"

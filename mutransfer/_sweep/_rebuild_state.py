@@ -1,7 +1,7 @@
 """A lost or damaged ``state.json`` is refused on ``--resume``, and rebuilt with ``--resume --rebuild-state``.
 
-A study folder's state.json holds what its trials' own files do not: the phase, the MLflow experiment and runs, the
-search window. Without it a resume used to start MLflow afresh without a word: a second parent run, every finished
+A study folder's state.json holds what its trials (its Optuna journal) do not: the phase, the MLflow experiment and
+runs, the search window. Without it a resume used to start MLflow afresh without a word: a second parent run, every finished
 trial logged again, the old runs left RUNNING (issue "Nothing lost", finding 4). Now
 
 - :func:`refuse_lost_state` refuses a folder holding trials whose state is missing or names no MLflow runs, and the

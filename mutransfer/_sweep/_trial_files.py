@@ -1,6 +1,7 @@
-"""The checks of a trial's own files (``config.json``, ``outcome.json``) before a search uses them: a file edited or
-damaged in a study folder is one line naming the file and the field (issue "Nothing lost", item 5), never a
-traceback from Optuna or a wait on a FIFO. :mod:`mutransfer._sweep.plan` reads the files through these."""
+"""The checks of a trial as a search reads it back, from its journal (or a folder from before the journal held the
+trials: its ``config.json`` and ``outcome.json``) before the search uses it: a journal or file edited or damaged in a
+study folder is one line naming it, the trial and the field (issue "Nothing lost", item 5), never a traceback from
+Optuna or a wait on a FIFO. :mod:`mutransfer._sweep.plan` and :mod:`mutransfer._sweep._migrate` read through these."""
 
 from __future__ import annotations
 
@@ -39,9 +40,10 @@ def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def check_outcome(path: Path, d: dict) -> None:
-    """outcome.json (``d``): every field of its type; one line naming the first that is not."""
-    fix = "restore it, or move it aside and resume: the trial runs again from its last checkpoint"
+def check_outcome(path: Path | str, d: dict) -> None:
+    """How a trial ended (``d``: status, metrics, error; an outcome.json's also rungs): every field of its type; one
+    line naming the first that is not (``path``: the file, or the journal and the trial)."""
+    fix = "restore it from a copy, or start a new study with --name NEW"
     metrics, rungs, error = d.get("metrics") or {}, d.get("rungs") or {}, d.get("error")
     if d.get("status") not in OUTCOME_STATUSES:
         raise UserInputError(f"{path}: 'status' must be one of {', '.join(OUTCOME_STATUSES)}; {fix}")
@@ -58,19 +60,19 @@ def check_outcome(path: Path, d: dict) -> None:
         raise UserInputError(f"{path}: 'error' must be text or null; {fix}")
 
 
-def check_config_keys(path: Path, config: dict, space: dict) -> None:
-    """One line unless a trial's config.json holds exactly the searched hyperparameters (its other keys named, a
+def check_config_keys(path: Path | str, config: dict, space: dict) -> None:
+    """One line unless a trial's configuration holds exactly the searched hyperparameters (its other keys named, a
     few and cut short: never a file's contents at length)."""
     if set(config) != set(space):
         found = ", ".join(repr(str(k)[:30]) for k in sorted(map(str, config))[:5]) + (", …" if len(config) > 5 else "")
         raise UserInputError(
-            f"{path}: holds {found or 'nothing'}, not the study's search space {sorted(space)}; restore the file or "
-            "start a new study with --name NEW"
+            f"{path}: holds {found or 'nothing'}, not the study's search space {sorted(space)}; restore it from a "
+            "copy or start a new study with --name NEW"
         )
 
 
-def check_config(path: Path, config: dict, space: dict, seeded: bool) -> None:
-    """A trial's config.json: every searched value one its distribution holds (a seeded trial's, from another study's
+def check_config(path: Path | str, config: dict, space: dict, seeded: bool) -> None:
+    """A trial's configuration: every searched value one its distribution holds (a seeded trial's, from another study's
     space, any finite number or choice); one line naming the first that is not."""
     for name, distribution in space.items():
         value = config[name]
@@ -80,8 +82,8 @@ def check_config(path: Path, config: dict, space: dict, seeded: bool) -> None:
             held = isinstance(distribution, CategoricalDistribution) and (seeded or value in distribution.choices)
         if not held:
             raise UserInputError(
-                f"{path}: {name} {str(value)[:40]!r} is not a value of the study's search space; restore the file, "
-                "or start a new study with --name NEW"
+                f"{path}: {name} {str(value)[:40]!r} is not a value of the study's search space; restore it from "
+                "a copy, or start a new study with --name NEW"
             )
 
 

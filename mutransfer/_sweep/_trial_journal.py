@@ -9,10 +9,13 @@ mutransfer study (``mutransfer dashboard STUDY``; docs/api.md)::
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(".../quick/optuna.journal"))
     optuna.load_study(study_name="quick", storage=storage).trials
 
-The journal is written from the trial files (``config.json``, ``outcome.json``, ``history.json``), which stay what a
-resume reads: a plan that finds a trial missing from the journal (a study folder written before the journal, or a
-driver stopped between the two writes) writes it there when it loads. Optuna's journal takes a file lock for each
-write, so a dashboard may read it while the study runs.
+The journal is the one store of the search's trials: what a resume reads, and all ``optuna.load_study`` needs. Each
+trial's folder (``trials/<key>/``) keeps only what its worker writes: its checkpoint and the history it resumes from.
+A study folder written before the journal held every trial (its trials' ``config.json`` and ``outcome.json``) is
+brought into a new journal once, when a plan first loads it (mutransfer._sweep._migrate); its former journal is kept
+beside it as ``optuna.journal.v1``. Optuna's journal takes a file lock for each write, so a dashboard may read it while
+the study runs; a write cut short (a driver killed during it) is set aside as ``optuna.journal.cut`` by the next process
+that opens the journal (:func:`repair_cut`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +32,7 @@ from pathlib import Path
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend
+from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from mutransfer._study_folder.state import JOURNAL_FILE, JOURNAL_LOCK
@@ -48,8 +52,11 @@ SEED_ATTR, RETRYING_ATTR, METRICS_ATTR, ERROR_ATTR = (
 #: how long a driver waits for Optuna's lock on the journal to be released before it breaks it (seconds)
 LOCK_WAIT_S = 2.0
 #: the study's user attribute of a journal written with all of those for every trial from its first one (a journal
-#: made before holds parameters, values and states only)
-FORMAT_ATTR, FORMAT = "mutransfer.journal_format", 2
+#: made before holds parameters, values and states only); a journal being written from an older folder's trial files
+#: (mutransfer._sweep._migrate) holds MIGRATING_ATTR until its last trial is in, then FORMAT_ATTR
+FORMAT_ATTR, FORMAT, MIGRATING_ATTR = "mutransfer.journal_format", 2, "mutransfer.migrating"
+#: where the bytes of a journal write cut short go (:func:`repair_cut`)
+CUT_FILE = JOURNAL_FILE + ".cut"
 
 #: our status -> Optuna's trial state (a diverged trial has no usable value: FAIL, as a failed one)
 STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
@@ -67,33 +74,67 @@ def journal_path(trials_dir: str | Path) -> Path:
     return Path(trials_dir).parent / JOURNAL_FILE
 
 
-def journal_storage(path: str | Path) -> JournalStorage:
-    """Optuna's storage on the journal file ``path`` (made on first write); a damaged journal is refused first, before
-    anything is appended to it (:func:`check_journal`)."""
+def journal_storage(path: str | Path, *, repair: bool = True) -> JournalStorage:
+    """Optuna's storage on the journal file ``path`` (made on first write). A damaged journal is refused first, before
+    anything is appended to it (:func:`check_journal`), and a last write cut short is set aside (:func:`repair_cut`)
+    unless ``repair`` is False: a storage only read (Optuna's reads skip the cut line), which writes nothing."""
     check_journal(Path(path))
+    if repair:
+        repair_cut(Path(path))
     return JournalStorage(JournalFileBackend(str(path)))
 
 
 def check_journal(path: Path) -> None:
     """One line (UserInputError) if the journal at ``path`` is not Optuna's: every line a JSON object with an
-    ``op_code``, the last one ended (a write cut short would join the next write to it). A resume writes it again
-    from the trials' own files (config.json, outcome.json, history.json), so moving it aside loses only what it
-    alone holds: a seed's provenance and a retried trial's last failure."""
+    ``op_code``. A last line without its end is a write cut short, which Optuna's reads skip: :func:`repair_cut` sets
+    it aside. The journal alone holds the search's trials (their folders keep checkpoints only), so the way out is a
+    copy of it."""
     if not path.exists():
         return
-    fix = f"move it aside ({JOURNAL_FILE}.damaged): a resume writes it again from the trials' own files"
+    fix = (
+        "restore it from a copy (it alone holds the search's trials), or start a new study with --name NEW; the "
+        "finished trials' parameters and results are in the study's MLflow runs"
+    )
     if not path.is_file():
         raise UserInputError(f"{path} is not a file; {fix}")
-    data = path.read_bytes()
-    if data and not data.endswith(b"\n"):
-        raise UserInputError(f"{path}: its last write was cut short; {fix}")
-    for number, line in enumerate(data.splitlines(), 1):
+    lines = path.read_bytes().split(b"\n")[:-1]  # the part after the last line end: a write cut short
+    for number, line in enumerate(lines, 1):
         try:
             op = json.loads(line)
         except ValueError:  # not JSON, or not UTF-8
             op = None
         if not isinstance(op, dict) or not isinstance(op.get("op_code"), int):
             raise UserInputError(f"{path}: line {number} is not an Optuna journal entry; {fix}")
+
+
+def repair_cut(path: Path) -> bool:
+    """Set aside a write cut short at the end of the journal at ``path`` (a process killed as it wrote): its bytes are
+    appended to :data:`CUT_FILE` beside it and the journal ends at its last whole line, under Optuna's lock, so the
+    next write starts a line of its own instead of joining them. True where there was one. A journal this process may
+    not write (a dashboard of another user's study) is left as it is: Optuna's reads skip the cut line."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return False
+    if not os.access(path, os.W_OK):
+        return False
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        data = path.read_bytes()
+        end = data.rfind(b"\n") + 1
+        if end == len(data):
+            return False  # another process mended it first
+        with _refused_writes(path):
+            with path.with_name(CUT_FILE).open("ab") as cut:
+                cut.write(data[end:] + b"\n")
+            with path.open("r+b") as f:
+                f.truncate(end)
+        return True
+    finally:
+        lock.release()
 
 
 def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution | None:
@@ -169,21 +210,23 @@ def held_of(trial: optuna.trial.FrozenTrial) -> HeldTrial:
     """What a journal trial holds (:class:`HeldTrial`)."""
     attrs = trial.user_attrs
     status = attrs.get(STATUS_ATTR) if trial.state.is_finished() else None
+    metrics = attrs.get(METRICS_ATTR) or {}
     return HeldTrial(
         config=config_of(trial), status=None if status is None else str(status),
-        metrics=dict(attrs.get(METRICS_ATTR) or {}), error=attrs.get(ERROR_ATTR), seed=attrs.get(SEED_ATTR),
-        retrying=attrs.get(RETRYING_ATTR),
+        metrics=dict(metrics) if isinstance(metrics, dict) else {"": metrics},  # an edit: the plan's checks name it
+        error=attrs.get(ERROR_ATTR), seed=attrs.get(SEED_ATTR), retrying=attrs.get(RETRYING_ATTR),
     )  # fmt: skip
 
 
 def read_journal(path: Path, name: str) -> dict[int, HeldTrial] | None:
     """The trials of the search ``name`` in the journal at ``path``, by our index, read without writing anything
     (another driver may be running that study); None where there is no journal holding every trial in full (one
-    written before :data:`FORMAT_ATTR`, damaged, or none): its trial files are then what holds them."""
+    written before :data:`FORMAT_ATTR`, damaged, or none): a folder from before holds them in its trial files
+    (mutransfer._sweep._migrate)."""
     if not path.is_file():
         return None
     try:
-        study = optuna.load_study(study_name=name, storage=journal_storage(path))
+        study = optuna.load_study(study_name=name, storage=journal_storage(path, repair=False))
     except (KeyError, UserInputError):  # no such study in it, or damaged
         return None
     if study.user_attrs.get(FORMAT_ATTR) != FORMAT:
@@ -197,10 +240,18 @@ class TrialJournal:
     ``distributions``: the searched hyperparameters' Optuna distributions (mutransfer._sweep.sampling.search_distributions).
     ``objectives``: the study's ``search.objectives``; ``error+seconds`` makes a two-objective Optuna study (the
     validation error and the training seconds, both minimised: optuna-dashboard draws its Pareto front).
+    ``migrating``: a new journal is being written from an older folder's trial files: it is marked complete by
+    :meth:`mark_complete` once they are all in (a new journal is complete from its start).
     """
 
     def __init__(
-        self, path: str | Path, name: str, distributions: Mapping[str, BaseDistribution], objectives: str = "error"
+        self,
+        path: str | Path,
+        name: str,
+        distributions: Mapping[str, BaseDistribution],
+        objectives: str = "error",
+        *,
+        migrating: bool = False,
     ):
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.path = Path(path)
@@ -228,7 +279,7 @@ class TrialJournal:
                 load_if_exists=True,
             )
             if fresh:
-                self.study.set_user_attr(FORMAT_ATTR, FORMAT)
+                self.study.set_user_attr(MIGRATING_ATTR if migrating else FORMAT_ATTR, True if migrating else FORMAT)
         self._study_id = self.storage.get_study_id_from_name(name)  # read once: each trial's write names it
         #: our trial index -> Optuna's trial id, for the trials already in the journal
         self._ids: dict[int, int] = {}
@@ -257,6 +308,11 @@ class TrialJournal:
             else:
                 params[k], dists[k] = config[k], held
         return params, dists, kept
+
+    def mark_complete(self) -> None:
+        """Every trial of an older folder is in this journal (``migrating``): it holds them in full from now on."""
+        with _refused_writes(self.path):
+            self.study.set_user_attr(FORMAT_ATTR, FORMAT)
 
     @property
     def complete(self) -> bool:
@@ -318,7 +374,8 @@ class TrialJournal:
             if trial_index(trial) is None and REFUSED_ATTR not in trial.user_attrs:
                 fixed = trial.system_attrs.get("fixed_params")
                 trial_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
-                yield trial_id, dict(fixed) if isinstance(fixed, dict) else {}
+                # with the parameters a claim stopped part-way wrote (Trialjournal.claim): handed out as they were
+                yield trial_id, {**(dict(fixed) if isinstance(fixed, dict) else {}), **trial.params}
 
     def enqueue(self, params: Mapping[str, object]) -> None:
         """A trial with these fixed parameters, WAITING to be handed out (Optuna's ``enqueue_trial``)."""
@@ -332,17 +389,18 @@ class TrialJournal:
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
     def claim(self, trial_id: int, index: int, key: str, config: Mapping[str, object]) -> None:
-        """The enqueued trial ``trial_id`` becomes trial ``index`` (``key``), handed out with ``config``: our key
-        first (a driver stopped after it hands the same trial out again), then its parameters, then RUNNING."""
+        """The enqueued trial ``trial_id`` becomes trial ``index`` (``key``), handed out with ``config``: its
+        parameters first, then our key (a trial with its key holds its whole configuration: a driver stopped before
+        the key hands the same trial out again with the parameters written, :meth:`waiting`), then RUNNING."""
         params, dists, kept = self._params(config)
-        enqueued = "fixed_params" in self.storage.get_trial(trial_id).system_attrs  # not one handed out before a stop
+        held = self.storage.get_trial(trial_id)
+        enqueued = "fixed_params" in held.system_attrs  # not one handed out before a stop
         with _refused_writes(self.path):
-            for name, value in {KEY_ATTR: key, **({ENQUEUED_ATTR: True} if enqueued else {}), **kept}.items():
-                self.storage.set_trial_user_attr(trial_id, name, value)
-            held = self.storage.get_trial(trial_id)
             for name, value in params.items():
                 if name not in held.params:
                     self.storage.set_trial_param(trial_id, name, dists[name].to_internal_repr(value), dists[name])
+            for name, value in {**kept, **({ENQUEUED_ATTR: True} if enqueued else {}), KEY_ATTR: key}.items():
+                self.storage.set_trial_user_attr(trial_id, name, value)
             if held.state == TrialState.WAITING:
                 self.storage.set_trial_state_values(trial_id, TrialState.RUNNING)
         self._ids[index] = trial_id

@@ -1,23 +1,24 @@
 """The proxy search's plan: which trial runs next, with which configuration, and when ASHA stops it.
 
 Every proxy trial has a key of ours, ``t0000``, ``t0001``, … in the order its
-configuration was handed out. The key names its directory (``trials/<key>/``), its
-MLflow child run (tag ``mutransfer.trial_id``) and its row in the report. The plan
-keeps two JSON files per trial, written by the driver:
+configuration was handed out. The key names its directory (``trials/<key>/``: its worker's
+checkpoint and history), its MLflow child run (tag ``mutransfer.trial_id``) and its row in
+the report. The plan keeps the trials in the search's Optuna journal
+(``<study folder>/optuna.journal``, mutransfer._sweep._trial_journal), their one store:
 
-- ``config.json``: the searched hyperparameters, written when the configuration is
-  handed out (before Tune starts the trial);
-- ``outcome.json``: status (completed | pruned | diverged | failed), the last reported
-  metrics and the error of a failed trial, written when the trial ends.
+- a RUNNING trial with its configuration, written when the configuration is handed out
+  (before Tune starts the trial);
+- each evaluation's validation error, as the trial's intermediate values, written as it is
+  reported; the search's Optuna pruner decides there whether the trial stops
+  (:meth:`SearchPlan.should_stop`; mutransfer._sweep._asha);
+- how it ended (completed | pruned | diverged | failed), its last reported metrics and a
+  failed trial's error, written when the trial ends.
 
-Each report's validation error goes to the trial's intermediate values in the search's
-Optuna journal (mutransfer._sweep._trial_journal), and the search's Optuna pruner decides
-there whether the trial stops (:meth:`SearchPlan.should_stop`; mutransfer._sweep._asha).
-
-A resumed sweep rebuilds the plan from these files alone (nothing is unpickled):
-trials with an outcome are finished and never run again; trials with a configuration
-but no outcome are handed out first, under their old keys, and continue from their
-own checkpoints; then new trials are sampled up to the study's total.
+A resumed sweep rebuilds the plan from the journal alone (nothing is unpickled): trials
+that ended are never run again; trials handed out that did not end are handed out first,
+under their old keys, and continue from their own checkpoints; then new trials are sampled
+up to the study's total. A folder written before the journal held every trial (its trials'
+``config.json`` and ``outcome.json``) is brought into a journal first (mutransfer._sweep._migrate).
 
 Reproducibility: with ``window`` = w (the concurrency of the study's first session,
 kept in ``state.json``), trial i is handed out only once trials 0 … i-w have their
@@ -32,57 +33,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import optuna
 
 from mutransfer._study import Study
-from mutransfer._study_folder.state import write_atomic
 from mutransfer._sweep._asha import WindowedAsha, rung_milestones
-from mutransfer._sweep._trial_files import (
-    check_config,
-    check_config_keys,
-    check_outcome,
-    enqueued_params,
-    read_trial_json,
-    refuse_link,
-)
-from mutransfer._sweep._trial_journal import TrialJournal, check_journal, journal_path, read_journal
-from mutransfer._sweep.sampling import PRUNED, sample_config, search_distributions
+from mutransfer._sweep._migrate import SEED_FILE, migrate, needs_migration, read_trials
+from mutransfer._sweep._outcome import OUTCOME_METRICS, Outcome, key_index, trial_key, trial_status
+from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, enqueued_params
+from mutransfer._sweep._trial_journal import HeldTrial, TrialJournal, check_journal, journal_path, read_journal
+from mutransfer._sweep.sampling import sample_config, search_distributions
 from mutransfer._sweep.trial import read_trial_history
 from mutransfer.errors import UserInputError
 
-CONFIG_FILE = "config.json"
-OUTCOME_FILE = "outcome.json"
-#: a seeded trial's provenance (a strategy's seed_trials: a warm start's) in a study folder written before the journal
-#: held it (its user attribute ``mutransfer.seed`` now), read when the plan brings such a folder's journal up
-SEED_FILE = "warm_start.json"
 #: SearchPlan.next_trial: every trial has been handed out
 DONE = "done"
-#: the last result's metrics an outcome keeps (mutransfer._sweep.trial.TrialReport, and Tune's wall time)
-OUTCOME_METRICS = (
-    "epoch",
-    "val_error",
-    "train_loss",
-    "lr",
-    "trainer_seconds",
-    "spectral_lr0",
-    "diverged",
-    "time_total_s",
-)
-
-
-def trial_key(index: int) -> str:
-    """``t0000`` for index 0: the stable name of a trial (directory, MLflow tag, report)."""
-    return f"t{index:04d}"
-
-
-def key_index(key: str) -> int:
-    """The index of a key made by :func:`trial_key` (ValueError for anything else)."""
-    if not (key.startswith("t") and key[1:].isdigit()):
-        raise ValueError(f"not a trial key: {key!r}")
-    return int(key[1:])
 
 
 def total_trials(study: Study) -> int:
@@ -139,102 +105,47 @@ def error_text(trial) -> str:
     return lines[-1][:500] if lines else "unknown error"
 
 
-def trial_status(metrics: dict, failed: bool, budget_epochs: int) -> str:
-    """completed | pruned | diverged | failed, from a trial's last reported metrics."""
-    if failed:
-        return "failed"
-    if metrics.get("diverged"):
-        return "diverged"
-    if int(metrics.get("epoch", 0) or 0) < budget_epochs:
-        return "pruned"
-    return "completed"
-
-
-@dataclass
-class Outcome:
-    """How a trial ended (``outcome.json``). ``rungs``: its validation error at the ASHA rungs it reached, as an
-    outcome written before the journal held its intermediate values kept them (epoch -> value; {} since then)."""
-
-    status: str
-    metrics: dict = field(default_factory=dict)
-    error: str | None = None
-    rungs: dict[int, float] = field(default_factory=dict)
-
-    @property
-    def value(self) -> float | None:
-        """The result the sampler is told: the last reported validation error (None for a failed trial); an
-        outcome written before validation splits holds its ``test_error``."""
-        value = self.metrics.get("val_error", self.metrics.get("test_error"))
-        if self.status == "failed" or value is None:
-            return None
-        return float(value)
-
-    def told(self, objectives: str) -> float | tuple[float, float] | str | None:
-        """What a search on ``objectives`` (``search.objectives``) tells its sampler of this trial: its
-        :attr:`value`; for ``error+seconds``, (validation error, training seconds) of a trial that ran its whole
-        budget, :data:`~mutransfer._sweep.sampling.PRUNED` for a pruned one (its seconds are a part of a training's;
-        Optuna's samplers count a pruned trial as a poor one), None for a failed or diverged one."""
-        if objectives == "error":
-            return self.value
-        seconds = self.metrics.get("trainer_seconds")
-        if self.status == "pruned":
-            return PRUNED
-        if self.status != "completed" or self.value is None or not seconds:
-            return None
-        return self.value, float(seconds)
-
-    def as_dict(self) -> dict:
-        d = dict(asdict(self), rungs={str(k): v for k, v in self.rungs.items()})
-        if not self.rungs:
-            del d["rungs"]  # the journal holds them (SearchPlan.should_stop)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Outcome:
-        return cls(
-            status=str(d["status"]),
-            metrics=dict(d.get("metrics") or {}),
-            error=d.get("error"),
-            rungs={int(k): float(v) for k, v in (d.get("rungs") or {}).items()},
-        )
-
-
-def read_trials(
-    trials_dir: Path, total: int, space: dict, seeded: Callable[[int], bool]
+def held_trials(
+    path: Path, held: Mapping[int, HeldTrial], total: int, space: dict, seeded: Callable[[int], bool]
 ) -> Iterator[tuple[int, dict, Outcome | None]]:
-    """(index, config, outcome or None) of each trial handed out, in key order, each file checked
-    (mutransfer._sweep._trial_files): one line naming the first that is not as the sweep wrote it. ``seeded(i)``: trial
-    ``i``'s config may lie outside the space (a seed from another study's, a rung's), so only its types are checked."""
-    refuse_link(trials_dir)
-    if trials_dir.exists() and not trials_dir.is_dir():
-        raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
+    """(index, config, outcome or None) of each trial handed out, in key order, as the journal at ``path`` holds them
+    (``held``: :func:`~mutransfer._sweep._trial_journal.read_journal`'s), each checked as a trial's files were
+    (mutransfer._sweep._trial_files): one line naming the journal, the trial and the first field that is not as the
+    sweep wrote it. ``seeded(i)``: trial ``i``'s config may lie outside the space (a seed, a rung's)."""
     for i in range(total):
-        refuse_link(trials_dir / trial_key(i))
-        config = read_trial_json(trials_dir / trial_key(i) / CONFIG_FILE)
-        if not isinstance(config, dict):
-            return  # configurations are handed out in key order: the first gap ends them
-        check_config_keys(trials_dir / trial_key(i) / CONFIG_FILE, config, space)
-        check_config(trials_dir / trial_key(i) / CONFIG_FILE, config, space, seeded(i))
-        outcome = read_trial_json(trials_dir / trial_key(i) / OUTCOME_FILE)
-        if isinstance(outcome, dict) and "status" in outcome:
-            check_outcome(trials_dir / trial_key(i) / OUTCOME_FILE, outcome)
-            yield i, config, Outcome.from_dict(outcome)
-        else:
-            yield i, config, None
+        trial = held.get(i)
+        if trial is None or not trial.config:
+            return  # handed out in key order: the first gap ends them
+        where = f"{path} (trial {trial_key(i)})"
+        check_config_keys(where, trial.config, space)
+        check_config(where, trial.config, space, seeded(i))
+        if trial.status is None:
+            yield i, dict(trial.config), None
+            continue
+        outcome = {"status": trial.status, "metrics": trial.metrics, "error": trial.error}
+        check_outcome(where, outcome)
+        yield i, dict(trial.config), Outcome.from_dict(outcome)
 
 
 def check_trial_files(study: Study, trials_dir: Path) -> None:
-    """Before a resume starts anything: the main search's trial files read as :class:`SearchPlan` reads them. A trial
-    with its seed's provenance (in the journal, written before its config; ``SEED_FILE`` in a folder from before)
-    is taken as seeded: its values may lie outside the space (the plan checks them against the strategies' seeds
-    when it loads)."""
-    check_journal(journal_path(trials_dir))  # a damaged journal is said as such, not as a seed it no longer vouches for
-    held = read_journal(journal_path(trials_dir), study.name) or {}
-
-    def seeded(i: int) -> bool:
-        return (i in held and held[i].seed is not None) or (trials_dir / trial_key(i) / SEED_FILE).exists()
-
-    for _ in read_trials(trials_dir, total_trials(study), search_distributions(study), seeded):
+    """Before a resume starts anything: the main search's trials read as :class:`SearchPlan` reads them, from its
+    journal (or, in a folder from before the journal held them, its trial files). A seeded trial (its provenance in
+    the journal, or ``SEED_FILE`` in a folder from before) may hold values outside the space: the plan checks them
+    against the strategies' seeds when it loads."""
+    path = journal_path(trials_dir)
+    check_journal(path)  # a damaged journal is said as such, not as a seed it no longer vouches for
+    held = read_journal(path, study.name)
+    total, space = total_trials(study), search_distributions(study)
+    if held is not None:
+        for _ in held_trials(path, held, total, space, lambda i: held[i].seed is not None):
+            pass
+        return
+    if not needs_migration(trials_dir, study.name) and trials_dir.is_dir() and any(trials_dir.iterdir()):
+        raise UserInputError(
+            f"{path} is missing, and it alone holds the trials of {trials_dir} (their folders keep checkpoints only); "
+            "restore it from a copy, or start a new study with --name NEW"
+        )
+    for _ in read_trials(trials_dir, total, space, lambda i: (trials_dir / trial_key(i) / SEED_FILE).exists()):
         pass
 
 
@@ -284,24 +195,30 @@ class SearchPlan:
         #: trials whose evaluations before this session were brought into the journal (SearchPlan.should_stop)
         self._caught_up: set[int] = set()
         self._space = search_distributions(study)
-        self._load()
-        #: the trials in Optuna's storage (mutransfer._sweep._trial_journal), brought up to the files here
-        self.journal = TrialJournal(journal_path(self.trials_dir), study.name, self._space, study.search.objectives)
+        self.journal = self._load()
         for params in enqueued if not self.journal.study.get_trials(deepcopy=False) else ():
             self.journal.enqueue(params)  # before the search's first trial (Study.enqueue_trial's, kept till now)
-        for i in sorted(self.configs):
-            self._journal(i)
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
         self._next = len(self.configs)
 
-    def _load(self) -> None:
+    def _load(self) -> TrialJournal:
+        """The search's trials in Optuna's storage (mutransfer._sweep._trial_journal), read into :attr:`configs` and
+        :attr:`outcomes`; a folder from before the journal held them is brought into one first (_migrate)."""
+
         def seeded(i: int) -> bool:  # from another study's space (a seed), or a rung's promoted trial
             return i < len(self.seeds) or self.preset is not None
 
-        for i, config, outcome in read_trials(self.trials_dir, self.total, self._space, seeded):
+        path = journal_path(self.trials_dir)
+        check_journal(path)
+        if needs_migration(self.trials_dir, self.study.name):
+            migrate(self.study, self.trials_dir, self.total, self._space, seeded)
+        journal = TrialJournal(path, self.study.name, self._space, self.study.search.objectives)
+        held = {i: trial for i in range(self.total) if (trial := journal.held(i)) is not None}
+        for i, config, outcome in held_trials(path, held, self.total, self._space, seeded):
             self.configs[i] = config
             if outcome is not None:
                 self.outcomes[i] = outcome
+        return journal
 
     # ---- handing out ----------------------------------------------------------------
     def finished(self) -> bool:
@@ -336,12 +253,9 @@ class SearchPlan:
         config = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
         if enqueued is not None:
             self.journal.claim(enqueued, i, trial_key(i), config)
-        # the journal first, with a seed's provenance: a driver stopped before config.json hands the same trial out
-        # again from it (_enqueued), and a config.json is never without its trial's provenance
+        # one write: the trial, its configuration and a seed's provenance (a resume hands it out again from there)
         self.journal.handed_out(i, trial_key(i), config, self.seeds[i][1] if i < len(self.seeds) else None)
-        directory = self.trials_dir / trial_key(i)
-        directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(directory / CONFIG_FILE, json.dumps(config))
+        (self.trials_dir / trial_key(i)).mkdir(parents=True, exist_ok=True)  # its worker's checkpoints and history
         self.configs[i] = config
         self._next += 1
         return trial_key(i), dict(self.configs[i])
@@ -349,16 +263,11 @@ class SearchPlan:
     def _enqueued(self, index: int) -> tuple[int | None, dict[str, object]]:
         """(journal trial id, fixed parameters) of the enqueued trial that becomes trial ``index`` (Optuna's
         ``enqueue_trial``: :meth:`mutransfer.Study.enqueue_trial`, or any process writing the journal); (None, {})
-        for none. A trial the journal already holds as ``index`` (a driver stopped as it handed it out) is that one.
-        Seeds, presets and a grid hand out their own configurations; an enqueued trial the search space does not
-        hold is marked FAIL in the journal, with why (its user attribute ``mutransfer.refused``), and skipped."""
-        held = self.journal.config(index)
-        if held and (index < len(self.seeds) or self.preset is not None):
-            return None, held  # handed out before a stop: as the journal holds it (the seed's, the rung's)
+        for none. Seeds, presets and a grid hand out their own configurations; an enqueued trial the search space
+        does not hold is marked FAIL in the journal, with why (its user attribute ``mutransfer.refused``), and
+        skipped."""
         if index < len(self.seeds) or self.preset is not None:
             return None, {}
-        if held:
-            return self.journal.trial_id(index), held
         if self.study.search.algorithm == "grid" and self.sampler is None:
             return None, {}
         for trial_id, given in self.journal.waiting():
@@ -381,7 +290,8 @@ class SearchPlan:
 
     # ---- results --------------------------------------------------------------------
     def record(self, key: str, metrics: dict, *, failed: bool, error: str | None = None) -> Outcome:
-        """Store how trial ``key`` ended (``outcome.json``) from its last reported ``metrics``."""
+        """Store how trial ``key`` ended, from its last reported ``metrics``: in the journal, with its evaluations
+        (its ``history.json``) and the value its sampler is told."""
         i = key_index(key)
         last = {k: metrics[k] for k in OUTCOME_METRICS if k in metrics}
         outcome = Outcome(
@@ -389,12 +299,12 @@ class SearchPlan:
             last,
             (error or "unknown error") if failed else None,
         )
-
-        directory = self.trials_dir / key
-        directory.mkdir(parents=True, exist_ok=True)
-        write_atomic(directory / OUTCOME_FILE, json.dumps(outcome.as_dict()))
-        self.outcomes[i] = Outcome.from_dict(json.loads(json.dumps(outcome.as_dict())))
-        self._journal(i)
+        self.outcomes[i] = Outcome.from_dict(json.loads(json.dumps(outcome.as_dict())))  # as a resume reads it
+        told = self.outcomes[i].told(self.study.search.objectives)  # a pruned trial of a two-objective search: none
+        self.journal.finished(
+            i, key, self.configs[i], outcome.status, None if isinstance(told, str) else told, self._history(key),
+            self.outcomes[i].metrics, self.outcomes[i].error,
+        )  # fmt: skip
         return self.outcomes[i]
 
     def retrying(self, key: str, failures: int, error: str) -> None:
@@ -403,25 +313,6 @@ class SearchPlan:
         failed is kept in the journal (its user attribute ``mutransfer.retrying``: how many failures, the last
         error)."""
         self.journal.retrying(key_index(key), int(failures), error)
-
-    def _journal(self, index: int) -> None:
-        """Write trial ``index`` to the journal as the files here hold it: handed out, or finished."""
-        key, config, outcome = trial_key(index), self.configs.get(index), self.outcomes.get(index)
-        if config is None or index in self.journal.done:
-            return
-        seed = read_trial_json(
-            self.trials_dir / key / SEED_FILE
-        )  # a seeded trial's provenance, in a folder from before
-        self.journal.handed_out(index, key, config, seed if isinstance(seed, dict) else None)
-        if outcome is None:
-            return
-        # its evaluations; an outcome written before the journal held them kept its ASHA rungs' values
-        history = dict(outcome.rungs) | dict(self._history(key))
-        told = outcome.told(self.study.search.objectives)  # a pruned trial of a two-objective search: no values
-        self.journal.finished(
-            index, key, config, outcome.status, None if isinstance(told, str) else told, sorted(history.items()),
-            outcome.metrics, outcome.error,
-        )  # fmt: skip
 
     def should_stop(self, key: str, epoch: int, val_error: float) -> bool:
         """Stop trial ``key``, which just reported ``val_error`` at ``epoch``? The value goes to the trial's
@@ -445,21 +336,11 @@ class SearchPlan:
         return [(int(r.epoch), float(r.test_error)) for r in read_trial_history(self.trials_dir / key)]
 
 
-def journal_trials(journal: TrialJournal, total: int) -> Iterator[tuple[int, dict, Outcome | None]]:
-    """(index, config, outcome or None) of each trial handed out, in key order, as the journal holds them: what
-    :func:`read_trials` reads from the trial files, for a journal that holds every trial in full
-    (:attr:`TrialJournal.complete`; tests/sweep/test_sweep_plan.py compares the two)."""
-    for i in range(total):
-        held = journal.held(i)
-        if held is None or not held.config:
-            return  # handed out in key order: the first gap ends them
-        outcome = None if held.status is None else Outcome(held.status, held.metrics, held.error)
-        yield i, held.config, outcome
-
-
 def write_journal(study: Study, trials_dir: str | Path) -> None:
-    """Bring the Optuna journal of the search in ``trials_dir`` up to its trial files (nothing where the folder holds
-    no trial): what a plan does when it loads, for a study resumed after its search ended (one finished before the
-    journal existed opens in Optuna once resumed)."""
-    if Path(trials_dir).is_dir():
-        SearchPlan(study, trials_dir, 1)
+    """Bring a search that ended before the journal held its trials into one (mutransfer._sweep._migrate; nothing
+    where it is kept in one already, or holds no trial): for a study complete before, so Optuna opens it."""
+    trials_dir = Path(trials_dir)
+    if needs_migration(trials_dir, study.name):
+        check_journal(journal_path(trials_dir))
+        seeded = lambda i: (trials_dir / trial_key(i) / SEED_FILE).exists()  # noqa: E731
+        migrate(study, trials_dir, total_trials(study), search_distributions(study), seeded)

@@ -5,7 +5,7 @@
   key travels in the configuration as ``trial_key``.
 - :class:`PlanScheduler` asks the plan whether ASHA stops a trial after each result,
   and records the trial's outcome when it ends (Tune calls the scheduler before the
-  searcher and before the callbacks, so ``outcome.json`` exists before the MLflow
+  searcher and before the callbacks, so the journal holds the outcome before the MLflow
   child run is written).
 
 Kept apart from plan.py so that the plan can be tested without Ray.

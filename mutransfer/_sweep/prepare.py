@@ -99,7 +99,7 @@ def prepare(options: SweepOptions) -> Prepared:
         _check_resume_consistent(stored, study, options)
         if stored.operator.type == study.operator.type:  # a factory's module: where this command found it
             stored.operator.factory_dir = study.operator.factory_dir
-        if options.rebuild_state:  # from the trials' own files and the store's runs (mutransfer._sweep._rebuild_state)
+        if options.rebuild_state:  # from the journal of trials and the store's runs (mutransfer._sweep._rebuild_state)
             refuse_needless_rebuild(study_dir, stored.name, _resumed_tracking(options, study, {}, study_dir))
             state = {}
         else:

@@ -3,10 +3,10 @@
 Makes ``made.proxies`` (:class:`ProxyResults`): one :class:`TrialRecord` per trial (by
 key, ``t0000`` …), the best one, the concurrency. The configurations, the ASHA
 decisions and the trials' outcomes go through a :class:`~mutransfer._sweep.plan.SearchPlan`
-kept as JSON in ``<study dir>/trials/<key>/`` (config.json, outcome.json). Trials are
+kept in the search's Optuna journal (``<study dir>/optuna.journal``). Trials are
 logged to MLflow as child runs by :class:`~mutransfer._sweep.trial_logger.TrialLogger`
 while they run; after the search, any trial that finished before a driver kill and
-missed its child run is logged from its files.
+missed its child run is logged from the journal and its history.json.
 
 Resume never restores Tune's own experiment (``Tuner.restore`` would unpickle files of
 the study folder): each session runs a fresh Tune experiment in ``tune/run-<n>/`` over
@@ -286,7 +286,7 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
     keys = [trial_key(i) for i in range(plan.total)]
     for i, key in enumerate(keys):
         if key not in logger.logged_trial_ids():
-            logger.log_from_files(key, plan.configs[i], plan.outcomes[i])
+            logger.log_from_journal(key, plan.configs[i], plan.outcomes[i])
     children = {
         c.data.tags.get(TRIAL_ID_TAG): c
         for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")

@@ -8,8 +8,8 @@ trial's thread at the report call). A diverged run reports the finite
 normally.
 
 A trial is named by its stable key (``t0000`` …, mutransfer._sweep.plan), which the
-searcher puts in its configuration as ``trial_key``; the driver writes its
-``config.json`` (when handing it out) and ``outcome.json`` (when it ends) beside the
+searcher puts in its configuration as ``trial_key``; the driver keeps its configuration
+and how it ended in the search's Optuna journal, and the trial's folder holds only the
 files below. Nothing in the directory is unpickled: the checkpoint is read with
 ``torch.load(weights_only=True)`` (an unreadable one is deleted and the trial starts
 over), the rest is JSON.

@@ -381,10 +381,11 @@ class TrialLogger:
             tune_path=getattr(trial, "path", None),
         )
 
-    def log_from_files(self, key: str, config: dict, outcome) -> None:
-        """Write the child run of a trial from its JSON files (the driver died before on_trial_complete logged it).
+    def log_from_journal(self, key: str, config: dict, outcome) -> None:
+        """Write the child run of a trial from what the journal holds of it (the driver died before
+        on_trial_complete logged it).
 
-        ``config``: its config.json; ``outcome``: its :class:`~mutransfer._sweep.plan.Outcome`;
+        ``config``: its configuration; ``outcome``: its :class:`~mutransfer._sweep.plan.Outcome`;
         the epochs come from its history.json.
         """
         failed = outcome.status == "failed"

@@ -24,8 +24,9 @@ from pathlib import Path
 
 from mutransfer._study_folder.portable import read_study_file
 from mutransfer._study_folder.state import JOURNAL_FILE, StudyDir
+from mutransfer._sweep._migrate import CONFIG_FILE, OUTCOME_FILE
+from mutransfer._sweep._outcome import Outcome, trial_key
 from mutransfer._sweep._trial_journal import read_journal
-from mutransfer._sweep.plan import CONFIG_FILE, OUTCOME_FILE, Outcome, trial_key
 from mutransfer._tracking._sqlite_file import sqlite_path
 from mutransfer._tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker
 from mutransfer.errors import UserInputError

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from mutransfer.cli.main import main
+from tests.journal_helpers import held_by_key
 from tests.repo_paths import ROOT
 
 pytestmark = pytest.mark.slow  # one resumed tiny study in process (about 10 s)
@@ -68,9 +69,11 @@ def test_a_format1_study_killed_during_its_proxies_resumes_and_trains_only_what_
     rows = _json(capsys, "trials", "format1-cut", "--json")
     assert [r["trial_id"] for r in rows] == ["t0000", "t0001", "t0002", "t0003"], rows
     assert all(r["status"] == "completed" for r in rows), rows
+    held = held_by_key(trials.parent, "format1-cut")  # brought into a journal, the files left as they were
     for key in done:  # trained once, before the kill; their outcome as it was
         assert len((trials / key / "executions.jsonl").read_text().splitlines()) == 1, key
         assert (trials / key / "outcome.json").read_text() == before[key], key
+        assert held[key].status == json.loads(before[key])["status"] == "completed", key
 
 
 def test_the_python_api_opens_format1_studies(folder):

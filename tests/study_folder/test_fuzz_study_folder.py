@@ -1,8 +1,9 @@
 """Property-based fuzzing of a whole study folder (issue "Nothing lost", item 5: generated study folders).
 
 A real finished study (a tiny Burgers study, two trials and its target, trained in process; its folder and its SQLite
-store copied for each case) has one of its files changed: a trial's ``config.json``, ``outcome.json``, ``done.json``,
-``history.json`` or ``executions.jsonl``, the study's ``study.yaml``, ``report.json``, ``costs.jsonl``, the Optuna
+store copied for each case) has one of its files changed: a trial's ``done.json``, ``history.json`` or
+``executions.jsonl`` (or, in the folder turned back into one written before the journal held the trials, its ``config.json`` or
+``outcome.json``), the study's ``study.yaml``, ``report.json``, ``costs.jsonl``, the Optuna
 journal, the target's ``summary.json`` or ``progress.jsonl``, or a checkpoint: a field replaced by an arbitrary JSON
 value, a line replaced or added, the file cut short, replaced by an arbitrary document or bytes, or deleted. Half the
 cases also reopen the proxies (``state.json``'s phase set back to ``proxies``), so that ``--resume`` reads every trial's
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz_harness import folder_fuzz_settings, record, run_cli
 from tests.fuzz_harness import json_values as fuzz_json_values
+from tests.journal_helpers import as_legacy
 from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow  # a study trained first (15 s), then a second per case
@@ -43,11 +45,13 @@ FILES = [
     "target/final/summary.json",
     "target/progress.jsonl",
     "target/final/checkpoint.pt",
-    *[f"trials/t0000/{name}" for name in ("config.json", "outcome.json", "done.json", "history.json")],
-    "trials/t0000/executions.jsonl",
-    "trials/t0001/outcome.json",
+    *[f"trials/t0000/{name}" for name in ("done.json", "history.json", "executions.jsonl")],
     "trials/t0001/checkpoint.pt",
+    # a folder written before the journal held the trials (turned back into one first: tests/journal_helpers.py)
+    *[f"trials/t0000/{name}" for name in ("config.json", "outcome.json")],
+    "trials/t0001/outcome.json",
 ]
+LEGACY = ("config.json", "outcome.json")
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +144,8 @@ def test_a_generated_study_folder_is_refused_in_one_line_or_read(
     if reopen:  # --resume reads every trial's files again
         state = json.loads((folder / "state.json").read_text())
         (folder / "state.json").write_text(json.dumps({**state, "phase": "proxies"}))
+    if which.endswith(LEGACY):
+        as_legacy(folder / "trials", "sf")
     edit = _edit(data.draw, folder / which)
     runs, store = ["--runs-dir", str(root / "mutransfer-runs")], ["--tracking-uri", f"sqlite:///{root / 'mlflow.db'}"]
     argv = {

@@ -1,7 +1,9 @@
-"""A damaged Optuna journal (``optuna.journal``, found by the study-folder fuzz: a journal cut short was an
-``AssertionError`` traceback inside Optuna on `sweep --resume`, after Optuna had appended to it) is refused in one line
-before anything is written to it, by every reader: `sweep --resume`, ``Study.optuna_study``, `mutransfer dashboard`.
-Moved aside, as the message says, it is written again from the trials' own files by the next resume: nothing lost."""
+"""A damaged Optuna journal (``optuna.journal``, the search's one store of its trials; found by the study-folder fuzz:
+a journal cut short was an ``AssertionError`` traceback inside Optuna on `sweep --resume`, after Optuna had appended
+to it). A last write cut short (a driver killed during it) is set aside (``optuna.journal.cut``) by the next process
+that writes, and the study goes on; any other damage is refused in one line before anything is written to it, by
+every reader: `sweep --resume`, ``Study.optuna_study``, `mutransfer dashboard`; restored from a copy, the study goes
+on. A missing journal is refused: the trial folders keep checkpoints only."""
 
 from __future__ import annotations
 
@@ -35,22 +37,28 @@ def _trials(path: Path) -> list[tuple[int, dict, float | None]]:
 
 
 DAMAGE = {
-    "cut short": (lambda data: data[:-7], "its last write was cut short"),
     "a line that is not an entry": (lambda data: data + b"[1, 2]\n", "is not an Optuna journal entry"),
     "bytes": (lambda data: b"\x80\x81\n" + data, "line 1 is not an Optuna journal entry"),
 }
 
 
-def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finished, tmp_path, capsys):
+def _reopened(finished: Path, tmp_path: Path) -> tuple[Path, Path, bytes, list]:
+    """A copy of the finished study, its state set back to its proxies so that a resume reads every trial from the
+    journal again: (its root, its journal, the journal's bytes, its trials)."""
     import shutil
-
-    import mutransfer as mt
 
     shutil.copytree(finished, tmp_path / "copy")
     root = tmp_path / "copy"
+    state = root / "runs" / "jn" / "state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "phase": "proxies"}))
     journal = root / "runs" / "jn" / "optuna.journal"
-    whole = journal.read_bytes()
-    before = _trials(journal)
+    return root, journal, journal.read_bytes(), _trials(journal)
+
+
+def test_a_damaged_journal_is_one_line_and_goes_on_once_restored(finished, tmp_path, capsys):
+    import mutransfer as mt
+
+    root, journal, whole, before = _reopened(finished, tmp_path)
     uri = f"sqlite:///{root / 'mlflow.db'}"
     resume = ["sweep", "--resume", "--name", "jn", "--runs-dir", str(root / "runs"), "--tracking-uri", uri]
     capsys.readouterr()
@@ -58,7 +66,7 @@ def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finis
         journal.write_bytes(damaged := damage(whole))
         assert main([*resume, *IN_PROCESS]) == 2, case
         err = capsys.readouterr().err.strip()
-        assert len(err.splitlines()) == 1 and said in err and "move it aside" in err, (case, err)
+        assert len(err.splitlines()) == 1 and said in err and "restore it from a copy" in err, (case, err)
         assert journal.read_bytes() == damaged, case  # nothing appended
         with mt.load_study("jn", storage=root / "runs", executor="inprocess") as study:
             with pytest.raises(mt.UserInputError, match=said):
@@ -66,10 +74,31 @@ def test_a_damaged_journal_is_one_line_then_written_again_once_moved_aside(finis
         assert main(["dashboard", "jn", "--runs-dir", str(root / "runs")]) == 2, case
         assert said in capsys.readouterr().err, case
 
-    journal.rename(journal.with_name("optuna.journal.damaged"))
+    journal.unlink()  # the trials' one store gone: refused, not a search started again
+    assert main([*resume, *IN_PROCESS]) == 2
+    assert "optuna.journal is missing, and it alone holds the trials of" in capsys.readouterr().err
+    journal.write_bytes(whole)  # restored from a copy
     assert main([*resume, *IN_PROCESS]) == 0
     assert _trials(journal) == before  # the same trials, numbers, parameters and values
     assert json.loads((root / "runs" / "jn" / "state.json").read_text())["phase"] == "done"
+
+
+def test_a_write_cut_short_is_set_aside_and_the_trial_it_ended_goes_on(finished, tmp_path, capsys):
+    """The journal's last entry cut short, as a driver killed while it wrote the last trial's end leaves it: the
+    resume sets the bytes aside (optuna.journal.cut), the trial is running again as the journal now holds it, and
+    continues from its checkpoint; the study ends with the same trials and parameters."""
+    root, journal, whole, before = _reopened(finished, tmp_path)
+    ends = [n for n, line in enumerate(whole.splitlines()) if json.loads(line)["op_code"] == 6]
+    last_end = whole.splitlines()[ends[-1]]
+    cut = b"\n".join(whole.splitlines()[: ends[-1]]) + b"\n" + last_end[:-9]  # the last trial's end, cut short
+    journal.write_bytes(cut)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    resume = ["sweep", "--resume", "--name", "jn", "--runs-dir", str(root / "runs"), "--tracking-uri", uri]
+    assert main([*resume, *IN_PROCESS]) == 0, capsys.readouterr().err
+    assert journal.with_name("optuna.journal.cut").read_bytes() == last_end[:-9] + b"\n"
+    assert journal.read_bytes().startswith(cut[: cut.rindex(b"\n") + 1])
+    assert [(n, p) for n, p, _v in _trials(journal)] == [(n, p) for n, p, _v in before]
+    assert all(v is not None for _n, _p, v in _trials(journal))
 
 
 def test_a_lock_another_process_holds_on_the_journal_is_waited_for_not_broken(tmp_path):

@@ -164,11 +164,16 @@ def test_a_state_whose_store_is_gone_is_refused_without_making_one(tmp_path, mon
     Refused in one line before anything runs, and the check makes no store (MLflow would create an empty one)."""
     from mutransfer._study import load_study
     from mutransfer._study_folder.state import StudyDir
+    from mutransfer._sweep._trial_journal import TrialJournal
+    from mutransfer._sweep.sampling import search_distributions
 
     monkeypatch.chdir(tmp_path)
     study, _ = load_study(K_ONLY_STUDY)
     sdir = StudyDir(tmp_path / "mutransfer-runs" / "quick")
-    (sdir.trials_dir / "t0000").mkdir(parents=True)
+    (sdir.trials_dir / "t0000").mkdir(parents=True)  # a trial handed out, in the journal
+    TrialJournal(sdir.root / "optuna.journal", "quick", search_distributions(study)).handed_out(
+        0, "t0000", {"lr": 0.001, "batch_size": 10}
+    )
     sdir.study_file.write_text(study.to_yaml())
     sdir.write_state({"phase": "proxies", "study": "quick", "experiment_id": "1", "parent_run_id": "a" * 32})
     assert main(["sweep", "--resume", *IN_PROCESS]) == 2

@@ -210,6 +210,64 @@ def test_a_trial_file_of_wrong_types_is_one_line_before_a_resume_starts(tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store made, nothing else
 
 
+#: the same edits made in the journal, where a study written since 2026-11-30 keeps its trials (an attribute of trial
+#: t0000 set to a value, or the whole journal replaced)
+JOURNAL_EDITS = {
+    "metrics as text": ("mutransfer.metrics", "abc", "'metrics' must map names to"),
+    "a NaN error": ("mutransfer.metrics", {"val_error": float("nan")}, "metrics 'val_error' must be a finite"),
+    "an unknown status": ("mutransfer.status", "hacked", "'status' must be one of completed"),
+    "an LR outside the space": ("param.lr", 50.0, "(trial t0000): lr '50.0' is not a value of the study's search"),
+    "a key of 200,000 characters": (
+        "param." + "K" * 200_000,
+        1,
+        "holds 'KKKKKKKKKKKKKKKKKKKKKKKKKKKKKK', 'batch_size'",
+    ),
+    "an error as a number": ("mutransfer.error", 3, "'error' must be text or null"),
+    "a damaged line": (None, "line", "optuna.journal: line 3 is not an Optuna journal entry; restore it from a copy"),
+    "a folder": (None, "folder", "optuna.journal is not a file; restore it from a copy"),
+    "a FIFO": (None, "fifo", "optuna.journal is not a file; restore it from a copy"),
+}
+
+
+@pytest.mark.parametrize("case", list(JOURNAL_EDITS))
+def test_a_journal_edited_is_one_line_before_a_resume_starts(tmp_path, monkeypatch, capsys, case):
+    """Each edit of the journal (its trials' one store) is one line and exit 2 on `sweep --resume`, before MLflow,
+    Ray or a training starts, and without a wait on a FIFO."""
+    import os
+
+    from mutransfer._study import load_study
+    from mutransfer._sweep._trial_journal import TrialJournal
+    from mutransfer._sweep.sampling import search_distributions
+    from tests.journal_helpers import set_trial_attr
+
+    ids = {"experiment_id": "1", "parent_run_id": "0123456789abcdef0123456789abcdef"}
+    sdir = _folder(tmp_path, monkeypatch, dict(GOOD, **ids))
+    study, _ = load_study(K_ONLY_STUDY)
+    journal = TrialJournal(sdir.root / "optuna.journal", study.name, search_distributions(study))
+    config = {"lr": 0.001, "batch_size": 10}
+    journal.finished(0, "t0000", config, "completed", 0.5, [(2, 0.5)], {"epoch": 2, "val_error": 0.5})
+    (sdir.trials_dir / "t0000").mkdir(parents=True)
+    attr, content, said = JOURNAL_EDITS[case]
+    path = sdir.root / "optuna.journal"
+    if attr is not None:
+        set_trial_attr(sdir.trials_dir, study.name, 0, attr, content)
+    elif content == "line":
+        lines = path.read_bytes().split(b"\n")
+        path.write_bytes(b"\n".join([*lines[:2], b'{"op_code": "x"', *lines[2:]]))
+    elif content == "folder":
+        path.unlink()
+        path.mkdir()
+    else:
+        path.unlink()
+        os.mkfifo(path)
+    before = None if content in ("folder", "fifo") else path.read_bytes()
+    assert main(["sweep", "--resume", "--executor", "inprocess"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and said in err and len(err) < 1000, err[:2000]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mutransfer-runs"]  # no store made, nothing else
+    assert before is None or path.read_bytes() == before  # left as it was
+
+
 @pytest.mark.parametrize("kind", ["nested 5,000 deep", "a FIFO", "a symbolic link"])
 def test_a_state_nested_thousands_deep_or_a_fifo_is_one_line(tmp_path, monkeypatch, capsys, kind):
     """Found by the attack re-run: a state.json of JSON nested 5,000 deep was a RecursionError traceback in `trials`,

@@ -15,6 +15,7 @@ import torch
 
 from mutransfer._sweep.report import format_report
 from mutransfer._sweep.trial import read_executions
+from tests.journal_helpers import held_by_key
 from tests.sweep_helpers import galerkin_mesh_study, mlflow_runs, write_tiny_study
 
 
@@ -51,9 +52,9 @@ def test_an_inprocess_study_trains_and_logs_without_ray(tiny_data, tmp_path):
     kinds = sorted(r.data.tags.get("mutransfer.kind", "") for r in mlflow_runs(uri))
     assert kinds.count("proxy_trial") == 4 and "target" in kinds
     folder = tmp_path / "runs" / "here"
-    for trial in report["trial_table"]:  # every trial's files, as a Ray trial writes them
-        outcome = json.loads((folder / "trials" / trial["trial_id"] / "outcome.json").read_text())
-        assert outcome["status"] == trial["status"]
+    held = held_by_key(folder, "here")
+    for trial in report["trial_table"]:  # every trial in the journal, as a Ray trial's is
+        assert held[trial["trial_id"]].status == trial["status"]
     assert (folder / "model" / "MLmodel").exists()
 
 
@@ -63,8 +64,7 @@ def test_an_inprocess_trial_is_retried_then_recorded_failed(tiny_data, tmp_path,
     report, _ = _run(tmp_path, study, "inprocess", "faults")
     first, second = report["trial_table"]
     assert first["status"] == "failed" and second["status"] == "completed"
-    outcome = json.loads((tmp_path / "runs" / "faults" / "trials" / "t0000" / "outcome.json").read_text())
-    assert "injected fault" in outcome["error"]
+    assert "injected fault" in held_by_key(tmp_path / "runs" / "faults", "faults")["t0000"].error
 
 
 def test_an_inprocess_study_refuses_a_ray_address(tiny_data, tmp_path):
@@ -251,8 +251,7 @@ def test_a_ray_population_task_that_fails_retries_its_trials_alone_then_records_
     report, _ = _run(tmp_path, study, "ray-population", "faults")
     by_status = {t["status"]: t["trial_id"] for t in report["trial_table"]}
     assert sorted(by_status) == ["completed", "failed"], report["trial_table"]
-    folder = tmp_path / "runs" / "faults" / "trials"
-    assert "injected fault" in json.loads((folder / by_status["failed"] / "outcome.json").read_text())["error"]
+    assert "injected fault" in held_by_key(tmp_path / "runs" / "faults", "faults")[by_status["failed"]].error
 
 
 def test_a_trial_with_a_checkpoint_or_no_partner_trains_alone(tiny_data, tmp_path):

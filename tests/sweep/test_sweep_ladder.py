@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 
+from tests.journal_helpers import held_by_key
 from tests.sweep.test_sweep_resume import _env, _executions, _kill_when, _sweep
 from tests.sweep_helpers import IN_PROCESS, mlflow_runs, write_tiny_data, write_tiny_study
 
@@ -92,7 +93,11 @@ def test_a_driver_killed_inside_a_rung_resumes_that_rung_from_its_checkpoints(tm
         cmd,
         tmp_path,
         env,
-        lambda: (rung / CHECKPOINT_NAME).exists() and not (rung / "outcome.json").exists(),
+        lambda: (
+            (rung / CHECKPOINT_NAME).exists()
+            and held_by_key(root / "rungs" / "r1").get("t0000", None) is not None
+            and held_by_key(root / "rungs" / "r1")["t0000"].status is None
+        ),
         "a rung-1 checkpoint",
     )
     proxies = _executions(root / "trials")

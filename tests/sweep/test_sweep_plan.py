@@ -107,11 +107,9 @@ def test_the_next_trial_waits_for_the_results_the_window_needs(tmp_path):
     assert plan.next_trial() is None  # t0001's is not the one it needs
     plan.record(k0, {"epoch": 8, "val_error": 0.4}, failed=False)
     assert plan.next_trial()[0] == "t0002"
-    on_disk = json.loads((tmp_path / "trials" / "t0000" / "config.json").read_text())
-    assert (
-        on_disk == c0
-        and json.loads((tmp_path / "trials" / "t0000" / "outcome.json").read_text())["status"] == "completed"
-    )
+    again = SearchPlan(_study(), tmp_path / "trials", 2)  # a new driver reads them from the journal alone
+    assert again.configs[0] == c0 and again.outcomes[0].status == "completed" and again.outcomes[0].value == 0.4
+    assert not (tmp_path / "trials" / "t0000" / "config.json").exists()  # trial folders keep checkpoints only
 
 
 def test_asha_stops_a_trial_worse_than_the_finished_ones_at_a_rung(tmp_path):
@@ -127,9 +125,6 @@ def test_asha_stops_a_trial_worse_than_the_finished_ones_at_a_rung(tmp_path):
     assert plan.should_stop(key, 4, 0.26)  # above it: stopped
     plan.record(key, {"epoch": 4, "val_error": 0.26}, failed=False)
     assert plan.outcomes[2].status == "pruned" and plan.journal.values(2) == {2: 0.25, 4: 0.26}
-    assert "rungs" not in json.loads(
-        (tmp_path / "trials" / "t0002" / "outcome.json").read_text()
-    )  # the journal holds them
 
 
 def test_a_trial_resumed_past_a_rung_is_judged_there_from_its_history(tmp_path):
@@ -175,8 +170,9 @@ def test_a_trial_that_fails_after_a_restart_keeps_its_rung_values_for_asha(tmp_p
 
 def test_trials_enqueued_in_the_journal_are_handed_out_before_sampling(tmp_path):
     """Optuna's enqueue_trial on the journal, from any process: the next trials are those, in order (a missing value
-    sampled); one the search space does not hold is marked FAIL with why, and skipped. A driver stopped as it handed
-    one out hands the same trial out again, once."""
+    sampled); one the search space does not hold is marked FAIL with why, and skipped. A driver stopped after it
+    handed one out hands the same trial out again, once; one stopped part-way through claiming one (its parameters
+    written, not its key) hands it out with the parameters written."""
     import optuna
 
     from mutransfer._sweep._trial_journal import journal_path, journal_storage
@@ -196,27 +192,52 @@ def test_trials_enqueued_in_the_journal_are_handed_out_before_sampling(tmp_path)
     plan.record(key, {"epoch": 8, "val_error": 0.3}, failed=False)
     key, config = plan.next_trial()
     assert key == "t0001" and config["lr"] == 2e-3 and config["batch_size"] in (10, 20)
-    (trials / key / "config.json").unlink()  # as if the driver stopped between the journal's write and the file's
-    again = SearchPlan(study, trials, 1)
+    again = SearchPlan(study, trials, 1)  # the driver stopped with t0001 running
     assert again.next_trial() == (key, config)
     by_key = [t.user_attrs.get("mutransfer.trial_id") for t in ostudy.get_trials()]
     assert by_key.count("t0001") == 1 and ostudy.get_trials()[2].user_attrs["mutransfer.enqueued"] is True
     again.record(key, {"epoch": 8, "val_error": 0.2}, failed=False)
-    key, config = again.next_trial()  # nothing enqueued: sampled
-    assert key == "t0002" and config not in ({"lr": 5e-3, "batch_size": 20},)
+    ostudy.enqueue_trial({"lr": 4e-3})
+    part = ostudy.get_trials()[-1]  # a claim stopped after its parameters, before its key
+    batch = optuna.distributions.CategoricalDistribution([10, 20])
+    ostudy._storage.set_trial_param(part._trial_id, "batch_size", batch.to_internal_repr(20), batch)
+    assert SearchPlan(study, trials, 1).next_trial() == ("t0002", {"lr": 4e-3, "batch_size": 20})
+    key, config = SearchPlan(study, trials, 1).next_trial()  # the same, once
+    assert key == "t0002" and [t.user_attrs.get("mutransfer.trial_id") for t in ostudy.get_trials()].count(key) == 1
 
 
-def test_the_journal_holds_what_the_trial_files_hold(tmp_path):
-    """Every trial's configuration, seed provenance, retried failure and outcome (status, last metrics, error) is in the
-    journal too, read back equal to the files, before and after a new driver loads it; a journal made before it held
-    them says so (``complete``: False)."""
-    from mutransfer._sweep.plan import journal_trials, read_trials
+def test_the_journal_holds_every_trial_in_full(tmp_path):
+    """Every trial's configuration, seed provenance, retried failure and outcome (status, last metrics, error) is in
+    the journal, read back by a new driver from it alone: the trial folders hold no file of the driver's."""
+    from mutransfer._sweep._trial_journal import read_journal
+    from mutransfer._sweep.plan import held_trials
     from mutransfer._sweep.sampling import search_distributions
 
     study, trials = _study(trials=6, epochs=8, grace=2, rf=2), tmp_path / "trials"
     seeds = [({"lr": 1e-2, "batch_size": 10}, {"source": "earlier", "trial_id": "t0003"})]
+    plan = _four_trials(study, trials, seeds)
+    assert plan.journal.complete and not any(p.is_file() for p in trials.rglob("*"))
+    resumed = SearchPlan(study, trials, 1, seeds=seeds)
+    assert resumed.configs == plan.configs and resumed.outcomes == plan.outcomes
+    assert [o.status for o in resumed.outcomes.values()] == ["completed", "failed", "pruned"]
+    held = read_journal(tmp_path / "optuna.journal", study.name)
+    space = search_distributions(study)
+    assert [i for i, _c, _o in held_trials(tmp_path / "optuna.journal", held, 6, space, lambda i: i < 1)] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    for journal in (plan.journal, resumed.journal):
+        assert journal.held(0).seed == seeds[0][1] and journal.held(0).metrics["train_loss"] == 0.1
+        assert journal.held(1).retrying == {"failures": 1, "error": "RuntimeError: once"}
+        assert journal.held(1).error == "RuntimeError: twice"
+        assert journal.values(2) == {2: 0.28, 4: 0.6}
+
+
+def _four_trials(study, trials, seeds):
+    """t0000 completed (a seed), t0001 retried then failed, t0002 pruned at rung 4, t0003 running."""
     plan = SearchPlan(study, trials, 1, seeds=seeds)
-    assert plan.journal.complete
     key, _ = plan.next_trial()
     assert not plan.should_stop(key, 2, 0.3) and not plan.should_stop(key, 4, 0.25)
     plan.record(key, {"epoch": 8, "val_error": 0.2, "train_loss": 0.1, "diverged": 0}, failed=False)
@@ -227,41 +248,77 @@ def test_the_journal_holds_what_the_trial_files_hold(tmp_path):
     assert not plan.should_stop(key, 2, 0.28) and plan.should_stop(key, 4, 0.6)  # at rung 4 above t0000's 0.25
     plan.record(key, {"epoch": 4, "val_error": 0.6}, failed=False)
     plan.next_trial()  # t0003: still running
-    space = search_distributions(study)
-    files = list(read_trials(trials, plan.total, space, lambda i: i < len(seeds)))
-    assert [o.status if o else None for _i, _c, o in files] == ["completed", "failed", "pruned", None]
-    for journal in (plan.journal, SearchPlan(study, trials, 1, seeds=seeds).journal):
-        assert list(journal_trials(journal, plan.total)) == files
-        assert journal.held(0).seed == seeds[0][1] and journal.held(0).metrics["train_loss"] == 0.1
-        assert journal.held(1).retrying == {"failures": 1, "error": "RuntimeError: once"}
-        assert journal.held(1).error == "RuntimeError: twice"
-    from mutransfer._sweep._trial_journal import TrialJournal
-
-    (tmp_path / "old").mkdir()
-    old = TrialJournal(tmp_path / "old" / "optuna.journal", "s", space)
-    old.study.set_user_attr("mutransfer.journal_format", 1)  # as a journal written before
-    assert not old.complete
+    return plan
 
 
-def test_a_seed_outside_the_space_passes_the_resume_check_by_its_provenance_in_the_journal(tmp_path):
-    """A strategy's seed may lie outside the search space (another study's): its provenance, in the journal before
-    its config.json is written, lets check_trial_files (before a resume starts anything) take it as seeded; a trial
-    without one is refused in one line."""
+@pytest.mark.parametrize("former", ["none", "v1"])
+def test_a_folder_from_before_the_journal_held_its_trials_is_migrated_once(tmp_path, former):
+    """A folder whose trials are in config.json / outcome.json / warm_start.json files (and a journal from before, or
+    none) loads into a new journal holding the same trials, which then continue; the former journal is kept as
+    optuna.journal.v1, and a migration stopped part-way is done again from the files."""
+    from mutransfer._sweep._trial_journal import TrialJournal, read_journal
+    from mutransfer._sweep.sampling import search_distributions
+    from tests.journal_helpers import as_legacy
+
+    study, trials = _study(trials=6, epochs=8, grace=2, rf=2), tmp_path / "trials"
+    seeds = [({"lr": 1e-2, "batch_size": 10}, {"source": "earlier", "trial_id": "t0003"})]
+    plan = _four_trials(study, trials, seeds)
+    before = read_journal(tmp_path / "optuna.journal", study.name)
+    as_legacy(trials, study.name, journal=former)
+    assert read_journal(tmp_path / "optuna.journal", study.name) is None
+    if former == "none":  # a driver stopped part-way through a migration
+        TrialJournal(tmp_path / "optuna.journal", study.name, search_distributions(study), migrating=True)
+    migrated = SearchPlan(study, trials, 1, seeds=seeds)
+    assert migrated.configs == plan.configs and migrated.outcomes == plan.outcomes
+    after = read_journal(tmp_path / "optuna.journal", study.name)
+    assert after is not None and after.keys() == before.keys()
+    for i in before:  # a retried trial's last failure was never in the files
+        assert after[i].config == before[i].config and after[i].seed == before[i].seed
+        assert (after[i].status, after[i].metrics, after[i].error) == (
+            before[i].status,
+            before[i].metrics,
+            before[i].error,
+        )
+    assert (tmp_path / "optuna.journal.v1").exists() == (former == "v1")
+    assert migrated.next_trial()[0] == "t0003"  # the running one first, then on
+    assert SearchPlan(study, trials, 1, seeds=seeds).configs == plan.configs  # once: no second migration
+    assert not (tmp_path / "optuna.journal.v1.2").exists()
+
+
+def test_a_damaged_journal_is_refused_and_a_cut_write_set_aside(tmp_path):
+    """A last write cut short (a driver killed during it) is set aside (optuna.journal.cut) and the study goes on; a
+    damaged line inside is refused in one line naming the way out; a seed's provenance lets check_trial_files take a
+    value outside the space, and a trial without one is refused in one line."""
     from mutransfer._sweep.plan import check_trial_files
     from mutransfer.errors import UserInputError
+    from tests.journal_helpers import set_trial_attr
 
     study, trials = _study(trials=2), tmp_path / "trials"
     plan = SearchPlan(study, trials, 1, seeds=[({"lr": 50.0, "batch_size": 10}, {"source_study": "other"})])
     assert plan.next_trial() == ("t0000", {"lr": 50.0, "batch_size": 10})
-    assert not (trials / "t0000" / "warm_start.json").exists()  # the journal holds it
     check_trial_files(study, trials)
     journal = tmp_path / "optuna.journal"
-    journal.write_bytes(journal.read_bytes() + b'{"op_code": 8, "cut')  # a driver killed during a write
-    with pytest.raises(UserInputError, match="optuna.journal: its last write was cut short; move it aside"):
-        check_trial_files(study, trials)  # the journal's damage, not "lr 50.0 is not a value"
-    journal.unlink()  # without the journal, nothing says it was a seed
-    with pytest.raises(UserInputError, match="lr '50.0' is not a value of the study's search space"):
+    whole = journal.read_bytes()
+    journal.write_bytes(whole + b'{"op_code": 8, "cut')  # a driver killed during a write
+    check_trial_files(study, trials)  # Optuna's reads skip it
+    again = SearchPlan(study, trials, 1, seeds=plan.seeds)
+    assert (
+        journal.read_bytes().startswith(whole)
+        and (tmp_path / "optuna.journal.cut").read_bytes() == b'{"op_code": 8, "cut\n'
+    )
+    assert again.next_trial() == ("t0000", {"lr": 50.0, "batch_size": 10})
+    set_trial_attr(trials, study.name, 0, "mutransfer.seed", None)  # nothing says it was a seed
+    with pytest.raises(UserInputError, match="trial t0000.: lr '50.0' is not a value of the study's search space"):
         check_trial_files(study, trials)
+    lines = journal.read_bytes().split(b"\n")
+    journal.write_bytes(b"\n".join([*lines[:2], b"{not json", *lines[2:]]))
+    with pytest.raises(UserInputError, match="optuna.journal: line 3 is not an Optuna journal entry; restore it from"):
+        SearchPlan(study, trials, 1)
+    journal.unlink()  # its trials' one store: a resume would start the search again
+    with pytest.raises(UserInputError, match="optuna.journal is missing, and it alone holds the trials of"):
+        check_trial_files(study, trials)
+    (trials / "t0000").rmdir()  # no trial handed out: a search not begun
+    check_trial_files(study, trials)
 
 
 def test_grid_hands_out_every_combination_once(tmp_path):
@@ -311,13 +368,14 @@ def test_resume_hint_repeats_every_override_given():
     assert plain == "mutransfer sweep --resume"
 
 
-def test_a_config_file_that_does_not_fit_the_search_space_is_refused(tmp_path):
+def test_a_journal_trial_that_does_not_fit_the_search_space_is_refused(tmp_path):
     from mutransfer.errors import UserInputError
+    from tests.journal_helpers import set_trial_attr
 
     study = _study()
     plan = SearchPlan(study, tmp_path / "trials", 2)
     key, config = plan.next_trial()
     assert SearchPlan(study, tmp_path / "trials", 2).configs[0] == config  # a fitting one is read back
-    (tmp_path / "trials" / key / "config.json").write_text(json.dumps({"lr": 0.1, "momentum": 0.9}))
+    set_trial_attr(tmp_path / "trials", study.name, 0, "param.momentum", 0.9)  # an edited journal
     with pytest.raises(UserInputError, match="not the study's search space"):
         SearchPlan(study, tmp_path / "trials", 2)

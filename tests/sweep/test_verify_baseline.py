@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from mutransfer._sweep.verify import analyse, lr_grid
+from tests.journal_helpers import held_by_key
 from tests.sweep_helpers import IN_PROCESS, galerkin_mesh_study, mlflow_runs, write_tiny_data, write_tiny_study
 
 
@@ -422,11 +423,9 @@ def test_verify_and_direct_baseline_on_a_tiny_fno_study(tiny_data, tmp_path, cap
     # target's FLOPs per epoch
     target_epoch_flops = report["compute"]["target_flops"] / report["target"]["epochs"]
     # the retraining is billed only where direct tuning needs it: its winner stopped early (budget = target epochs)
-    best = json.loads(
-        (Path(report["study_dir"]) / "direct" / "trials" / d["best_trial_id"] / "outcome.json").read_text()
-    )
+    best = held_by_key(Path(report["study_dir"]) / "direct")[d["best_trial_id"]]
     billed = d["final_training"]["billed"]
-    assert billed == (best["status"] != "completed")
+    assert billed == (best.status != "completed")
     if not billed:
         assert d["cost"]["device_seconds"] == pytest.approx(d["cost"]["search"]["device_seconds"])
     assert d["cost"]["flops"] == pytest.approx(

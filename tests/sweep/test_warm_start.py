@@ -106,7 +106,7 @@ def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str
     )
     for key, config, status, error in outcomes:
         epoch = study.budget.epochs if status == "completed" else 2
-        logger.log_from_files(key, config, Outcome(status, {"epoch": epoch, "val_error": error}))
+        logger.log_from_journal(key, config, Outcome(status, {"epoch": epoch, "val_error": error}))
     return uri
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.journal_helpers import held_by_key
 from tests.sweep_helpers import driver_command, write_tiny_data, write_tiny_study
 from tests.team_store import TeamStore, team_store_or_skip
 
@@ -66,7 +67,7 @@ def _wait(proc: subprocess.Popen, ready, what: str, err: Path, timeout: float = 
 
 
 def _done(folder: Path) -> int:
-    return len(list((folder / "trials").glob("*/outcome.json")))
+    return sum(trial.status is not None for trial in held_by_key(folder).values())
 
 
 def _check_store(store: TeamStore, report: dict, epochs: int, target_epochs: int) -> dict:

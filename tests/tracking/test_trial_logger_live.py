@@ -250,7 +250,7 @@ def test_a_final_write_that_fails_is_done_again_in_the_same_run(store):
     with pytest.raises(ConnectionError):
         logger.on_trial_complete(trial)
     logger.client.set_terminated = terminate
-    logger.on_trial_complete(trial)  # collect_trials -> log_from_files: the same writer, once the store is back
+    logger.on_trial_complete(trial)  # collect_trials -> log_from_journal: the same writer, once the store is back
     [run] = _children(store)
     assert run.info.status == "FINISHED" and _steps(store, run.info.run_id) == [1, 2, 3, 4]
     assert len(store[0].client.get_metric_history(run.info.run_id, "final_val_error")) == 1

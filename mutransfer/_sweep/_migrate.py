@@ -1,0 +1,127 @@
+"""A study folder written before the journal held every trial, brought into a new journal once.
+
+Until 2026-11-30 the driver kept each proxy trial in two files of its folder, which a resume read:
+
+- ``trials/<key>/config.json``: the searched hyperparameters, written when the trial was handed out;
+- ``trials/<key>/outcome.json``: status, last reported metrics, a failed one's error (and, before the journal held
+  intermediate values, ``rungs``: the validation error at each ASHA rung it reached);
+- ``trials/<key>/warm_start.json``: a seeded trial's provenance.
+
+Its ``optuna.journal``, where it had one, held parameters, values and states only. The first plan that loads such a
+folder (:class:`mutransfer._sweep.plan.SearchPlan`) writes a new journal from those files, each checked
+(mutransfer._sweep._trial_files), with each finished trial's evaluations from its ``history.json``; the former
+journal is kept beside it as ``optuna.journal.v1``, and the trials it held waiting (Optuna's ``enqueue_trial``) wait
+in the new one. The new journal says it is complete (:data:`~mutransfer._sweep._trial_journal.FORMAT_ATTR`) only once
+its last trial is in: a driver stopped part-way leaves one that the next plan writes again from the files, which are
+left as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from mutransfer._study import Study
+from mutransfer._study_folder.state import JOURNAL_FILE
+from mutransfer._sweep._outcome import Outcome, trial_key
+from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, read_trial_json, refuse_link
+from mutransfer._sweep._trial_journal import (
+    MIGRATING_ATTR,
+    TrialJournal,
+    journal_path,
+    journal_storage,
+    read_journal,
+    trial_index,
+)
+from mutransfer._sweep.trial import read_trial_history
+from mutransfer.errors import UserInputError
+
+CONFIG_FILE = "config.json"
+OUTCOME_FILE = "outcome.json"
+#: a seeded trial's provenance (a strategy's seed_trials: a warm start's) in a folder from before (now the journal's
+#: user attribute ``mutransfer.seed``)
+SEED_FILE = "warm_start.json"
+#: the former journal of a migrated folder
+FORMER_JOURNAL = JOURNAL_FILE + ".v1"
+
+
+def read_trials(
+    trials_dir: Path, total: int, space: dict, seeded: Callable[[int], bool]
+) -> Iterator[tuple[int, dict, Outcome | None]]:
+    """(index, config, outcome or None) of each trial an older folder's files hold, in key order, each file checked
+    (mutransfer._sweep._trial_files): one line naming the first that is not as the sweep wrote it. ``seeded(i)``: trial
+    ``i``'s config may lie outside the space (a seed from another study's, a rung's), so only its types are checked."""
+    refuse_link(trials_dir)
+    if trials_dir.exists() and not trials_dir.is_dir():
+        raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
+    for i in range(total):
+        refuse_link(trials_dir / trial_key(i))
+        config = read_trial_json(trials_dir / trial_key(i) / CONFIG_FILE)
+        if not isinstance(config, dict):
+            return  # configurations were handed out in key order: the first gap ends them
+        check_config_keys(trials_dir / trial_key(i) / CONFIG_FILE, config, space)
+        check_config(trials_dir / trial_key(i) / CONFIG_FILE, config, space, seeded(i))
+        outcome = read_trial_json(trials_dir / trial_key(i) / OUTCOME_FILE)
+        if isinstance(outcome, dict) and "status" in outcome:
+            check_outcome(trials_dir / trial_key(i) / OUTCOME_FILE, outcome)
+            yield i, config, Outcome.from_dict(outcome)
+        else:
+            yield i, config, None
+
+
+def needs_migration(trials_dir: Path, name: str) -> bool:
+    """Whether the search in ``trials_dir`` is kept the older way: no journal holding every trial (none, one from
+    before, or one a stopped migration left), but trial files or a former journal."""
+    path = journal_path(trials_dir)
+    if read_journal(path, name) is not None:
+        return False
+    return path.exists() or (trials_dir / trial_key(0) / CONFIG_FILE).exists()
+
+
+def migrate(study: Study, trials_dir: Path, total: int, space: dict, seeded: Callable[[int], bool]) -> None:
+    """Write the journal of the older folder's search in ``trials_dir`` from its trial files (module docstring)."""
+    path = journal_path(trials_dir)
+    trials = list(read_trials(trials_dir, total, space, seeded))  # every file checked before anything is written
+    waiting = _set_aside(path, study.name)
+    journal = TrialJournal(path, study.name, space, study.search.objectives, migrating=True)
+    for params in waiting:
+        journal.enqueue(params)
+    for index, config, outcome in trials:
+        key = trial_key(index)
+        seed = read_trial_json(trials_dir / key / SEED_FILE)
+        journal.handed_out(index, key, config, seed if isinstance(seed, dict) else None)
+        if outcome is None:
+            continue
+        history = [(int(r.epoch), float(r.test_error)) for r in read_trial_history(trials_dir / key)]
+        told = outcome.told(study.search.objectives)  # a pruned trial of a two-objective search: no values
+        journal.finished(
+            index, key, config, outcome.status, None if isinstance(told, str) else told,
+            sorted((dict(outcome.rungs) | dict(history)).items()), outcome.metrics, outcome.error,
+        )  # fmt: skip
+    journal.mark_complete()
+
+
+def _set_aside(path: Path, name: str) -> list[dict]:
+    """Move the former journal at ``path`` aside (:data:`FORMER_JOURNAL`; one a stopped migration left is removed:
+    the files it was written from are still there). Returns the fixed parameters of the trials it held waiting."""
+    if not path.exists():
+        return []
+    try:
+        former = optuna.load_study(study_name=name, storage=journal_storage(path, repair=False))
+    except KeyError:  # no study of that name in it
+        former = None
+    if former is not None and former.user_attrs.get(MIGRATING_ATTR):
+        path.unlink()
+        return []
+    waiting = [] if former is None else former.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+    kept = [dict(t.system_attrs.get("fixed_params") or {}) for t in waiting if trial_index(t) is None]
+    aside = path.with_name(FORMER_JOURNAL)
+    number = 1
+    while aside.exists():
+        number += 1
+        aside = path.with_name(f"{FORMER_JOURNAL}.{number}")
+    path.rename(aside)
+    return [params for params in kept if params]
