@@ -58,6 +58,9 @@ def as_legacy(trials_dir: Path, name: str, *, journal: str = "none") -> None:
             (folder / "outcome.json").write_text(json.dumps(outcome))
         if trial.seed is not None:
             (folder / "warm_start.json").write_text(json.dumps(trial.seed))
+    state = trials_dir.parent / "state.json"
+    if state.exists():  # a folder of format 1
+        state.write_text(json.dumps({**json.loads(state.read_text()), "version": 1}))
     if journal == "none":
         path.unlink()
         return
@@ -72,7 +75,7 @@ def held_by_key(study_root: Path, name: str | None = None) -> dict[str, HeldTria
     if not path.is_file():
         return {}
     if name is None:
-        names = optuna.get_all_study_names(storage=journal_storage(path, repair=False))
+        names = optuna.get_all_study_names(storage=journal_storage(path))
         if not names:
             return {}
         (name,) = names

@@ -64,9 +64,7 @@ def holds_trials(study_dir: Path, name: str) -> bool:
     if not path.is_file():
         return False
     try:
-        return bool(
-            optuna.load_study(study_name=name, storage=journal_storage(path, repair=False)).get_trials(deepcopy=False)
-        )
+        return bool(optuna.load_study(study_name=name, storage=journal_storage(path)).get_trials(deepcopy=False))
     except (KeyError, UserInputError):  # no study in it yet, or a write caught half-way: not yet
         return False
 

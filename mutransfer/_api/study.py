@@ -455,9 +455,10 @@ def load_study(
             Optuna pruner other than ASHA resumes without one unless given it again).
         executor: where the trainings it still has to run go (None: its spec's ``resources.executor``).
         quiet: no progress lines on stderr.
-        rebuild_state: the study's ``state.json`` was lost or damaged (its next step refuses it, saying so): rebuild
-            it from the study's journal of trials and the store's runs, keeping every finished trial (``mutransfer sweep
-            --resume --rebuild-state``). Refused for a study whose state is intact.
+        rebuild_state: the study's ``state.json`` or its journal of trials was lost or damaged (its next step refuses
+            it, saying so): rebuild the state from the journal and the store's runs, and a journal from the trials'
+            runs, keeping every finished trial (``mutransfer sweep --resume --rebuild-state``). Refused for a study
+            whose state and journal are intact.
         strategies: more strategies for it to run (one it was not created with is refused once its study is
             complete); those it was created with (:class:`Verify`, :class:`DirectBaseline`, :class:`CoordCheck`) it
             runs as first asked without them (kept in its folder).

@@ -6,7 +6,7 @@ Layout::
     state.json          phase (proxies|target|done), MLflow ids, search_window, proxy records, report
     trials/<key>/       what one proxy trial's worker writes (key t0000, t0001, … in hand-out order,
                         mutransfer._sweep.plan): the trainer checkpoint, history.json (its EpochRecords),
-                        done.json, executions.jsonl; a folder written before 2026-11-30 also holds
+                        done.json, executions.jsonl; a folder of format 1 also holds
                         config.json and outcome.json, brought into the journal once (mutransfer._sweep._migrate)
     optuna.journal      the search's trials in Optuna's journal storage, their one store (configuration,
                         evaluations, how each ended; mutransfer._sweep._trial_journal); while a trial is written
@@ -49,8 +49,10 @@ JOURNAL_FILE = "optuna.journal"
 #: removed by Optuna and never read through. The one link a study folder may hold: a driver killed during a write
 #: leaves it, and the next driver removes it (TrialJournal) instead of waiting out Optuna's 30 s grace period.
 JOURNAL_LOCK = JOURNAL_FILE + ".lock"
-#: the study folder's format (state.json's ``version``): a folder of a newer format is refused in one line
-STATE_VERSION = 1
+#: the study folder's format (state.json's ``version``): a folder of a newer format is refused in one line. 1: the
+#: proxy trials in their trial files (config.json, outcome.json), read and brought into a journal once
+#: (mutransfer._sweep._migrate); 2: in the Optuna journal alone, which a mutransfer reading format 1 does not know
+STATE_VERSION = 2
 
 
 class StudyDir:

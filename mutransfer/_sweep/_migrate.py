@@ -1,6 +1,7 @@
 """A study folder written before the journal held every trial, brought into a new journal once.
 
-Until 2026-11-30 the driver kept each proxy trial in two files of its folder, which a resume read:
+In a study folder of format 1 (``state.json``'s ``version: 1``) the driver kept each proxy trial in files of its
+folder, which a resume read:
 
 - ``trials/<key>/config.json``: the searched hyperparameters, written when the trial was handed out;
 - ``trials/<key>/outcome.json``: status, last reported metrics, a failed one's error (and, before the journal held
@@ -12,12 +13,17 @@ folder (:class:`mutransfer._sweep.plan.SearchPlan`) writes a new journal from th
 (mutransfer._sweep._trial_files), with each finished trial's evaluations from its ``history.json``; the former
 journal is kept beside it as ``optuna.journal.v1``, and the trials it held waiting (Optuna's ``enqueue_trial``) wait
 in the new one. The new journal says it is complete (:data:`~mutransfer._sweep._trial_journal.FORMAT_ATTR`) only once
-its last trial is in: a driver stopped part-way leaves one that the next plan writes again from the files, which are
-left as they are.
+its last trial is in: a driver stopped part-way leaves one that the next plan writes again from the files (and the
+waiting trials again from the former journal), which are left as they are. ``optuna.journal.migrated`` then says the
+folder was migrated: its journal alone holds the trials from there on, and a journal lost later is refused (or
+rebuilt from MLflow, mutransfer._sweep._rebuild_journal), never written again from the stale files. A journal whose
+``mutransfer.journal_format`` is 2 (written by an unreleased build after the trial files that were then its store) is
+migrated the same way.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -25,10 +31,11 @@ import optuna
 from optuna.trial import TrialState
 
 from mutransfer._study import Study
-from mutransfer._study_folder.state import JOURNAL_FILE
+from mutransfer._study_folder.state import JOURNAL_FILE, write_atomic
 from mutransfer._sweep._outcome import Outcome, trial_key
 from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, read_trial_json, refuse_link
 from mutransfer._sweep._trial_journal import (
+    FORMAT,
     MIGRATING_ATTR,
     TrialJournal,
     journal_path,
@@ -46,6 +53,8 @@ OUTCOME_FILE = "outcome.json"
 SEED_FILE = "warm_start.json"
 #: the former journal of a migrated folder
 FORMER_JOURNAL = JOURNAL_FILE + ".v1"
+#: written once a folder's migration is complete: from then on its journal alone holds its trials
+MIGRATED_FILE = JOURNAL_FILE + ".migrated"
 
 
 def read_trials(
@@ -74,9 +83,10 @@ def read_trials(
 
 def needs_migration(trials_dir: Path, name: str) -> bool:
     """Whether the search in ``trials_dir`` is kept the older way: no journal holding every trial (none, one from
-    before, or one a stopped migration left), but trial files or a former journal."""
+    before, or one a stopped migration left), but trial files or a former journal, and never migrated before
+    (:data:`MIGRATED_FILE`: a migrated folder whose journal is lost is not migrated again from its stale files)."""
     path = journal_path(trials_dir)
-    if read_journal(path, name) is not None:
+    if read_journal(path, name) is not None or path.with_name(MIGRATED_FILE).exists():
         return False
     return path.exists() or (trials_dir / trial_key(0) / CONFIG_FILE).exists()
 
@@ -102,26 +112,41 @@ def migrate(study: Study, trials_dir: Path, total: int, space: dict, seeded: Cal
             sorted((dict(outcome.rungs) | dict(history)).items()), outcome.metrics, outcome.error,
         )  # fmt: skip
     journal.mark_complete()
+    write_atomic(path.with_name(MIGRATED_FILE), json.dumps({"trials": len(trials), "format": FORMAT}))
 
 
 def _set_aside(path: Path, name: str) -> list[dict]:
-    """Move the former journal at ``path`` aside (:data:`FORMER_JOURNAL`; one a stopped migration left is removed:
-    the files it was written from are still there). Returns the fixed parameters of the trials it held waiting."""
-    if not path.exists():
-        return []
-    try:
-        former = optuna.load_study(study_name=name, storage=journal_storage(path, repair=False))
-    except KeyError:  # no study of that name in it
-        former = None
-    if former is not None and former.user_attrs.get(MIGRATING_ATTR):
-        path.unlink()
-        return []
+    """Move the former journal at ``path`` aside (:data:`FORMER_JOURNAL`, then ``.v1.2`` …; one a stopped migration
+    left is removed: the files it was written from are still there). Returns the fixed parameters of the trials the
+    newest former journal holds waiting, read after the move, so a migration stopped at any point reads them again."""
+    if path.exists():
+        current = _study(path, name)
+        if current is not None and current.user_attrs.get(MIGRATING_ATTR):
+            path.unlink()
+        else:
+            path.rename(_free(path))
+    formers = sorted(
+        (p for p in path.parent.glob(FORMER_JOURNAL + "*") if not p.name.endswith(".lock")),
+        key=lambda p: (len(p.name), p.name),
+    )  # .v1, .v1.2, …
+    former = _study(formers[-1], name) if formers else None
     waiting = [] if former is None else former.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     kept = [dict(t.system_attrs.get("fixed_params") or {}) for t in waiting if trial_index(t) is None]
-    aside = path.with_name(FORMER_JOURNAL)
-    number = 1
+    return [params for params in kept if params]
+
+
+def _study(path: Path, name: str) -> optuna.Study | None:
+    """The Optuna study ``name`` of the journal at ``path`` (None where it holds none)."""
+    try:
+        return optuna.load_study(study_name=name, storage=journal_storage(path))
+    except KeyError:
+        return None
+
+
+def _free(path: Path) -> Path:
+    """The first of ``optuna.journal.v1``, ``.v1.2``, … that does not exist beside ``path``."""
+    aside, number = path.with_name(FORMER_JOURNAL), 1
     while aside.exists():
         number += 1
         aside = path.with_name(f"{FORMER_JOURNAL}.{number}")
-    path.rename(aside)
-    return [params for params in kept if params]
+    return aside

@@ -1,8 +1,8 @@
 """A lost or damaged ``state.json`` is refused on ``--resume``, and rebuilt with ``--resume --rebuild-state``.
 
 A study folder's state.json holds what its trials (its Optuna journal) do not: the phase, the MLflow experiment and
-runs, the search window. Without it a resume used to start MLflow afresh without a word: a second parent run, every finished
-trial logged again, the old runs left RUNNING (issue "Nothing lost", finding 4). Now
+runs, the search window. Without it a resume used to start MLflow afresh without a word: a second parent run, every
+finished trial logged again, the old runs left RUNNING (issue "Nothing lost", finding 4). Now
 
 - :func:`refuse_lost_state` refuses a folder holding trials whose state is missing or names no MLflow runs, and the
   runner refuses a state naming a parent run the store does not hold; each says how to rebuild;
@@ -17,6 +17,7 @@ trial logged again, the old runs left RUNNING (issue "Nothing lost", finding 4).
 from __future__ import annotations
 
 from mutransfer._study_folder.state import REBUILD_HINT, StudyDir
+from mutransfer._sweep._rebuild_journal import journal_lost
 from mutransfer._sweep.parent_run import FOLDER_TAG, WINDOW_TAG
 from mutransfer._tracking._sqlite_file import sqlite_path
 from mutransfer._tracking.runs import KIND_TAG, STUDY_TAG, Tracker
@@ -65,7 +66,10 @@ def check_state_runs(study_name: str, state: dict, tracking_uri: str) -> None:
 
 def refuse_needless_rebuild(study_dir: StudyDir, study_name: str, tracking_uri: str) -> None:
     """``--rebuild-state`` on a folder whose state.json is intact (readable, naming its runs, which the store holds, and
-    the proxies' records once they are done) is refused: a rebuild keeps less than the state does (docs/sweep.md)."""
+    the proxies' records once they are done) and whose journal of trials is too is refused: a rebuild keeps less than
+    the state does (docs/sweep.md). A lost journal is rebuilt (mutransfer._sweep._rebuild_journal)."""
+    if journal_lost(study_dir.trials_dir, study_name):
+        return
     try:
         state = study_dir.read_state()
         refuse_lost_state(study_dir, state)

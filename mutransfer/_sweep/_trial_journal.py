@@ -14,8 +14,8 @@ trial's folder (``trials/<key>/``) keeps only what its worker writes: its checkp
 A study folder written before the journal held every trial (its trials' ``config.json`` and ``outcome.json``) is
 brought into a new journal once, when a plan first loads it (mutransfer._sweep._migrate); its former journal is kept
 beside it as ``optuna.journal.v1``. Optuna's journal takes a file lock for each write, so a dashboard may read it while
-the study runs; a write cut short (a driver killed during it) is set aside as ``optuna.journal.cut`` by the next process
-that opens the journal (:func:`repair_cut`).
+the study runs; a write cut short (a driver killed during it) is set aside as ``optuna.journal.cut`` before the next
+write through :func:`journal_storage` (:func:`repair_cut`).
 """
 
 from __future__ import annotations
@@ -44,22 +44,27 @@ KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
 ENQUEUED_ATTR, REFUSED_ATTR = "mutransfer.enqueued", "mutransfer.refused"
 #: user attributes of what the driver knows of a trial besides its parameters and value: a seeded trial's provenance
 #: (a strategy's seed_trials: a warm start's), its last failure while it is retried, and how it ended (its last
-#: reported metrics; a failed one's error, which outcome.json holds too; the first two are only here, warm_start.json and
-#: retrying.json in a study folder written before 2026-11-30)
+#: reported metrics; a failed one's error; warm_start.json and retrying.json held the first two in a study folder of
+#: format 1)
 SEED_ATTR, RETRYING_ATTR, METRICS_ATTR, ERROR_ATTR = (
     "mutransfer.seed", "mutransfer.retrying", "mutransfer.metrics", "mutransfer.error",
 )  # fmt: skip
 #: how long a driver waits for Optuna's lock on the journal to be released before it breaks it (seconds)
 LOCK_WAIT_S = 2.0
-#: the study's user attribute of a journal written with all of those for every trial from its first one (a journal
-#: made before holds parameters, values and states only); a journal being written from an older folder's trial files
-#: (mutransfer._sweep._migrate) holds MIGRATING_ATTR until its last trial is in, then FORMAT_ATTR
-FORMAT_ATTR, FORMAT, MIGRATING_ATTR = "mutransfer.journal_format", 2, "mutransfer.migrating"
+#: the study's user attribute of a journal written with all of those for every trial from its first one, as the one
+#: store of the trials (3; a journal made before holds parameters, values and states only, or, format 2, was written
+#: after the trial files that were then the store, which a driver stopped between the two left ahead of it); a
+#: journal being written from an older folder's trial files (mutransfer._sweep._migrate) holds MIGRATING_ATTR until
+#: its last trial is in, then FORMAT_ATTR
+FORMAT_ATTR, FORMAT, MIGRATING_ATTR = "mutransfer.journal_format", 3, "mutransfer.migrating"
 #: where the bytes of a journal write cut short go (:func:`repair_cut`)
 CUT_FILE = JOURNAL_FILE + ".cut"
 
 #: our status -> Optuna's trial state (a diverged trial has no usable value: FAIL, as a failed one)
 STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
+#: the status of one of our trials that was ended from outside the search (the dashboard's "Mark complete",
+#: ``ostudy.tell``), by its Optuna state (FAIL: failed): it is not run again, and its value is what was told
+OUTSIDE_STATUS = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned"}
 
 
 def trial_index(trial: optuna.trial.FrozenTrial) -> int | None:
@@ -74,14 +79,26 @@ def journal_path(trials_dir: str | Path) -> Path:
     return Path(trials_dir).parent / JOURNAL_FILE
 
 
-def journal_storage(path: str | Path, *, repair: bool = True) -> JournalStorage:
-    """Optuna's storage on the journal file ``path`` (made on first write). A damaged journal is refused first, before
-    anything is appended to it (:func:`check_journal`), and a last write cut short is set aside (:func:`repair_cut`)
-    unless ``repair`` is False: a storage only read (Optuna's reads skip the cut line), which writes nothing."""
+class _MendingBackend(JournalFileBackend):
+    """Optuna's journal file, whose every write first sets aside a write cut short before it (:func:`repair_cut`):
+    a process that holds the journal open (the dashboard, ``Study.optuna_study``) while a driver is killed as it
+    writes would otherwise join its next entry to the cut line, damaging the trials' one store."""
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self.path = Path(path)
+
+    def append_logs(self, logs: list[dict[str, object]]) -> None:
+        repair_cut(self.path)
+        super().append_logs(logs)
+
+
+def journal_storage(path: str | Path) -> JournalStorage:
+    """Optuna's storage on the journal file ``path`` (made on first write). A damaged journal is refused first
+    (:func:`check_journal`); a write cut short at its end is skipped by Optuna's reads and set aside before each
+    write (:class:`_MendingBackend`), so opening it writes nothing."""
     check_journal(Path(path))
-    if repair:
-        repair_cut(Path(path))
-    return JournalStorage(JournalFileBackend(str(path)))
+    return JournalStorage(_MendingBackend(str(path)))
 
 
 def check_journal(path: Path) -> None:
@@ -92,8 +109,8 @@ def check_journal(path: Path) -> None:
     if not path.exists():
         return
     fix = (
-        "restore it from a copy (it alone holds the search's trials), or start a new study with --name NEW; the "
-        "finished trials' parameters and results are in the study's MLflow runs"
+        "restore it from a copy (it alone holds the search's trials), or rebuild it from the study's MLflow runs with "
+        "`mutransfer sweep --resume --rebuild-state` (from Python, mt.load_study(NAME, rebuild_state=True))"
     )
     if not path.is_file():
         raise UserInputError(f"{path} is not a file; {fix}")
@@ -211,6 +228,10 @@ def held_of(trial: optuna.trial.FrozenTrial) -> HeldTrial:
     attrs = trial.user_attrs
     status = attrs.get(STATUS_ATTR) if trial.state.is_finished() else None
     metrics = attrs.get(METRICS_ATTR) or {}
+    if trial.state.is_finished() and STATUS_ATTR not in attrs:  # ended from outside (a dashboard's "tell")
+        status = OUTSIDE_STATUS.get(trial.state, "failed")
+        metrics = dict(zip(("val_error", "trainer_seconds"), trial.values or ()))
+        attrs = {ERROR_ATTR: "ended from outside the search (Optuna's tell)", **attrs} if status == "failed" else attrs
     return HeldTrial(
         config=config_of(trial), status=None if status is None else str(status),
         metrics=dict(metrics) if isinstance(metrics, dict) else {"": metrics},  # an edit: the plan's checks name it
@@ -226,7 +247,7 @@ def read_journal(path: Path, name: str) -> dict[int, HeldTrial] | None:
     if not path.is_file():
         return None
     try:
-        study = optuna.load_study(study_name=name, storage=journal_storage(path, repair=False))
+        study = optuna.load_study(study_name=name, storage=journal_storage(path))
     except (KeyError, UserInputError):  # no such study in it, or damaged
         return None
     if study.user_attrs.get(FORMAT_ATTR) != FORMAT:

@@ -115,7 +115,12 @@ def held_trials(
     for i in range(total):
         trial = held.get(i)
         if trial is None or not trial.config:
-            return  # handed out in key order: the first gap ends them
+            if later := sorted(j for j in held if j > i):  # handed out in key order: a gap is damage
+                raise UserInputError(
+                    f"{path}: holds trial {trial_key(later[0])} but not {trial_key(i)} before it; restore it from a "
+                    "copy, or rebuild it from the study's MLflow runs with `mutransfer sweep --resume --rebuild-state`"
+                )
+            return  # the first trial not handed out yet ends them
         where = f"{path} (trial {trial_key(i)})"
         check_config_keys(where, trial.config, space)
         check_config(where, trial.config, space, seeded(i))
@@ -143,7 +148,8 @@ def check_trial_files(study: Study, trials_dir: Path) -> None:
     if not needs_migration(trials_dir, study.name) and trials_dir.is_dir() and any(trials_dir.iterdir()):
         raise UserInputError(
             f"{path} is missing, and it alone holds the trials of {trials_dir} (their folders keep checkpoints only); "
-            "restore it from a copy, or start a new study with --name NEW"
+            "restore it from a copy, or rebuild it from the study's MLflow runs with `mutransfer sweep --resume "
+            "--rebuild-state` (from Python, mt.load_study(NAME, rebuild_state=True))"
         )
     for _ in read_trials(trials_dir, total, space, lambda i: (trials_dir / trial_key(i) / SEED_FILE).exists()):
         pass

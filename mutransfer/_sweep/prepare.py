@@ -26,6 +26,7 @@ from mutransfer._study.memory import check_study_memory, check_study_padding, ch
 from mutransfer._study_folder.lock import StudyLock, refuse_if_locked
 from mutransfer._study_folder.portable import read_study_file, study_tracking_uri
 from mutransfer._study_folder.state import StudyDir
+from mutransfer._sweep._rebuild_journal import check_rebuild_source, journal_lost
 from mutransfer._sweep._rebuild_state import check_state_runs, refuse_lost_state, refuse_needless_rebuild
 from mutransfer._sweep.asked import with_asked, with_finished_grid
 from mutransfer._sweep.context import SweepOptions
@@ -124,8 +125,10 @@ def prepare(options: SweepOptions) -> Prepared:
     check_study_padding(study)  # FNO padding against the grid, as `train` checks it
     _check_resources(study, options.address)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
-    if options.resume:
-        check_trial_files(study, study_dir.trials_dir)  # the trials' files as the sweep wrote them
+    if options.resume and options.rebuild_state and journal_lost(study_dir.trials_dir, study.name):
+        check_rebuild_source(study.name, study_dir, tracking_uri)  # its trials' runs, to rebuild the journal from
+    elif options.resume:
+        check_trial_files(study, study_dir.trials_dir)  # the trials as the sweep wrote them
     check_state_runs(study.name, state, tracking_uri)  # a resumed state's parent run is in the store
     prepared = Prepared(
         options=options,

@@ -42,6 +42,7 @@ from mutransfer._study_folder.portable import stored_tracking, write_study_file
 from mutransfer._sweep import strategies
 from mutransfer._sweep._executor_names import executor_for
 from mutransfer._sweep._ledger import Booked, Ledger
+from mutransfer._sweep._rebuild_journal import journal_lost, no_rebuild_source, rebuild_journal
 from mutransfer._sweep._rebuild_state import reattach_parent, refuse_missing_parent
 from mutransfer._sweep.asked import ASKED_KEY, asked
 from mutransfer._sweep.context import (
@@ -333,6 +334,10 @@ def _open_parent_run(prepared: Prepared, data_path: Path) -> StudyRun:
             f"rebuilding the state of study {study.name!r} from its {prepared.study_dir.trial_count()} trial(s): "
             f"MLflow parent run {parent} reused"
         )
+        if journal_lost(prepared.study_dir.trials_dir, study.name):  # damaged or missing: its trials from their runs
+            prepared.say(rebuild_journal(tracker, experiment_id, parent, study, prepared.study_dir.trials_dir))
+    elif prepared.options.rebuild_state and journal_lost(prepared.study_dir.trials_dir, study.name):
+        raise no_rebuild_source(study.name, prepared.study_dir, prepared.tracking_uri)  # checked first in prepare
     else:
         parent = create_parent(prepared, data_path, experiment_id)
     prepared.update_state(experiment_id=experiment_id, parent_run_id=parent)

@@ -2,8 +2,8 @@
 
 ``STUDY`` is found in this order:
 
-1. a study folder: a path holding ``study.yaml`` (and ``trials/<key>/config.json`` +
-   ``outcome.json``, as a sweep writes them, mutransfer._sweep.plan);
+1. a study folder: a path holding ``study.yaml`` and its trials in ``optuna.journal``, as a sweep writes them
+   (mutransfer._sweep.plan), or in ``trials/<key>/config.json`` + ``outcome.json`` (a folder of format 1);
 2. ``<runs dir>/<STUDY>/`` when it holds ``study.yaml``;
 3. the tracking store: the study's MLflow parent run (tags ``mutransfer.kind = study``,
    ``mutransfer.study = STUDY``; the newest one if there are several), its parameters

@@ -90,8 +90,8 @@ def _add_sweep(subparsers) -> None:
     store.add_argument(
         "--rebuild-state",
         action="store_true",
-        help="with --resume: rebuild a lost or damaged state.json from the study's journal of trials, keeping every "
-        "finished trial and reusing the study's MLflow runs (docs/robustness.md)",
+        help="with --resume: rebuild a lost or damaged state.json from the study's journal of trials (and a lost or "
+        "damaged journal from the study's MLflow runs), keeping every finished trial and reusing the study's MLflow runs (docs/robustness.md)",
     )
     checks = groups["checks"]
     checks.add_argument(

@@ -14,6 +14,7 @@ import optuna
 import pytest
 
 from mutransfer.cli.main import main
+from tests.journal_helpers import set_trial_attr
 from tests.sweep_helpers import IN_PROCESS, write_tiny_data, write_tiny_study
 
 pytestmark = pytest.mark.slow  # one small in-process study (about 10 s)
@@ -31,9 +32,19 @@ def finished(tmp_path_factory) -> Path:
     return root
 
 
-def _trials(path: Path) -> list[tuple[int, dict, float | None]]:
+def _journal_trials(path: Path) -> list[optuna.trial.FrozenTrial]:
     storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(path)))
-    return [(t.number, t.params, t.value) for t in optuna.load_study(study_name="jn", storage=storage).trials]
+    return optuna.load_study(study_name="jn", storage=storage).trials
+
+
+def _trials(path: Path) -> list[tuple[int, dict, float | None]]:
+    return [(t.number, t.params, t.value) for t in _journal_trials(path)]
+
+
+def _set_back_to_proxies(root: Path) -> None:
+    """The study's state set back to its proxies, so that a resume reads every trial from the journal again."""
+    state = root / "runs" / "jn" / "state.json"
+    state.write_text(json.dumps({**json.loads(state.read_text()), "phase": "proxies"}))
 
 
 DAMAGE = {
@@ -49,8 +60,7 @@ def _reopened(finished: Path, tmp_path: Path) -> tuple[Path, Path, bytes, list]:
 
     shutil.copytree(finished, tmp_path / "copy")
     root = tmp_path / "copy"
-    state = root / "runs" / "jn" / "state.json"
-    state.write_text(json.dumps({**json.loads(state.read_text()), "phase": "proxies"}))
+    _set_back_to_proxies(root)
     journal = root / "runs" / "jn" / "optuna.journal"
     return root, journal, journal.read_bytes(), _trials(journal)
 
@@ -175,3 +185,46 @@ def test_a_folder_in_place_of_the_journals_lock_is_one_line(tmp_path):
     (tmp_path / "optuna.journal.lock").write_text("")
     TrialJournal(journal, "s", {}).study.set_user_attr("written", True)
     assert not (tmp_path / "optuna.journal.lock").exists() and journal.is_file()
+
+
+def test_a_lost_journal_is_rebuilt_from_the_studys_mlflow_runs(tmp_path, capsys):
+    """The journal deleted, or damaged inside: `--resume --rebuild-state` writes it again from the trials' MLflow runs
+    (the same trials, numbers, parameters, values and evaluations; a damaged one kept as optuna.journal.damaged) and
+    the study ends as before. A store that holds none of the study's runs is refused in one line, nothing written;
+    so is the folder moved elsewhere (its runs were made for the folder where it ran)."""
+    import shutil
+
+    root = tmp_path / "own"  # a study of its own: the runs name the folder they were made for
+    study = write_tiny_study(root, write_tiny_data(root / "tiny.h5"), name="jn", trials=2)
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    made = ["sweep", "--study", str(study), "--runs-dir", str(root / "runs"), "--tracking-uri", uri, *IN_PROCESS]
+    assert main(made) == 0
+    _set_back_to_proxies(root)
+    journal = root / "runs" / "jn" / "optuna.journal"
+    before = _trials(journal)
+    values = {t.number: t.intermediate_values for t in _journal_trials(journal)}
+    resume = ["sweep", "--resume", "--name", "jn", "--runs-dir", str(root / "runs"), *IN_PROCESS]
+    journal.unlink()
+    shutil.copytree(root / "runs", root / "moved")  # the data where its study.yaml finds it (../../tiny.h5)
+    capsys.readouterr()
+    for store, runs in ((f"sqlite:///{root / 'other.db'}", root / "runs"), (uri, root / "moved")):
+        assert main([*resume, "--runs-dir", str(runs), "--tracking-uri", store, "--rebuild-state"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "holds no MLflow parent run made for" in err, err
+    assert not journal.exists() and not (root / "other.db").exists()
+    assert main([*resume, "--tracking-uri", uri, "--rebuild-state"]) == 0, capsys.readouterr().err
+    assert "rebuilt" in capsys.readouterr().err and _trials(journal) == before
+    assert {t.number: t.intermediate_values for t in _journal_trials(journal)} == values
+    lines = journal.read_bytes().split(b"\n")
+    journal.write_bytes(b"\n".join([*lines[:2], b"{not json", *lines[2:]]))  # damaged inside
+    _set_back_to_proxies(root)
+    assert main([*resume, "--tracking-uri", uri]) == 2
+    assert "rebuild it from the study's MLflow runs" in capsys.readouterr().err
+    assert main([*resume, "--tracking-uri", uri, "--rebuild-state"]) == 0, capsys.readouterr().err
+    assert _trials(journal) == before and (journal.with_name("optuna.journal.damaged")).exists()
+    set_trial_attr(root / "runs" / "jn" / "trials", "jn", 0, "mutransfer.trial_id", None)  # a gap: t0001 without t0000
+    _set_back_to_proxies(root)
+    assert main([*resume, "--tracking-uri", uri]) == 2
+    assert "holds trial t0001 but not t0000 before it" in capsys.readouterr().err
+    assert main([*resume, "--tracking-uri", uri, "--rebuild-state"]) == 0, capsys.readouterr().err
+    assert _trials(journal) == before

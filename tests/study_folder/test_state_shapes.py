@@ -51,8 +51,8 @@ BAD = {
     ),
     "a newer format": (dict(GOOD, version=99), "written by a newer mutransfer (study folder format 99;"),
     "a newer format whose fields changed": (
-        dict(GOOD, version=2, trials={"t0000": {}}),
-        "written by a newer mutransfer (study folder format 2;",
+        dict(GOOD, version=3, trials={"t0000": {}}),
+        "written by a newer mutransfer (study folder format 3;",
     ),
 }
 

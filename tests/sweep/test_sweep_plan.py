@@ -6,6 +6,7 @@ import json
 import math
 import random
 
+import optuna
 import pytest
 import yaml
 
@@ -379,3 +380,82 @@ def test_a_journal_trial_that_does_not_fit_the_search_space_is_refused(tmp_path)
     set_trial_attr(tmp_path / "trials", study.name, 0, "param.momentum", 0.9)  # an edited journal
     with pytest.raises(UserInputError, match="not the study's search space"):
         SearchPlan(study, tmp_path / "trials", 2)
+
+
+def test_a_migration_stopped_part_way_keeps_the_waiting_trials_and_a_migrated_folder_is_never_migrated_again(
+    tmp_path, monkeypatch
+):
+    """Found by review: a migration stopped after the former journal was set aside lost the trials it held waiting;
+    and a migrated folder whose journal was then lost was migrated again from its stale files, re-running the trials
+    ended since. Now the waiting trials are read from the former journal on every attempt, and a migrated folder
+    (optuna.journal.migrated) refuses a missing journal."""
+    import optuna
+
+    from mutransfer._sweep import _migrate
+    from mutransfer._sweep.plan import check_trial_files
+    from mutransfer.errors import UserInputError
+    from tests.journal_helpers import as_legacy, journal_of
+
+    study, trials = _study(trials=6), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 1)
+    key, _ = plan.next_trial()
+    plan.record(key, {"epoch": 8, "val_error": 0.3}, failed=False)
+    journal_of(trials, study.name).enqueue_trial({"lr": 4e-3})
+    as_legacy(trials, study.name, journal="v1")
+
+    def stopped(self):
+        raise KeyboardInterrupt  # the driver stopped as it was to mark the new journal complete
+
+    monkeypatch.setattr(_migrate.TrialJournal, "mark_complete", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        SearchPlan(study, trials, 1)
+    (tmp_path / "optuna.journal").unlink()  # ... or stopped right after the former journal was moved aside
+    monkeypatch.undo()
+    migrated = SearchPlan(study, trials, 1)
+    assert migrated.next_trial() == ("t0001", {"lr": 4e-3, "batch_size": migrated.configs[1]["batch_size"]})
+    waiting = journal_of(trials, study.name).get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert not waiting and (tmp_path / "optuna.journal.migrated").exists()
+    migrated.record("t0001", {"epoch": 8, "val_error": 0.2}, failed=False)
+    (tmp_path / "optuna.journal").unlink()  # lost after the migration: the files hold t0000 only
+    with pytest.raises(UserInputError, match="optuna.journal is missing, and it alone holds the trials of"):
+        check_trial_files(study, trials)
+
+
+def test_a_trial_of_ours_ended_from_outside_is_taken_as_ended_and_a_gap_in_the_journal_is_refused(tmp_path):
+    """Found by review: a running trial ended with Optuna's tell (the dashboard's "Mark complete") had no status of
+    ours, so every resume ran it again and could not record it. Now it is ended as Optuna holds it (its value what
+    was told; FAIL: failed, saying so). A journal whose trial keys have a gap (a key attribute edited away) is refused
+    in one line instead of dropping the trials after it."""
+    from mutransfer.errors import UserInputError
+    from tests.journal_helpers import journal_of, set_trial_attr
+
+    study, trials = _study(trials=6), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 3)
+    for _ in range(3):
+        plan.next_trial()
+    ostudy = journal_of(trials, study.name)
+    ostudy.tell(0, 0.25)
+    ostudy.tell(1, state=optuna.trial.TrialState.FAIL)
+    again = SearchPlan(study, trials, 3)
+    assert again.outcomes[0].status == "completed" and again.outcomes[0].value == 0.25
+    assert again.outcomes[1].status == "failed" and "Optuna's tell" in str(again.outcomes[1].error)
+    assert again.next_trial()[0] == "t0002"  # the one still running, then new ones
+    set_trial_attr(trials, study.name, 1, "mutransfer.trial_id", None)
+    with pytest.raises(UserInputError, match="optuna.journal: holds trial t0002 but not t0001 before it; restore"):
+        SearchPlan(study, trials, 3)
+
+
+def test_a_process_holding_the_journal_open_sets_a_cut_write_aside_before_it_writes(tmp_path):
+    """Found by review: a dashboard (or Study.optuna_study) opened before a driver was killed as it wrote appended its
+    next entry to the cut line, damaging the journal for good. Its writes now set the cut bytes aside first."""
+    from mutransfer._sweep._trial_journal import check_journal, journal_path, journal_storage
+
+    study, trials = _study(trials=2), tmp_path / "trials"
+    SearchPlan(study, trials, 1).next_trial()
+    held_open = optuna.load_study(study_name=study.name, storage=journal_storage(journal_path(trials)))
+    journal = journal_path(trials)
+    journal.write_bytes(journal.read_bytes() + b'{"op_code": 8, "wor')  # a driver killed as it wrote
+    held_open.set_user_attr("note", "from the dashboard")
+    check_journal(journal)  # whole lines only
+    assert (tmp_path / "optuna.journal.cut").read_bytes() == b'{"op_code": 8, "wor\n'
+    assert SearchPlan(study, trials, 1).journal.study.user_attrs["note"] == "from the dashboard"

@@ -113,6 +113,7 @@ def _store_with_study(tmp_path: Path, study, outcomes, *, warm_from=None) -> str
 def test_a_source_folder_reads_back_from_its_journal_alone(tmp_path):
     """A source whose Optuna journal holds its trials in full reads back from it, equal to its trial files, and still
     does once those files are gone; a journal written before it held them is passed over for the files."""
+    from mutransfer._sweep._trial_journal import FORMAT
     from mutransfer._sweep.plan import write_journal
 
     root = write_source(tmp_path / "src", trials=TRIALS[:3])
@@ -123,7 +124,9 @@ def test_a_source_folder_reads_back_from_its_journal_alone(tmp_path):
         (root / "trials" / key / "outcome.json").unlink()
     assert read_folder(root).trials == from_files.trials and len(from_files.trials) == 3
     journal = root / "optuna.journal"
-    journal.write_text(journal.read_text().replace('"mutransfer.journal_format":2', '"mutransfer.journal_format":1'))
+    held = f'"mutransfer.journal_format":{FORMAT}'
+    assert held in journal.read_text()
+    journal.write_text(journal.read_text().replace(held, '"mutransfer.journal_format":1'))
     assert read_folder(root).trials == ()  # an older journal: the files are read, and there are none left
 
 
