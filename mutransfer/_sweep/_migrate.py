@@ -36,11 +36,12 @@ from mutransfer._sweep._outcome import Outcome, trial_key
 from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, read_trial_json, refuse_link
 from mutransfer._sweep._trial_journal import (
     FORMAT,
+    FORMAT_ATTR,
     MIGRATING_ATTR,
     TrialJournal,
+    check_journal,
     journal_path,
     journal_storage,
-    read_journal,
     trial_index,
 )
 from mutransfer._sweep.trial import read_trial_history
@@ -81,14 +82,41 @@ def read_trials(
             yield i, config, None
 
 
-def needs_migration(trials_dir: Path, name: str) -> bool:
-    """Whether the search in ``trials_dir`` is kept the older way: no journal holding every trial (none, one from
-    before, or one a stopped migration left), but trial files or a former journal, and never migrated before
-    (:data:`MIGRATED_FILE`: a migrated folder whose journal is lost is not migrated again from its stale files)."""
+#: what a search folder's journal is, for the plan that loads it (:func:`journal_state`)
+COMPLETE, NEW, MIGRATE, ADOPT, LOST = "complete", "new", "migrate", "adopt", "lost"
+
+
+def journal_state(trials_dir: Path, name: str) -> str:
+    """What the journal of the search in ``trials_dir`` (study ``name``) is, the journal checked first
+    (:func:`~mutransfer._sweep._trial_journal.check_journal`: damage is one line):
+
+    - :data:`COMPLETE`: it holds every trial in full (format 3);
+    - :data:`NEW`: no journal of this study and no trial folder: a search not begun;
+    - :data:`MIGRATE`: a folder of format 1 (or of the unreleased format 2 that still wrote them), never migrated: its
+      trial files hold the trials (:func:`migrate`);
+    - :data:`ADOPT`: a journal without this version's mark that is the trials' store all the same (format 2 written
+      without trial files), or one holding none of our trials while no trial folder exists: marked complete as it is;
+    - :data:`LOST`: trial folders but no journal holding them (missing, of another study, or a migration or rebuild
+      stopped part-way with nothing to redo it from; a migrated folder's stale files are never read again)."""
     path = journal_path(trials_dir)
-    if read_journal(path, name) is not None or path.with_name(MIGRATED_FILE).exists():
-        return False
-    return path.exists() or (trials_dir / trial_key(0) / CONFIG_FILE).exists()
+    check_journal(path)
+    refuse_link(trials_dir)
+    if trials_dir.exists() and not trials_dir.is_dir():
+        raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
+    files = (trials_dir / trial_key(0) / CONFIG_FILE).exists() and not path.with_name(MIGRATED_FILE).exists()
+    study = _study(path, name) if path.is_file() and path.stat().st_size else None
+    folders = trials_dir.is_dir() and any(p.is_dir() for p in trials_dir.iterdir())
+    if study is None:
+        return MIGRATE if files else LOST if folders else NEW
+    attrs = study.user_attrs
+    if attrs.get(FORMAT_ATTR) == FORMAT:
+        return COMPLETE
+    if files:
+        return MIGRATE
+    if attrs.get(MIGRATING_ATTR):
+        return LOST
+    keyed = any(trial_index(t) is not None for t in study.get_trials(deepcopy=False))
+    return ADOPT if attrs.get(FORMAT_ATTR) == 2 or not (keyed or folders) else LOST
 
 
 def migrate(study: Study, trials_dir: Path, total: int, space: dict, seeded: Callable[[int], bool]) -> None:

@@ -19,12 +19,14 @@ import json
 import math
 from pathlib import Path
 
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
 from mutransfer._study import Study
 from mutransfer._study_folder.state import JOURNAL_FILE, StudyDir
-from mutransfer._sweep._migrate import needs_migration
+from mutransfer._sweep._migrate import COMPLETE, LOST, journal_state
 from mutransfer._sweep._outcome import OUTCOME_METRICS, Outcome, trial_key
 from mutransfer._sweep._trial_files import OUTCOME_STATUSES
-from mutransfer._sweep._trial_journal import TrialJournal, check_journal, journal_path, read_journal
+from mutransfer._sweep._trial_journal import TrialJournal, journal_path, read_journal
 from mutransfer._sweep.parent_run import FOLDER_TAG
 from mutransfer._sweep.sampling import search_distributions
 from mutransfer._sweep.warm_plan import WARM_FROM_TAG
@@ -34,24 +36,23 @@ from mutransfer.errors import UserInputError
 
 #: where a damaged journal goes when it is rebuilt
 DAMAGED_JOURNAL = JOURNAL_FILE + ".damaged"
+#: beside trials/: the folders of trials a rebuild could not take back (their keys are handed out again)
+SUPERSEDED_DIR = "superseded"
 
 
 def journal_lost(trials_dir: Path, name: str) -> bool:
     """Whether the search in ``trials_dir`` has lost its journal: damaged inside (a line that is not an entry, a gap
     in its trials' keys), or missing where trial folders exist (a folder from before the journal held the trials is
     not: it is migrated from its files)."""
-    path = journal_path(trials_dir)
     try:
-        check_journal(path)
-    except UserInputError:
+        state = journal_state(trials_dir, name)
+    except UserInputError:  # damaged
         return True
-    held = read_journal(path, name)
-    if held is not None:
-        keys = sorted(i for i, trial in held.items() if trial.config)
-        return keys != list(range(len(keys)))
-    if path.exists() or needs_migration(trials_dir, name):
-        return False
-    return trials_dir.is_dir() and any(trials_dir.iterdir())
+    if state != COMPLETE:
+        return state == LOST
+    held = read_journal(journal_path(trials_dir), name) or {}
+    keys = sorted(i for i, trial in held.items() if trial.config)
+    return keys != list(range(len(keys)))
 
 
 def no_rebuild_source(study_name: str, study_dir: StudyDir, tracking_uri: str) -> UserInputError:
@@ -63,18 +64,19 @@ def no_rebuild_source(study_name: str, study_dir: StudyDir, tracking_uri: str) -
     )
 
 
-def check_rebuild_source(study_name: str, study_dir: StudyDir, tracking_uri: str) -> None:
-    """Before anything runs or is written: the store holds a parent run of the study made for this folder, whose
-    trial runs rebuild its lost journal. An SQLite store that does not exist is not made."""
+def check_rebuild_source(study: Study, study_dir: StudyDir, tracking_uri: str) -> None:
+    """Before anything runs or is written: the store holds, in the study's experiment (``tracking.experiment``,
+    where the rebuild looks: mutransfer._sweep._rebuild_state.reattach_parent), a parent run of the study made for
+    this folder, whose trial runs rebuild its lost journal. An SQLite store that does not exist is not made."""
     local = sqlite_path(tracking_uri)
     if local is not None and not local.exists():
-        raise no_rebuild_source(study_name, study_dir, tracking_uri)
+        raise no_rebuild_source(study.name, study_dir, tracking_uri)
     tracker = Tracker(tracking_uri)
-    query = f"tags.`{KIND_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study_name}'"  # names: letters, digits, -_.
-    experiments = [e.experiment_id for e in tracker.client.search_experiments()]
-    runs = tracker.client.search_runs(experiments, filter_string=query) if experiments else []
+    experiment = tracker.client.get_experiment_by_name(study.tracking.experiment)
+    query = f"tags.`{KIND_TAG}` = 'study' and tags.`{STUDY_TAG}` = '{study.name}'"  # names: letters, digits, -_.
+    runs = [] if experiment is None else tracker.client.search_runs([experiment.experiment_id], filter_string=query)
     if not any(r.data.tags.get(FOLDER_TAG) == str(study_dir.root) for r in runs):
-        raise no_rebuild_source(study_name, study_dir, tracking_uri)
+        raise no_rebuild_source(study.name, study_dir, tracking_uri)
 
 
 def rebuild_journal(tracker: Tracker, experiment_id: str, parent_run_id: str, study: Study, trials_dir: Path) -> str:
@@ -116,11 +118,34 @@ def rebuild_journal(tracker: Tracker, experiment_id: str, parent_run_id: str, st
         )
         ended += 1
     journal.mark_complete()
-    left = sorted(k for k in runs if k >= trial_key(taken) and k.startswith("t"))
+    left = _supersede(tracker, runs, trials_dir, taken)
     said = f"rebuilt {path} from the study's MLflow runs: {taken} trial(s) ({ended} ended)"
     return said + (
-        f"; from {trial_key(taken)} on, the search runs again ({len(left)} run(s) not taken)" if left else ""
+        f"; from {trial_key(taken)} on the search runs again ({left} run(s) after the first key without one set aside, "
+        f"tagged mutransfer.superseded; their folders in {trials_dir.parent / SUPERSEDED_DIR})"
+        if left
+        else ""
     )
+
+
+def _supersede(tracker: Tracker, runs: dict, trials_dir: Path, taken: int) -> int:
+    """Set aside what the trials from key ``taken`` on left, since those keys are handed out again: their runs tagged
+    ``mutransfer.superseded`` (a new run is logged for the new trial), their folders (a checkpoint or done.json of
+    another configuration would be resumed or replayed) moved to :data:`SUPERSEDED_DIR`. Returns the runs set aside."""
+    first = trial_key(taken)
+    left = sorted(key for key in runs if key >= first)
+    for key in left:
+        tracker.set_tags(runs[key].info.run_id, {"mutransfer.superseded": "true"})
+    folders = sorted(p for p in trials_dir.glob("t*") if p.is_dir() and p.name >= first) if trials_dir.is_dir() else []
+    for folder in folders:
+        aside = trials_dir.parent / SUPERSEDED_DIR / folder.name
+        number = 1
+        while aside.exists():
+            number += 1
+            aside = trials_dir.parent / SUPERSEDED_DIR / f"{folder.name}.{number}"
+        aside.parent.mkdir(exist_ok=True)
+        folder.rename(aside)
+    return len(left)
 
 
 def _set_aside(path: Path) -> None:
@@ -133,17 +158,35 @@ def _set_aside(path: Path) -> None:
 
 
 def _config(params: dict[str, str], space: dict) -> dict | None:
-    """A trial's configuration from its run's ``hp.<name>`` params (None where one is missing)."""
+    """A trial's configuration from its run's ``hp.<name>`` params, each as its distribution holds it (MLflow keeps
+    ``str(value)``: ``True``, ``None``, ``"1"`` are read back as the choice whose text they are); None where one is
+    missing."""
     config = {}
-    for name in space:
+    for name, distribution in space.items():
         text = params.get(f"hp.{name}")
         if text is None:
             return None
-        try:
-            config[name] = json.loads(text)
-        except ValueError:
-            config[name] = text  # a choice of text
+        config[name] = _value(text, distribution)
     return config
+
+
+def _value(text: str, distribution: object) -> object:
+    """The value whose MLflow param text is ``text`` under ``distribution`` (a seed's value outside it: as JSON)."""
+    if isinstance(distribution, CategoricalDistribution):
+        for choice in distribution.choices:
+            if str(choice) == text:
+                return choice
+    try:
+        if isinstance(distribution, IntDistribution):
+            return int(text)
+        if isinstance(distribution, FloatDistribution):
+            return float(text)
+    except ValueError:
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def _metrics(run, status: str) -> dict[str, float | None]:

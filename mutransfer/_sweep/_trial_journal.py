@@ -239,18 +239,18 @@ def held_of(trial: optuna.trial.FrozenTrial) -> HeldTrial:
     )  # fmt: skip
 
 
-def read_journal(path: Path, name: str) -> dict[int, HeldTrial] | None:
+def read_journal(path: Path, name: str, *, complete: bool = True) -> dict[int, HeldTrial] | None:
     """The trials of the search ``name`` in the journal at ``path``, by our index, read without writing anything
     (another driver may be running that study); None where there is no journal holding every trial in full (one
-    written before :data:`FORMAT_ATTR`, damaged, or none): a folder from before holds them in its trial files
-    (mutransfer._sweep._migrate)."""
+    written before :data:`FORMAT_ATTR`, damaged, or none; ``complete=False``: whatever it holds): a folder from
+    before holds them in its trial files (mutransfer._sweep._migrate)."""
     if not path.is_file():
         return None
     try:
         study = optuna.load_study(study_name=name, storage=journal_storage(path))
     except (KeyError, UserInputError):  # no such study in it, or damaged
         return None
-    if study.user_attrs.get(FORMAT_ATTR) != FORMAT:
+    if complete and study.user_attrs.get(FORMAT_ATTR) != FORMAT:
         return None
     return {i: held_of(t) for t in study.get_trials(deepcopy=False) if (i := trial_index(t)) is not None}
 
@@ -290,8 +290,8 @@ class TrialJournal:
             raise UserInputError(f"{lock} is not Optuna's lock (a symbolic link); move it aside, then run again")
         with _refused_writes(self.path):
             self.path.parent.mkdir(parents=True, exist_ok=True)  # a search's folder, made with its first trial
-        fresh = not self.path.exists()
         self.storage = journal_storage(self.path)
+        fresh = name not in {s.study_name for s in self.storage.get_all_studies()}  # its study made now
         with _refused_writes(self.path):
             self.study = optuna.create_study(
                 study_name=name,
@@ -331,7 +331,8 @@ class TrialJournal:
         return params, dists, kept
 
     def mark_complete(self) -> None:
-        """Every trial of an older folder is in this journal (``migrating``): it holds them in full from now on."""
+        """Every trial of an older folder (or of the study's MLflow runs) is in this journal: it holds them in full
+        from now on."""
         with _refused_writes(self.path):
             self.study.set_user_attr(FORMAT_ATTR, FORMAT)
 

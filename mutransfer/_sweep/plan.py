@@ -39,10 +39,10 @@ import optuna
 
 from mutransfer._study import Study
 from mutransfer._sweep._asha import WindowedAsha, rung_milestones
-from mutransfer._sweep._migrate import SEED_FILE, migrate, needs_migration, read_trials
+from mutransfer._sweep._migrate import ADOPT, LOST, MIGRATE, SEED_FILE, journal_state, migrate, read_trials
 from mutransfer._sweep._outcome import OUTCOME_METRICS, Outcome, key_index, trial_key, trial_status
 from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, enqueued_params
-from mutransfer._sweep._trial_journal import HeldTrial, TrialJournal, check_journal, journal_path, read_journal
+from mutransfer._sweep._trial_journal import HeldTrial, TrialJournal, journal_path, read_journal
 from mutransfer._sweep.sampling import sample_config, search_distributions
 from mutransfer._sweep.trial import read_trial_history
 from mutransfer.errors import UserInputError
@@ -138,21 +138,29 @@ def check_trial_files(study: Study, trials_dir: Path) -> None:
     the journal, or ``SEED_FILE`` in a folder from before) may hold values outside the space: the plan checks them
     against the strategies' seeds when it loads."""
     path = journal_path(trials_dir)
-    check_journal(path)  # a damaged journal is said as such, not as a seed it no longer vouches for
-    held = read_journal(path, study.name)
+    state = journal_state(trials_dir, study.name)  # a damaged journal is said as such, not as a seed it vouched for
     total, space = total_trials(study), search_distributions(study)
-    if held is not None:
-        for _ in held_trials(path, held, total, space, lambda i: held[i].seed is not None):
+    if state == LOST:
+        raise lost_journal(path, trials_dir)
+    if state == MIGRATE:
+        for _ in read_trials(trials_dir, total, space, lambda i: (trials_dir / trial_key(i) / SEED_FILE).exists()):
             pass
         return
-    if not needs_migration(trials_dir, study.name) and trials_dir.is_dir() and any(trials_dir.iterdir()):
-        raise UserInputError(
-            f"{path} is missing, and it alone holds the trials of {trials_dir} (their folders keep checkpoints only); "
-            "restore it from a copy, or rebuild it from the study's MLflow runs with `mutransfer sweep --resume "
-            "--rebuild-state` (from Python, mt.load_study(NAME, rebuild_state=True))"
-        )
-    for _ in read_trials(trials_dir, total, space, lambda i: (trials_dir / trial_key(i) / SEED_FILE).exists()):
+    held = read_journal(path, study.name, complete=False) or {}
+    for _ in held_trials(path, held, total, space, lambda i: held[i].seed is not None):
         pass
+
+
+def lost_journal(path: Path, trials_dir: Path) -> UserInputError:
+    """The error for a search whose trial folders no journal holds (mutransfer._sweep._migrate.journal_state)."""
+    what = (
+        "is missing" if not path.exists() else "does not hold them in full (a migration or rebuild stopped part-way?)"
+    )
+    return UserInputError(
+        f"{path} {what}, and it alone holds the trials of {trials_dir} (their folders keep checkpoints only); "
+        "restore it from a copy, or rebuild it from the study's MLflow runs with `mutransfer sweep --resume "
+        "--rebuild-state` (from Python, mt.load_study(NAME, rebuild_state=True))"
+    )
 
 
 class SearchPlan:
@@ -215,10 +223,14 @@ class SearchPlan:
             return i < len(self.seeds) or self.preset is not None
 
         path = journal_path(self.trials_dir)
-        check_journal(path)
-        if needs_migration(self.trials_dir, self.study.name):
+        state = journal_state(self.trials_dir, self.study.name)
+        if state == LOST:
+            raise lost_journal(path, self.trials_dir)
+        if state == MIGRATE:
             migrate(self.study, self.trials_dir, self.total, self._space, seeded)
         journal = TrialJournal(path, self.study.name, self._space, self.study.search.objectives)
+        if state == ADOPT:
+            journal.mark_complete()
         held = {i: trial for i in range(self.total) if (trial := journal.held(i)) is not None}
         for i, config, outcome in held_trials(path, held, self.total, self._space, seeded):
             self.configs[i] = config
@@ -346,7 +358,6 @@ def write_journal(study: Study, trials_dir: str | Path) -> None:
     """Bring a search that ended before the journal held its trials into one (mutransfer._sweep._migrate; nothing
     where it is kept in one already, or holds no trial): for a study complete before, so Optuna opens it."""
     trials_dir = Path(trials_dir)
-    if needs_migration(trials_dir, study.name):
-        check_journal(journal_path(trials_dir))
+    if journal_state(trials_dir, study.name) == MIGRATE:
         seeded = lambda i: (trials_dir / trial_key(i) / SEED_FILE).exists()  # noqa: E731
         migrate(study, trials_dir, total_trials(study), search_distributions(study), seeded)

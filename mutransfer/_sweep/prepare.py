@@ -126,7 +126,7 @@ def prepare(options: SweepOptions) -> Prepared:
     _check_resources(study, options.address)
     check_endpoints(tracking_uri, options.address, study.problem.data)  # before any folder, run or lock exists
     if options.resume and options.rebuild_state and journal_lost(study_dir.trials_dir, study.name):
-        check_rebuild_source(study.name, study_dir, tracking_uri)  # its trials' runs, to rebuild the journal from
+        check_rebuild_source(study, study_dir, tracking_uri)  # its trials' runs, to rebuild the journal from
     elif options.resume:
         check_trial_files(study, study_dir.trials_dir)  # the trials as the sweep wrote them
     check_state_runs(study.name, state, tracking_uri)  # a resumed state's parent run is in the store

@@ -287,15 +287,16 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
     for i, key in enumerate(keys):
         if key not in logger.logged_trial_ids():
             logger.log_from_journal(key, plan.configs[i], plan.outcomes[i])
-    children = {
-        c.data.tags.get(TRIAL_ID_TAG): c
-        for c in tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")
-    }
-    for tid, child in children.items():
+    every = tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")
+    for child in every:
+        tid = child.data.tags.get(TRIAL_ID_TAG)
         if tid not in keys and child.data.tags.get("mutransfer.superseded") != "true":
             tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
         if tid not in keys and child.info.status == "RUNNING":  # started by a driver that died; its trial is gone
             tracker.set_status(child.info.run_id, "KILLED")
+    children = {  # a key's run: not one set aside when its key was handed out again (mutransfer._sweep._rebuild_journal)
+        c.data.tags.get(TRIAL_ID_TAG): c for c in every if c.data.tags.get("mutransfer.superseded") != "true"
+    }
     trials = [_record(study, i, key, plan, children.get(key)) for i, key in enumerate(keys)]
     best = pick_best(trials)
     if best is None:

@@ -195,9 +195,11 @@ class TrialLogger:
             logged: set[str] = set()  # assigned once read whole: a store that fails here is asked again
             for r in runs.children(self.experiment_id, self.parent_run_id, kind="proxy_trial"):
                 key = r.data.tags.get(TRIAL_ID_TAG)
+                if r.data.tags.get("mutransfer.superseded") == "true":  # its key was handed out again
+                    continue
                 if _finished(r):
                     logged.add(key)
-                elif r.data.tags.get("mutransfer.superseded") != "true" and key not in self._open:
+                elif key not in self._open:
                     finals = set(r.data.metrics) - set(EPOCH_METRIC_KEYS)
                     self._open[key] = OpenRun(r.info.run_id, params=set(r.data.params), finals=finals)
             self._logged, self._done = logged, len(logged)

@@ -459,3 +459,44 @@ def test_a_process_holding_the_journal_open_sets_a_cut_write_aside_before_it_wri
     check_journal(journal)  # whole lines only
     assert (tmp_path / "optuna.journal.cut").read_bytes() == b'{"op_code": 8, "wor\n'
     assert SearchPlan(study, trials, 1).journal.study.user_attrs["note"] == "from the dashboard"
+
+
+@pytest.mark.parametrize("journal", ["empty", "of another study", "its first line only"])
+def test_a_journal_that_cannot_hold_the_trial_folders_is_lost_not_a_new_search(tmp_path, journal):
+    """Found by review: an empty journal, one of another study, or one cut to its first entry passed as a search not
+    begun, beside trial folders: every trial gone without a word. Each is now a lost journal, refused in one line."""
+    from mutransfer._sweep._trial_journal import TrialJournal, journal_path
+    from mutransfer._sweep.plan import check_trial_files
+    from mutransfer._sweep.sampling import search_distributions
+    from mutransfer.errors import UserInputError
+
+    study, trials = _study(trials=2), tmp_path / "trials"
+    SearchPlan(study, trials, 1).next_trial()
+    path = journal_path(trials)
+    if journal == "empty":
+        path.write_bytes(b"")
+    elif journal == "of another study":
+        path.unlink()
+        TrialJournal(path, "another", search_distributions(study))
+    else:
+        path.write_bytes(path.read_bytes().split(b"\n")[0] + b"\n")
+    for load in (lambda: check_trial_files(study, trials), lambda: SearchPlan(study, trials, 1)):
+        with pytest.raises(UserInputError, match="optuna.journal (is missing|does not hold them in full)"):
+            load()
+
+
+def test_a_journal_of_format_2_without_trial_files_is_taken_as_it_is(tmp_path):
+    """Found by review: a journal written by the build before format 3 (2cd8309: the journal alone, no trial files)
+    was "migrated" from files it never had. It is the trials' store: taken as it is, and marked format 3."""
+    from mutransfer._sweep._trial_journal import FORMAT, FORMAT_ATTR
+    from tests.journal_helpers import journal_of
+
+    study, trials = _study(trials=4), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 1)
+    key, _ = plan.next_trial()
+    plan.record(key, {"epoch": 8, "val_error": 0.3}, failed=False)
+    ostudy = journal_of(trials, study.name)
+    ostudy._storage.set_study_user_attr(ostudy._study_id, FORMAT_ATTR, 2)
+    again = SearchPlan(study, trials, 1)
+    assert again.outcomes[0].value == 0.3 and again.configs == plan.configs
+    assert journal_of(trials, study.name).user_attrs[FORMAT_ATTR] == FORMAT
