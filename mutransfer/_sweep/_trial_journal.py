@@ -255,6 +255,28 @@ def read_journal(path: Path, name: str, *, complete: bool = True) -> dict[int, H
     return {i: held_of(t) for t in study.get_trials(deepcopy=False) if (i := trial_index(t)) is not None}
 
 
+class EndedTrials:
+    """How each of a search's trials ended, as the journal at ``path`` holds it (study ``name``), read as the journal
+    grows: what the trial logger writes a trial's MLflow run from (mutransfer._sweep.trial_logger). Opened on first
+    use, and only read."""
+
+    def __init__(self, path: Path, name: str):
+        self.path, self.name = path, name
+        self._study: optuna.Study | None = None
+
+    def of(self, key: str) -> HeldTrial | None:
+        """What the journal holds of trial ``key`` once it ended (None: no journal, or not ended there)."""
+        if self._study is None:
+            if not self.path.is_file():  # Optuna would make it
+                return None
+            try:
+                self._study = optuna.load_study(study_name=self.name, storage=journal_storage(self.path))
+            except (KeyError, UserInputError):  # no journal of that study (a logger fed by no plan)
+                return None
+        ended = [t for t in self._study.get_trials(deepcopy=False) if t.user_attrs.get(KEY_ATTR) == key]
+        return held_of(ended[-1]) if ended and ended[-1].state.is_finished() else None
+
+
 class TrialJournal:
     """One search's trials in the Optuna study ``name`` of the journal at ``path``.
 

@@ -9,8 +9,9 @@ configuration carries as ``trial_key`` and which is its directory name and the `
 - ``on_trial_result``: buffers the epoch and logs the epochs not yet logged (step = epoch)
   in one ``log_batch``, at most every :attr:`TrialLogger.live_interval_s` seconds;
 - ``on_trial_complete`` / ``on_trial_error``: logs the remaining epochs (completed from the
-  trial's own ``history.json``, mutransfer._sweep.trial), the final metrics, tags and params
-  in one ``log_batch`` and terminates the run (FINISHED, or FAILED).
+  trial's own ``history.json``, mutransfer._sweep.trial), and the final metrics, tags and params
+  as the search's journal holds the trial's end (mutransfer._sweep._trial_journal.EndedTrials),
+  in one ``log_batch``, and terminates the run (FINISHED, or FAILED).
 
 A trial whose child run is finished is skipped (idempotent on resume). The console lines
 come from mutransfer._sweep.progress. The executor feeds it the search's events (on Ray, as a ``ray.tune.Callback``).
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mutransfer._sweep._trial_journal import EndedTrials, journal_path
 from mutransfer._sweep.plan import error_text, key_number, key_of, trial_status
 from mutransfer._sweep.trial import read_trial_history
 from mutransfer._tracking.background import Background
@@ -165,11 +167,14 @@ class TrialLogger:
         self._start: dict[str, float] = {}
         self._retries: dict[str, int] = {}
         self._done = 0
+        #: how each trial ended, as the search's journal holds it: what its run's end is written from
+        self._ended = None if self.trials_dir is None else EndedTrials(journal_path(self.trials_dir), self.study_name)
 
     def __getstate__(self):
         state = dict(self.__dict__)
         for key in ("_client", "_background", "_logged", "_open", "_buffers", "_last", "_start", "_retries", "_done"):
             state.pop(key, None)
+        state.pop("_ended", None)
         return state
 
     def __setstate__(self, state):
@@ -366,30 +371,39 @@ class TrialLogger:
             )
 
     def _flush(self, trial, failed: bool, at: float | None = None) -> None:
-        """Write a finished trial's run (``trial``: a :class:`TrialView` or a Tune trial)."""
+        """Write a finished trial's run (``trial``: a :class:`TrialView` or a Tune trial): its configuration, status,
+        last metrics and error as the search's journal holds them (the plan records a trial's end there before the
+        observers hear of it, mutransfer._sweep.plan_tune, _executors); Tune's last result where no journal does (a
+        logger fed by no plan) and for what the journal does not keep (a population's size)."""
         tid = self._key(trial)
         last = self._last.pop(tid, None) or dict(trial.last_result or {})
+        held = None if self._ended is None else self._ended.of(tid)
+        config, error = dict(trial.config or {}), error_text(trial) if failed else None
+        if held is not None:
+            config, last, failed, error = (
+                dict(held.config),
+                {**last, **held.metrics},
+                held.status == "failed",
+                held.error,
+            )
         self._write_run(
             tid,
-            config=dict(trial.config or {}),
+            config=config,
             buf=self._buffers.pop(tid, {}),
             last=last,
             failed=failed,
-            error=error_text(trial) if failed else None,
+            error=error,
             retries=self._retries.pop(tid, int(getattr(trial, "num_failures", 0) or 0) - (1 if failed else 0)),
             start=self._start.pop(tid, None),
             end=at,
             index=self._index(trial),
             tune_path=getattr(trial, "path", None),
+            status=None if held is None else held.status,
         )
 
     def log_from_journal(self, key: str, config: dict, outcome) -> None:
-        """Write the child run of a trial from what the journal holds of it (the driver died before
-        on_trial_complete logged it).
-
-        ``config``: its configuration; ``outcome``: its :class:`~mutransfer._sweep.plan.Outcome`;
-        the epochs come from its history.json.
-        """
+        """Write the child run of a trial from what the journal holds of it (``config``, ``outcome``: the driver died
+        before on_trial_complete logged it); the epochs come from its history.json."""
         failed = outcome.status == "failed"
         self._write_run(
             key,
@@ -401,16 +415,19 @@ class TrialLogger:
             retries=0,
             start=None,
             index=key_number(key),
+            status=outcome.status,
         )
 
     def _write_run(
-        self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None, end: float | None = None
-    ) -> None:
-        """Finish the trial's child run (the open one, else a new one): the epochs it lacks, final metrics, tags."""
+        self, tid, *, config, buf, last, failed, error, retries, start, index, tune_path=None, end: float | None = None,
+        status: str | None = None,
+    ) -> None:  # fmt: skip
+        """Finish the trial's child run (the open one, else a new one): the epochs it lacks, final metrics, tags
+        (``status``: the journal's, else from ``last``)."""
         if tid in self.logged_trial_ids():
             return
         self._add_trial_history(buf, tid, tune_path)
-        status = trial_status(last, failed, self.budget_epochs)
+        status = status or trial_status(last, failed, self.budget_epochs)
         params = self._params(tid, config)
         if "spectral_lr0" in last:
             params["spectral_lr"] = last["spectral_lr0"]

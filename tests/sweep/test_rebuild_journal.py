@@ -128,3 +128,32 @@ def test_a_configuration_is_read_back_as_its_distribution_holds_it():
     assert _config(params, space) == {"flag": False, "norm": None, "act": "1", "batch_size": 20, "lr": 0.00123,
                                       "layers": 4}  # fmt: skip
     assert _config({k: v for k, v in params.items() if k != "hp.lr"}, space) is None
+
+
+def test_a_trials_run_is_written_from_how_the_journal_holds_its_end(logged):
+    """The other way (issue 35 item 4, "MLflow written from it"): a trial's run ends as the journal holds the trial's
+    end, which the plan records before the observers hear of it. Here the journal says t0001 failed, with its error,
+    while Tune's last result says it ran its budget: the run is FAILED with the journal's status and error. A logger
+    that no journal feeds (its folder's journal moved away) writes Tune's view instead, so the check can fail."""
+    study, trials, tracker, experiment, parent, logger, plan = logged
+    key, config = "t0001", plan.configs[1]
+    last = {"epoch": 8, "val_error": 0.25, "trainer_seconds": 4.0}
+    for journal_there in (True, False):
+        first = logger()
+        if not journal_there:
+            journal_path(trials).rename(trials.parent / "elsewhere.journal")
+            key, config = "t0003", {"lr": 1e-3, "batch_size": 10}
+        trial = _Trial(key, config)
+        first.on_trial_start(trial)
+        first.on_trial_result(trial, last)
+        if journal_there:
+            plan.record(key, last, failed=True, error="RuntimeError: from the journal")
+        first.on_trial_complete(trial)  # Tune: completed
+        run = next(
+            r for r in tracker.children(experiment, parent, "proxy_trial") if r.data.tags["mutransfer.trial_id"] == key
+        )
+        if journal_there:
+            assert run.info.status == "FAILED" and run.data.tags["mutransfer.status"] == "failed"
+            assert run.data.tags["mutransfer.error"] == "RuntimeError: from the journal"
+        else:
+            assert run.info.status == "FINISHED" and run.data.tags["mutransfer.status"] == "completed"
