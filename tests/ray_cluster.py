@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 RAY = shutil.which("ray") or "ray"
-START_TIMEOUT_S = 90  # both nodes registered
+START_TIMEOUT_S = 150  # both nodes registered (a raylet may take up to RAY_raylet_start_wait_time_s)
 
 
 def _free_ports(n: int) -> list[int]:
@@ -60,6 +60,9 @@ class LocalCluster:
             RAY_AUTH_MODE="token",
             RAY_AUTH_TOKEN=self.token,
             RAY_USAGE_STATS_ENABLED="0",
+            # a raylet registering late on a loaded 2-core machine (the full suite of 2026-11-30 at cce3564: the head's
+            # `ray start` gave up after Ray's 30 s, "Try increase the RAY_raylet_start_wait_time_s config")
+            RAY_raylet_start_wait_time_s="120",
             MLFLOW_DISABLE_TELEMETRY="true",
             TQDM_DISABLE="1",
             MUTRANSFER_CACHE=str(root / "cache"),
