@@ -152,7 +152,7 @@ def _set_aside(path: Path, name: str) -> list[dict]:
         if current is not None and current.user_attrs.get(MIGRATING_ATTR):
             path.unlink()
         else:
-            path.rename(_free(path))
+            path.rename(free_name(path.with_name(FORMER_JOURNAL)))
     formers = sorted(
         (p for p in path.parent.glob(FORMER_JOURNAL + "*") if not p.name.endswith(".lock")),
         key=lambda p: (len(p.name), p.name),
@@ -171,10 +171,11 @@ def _study(path: Path, name: str) -> optuna.Study | None:
         return None
 
 
-def _free(path: Path) -> Path:
-    """The first of ``optuna.journal.v1``, ``.v1.2``, … that does not exist beside ``path``."""
-    aside, number = path.with_name(FORMER_JOURNAL), 1
+def free_name(path: Path) -> Path:
+    """``path`` if nothing is there, else the first of ``path.2``, ``path.3``, … that does not exist: where a file
+    or folder is set aside without replacing one set aside before."""
+    aside, number = path, 1
     while aside.exists():
         number += 1
-        aside = path.with_name(f"{FORMER_JOURNAL}.{number}")
+        aside = path.with_name(f"{path.name}.{number}")
     return aside

@@ -23,7 +23,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 
 from mutransfer._study import Study
 from mutransfer._study_folder.state import JOURNAL_FILE, StudyDir
-from mutransfer._sweep._migrate import COMPLETE, LOST, journal_state
+from mutransfer._sweep._migrate import COMPLETE, LOST, free_name, journal_state
 from mutransfer._sweep._outcome import OUTCOME_METRICS, Outcome, trial_key
 from mutransfer._sweep._trial_files import OUTCOME_STATUSES
 from mutransfer._sweep._trial_journal import TrialJournal, journal_path, read_journal
@@ -90,7 +90,7 @@ def rebuild_journal(tracker: Tracker, experiment_id: str, parent_run_id: str, st
     }
     space = search_distributions(study)
     if path.exists():
-        _set_aside(path)
+        path.rename(free_name(path.with_name(DAMAGED_JOURNAL)))
     journal = TrialJournal(path, study.name, space, study.search.objectives, migrating=True)
     taken = ended = 0
     for index in range(study.trial_count):
@@ -138,23 +138,9 @@ def _supersede(tracker: Tracker, runs: dict, trials_dir: Path, taken: int) -> in
         tracker.set_tags(runs[key].info.run_id, {"mutransfer.superseded": "true"})
     folders = sorted(p for p in trials_dir.glob("t*") if p.is_dir() and p.name >= first) if trials_dir.is_dir() else []
     for folder in folders:
-        aside = trials_dir.parent / SUPERSEDED_DIR / folder.name
-        number = 1
-        while aside.exists():
-            number += 1
-            aside = trials_dir.parent / SUPERSEDED_DIR / f"{folder.name}.{number}"
-        aside.parent.mkdir(exist_ok=True)
-        folder.rename(aside)
+        (trials_dir.parent / SUPERSEDED_DIR).mkdir(exist_ok=True)
+        folder.rename(free_name(trials_dir.parent / SUPERSEDED_DIR / folder.name))
     return len(left)
-
-
-def _set_aside(path: Path) -> None:
-    aside = path.with_name(DAMAGED_JOURNAL)
-    number = 1
-    while aside.exists():
-        number += 1
-        aside = path.with_name(f"{DAMAGED_JOURNAL}.{number}")
-    path.rename(aside)
 
 
 def _config(params: dict[str, str], space: dict) -> dict | None:
