@@ -9,13 +9,8 @@ from pathlib import Path
 
 import optuna
 
-from mutransfer._sweep._trial_journal import (
-    FORMAT_ATTR,
-    HeldTrial,
-    journal_path,
-    journal_storage,
-    read_journal,
-)
+from mutransfer._sweep._journal_file import journal_storage
+from mutransfer._sweep._trial_journal import FORMAT_ATTR, HeldTrial, journal_path, read_journal
 
 
 def journal_of(trials_dir: Path, name: str) -> optuna.Study:

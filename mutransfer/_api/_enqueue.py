@@ -15,8 +15,9 @@ import optuna
 from mutransfer._api.spec import StudySpec
 from mutransfer._study import Study
 from mutransfer._study_folder.state import JOURNAL_FILE
+from mutransfer._sweep._journal_file import journal_storage
 from mutransfer._sweep._trial_files import enqueued_params
-from mutransfer._sweep._trial_journal import journal_storage, trial_index
+from mutransfer._sweep._trial_journal import trial_index
 from mutransfer._sweep.sampling import search_distributions
 from mutransfer.errors import UserInputError
 

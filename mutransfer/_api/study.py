@@ -29,7 +29,7 @@ from mutransfer._study.inputs import check_storage
 from mutransfer._study_folder.portable import read_study_file
 from mutransfer._study_folder.records import MODEL_DIR
 from mutransfer._study_folder.state import StudyDir
-from mutransfer._sweep._trial_journal import JOURNAL_FILE, journal_storage
+from mutransfer._sweep._journal_file import JOURNAL_FILE, journal_storage
 from mutransfer._sweep.context import ProxyResults, SweepOptions
 from mutransfer._sweep.pareto import pareto_front
 from mutransfer._sweep.runner import COMPLETE, sweep_steps

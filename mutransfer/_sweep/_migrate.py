@@ -32,6 +32,7 @@ from optuna.trial import TrialState
 
 from mutransfer._study import Study
 from mutransfer._study_folder.state import JOURNAL_FILE, write_atomic
+from mutransfer._sweep._journal_file import check_journal, journal_storage
 from mutransfer._sweep._outcome import Outcome, trial_key
 from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, read_trial_json, refuse_link
 from mutransfer._sweep._trial_journal import (
@@ -39,9 +40,7 @@ from mutransfer._sweep._trial_journal import (
     FORMAT_ATTR,
     MIGRATING_ATTR,
     TrialJournal,
-    check_journal,
     journal_path,
-    journal_storage,
     trial_index,
 )
 from mutransfer._sweep.trial import read_trial_history
@@ -88,7 +87,7 @@ COMPLETE, NEW, MIGRATE, ADOPT, LOST = "complete", "new", "migrate", "adopt", "lo
 
 def journal_state(trials_dir: Path, name: str) -> str:
     """What the journal of the search in ``trials_dir`` (study ``name``) is, the journal checked first
-    (:func:`~mutransfer._sweep._trial_journal.check_journal`: damage is one line):
+    (:func:`~mutransfer._sweep._journal_file.check_journal`: damage is one line):
 
     - :data:`COMPLETE`: it holds every trial in full (format 3);
     - :data:`NEW`: no journal of this study and no trial folder: a search not begun;

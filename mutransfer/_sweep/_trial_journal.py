@@ -15,15 +15,13 @@ A study folder written before the journal held every trial (its trials' ``config
 brought into a new journal once, when a plan first loads it (mutransfer._sweep._migrate); its former journal is kept
 beside it as ``optuna.journal.v1``. Optuna's journal takes a file lock for each write, so a dashboard may read it while
 the study runs; a write cut short (a driver killed during it) is set aside as ``optuna.journal.cut`` before the next
-write through :func:`journal_storage` (:func:`repair_cut`).
+write through :func:`~mutransfer._sweep._journal_file.journal_storage`
+(mutransfer._sweep._journal_file.repair_cut).
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +29,10 @@ from pathlib import Path
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.storages import JournalStorage
-from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.trial import TrialState
 
 from mutransfer._study_folder.state import JOURNAL_FILE, JOURNAL_LOCK
+from mutransfer._sweep._journal_file import journal_storage, refused_writes
 from mutransfer.errors import UserInputError
 
 #: user attributes of each Optuna trial: our key (``t0003``) and our status (completed | pruned | diverged | failed)
@@ -57,8 +54,6 @@ LOCK_WAIT_S = 2.0
 #: journal being written from an older folder's trial files (mutransfer._sweep._migrate) holds MIGRATING_ATTR until
 #: its last trial is in, then FORMAT_ATTR
 FORMAT_ATTR, FORMAT, MIGRATING_ATTR = "mutransfer.journal_format", 3, "mutransfer.migrating"
-#: where the bytes of a journal write cut short go (:func:`repair_cut`)
-CUT_FILE = JOURNAL_FILE + ".cut"
 
 #: our status -> Optuna's trial state (a diverged trial has no usable value: FAIL, as a failed one)
 STATES = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED, "diverged": TrialState.FAIL}
@@ -77,81 +72,6 @@ def trial_index(trial: optuna.trial.FrozenTrial) -> int | None:
 def journal_path(trials_dir: str | Path) -> Path:
     """The journal of the search whose trial folders are in ``trials_dir``: ``<trials_dir>/../optuna.journal``."""
     return Path(trials_dir).parent / JOURNAL_FILE
-
-
-class _MendingBackend(JournalFileBackend):
-    """Optuna's journal file, whose every write first sets aside a write cut short before it (:func:`repair_cut`):
-    a process that holds the journal open (the dashboard, ``Study.optuna_study``) while a driver is killed as it
-    writes would otherwise join its next entry to the cut line, damaging the trials' one store."""
-
-    def __init__(self, path: str):
-        super().__init__(path)
-        self.path = Path(path)
-
-    def append_logs(self, logs: list[dict[str, object]]) -> None:
-        repair_cut(self.path)
-        super().append_logs(logs)
-
-
-def journal_storage(path: str | Path) -> JournalStorage:
-    """Optuna's storage on the journal file ``path`` (made on first write). A damaged journal is refused first
-    (:func:`check_journal`); a write cut short at its end is skipped by Optuna's reads and set aside before each
-    write (:class:`_MendingBackend`), so opening it writes nothing."""
-    check_journal(Path(path))
-    return JournalStorage(_MendingBackend(str(path)))
-
-
-def check_journal(path: Path) -> None:
-    """One line (UserInputError) if the journal at ``path`` is not Optuna's: every line a JSON object with an
-    ``op_code``. A last line without its end is a write cut short, which Optuna's reads skip: :func:`repair_cut` sets
-    it aside. The journal alone holds the search's trials (their folders keep checkpoints only), so the way out is a
-    copy of it."""
-    if not path.exists():
-        return
-    fix = (
-        "restore it from a copy (it alone holds the search's trials), or rebuild it from the study's MLflow runs with "
-        "`mutransfer sweep --resume --rebuild-state` (from Python, mt.load_study(NAME, rebuild_state=True))"
-    )
-    if not path.is_file():
-        raise UserInputError(f"{path} is not a file; {fix}")
-    lines = path.read_bytes().split(b"\n")[:-1]  # the part after the last line end: a write cut short
-    for number, line in enumerate(lines, 1):
-        try:
-            op = json.loads(line)
-        except ValueError:  # not JSON, or not UTF-8
-            op = None
-        if not isinstance(op, dict) or not isinstance(op.get("op_code"), int):
-            raise UserInputError(f"{path}: line {number} is not an Optuna journal entry; {fix}")
-
-
-def repair_cut(path: Path) -> bool:
-    """Set aside a write cut short at the end of the journal at ``path`` (a process killed as it wrote): its bytes are
-    appended to :data:`CUT_FILE` beside it and the journal ends at its last whole line, under Optuna's lock, so the
-    next write starts a line of its own instead of joining them. True where there was one. A journal this process may
-    not write (a dashboard of another user's study) is left as it is: Optuna's reads skip the cut line."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return False
-    with path.open("rb") as f:
-        f.seek(-1, os.SEEK_END)
-        if f.read(1) == b"\n":
-            return False
-    if not os.access(path, os.W_OK):
-        return False
-    lock = JournalFileSymlinkLock(str(path))
-    lock.acquire()
-    try:
-        data = path.read_bytes()
-        end = data.rfind(b"\n") + 1
-        if end == len(data):
-            return False  # another process mended it first
-        with _refused_writes(path):
-            with path.with_name(CUT_FILE).open("ab") as cut:
-                cut.write(data[end:] + b"\n")
-            with path.open("r+b") as f:
-                f.truncate(end)
-        return True
-    finally:
-        lock.release()
 
 
 def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution | None:
@@ -185,27 +105,12 @@ def _contains(distribution: BaseDistribution, value: object) -> BaseDistribution
     return None
 
 
-@contextlib.contextmanager
-def _refused_writes(path: Path) -> Iterator[None]:
-    """A write the file system refuses, as an OSError naming the journal (the CLI's one line: mutransfer.cli.main).
-    Optuna's file lock turns a refused release into ``RuntimeError("did not possess lock")``; the refusal is its
-    context."""
-    try:
-        yield
-    except (OSError, RuntimeError) as exc:
-        cause: BaseException | None = exc
-        while cause is not None and not (isinstance(cause, OSError) and cause.errno):
-            cause = cause.__context__
-        if not isinstance(cause, OSError):
-            raise
-        raise OSError(cause.errno, cause.strerror, str(path)) from exc
-
-
 @dataclass(frozen=True)
 class HeldTrial:
     """What a journal holds of one of the search's trials: its ``config``; ``status`` (completed | pruned | diverged
     | failed) and last reported ``metrics`` once it ended, ``error`` a failed one's; ``seed``, a seeded trial's
-    provenance; ``retrying``, its last failure while it is retried ({"failures": n, "error": text})."""
+    provenance; ``retrying``, its last failure while it is retried ({"failures": n, "error": text}); ``waiting``: not
+    handed out yet (a driver stopped while its parameters were being sampled, :meth:`TrialJournal.asking`)."""
 
     config: dict[str, object]
     status: str | None
@@ -213,6 +118,7 @@ class HeldTrial:
     error: str | None
     seed: dict | None
     retrying: dict | None
+    waiting: bool = False
 
 
 def config_of(trial: optuna.trial.FrozenTrial) -> dict[str, object]:
@@ -236,6 +142,7 @@ def held_of(trial: optuna.trial.FrozenTrial) -> HeldTrial:
         config=config_of(trial), status=None if status is None else str(status),
         metrics=dict(metrics) if isinstance(metrics, dict) else {"": metrics},  # an edit: the plan's checks name it
         error=attrs.get(ERROR_ATTR), seed=attrs.get(SEED_ATTR), retrying=attrs.get(RETRYING_ATTR),
+        waiting=trial.state == TrialState.WAITING,
     )  # fmt: skip
 
 
@@ -310,11 +217,11 @@ class TrialJournal:
             lock.unlink(missing_ok=True)
         elif lock.exists():  # a folder (or a FIFO…) in its place: Optuna could never take its lock
             raise UserInputError(f"{lock} is not Optuna's lock (a symbolic link); move it aside, then run again")
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self.path.parent.mkdir(parents=True, exist_ok=True)  # a search's folder, made with its first trial
         self.storage = journal_storage(self.path)
         fresh = name not in {s.study_name for s in self.storage.get_all_studies()}  # its study made now
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self.study = optuna.create_study(
                 study_name=name,
                 storage=self.storage,
@@ -355,7 +262,7 @@ class TrialJournal:
     def mark_complete(self) -> None:
         """Every trial of an older folder (or of the study's MLflow runs) is in this journal: it holds them in full
         from now on."""
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self.study.set_user_attr(FORMAT_ATTR, FORMAT)
 
     @property
@@ -378,7 +285,7 @@ class TrialJournal:
             params=params, distributions=dists, user_attrs=attrs, system_attrs={},
             intermediate_values={}, trial_id=-1,
         )  # fmt: skip
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self._ids[index] = self.storage.create_new_trial(self._study_id, template_trial=template)
         self._values[index] = {}
 
@@ -387,7 +294,7 @@ class TrialJournal:
         hold yet (a value it holds is not written twice)."""
         held = self._values[index]
         new = [(int(e), float(v)) for e, v in values if math.isfinite(v) and held.get(int(e)) != float(v)]
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             for epoch, value in new:
                 self.storage.set_trial_intermediate_value(self._ids[index], epoch, value)
                 held[epoch] = value
@@ -418,37 +325,57 @@ class TrialJournal:
             if trial_index(trial) is None and REFUSED_ATTR not in trial.user_attrs:
                 fixed = trial.system_attrs.get("fixed_params")
                 trial_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
-                # with the parameters a claim stopped part-way wrote (Trialjournal.claim): handed out as they were
+                # with the parameters an older version's claim stopped part-way wrote: handed out as they were
                 yield trial_id, {**(dict(fixed) if isinstance(fixed, dict) else {}), **trial.params}
 
     def enqueue(self, params: Mapping[str, object]) -> None:
         """A trial with these fixed parameters, WAITING to be handed out (Optuna's ``enqueue_trial``)."""
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self.study.enqueue_trial(dict(params))
 
     def refuse(self, trial_id: int, why: str) -> None:
         """An enqueued trial that cannot be one of the search's (``why``): FAIL, the reason its user attribute."""
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self.storage.set_trial_user_attr(trial_id, REFUSED_ATTR, why)
             self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
-    def claim(self, trial_id: int, index: int, key: str, config: Mapping[str, object]) -> None:
-        """The enqueued trial ``trial_id`` becomes trial ``index`` (``key``), handed out with ``config``: its
-        parameters first, then our key (a trial with its key holds its whole configuration: a driver stopped before
-        the key hands the same trial out again with the parameters written, :meth:`waiting`), then RUNNING."""
-        params, dists, kept = self._params(config)
-        held = self.storage.get_trial(trial_id)
-        enqueued = "fixed_params" in held.system_attrs  # not one handed out before a stop
-        with _refused_writes(self.path):
-            for name, value in params.items():
-                if name not in held.params:
-                    self.storage.set_trial_param(trial_id, name, dists[name].to_internal_repr(value), dists[name])
-            for name, value in {**kept, **({ENQUEUED_ATTR: True} if enqueued else {}), KEY_ATTR: key}.items():
-                self.storage.set_trial_user_attr(trial_id, name, value)
-            if held.state == TrialState.WAITING:
-                self.storage.set_trial_state_values(trial_id, TrialState.RUNNING)
+    def asking(
+        self, index: int, key: str, enqueued: int | None = None, fixed: Mapping[str, object] | None = None
+    ) -> int:
+        """Trial ``index`` (``key``) is about to be sampled (mutransfer._sweep._windowed.ask): its journal trial,
+        WAITING with our key. That is the one a driver stopped part-way through asking left, else the enqueued trial
+        ``enqueued`` (Optuna's ``enqueue_trial``; its ``fixed`` parameters as the search space holds them written
+        before our key, as :meth:`waiting` reads them), else a new one. Returns its trial id; :meth:`started` hands it
+        out once its parameters are written, so a stop in between leaves it WAITING, asked again alike."""
+        trial_id = self._ids.get(index, enqueued)
+        with refused_writes(self.path):
+            if trial_id is None:
+                template = optuna.trial.FrozenTrial(
+                    number=-1, state=TrialState.WAITING, value=None, datetime_start=None, datetime_complete=None,
+                    params={}, distributions={}, user_attrs={KEY_ATTR: key}, system_attrs={},
+                    intermediate_values={}, trial_id=-1,
+                )  # fmt: skip
+                trial_id = self.storage.create_new_trial(self._study_id, template_trial=template)
+            elif index not in self._ids:  # an enqueued trial becomes ours
+                held = self.storage.get_trial(trial_id).params
+                params, dists, _kept = self._params(fixed or {})
+                for name in [n for n in params if n not in held]:
+                    internal = dists[name].to_internal_repr(params[name])
+                    self.storage.set_trial_param(trial_id, name, internal, dists[name])
+                self.storage.set_trial_user_attr(trial_id, ENQUEUED_ATTR, True)
+                self.storage.set_trial_user_attr(trial_id, KEY_ATTR, key)
         self._ids[index] = trial_id
         self._values.setdefault(index, {})
+        return trial_id
+
+    def started(self, index: int) -> dict[str, object]:
+        """Trial ``index``, its parameters written (:meth:`asking`), is handed out: RUNNING. Returns its configuration
+        as the journal holds it."""
+        trial = self.storage.get_trial(self._ids[index])
+        if trial.state == TrialState.WAITING:
+            with refused_writes(self.path):
+                self.storage.set_trial_state_values(self._ids[index], TrialState.RUNNING)
+        return config_of(trial)
 
     def held(self, index: int) -> HeldTrial | None:
         """What the journal holds of trial ``index`` (None where it holds no such trial)."""
@@ -460,7 +387,7 @@ class TrialJournal:
 
     def retrying(self, index: int, failures: int, error: str) -> None:
         """Handed-out trial ``index`` failed ``failures`` times, the last with ``error``, and is retried."""
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self.storage.set_trial_user_attr(self._ids[index], RETRYING_ATTR, {"failures": failures, "error": error})
 
     def finished(
@@ -483,7 +410,7 @@ class TrialJournal:
         if values is None and state == TrialState.COMPLETE:
             state = TrialState.FAIL  # Optuna's COMPLETE holds a value
         self._write_values(index, history)
-        with _refused_writes(self.path):
+        with refused_writes(self.path):
             self.storage.set_trial_user_attr(trial_id, METRICS_ATTR, dict(metrics))
             if error is not None:
                 self.storage.set_trial_user_attr(trial_id, ERROR_ATTR, error)

@@ -7,7 +7,10 @@ the report. The plan keeps the trials in the search's Optuna journal
 (``<study folder>/optuna.journal``, mutransfer._sweep._trial_journal), their one store:
 
 - a RUNNING trial with its configuration, written when the configuration is handed out
-  (before Tune starts the trial);
+  (before Tune starts the trial): a sampled trial is asked on the journal's Optuna study
+  (WAITING with its key, its parameters suggested through Optuna's trial interface by the
+  search's sampler wrapper, :class:`mutransfer._sweep._windowed.WindowedSampler`, then
+  RUNNING); a seed's or a ladder rung's is written as given;
 - each evaluation's validation error, as the trial's intermediate values, written as it is
   reported; the search's Optuna pruner decides there whether the trial stops
   (:meth:`SearchPlan.should_stop`; mutransfer._sweep._asha);
@@ -23,7 +26,8 @@ up to the study's total. A folder written before the journal held every trial (i
 Reproducibility: with ``window`` = w (the concurrency of the study's first session,
 kept in ``state.json``), trial i is handed out only once trials 0 … i-w have their
 outcome, and its configuration is ``sample_config(study, i, results of trials
-0 … i-w in key order)`` (mutransfer._sweep.sampling). The built-in pruner, ASHA
+0 … i-w in key order, as the journal holds them)`` (mutransfer._sweep.sampling, through
+the sampler wrapper). The built-in pruner, ASHA
 (:class:`mutransfer._sweep._asha.WindowedAsha`), compares trial i at a rung with trials
 0 … i-w only, which all finished before trial i started. So the configurations, the stopping decisions and, with deterministic
 training, the results do not depend on the order in which Tune delivers results.
@@ -43,7 +47,8 @@ from mutransfer._sweep._migrate import ADOPT, LOST, MIGRATE, SEED_FILE, journal_
 from mutransfer._sweep._outcome import OUTCOME_METRICS, Outcome, key_index, trial_key, trial_status
 from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, enqueued_params
 from mutransfer._sweep._trial_journal import HeldTrial, TrialJournal, journal_path, read_journal
-from mutransfer._sweep.sampling import sample_config, search_distributions
+from mutransfer._sweep._windowed import WindowedSampler, ask
+from mutransfer._sweep.sampling import search_distributions
 from mutransfer._sweep.trial import read_trial_history
 from mutransfer.errors import UserInputError
 
@@ -114,7 +119,7 @@ def held_trials(
     sweep wrote it. ``seeded(i)``: trial ``i``'s config may lie outside the space (a seed, a rung's)."""
     for i in range(total):
         trial = held.get(i)
-        if trial is None or not trial.config:
+        if trial is None or trial.waiting or not trial.config:  # waiting: being asked when a driver stopped
             if later := sorted(j for j in held if j > i):  # handed out in key order: a gap is damage
                 raise UserInputError(
                     f"{path}: holds trial {trial_key(later[0])} but not {trial_key(i)} before it; restore it from a "
@@ -210,6 +215,8 @@ class SearchPlan:
         self._caught_up: set[int] = set()
         self._space = search_distributions(study)
         self.journal = self._load()
+        #: what samples the search's trials on its journal: the study's sampler (or the API's) over the window's trials
+        self.journal.study.sampler = WindowedSampler(study, self.window, sampler)
         for params in enqueued if not self.journal.study.get_trials(deepcopy=False) else ():
             self.journal.enqueue(params)  # before the search's first trial (Study.enqueue_trial's, kept till now)
         self._queue = [i for i in sorted(self.configs) if i not in self.outcomes]  # resumed first, old keys
@@ -258,34 +265,27 @@ class SearchPlan:
         i = self._next
         if i >= self.total:
             return DONE
-        known = range(0, i - self.window + 1)
-        if any(j not in self.outcomes for j in known):
+        if any(j not in self.outcomes for j in range(0, i - self.window + 1)):
             return None
-        enqueued, fixed = self._enqueued(i)
-        if i < len(self.seeds):
-            config = dict(self.seeds[i][0])
-        elif fixed.keys() >= self._space.keys():
-            config = {name: fixed[name] for name in self._space}
-        else:  # sampled; an enqueued trial's fixed parameters in place of the sampled ones
-            config = {**self._sample(i, known), **fixed}
-        config = json.loads(json.dumps(config))  # exactly what a resumed plan reads back
-        if enqueued is not None:
-            self.journal.claim(enqueued, i, trial_key(i), config)
-        # one write: the trial, its configuration and a seed's provenance (a resume hands it out again from there)
-        self.journal.handed_out(i, trial_key(i), config, self.seeds[i][1] if i < len(self.seeds) else None)
-        (self.trials_dir / trial_key(i)).mkdir(parents=True, exist_ok=True)  # its worker's checkpoints and history
+        key = trial_key(i)
+        if i < len(self.seeds) or self.preset is not None:  # handed out as given, in one write
+            config = json.loads(json.dumps(self.seeds[i][0] if i < len(self.seeds) else self._preset(i)))
+            self.journal.handed_out(i, key, config, self.seeds[i][1] if i < len(self.seeds) else None)
+        else:  # asked through Optuna (a trial a stop left part-way through asking: asked again, alike)
+            enqueued, fixed = self._enqueued()
+            trial_id = self.journal.asking(i, key, enqueued, fixed)
+            ask(self.journal.study, trial_id, self._space)
+            config = self.journal.started(i)
+        (self.trials_dir / key).mkdir(parents=True, exist_ok=True)  # its worker's checkpoints and history
         self.configs[i] = config
         self._next += 1
-        return trial_key(i), dict(self.configs[i])
+        return key, dict(self.configs[i])
 
-    def _enqueued(self, index: int) -> tuple[int | None, dict[str, object]]:
-        """(journal trial id, fixed parameters) of the enqueued trial that becomes trial ``index`` (Optuna's
+    def _enqueued(self) -> tuple[int | None, dict[str, object]]:
+        """(journal trial id, fixed parameters) of the enqueued trial that becomes the next sampled trial (Optuna's
         ``enqueue_trial``: :meth:`mutransfer.Study.enqueue_trial`, or any process writing the journal); (None, {})
-        for none. Seeds, presets and a grid hand out their own configurations; an enqueued trial the search space
-        does not hold is marked FAIL in the journal, with why (its user attribute ``mutransfer.refused``), and
-        skipped."""
-        if index < len(self.seeds) or self.preset is not None:
-            return None, {}
+        for none. A grid hands out its own configurations; an enqueued trial the search space does not hold is marked
+        FAIL in the journal, with why (its user attribute ``mutransfer.refused``), and skipped."""
         if self.study.search.algorithm == "grid" and self.sampler is None:
             return None, {}
         for trial_id, given in self.journal.waiting():
@@ -295,16 +295,8 @@ class SearchPlan:
             self.journal.refuse(trial_id, why)
         return None, {}
 
-    def _sample(self, index: int, known: range) -> dict:
-        if self.preset is not None:
-            return dict(self.preset[index])
-
-        return sample_config(
-            self.study,
-            index,
-            [(self.configs[j], self.outcomes[j].told(self.study.search.objectives)) for j in known],
-            self.sampler,
-        )
+    def _preset(self, index: int) -> dict:
+        return dict((self.preset or [])[index])
 
     # ---- results --------------------------------------------------------------------
     def record(self, key: str, metrics: dict, *, failed: bool, error: str | None = None) -> Outcome:

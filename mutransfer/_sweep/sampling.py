@@ -11,7 +11,8 @@
 
 Nothing here remembers anything between calls: the same arguments give the same
 configuration on any call, in any process, whatever the order in which results arrived.
-Which results ``told`` holds is decided by :class:`mutransfer._sweep.plan.SearchPlan`.
+Which results ``told`` holds is decided by the search's sampler wrapper on its Optuna journal
+(:class:`mutransfer._sweep._windowed.WindowedSampler`: trials 0 … i-w, as the journal holds them).
 """
 
 from __future__ import annotations

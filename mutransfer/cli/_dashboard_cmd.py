@@ -47,7 +47,7 @@ class _QuietHandler(WSGIRequestHandler):
 def run_dashboard_cmd(args: argparse.Namespace) -> int:
     from optuna_dashboard import wsgi  # noqa: PLC0415 -- deferred: imports optuna and bottle, only this command needs them
 
-    from mutransfer._sweep._trial_journal import JOURNAL_FILE, journal_storage  # noqa: PLC0415 -- deferred: as above
+    from mutransfer._sweep._journal_file import JOURNAL_FILE, journal_storage  # noqa: PLC0415 -- deferred: as above
 
     root = resolve_study_dir(args.study, args.runs_dir)
     StudyDir(root).check_links()  # the journal it serves (and writes) stays inside the folder

@@ -176,7 +176,8 @@ def test_trials_enqueued_in_the_journal_are_handed_out_before_sampling(tmp_path)
     written, not its key) hands it out with the parameters written."""
     import optuna
 
-    from mutransfer._sweep._trial_journal import journal_path, journal_storage
+    from mutransfer._sweep._journal_file import journal_storage
+    from mutransfer._sweep._trial_journal import journal_path
 
     study, trials = _study(trials=4), tmp_path / "trials"
     plan = SearchPlan(study, trials, 1)
@@ -448,7 +449,8 @@ def test_a_trial_of_ours_ended_from_outside_is_taken_as_ended_and_a_gap_in_the_j
 def test_a_process_holding_the_journal_open_sets_a_cut_write_aside_before_it_writes(tmp_path):
     """Found by review: a dashboard (or Study.optuna_study) opened before a driver was killed as it wrote appended its
     next entry to the cut line, damaging the journal for good. Its writes now set the cut bytes aside first."""
-    from mutransfer._sweep._trial_journal import check_journal, journal_path, journal_storage
+    from mutransfer._sweep._journal_file import check_journal, journal_storage
+    from mutransfer._sweep._trial_journal import journal_path
 
     study, trials = _study(trials=2), tmp_path / "trials"
     SearchPlan(study, trials, 1).next_trial()
@@ -500,3 +502,68 @@ def test_a_journal_of_format_2_without_trial_files_is_taken_as_it_is(tmp_path):
     again = SearchPlan(study, trials, 1)
     assert again.outcomes[0].value == 0.3 and again.configs == plan.configs
     assert journal_of(trials, study.name).user_attrs[FORMAT_ATTR] == FORMAT
+
+
+def test_the_search_samples_through_optuna_from_the_window_as_the_journal_holds_it(tmp_path):
+    """Each sampled trial is asked on the journal's Optuna study through its sampler wrapper
+    (mutransfer._sweep._windowed.WindowedSampler): the same configurations as mutransfer._sweep.sampling.sample_config
+    of the window's results. The wrapper refuses a trial whose window has not ended, and a trial not of the search."""
+    from mutransfer._sweep._windowed import WindowedSampler, ask
+    from mutransfer._sweep.sampling import sample_config
+
+    study = _study(trials=6)
+    plan = _run(study, tmp_path / "trials", 2, order="lifo")
+    for i in range(6):
+        told = [(plan.configs[j], plan.outcomes[j].value) for j in range(i - 1)]
+        assert plan.configs[i] == sample_config(study, i, told)
+    assert isinstance(plan.journal.study.sampler, WindowedSampler)
+
+    early = SearchPlan(study, tmp_path / "early" / "trials", 1)
+    early.next_trial()  # t0000 running
+    trial_id = early.journal.asking(1, "t0001")
+    with pytest.raises(ValueError, match="trial t0001 asked before trial t0000 ended"):
+        ask(early.journal.study, trial_id, early._space)
+    stranger = optuna.trial.create_trial(state=optuna.trial.TrialState.WAITING)  # another tool's: no key of ours
+    with pytest.raises(ValueError, match="carries no mutransfer key"):
+        early.journal.study.sampler.sample_relative(early.journal.study, stranger, {})
+
+
+@pytest.mark.parametrize("enqueued", [False, True])
+def test_a_driver_stopped_while_a_trial_was_asked_asks_it_again_alike(tmp_path, enqueued):
+    """A driver stopped after the journal trial of t0001 took our key, with part of its parameters written: a resume
+    does not take it as handed out (nor as damage), asks it again with the same configuration as a run never stopped,
+    and the journal holds t0001 once. An enqueued trial being claimed keeps its fixed parameters and is not claimed
+    twice."""
+    import optuna
+
+    from tests.journal_helpers import journal_of
+
+    study = _study(trials=4)
+
+    def begin(trials):
+        plan = SearchPlan(study, trials, 1)
+        if enqueued:
+            journal_of(trials, study.name).enqueue_trial({"batch_size": 20})
+            journal_of(trials, study.name).enqueue_trial({"batch_size": 10})
+        key, _config = plan.next_trial()
+        plan.record(key, {"epoch": 8, "val_error": 0.3}, failed=False)
+        return plan
+
+    whole = begin(tmp_path / "whole" / "trials")
+    expected = whole.next_trial()
+    stopped = begin(tmp_path / "stopped" / "trials")
+    enqueued_id, fixed = stopped._enqueued() if enqueued else (None, {})
+    trial_id = stopped.journal.asking(1, "t0001", enqueued_id, fixed)
+    trial = optuna.trial.Trial(stopped.journal.study, trial_id)
+    trial.suggest_float("lr", 3e-4, 3e-2, log=True)  # then the driver stopped: batch_size not written yet
+    resumed = SearchPlan(study, tmp_path / "stopped" / "trials", 1)
+    assert sorted(resumed.configs) == [0]
+    assert resumed.next_trial() == expected
+    keys = [
+        t.user_attrs.get("mutransfer.trial_id")
+        for t in journal_of(tmp_path / "stopped" / "trials", study.name).get_trials()
+    ]
+    assert keys.count("t0001") == 1 and (not enqueued or expected[1]["batch_size"] == 10)
+    assert (resumed.next_trial() is None) and SearchPlan(
+        study, tmp_path / "stopped" / "trials", 1
+    ).next_trial() == expected

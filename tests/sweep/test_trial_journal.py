@@ -8,7 +8,8 @@ import subprocess
 import pytest
 from optuna.distributions import FloatDistribution
 
-from mutransfer._sweep._trial_journal import TrialJournal, _refused_writes
+from mutransfer._sweep._journal_file import refused_writes as _refused_writes
+from mutransfer._sweep._trial_journal import TrialJournal
 from mutransfer.cli.main import UNWRITABLE
 
 SPACE = {"lr": FloatDistribution(1e-4, 1e-1, log=True)}
