@@ -6,9 +6,9 @@ search's sampler wrapper (mutransfer._sweep._windowed.WindowedSampler), against 
 A search of N trials is driven without training, as tests/sweep/test_sweep_plan.py does (window 2, 20 epochs, ASHA
 at 2, 4, 8, 16, each trial reporting every epoch until it ends), with TPE and with random sampling. For the trials of
 its last quarter (the journal then holds most of the search) it times ``SearchPlan.next_trial`` (the trial written
-WAITING with its key, its parameters suggested through Optuna's trial interface, the window's results read back from
-the journal, RUNNING) and, with the same results, ``sample_config`` alone (the seeded sampler over those results: the
-part that was there before the wrapper). Numbers go to docs/benchmarks.md ("Asking a trial on the journal").
+with its key while it is asked, its parameters suggested through Optuna's trial interface, the window's results read
+back from the journal, then marked handed out) and, with the same results, ``sample_config`` alone (the seeded
+sampler over those results: the part that was there before the wrapper). Numbers go to docs/benchmarks.md ("Asking a trial on the journal").
 """
 
 from __future__ import annotations

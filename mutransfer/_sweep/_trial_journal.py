@@ -1,7 +1,9 @@
 """The proxy trials of a search in an Optuna storage: ``<study folder>/optuna.journal``, one Optuna study per search.
 
 The plan (:class:`mutransfer._sweep.plan.SearchPlan`) writes each trial there as it goes: a RUNNING trial when its
-configuration is handed out (so Optuna's trial number is our trial's index), finished when its outcome is recorded,
+configuration is handed out (a sampled one is asked there, its parameters suggested through Optuna's trial interface
+by the search's sampler wrapper, mutransfer._sweep._windowed, while it holds :data:`ASKING_ATTR`), finished when its
+outcome is recorded,
 with its value (the last validation relative L2), its validation error at every evaluated epoch as Optuna's
 intermediate values, and our key and status as user attributes. So ``optuna.load_study`` and optuna-dashboard open a
 mutransfer study (``mutransfer dashboard STUDY``; docs/api.md)::
@@ -39,6 +41,8 @@ from mutransfer.errors import UserInputError
 KEY_ATTR, STATUS_ATTR = "mutransfer.trial_id", "mutransfer.status"
 #: user attributes of a trial enqueued with Optuna's ``enqueue_trial``: handed out as one of ours (True), or why not
 ENQUEUED_ATTR, REFUSED_ATTR = "mutransfer.enqueued", "mutransfer.refused"
+#: user attribute of one of our trials while its parameters are being sampled (True; False once handed out)
+ASKING_ATTR = "mutransfer.asking"
 #: user attributes of what the driver knows of a trial besides its parameters and value: a seeded trial's provenance
 #: (a strategy's seed_trials: a warm start's), its last failure while it is retried, and how it ended (its last
 #: reported metrics; a failed one's error; warm_start.json and retrying.json held the first two in a study folder of
@@ -110,7 +114,7 @@ class HeldTrial:
     """What a journal holds of one of the search's trials: its ``config``; ``status`` (completed | pruned | diverged
     | failed) and last reported ``metrics`` once it ended, ``error`` a failed one's; ``seed``, a seeded trial's
     provenance; ``retrying``, its last failure while it is retried ({"failures": n, "error": text}); ``waiting``: not
-    handed out yet (a driver stopped while its parameters were being sampled, :meth:`TrialJournal.asking`)."""
+    handed out yet (a driver stopped while its parameters were sampled, :meth:`TrialJournal.asking`)."""
 
     config: dict[str, object]
     status: str | None
@@ -142,7 +146,7 @@ def held_of(trial: optuna.trial.FrozenTrial) -> HeldTrial:
         config=config_of(trial), status=None if status is None else str(status),
         metrics=dict(metrics) if isinstance(metrics, dict) else {"": metrics},  # an edit: the plan's checks name it
         error=attrs.get(ERROR_ATTR), seed=attrs.get(SEED_ATTR), retrying=attrs.get(RETRYING_ATTR),
-        waiting=trial.state == TrialState.WAITING,
+        waiting=trial.state == TrialState.WAITING or attrs.get(ASKING_ATTR) is True,
     )  # fmt: skip
 
 
@@ -325,7 +329,7 @@ class TrialJournal:
             if trial_index(trial) is None and REFUSED_ATTR not in trial.user_attrs:
                 fixed = trial.system_attrs.get("fixed_params")
                 trial_id = self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial.number)
-                # with the parameters an older version's claim stopped part-way wrote: handed out as they were
+                # with the parameters a claim stopped before our key wrote (TrialJournal.asking): kept as they are
                 yield trial_id, {**(dict(fixed) if isinstance(fixed, dict) else {}), **trial.params}
 
     def enqueue(self, params: Mapping[str, object]) -> None:
@@ -343,38 +347,42 @@ class TrialJournal:
         self, index: int, key: str, enqueued: int | None = None, fixed: Mapping[str, object] | None = None
     ) -> int:
         """Trial ``index`` (``key``) is about to be sampled (mutransfer._sweep._windowed.ask): its journal trial,
-        WAITING with our key. That is the one a driver stopped part-way through asking left, else the enqueued trial
-        ``enqueued`` (Optuna's ``enqueue_trial``; its ``fixed`` parameters as the search space holds them written
-        before our key, as :meth:`waiting` reads them), else a new one. Returns its trial id; :meth:`started` hands it
-        out once its parameters are written, so a stop in between leaves it WAITING, asked again alike."""
+        RUNNING with our key and :data:`ASKING_ATTR`. That is the one a driver stopped part-way through asking left,
+        else the enqueued trial ``enqueued`` (Optuna's ``enqueue_trial``; its ``fixed`` parameters as the search space
+        holds them written before our key, as :meth:`waiting` reads them), else a new one: RUNNING, so Optuna's own
+        ``ask`` (which takes WAITING trials) never takes it. Returns its trial id; :meth:`started` hands it out once
+        its parameters are written, so a stop in between leaves it asking, asked again alike."""
         trial_id = self._ids.get(index, enqueued)
         with refused_writes(self.path):
             if trial_id is None:
                 template = optuna.trial.FrozenTrial(
-                    number=-1, state=TrialState.WAITING, value=None, datetime_start=None, datetime_complete=None,
-                    params={}, distributions={}, user_attrs={KEY_ATTR: key}, system_attrs={},
+                    number=-1, state=TrialState.RUNNING, value=None, datetime_start=None, datetime_complete=None,
+                    params={}, distributions={}, user_attrs={KEY_ATTR: key, ASKING_ATTR: True}, system_attrs={},
                     intermediate_values={}, trial_id=-1,
                 )  # fmt: skip
                 trial_id = self.storage.create_new_trial(self._study_id, template_trial=template)
-            elif index not in self._ids:  # an enqueued trial becomes ours
-                held = self.storage.get_trial(trial_id).params
-                params, dists, _kept = self._params(fixed or {})
-                for name in [n for n in params if n not in held]:
-                    internal = dists[name].to_internal_repr(params[name])
-                    self.storage.set_trial_param(trial_id, name, internal, dists[name])
-                self.storage.set_trial_user_attr(trial_id, ENQUEUED_ATTR, True)
-                self.storage.set_trial_user_attr(trial_id, KEY_ATTR, key)
+            else:
+                held = self.storage.get_trial(trial_id)
+                if index not in self._ids:  # an enqueued trial becomes ours
+                    params, dists, _kept = self._params(fixed or {})
+                    for name in [n for n in params if n not in held.params]:
+                        internal = dists[name].to_internal_repr(params[name])
+                        self.storage.set_trial_param(trial_id, name, internal, dists[name])
+                    for name, value in ((ENQUEUED_ATTR, True), (ASKING_ATTR, True), (KEY_ATTR, key)):
+                        self.storage.set_trial_user_attr(trial_id, name, value)
+                if held.state == TrialState.WAITING:
+                    self.storage.set_trial_state_values(trial_id, TrialState.RUNNING)
         self._ids[index] = trial_id
         self._values.setdefault(index, {})
         return trial_id
 
     def started(self, index: int) -> dict[str, object]:
-        """Trial ``index``, its parameters written (:meth:`asking`), is handed out: RUNNING. Returns its configuration
-        as the journal holds it."""
+        """Trial ``index``, its parameters written (:meth:`asking`), is handed out. Returns its configuration as the
+        journal holds it."""
         trial = self.storage.get_trial(self._ids[index])
-        if trial.state == TrialState.WAITING:
+        if trial.user_attrs.get(ASKING_ATTR):
             with refused_writes(self.path):
-                self.storage.set_trial_state_values(self._ids[index], TrialState.RUNNING)
+                self.storage.set_trial_user_attr(self._ids[index], ASKING_ATTR, False)
         return config_of(trial)
 
     def held(self, index: int) -> HeldTrial | None:

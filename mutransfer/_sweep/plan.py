@@ -8,9 +8,9 @@ the report. The plan keeps the trials in the search's Optuna journal
 
 - a RUNNING trial with its configuration, written when the configuration is handed out
   (before Tune starts the trial): a sampled trial is asked on the journal's Optuna study
-  (WAITING with its key, its parameters suggested through Optuna's trial interface by the
-  search's sampler wrapper, :class:`mutransfer._sweep._windowed.WindowedSampler`, then
-  RUNNING); a seed's or a ladder rung's is written as given;
+  (RUNNING with its key and ``mutransfer.asking`` while its parameters are suggested through
+  Optuna's trial interface by the search's sampler wrapper,
+  :class:`mutransfer._sweep._windowed.WindowedSampler`); a seed's or a ladder rung's is written as given;
 - each evaluation's validation error, as the trial's intermediate values, written as it is
   reported; the search's Optuna pruner decides there whether the trial stops
   (:meth:`SearchPlan.should_stop`; mutransfer._sweep._asha);
@@ -43,6 +43,7 @@ import optuna
 
 from mutransfer._study import Study
 from mutransfer._sweep._asha import WindowedAsha, rung_milestones
+from mutransfer._sweep._journal_file import refused_writes
 from mutransfer._sweep._migrate import ADOPT, LOST, MIGRATE, SEED_FILE, journal_state, migrate, read_trials
 from mutransfer._sweep._outcome import OUTCOME_METRICS, Outcome, key_index, trial_key, trial_status
 from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, enqueued_params
@@ -119,14 +120,18 @@ def held_trials(
     sweep wrote it. ``seeded(i)``: trial ``i``'s config may lie outside the space (a seed, a rung's)."""
     for i in range(total):
         trial = held.get(i)
-        if trial is None or trial.waiting or not trial.config:  # waiting: being asked when a driver stopped
+        where = f"{path} (trial {trial_key(i)})"
+        if trial is not None and trial.waiting:  # being asked when a driver stopped: what it holds must fit
+            if not set(trial.config) <= set(space):
+                check_config_keys(where, trial.config, space)
+            check_config(where, trial.config, {k: space[k] for k in trial.config}, False)
+        if trial is None or trial.waiting or not trial.config:
             if later := sorted(j for j in held if j > i):  # handed out in key order: a gap is damage
                 raise UserInputError(
                     f"{path}: holds trial {trial_key(later[0])} but not {trial_key(i)} before it; restore it from a "
                     "copy, or rebuild it from the study's MLflow runs with `mutransfer sweep --resume --rebuild-state`"
                 )
             return  # the first trial not handed out yet ends them
-        where = f"{path} (trial {trial_key(i)})"
         check_config_keys(where, trial.config, space)
         check_config(where, trial.config, space, seeded(i))
         if trial.status is None:
@@ -274,7 +279,14 @@ class SearchPlan:
         else:  # asked through Optuna (a trial a stop left part-way through asking: asked again, alike)
             enqueued, fixed = self._enqueued()
             trial_id = self.journal.asking(i, key, enqueued, fixed)
-            ask(self.journal.study, trial_id, self._space)
+            try:
+                with refused_writes(self.journal.path):
+                    ask(self.journal.study, trial_id, self._space)
+            except ValueError as exc:  # a parameter written before a stop, edited since to another distribution
+                raise UserInputError(
+                    f"{self.journal.path} (trial {key}): {exc}; restore it from a copy, or start a new study with "
+                    "--name NEW"
+                ) from None
             config = self.journal.started(i)
         (self.trials_dir / key).mkdir(parents=True, exist_ok=True)  # its worker's checkpoints and history
         self.configs[i] = config

@@ -556,14 +556,33 @@ def test_a_driver_stopped_while_a_trial_was_asked_asks_it_again_alike(tmp_path, 
     trial_id = stopped.journal.asking(1, "t0001", enqueued_id, fixed)
     trial = optuna.trial.Trial(stopped.journal.study, trial_id)
     trial.suggest_float("lr", 3e-4, 3e-2, log=True)  # then the driver stopped: batch_size not written yet
+    ostudy = journal_of(tmp_path / "stopped" / "trials", study.name)
+    other = ostudy.ask()  # Optuna's own ask, from another process (found by review): it takes no trial of ours
+    assert "mutransfer.trial_id" not in ostudy.trials[other.number].user_attrs
     resumed = SearchPlan(study, tmp_path / "stopped" / "trials", 1)
     assert sorted(resumed.configs) == [0]
     assert resumed.next_trial() == expected
-    keys = [
-        t.user_attrs.get("mutransfer.trial_id")
-        for t in journal_of(tmp_path / "stopped" / "trials", study.name).get_trials()
-    ]
+    keys = [t.user_attrs.get("mutransfer.trial_id") for t in ostudy.get_trials()]
     assert keys.count("t0001") == 1 and (not enqueued or expected[1]["batch_size"] == 10)
     assert (resumed.next_trial() is None) and SearchPlan(
         study, tmp_path / "stopped" / "trials", 1
     ).next_trial() == expected
+
+
+def test_a_trial_being_asked_that_was_edited_is_refused_before_it_runs(tmp_path):
+    """Found by review: a trial a stop left part-way through being asked skipped the checks of a handed-out trial, so
+    a value edited into it (lr 50, outside the space) was trained. It is refused in one line, before anything runs."""
+    from mutransfer._sweep.plan import check_trial_files
+    from mutransfer.errors import UserInputError
+    from tests.journal_helpers import journal_of
+
+    study, trials = _study(trials=4), tmp_path / "trials"
+    plan = SearchPlan(study, trials, 1)
+    key, _config = plan.next_trial()
+    plan.record(key, {"epoch": 8, "val_error": 0.3}, failed=False)
+    trial_id = plan.journal.asking(1, "t0001")
+    lr = optuna.distributions.FloatDistribution(1e-4, 100.0, log=True)
+    journal_of(trials, study.name)._storage.set_trial_param(trial_id, "lr", lr.to_internal_repr(50.0), lr)
+    for reads in (lambda: check_trial_files(study, trials), lambda: SearchPlan(study, trials, 1)):
+        with pytest.raises(UserInputError, match=r"optuna.journal \(trial t0001\): lr '50.0' is not a value of"):
+            reads()
