@@ -291,7 +291,7 @@ def test_the_notebook_session_of_docs_api_runs_cell_by_cell(tmp_path, monkeypatc
     import re
 
     text = (ROOT / "docs" / "api.md").read_text()
-    part = text[text.index("## A notebook session") : text.index("## What is not there yet")]
+    part = text[text.index("## A notebook session") : text.index("## Where a study's trials live")]
     cells = re.findall(r"```python\n(.*?)```", part, re.S)
     assert len(cells) == 4
     monkeypatch.chdir(tmp_path)
