@@ -15,7 +15,7 @@ import optuna
 from mutransfer._api.spec import StudySpec
 from mutransfer._study import Study
 from mutransfer._study_folder.state import JOURNAL_FILE
-from mutransfer._sweep._journal_file import journal_storage
+from mutransfer._sweep._journal_file import journal_storage, load_journal
 from mutransfer._sweep._trial_files import enqueued_params
 from mutransfer._sweep._trial_journal import trial_index
 from mutransfer._sweep.sampling import search_distributions
@@ -61,13 +61,11 @@ def enqueue(
 
 def holds_trials(study_dir: Path, name: str) -> bool:
     """Whether the study's journal holds a trial: the search has written the pending enqueued ones there."""
-    path = study_dir / JOURNAL_FILE
-    if not path.is_file():
-        return False
     try:
-        return bool(optuna.load_study(study_name=name, storage=journal_storage(path)).get_trials(deepcopy=False))
-    except (KeyError, UserInputError):  # no study in it yet, or a write caught half-way: not yet
+        study = load_journal(study_dir / JOURNAL_FILE, name)
+    except UserInputError:  # a write caught half-way: not yet
         return False
+    return study is not None and bool(study.get_trials(deepcopy=False))
 
 
 def _journal_study(path: Path, study: Study) -> optuna.Study:

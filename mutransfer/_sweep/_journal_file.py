@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
@@ -42,6 +43,18 @@ def journal_storage(path: str | Path) -> JournalStorage:
     write (:class:`_MendingBackend`), so opening it writes nothing."""
     check_journal(Path(path))
     return JournalStorage(_MendingBackend(str(path)))
+
+
+def load_journal(path: Path, name: str) -> optuna.Study | None:
+    """The Optuna study ``name`` of the journal at ``path``, opened without writing anything; None where there is no
+    journal file (Optuna would make one) or it holds no study of that name. A damaged journal is one line
+    (:func:`check_journal`)."""
+    if not path.is_file():
+        return None
+    try:
+        return optuna.load_study(study_name=name, storage=journal_storage(path))
+    except KeyError:
+        return None
 
 
 def check_journal(path: Path) -> None:

@@ -27,12 +27,11 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import optuna
 from optuna.trial import TrialState
 
 from mutransfer._study import Study
 from mutransfer._study_folder.state import JOURNAL_FILE, write_atomic
-from mutransfer._sweep._journal_file import check_journal, journal_storage
+from mutransfer._sweep._journal_file import check_journal, load_journal
 from mutransfer._sweep._outcome import Outcome, trial_key
 from mutransfer._sweep._trial_files import check_config, check_config_keys, check_outcome, read_trial_json, refuse_link
 from mutransfer._sweep._trial_journal import (
@@ -103,7 +102,7 @@ def journal_state(trials_dir: Path, name: str) -> str:
     if trials_dir.exists() and not trials_dir.is_dir():
         raise UserInputError(f"{trials_dir} is not a folder; move it aside, then resume again")
     files = (trials_dir / trial_key(0) / CONFIG_FILE).exists() and not path.with_name(MIGRATED_FILE).exists()
-    study = _study(path, name) if path.is_file() and path.stat().st_size else None
+    study = load_journal(path, name) if path.is_file() and path.stat().st_size else None
     folders = trials_dir.is_dir() and any(p.is_dir() for p in trials_dir.iterdir())
     if study is None:
         return MIGRATE if files else LOST if folders else NEW
@@ -147,7 +146,7 @@ def _set_aside(path: Path, name: str) -> list[dict]:
     left is removed: the files it was written from are still there). Returns the fixed parameters of the trials the
     newest former journal holds waiting, read after the move, so a migration stopped at any point reads them again."""
     if path.exists():
-        current = _study(path, name)
+        current = load_journal(path, name)
         if current is not None and current.user_attrs.get(MIGRATING_ATTR):
             path.unlink()
         else:
@@ -156,18 +155,10 @@ def _set_aside(path: Path, name: str) -> list[dict]:
         (p for p in path.parent.glob(FORMER_JOURNAL + "*") if not p.name.endswith(".lock")),
         key=lambda p: (len(p.name), p.name),
     )  # .v1, .v1.2, …
-    former = _study(formers[-1], name) if formers else None
+    former = load_journal(formers[-1], name) if formers else None
     waiting = [] if former is None else former.get_trials(deepcopy=False, states=(TrialState.WAITING,))
     kept = [dict(t.system_attrs.get("fixed_params") or {}) for t in waiting if trial_index(t) is None]
     return [params for params in kept if params]
-
-
-def _study(path: Path, name: str) -> optuna.Study | None:
-    """The Optuna study ``name`` of the journal at ``path`` (None where it holds none)."""
-    try:
-        return optuna.load_study(study_name=name, storage=journal_storage(path))
-    except KeyError:
-        return None
 
 
 def free_name(path: Path) -> Path:

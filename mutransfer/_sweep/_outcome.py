@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from mutransfer._sweep.sampling import PRUNED
+from mutransfer._sweep.sampling import PRUNED, Told
 
 #: the last result's metrics an outcome keeps (mutransfer._sweep.trial.TrialReport, and Tune's wall time)
 OUTCOME_METRICS = (
@@ -64,7 +64,7 @@ class Outcome:
             return None
         return float(value)
 
-    def told(self, objectives: str) -> float | tuple[float, float] | str | None:
+    def told(self, objectives: str) -> Told:
         """What a search on ``objectives`` (``search.objectives``) tells its sampler of this trial: its
         :attr:`value`; for ``error+seconds``, (validation error, training seconds) of a trial that ran its whole
         budget, :data:`~mutransfer._sweep.sampling.PRUNED` for a pruned one (its seconds are a part of a training's;

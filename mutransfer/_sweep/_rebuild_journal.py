@@ -28,10 +28,19 @@ from mutransfer._sweep._outcome import OUTCOME_METRICS, Outcome, trial_key
 from mutransfer._sweep._trial_files import OUTCOME_STATUSES
 from mutransfer._sweep._trial_journal import TrialJournal, journal_path, read_journal
 from mutransfer._sweep.parent_run import FOLDER_TAG
+from mutransfer._sweep.plan import key_number
 from mutransfer._sweep.sampling import search_distributions
 from mutransfer._sweep.warm_plan import WARM_FROM_TAG
 from mutransfer._tracking._sqlite_file import sqlite_path
-from mutransfer._tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker
+from mutransfer._tracking.runs import (
+    ERROR_TAG,
+    KIND_TAG,
+    STATUS_TAG,
+    STUDY_TAG,
+    SUPERSEDED_TAG,
+    TRIAL_ID_TAG,
+    Tracker,
+)
 from mutransfer.errors import UserInputError
 
 #: where a damaged journal goes when it is rebuilt
@@ -86,7 +95,7 @@ def rebuild_journal(tracker: Tracker, experiment_id: str, parent_run_id: str, st
     runs = {
         run.data.tags[TRIAL_ID_TAG]: run
         for run in tracker.children(experiment_id, parent_run_id, "proxy_trial")
-        if TRIAL_ID_TAG in run.data.tags and run.data.tags.get("mutransfer.superseded") != "true"
+        if TRIAL_ID_TAG in run.data.tags and run.data.tags.get(SUPERSEDED_TAG) != "true"
     }
     space = search_distributions(study)
     if path.exists():
@@ -106,7 +115,7 @@ def rebuild_journal(tracker: Tracker, experiment_id: str, parent_run_id: str, st
         if run.info.status not in ("FINISHED", "FAILED") or status not in OUTCOME_STATUSES:
             continue  # handed out, not ended: it continues from its checkpoint
         metrics = _metrics(run, str(status))
-        error = tags.get("mutransfer.error") if status == "failed" else None
+        error = tags.get(ERROR_TAG) if status == "failed" else None
         told = Outcome(str(status), metrics, error).told(study.search.objectives)
         history = [
             (int(m.step), float(m.value))
@@ -132,11 +141,10 @@ def _supersede(tracker: Tracker, runs: dict, trials_dir: Path, taken: int) -> in
     """Set aside what the trials from key ``taken`` on left, since those keys are handed out again: their runs tagged
     ``mutransfer.superseded`` (a new run is logged for the new trial), their folders (a checkpoint or done.json of
     another configuration would be resumed or replayed) moved to :data:`SUPERSEDED_DIR`. Returns the runs set aside."""
-    first = trial_key(taken)
-    left = sorted(key for key in runs if key >= first)
+    left = sorted(key for key in runs if key_number(key) > taken)
     for key in left:
-        tracker.set_tags(runs[key].info.run_id, {"mutransfer.superseded": "true"})
-    folders = sorted(p for p in trials_dir.glob("t*") if p.is_dir() and p.name >= first) if trials_dir.is_dir() else []
+        tracker.set_tags(runs[key].info.run_id, {SUPERSEDED_TAG: "true"})
+    folders = [p for p in sorted(trials_dir.glob("t*")) if p.is_dir() and key_number(p.name) > taken]
     for folder in folders:
         (trials_dir.parent / SUPERSEDED_DIR).mkdir(exist_ok=True)
         folder.rename(free_name(trials_dir.parent / SUPERSEDED_DIR / folder.name))

@@ -34,7 +34,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from mutransfer._study_folder.state import JOURNAL_FILE, JOURNAL_LOCK
-from mutransfer._sweep._journal_file import journal_storage, refused_writes
+from mutransfer._sweep._journal_file import journal_storage, load_journal, refused_writes
 from mutransfer.errors import UserInputError
 
 #: user attributes of each Optuna trial: our key (``t0003``) and our status (completed | pruned | diverged | failed)
@@ -155,13 +155,11 @@ def read_journal(path: Path, name: str, *, complete: bool = True) -> dict[int, H
     (another driver may be running that study); None where there is no journal holding every trial in full (one
     written before :data:`FORMAT_ATTR`, damaged, or none; ``complete=False``: whatever it holds): a folder from
     before holds them in its trial files (mutransfer._sweep._migrate)."""
-    if not path.is_file():
-        return None
     try:
-        study = optuna.load_study(study_name=name, storage=journal_storage(path))
-    except (KeyError, UserInputError):  # no such study in it, or damaged
+        study = load_journal(path, name)
+    except UserInputError:  # damaged
         return None
-    if complete and study.user_attrs.get(FORMAT_ATTR) != FORMAT:
+    if study is None or (complete and study.user_attrs.get(FORMAT_ATTR) != FORMAT):
         return None
     return {i: held_of(t) for t in study.get_trials(deepcopy=False) if (i := trial_index(t)) is not None}
 
@@ -178,11 +176,11 @@ class EndedTrials:
     def of(self, key: str) -> HeldTrial | None:
         """What the journal holds of trial ``key`` once it ended (None: no journal, or not ended there)."""
         if self._study is None:
-            if not self.path.is_file():  # Optuna would make it
-                return None
             try:
-                self._study = optuna.load_study(study_name=self.name, storage=journal_storage(self.path))
-            except (KeyError, UserInputError):  # no journal of that study (a logger fed by no plan)
+                self._study = load_journal(self.path, self.name)
+            except UserInputError:  # damaged: the resume that reads it says so
+                return None
+            if self._study is None:  # no journal of that study (a logger fed by no plan)
                 return None
         ended = [t for t in self._study.get_trials(deepcopy=False) if t.user_attrs.get(KEY_ATTR) == key]
         return held_of(ended[-1]) if ended and ended[-1].state.is_finished() else None
@@ -313,14 +311,6 @@ class TrialJournal:
         if index not in self.done:  # a finished trial's values are final
             self._write_values(index, values)
         return self.storage.get_trial(self._ids[index])
-
-    def trial_id(self, index: int) -> int | None:
-        """Optuna's trial id of trial ``index`` in the journal (None where it holds none)."""
-        return self._ids.get(index)
-
-    def config(self, index: int) -> dict[str, object]:
-        """What the journal holds of trial ``index``'s configuration (:func:`config_of`; {} where it holds none)."""
-        return {} if index not in self._ids else config_of(self.storage.get_trial(self._ids[index]))
 
     def waiting(self) -> Iterator[tuple[int, dict[str, object]]]:
         """(trial id, fixed parameters) of the trials enqueued in the journal (Optuna's ``enqueue_trial``, from

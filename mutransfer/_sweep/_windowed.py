@@ -21,10 +21,7 @@ from optuna.trial import FrozenTrial
 from mutransfer._study import Study
 from mutransfer._sweep._outcome import Outcome, trial_key
 from mutransfer._sweep._trial_journal import held_of, trial_index
-from mutransfer._sweep.sampling import sample_config, search_distributions
-
-#: a value told to the sampler: a validation error, (error, seconds), PRUNED, or None (failed)
-Told = float | tuple[float, float] | str | None
+from mutransfer._sweep.sampling import Told, sample_config, search_distributions
 
 
 class WindowedSampler(optuna.samplers.BaseSampler):

@@ -42,7 +42,7 @@ from mutransfer._sweep.plan import SearchPlan, trial_key
 from mutransfer._sweep.search import lanes
 from mutransfer._sweep.session import NO_EARLY_TARGET, Made, Session
 from mutransfer._sweep.trial_logger import TrialLogger
-from mutransfer._tracking.runs import TRIAL_ID_TAG, Tracker
+from mutransfer._tracking.runs import SUPERSEDED_TAG, TRIAL_ID_TAG, Tracker
 
 if TYPE_CHECKING:
     from mutransfer._study import Study
@@ -290,12 +290,12 @@ def collect_trials(study, plan, logger) -> list[TrialRecord]:
     every = tracker.children(logger.experiment_id, logger.parent_run_id, "proxy_trial")
     for child in every:
         tid = child.data.tags.get(TRIAL_ID_TAG)
-        if tid not in keys and child.data.tags.get("mutransfer.superseded") != "true":
-            tracker.set_tags(child.info.run_id, {"mutransfer.superseded": "true"})
+        if tid not in keys and child.data.tags.get(SUPERSEDED_TAG) != "true":
+            tracker.set_tags(child.info.run_id, {SUPERSEDED_TAG: "true"})
         if tid not in keys and child.info.status == "RUNNING":  # started by a driver that died; its trial is gone
             tracker.set_status(child.info.run_id, "KILLED")
     children = {  # a key's run: not one set aside when its key was handed out again (mutransfer._sweep._rebuild_journal)
-        c.data.tags.get(TRIAL_ID_TAG): c for c in every if c.data.tags.get("mutransfer.superseded") != "true"
+        c.data.tags.get(TRIAL_ID_TAG): c for c in every if c.data.tags.get(SUPERSEDED_TAG) != "true"
     }
     trials = [_record(study, i, key, plan, children.get(key)) for i, key in enumerate(keys)]
     best = pick_best(trials)

@@ -28,6 +28,9 @@ from mutransfer._study.samplers import named_sampler
 
 #: what a two-objective search tells its sampler of a pruned trial (mutransfer._sweep.plan.Outcome.told)
 PRUNED = "pruned"
+#: what the sampler is told of a trial: its validation error, (error, training seconds) in a two-objective search,
+#: :data:`PRUNED`, or None (failed)
+Told = float | tuple[float, float] | str | None
 
 
 def trial_seed(seed: int, index: int) -> int:
@@ -57,7 +60,7 @@ def grid_config(study: Study, index: int) -> dict:
 def sample_config(
     study: Study,
     index: int,
-    told: Sequence[tuple[dict, float | tuple[float, float] | str | None]],
+    told: Sequence[tuple[dict, Told]],
     sampler: optuna.samplers.BaseSampler | None = None,
 ) -> dict:
     """Trial ``index``'s configuration. ``told``: (configuration, validation error; None = failed) of earlier trials,

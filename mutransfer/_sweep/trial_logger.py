@@ -30,11 +30,13 @@ from mutransfer._sweep.trial import read_trial_history
 from mutransfer._tracking.background import Background
 from mutransfer._tracking.runs import (
     EPOCH_METRIC_KEYS,
+    ERROR_TAG,
     KIND_TAG,
     PARENT_TAG,
     RUN_NAME_TAG,
     STATUS_TAG,
     STUDY_TAG,
+    SUPERSEDED_TAG,
     TRIAL_ID_TAG,
     Tracker,
     _client,
@@ -171,11 +173,7 @@ class TrialLogger:
         self._ended = None if self.trials_dir is None else EndedTrials(journal_path(self.trials_dir), self.study_name)
 
     def __getstate__(self):
-        state = dict(self.__dict__)
-        for key in ("_client", "_background", "_logged", "_open", "_buffers", "_last", "_start", "_retries", "_done"):
-            state.pop(key, None)
-        state.pop("_ended", None)
-        return state
+        return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}  # _reset's: made again on unpickling
 
     def __setstate__(self, state):
         self.__dict__.update(state)
@@ -200,7 +198,7 @@ class TrialLogger:
             logged: set[str] = set()  # assigned once read whole: a store that fails here is asked again
             for r in runs.children(self.experiment_id, self.parent_run_id, kind="proxy_trial"):
                 key = r.data.tags.get(TRIAL_ID_TAG)
-                if r.data.tags.get("mutransfer.superseded") == "true":  # its key was handed out again
+                if r.data.tags.get(SUPERSEDED_TAG) == "true":  # its key was handed out again
                     continue
                 if _finished(r):
                     logged.add(key)
@@ -473,7 +471,7 @@ class TrialLogger:
         if index or run is None:
             tags["mutransfer.trial_index"] = index
         if failed:
-            tags["mutransfer.error"] = error or "unknown error"
+            tags[ERROR_TAG] = error or "unknown error"
         if run is None:  # never seen starting (finished before a driver was killed, or an older store)
             run_id = create_run(self.client, self.experiment_id, self._run_tags(tid, index), start_time=start_ms)
             run = self._open[tid] = OpenRun(run_id, steps=set())  # a failed write below is retried in this run

@@ -28,7 +28,7 @@ from mutransfer._sweep._migrate import CONFIG_FILE, OUTCOME_FILE
 from mutransfer._sweep._outcome import Outcome, trial_key
 from mutransfer._sweep._trial_journal import read_journal
 from mutransfer._tracking._sqlite_file import sqlite_path
-from mutransfer._tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, TRIAL_ID_TAG, Tracker
+from mutransfer._tracking.runs import KIND_TAG, STATUS_TAG, STUDY_TAG, SUPERSEDED_TAG, TRIAL_ID_TAG, Tracker
 from mutransfer.errors import UserInputError
 
 
@@ -183,7 +183,7 @@ def read_tracking(name: str, uri: str) -> SourceStudy | None:
     trials = []
     for run in tracker.children(parent.info.experiment_id, parent.info.run_id, "proxy_trial"):
         tags = run.data.tags
-        if tags.get("mutransfer.superseded") == "true" or TRIAL_ID_TAG not in tags:
+        if tags.get(SUPERSEDED_TAG) == "true" or TRIAL_ID_TAG not in tags:
             continue
         config = {k: _param(run.data.params[f"hp.{k}"]) for k in searched if f"hp.{k}" in run.data.params}
         error = run.data.metrics.get("final_val_error", run.data.metrics.get("final_test_error"))  # older: test

@@ -50,6 +50,9 @@ KIND_TAG = "mutransfer.kind"
 STUDY_TAG = "mutransfer.study"
 TRIAL_ID_TAG = "mutransfer.trial_id"
 STATUS_TAG = "mutransfer.status"
+#: a trial run's error (a failed one's); a proxy-trial run whose key was handed out again ("true": skipped by every
+#: reader, mutransfer._sweep._rebuild_journal)
+ERROR_TAG, SUPERSEDED_TAG = "mutransfer.error", "mutransfer.superseded"
 PARENT_TAG = "mlflow.parentRunId"
 RUN_NAME_TAG = "mlflow.runName"
 MAX_METRICS_PER_BATCH = 1000

@@ -91,7 +91,8 @@ def _add_sweep(subparsers) -> None:
         "--rebuild-state",
         action="store_true",
         help="with --resume: rebuild a lost or damaged state.json from the study's journal of trials (and a lost or "
-        "damaged journal from the study's MLflow runs), keeping every finished trial and reusing the study's MLflow runs (docs/robustness.md)",
+        "damaged journal from the study's MLflow runs), keeping every finished trial and reusing the study's MLflow "
+        "runs (docs/robustness.md)",
     )
     checks = groups["checks"]
     checks.add_argument(
