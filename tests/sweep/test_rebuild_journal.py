@@ -73,6 +73,7 @@ def test_trials_after_the_first_key_without_a_run_are_set_aside_not_replayed(log
     superseded and its folder moved to superseded/."""
     study, trials, tracker, experiment, parent, logger, plan = logged
     journal_path(trials).unlink()
+    (trials / "tnotes").mkdir()  # a folder that is no trial's (compared as text with t0001, it was moved)
     assert journal_lost(trials, study.name)
     said = rebuild_journal(tracker, experiment, parent, study, trials)
     assert "1 trial(s) (1 ended)" in said and "from t0001 on the search runs again (1 run(s)" in said
@@ -80,6 +81,7 @@ def test_trials_after_the_first_key_without_a_run_are_set_aside_not_replayed(log
     assert sorted(again.outcomes) == [0] and again.configs[0] == plan.configs[0]
     assert again.outcomes[0].value == 0.3 and not journal_lost(trials, study.name)
     assert not (trials / "t0002").exists() and (trials.parent / "superseded" / "t0002" / "done.json").exists()
+    assert (trials / "tnotes").is_dir()
     assert "t0002" not in logger().logged_trial_ids()
     superseded = [
         r for r in tracker.children(experiment, parent, "proxy_trial") if r.data.tags.get("mutransfer.superseded")
